@@ -1,0 +1,94 @@
+// Storage backend interface: where checkpoint files live.
+//
+// Two implementations, picked by an explicit factory (backend_factory.h):
+// POSIX files written through io_uring (posix/), and an in-memory backend
+// (memory/) that is the reference every backend must match; one conformance
+// suite (tests/unit/daemon/storage/backend_conformance_test.cc) runs against
+// each. Faults are injected by a wrapping backend (fault_injection.h), never
+// by test-only methods here.
+//
+// Paths are '/'-separated strings; the POSIX backend uses them as given.
+//
+// Thread-safety: a Backend may be used from many threads at once. A file
+// object may be used by one thread at a time; different file objects of the
+// same path may be used concurrently (the commit protocol never does).
+#ifndef CKPT_DAEMON_STORAGE_BACKEND_H_
+#define CKPT_DAEMON_STORAGE_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace ckpt::storage {
+
+// One write or read of a batch. Backends that can (io_uring) keep many in
+// flight; the others run them one after another.
+struct IoOp {
+  uint64_t offset = 0;
+  void* buffer = nullptr;  // const for writes
+  size_t length = 0;
+};
+
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  // Writes data at offset; the file grows as needed. Complete or error.
+  virtual absl::Status WriteAt(uint64_t offset, const void* data, size_t length) = 0;
+  // All ops complete (or the first error is returned). Ops must not overlap.
+  virtual absl::Status WriteBatch(absl::Span<const IoOp> ops);
+  // Durable: data and size reach stable storage (fsync).
+  virtual absl::Status Sync() = 0;
+  virtual absl::Status Close() = 0;
+};
+
+class ReadableFile {
+ public:
+  virtual ~ReadableFile() = default;
+  // Reads up to length bytes at offset; returns the count, short only at EOF.
+  virtual absl::StatusOr<size_t> ReadAt(uint64_t offset, void* dst, size_t length) = 0;
+  // Each op must be satisfied in full; a short read is a DATA_LOSS error.
+  virtual absl::Status ReadBatch(absl::Span<const IoOp> ops);
+  virtual absl::StatusOr<uint64_t> Size() = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string Name() const = 0;
+
+  // Creates (or truncates) a file for writing. The parent directory must exist.
+  virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
+      const std::string& path) = 0;
+  // NOT_FOUND when the file does not exist.
+  virtual absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(
+      const std::string& path) = 0;
+
+  // Creates the directory and any missing parents; OK if it exists.
+  virtual absl::Status CreateDirs(const std::string& path) = 0;
+  // Makes the directory's entries (creates, renames) durable.
+  virtual absl::Status SyncDir(const std::string& path) = 0;
+  // Atomically renames a file or directory; replaces an existing file `to`.
+  virtual absl::Status Rename(const std::string& from, const std::string& to) = 0;
+  // Removes a file or a directory tree; OK if it does not exist.
+  virtual absl::Status RemoveAll(const std::string& path) = 0;
+  // Names (not paths) of the entries of a directory, sorted. NOT_FOUND if absent.
+  virtual absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) = 0;
+  virtual absl::StatusOr<bool> Exists(const std::string& path) = 0;
+};
+
+// Whole-file helpers on top of any backend.
+absl::StatusOr<std::string> ReadWholeFile(Backend& backend, const std::string& path);
+// Writes path + ".tmp", fsyncs it, renames it over path, fsyncs the parent
+// directory: readers see the old contents or the new, never a mix.
+absl::Status WriteFileAtomically(Backend& backend, const std::string& path,
+                                 const std::string& contents);
+
+}  // namespace ckpt::storage
+
+#endif  // CKPT_DAEMON_STORAGE_BACKEND_H_
