@@ -1,0 +1,68 @@
+#include "proto/lib/region_convert.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "proto/lib/dtype.h"
+#include "proto/lib/validation.h"
+
+namespace ckpt {
+
+geo::Region RegionFromProto(const v1::Region& region) {
+  switch (region.kind_case()) {
+    case v1::Region::kBox:
+      return geo::Region::Box(
+          std::vector<int64_t>(region.box().offsets().begin(), region.box().offsets().end()),
+          std::vector<int64_t>(region.box().lengths().begin(), region.box().lengths().end()));
+    case v1::Region::kFlat:
+      return geo::Region::Flat(region.flat().begin(), region.flat().end());
+    default:
+      return geo::Region::Whole();
+  }
+}
+
+void RegionToProto(const geo::Region& region, v1::Region* out) {
+  out->Clear();
+  switch (region.kind) {
+    case geo::Region::Kind::kBox:
+      for (int64_t o : region.offsets) out->mutable_box()->add_offsets(o);
+      for (int64_t l : region.lengths) out->mutable_box()->add_lengths(l);
+      // A 0-d box has no dimensions; mutable_box() marks the oneof anyway.
+      out->mutable_box();
+      break;
+    case geo::Region::Kind::kFlat:
+      out->mutable_flat()->set_begin(region.flat_begin);
+      out->mutable_flat()->set_end(region.flat_end);
+      break;
+    case geo::Region::Kind::kWhole:
+      break;
+  }
+}
+
+geo::Shape ShapeFromProto(const google::protobuf::RepeatedField<int64_t>& dims) {
+  return geo::Shape(dims.begin(), dims.end());
+}
+
+absl::StatusOr<ShardGeometry> ValidateShard(const v1::TensorShard& shard) {
+  if (absl::Status s = ValidateName("tensor", shard.fqn()); !s.ok()) return s;
+  auto context = [&](const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat("tensor ", shard.fqn(), ": ", s.message()));
+  };
+  ShardGeometry g;
+  absl::StatusOr<int64_t> size = DTypeSize(shard.dtype());
+  if (!size.ok()) return context(size.status());
+  g.element_size = *size;
+  g.shape = ShapeFromProto(shard.global_shape());
+  g.region = RegionFromProto(shard.region());
+  if (absl::Status s = geo::NumBytes(g.shape, g.element_size).status(); !s.ok()) {
+    return context(s);
+  }
+  absl::StatusOr<int64_t> elements = geo::RegionNumElements(g.shape, g.region);
+  if (!elements.ok()) return context(elements.status());
+  g.elements = *elements;
+  // Cannot overflow: the region lies inside a shape whose byte size fits.
+  g.bytes = g.elements * g.element_size;
+  return g;
+}
+
+}  // namespace ckpt

@@ -1,0 +1,75 @@
+// The ckpt client: what a training rank links.
+//
+//   auto client = ckpt::Client::Attach({.socket_path = ..., .job = "llama",
+//                                       .rank = r, .world_size = n});
+//   auto handle = (*client)->Save(step, tensors, objects);   // returns at once
+//   ... compute ...
+//   (*handle)->WaitSnapshot();   // before the optimizer step modifies tensors
+//   (*handle)->WaitPersisted();  // only when durability matters now
+//   (*client)->Load(ckpt::kLatestStep, tensors, objects);   // any sharding
+//
+// Every rank of the job must call Save (or Load) for the same step: the
+// daemon plans across all of them. Errors, including those of background
+// work, come back as absl::Status with what failed and where.
+//
+// Thread-safety: a Client may be used from several threads; a SaveHandle too.
+#ifndef CKPT_CLIENT_INCLUDE_CKPT_CLIENT_H_
+#define CKPT_CLIENT_INCLUDE_CKPT_CLIENT_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ckpt/types.h"
+
+namespace ckpt {
+
+struct ClientOptions {
+  std::string socket_path = "/run/ckptd/ckptd.sock";
+  std::string job;
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int copy_threads = 4;  // threads that copy host tensors into the pool
+};
+
+struct SaveOptions {
+  bool partial = false;   // allow tensors this save does not cover fully
+  bool blocking = false;  // Save returns only once the snapshot is taken
+  std::map<std::string, std::string> user_metadata;
+};
+
+class SaveHandle {
+ public:
+  virtual ~SaveHandle() = default;
+  virtual int64_t step() const = 0;
+  // Returns once this rank's tensors are copied out: they may change now.
+  virtual absl::Status WaitSnapshot() = 0;
+  // Returns once the checkpoint is committed (or the save failed).
+  virtual absl::Status WaitPersisted() = 0;
+};
+
+class Client {
+ public:
+  static absl::StatusOr<std::unique_ptr<Client>> Attach(const ClientOptions& options);
+  virtual ~Client() = default;
+
+  // Starts a save of the tensors' current contents. The tensors' memory must
+  // stay valid and unchanged until WaitSnapshot() returns.
+  virtual absl::StatusOr<std::shared_ptr<SaveHandle>> Save(int64_t step,
+                                                           std::vector<HostTensor> tensors,
+                                                           std::vector<SaveObject> objects,
+                                                           SaveOptions options = {}) = 0;
+  // Fills each tensor's region (any sharding) and each object from the given
+  // step, or the latest one with kLatestStep. Returns the step loaded.
+  virtual absl::StatusOr<int64_t> Load(int64_t step, const std::vector<HostTensor>& tensors,
+                                       const std::vector<LoadObject>& objects = {}) = 0;
+};
+
+}  // namespace ckpt
+
+#endif  // CKPT_CLIENT_INCLUDE_CKPT_CLIENT_H_

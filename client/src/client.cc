@@ -1,0 +1,309 @@
+#include "ckpt/client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "ckpt/v1/node.grpc.pb.h"
+#include "client/src/parallel_copy.h"
+#include "client/src/pool_mapping.h"
+#include "proto/lib/grpc_status.h"
+#include "proto/lib/region_convert.h"
+
+namespace ckpt {
+namespace {
+
+using client::CopyPiece;
+using client::PoolMapping;
+
+constexpr int kMaxMessageBytes = 256 << 20;
+constexpr auto kAttachTimeout = std::chrono::seconds(30);
+
+absl::Status Prefixed(const absl::Status& s, const std::string& prefix) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
+}
+
+void ToProto(const HostTensor& t, v1::TensorShard* out) {
+  out->set_fqn(t.fqn);
+  out->set_dtype(static_cast<v1::DType>(t.dtype));
+  for (int64_t d : t.global_shape) out->add_global_shape(d);
+  geo::Region region;
+  switch (t.region.kind) {
+    case Region::Kind::kWhole: region = geo::Region::Whole(); break;
+    case Region::Kind::kBox: region = geo::Region::Box(t.region.offsets, t.region.lengths); break;
+    case Region::Kind::kFlat: region = geo::Region::Flat(t.region.flat_begin, t.region.flat_end); break;
+  }
+  RegionToProto(region, out->mutable_region());
+}
+
+// State shared by a SaveHandle and the thread that runs the save.
+class SaveState final : public SaveHandle {
+ public:
+  explicit SaveState(int64_t step) : step_(step) {}
+  int64_t step() const override { return step_; }
+
+  absl::Status WaitSnapshot() override {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&snapshot_done_));
+    return snapshot_;
+  }
+  absl::Status WaitPersisted() override {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&persist_done_));
+    return persisted_;
+  }
+  void SnapshotDone(absl::Status s) {
+    absl::MutexLock lock(&mu_);
+    snapshot_ = s;
+    snapshot_done_ = true;
+  }
+  void PersistDone(absl::Status s) {
+    absl::MutexLock lock(&mu_);
+    if (!snapshot_done_) {
+      snapshot_ = s;
+      snapshot_done_ = true;
+    }
+    persisted_ = s;
+    persist_done_ = true;
+  }
+
+ private:
+  const int64_t step_;
+  absl::Mutex mu_;
+  bool snapshot_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool persist_done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status snapshot_ ABSL_GUARDED_BY(mu_);
+  absl::Status persisted_ ABSL_GUARDED_BY(mu_);
+};
+
+class ClientImpl final : public Client {
+ public:
+  ClientImpl(ClientOptions options, std::unique_ptr<v1::NodeService::Stub> stub,
+             std::string session, std::unique_ptr<PoolMapping> pool)
+      : options_(std::move(options)),
+        stub_(std::move(stub)),
+        session_(std::move(session)),
+        pool_(std::move(pool)) {}
+
+  ~ClientImpl() override {
+    std::vector<std::thread> threads;
+    {
+      absl::MutexLock lock(&mu_);
+      threads.swap(threads_);
+    }
+    for (std::thread& t : threads) t.join();
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::DetachRequest request;
+    request.set_session_id(session_);
+    v1::DetachResponse response;
+    (void)stub_->Detach(&context, request, &response);
+  }
+
+  absl::StatusOr<std::shared_ptr<SaveHandle>> Save(int64_t step, std::vector<HostTensor> tensors,
+                                                   std::vector<SaveObject> objects,
+                                                   SaveOptions options) override {
+    if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step ", step, " is negative"));
+    for (const HostTensor& t : tensors) {
+      if (t.data == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor ", t.fqn, " has no data"));
+      }
+    }
+    auto state = std::make_shared<SaveState>(step);
+    std::thread worker([this, state, step, tensors = std::move(tensors),
+                        objects = std::move(objects), options]() mutable {
+      RunSave(*state, step, tensors, objects, options);
+    });
+    {
+      absl::MutexLock lock(&mu_);
+      threads_.push_back(std::move(worker));
+    }
+    if (options.blocking) {
+      if (absl::Status s = state->WaitSnapshot(); !s.ok()) return s;
+    }
+    return std::shared_ptr<SaveHandle>(state);
+  }
+
+  absl::StatusOr<int64_t> Load(int64_t step, const std::vector<HostTensor>& tensors,
+                               const std::vector<LoadObject>& objects) override {
+    const std::string what = absl::StrCat("load of job ", options_.job, " step ",
+                                          step == kLatestStep ? std::string("latest")
+                                                              : absl::StrCat(step),
+                                          " by rank ", options_.rank, ": ");
+    v1::LoadRequest request;
+    request.set_session_id(session_);
+    request.set_step(step);
+    std::vector<int64_t> expected;
+    for (const HostTensor& t : tensors) {
+      ToProto(t, request.add_tensors());
+      absl::StatusOr<ShardGeometry> g = ValidateShard(request.tensors(request.tensors_size() - 1));
+      if (!g.ok()) return Prefixed(g.status(), what);
+      if (t.data == nullptr && g->bytes > 0) {
+        return absl::InvalidArgumentError(absl::StrCat(what, "tensor ", t.fqn, " has no data"));
+      }
+      expected.push_back(g->bytes);
+    }
+    for (const LoadObject& o : objects) {
+      if (o.out == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(what, "object ", o.key, " has no output"));
+      }
+      request.add_object_keys(o.key);
+    }
+    grpc::ClientContext context;
+    v1::LoadResponse response;
+    if (absl::Status s = FromGrpcStatus(stub_->Load(&context, request, &response)); !s.ok()) {
+      return Prefixed(s, what);
+    }
+    absl::Status status;
+    char* lease = nullptr;
+    if (response.lease().length() > 0) {
+      absl::StatusOr<char*> range = pool_->Range(response.lease().offset(), response.lease().length());
+      if (range.ok()) lease = *range; else status = range.status();
+    }
+    if (status.ok() && (response.tensors_size() != static_cast<int>(tensors.size()) ||
+                        response.objects_size() != static_cast<int>(objects.size()))) {
+      status = absl::InternalError("daemon answered a different number of tensors or objects");
+    }
+    std::vector<CopyPiece> pieces;
+    for (size_t i = 0; status.ok() && i < tensors.size(); ++i) {
+      const v1::MemoryRef& ref = response.tensors(i);
+      if (static_cast<int64_t>(ref.length()) != expected[i] ||
+          ref.offset() + ref.length() > response.lease().length()) {
+        status = absl::InternalError(absl::StrCat("daemon returned a bad reference for ", tensors[i].fqn));
+        break;
+      }
+      if (ref.length() > 0) {
+        pieces.push_back({static_cast<char*>(tensors[i].data), lease + ref.offset(), ref.length()});
+      }
+    }
+    if (status.ok()) {
+      client::ParallelCopy(pieces, options_.copy_threads);
+      for (size_t i = 0; i < objects.size(); ++i) {
+        const v1::MemoryRef& ref = response.objects(i);
+        if (ref.offset() + ref.length() > response.lease().length()) {
+          status = absl::InternalError(absl::StrCat("daemon returned a bad reference for ", objects[i].key));
+          break;
+        }
+        objects[i].out->assign(lease == nullptr ? "" : std::string(lease + ref.offset(), ref.length()));
+      }
+    }
+    if (response.lease().length() > 0) {
+      grpc::ClientContext release_context;
+      v1::ReleaseLeaseRequest release;
+      release.set_session_id(session_);
+      release.set_lease_id(response.lease().id());
+      v1::ReleaseLeaseResponse released;
+      status.Update(FromGrpcStatus(stub_->ReleaseLease(&release_context, release, &released)));
+    }
+    if (!status.ok()) return Prefixed(status, what);
+    return response.step();
+  }
+
+ private:
+  void RunSave(SaveState& state, int64_t step, const std::vector<HostTensor>& tensors,
+               const std::vector<SaveObject>& objects, const SaveOptions& options) {
+    const std::string what = absl::StrCat("save of job ", options_.job, " step ", step,
+                                          " by rank ", options_.rank, ": ");
+    v1::PlanSaveRequest plan;
+    plan.set_session_id(session_);
+    plan.set_step(step);
+    plan.set_partial(options.partial);
+    for (const auto& [k, v] : options.user_metadata) (*plan.mutable_user_metadata())[k] = v;
+    for (const HostTensor& t : tensors) ToProto(t, plan.add_shards());
+    for (const SaveObject& o : objects) {
+      v1::ObjectDesc* desc = plan.add_objects();
+      desc->set_key(o.key);
+      desc->set_global(o.global);
+      desc->set_length(o.bytes.size());
+    }
+    v1::PlanSaveResponse planned;
+    {
+      grpc::ClientContext context;
+      absl::Status s = FromGrpcStatus(stub_->PlanSave(&context, plan, &planned));
+      if (!s.ok()) return state.PersistDone(Prefixed(s, what));
+    }
+    // Only the items assigned to this rank are copied; replicas are not.
+    v1::SubmitSnapshotRequest snapshot;
+    snapshot.set_session_id(session_);
+    snapshot.set_save_id(planned.save_id());
+    std::vector<CopyPiece> pieces;
+    char* lease = nullptr;
+    if (planned.lease().length() > 0) {
+      absl::StatusOr<char*> range = pool_->Range(planned.lease().offset(), planned.lease().length());
+      if (!range.ok()) return state.PersistDone(Prefixed(range.status(), what));
+      lease = *range;
+    }
+    uint64_t offset = 0;
+    for (const v1::SaveItem& item : planned.items()) {
+      v1::SnapshotRef* ref = snapshot.add_refs();
+      ref->set_kind(item.kind());
+      ref->set_index(item.index());
+      ref->mutable_memory()->set_offset(offset);
+      ref->mutable_memory()->set_length(item.bytes());
+      if (offset + item.padded_bytes() > planned.lease().length()) {
+        return state.PersistDone(absl::InternalError(absl::StrCat(what, "lease too small")));
+      }
+      const char* src = item.kind() == v1::SaveItem::OBJECT
+                            ? objects.at(item.index()).bytes.data()
+                            : static_cast<const char*>(tensors.at(item.index()).data);
+      if (item.bytes() > 0) pieces.push_back({lease + offset, src, item.bytes()});
+      offset += item.padded_bytes();
+    }
+    client::ParallelCopy(pieces, options_.copy_threads);
+    {
+      grpc::ClientContext context;
+      v1::SubmitSnapshotResponse submitted;
+      absl::Status s = FromGrpcStatus(stub_->SubmitSnapshot(&context, snapshot, &submitted));
+      if (!s.ok()) return state.PersistDone(Prefixed(s, what));
+    }
+    state.SnapshotDone(absl::OkStatus());
+    grpc::ClientContext context;
+    v1::WaitSaveRequest wait;
+    wait.set_session_id(session_);
+    wait.set_save_id(planned.save_id());
+    v1::WaitSaveResponse waited;
+    state.PersistDone(Prefixed(FromGrpcStatus(stub_->WaitSave(&context, wait, &waited)), what));
+  }
+
+  const ClientOptions options_;
+  const std::unique_ptr<v1::NodeService::Stub> stub_;
+  const std::string session_;
+  const std::unique_ptr<PoolMapping> pool_;
+  absl::Mutex mu_;
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Attach(const ClientOptions& options) {
+  const std::string target = absl::StrCat("unix:", options.socket_path);
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  auto stub = v1::NodeService::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kAttachTimeout);
+  v1::AttachRequest request;
+  request.set_job(options.job);
+  request.set_rank(options.rank);
+  request.set_world_size(options.world_size);
+  request.set_local_rank(options.local_rank);
+  v1::AttachResponse response;
+  if (absl::Status s = FromGrpcStatus(stub->Attach(&context, request, &response)); !s.ok()) {
+    return Prefixed(s, absl::StrCat("attach to ckptd at ", target, ": "));
+  }
+  absl::StatusOr<std::unique_ptr<PoolMapping>> pool =
+      PoolMapping::Open(response.pool_path(), response.pool_bytes());
+  if (!pool.ok()) return pool.status();
+  return std::unique_ptr<Client>(
+      new ClientImpl(options, std::move(stub), response.session_id(), std::move(*pool)));
+}
+
+}  // namespace ckpt

@@ -1,0 +1,42 @@
+#include "client/src/pool_mapping.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace ckpt::client {
+
+absl::StatusOr<std::unique_ptr<PoolMapping>> PoolMapping::Open(const std::string& path,
+                                                              uint64_t bytes) {
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot open the daemon's pool ", path, ": ", std::strerror(errno)));
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int err = errno;
+  close(fd);
+  if (base == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot map the daemon's pool ", path, " (", bytes, " bytes): ",
+                     std::strerror(err)));
+  }
+  return std::unique_ptr<PoolMapping>(new PoolMapping(static_cast<char*>(base), bytes));
+}
+
+PoolMapping::~PoolMapping() { munmap(base_, size_); }
+
+absl::StatusOr<char*> PoolMapping::Range(uint64_t offset, uint64_t length) const {
+  if (offset > size_ || length > size_ - offset) {
+    return absl::InternalError(absl::StrCat("daemon lease [", offset, ", +", length,
+                                            ") lies outside the pool of ", size_, " bytes"));
+  }
+  return base_ + offset;
+}
+
+}  // namespace ckpt::client

@@ -1,0 +1,56 @@
+// The coordinator role, embedded in ckptd when no coordinator address is
+// configured (DESIGN.md §2). It owns the catalog, plans saves and loads with
+// the pure planners, tracks saves between plan and commit, and runs the
+// commit protocol. Every message carries host identity, so a networked
+// CoordinatorService can wrap this class unchanged.
+//
+// Thread-safety: all methods are safe from any thread.
+#ifndef CKPT_DAEMON_COORDINATOR_COORDINATOR_H_
+#define CKPT_DAEMON_COORDINATOR_COORDINATOR_H_
+
+#include <map>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "ckpt/v1/coordinator.pb.h"
+#include "daemon/coordinator/catalog.h"
+#include "daemon/coordinator/save_planner.h"
+#include "daemon/storage/backend.h"
+
+namespace ckpt::coordinator {
+
+class Coordinator {
+ public:
+  Coordinator(storage::Backend& backend, std::string root, SavePlannerOptions options);
+
+  Catalog& catalog() { return catalog_; }
+  const std::string& root() const { return catalog_.root(); }
+
+  // Plans a save of the single host this embedded coordinator serves and
+  // creates its partial directory. ALREADY_EXISTS when the step is
+  // committed, FAILED_PRECONDITION when the same step is being saved.
+  absl::StatusOr<v1::SaveAssignment> PlanSave(const v1::NodeSavePlan& node);
+  // Fills the checksums into the manifest and commits (commit.h).
+  absl::StatusOr<v1::CommitResult> ReportPersisted(const v1::NodePersistReport& report);
+  // Forgets the save and removes its partial directory. Idempotent.
+  void AbortSave(const std::string& save_id, const std::string& reason);
+  absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::NodeLoadPlan& node);
+
+ private:
+  struct ActiveSave {
+    v1::SaveAssignment assignment;
+    std::string partial_dir;  // absolute
+  };
+
+  storage::Backend& backend_;
+  Catalog catalog_;
+  const SavePlannerOptions options_;
+  absl::Mutex mu_;
+  std::map<std::string, ActiveSave> saves_ ABSL_GUARDED_BY(mu_);  // by save_id
+};
+
+}  // namespace ckpt::coordinator
+
+#endif  // CKPT_DAEMON_COORDINATOR_COORDINATOR_H_

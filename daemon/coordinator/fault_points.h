@@ -1,0 +1,20 @@
+// Named crash points for fault tests. `ckptd --fault_kill_at=NAME` makes the
+// daemon SIGKILL itself when execution reaches FaultPoint(NAME), so a test
+// kills a real process at an exact protocol step without racing a timer.
+// With no point armed, FaultPoint is one relaxed atomic load.
+#ifndef CKPT_DAEMON_COORDINATOR_FAULT_POINTS_H_
+#define CKPT_DAEMON_COORDINATOR_FAULT_POINTS_H_
+
+#include <string>
+#include "absl/strings/string_view.h"
+
+namespace ckpt {
+
+// Arms one point (empty disarms). Not thread-safe against FaultPoint: call
+// at start-up.
+void ArmFaultPoint(std::string name);
+void FaultPoint(absl::string_view name);
+
+}  // namespace ckpt
+
+#endif  // CKPT_DAEMON_COORDINATOR_FAULT_POINTS_H_

@@ -1,0 +1,30 @@
+// Load planning with resharding (DESIGN.md §5).
+//
+// Every request (fqn, dtype, global shape, region wanted) is intersected
+// with the stored shards of the manifest; the resulting byte runs are split
+// at chunk boundaries and grouped by chunk, so each stored chunk that any
+// rank of any host needs appears once, with every (rank, request, offset)
+// it must be copied to. A host reads each chunk once, verifies its CRC and
+// scatters it, however many ranks need it.
+//
+// Thread-safety: a pure function.
+#ifndef CKPT_DAEMON_COORDINATOR_LOAD_PLANNER_H_
+#define CKPT_DAEMON_COORDINATOR_LOAD_PLANNER_H_
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "ckpt/v1/coordinator.pb.h"
+#include "ckpt/v1/manifest.pb.h"
+
+namespace ckpt::coordinator {
+
+// Errors: NOT_FOUND for an unknown tensor or object, INVALID_ARGUMENT for a
+// dtype/shape that differs from the stored one or a region out of bounds,
+// FAILED_PRECONDITION for a region the checkpoint does not fully hold
+// (a partial save).
+absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
+                                            absl::Span<const v1::NodeLoadPlan> nodes);
+
+}  // namespace ckpt::coordinator
+
+#endif  // CKPT_DAEMON_COORDINATOR_LOAD_PLANNER_H_

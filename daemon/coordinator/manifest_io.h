@@ -1,0 +1,22 @@
+// MANIFEST encoding: the serialized CheckpointManifest followed by a 4-byte
+// little-endian CRC32C of those bytes, so a torn or flipped manifest is
+// detected rather than half-parsed.
+#ifndef CKPT_DAEMON_COORDINATOR_MANIFEST_IO_H_
+#define CKPT_DAEMON_COORDINATOR_MANIFEST_IO_H_
+
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/statusor.h"
+#include "ckpt/v1/manifest.pb.h"
+
+namespace ckpt::coordinator {
+
+std::string EncodeManifest(const v1::CheckpointManifest& manifest);
+// DATA_LOSS naming `source` when the trailer is missing or does not match.
+absl::StatusOr<v1::CheckpointManifest> DecodeManifest(absl::string_view bytes,
+                                                      absl::string_view source);
+
+}  // namespace ckpt::coordinator
+
+#endif  // CKPT_DAEMON_COORDINATOR_MANIFEST_IO_H_

@@ -1,0 +1,42 @@
+// Global save planning (DESIGN.md §4.2), written once for one host or many.
+//
+// Input: one NodeSavePlan per host, each batching that host's ranks. The
+// planner validates every shard, checks that ranks agree on each tensor's
+// dtype and shape, groups identical regions into replicas, rejects distinct
+// regions that overlap and (unless the save is partial) tensors the save
+// does not cover, then assigns each unique shard to one writer:
+//   worst-fit, largest first: to the least-loaded host among those holding a
+//   replica, then to its least-loaded rank, then to its least-loaded writer
+//   file. Items are laid out in their file back to back, each at a 4 KiB
+//   aligned offset so writes can use O_DIRECT.
+// The result also carries the manifest the commit will write, with every
+// chunk placed and only CRCs missing.
+//
+// Thread-safety: a pure function.
+#ifndef CKPT_DAEMON_COORDINATOR_SAVE_PLANNER_H_
+#define CKPT_DAEMON_COORDINATOR_SAVE_PLANNER_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "ckpt/v1/coordinator.pb.h"
+
+namespace ckpt::coordinator {
+
+struct SavePlannerOptions {
+  uint64_t chunk_bytes = 4 << 20;  // unit of checksumming and of writes
+  uint64_t alignment = 4096;       // of every item in its file
+};
+
+absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> nodes,
+                                            const SavePlannerOptions& options);
+
+// Round up to a multiple of alignment (a power of two).
+inline uint64_t AlignUp(uint64_t value, uint64_t alignment) {
+  return (value + alignment - 1) & ~(alignment - 1);
+}
+
+}  // namespace ckpt::coordinator
+
+#endif  // CKPT_DAEMON_COORDINATOR_SAVE_PLANNER_H_

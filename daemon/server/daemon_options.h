@@ -1,0 +1,36 @@
+// Everything ckptd is configured with; main.cc fills it from flags.
+#ifndef CKPT_DAEMON_SERVER_DAEMON_OPTIONS_H_
+#define CKPT_DAEMON_SERVER_DAEMON_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace ckpt::server {
+
+struct DaemonOptions {
+  std::string storage_root;
+  std::string storage_backend = "posix";  // or "memory"
+  bool use_io_uring = true;
+  bool use_o_direct = true;
+  unsigned queue_depth = 32;
+  std::string pool_path;  // default: /dev/shm/ckptd-<pid>.pool
+  uint64_t pool_bytes = 1ull << 30;
+  std::string socket_path;     // Unix socket for local ranks and ckptctl
+  std::string listen_address;  // TCP for ckptctl and peers; empty: none
+  std::string host_name;       // default: gethostname()
+  int writer_threads = 4;
+  int reader_threads = 4;
+  uint64_t chunk_bytes = 4 << 20;
+  // A save whose ranks have not all planned (or all snapshotted) by then is
+  // aborted: a rank that died must not hold the job's checkpoint forever.
+  absl::Duration plan_timeout = absl::Seconds(120);
+  absl::Duration snapshot_timeout = absl::Seconds(300);
+  // How long a save or load may wait for room in the pool.
+  absl::Duration pool_wait_timeout = absl::Seconds(60);
+};
+
+}  // namespace ckpt::server
+
+#endif  // CKPT_DAEMON_SERVER_DAEMON_OPTIONS_H_

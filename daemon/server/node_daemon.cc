@@ -1,0 +1,142 @@
+#include "daemon/server/node_daemon.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <climits>
+
+#include <grpcpp/server_builder.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/gpu/device_factory.h"
+#include "daemon/storage/backend_factory.h"
+
+namespace ckpt::server {
+namespace {
+
+constexpr int kMaxMessageBytes = 256 << 20;  // plans of large models are big
+constexpr absl::Duration kReapInterval = absl::Milliseconds(100);
+
+std::string DefaultHostName() {
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  std::string host(name);
+  // Host names become file names: keep them inside the allowed set.
+  for (char& c : host) {
+    if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+  }
+  return host;
+}
+
+}  // namespace
+
+NodeDaemon::NodeDaemon(DaemonOptions options) : options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(DaemonOptions options) {
+  if (options.storage_root.empty()) return absl::InvalidArgumentError("--storage_root is required");
+  if (options.socket_path.empty()) return absl::InvalidArgumentError("--socket_path is required");
+  if (options.writer_threads <= 0 || options.reader_threads <= 0) {
+    return absl::InvalidArgumentError("--writer_threads and --reader_threads must be positive");
+  }
+  if (options.host_name.empty()) options.host_name = DefaultHostName();
+  if (options.pool_path.empty()) options.pool_path = absl::StrCat("/dev/shm/ckptd-", getpid(), ".pool");
+  std::unique_ptr<NodeDaemon> d(new NodeDaemon(std::move(options)));
+  const DaemonOptions& o = d->options_;
+
+  storage::PosixBackendOptions posix;
+  posix.use_io_uring = o.use_io_uring;
+  posix.use_o_direct = o.use_o_direct;
+  posix.queue_depth = o.queue_depth;
+  absl::StatusOr<std::unique_ptr<storage::Backend>> backend = storage::NewBackend(o.storage_backend, posix);
+  if (!backend.ok()) return backend.status();
+  d->backend_ = std::move(*backend);
+  if (absl::Status s = d->backend_->CreateDirs(o.storage_root); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("storage root: ", s.message()));
+  }
+
+  pool::PoolOptions pool_options;
+  pool_options.path = o.pool_path;
+  pool_options.bytes = o.pool_bytes;
+  absl::StatusOr<std::unique_ptr<pool::ShmPool>> pool = pool::ShmPool::Create(pool_options);
+  if (!pool.ok()) return pool.status();
+  d->pool_ = std::move(*pool);
+  d->gpu_ = gpu::DetectDeviceRuntime();
+  if (d->gpu_->HasDevice()) {
+    // Pinned once here, so copies from the GPU run at full DMA speed.
+    if (absl::Status s = d->gpu_->RegisterHostMemory(d->pool_->base(), d->pool_->capacity());
+        !s.ok()) {
+      return s;
+    }
+    d->pool_registered_ = true;
+  }
+
+  coordinator::SavePlannerOptions planner;
+  planner.chunk_bytes = o.chunk_bytes;
+  planner.alignment = d->pool_->alignment();
+  d->coordinator_ = std::make_unique<coordinator::Coordinator>(*d->backend_, o.storage_root, planner);
+  absl::StatusOr<int> removed = d->coordinator_->catalog().RemoveStalePartials();
+  if (!removed.ok()) return removed.status();
+  d->removed_partials_ = *removed;
+
+  d->sessions_ = std::make_unique<RankSessions>(*d->pool_);
+  d->writers_ = std::make_unique<WriterPool>(o.writer_threads, std::max(1u, o.queue_depth));
+  v1::HostIdentity host;
+  host.set_host(o.host_name);
+  host.set_address(o.listen_address);
+  d->context_.reset(new NodeContext{d->options_, host, *d->coordinator_, *d->backend_, *d->pool_,
+                                    *d->writers_, *d->sessions_, d->bytes_written_,
+                                    d->bytes_read_, d->commits_});
+  d->service_ = std::make_unique<NodeService>(*d->context_, d->gpu_->HasDevice());
+  return d;
+}
+
+absl::Status NodeDaemon::Start() {
+  unlink(options_.socket_path.c_str());  // a stale socket of a killed daemon
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.AddListeningPort(absl::StrCat("unix:", options_.socket_path),
+                           grpc::InsecureServerCredentials());
+  int tcp_port = 0;
+  if (!options_.listen_address.empty()) {
+    builder.AddListeningPort(options_.listen_address, grpc::InsecureServerCredentials(), &tcp_port);
+  }
+  builder.RegisterService(service_.get());
+  // The socket must not be reachable by other users while it is created.
+  const mode_t old_umask = umask(0077);
+  server_ = builder.BuildAndStart();
+  umask(old_umask);
+  if (server_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on unix:", options_.socket_path,
+                                               options_.listen_address.empty() ? "" : " or ",
+                                               options_.listen_address));
+  }
+  if (!options_.listen_address.empty() && tcp_port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen_address));
+  }
+  reaper_ = std::thread([this] {
+    while (!stop_.WaitForNotificationWithTimeout(kReapInterval)) service_->Reap(absl::Now());
+  });
+  return absl::OkStatus();
+}
+
+void NodeDaemon::Wait() { stop_.WaitForNotification(); }
+
+void NodeDaemon::Shutdown() {
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+}
+
+NodeDaemon::~NodeDaemon() {
+  Shutdown();
+  if (reaper_.joinable()) reaper_.join();
+  if (service_) service_->AbortAll(absl::UnavailableError("ckptd is shutting down"));
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  writers_.reset();
+  service_.reset();
+  sessions_.reset();
+  if (pool_registered_) (void)gpu_->UnregisterHostMemory(pool_->base());
+  unlink(options_.socket_path.c_str());
+}
+
+}  // namespace ckpt::server

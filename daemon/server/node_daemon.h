@@ -1,0 +1,69 @@
+// ckptd's node role with the embedded coordinator: builds the storage
+// backend, the pool, the writers and the gRPC servers from DaemonOptions,
+// and runs until Shutdown().
+//
+// Thread-safety: Create/Start/Shutdown from one thread; the rest is
+// internal.
+#ifndef CKPT_DAEMON_SERVER_NODE_DAEMON_H_
+#define CKPT_DAEMON_SERVER_NODE_DAEMON_H_
+
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include <grpcpp/server.h>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "daemon/coordinator/coordinator.h"
+#include "daemon/gpu/device_runtime.h"
+#include "daemon/pool/shm_pool.h"
+#include "daemon/server/daemon_options.h"
+#include "daemon/server/node_service.h"
+#include "daemon/server/rank_sessions.h"
+#include "daemon/server/writer_pool.h"
+#include "daemon/storage/backend.h"
+
+namespace ckpt::server {
+
+class NodeDaemon {
+ public:
+  // Allocates and pins the pool (failing with a clear message when it
+  // cannot), removes stale partial directories, starts the writers.
+  static absl::StatusOr<std::unique_ptr<NodeDaemon>> Create(DaemonOptions options);
+  ~NodeDaemon();
+
+  // Listens on the Unix socket (and TCP address, if any).
+  absl::Status Start();
+  // Blocks until Shutdown() is called from another thread or a signal handler thread.
+  void Wait();
+  void Shutdown();
+  const DaemonOptions& options() const { return options_; }
+  int removed_partials() const { return removed_partials_; }
+  std::string DescribeDevice() const { return gpu_->Describe(); }
+
+ private:
+  explicit NodeDaemon(DaemonOptions options);
+
+  DaemonOptions options_;
+  std::unique_ptr<storage::Backend> backend_;
+  std::unique_ptr<gpu::DeviceRuntime> gpu_;
+  std::unique_ptr<pool::ShmPool> pool_;
+  bool pool_registered_ = false;
+  std::unique_ptr<coordinator::Coordinator> coordinator_;
+  std::unique_ptr<RankSessions> sessions_;
+  std::unique_ptr<WriterPool> writers_;
+  std::atomic<uint64_t> bytes_written_{0};
+  std::atomic<uint64_t> bytes_read_{0};
+  std::atomic<uint64_t> commits_{0};
+  std::unique_ptr<NodeContext> context_;
+  std::unique_ptr<NodeService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int removed_partials_ = 0;
+  absl::Notification stop_;
+  std::thread reaper_;
+};
+
+}  // namespace ckpt::server
+
+#endif  // CKPT_DAEMON_SERVER_NODE_DAEMON_H_

@@ -1,0 +1,286 @@
+#include "daemon/server/node_service.h"
+
+#include <cstdlib>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/coordinator/layout.h"
+#include "daemon/server/chunk_reader.h"
+#include "proto/lib/grpc_status.h"
+#include "proto/lib/validation.h"
+
+namespace ckpt::server {
+namespace {
+
+constexpr char kVersion[] = "0.1.0";
+constexpr size_t kFinishedSavesKept = 256;
+
+grpc::Status ToGrpc(const absl::Status& s) { return ToGrpcStatus(s); }
+
+}  // namespace
+
+NodeService::NodeService(NodeContext& context, bool gpu_available)
+    : context_(context), gpu_available_(gpu_available), started_(absl::Now()) {}
+
+grpc::Status NodeService::Attach(grpc::ServerContext*, const v1::AttachRequest* request,
+                                 v1::AttachResponse* response) {
+  absl::StatusOr<RankSession> session = context_.sessions.Attach(
+      request->job(), request->rank(), request->world_size(), request->local_rank());
+  if (!session.ok()) return ToGrpc(session.status());
+  response->set_session_id(session->id);
+  response->set_pool_path(context_.pool.path());
+  response->set_pool_bytes(context_.pool.capacity());
+  response->set_alignment(static_cast<uint32_t>(context_.pool.alignment()));
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeService::Detach(grpc::ServerContext*, const v1::DetachRequest* request,
+                                 v1::DetachResponse*) {
+  return ToGrpc(context_.sessions.Detach(request->session_id()));
+}
+
+grpc::Status NodeService::PlanSave(grpc::ServerContext*, const v1::PlanSaveRequest* request,
+                                   v1::PlanSaveResponse* response) {
+  absl::StatusOr<RankSession> rank = context_.sessions.Find(request->session_id());
+  if (!rank.ok()) return ToGrpc(rank.status());
+  if (request->step() < 0) {
+    return ToGrpc(absl::InvalidArgumentError(absl::StrCat("step ", request->step(), " is negative")));
+  }
+  std::shared_ptr<SaveSession> save;
+  {
+    absl::MutexLock lock(&mu_);
+    std::shared_ptr<SaveSession>& slot = saves_[{rank->job, request->step()}];
+    if (slot == nullptr || slot->finished()) {
+      if (slot != nullptr) finished_saves_.push_back(slot);
+      slot = std::make_shared<SaveSession>(context_, rank->job, request->step(), rank->world_size);
+    }
+    save = slot;
+  }
+  absl::StatusOr<v1::PlanSaveResponse> planned = save->Plan(*rank, *request);
+  if (!planned.ok()) return ToGrpc(planned.status());
+  *response = std::move(*planned);
+  return grpc::Status::OK;
+}
+
+std::shared_ptr<SaveSession> NodeService::FindSave(const std::string& save_id) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, save] : saves_) {
+    if (save->save_id() == save_id) return save;
+  }
+  for (const auto& save : finished_saves_) {
+    if (save->save_id() == save_id) return save;
+  }
+  return nullptr;
+}
+
+grpc::Status NodeService::SubmitSnapshot(grpc::ServerContext*,
+                                         const v1::SubmitSnapshotRequest* request,
+                                         v1::SubmitSnapshotResponse*) {
+  absl::StatusOr<RankSession> rank = context_.sessions.Find(request->session_id());
+  if (!rank.ok()) return ToGrpc(rank.status());
+  std::shared_ptr<SaveSession> save = FindSave(request->save_id());
+  if (save == nullptr) {
+    return ToGrpc(absl::NotFoundError(absl::StrCat("save ", request->save_id(), " is unknown")));
+  }
+  return ToGrpc(save->SubmitSnapshot(*rank, *request));
+}
+
+grpc::Status NodeService::WaitSave(grpc::ServerContext*, const v1::WaitSaveRequest* request,
+                                   v1::WaitSaveResponse* response) {
+  std::shared_ptr<SaveSession> save = FindSave(request->save_id());
+  if (save == nullptr) {
+    return ToGrpc(absl::NotFoundError(absl::StrCat("save ", request->save_id(), " is unknown")));
+  }
+  absl::StatusOr<v1::WaitSaveResponse> result = save->Wait();
+  if (!result.ok()) return ToGrpc(result.status());
+  *response = std::move(*result);
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeService::Load(grpc::ServerContext*, const v1::LoadRequest* request,
+                               v1::LoadResponse* response) {
+  absl::StatusOr<RankSession> rank = context_.sessions.Find(request->session_id());
+  if (!rank.ok()) return ToGrpc(rank.status());
+  if (request->step() < -1) {
+    return ToGrpc(absl::InvalidArgumentError(absl::StrCat("step ", request->step(), " is negative")));
+  }
+  std::shared_ptr<LoadSession> load;
+  {
+    absl::MutexLock lock(&mu_);
+    std::shared_ptr<LoadSession>& slot = loads_[{rank->job, request->step()}];
+    if (slot == nullptr || slot->finished()) {
+      slot = std::make_shared<LoadSession>(context_, rank->job, request->step(), rank->world_size);
+    }
+    load = slot;
+  }
+  absl::StatusOr<v1::LoadResponse> loaded = load->Load(*rank, *request);
+  if (!loaded.ok()) return ToGrpc(loaded.status());
+  *response = std::move(*loaded);
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeService::ReleaseLease(grpc::ServerContext*, const v1::ReleaseLeaseRequest* request,
+                                       v1::ReleaseLeaseResponse*) {
+  return ToGrpc(context_.sessions.ReleaseLease(request->session_id(), request->lease_id()));
+}
+
+grpc::Status NodeService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
+                                    v1::GetStatusResponse* response) {
+  const pool::PoolStats pool = context_.pool.Stats();
+  response->set_version(kVersion);
+  response->set_host(context_.host.host());
+  response->set_storage_root(context_.coordinator.root());
+  response->set_pool_bytes(pool.capacity);
+  response->set_pool_used_bytes(pool.used);
+  response->set_gpu_available(gpu_available_);
+  response->set_attached_ranks(context_.sessions.attached());
+  response->set_storage_bytes_written(context_.bytes_written.load());
+  response->set_storage_bytes_read(context_.bytes_read.load());
+  response->set_checkpoints_committed(context_.commits.load());
+  response->set_uptime_seconds(absl::ToInt64Seconds(absl::Now() - started_));
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, save] : saves_) {
+    if (!save->finished()) *response->add_saves() = save->Progress();
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeService::ListCheckpoints(grpc::ServerContext*,
+                                          const v1::ListCheckpointsRequest* request,
+                                          v1::ListCheckpointsResponse* response) {
+  coordinator::Catalog& catalog = context_.coordinator.catalog();
+  absl::StatusOr<std::vector<int64_t>> steps = catalog.ListSteps(request->job());
+  if (!steps.ok()) return ToGrpc(steps.status());
+  for (int64_t step : *steps) {
+    absl::StatusOr<v1::CheckpointManifest> manifest = catalog.ReadManifest(request->job(), step);
+    if (!manifest.ok()) return ToGrpc(manifest.status());
+    v1::CheckpointSummary* summary = response->add_checkpoints();
+    summary->set_step(step);
+    summary->set_created_unix_ms(manifest->created_unix_ms());
+    uint64_t bytes = 0;
+    for (const v1::TensorEntry& t : manifest->tensors()) {
+      for (const v1::StoredShard& s : t.shards()) {
+        for (const v1::StoredChunk& c : s.chunks()) bytes += c.length();
+      }
+    }
+    for (const v1::ObjectEntry& o : manifest->objects()) bytes += o.chunk().length();
+    summary->set_bytes(bytes);
+    summary->set_tensors(manifest->tensors_size());
+    summary->set_objects(manifest->objects_size());
+    summary->set_latest(step == steps->back());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeService::InspectCheckpoint(grpc::ServerContext*,
+                                            const v1::InspectCheckpointRequest* request,
+                                            v1::InspectCheckpointResponse* response) {
+  absl::StatusOr<v1::CheckpointManifest> manifest =
+      context_.coordinator.catalog().ReadManifest(request->job(), request->step());
+  if (!manifest.ok()) return ToGrpc(manifest.status());
+  *response->mutable_manifest() = std::move(*manifest);
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeService::VerifyCheckpoint(grpc::ServerContext*,
+                                           const v1::VerifyCheckpointRequest* request,
+                                           v1::VerifyCheckpointResponse* response) {
+  absl::StatusOr<v1::CheckpointManifest> manifest =
+      context_.coordinator.catalog().ReadManifest(request->job(), request->step());
+  if (!manifest.ok()) return ToGrpc(manifest.status());
+  const uint64_t alignment = context_.pool.alignment();
+  ChunkReader reader(context_.backend,
+                     coordinator::StepDir(context_.coordinator.root(), manifest->job(),
+                                          manifest->step()),
+                     alignment);
+  uint64_t largest = alignment;
+  for (const v1::TensorEntry& t : manifest->tensors()) {
+    for (const v1::StoredShard& s : t.shards()) {
+      for (const v1::StoredChunk& c : s.chunks()) largest = std::max<uint64_t>(largest, c.length());
+    }
+  }
+  for (const v1::ObjectEntry& o : manifest->objects()) {
+    largest = std::max<uint64_t>(largest, o.chunk().length());
+  }
+  largest = (largest + alignment - 1) / alignment * alignment;
+  std::unique_ptr<char, decltype(&std::free)> buffer(
+      static_cast<char*>(std::aligned_alloc(alignment, largest)), &std::free);
+  auto check = [&](const v1::StoredChunk& chunk, const std::string& owner) -> absl::Status {
+    if (absl::Status s = reader.Read(chunk, owner, buffer.get()); !s.ok()) return s;
+    response->set_chunks_checked(response->chunks_checked() + 1);
+    response->set_bytes_checked(response->bytes_checked() + chunk.length());
+    return absl::OkStatus();
+  };
+  for (const v1::TensorEntry& t : manifest->tensors()) {
+    for (const v1::StoredShard& s : t.shards()) {
+      for (const v1::StoredChunk& c : s.chunks()) {
+        if (absl::Status st = check(c, absl::StrCat("tensor ", t.fqn())); !st.ok()) return ToGrpc(st);
+      }
+    }
+  }
+  for (const v1::ObjectEntry& o : manifest->objects()) {
+    if (absl::Status st = check(o.chunk(), absl::StrCat("object ", o.key())); !st.ok()) {
+      return ToGrpc(st);
+    }
+  }
+  context_.bytes_read.fetch_add(reader.bytes_read(), std::memory_order_relaxed);
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeService::CancelSave(grpc::ServerContext*, const v1::CancelSaveRequest* request,
+                                     v1::CancelSaveResponse*) {
+  if (absl::Status s = ValidateName("job", request->job()); !s.ok()) return ToGrpc(s);
+  std::shared_ptr<SaveSession> save;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = saves_.find({request->job(), request->step()});
+    if (it != saves_.end() && !it->second->finished()) save = it->second;
+  }
+  if (save == nullptr) {
+    return ToGrpc(absl::NotFoundError(absl::StrCat("no save of job ", request->job(), " step ",
+                                                   request->step(), " is in flight")));
+  }
+  save->Fail(absl::CancelledError(absl::StrCat("save of job ", request->job(), " step ",
+                                               request->step(), " cancelled by operator")));
+  return grpc::Status::OK;
+}
+
+void NodeService::Reap(absl::Time now) {
+  std::vector<std::shared_ptr<SaveSession>> saves;
+  std::vector<std::shared_ptr<LoadSession>> loads;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = saves_.begin(); it != saves_.end();) {
+      if (it->second->finished()) {
+        finished_saves_.push_back(it->second);
+        it = saves_.erase(it);
+      } else {
+        saves.push_back(it->second);
+        ++it;
+      }
+    }
+    while (finished_saves_.size() > kFinishedSavesKept) finished_saves_.pop_front();
+    for (auto it = loads_.begin(); it != loads_.end();) {
+      if (it->second->finished()) {
+        it = loads_.erase(it);
+      } else {
+        loads.push_back(it->second);
+        ++it;
+      }
+    }
+  }
+  for (auto& save : saves) save->CheckDeadlines(now);
+  for (auto& load : loads) load->CheckDeadlines(now);
+}
+
+void NodeService::AbortAll(const absl::Status& status) {
+  std::vector<std::shared_ptr<SaveSession>> saves;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [key, save] : saves_) saves.push_back(save);
+  }
+  for (auto& save : saves) save->Fail(status);
+}
+
+}  // namespace ckpt::server

@@ -1,0 +1,73 @@
+// ckpt.v1.NodeService: what local ranks and ckptctl talk to. Handlers only
+// find the right save or load session and translate statuses; the work is
+// in SaveSession, LoadSession and the coordinator.
+//
+// Thread-safety: gRPC calls handlers from many threads; all state is
+// guarded by mu_ or owned by the sessions.
+#ifndef CKPT_DAEMON_SERVER_NODE_SERVICE_H_
+#define CKPT_DAEMON_SERVER_NODE_SERVICE_H_
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "ckpt/v1/node.grpc.pb.h"
+#include "daemon/server/load_session.h"
+#include "daemon/server/save_session.h"
+
+namespace ckpt::server {
+
+class NodeService final : public v1::NodeService::Service {
+ public:
+  NodeService(NodeContext& context, bool gpu_available);
+
+  // Fails sessions whose deadlines passed and forgets finished ones. The
+  // daemon calls it periodically.
+  void Reap(absl::Time now);
+  // Fails every save in flight (daemon shutdown).
+  void AbortAll(const absl::Status& status);
+
+  grpc::Status Attach(grpc::ServerContext*, const v1::AttachRequest*, v1::AttachResponse*) override;
+  grpc::Status Detach(grpc::ServerContext*, const v1::DetachRequest*, v1::DetachResponse*) override;
+  grpc::Status PlanSave(grpc::ServerContext*, const v1::PlanSaveRequest*,
+                        v1::PlanSaveResponse*) override;
+  grpc::Status SubmitSnapshot(grpc::ServerContext*, const v1::SubmitSnapshotRequest*,
+                              v1::SubmitSnapshotResponse*) override;
+  grpc::Status WaitSave(grpc::ServerContext*, const v1::WaitSaveRequest*,
+                        v1::WaitSaveResponse*) override;
+  grpc::Status Load(grpc::ServerContext*, const v1::LoadRequest*, v1::LoadResponse*) override;
+  grpc::Status ReleaseLease(grpc::ServerContext*, const v1::ReleaseLeaseRequest*,
+                            v1::ReleaseLeaseResponse*) override;
+  grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
+                         v1::GetStatusResponse*) override;
+  grpc::Status ListCheckpoints(grpc::ServerContext*, const v1::ListCheckpointsRequest*,
+                               v1::ListCheckpointsResponse*) override;
+  grpc::Status InspectCheckpoint(grpc::ServerContext*, const v1::InspectCheckpointRequest*,
+                                 v1::InspectCheckpointResponse*) override;
+  grpc::Status VerifyCheckpoint(grpc::ServerContext*, const v1::VerifyCheckpointRequest*,
+                                v1::VerifyCheckpointResponse*) override;
+  grpc::Status CancelSave(grpc::ServerContext*, const v1::CancelSaveRequest*,
+                          v1::CancelSaveResponse*) override;
+
+ private:
+  using Key = std::pair<std::string, int64_t>;  // (job, step)
+  std::shared_ptr<SaveSession> FindSave(const std::string& save_id);
+
+  NodeContext& context_;
+  const bool gpu_available_;
+  const absl::Time started_;
+  absl::Mutex mu_;
+  std::map<Key, std::shared_ptr<SaveSession>> saves_ ABSL_GUARDED_BY(mu_);
+  // Recently finished saves, so a late WaitSave still learns the outcome.
+  std::deque<std::shared_ptr<SaveSession>> finished_saves_ ABSL_GUARDED_BY(mu_);
+  std::map<Key, std::shared_ptr<LoadSession>> loads_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ckpt::server
+
+#endif  // CKPT_DAEMON_SERVER_NODE_SERVICE_H_

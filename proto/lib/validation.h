@@ -1,0 +1,18 @@
+// Validation of names that arrive from callers. Names become parts of paths
+// (jobs) or keys in the manifest (tensors, objects), so they are restricted
+// to [A-Za-z0-9._-], may not be "." or "..", and are at most 256 bytes.
+#ifndef CKPT_PROTO_LIB_VALIDATION_H_
+#define CKPT_PROTO_LIB_VALIDATION_H_
+
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+
+namespace ckpt {
+
+// `what` names the field in the error, e.g. ValidateName("job", job).
+absl::Status ValidateName(absl::string_view what, absl::string_view name);
+
+}  // namespace ckpt
+
+#endif  // CKPT_PROTO_LIB_VALIDATION_H_
