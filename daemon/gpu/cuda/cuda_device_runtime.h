@@ -1,0 +1,23 @@
+// The CUDA device runtime. This header is CUDA-free; only cuda_device_runtime.cc
+// includes the CUDA runtime headers, and it is compiled only when
+// CKPT_HAVE_CUDA is set. Call sites use DetectDeviceRuntime() instead.
+#ifndef CKPT_DAEMON_GPU_CUDA_CUDA_RUNTIME_H_
+#define CKPT_DAEMON_GPU_CUDA_CUDA_RUNTIME_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "daemon/gpu/device_runtime.h"
+
+namespace ckpt::gpu {
+
+// Probes the driver and the devices once. Fails (UNAVAILABLE, with the CUDA
+// error text, e.g. "cudaGetDeviceCount: CUDA driver version is insufficient
+// for CUDA runtime version (cudaErrorInsufficientDriver)") when no device can
+// be used; the caller falls back to the host runtime. The result is
+// immutable and safe from any thread.
+absl::StatusOr<std::unique_ptr<DeviceRuntime>> NewCudaRuntime();
+
+}  // namespace ckpt::gpu
+
+#endif  // CKPT_DAEMON_GPU_CUDA_CUDA_RUNTIME_H_

@@ -1,0 +1,310 @@
+#include "tools/ckptctl/commands.h"
+
+#include <algorithm>
+#include <charconv>
+#include <ctime>
+#include <functional>
+#include <ostream>
+#include <vector>
+
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "proto/lib/grpc_status.h"
+
+namespace ckpt::ctl {
+
+const char kExitCodesHelp[] =
+    "Exit codes:\n"
+    "  0  success\n"
+    "  1  the operation failed (ckptd answered with an error: not found,\n"
+    "     verification failed, ...)\n"
+    "  2  usage error (bad command line or step)\n"
+    "  3  ckptd unreachable (nothing listens, or no connection before the\n"
+    "     timeout)";
+
+namespace {
+
+// Error lines must stay one line even when a message carries newlines.
+std::string OneLine(absl::string_view text) {
+  return absl::StrReplaceAll(text, {{"\r\n", " "}, {"\n", " "}, {"\r", " "}});
+}
+
+std::string FormatSeconds(std::chrono::milliseconds ms) {
+  return absl::StrFormat("%gs", ms.count() / 1000.0);
+}
+
+std::string Percent(uint64_t part, uint64_t whole) {
+  if (whole == 0) return "-";
+  return absl::StrFormat("%.1f%%", 100.0 * static_cast<double>(part) /
+                                       static_cast<double>(whole));
+}
+
+std::string StepText(int64_t step) {
+  return step < 0 ? "latest" : absl::StrCat(step);
+}
+
+void PrintError(const Call& call, absl::string_view command,
+                absl::string_view message) {
+  *call.err << "ckptctl: " << command << ": " << OneLine(message) << "\n";
+}
+
+// Maps a failed RPC to an exit code and prints its one-line message.
+int Fail(const Call& call, absl::string_view command, const grpc::Status& rpc) {
+  const absl::Status status = FromGrpcStatus(rpc);
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+      PrintError(call, command,
+                 absl::StrCat("cannot reach ckptd at ", call.target, ": ",
+                              status.message()));
+      return kExitUnreachable;
+    case absl::StatusCode::kDeadlineExceeded:
+      // A READY channel means the daemon took the call but did not finish
+      // in time; anything else means we never got through to it.
+      if (call.channel != nullptr &&
+          call.channel->GetState(false) == GRPC_CHANNEL_READY) {
+        PrintError(call, command,
+                   absl::StrCat("no answer from ckptd within ",
+                                FormatSeconds(call.timeout),
+                                " (raise --timeout to wait longer)"));
+        return kExitFailed;
+      }
+      PrintError(call, command,
+                 absl::StrCat("cannot reach ckptd at ", call.target,
+                              " within ", FormatSeconds(call.timeout)));
+      return kExitUnreachable;
+    default:
+      PrintError(call, command,
+                 absl::StrCat(absl::StatusCodeToString(status.code()), ": ",
+                              status.message()));
+      return kExitFailed;
+  }
+}
+
+grpc::Status Invoke(const Call& call,
+                    const std::function<grpc::Status(grpc::ClientContext*)>& rpc) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + call.timeout);
+  return rpc(&context);
+}
+
+int PrintJson(const Call& call, absl::string_view command,
+              const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;
+  // The manifest is an on-disk format documented by its .proto: keep its
+  // field names rather than the lowerCamelCase of the JSON mapping.
+  options.preserve_proto_field_names = true;
+  std::string json;
+  const auto status =
+      google::protobuf::util::MessageToJsonString(message, &json, options);
+  if (!status.ok()) {
+    PrintError(call, command,
+               absl::StrCat("cannot render the answer as JSON: ",
+                            status.ToString()));
+    return kExitFailed;
+  }
+  *call.out << json;
+  if (json.empty() || json.back() != '\n') *call.out << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+std::string TargetFor(absl::string_view socket_path, absl::string_view address) {
+  if (!address.empty()) return std::string(address);
+  return absl::StrCat("unix:", socket_path);
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
+                                   args);
+}
+
+absl::StatusOr<int64_t> ParseStep(absl::string_view text, bool allow_latest) {
+  if (allow_latest && text == "latest") return -1;
+  const bool digits_only =
+      !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+        return c >= '0' && c <= '9';
+      });
+  int64_t step = 0;
+  if (digits_only) {
+    const auto [end, ec] =
+        std::from_chars(text.data(), text.data() + text.size(), step);
+    if (ec == std::errc() && end == text.data() + text.size()) return step;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "invalid step \"", text, "\": want a non-negative integer",
+      allow_latest ? " or \"latest\"" : ""));
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB",
+                                           "TiB", "PiB", "EiB"};
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  double value = static_cast<double>(bytes) / 1024.0;
+  size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < std::size(kUnits)) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return absl::StrFormat("%.1f %s", value, kUnits[unit]);
+}
+
+std::string FormatDuration(uint64_t seconds) {
+  const uint64_t days = seconds / 86400;
+  const uint64_t hours = seconds / 3600 % 24;
+  const uint64_t minutes = seconds / 60 % 60;
+  const uint64_t secs = seconds % 60;
+  if (days > 0) return absl::StrFormat("%dd %dh %dm %ds", days, hours, minutes, secs);
+  if (hours > 0) return absl::StrFormat("%dh %dm %ds", hours, minutes, secs);
+  if (minutes > 0) return absl::StrFormat("%dm %ds", minutes, secs);
+  return absl::StrFormat("%ds", secs);
+}
+
+std::string FormatUtcMillis(int64_t unix_ms) {
+  // Floor division so that times before 1970 stay correct.
+  int64_t secs = unix_ms / 1000;
+  int64_t millis = unix_ms % 1000;
+  if (millis < 0) {
+    millis += 1000;
+    secs -= 1;
+  }
+  const std::time_t t = static_cast<std::time_t>(secs);
+  std::tm tm{};
+  if (gmtime_r(&t, &tm) == nullptr) return absl::StrCat(unix_ms, "ms");
+  return absl::StrFormat("%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
+                         tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                         tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
+}
+
+int RunStatus(const Call& call, bool json) {
+  v1::GetStatusRequest request;
+  v1::GetStatusResponse response;
+  const grpc::Status rpc = Invoke(call, [&](grpc::ClientContext* context) {
+    return call.stub->GetStatus(context, request, &response);
+  });
+  if (!rpc.ok()) return Fail(call, "status", rpc);
+  if (json) return PrintJson(call, "status", response);
+
+  std::ostream& out = *call.out;
+  const auto line = [&out](absl::string_view label, absl::string_view value) {
+    out << absl::StrFormat("  %-22s %s\n", label, value);
+  };
+  out << "ckptd " << response.version() << " on " << response.host() << "\n";
+  line("storage root", response.storage_root());
+  line("uptime", FormatDuration(response.uptime_seconds()));
+  line("pool", absl::StrFormat("%s / %s used (%s)",
+                               FormatBytes(response.pool_used_bytes()),
+                               FormatBytes(response.pool_bytes()),
+                               Percent(response.pool_used_bytes(),
+                                       response.pool_bytes())));
+  line("gpu", response.gpu_available() ? "yes" : "no");
+  line("attached ranks", absl::StrCat(response.attached_ranks()));
+  line("bytes written", FormatBytes(response.storage_bytes_written()));
+  line("bytes read", FormatBytes(response.storage_bytes_read()));
+  line("checkpoints committed", absl::StrCat(response.checkpoints_committed()));
+  if (response.saves().empty()) {
+    out << "saves in flight: none\n";
+    return kExitOk;
+  }
+  out << "saves in flight: " << response.saves_size() << "\n";
+  for (const v1::SaveProgress& save : response.saves()) {
+    out << absl::StrFormat(
+        "  job %s step %d: %s, %s / %s (%s), ranks %d/%d snapshotted\n",
+        save.job(), save.step(), save.phase().empty() ? "?" : save.phase(),
+        FormatBytes(save.bytes_written()), FormatBytes(save.bytes_total()),
+        Percent(save.bytes_written(), save.bytes_total()),
+        save.ranks_snapshotted(), save.world_size());
+  }
+  return kExitOk;
+}
+
+int RunList(const Call& call, const std::string& job, bool json) {
+  v1::ListCheckpointsRequest request;
+  request.set_job(job);
+  v1::ListCheckpointsResponse response;
+  const grpc::Status rpc = Invoke(call, [&](grpc::ClientContext* context) {
+    return call.stub->ListCheckpoints(context, request, &response);
+  });
+  if (!rpc.ok()) return Fail(call, "list", rpc);
+  if (json) return PrintJson(call, "list", response);
+
+  std::ostream& out = *call.out;
+  if (response.checkpoints().empty()) {
+    out << "no checkpoints for job " << job << "\n";
+    return kExitOk;
+  }
+  std::vector<const v1::CheckpointSummary*> rows;
+  for (const auto& summary : response.checkpoints()) rows.push_back(&summary);
+  std::stable_sort(rows.begin(), rows.end(), [](const auto* a, const auto* b) {
+    return a->step() < b->step();
+  });
+  const auto columns = [](absl::string_view step, absl::string_view created,
+                            absl::string_view size, absl::string_view tensors,
+                            absl::string_view objects) {
+    return absl::StrFormat("%12s  %-24s  %10s  %8s  %8s", step, created, size,
+                           tensors, objects);
+  };
+  out << columns("STEP", "CREATED (UTC)", "SIZE", "TENSORS", "OBJECTS") << "\n";
+  for (const v1::CheckpointSummary* row : rows) {
+    out << columns(
+        absl::StrCat(row->step()),
+        row->created_unix_ms() == 0 ? "-"
+                                    : FormatUtcMillis(row->created_unix_ms()),
+        FormatBytes(row->bytes()), absl::StrCat(row->tensors()),
+        absl::StrCat(row->objects()));
+    out << (row->latest() ? "  latest\n" : "\n");
+  }
+  return kExitOk;
+}
+
+int RunInspect(const Call& call, const std::string& job, int64_t step) {
+  v1::InspectCheckpointRequest request;
+  request.set_job(job);
+  request.set_step(step);
+  v1::InspectCheckpointResponse response;
+  const grpc::Status rpc = Invoke(call, [&](grpc::ClientContext* context) {
+    return call.stub->InspectCheckpoint(context, request, &response);
+  });
+  if (!rpc.ok()) return Fail(call, "inspect", rpc);
+  return PrintJson(call, "inspect", response.manifest());
+}
+
+int RunVerify(const Call& call, const std::string& job, int64_t step) {
+  v1::VerifyCheckpointRequest request;
+  request.set_job(job);
+  request.set_step(step);
+  v1::VerifyCheckpointResponse response;
+  const grpc::Status rpc = Invoke(call, [&](grpc::ClientContext* context) {
+    return call.stub->VerifyCheckpoint(context, request, &response);
+  });
+  if (!rpc.ok()) return Fail(call, "verify", rpc);
+  *call.out << "OK: " << response.chunks_checked() << " chunks, "
+            << response.bytes_checked() << " bytes verified\n";
+  return kExitOk;
+}
+
+int RunCancel(const Call& call, const std::string& job, int64_t step) {
+  v1::CancelSaveRequest request;
+  request.set_job(job);
+  request.set_step(step);
+  v1::CancelSaveResponse response;
+  const grpc::Status rpc = Invoke(call, [&](grpc::ClientContext* context) {
+    return call.stub->CancelSave(context, request, &response);
+  });
+  if (!rpc.ok()) return Fail(call, "cancel", rpc);
+  *call.out << "cancelled job " << job << " step " << StepText(step) << "\n";
+  return kExitOk;
+}
+
+}  // namespace ckpt::ctl

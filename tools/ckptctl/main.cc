@@ -1,0 +1,134 @@
+// ckptctl: the operator's command line for ckptd. Parses arguments, connects
+// and hands over to one command in commands.h. Exit codes are listed there
+// and in the --help footer: 0 success, 1 the operation failed, 2 usage error,
+// 3 ckptd unreachable.
+#include <chrono>
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "tools/ckptctl/commands.h"
+
+namespace {
+
+using ckpt::ctl::kExitUsage;
+
+// Usage errors get the same one-line shape as every other error.
+int UsageError(absl::string_view command, absl::string_view message) {
+  std::cerr << "ckptctl: ";
+  if (!command.empty()) std::cerr << command << ": ";
+  std::cerr << message << " (see ckptctl --help)\n";
+  return kExitUsage;
+}
+
+// Positive, and small enough that now + timeout cannot overflow the clock.
+const CLI::Validator kTimeoutValidator(
+    [](std::string& text) -> std::string {
+      double seconds = 0;
+      if (!CLI::detail::lexical_cast(text, seconds) || !(seconds > 0) ||
+          seconds > 365.0 * 86400) {
+        return "want seconds, more than 0 and at most a year: " + text;
+      }
+      return "";
+    },
+    "SECONDS");
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ckptctl: inspect and control a ckptd checkpoint daemon",
+               "ckptctl"};
+  app.footer(ckpt::ctl::kExitCodesHelp);
+  app.require_subcommand(1);
+  // Global options may also follow the subcommand.
+  app.fallthrough();
+
+  std::string socket_path(ckpt::ctl::kDefaultSocket);
+  std::string address;
+  std::optional<double> timeout_s;
+  app.add_option("--socket", socket_path, "ckptd's Unix socket")
+      ->capture_default_str();
+  app.add_option("--address", address,
+                 "ckptd's TCP address HOST:PORT; wins over --socket");
+  app.add_option("--timeout", timeout_s,
+                 "seconds to wait for an answer (default 30; 3600 for verify)")
+      ->check(kTimeoutValidator);
+
+  bool json = false;
+  std::string job;
+  std::string step_text = "latest";
+
+  CLI::App* status = app.add_subcommand("status", "show the daemon's state");
+  status->add_flag("--json", json, "print the answer as JSON");
+
+  CLI::App* list = app.add_subcommand("list", "list a job's checkpoints");
+  list->add_option("job", job, "job name")->required();
+  list->add_flag("--json", json, "print the answer as JSON");
+
+  CLI::App* inspect =
+      app.add_subcommand("inspect", "print a checkpoint's manifest as JSON");
+  inspect->add_option("job", job, "job name")->required();
+  inspect->add_option("step", step_text, "step number or 'latest'")
+      ->capture_default_str();
+
+  CLI::App* verify =
+      app.add_subcommand("verify", "re-read a checkpoint and check every CRC");
+  verify->add_option("job", job, "job name")->required();
+  verify->add_option("step", step_text, "step number or 'latest'")
+      ->capture_default_str();
+
+  CLI::App* cancel = app.add_subcommand("cancel", "cancel a save in flight");
+  cancel->add_option("job", job, "job name")->required();
+  cancel->add_option("step", step_text, "step number")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and friends are "errors" that exit 0.
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
+      return app.exit(e);
+    }
+    const auto parsed = app.get_subcommands();
+    return UsageError(parsed.empty() ? "" : parsed.front()->get_name(),
+                      e.what());
+  }
+
+  CLI::App* command = app.get_subcommands().front();
+  const std::string name = command->get_name();
+
+  int64_t step = -1;
+  if (command == inspect || command == verify || command == cancel) {
+    auto parsed = ckpt::ctl::ParseStep(step_text,
+                                       /*allow_latest=*/command != cancel);
+    if (!parsed.ok()) return UsageError(name, parsed.status().message());
+    step = *parsed;
+  }
+
+  const std::chrono::seconds default_timeout =
+      command == verify ? ckpt::ctl::kDefaultVerifyTimeout
+                        : ckpt::ctl::kDefaultTimeout;
+  const std::chrono::milliseconds timeout =
+      timeout_s ? std::chrono::milliseconds(
+                      static_cast<int64_t>(*timeout_s * 1000.0))
+                : std::chrono::milliseconds(default_timeout);
+
+  const std::string target = ckpt::ctl::TargetFor(socket_path, address);
+  auto channel = ckpt::ctl::MakeChannel(target);
+  auto stub = ckpt::v1::NodeService::NewStub(channel);
+
+  ckpt::ctl::Call call;
+  call.stub = stub.get();
+  call.timeout = timeout;
+  call.target = target;
+  call.channel = channel.get();
+  call.out = &std::cout;
+  call.err = &std::cerr;
+
+  if (command == status) return ckpt::ctl::RunStatus(call, json);
+  if (command == list) return ckpt::ctl::RunList(call, job, json);
+  if (command == inspect) return ckpt::ctl::RunInspect(call, job, step);
+  if (command == verify) return ckpt::ctl::RunVerify(call, job, step);
+  return ckpt::ctl::RunCancel(call, job, step);
+}
