@@ -134,9 +134,17 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
         }
         absl::StatusOr<std::vector<geo::ElementRun>> runs = geo::RegionRuns(g->shape, g->region);
         if (!runs.ok()) return runs.status();
+        // Replica identity is element identity, whatever form the region took
+        // (a full box and "whole" are the same shard): key by merged runs.
         std::vector<std::pair<int64_t, int64_t>> key;
         key.reserve(runs->size());
-        for (const geo::ElementRun& run : *runs) key.emplace_back(run.begin, run.length);
+        for (const geo::ElementRun& run : *runs) {
+          if (!key.empty() && key.back().first + key.back().second == run.begin) {
+            key.back().second += run.length;
+          } else {
+            key.emplace_back(run.begin, run.length);
+          }
+        }
         if (!own.emplace(shard.fqn(), key).second) {
           return Invalid(absl::StrCat("rank ", rank.rank(), " lists tensor ", shard.fqn(),
                                       " region ", g->region.DebugString(), " twice"));

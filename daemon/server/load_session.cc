@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -147,7 +148,14 @@ absl::Status LoadSession::RunReads(const v1::LoadAssignment& assignment,
                                    const std::vector<char*>& lease_base,
                                    const std::vector<std::vector<uint64_t>>& tensor_offset,
                                    const std::vector<std::vector<uint64_t>>& object_offset) {
-  const size_t total = assignment.reads_size() + assignment.objects_size();
+  // A global object several ranks want is one stored chunk: read it once.
+  std::map<std::pair<std::string, uint64_t>, std::vector<const v1::ObjectRead*>> object_groups;
+  for (const v1::ObjectRead& read : assignment.objects()) {
+    object_groups[{read.chunk().file(), read.chunk().file_offset()}].push_back(&read);
+  }
+  std::vector<const std::vector<const v1::ObjectRead*>*> objects;
+  for (const auto& [key, group] : object_groups) objects.push_back(&group);
+  const size_t total = assignment.reads_size() + objects.size();
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   absl::Mutex error_mu;
@@ -176,10 +184,16 @@ absl::Status LoadSession::RunReads(const v1::LoadAssignment& assignment,
           context_.pool.Free(*scratch);
         }
       } else {
-        const v1::ObjectRead& read = assignment.objects(i - assignment.reads_size());
-        // Objects go straight into their slot of the lease.
-        s = reader.Read(read.chunk(), absl::StrCat("object ", read.key()),
-                        lease_base[read.rank()] + object_offset[read.rank()][read.request()]);
+        // Objects go straight into the first wanting rank's slot of its lease.
+        const std::vector<const v1::ObjectRead*>& group = *objects[i - assignment.reads_size()];
+        const v1::ObjectRead& first = *group.front();
+        char* dst = lease_base[first.rank()] + object_offset[first.rank()][first.request()];
+        s = reader.Read(first.chunk(), absl::StrCat("object ", first.key()), dst);
+        for (size_t k = 1; s.ok() && k < group.size(); ++k) {
+          std::memcpy(lease_base[group[k]->rank()] +
+                          object_offset[group[k]->rank()][group[k]->request()],
+                      dst, first.chunk().length());
+        }
       }
       if (!s.ok()) {
         absl::MutexLock lock(&error_mu);

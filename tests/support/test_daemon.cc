@@ -1,0 +1,114 @@
+#include "tests/support/test_daemon.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace ckpt::testing {
+
+std::string CkptdPath() { return CKPT_TEST_CKPTD_PATH; }
+std::string DemoRankPath() { return CKPT_TEST_DEMO_RANK_PATH; }
+std::string CkptctlPath() { return CKPT_TEST_CKPTCTL_PATH; }
+
+TestDaemon::TestDaemon() {
+  char pattern[] = "/tmp/ckpt-test-XXXXXX";
+  dir_ = mkdtemp(pattern);
+  pool_path_ = absl::StrCat("/dev/shm/", std::filesystem::path(dir_).filename().string(), ".pool");
+}
+
+TestDaemon::~TestDaemon() {
+  process_.reset();
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+  std::filesystem::remove(pool_path_, ec);
+}
+
+absl::Status TestDaemon::Start(const std::vector<std::string>& extra_flags) {
+  // A daemon killed earlier left its pool file behind.
+  std::error_code ec;
+  std::filesystem::remove(pool_path_, ec);
+  std::vector<std::string> argv = {CkptdPath(),
+                                   "--storage_root=" + root(),
+                                   "--socket_path=" + socket(),
+                                   "--pool_path=" + pool_path_,
+                                   "--pool_bytes=" + std::to_string(256 << 20),
+                                   "--chunk_bytes=65536",
+                                   "--writer_threads=2",
+                                   "--host_name=testhost",
+                                   "--plan_timeout_s=30",
+                                   "--snapshot_timeout_s=30"};
+  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(argv);
+  if (!p.ok()) return p.status();
+  process_ = std::move(*p);
+  if (!process_->WaitForOutput("ckptd: serving", absl::Seconds(30))) {
+    ExitInfo info = process_->Wait();
+    return absl::InternalError(absl::StrCat("ckptd did not start: ", info.output));
+  }
+  return absl::OkStatus();
+}
+
+ExitInfo TestDaemon::Kill() {
+  if (!process_) return {};
+  process_->Signal(SIGKILL);
+  return process_->Wait();
+}
+
+ExitInfo TestDaemon::WaitExit() {
+  if (!process_) return {};
+  return process_->Wait();
+}
+
+std::unique_ptr<v1::NodeService::Stub> TestDaemon::Stub() const {
+  return v1::NodeService::NewStub(
+      grpc::CreateChannel("unix:" + socket(), grpc::InsecureChannelCredentials()));
+}
+
+std::vector<ExitInfo> TestDaemon::RunRanks(const std::string& job, const std::string& mode,
+                                           int world, int64_t step, int scale,
+                                           int saved_world) const {
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  std::vector<ExitInfo> out(world);
+  for (int r = 0; r < world; ++r) {
+    absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
+        {DemoRankPath(), "--socket=" + socket(), "--job=" + job, "--mode=" + mode,
+         absl::StrCat("--rank=", r), absl::StrCat("--world=", world),
+         absl::StrCat("--step=", step), absl::StrCat("--scale=", scale),
+         absl::StrCat("--saved_world=", saved_world)});
+    if (!p.ok()) {
+      out[r].output = p.status().ToString();
+      ranks.emplace_back();
+      continue;
+    }
+    ranks.push_back(std::move(*p));
+  }
+  for (int r = 0; r < world; ++r) {
+    if (ranks[r]) out[r] = ranks[r]->Wait();
+  }
+  return out;
+}
+
+ExitInfo TestDaemon::Ckptctl(const std::vector<std::string>& args) const {
+  std::vector<std::string> argv = {CkptctlPath(), "--socket=" + socket()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCommand(argv);
+}
+
+std::vector<std::string> ListDir(const std::string& path) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace ckpt::testing
