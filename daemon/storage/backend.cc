@@ -1,0 +1,91 @@
+// Default batch operations and the whole-file helpers.
+//
+// WriteFileAtomically is the building block of the commit protocol (LATEST,
+// small metadata files):
+//   1. write path + ".tmp" (truncating any leftover from a crash),
+//   2. Sync it: the new bytes are durable before any name points at them,
+//   3. Close it: a close error (e.g. delayed write-back failure on NFS) is
+//      still a failure of this write,
+//   4. Rename it over path: rename(2) is atomic, so readers see the old file
+//      or the new one, never a mix,
+//   5. SyncDir(parent): the rename itself is durable; without it a crash can
+//      bring the old name back.
+// On failure the temporary file is removed (best effort) and path is untouched.
+#include "daemon/storage/backend.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "daemon/storage/status_util.h"
+
+namespace ckpt::storage {
+
+absl::Status WritableFile::WriteBatch(absl::Span<const IoOp> ops) {
+  for (const IoOp& op : ops) {
+    absl::Status s = WriteAt(op.offset, op.buffer, op.length);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadableFile::ReadBatch(absl::Span<const IoOp> ops) {
+  for (const IoOp& op : ops) {
+    absl::StatusOr<size_t> n = ReadAt(op.offset, op.buffer, op.length);
+    if (!n.ok()) return n.status();
+    if (*n != op.length) {
+      return absl::DataLossError(absl::StrFormat(
+          "short read at offset %d: wanted %d bytes, the file ends after %d", op.offset,
+          op.length, *n));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadWholeFile(Backend& backend, const std::string& path) {
+  const std::string context = absl::StrCat("read whole file ", path);
+  absl::StatusOr<std::unique_ptr<ReadableFile>> file = backend.NewReadableFile(path);
+  if (!file.ok()) return Annotate(file.status(), context);
+  absl::StatusOr<uint64_t> size = (*file)->Size();
+  if (!size.ok()) return Annotate(size.status(), context);
+  std::string contents(*size, '\0');
+  if (*size > 0) {
+    IoOp op{0, contents.data(), contents.size()};
+    absl::Status s = (*file)->ReadBatch({&op, 1});
+    if (!s.ok()) return Annotate(s, context);
+  }
+  return contents;
+}
+
+namespace {
+
+std::string ParentDir(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+absl::Status WriteTmp(Backend& backend, const std::string& tmp, const std::string& contents) {
+  absl::StatusOr<std::unique_ptr<WritableFile>> file = backend.NewWritableFile(tmp);
+  if (!file.ok()) return file.status();
+  absl::Status s = (*file)->WriteAt(0, contents.data(), contents.size());
+  if (s.ok()) s = (*file)->Sync();
+  absl::Status close = (*file)->Close();
+  return s.ok() ? close : s;
+}
+
+}  // namespace
+
+absl::Status WriteFileAtomically(Backend& backend, const std::string& path,
+                                 const std::string& contents) {
+  const std::string context = absl::StrCat("write file atomically ", path);
+  const std::string tmp = path + ".tmp";
+  absl::Status s = WriteTmp(backend, tmp, contents);
+  if (s.ok()) s = backend.Rename(tmp, path);
+  if (!s.ok()) {
+    backend.RemoveAll(tmp).IgnoreError();  // best effort; the error below matters
+    return Annotate(s, context);
+  }
+  return Annotate(backend.SyncDir(ParentDir(path)), context);
+}
+
+}  // namespace ckpt::storage

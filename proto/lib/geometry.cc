@@ -104,7 +104,7 @@ std::vector<ElementRun> BoxRuns(const Shape& shape, const Region& box) {
   for (int d = rank - 2; d >= 0; --d) stride[d] = stride[d + 1] * shape[d + 1];
 
   int last_partial = rank - 1;
-  while (false) {
+  while (last_partial >= 0 && box.lengths[last_partial] == shape[last_partial]) {
     --last_partial;
   }
   if (last_partial < 0) {

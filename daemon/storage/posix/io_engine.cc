@@ -1,0 +1,309 @@
+#include "daemon/storage/posix/io_engine.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "daemon/storage/status_util.h"
+
+#ifdef CKPT_HAVE_URING
+#include <liburing.h>
+#endif
+
+namespace ckpt::storage {
+namespace {
+
+// Largest single transfer: keeps io_uring's 32-bit length and pwrite's
+// ~2 GiB cap out of the way; a multiple of the direct I/O alignment so that
+// the rest of an aligned op stays aligned.
+constexpr size_t kMaxTransfer = size_t{1} << 30;
+
+bool Aligned(uint64_t v) { return v % kDirectIoAlignment == 0; }
+
+// The next transfer of an op: what is left, capped, on the right fd.
+struct Transfer {
+  int fd;
+  bool direct;
+  uint64_t offset;
+  char* buffer;
+  size_t length;
+};
+
+Transfer NextTransfer(const EngineOp& op, bool allow_direct) {
+  Transfer t;
+  t.offset = op.offset + op.done;
+  t.buffer = static_cast<char*>(op.buffer) + op.done;
+  t.length = std::min(op.length - op.done, kMaxTransfer);
+  t.direct = allow_direct && op.direct_fd >= 0 && Aligned(t.offset) &&
+             Aligned(reinterpret_cast<uintptr_t>(t.buffer)) && Aligned(t.length);
+  t.fd = t.direct ? op.direct_fd : op.buffered_fd;
+  return t;
+}
+
+absl::Status TransferError(int err, std::string_view op_name, std::string_view path,
+                           uint64_t offset) {
+  return ErrnoStatus(err, absl::StrFormat("%s %s at offset %d", op_name, path, offset));
+}
+
+absl::Status ZeroWriteError(std::string_view op_name, std::string_view path, uint64_t offset,
+                            size_t wanted) {
+  return absl::UnknownError(absl::StrFormat("%s %s at offset %d: wrote 0 of %d bytes", op_name,
+                                            path, offset, wanted));
+}
+
+class SyncEngine : public IoEngine {
+ public:
+  std::string_view Name() const override { return "pread/pwrite"; }
+
+  absl::Status Run(IoKind kind, absl::Span<EngineOp> ops, std::string_view path) override {
+    for (EngineOp& op : ops) {
+      absl::Status s = RunOne(kind, op, path);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  static absl::Status RunOne(IoKind kind, EngineOp& op, std::string_view path) {
+    const char* name = kind == IoKind::kWrite ? "pwrite" : "pread";
+    bool allow_direct = true;
+    while (op.done < op.length) {
+      const Transfer t = NextTransfer(op, allow_direct);
+      const ssize_t n = kind == IoKind::kWrite ? ::pwrite(t.fd, t.buffer, t.length, t.offset)
+                                               : ::pread(t.fd, t.buffer, t.length, t.offset);
+      if (n < 0) {
+        const int err = errno;
+        if (err == EINTR) continue;
+        // The filesystem accepted O_DIRECT at open but not this transfer
+        // (stricter alignment): the page cache still works.
+        if (err == EINVAL && t.direct) {
+          allow_direct = false;
+          continue;
+        }
+        return TransferError(err, name, path, t.offset);
+      }
+      if (n == 0) {
+        if (kind == IoKind::kRead) return absl::OkStatus();  // EOF
+        return ZeroWriteError(name, path, t.offset, t.length);
+      }
+      op.done += static_cast<size_t>(n);
+    }
+    return absl::OkStatus();
+  }
+};
+
+#ifdef CKPT_HAVE_URING
+
+constexpr unsigned kMaxQueueDepth = 4096;
+
+// This thread's ring, shared by every io_uring engine the thread drives (a
+// thread runs one batch at a time, and every batch leaves the ring empty).
+class ThreadRing {
+ public:
+  ~ThreadRing() {
+    if (initialized_) io_uring_queue_exit(&ring_);
+  }
+  // 0, or -errno from io_uring_queue_init. Grows the ring when an engine
+  // with a deeper queue comes along.
+  int Ensure(unsigned depth) {
+    if (initialized_ && entries_ >= depth) return 0;
+    if (initialized_) {
+      io_uring_queue_exit(&ring_);
+      initialized_ = false;
+    }
+    const int rc = io_uring_queue_init(depth, &ring_, 0);
+    if (rc < 0) return rc;
+    initialized_ = true;
+    entries_ = depth;
+    return 0;
+  }
+  io_uring* ring() { return &ring_; }
+
+ private:
+  io_uring ring_{};
+  unsigned entries_ = 0;
+  bool initialized_ = false;
+};
+
+ThreadRing& CurrentThreadRing() {
+  thread_local ThreadRing ring;
+  return ring;
+}
+
+void LogUringFallbackOnce(int err) {
+  static std::once_flag once;
+  std::call_once(once, [err] {
+    const std::string line = absl::StrFormat(
+        "ckpt storage: %s; using pread/pwrite\n",
+        ErrnoStatus(err, "io_uring_queue_init").message());
+    std::fputs(line.c_str(), stderr);
+  });
+}
+
+class UringEngine : public IoEngine {
+ public:
+  explicit UringEngine(unsigned queue_depth) : depth_(queue_depth) {}
+
+  std::string_view Name() const override {
+    return fell_back_.load(std::memory_order_relaxed) ? "io_uring (some threads pread/pwrite)"
+                                                      : "io_uring";
+  }
+
+  absl::Status Run(IoKind kind, absl::Span<EngineOp> ops, std::string_view path) override {
+    ThreadRing& thread_ring = CurrentThreadRing();
+    if (const int rc = thread_ring.Ensure(depth_); rc < 0) {
+      LogUringFallbackOnce(-rc);
+      fell_back_.store(true, std::memory_order_relaxed);
+      return fallback_.Run(kind, ops, path);
+    }
+    return RunOnRing(thread_ring.ring(), kind, ops, path);
+  }
+
+ private:
+  struct OpState {
+    bool allow_direct = true;
+    bool last_was_direct = false;
+  };
+
+  absl::Status RunOnRing(io_uring* ring, IoKind kind, absl::Span<EngineOp> ops,
+                         std::string_view path) {
+    const char* name = kind == IoKind::kWrite ? "io_uring write" : "io_uring read";
+    std::vector<OpState> state(ops.size());
+    std::vector<size_t> retry;  // ops with a remainder to resubmit
+    size_t next = 0;            // first op never submitted
+    unsigned in_flight = 0;
+    absl::Status error;         // the first one; stops new submissions
+
+    auto complete = [&](size_t i, int res) {
+      EngineOp& op = ops[i];
+      OpState& st = state[i];
+      if (res < 0) {
+        const int err = -res;
+        if (err == EINTR || err == EAGAIN) {
+          retry.push_back(i);
+        } else if (err == EINVAL && st.last_was_direct) {
+          st.allow_direct = false;  // see SyncEngine: the page cache still works
+          retry.push_back(i);
+        } else if (error.ok()) {
+          error = TransferError(err, name, path, op.offset + op.done);
+        }
+        return;
+      }
+      if (res == 0) {
+        if (kind == IoKind::kWrite && error.ok()) {
+          error = ZeroWriteError(name, path, op.offset + op.done, op.length - op.done);
+        }
+        return;  // a read at EOF: the op ends short
+      }
+      op.done += static_cast<size_t>(res);
+      if (op.done < op.length) retry.push_back(i);  // short transfer: the rest
+    };
+
+    for (;;) {
+      // Fill the queue up to depth_ ops in flight.
+      while (error.ok() && in_flight < depth_ && (!retry.empty() || next < ops.size())) {
+        size_t i;
+        if (!retry.empty()) {
+          i = retry.back();
+        } else {
+          i = next;
+          if (ops[i].done >= ops[i].length) {  // nothing to do (zero length)
+            ++next;
+            continue;
+          }
+        }
+        io_uring_sqe* sqe = io_uring_get_sqe(ring);
+        if (sqe == nullptr) break;  // SQ full of unsubmitted entries; submit first
+        if (!retry.empty()) {
+          retry.pop_back();
+        } else {
+          ++next;
+        }
+        const Transfer t = NextTransfer(ops[i], state[i].allow_direct);
+        state[i].last_was_direct = t.direct;
+        if (kind == IoKind::kWrite) {
+          io_uring_prep_write(sqe, t.fd, t.buffer, static_cast<unsigned>(t.length), t.offset);
+        } else {
+          io_uring_prep_read(sqe, t.fd, t.buffer, static_cast<unsigned>(t.length), t.offset);
+        }
+        io_uring_sqe_set_data(sqe, reinterpret_cast<void*>(static_cast<uintptr_t>(i)));
+        ++in_flight;
+      }
+      if (in_flight == 0) break;
+
+      // Reap with a minimum completion count: while more work waits, wake
+      // after a quarter of the queue drained so the device never idles;
+      // otherwise wait for everything in one call.
+      const bool more = error.ok() && (!retry.empty() || next < ops.size());
+      const unsigned wait_nr = more ? std::min(in_flight, std::max(1u, depth_ / 4)) : in_flight;
+      const int rc = io_uring_submit_and_wait(ring, wait_nr);
+      if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+        // The kernel may still own our buffers: wait for every submitted op
+        // before returning, one completion at a time.
+        if (error.ok()) error = ErrnoStatus(-rc, absl::StrFormat("io_uring_enter for %s", path));
+      }
+      io_uring_cqe* cqes[64];
+      unsigned got;
+      while ((got = io_uring_peek_batch_cqe(ring, cqes, 64)) > 0) {
+        for (unsigned k = 0; k < got; ++k) {
+          --in_flight;
+          complete(static_cast<size_t>(reinterpret_cast<uintptr_t>(io_uring_cqe_get_data(cqes[k]))),
+                   cqes[k]->res);
+        }
+        io_uring_cq_advance(ring, got);
+      }
+      if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && in_flight > 0) {
+        io_uring_cqe* cqe = nullptr;
+        const int wrc = io_uring_wait_cqe(ring, &cqe);
+        if (wrc < 0 && wrc != -EINTR && wrc != -EAGAIN) {
+          // Cannot learn when the kernel is done with the buffers: going on
+          // would let it write into memory the caller has reused.
+          const std::string line = absl::StrFormat(
+              "ckpt storage: io_uring unusable with %d ops in flight on %s: %s\n", in_flight,
+              path, ErrnoStatus(-wrc, "io_uring_wait_cqe").message());
+          std::fputs(line.c_str(), stderr);
+          std::abort();
+        }
+      }
+    }
+    return error;
+  }
+
+  const unsigned depth_;
+  std::atomic<bool> fell_back_{false};
+  SyncEngine fallback_;
+};
+
+#endif  // CKPT_HAVE_URING
+
+}  // namespace
+
+std::unique_ptr<IoEngine> NewIoEngine(const IoEngineOptions& options) {
+  if (!options.use_io_uring) return std::make_unique<SyncEngine>();
+#ifdef CKPT_HAVE_URING
+  const unsigned depth = std::clamp(options.queue_depth, 1u, kMaxQueueDepth);
+  // Probe on this thread (its ring is then ready for use): when the kernel
+  // refuses, every thread would be refused, and Name() should say so.
+  if (const int rc = CurrentThreadRing().Ensure(depth); rc < 0) {
+    LogUringFallbackOnce(-rc);
+    return std::make_unique<SyncEngine>();
+  }
+  return std::make_unique<UringEngine>(depth);
+#else
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::fprintf(stderr, "ckpt storage: built without io_uring; using pread/pwrite\n");
+  });
+  return std::make_unique<SyncEngine>();
+#endif
+}
+
+}  // namespace ckpt::storage

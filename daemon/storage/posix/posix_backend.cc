@@ -1,0 +1,262 @@
+#include "daemon/storage/posix/posix_backend.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "daemon/storage/status_util.h"
+
+namespace ckpt::storage {
+namespace {
+
+constexpr mode_t kFileMode = 0640;
+constexpr mode_t kDirMode = 0750;
+
+// The O_DIRECT twin of an fd; -1 (not an error) when the filesystem refuses
+// O_DIRECT, which it says with EINVAL at open (tmpfs).
+absl::StatusOr<int> OpenDirect(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_DIRECT | O_CLOEXEC);
+  if (fd >= 0) return fd;
+  if (errno == EINVAL) return -1;
+  return ErrnoStatus(errno, absl::StrCat("open ", path, " with O_DIRECT"));
+}
+
+absl::Status CloseFd(int fd, const std::string& path) {
+  // No retry on EINTR: on Linux the fd is gone either way.
+  if (::close(fd) != 0) return ErrnoStatus(errno, absl::StrCat("close ", path));
+  return absl::OkStatus();
+}
+
+std::vector<EngineOp> ToEngineOps(absl::Span<const IoOp> ops, int fd, int direct_fd) {
+  std::vector<EngineOp> out(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    out[i] = EngineOp{fd, direct_fd, ops[i].offset, ops[i].buffer, ops[i].length, 0};
+  }
+  return out;
+}
+
+class PosixWritableFile : public WritableFile {
+ public:
+  PosixWritableFile(std::string path, int fd, int direct_fd, std::shared_ptr<IoEngine> engine)
+      : path_(std::move(path)), fd_(fd), direct_fd_(direct_fd), engine_(std::move(engine)) {}
+  ~PosixWritableFile() override { Close().IgnoreError(); }
+
+  absl::Status WriteAt(uint64_t offset, const void* data, size_t length) override {
+    const IoOp op{offset, const_cast<void*>(data), length};
+    return WriteBatch({&op, 1});
+  }
+
+  absl::Status WriteBatch(absl::Span<const IoOp> ops) override {
+    if (fd_ < 0) return Closed("write");
+    std::vector<EngineOp> engine_ops = ToEngineOps(ops, fd_, direct_fd_);
+    return engine_->Run(IoKind::kWrite, absl::MakeSpan(engine_ops), path_);
+  }
+
+  // fdatasync covers the file size too, which is all a reader needs; both
+  // fds share the inode, so syncing one flushes what either wrote.
+  absl::Status Sync() override {
+    if (fd_ < 0) return Closed("sync");
+    if (::fdatasync(fd_) != 0) return ErrnoStatus(errno, absl::StrCat("fdatasync ", path_));
+    return absl::OkStatus();
+  }
+
+  absl::Status Close() override {
+    if (fd_ < 0) return absl::OkStatus();
+    absl::Status s;
+    if (direct_fd_ >= 0) s.Update(CloseFd(direct_fd_, path_));
+    s.Update(CloseFd(fd_, path_));
+    fd_ = direct_fd_ = -1;
+    return s;
+  }
+
+ private:
+  absl::Status Closed(absl::string_view op) const {
+    return absl::FailedPreconditionError(absl::StrCat(op, " ", path_, ": file is closed"));
+  }
+
+  const std::string path_;
+  int fd_;
+  int direct_fd_;  // -1 without O_DIRECT
+  const std::shared_ptr<IoEngine> engine_;
+};
+
+class PosixReadableFile : public ReadableFile {
+ public:
+  PosixReadableFile(std::string path, int fd, int direct_fd, std::shared_ptr<IoEngine> engine)
+      : path_(std::move(path)), fd_(fd), direct_fd_(direct_fd), engine_(std::move(engine)) {}
+  ~PosixReadableFile() override {
+    if (direct_fd_ >= 0) ::close(direct_fd_);
+    ::close(fd_);
+  }
+
+  absl::StatusOr<size_t> ReadAt(uint64_t offset, void* dst, size_t length) override {
+    EngineOp op{fd_, direct_fd_, offset, dst, length, 0};
+    absl::Status s = engine_->Run(IoKind::kRead, {&op, 1}, path_);
+    if (!s.ok()) return s;
+    return op.done;
+  }
+
+  absl::Status ReadBatch(absl::Span<const IoOp> ops) override {
+    std::vector<EngineOp> engine_ops = ToEngineOps(ops, fd_, direct_fd_);
+    absl::Status s = engine_->Run(IoKind::kRead, absl::MakeSpan(engine_ops), path_);
+    if (!s.ok()) return s;
+    for (const EngineOp& op : engine_ops) {
+      if (op.done != op.length) {
+        return absl::DataLossError(absl::StrFormat(
+            "short read %s at offset %d: wanted %d bytes, the file ends after %d", path_,
+            op.offset, op.length, op.done));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<uint64_t> Size() override {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) return ErrnoStatus(errno, absl::StrCat("fstat ", path_));
+    return static_cast<uint64_t>(st.st_size);
+  }
+
+ private:
+  const std::string path_;
+  const int fd_;
+  const int direct_fd_;  // -1 without O_DIRECT
+  const std::shared_ptr<IoEngine> engine_;
+};
+
+std::string ParentOf(const std::string& path) {
+  size_t end = path.find_last_not_of('/');
+  if (end == std::string::npos) return "";
+  const size_t slash = path.find_last_of('/', end);
+  if (slash == std::string::npos) return "";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// mkdir -p: try the path first, so that existing ancestors cost nothing.
+absl::Status MakeDirs(const std::string& path) {
+  if (::mkdir(path.c_str(), kDirMode) == 0) return absl::OkStatus();
+  int err = errno;
+  if (err == EEXIST && IsDirectory(path)) return absl::OkStatus();
+  if (err == ENOENT) {
+    const std::string parent = ParentOf(path);
+    if (!parent.empty() && parent != path) {
+      if (absl::Status s = MakeDirs(parent); !s.ok()) return s;
+      if (::mkdir(path.c_str(), kDirMode) == 0) return absl::OkStatus();
+      err = errno;
+      if (err == EEXIST && IsDirectory(path)) return absl::OkStatus();  // lost a race: fine
+    }
+  }
+  return ErrnoStatus(err, absl::StrCat("mkdir ", path));
+}
+
+}  // namespace
+
+PosixBackend::PosixBackend(const PosixBackendOptions& options)
+    : options_(options),
+      engine_(NewIoEngine({options.use_io_uring, options.queue_depth})) {}
+
+absl::StatusOr<std::unique_ptr<WritableFile>> PosixBackend::NewWritableFile(
+    const std::string& path) {
+  const int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, kFileMode);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open ", path, " for writing"));
+  int direct_fd = -1;
+  if (options_.use_o_direct) {
+    absl::StatusOr<int> direct = OpenDirect(path, O_WRONLY);
+    if (!direct.ok()) {
+      ::close(fd);
+      return direct.status();
+    }
+    direct_fd = *direct;
+  }
+  return std::make_unique<PosixWritableFile>(path, fd, direct_fd, engine_);
+}
+
+absl::StatusOr<std::unique_ptr<ReadableFile>> PosixBackend::NewReadableFile(
+    const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open ", path));
+  // open(2) accepts a directory; reading it would fail later and vaguely.
+  struct stat st;
+  const int err = ::fstat(fd, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : 0;
+  if (err != 0) {
+    ::close(fd);
+    return ErrnoStatus(err, absl::StrCat("open ", path));
+  }
+  int direct_fd = -1;
+  if (options_.use_o_direct) {
+    absl::StatusOr<int> direct = OpenDirect(path, O_RDONLY);
+    if (!direct.ok()) {
+      ::close(fd);
+      return direct.status();
+    }
+    direct_fd = *direct;
+  }
+  return std::make_unique<PosixReadableFile>(path, fd, direct_fd, engine_);
+}
+
+absl::Status PosixBackend::CreateDirs(const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError("mkdir: empty path");
+  return MakeDirs(path);
+}
+
+absl::Status PosixBackend::SyncDir(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open directory ", path));
+  absl::Status s;
+  if (::fsync(fd) != 0) s = ErrnoStatus(errno, absl::StrCat("fsync directory ", path));
+  s.Update(CloseFd(fd, path));
+  return s;
+}
+
+absl::Status PosixBackend::Rename(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("rename ", from, " to ", to));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PosixBackend::RemoveAll(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  if (ec) return ErrnoStatus(ec.value(), absl::StrCat("remove ", path));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> PosixBackend::ListDir(const std::string& path) {
+  DIR* dir = ::opendir(path.c_str());
+  if (dir == nullptr) return ErrnoStatus(errno, absl::StrCat("list directory ", path));
+  std::vector<std::string> names;
+  for (;;) {
+    errno = 0;
+    const dirent* entry = ::readdir(dir);
+    if (entry == nullptr) break;
+    const std::string_view name = entry->d_name;
+    if (name != "." && name != "..") names.emplace_back(name);
+  }
+  const int err = errno;
+  ::closedir(dir);
+  if (err != 0) return ErrnoStatus(err, absl::StrCat("list directory ", path));
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+absl::StatusOr<bool> PosixBackend::Exists(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) return true;
+  if (errno == ENOENT || errno == ENOTDIR) return false;
+  return ErrnoStatus(errno, absl::StrCat("stat ", path));
+}
+
+}  // namespace ckpt::storage

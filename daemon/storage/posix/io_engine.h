@@ -1,0 +1,66 @@
+// I/O engines: how the POSIX backend moves bytes between buffers and fds.
+//
+// Two engines behind one interface, chosen by NewIoEngine:
+//  - io_uring (3FS style): one ring per thread, created lazily on the first
+//    batch a thread runs, up to queue_depth ops in flight, reaped with a
+//    minimum completion count; short transfers are resubmitted for the rest.
+//  - pread/pwrite: one op after another; for filesystems or kernels that
+//    refuse io_uring, and selectable by option.
+// If io_uring cannot be set up (kernel refuses: EPERM, ENOSYS, ...) the
+// io_uring choice falls back to pread/pwrite, once, with a line on stderr.
+//
+// O_DIRECT: an op may carry an O_DIRECT fd next to its buffered fd; each
+// transfer uses the direct fd when its address, file offset and length are
+// multiples of kDirectIoAlignment, the buffered fd otherwise (so the
+// unaligned tail left by a short transfer, e.g. at EOF, goes buffered).
+//
+// Thread-safety: an engine may be used from many threads at once; each
+// thread drives its own ring.
+#ifndef CKPT_DAEMON_STORAGE_POSIX_IO_ENGINE_H_
+#define CKPT_DAEMON_STORAGE_POSIX_IO_ENGINE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace ckpt::storage {
+
+inline constexpr uint64_t kDirectIoAlignment = 4096;
+
+struct EngineOp {
+  int buffered_fd = -1;  // always valid
+  int direct_fd = -1;    // O_DIRECT fd of the same file, or -1
+  uint64_t offset = 0;
+  void* buffer = nullptr;
+  size_t length = 0;
+  size_t done = 0;  // out: bytes transferred
+};
+
+enum class IoKind { kRead, kWrite };
+
+class IoEngine {
+ public:
+  virtual ~IoEngine() = default;
+  // "io_uring" or "pread/pwrite": what actually runs, after any fallback.
+  virtual std::string_view Name() const = 0;
+  // Runs every op (all on the file `path`, which only names it in errors).
+  // Writes transfer every byte or fail; reads stop early only at EOF, leaving
+  // done < length. Returns the first error, naming the operation, path and
+  // offset; ops may still have run (partly) when it fails.
+  virtual absl::Status Run(IoKind kind, absl::Span<EngineOp> ops, std::string_view path) = 0;
+};
+
+struct IoEngineOptions {
+  bool use_io_uring = true;
+  unsigned queue_depth = 32;  // ops in flight per thread (io_uring only)
+};
+
+std::unique_ptr<IoEngine> NewIoEngine(const IoEngineOptions& options);
+
+}  // namespace ckpt::storage
+
+#endif  // CKPT_DAEMON_STORAGE_POSIX_IO_ENGINE_H_

@@ -1,0 +1,51 @@
+#include "daemon/storage/status_util.h"
+
+#include <cerrno>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+
+namespace ckpt::storage {
+
+absl::StatusCode ErrnoToCode(int err) {
+  switch (err) {
+    case 0:
+      return absl::StatusCode::kOk;
+    case ENOENT:
+      return absl::StatusCode::kNotFound;
+    case ENOSPC:
+    case EDQUOT:
+      return absl::StatusCode::kResourceExhausted;
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return absl::StatusCode::kPermissionDenied;
+    case EEXIST:
+      return absl::StatusCode::kAlreadyExists;
+    case ENOTDIR:
+    case EISDIR:
+    case ENOTEMPTY:
+    case EBUSY:
+      return absl::StatusCode::kFailedPrecondition;
+    case EINVAL:
+    case ENAMETOOLONG:
+      return absl::StatusCode::kInvalidArgument;
+    case EBADF:
+      return absl::StatusCode::kInternal;
+    default:
+      return absl::StatusCode::kUnknown;
+  }
+}
+
+absl::Status ErrnoStatus(int err, absl::string_view context) {
+  // std::generic_category().message() is thread-safe, unlike strerror().
+  return absl::Status(ErrnoToCode(err),
+                      absl::StrCat(context, ": ", std::generic_category().message(err)));
+}
+
+absl::Status Annotate(const absl::Status& status, absl::string_view context) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
+}
+
+}  // namespace ckpt::storage
