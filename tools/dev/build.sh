@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Configures and builds ckpt into ${CKPT_BUILD_DIR:-build}. CUDA support is
+# built when the toolkit is found (/usr/local/cuda); the GPU is detected at
+# run time.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build_dir="${CKPT_BUILD_DIR:-build}"
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+ninja -C "$build_dir" -j"$(nproc)"
