@@ -1,0 +1,35 @@
+// ckptd's start-up: refusing clearly when the pool cannot be had, and
+// removing what a crash left behind.
+#include <sys/statvfs.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "tests/support/test_daemon.h"
+
+namespace ckpt::testing {
+
+TEST_CASE("ckptd refuses to start when /dev/shm cannot hold the pool", "[integration][startup]") {
+  struct statvfs shm {};
+  REQUIRE(statvfs("/dev/shm", &shm) == 0);
+  const uint64_t too_big = static_cast<uint64_t>(shm.f_bavail) * shm.f_frsize + (1ull << 30);
+  TestDaemon d;
+  const absl::Status s = d.Start({"--pool_bytes=" + std::to_string(too_big)});
+  INFO(s.ToString());
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.ToString().find("cannot start") != std::string::npos);
+  CHECK(s.ToString().find("/dev/shm") != std::string::npos);
+}
+
+TEST_CASE("ckptd removes stale partial directories and keeps committed steps", "[integration][startup]") {
+  TestDaemon d;
+  const std::string job = d.root() + "/job";
+  std::filesystem::create_directories(job + "/.step-3.partial-deadbeef/data");
+  std::ofstream(job + "/.step-3.partial-deadbeef/data/x-0.bin") << "half a checkpoint";
+  REQUIRE(d.Start().ok());
+  CHECK(d.Output().find("removed 1 stale partial") != std::string::npos);
+  CHECK(ListDir(job).empty());
+}
+
+}  // namespace ckpt::testing
