@@ -64,6 +64,7 @@ grpc::Status NodeService::PlanSave(grpc::ServerContext*, const v1::PlanSaveReque
 }
 
 std::shared_ptr<SaveSession> NodeService::FindSave(const std::string& save_id) {
+  if (save_id.empty()) return nullptr;  // sessions still planning have none
   absl::MutexLock lock(&mu_);
   for (const auto& [key, save] : saves_) {
     if (save->save_id() == save_id) return save;
@@ -88,6 +89,9 @@ grpc::Status NodeService::SubmitSnapshot(grpc::ServerContext*,
 
 grpc::Status NodeService::WaitSave(grpc::ServerContext*, const v1::WaitSaveRequest* request,
                                    v1::WaitSaveResponse* response) {
+  if (absl::Status s = context_.sessions.Find(request->session_id()).status(); !s.ok()) {
+    return ToGrpc(s);
+  }
   std::shared_ptr<SaveSession> save = FindSave(request->save_id());
   if (save == nullptr) {
     return ToGrpc(absl::NotFoundError(absl::StrCat("save ", request->save_id(), " is unknown")));

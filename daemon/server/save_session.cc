@@ -112,10 +112,17 @@ void SaveSession::PlanAllRanks() {
   }
   absl::StatusOr<v1::SaveAssignment> assignment = context_.coordinator.PlanSave(plan);
   if (!assignment.ok()) {
-    absl::MutexLock lock(&mu_);
-    busy_ = false;
-    FailLocked(Prefixed(assignment.status(),
-                        absl::StrCat("save of job ", job_, " step ", step_, ": ")));
+    bool cleanup = false;
+    {
+      absl::MutexLock lock(&mu_);
+      busy_ = false;
+      FailLocked(Prefixed(assignment.status(),
+                          absl::StrCat("save of job ", job_, " step ", step_, ": ")));
+      // Finished once cleaned: otherwise the failed session would keep its
+      // (job, step) slot and refuse every later save of that step.
+      cleanup = ReadyToCleanUpLocked();
+    }
+    if (cleanup) CleanUp();
     return;
   }
   // Each rank's items and their room in its lease.
@@ -406,13 +413,15 @@ void SaveSession::CleanUp() {
   for (auto& file : files_) (void)file->Close();
   files_.clear();
   if (!save_id.empty()) context_.coordinator.AbortSave(save_id, reason);
+  absl::MutexLock lock(&mu_);
+  cleanup_done_ = true;
 }
 
 absl::StatusOr<v1::WaitSaveResponse> SaveSession::Wait() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](SaveSession* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-        return s->phase_ == Phase::kDone || (s->phase_ == Phase::kFailed && s->cleaned_);
+        return s->phase_ == Phase::kDone || (s->phase_ == Phase::kFailed && s->cleanup_done_);
       },
       this));
   if (!error_.ok()) return error_;
@@ -455,7 +464,7 @@ void SaveSession::CheckDeadlines(absl::Time now) {
 
 bool SaveSession::finished() const {
   absl::MutexLock lock(&mu_);
-  return phase_ == Phase::kDone || (phase_ == Phase::kFailed && cleaned_);
+  return phase_ == Phase::kDone || (phase_ == Phase::kFailed && cleanup_done_);
 }
 
 const char* SaveSession::PhaseName(Phase phase) {

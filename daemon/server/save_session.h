@@ -115,7 +115,8 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kPlanning;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool busy_ ABSL_GUARDED_BY(mu_) = false;  // planning or finishing outside mu_
-  bool cleaned_ ABSL_GUARDED_BY(mu_) = false;
+  bool cleaned_ ABSL_GUARDED_BY(mu_) = false;       // clean-up claimed
+  bool cleanup_done_ ABSL_GUARDED_BY(mu_) = false;  // leases freed, directory removed
   std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;
   int snapshotted_ ABSL_GUARDED_BY(mu_) = 0;
