@@ -1,0 +1,242 @@
+// Creation protocol (Create):
+//   1. open(O_CREAT|O_EXCL, 0600): an existing file is never reused or
+//      replaced. It may be the live pool of another ckptd whose clients
+//      still map it; a stale file from a crashed daemon is reported with its
+//      path so the operator removes it (ALREADY_EXISTS).
+//   2. fchmod 0600: the umask may have cleared bits of the requested mode.
+//   3. posix_fallocate: reserves every page of the tmpfs now, so a pool that
+//      does not fit fails here with RESOURCE_EXHAUSTED instead of a SIGBUS on
+//      first touch in the middle of a save. The file is unlinked on failure.
+//   4. mmap(MAP_SHARED|MAP_POPULATE), then one write per page: MAP_POPULATE
+//      only read-faults a shared mapping; the write makes every PTE
+//      writable, so the first copy into the pool runs at memory speed.
+// The fd is closed after mmap; clients open the path themselves.
+//
+// Allocation: first fit over a map of free ranges kept coalesced, so a
+// failed first fit means no contiguous range is large enough. Waiters sleep
+// on a CondVar that Free signals; there is no FIFO order among waiters.
+#include "daemon/pool/shm_pool.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace ckpt::pool {
+namespace {
+
+constexpr uint64_t kMinAlignment = 4096;
+
+std::string HumanBytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 6) {
+    value /= 1024.0;
+    ++unit;
+  }
+  if (unit == 0) return absl::StrCat(bytes, " B");
+  return absl::StrFormat("%.1f %s", value, kUnits[unit]);
+}
+
+std::string Errno(int error) { return std::strerror(error); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShmPool>> ShmPool::Create(const PoolOptions& options) {
+  const std::string& path = options.path;
+  if (path.empty()) return absl::InvalidArgumentError("shm pool: empty path");
+  const uint64_t alignment = options.alignment;
+  if (alignment < kMinAlignment || (alignment & (alignment - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shm pool ", path, ": alignment ", alignment, " must be a power of two >= ",
+        kMinAlignment));
+  }
+  // A size that is not a multiple of the alignment is rounded down: the tail
+  // could never be handed out. capacity() reports the size actually used.
+  const uint64_t capacity = options.bytes / alignment * alignment;
+  if (capacity == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("shm pool ", path, ": size of ", options.bytes,
+                                                   " bytes is smaller than the alignment ",
+                                                   alignment));
+  }
+
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    const int error = errno;
+    if (error == EEXIST) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "cannot create pool ", path, ": file exists (another ckptd running, or a stale file "
+          "from a crashed one: remove it if no ckptd uses it)"));
+    }
+    return absl::ErrnoToStatus(error, absl::StrCat("cannot create pool ", path));
+  }
+  // From here on, every failure removes the file we created.
+  auto fail = [&](absl::Status status) {
+    ::close(fd);
+    ::unlink(path.c_str());
+    return status;
+  };
+  if (::fchmod(fd, 0600) != 0) {
+    const int error = errno;
+    return fail(absl::ErrnoToStatus(error, absl::StrCat("cannot chmod 0600 pool ", path)));
+  }
+  if (const int error = ::posix_fallocate(fd, 0, static_cast<off_t>(capacity)); error != 0) {
+    const std::string what =
+        absl::StrCat("cannot allocate pool of ", HumanBytes(capacity), " at ", path, ": ",
+                     Errno(error));
+    if (error == ENOSPC || error == EFBIG) {
+      return fail(absl::ResourceExhaustedError(
+          absl::StrCat(what, " (is the filesystem large enough? see `df -h ", path, "`)")));
+    }
+    return fail(absl::ErrnoToStatus(error, absl::StrCat("cannot allocate pool of ",
+                                                        HumanBytes(capacity), " at ", path)));
+  }
+  void* addr = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (addr == MAP_FAILED) {
+    const int error = errno;
+    return fail(absl::ErrnoToStatus(
+        error, absl::StrCat("cannot map pool of ", HumanBytes(capacity), " at ", path)));
+  }
+  ::close(fd);
+
+  char* base = static_cast<char*>(addr);
+  const long page = sysconf(_SC_PAGESIZE);
+  const uint64_t step = page > 0 ? static_cast<uint64_t>(page) : kMinAlignment;
+  for (uint64_t off = 0; off < capacity; off += step) {
+    // volatile: the store must not be elided; the page is zero already.
+    *static_cast<volatile char*>(base + off) = 0;
+  }
+  return std::unique_ptr<ShmPool>(new ShmPool(path, base, capacity, alignment));
+}
+
+ShmPool::ShmPool(std::string path, char* base, uint64_t capacity, uint64_t alignment)
+    : path_(std::move(path)), base_(base), capacity_(capacity), alignment_(alignment) {
+  absl::MutexLock lock(&mu_);
+  free_.emplace(0, capacity_);
+}
+
+ShmPool::~ShmPool() {
+  ::munmap(base_, capacity_);
+  // Clients that still map the segment keep their mapping; the name goes.
+  ::unlink(path_.c_str());
+}
+
+bool ShmPool::TryAllocateLocked(uint64_t length, uint64_t* offset) {
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second < length) continue;
+    const uint64_t start = it->first;
+    const uint64_t rest = it->second - length;
+    free_.erase(it);
+    if (rest > 0) free_.emplace(start + length, rest);
+    live_.emplace(start, length);
+    used_ += length;
+    *offset = start;
+    return true;
+  }
+  return false;
+}
+
+uint64_t ShmPool::LargestFreeLocked() const {
+  uint64_t largest = 0;
+  for (const auto& [offset, length] : free_) largest = std::max(largest, length);
+  return largest;
+}
+
+absl::StatusOr<Allocation> ShmPool::Allocate(uint64_t bytes, absl::Time deadline) {
+  // Compared before rounding so that a huge request cannot overflow.
+  if (bytes > capacity_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("pool ", path_, ": request of ", bytes, " bytes (", HumanBytes(bytes),
+                     ") exceeds the pool capacity ", capacity_, " (", HumanBytes(capacity_), ")"));
+  }
+  const uint64_t length =
+      bytes == 0 ? alignment_ : (bytes + alignment_ - 1) / alignment_ * alignment_;
+
+  absl::MutexLock lock(&mu_);
+  uint64_t offset = 0;
+  if (TryAllocateLocked(length, &offset)) return Allocation{offset, length};
+
+  const absl::Time start = absl::Now();
+  ++waiters_;
+  bool ok = false;
+  for (;;) {
+    // WaitWithDeadline returns true on timeout; the last try covers a Free
+    // that raced with it. Other wake-ups may be spurious: retry.
+    const bool timed_out = freed_.WaitWithDeadline(&mu_, deadline);
+    ok = TryAllocateLocked(length, &offset);
+    if (ok || timed_out) break;
+  }
+  --waiters_;
+  const absl::Duration waited = absl::Now() - start;
+  total_stall_ += waited;
+  if (ok) return Allocation{offset, length};
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "pool ", path_, ": cannot allocate ", HumanBytes(length), " (", length, " bytes): ",
+      HumanBytes(used_), " of ", HumanBytes(capacity_), " in use, largest free range ",
+      HumanBytes(LargestFreeLocked()), ", after waiting ", absl::FormatDuration(waited)));
+}
+
+void ShmPool::Free(const Allocation& allocation) {
+  absl::MutexLock lock(&mu_);
+  auto live = live_.find(allocation.offset);
+  if (live == live_.end() || live->second != allocation.length) {
+    // A programming error: continuing would hand the range out twice.
+    std::fprintf(stderr,
+                 "FATAL: ShmPool::Free(offset=%llu, length=%llu) on pool %s: not a live "
+                 "allocation (%s)\n",
+                 static_cast<unsigned long long>(allocation.offset),
+                 static_cast<unsigned long long>(allocation.length), path_.c_str(),
+                 live == live_.end()
+                     ? "double free or an offset Allocate did not return"
+                     : absl::StrCat("allocated length is ", live->second).c_str());
+    std::fflush(stderr);
+    std::abort();
+  }
+  live_.erase(live);
+  used_ -= allocation.length;
+
+  uint64_t start = allocation.offset;
+  uint64_t length = allocation.length;
+  auto next = free_.lower_bound(start);
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == start) {
+      start = prev->first;
+      length += prev->second;
+      free_.erase(prev);
+    }
+  }
+  if (next != free_.end() && start + length == next->first) {
+    length += next->second;
+    free_.erase(next);
+  }
+  free_.emplace(start, length);
+  // Waiters want different sizes: wake them all, each retries first fit.
+  if (waiters_ > 0) freed_.SignalAll();
+}
+
+PoolStats ShmPool::Stats() const {
+  absl::MutexLock lock(&mu_);
+  PoolStats stats;
+  stats.capacity = capacity_;
+  stats.used = used_;
+  stats.allocations = live_.size();
+  stats.waiters = waiters_;
+  stats.total_stall = total_stall_;
+  return stats;
+}
+
+}  // namespace ckpt::pool

@@ -39,7 +39,7 @@ struct Allocation {
 struct PoolStats {
   uint64_t capacity = 0;
   uint64_t used = 0;
-  uint64_t allocations = 0;
+  uint64_t allocations = 0;  // live (allocated and not yet freed)
   int waiters = 0;
   absl::Duration total_stall;  // summed time allocations spent waiting
 };
@@ -64,7 +64,9 @@ class ShmPool {
   // (RESOURCE_EXHAUSTED, naming the size and pool use). More than the
   // capacity fails at once.
   absl::StatusOr<Allocation> Allocate(uint64_t bytes, absl::Time deadline);
-  // Returns an allocation made by Allocate; wakes waiters.
+  // Returns an allocation made by Allocate; wakes waiters. Anything else
+  // (a double free, a changed offset or length) is a programming error and
+  // aborts the process with a message naming the range and the pool.
   void Free(const Allocation& allocation);
 
   PoolStats Stats() const;
@@ -73,6 +75,7 @@ class ShmPool {
   ShmPool(std::string path, char* base, uint64_t capacity, uint64_t alignment);
   bool TryAllocateLocked(uint64_t length, uint64_t* offset)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t LargestFreeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
   char* const base_;
@@ -80,9 +83,10 @@ class ShmPool {
   const uint64_t alignment_;
 
   mutable absl::Mutex mu_;
+  absl::CondVar freed_;  // signalled by Free
   std::map<uint64_t, uint64_t> free_ ABSL_GUARDED_BY(mu_);  // offset -> length, coalesced
+  std::map<uint64_t, uint64_t> live_ ABSL_GUARDED_BY(mu_);  // offset -> length, to check Free
   uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t allocations_ ABSL_GUARDED_BY(mu_) = 0;
   int waiters_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration total_stall_ ABSL_GUARDED_BY(mu_);
 };
