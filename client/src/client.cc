@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -228,38 +229,60 @@ class ClientImpl final : public Client {
       if (!s.ok()) return state.PersistDone(Prefixed(s, what));
     }
     // Only the items assigned to this rank are copied; replicas are not.
-    v1::SubmitSnapshotRequest snapshot;
-    snapshot.set_session_id(session_);
-    snapshot.set_save_id(planned.save_id());
-    std::vector<CopyPiece> pieces;
     char* lease = nullptr;
     if (planned.lease().length() > 0) {
       absl::StatusOr<char*> range = pool_->Range(planned.lease().offset(), planned.lease().length());
       if (!range.ok()) return state.PersistDone(Prefixed(range.status(), what));
       lease = *range;
     }
+    // Pipelining: copy a batch of whole chunks, hand it to the daemon (which
+    // starts writing it), copy the next. A batch is big enough to keep the
+    // RPC cost negligible and small enough to start the writers early.
+    const uint64_t chunk = std::max<uint64_t>(planned.chunk_bytes(), 1);
+    const uint64_t batch_bytes = std::max<uint64_t>(options_.pipeline_bytes / chunk, 1) * chunk;
+    std::vector<CopyPiece> copies;
+    v1::SubmitSnapshotRequest batch;
+    uint64_t batched = 0;
+    auto flush = [&](bool more) -> absl::Status {
+      client::ParallelCopy(copies, options_.copy_threads);
+      copies.clear();
+      batch.set_session_id(session_);
+      batch.set_save_id(planned.save_id());
+      batch.set_more(more);
+      grpc::ClientContext context;
+      v1::SubmitSnapshotResponse submitted;
+      absl::Status s = FromGrpcStatus(stub_->SubmitSnapshot(&context, batch, &submitted));
+      batch.clear_refs();
+      batched = 0;
+      return s;
+    };
     uint64_t offset = 0;
     for (const v1::SaveItem& item : planned.items()) {
-      v1::SnapshotRef* ref = snapshot.add_refs();
-      ref->set_kind(item.kind());
-      ref->set_index(item.index());
-      ref->mutable_memory()->set_offset(offset);
-      ref->mutable_memory()->set_length(item.bytes());
       if (offset + item.padded_bytes() > planned.lease().length()) {
         return state.PersistDone(absl::InternalError(absl::StrCat(what, "lease too small")));
       }
       const char* src = item.kind() == v1::SaveItem::OBJECT
                             ? objects.at(item.index()).bytes.data()
                             : static_cast<const char*>(tensors.at(item.index()).data);
-      if (item.bytes() > 0) pieces.push_back({lease + offset, src, item.bytes()});
+      for (uint64_t at = 0; at < item.bytes();) {
+        const uint64_t piece = std::min(item.bytes() - at, batch_bytes - batched);
+        v1::SnapshotRef* ref = batch.add_refs();
+        ref->set_kind(item.kind());
+        ref->set_index(item.index());
+        ref->set_item_offset(at);
+        ref->mutable_memory()->set_offset(offset + at);
+        ref->mutable_memory()->set_length(piece);
+        copies.push_back({lease + offset + at, src + at, piece});
+        at += piece;
+        batched += piece;
+        if (batched == batch_bytes) {
+          if (absl::Status s = flush(/*more=*/true); !s.ok()) return state.PersistDone(Prefixed(s, what));
+        }
+      }
       offset += item.padded_bytes();
     }
-    client::ParallelCopy(pieces, options_.copy_threads);
-    {
-      grpc::ClientContext context;
-      v1::SubmitSnapshotResponse submitted;
-      absl::Status s = FromGrpcStatus(stub_->SubmitSnapshot(&context, snapshot, &submitted));
-      if (!s.ok()) return state.PersistDone(Prefixed(s, what));
+    if (absl::Status s = flush(/*more=*/false); !s.ok()) {
+      return state.PersistDone(Prefixed(s, what));
     }
     state.SnapshotDone(absl::OkStatus());
     grpc::ClientContext context;

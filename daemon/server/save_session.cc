@@ -85,6 +85,7 @@ absl::StatusOr<v1::PlanSaveResponse> SaveSession::Plan(const RankSession& rank,
   const RankState& state = ranks_[rank.rank];
   v1::PlanSaveResponse response;
   response.set_save_id(assignment_.save_id());
+  response.set_chunk_bytes(assignment_.chunk_bytes());
   response.mutable_lease()->set_offset(state.lease.offset);
   response.mutable_lease()->set_length(state.has_lease ? state.lease.length : 0);
   for (const v1::SaveItem& item : state.items) *response.add_items() = item;
@@ -180,7 +181,15 @@ void SaveSession::PlanAllRanks() {
     }
     // Index each rank's write items parallel to its SaveItems.
     for (const v1::WriteItem& write : assignment_.hosts(0).items()) {
-      ranks_[write.rank()].writes.push_back(&write);
+      RankState& rank = ranks_[write.rank()];
+      const int kind = write.is_object() ? v1::SaveItem::OBJECT : v1::SaveItem::SHARD;
+      rank.item_of[{kind, write.index()}] = rank.writes.size();
+      rank.writes.push_back(&write);
+    }
+    for (const v1::WriteItem& write : assignment_.hosts(0).items()) bytes_total_ += write.bytes();
+    for (RankState& rank : ranks_) {
+      rank.received.assign(rank.items.size(), 0);
+      rank.lease_start.assign(rank.items.size(), 0);
     }
     busy_ = false;
     if (!status.ok()) FailLocked(status);
@@ -197,49 +206,75 @@ void SaveSession::PlanAllRanks() {
   FaultPoint("save.planned");
 }
 
-absl::Status SaveSession::ValidateRefs(const RankState& state,
-                                       const v1::SubmitSnapshotRequest& request) {
+absl::Status SaveSession::AcceptPiece(RankState& state, const v1::SnapshotRef& ref,
+                                      std::map<int, std::vector<WriteTask>>& tasks) {
   const uint64_t lease_bytes = state.has_lease ? state.lease.length : 0;
   const uint64_t alignment = context_.pool.alignment();
-  if (static_cast<size_t>(request.refs_size()) != state.items.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("snapshot has ", request.refs_size(),
-                                                   " references but ", state.items.size(),
-                                                   " items were assigned"));
+  const uint64_t chunk = assignment_.chunk_bytes();
+  const std::string name = absl::StrCat(ref.kind() == v1::SaveItem::OBJECT ? "object " : "shard ",
+                                        ref.index());
+  auto found = state.item_of.find({static_cast<int>(ref.kind()), ref.index()});
+  if (found == state.item_of.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " was not assigned to this rank"));
   }
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (size_t i = 0; i < state.items.size(); ++i) {
-    const v1::SaveItem& item = state.items[i];
-    const v1::SnapshotRef& ref = request.refs(i);
-    const std::string name = absl::StrCat(item.kind() == v1::SaveItem::OBJECT ? "object " : "shard ",
-                                          item.index());
-    if (ref.kind() != item.kind() || ref.index() != item.index()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("reference ", i, " does not name assigned ", name));
-    }
-    const uint64_t offset = ref.memory().offset();
-    if (ref.memory().length() != item.bytes()) {
-      return absl::InvalidArgumentError(absl::StrCat("memory reference of ", name, " has ",
-                                                     ref.memory().length(), " bytes, expected ",
-                                                     item.bytes()));
-    }
-    if (offset % alignment != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("memory reference of ", name, " at offset ",
-                                                     offset, " is not ", alignment, "-aligned"));
-    }
-    if (offset > lease_bytes || item.padded_bytes() > lease_bytes - offset) {
+  const size_t i = found->second;
+  const v1::SaveItem& item = state.items[i];
+  const uint64_t piece = ref.memory().length();
+  const uint64_t at = ref.item_offset();
+  if (at != state.received[i]) {
+    return absl::InvalidArgumentError(absl::StrCat("piece of ", name, " at item offset ", at,
+                                                   " does not follow the ", state.received[i],
+                                                   " bytes already received"));
+  }
+  if (at > item.bytes() || piece > item.bytes() - at) {
+    return absl::InvalidArgumentError(absl::StrCat("piece of ", name, " [", at, ", +", piece,
+                                                   ") exceeds its ", item.bytes(), " bytes"));
+  }
+  if (at + piece < item.bytes() && (piece == 0 || piece % chunk != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("piece of ", name, " has ", piece,
+                                                   " bytes; all but the last must be whole ",
+                                                   chunk, "-byte chunks"));
+  }
+  const uint64_t offset = ref.memory().offset();
+  if (offset < at || (offset - at) % alignment != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("memory reference of ", name, " at offset ",
+                                                   offset, " is not ", alignment, "-aligned"));
+  }
+  const uint64_t start = offset - at;
+  if (at == 0) {
+    if (start > lease_bytes || item.padded_bytes() > lease_bytes - start) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "memory reference of ", name, " [", offset, ", ", offset + item.padded_bytes(),
+          "memory reference of ", name, " [", start, ", ", start + item.padded_bytes(),
           ") lies outside the caller's lease of ", lease_bytes, " bytes"));
     }
-    if (item.bytes() > 0) ranges.emplace_back(offset, offset + item.padded_bytes());
-  }
-  std::sort(ranges.begin(), ranges.end());
-  for (size_t i = 1; i < ranges.size(); ++i) {
-    if (ranges[i].first < ranges[i - 1].second) {
-      return absl::InvalidArgumentError(absl::StrCat("memory references overlap at lease offset ",
-                                                     ranges[i].first));
+    // No two items may share lease bytes.
+    auto next = state.claimed.lower_bound(start);
+    const bool hits_next = next != state.claimed.end() && next->first < start + item.padded_bytes();
+    const bool hits_prev = next != state.claimed.begin() && std::prev(next)->second > start;
+    if (item.padded_bytes() > 0 && (hits_next || hits_prev)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("memory reference of ", name, " overlaps another item at lease offset ", start));
     }
+    if (item.padded_bytes() > 0) state.claimed[start] = start + item.padded_bytes();
+    state.lease_start[i] = start;
+  } else if (start != state.lease_start[i]) {
+    return absl::InvalidArgumentError(absl::StrCat("pieces of ", name,
+                                                   " are not contiguous in the lease"));
   }
+  char* data = context_.pool.base() + state.lease.offset + start;
+  const v1::WriteItem& write = *state.writes[i];
+  std::shared_ptr<SaveSession> self = shared_from_this();
+  for (uint64_t off = at; off < at + piece; off += chunk) {
+    const uint64_t payload = std::min(chunk, item.bytes() - off);
+    if (off + payload == item.bytes()) {
+      // The pad after the payload is written too (O_DIRECT wants whole
+      // blocks); zero it so files do not carry stale pool bytes.
+      std::memset(data + item.bytes(), 0, item.padded_bytes() - item.bytes());
+    }
+    tasks[write.writer()].push_back(WriteTask{self, write.writer(), write.file_offset() + off,
+                                              data + off, AlignUp(payload, alignment), payload});
+  }
+  state.received[i] += piece;
   return absl::OkStatus();
 }
 
@@ -248,6 +283,7 @@ absl::Status SaveSession::SubmitSnapshot(const RankSession& rank,
   const std::string who = absl::StrCat("save of job ", job_, " step ", step_, ": rank ", rank.rank, ": ");
   std::map<int, std::vector<WriteTask>> tasks;
   bool finish = false;
+  absl::Status bad;
   {
     absl::MutexLock lock(&mu_);
     if (!error_.ok()) return error_;
@@ -256,40 +292,42 @@ absl::Status SaveSession::SubmitSnapshot(const RankSession& rank,
     }
     RankState& state = ranks_[rank.rank];
     if (state.snapshotted) {
-      return absl::FailedPreconditionError(absl::StrCat(who, "snapshot submitted twice"));
+      return absl::FailedPreconditionError(absl::StrCat(who, "snapshot already complete"));
     }
-    if (absl::Status s = ValidateRefs(state, request); !s.ok()) {
-      s = Prefixed(s, who);
-      FailLocked(absl::AbortedError(absl::StrCat("rank ", rank.rank, " sent a bad snapshot: ", s.message())));
-      const bool cleanup = ReadyToCleanUpLocked();
-      mu_.Unlock();
-      if (cleanup) CleanUp();
-      mu_.Lock();
-      return s;
+    for (const v1::SnapshotRef& ref : request.refs()) {
+      bad = AcceptPiece(state, ref, tasks);
+      if (!bad.ok()) break;
     }
-    char* lease = context_.pool.base() + state.lease.offset;
-    const uint64_t chunk = assignment_.chunk_bytes();
-    const uint64_t alignment = context_.pool.alignment();
-    std::shared_ptr<SaveSession> self = shared_from_this();
-    for (size_t i = 0; i < state.items.size(); ++i) {
-      const v1::SaveItem& item = state.items[i];
-      const v1::WriteItem& write = *state.writes[i];
-      char* data = lease + request.refs(i).memory().offset();
-      // The pad after the payload is written too (O_DIRECT wants whole
-      // blocks); zero it so files do not carry stale pool bytes.
-      std::memset(data + item.bytes(), 0, item.padded_bytes() - item.bytes());
-      for (uint64_t offset = 0; offset < item.bytes(); offset += chunk) {
-        const uint64_t payload = std::min(chunk, item.bytes() - offset);
-        tasks[write.writer()].push_back(WriteTask{self, write.writer(),
-                                                  write.file_offset() + offset, data + offset,
-                                                  AlignUp(payload, alignment), payload});
-        ++pending_chunks_;
+    if (bad.ok() && !request.more()) {
+      for (size_t i = 0; i < state.items.size(); ++i) {
+        if (state.received[i] != state.items[i].bytes()) {
+          bad = absl::InvalidArgumentError(absl::StrCat(
+              "snapshot ended with ", state.received[i], " of the ", state.items[i].bytes(),
+              " bytes of ", state.items[i].kind() == v1::SaveItem::OBJECT ? "object " : "shard ",
+              state.items[i].index()));
+          break;
+        }
       }
-      bytes_total_ += item.bytes();
     }
-    state.snapshotted = true;
-    ++snapshotted_;
-    finish = ReadyToFinishLocked();
+    if (!bad.ok()) {
+      bad = Prefixed(bad, who);
+      FailLocked(absl::AbortedError(absl::StrCat("rank ", rank.rank, " sent a bad snapshot: ",
+                                                 bad.message())));
+    } else {
+      for (const auto& [writer, list] : tasks) {
+        pending_chunks_ += list.size();
+      }
+      if (!request.more()) {
+        state.snapshotted = true;
+        ++snapshotted_;
+        FaultPoint("save.rank_snapshotted");
+      }
+      finish = ReadyToFinishLocked();
+    }
+  }
+  if (!bad.ok()) {
+    CleanUpIfDue();
+    return bad;
   }
   for (auto& [writer, list] : tasks) context_.writers.Submit(writer, std::move(list));
   if (finish) Finish();
@@ -376,10 +414,17 @@ void SaveSession::Finish() {
 }
 
 void SaveSession::Fail(const absl::Status& status) {
-  bool cleanup = false;
   {
     absl::MutexLock lock(&mu_);
     FailLocked(status);
+  }
+  CleanUpIfDue();
+}
+
+void SaveSession::CleanUpIfDue() {
+  bool cleanup = false;
+  {
+    absl::MutexLock lock(&mu_);
     cleanup = ReadyToCleanUpLocked();
   }
   if (cleanup) CleanUp();

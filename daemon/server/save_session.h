@@ -90,16 +90,24 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
     std::optional<v1::PlanSaveRequest> request;
     std::vector<v1::SaveItem> items;
     std::vector<const v1::WriteItem*> writes;  // parallel to items
+    std::map<std::pair<int, uint32_t>, size_t> item_of;  // (kind, index) -> item
+    std::vector<uint64_t> received;     // bytes of each item handed over so far
+    std::vector<uint64_t> lease_start;  // where each item lies in the lease
+    std::map<uint64_t, uint64_t> claimed;  // lease ranges taken by items
     pool::Allocation lease;
     bool has_lease = false;
     bool snapshotted = false;
   };
 
   void PlanAllRanks();  // run by the last rank to arrive, without mu_
-  absl::Status ValidateRefs(const RankState& state, const v1::SubmitSnapshotRequest& request)
+  // Checks one piece against the rank's items and lease, and appends its
+  // chunks' write tasks.
+  absl::Status AcceptPiece(RankState& state, const v1::SnapshotRef& ref,
+                           std::map<int, std::vector<WriteTask>>& tasks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Finish();   // commit; run without mu_ once all chunks are written
   void CleanUp();  // after failure, once nothing is in flight; without mu_
+  void CleanUpIfDue();
   // Whether the caller must now run Finish() or CleanUp().
   bool ReadyToFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReadyToCleanUpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

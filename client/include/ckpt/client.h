@@ -35,6 +35,9 @@ struct ClientOptions {
   int world_size = 1;
   int local_rank = 0;
   int copy_threads = 4;  // threads that copy host tensors into the pool
+  // Bytes copied before they are handed to the daemon's writers, so writing
+  // overlaps copying (rounded to whole chunks).
+  uint64_t pipeline_bytes = 32 << 20;
 };
 
 struct SaveOptions {
