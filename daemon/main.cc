@@ -16,7 +16,7 @@ ABSL_FLAG(std::string, storage_backend, "posix", "posix or memory (memory: testi
 ABSL_FLAG(bool, io_uring, true, "Write and read through io_uring (else pread/pwrite)");
 ABSL_FLAG(bool, o_direct, true, "Bypass the page cache where the filesystem allows");
 ABSL_FLAG(uint32_t, queue_depth, 32, "I/O operations in flight per writer thread");
-ABSL_FLAG(std::string, pool_path, "", "Shared-memory file of the pool (default /dev/shm/ckptd-<pid>.pool)");
+ABSL_FLAG(std::string, pool_path, "", "Shared-memory file of the pool (default: /dev/shm/ckptd-<hash of socket path>.pool)");
 ABSL_FLAG(uint64_t, pool_bytes, 1ull << 30, "Pinned staging memory, allocated at start-up");
 ABSL_FLAG(std::string, socket_path, "/run/ckptd/ckptd.sock", "Unix socket for ranks and ckptctl");
 ABSL_FLAG(std::string, listen_address, "", "TCP address for ckptctl and peers, e.g. 0.0.0.0:7470");

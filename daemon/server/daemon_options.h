@@ -15,7 +15,7 @@ struct DaemonOptions {
   bool use_io_uring = true;
   bool use_o_direct = true;
   unsigned queue_depth = 32;
-  std::string pool_path;  // default: /dev/shm/ckptd-<pid>.pool
+  std::string pool_path;  // default: /dev/shm/ckptd-<hash of socket_path>.pool
   uint64_t pool_bytes = 1ull << 30;
   std::string socket_path;     // Unix socket for local ranks and ckptctl
   std::string listen_address;  // TCP for ckptctl and peers; empty: none

@@ -1,13 +1,17 @@
 #include "daemon/server/node_daemon.h"
 
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <climits>
+#include <cstring>
 
 #include <grpcpp/server_builder.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "daemon/gpu/device_factory.h"
 #include "daemon/storage/backend_factory.h"
@@ -17,6 +21,26 @@ namespace {
 
 constexpr int kMaxMessageBytes = 256 << 20;  // plans of large models are big
 constexpr absl::Duration kReapInterval = absl::Milliseconds(100);
+
+// True when something accepts connections on the socket: another ckptd.
+bool SocketIsServed(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+  const bool served = connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  close(fd);
+  return served;
+}
+
+// One pool file per socket (not per pid), so a daemon restarted after a
+// crash reclaims its predecessor's segment instead of leaking tmpfs memory.
+std::string DefaultPoolPath(const std::string& socket_path) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : socket_path) h = (h ^ c) * 1099511628211ull;
+  return absl::StrFormat("/dev/shm/ckptd-%016x.pool", h);
+}
 
 std::string DefaultHostName() {
   char name[HOST_NAME_MAX + 1] = {};
@@ -40,7 +64,14 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(DaemonOptions opt
     return absl::InvalidArgumentError("--writer_threads and --reader_threads must be positive");
   }
   if (options.host_name.empty()) options.host_name = DefaultHostName();
-  if (options.pool_path.empty()) options.pool_path = absl::StrCat("/dev/shm/ckptd-", getpid(), ".pool");
+  if (options.pool_path.empty()) options.pool_path = DefaultPoolPath(options.socket_path);
+  // Only one daemon per socket. With none alive, files left by a killed one
+  // (socket, pool) are stale and reclaimed.
+  if (SocketIsServed(options.socket_path)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("another ckptd is serving ", options.socket_path));
+  }
+  unlink(options.pool_path.c_str());
   std::unique_ptr<NodeDaemon> d(new NodeDaemon(std::move(options)));
   const DaemonOptions& o = d->options_;
 
