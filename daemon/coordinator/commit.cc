@@ -40,7 +40,12 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
   if (!exists.ok()) return WithContext(exists.status(), what);
   if (*exists) return absl::AlreadyExistsError(absl::StrCat(what, ": ", step_dir, " exists"));
   if (absl::Status s = backend.Rename(partial_dir, step_dir); !s.ok()) return WithContext(s, what);
-  if (absl::Status s = backend.SyncDir(job_dir); !s.ok()) return WithContext(s, what);
+  if (absl::Status s = backend.SyncDir(job_dir); !s.ok()) {
+    // Not committed, so not visible either: the caller aborts this save and
+    // must not find it later as the newest step (nor be refused a retry).
+    (void)backend.Rename(step_dir, partial_dir);
+    return WithContext(s, what);
+  }
   FaultPoint("commit.after_rename");
 
   return WithContext(storage::WriteFileAtomically(backend, absl::StrCat(job_dir, "/", kLatestName),

@@ -1,0 +1,208 @@
+// Helpers shared by the coordinator tests: plan builders, an independent
+// (brute-force) model of regions, and a byte pattern per global element so
+// that any misplaced byte shows up.
+#ifndef CKPT_TESTS_UNIT_DAEMON_COORDINATOR_TEST_HELPERS_H_
+#define CKPT_TESTS_UNIT_DAEMON_COORDINATOR_TEST_HELPERS_H_
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ckpt/v1/coordinator.pb.h"
+
+namespace ckpt::coordinator::testing {
+
+inline absl::Status ToStatus(const absl::Status& s) { return s; }
+template <typename T>
+absl::Status ToStatus(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+
+#define CKPT_REQUIRE_OK(expr)                                                    \
+  do {                                                                           \
+    const absl::Status ckpt_status_ = ::ckpt::coordinator::testing::ToStatus(expr); \
+    INFO(ckpt_status_.ToString());                                               \
+    REQUIRE(ckpt_status_.ok());                                                  \
+  } while (0)
+
+// Requires `expr` to fail with `code` and a message containing every part.
+#define CKPT_REQUIRE_ERROR(expr, expected_code, ...)                                      \
+  do {                                                                           \
+    const absl::Status ckpt_status_ = ::ckpt::coordinator::testing::ToStatus(expr); \
+    INFO(ckpt_status_.ToString());                                               \
+    REQUIRE(ckpt_status_.code() == (expected_code));                                      \
+    for (const std::string& ckpt_part_ : std::vector<std::string>{__VA_ARGS__}) { \
+      INFO("expected in message: " << ckpt_part_);                               \
+      CHECK(std::string(ckpt_status_.message()).find(ckpt_part_) != std::string::npos); \
+    }                                                                            \
+  } while (0)
+
+inline int64_t ElementSize(v1::DType dtype) {
+  switch (dtype) {
+    case v1::FLOAT64:
+    case v1::INT64:
+      return 8;
+    case v1::FLOAT32:
+    case v1::INT32:
+      return 4;
+    case v1::FLOAT16:
+    case v1::BFLOAT16:
+    case v1::INT16:
+      return 2;
+    default:
+      return 1;
+  }
+}
+
+inline v1::TensorShard Whole(const std::string& fqn, v1::DType dtype,
+                             std::vector<int64_t> shape) {
+  v1::TensorShard s;
+  s.set_fqn(fqn);
+  s.set_dtype(dtype);
+  for (int64_t d : shape) s.add_global_shape(d);
+  return s;
+}
+
+inline v1::TensorShard BoxShard(const std::string& fqn, v1::DType dtype,
+                                std::vector<int64_t> shape, std::vector<int64_t> offsets,
+                                std::vector<int64_t> lengths) {
+  v1::TensorShard s = Whole(fqn, dtype, std::move(shape));
+  v1::Box* box = s.mutable_region()->mutable_box();
+  for (int64_t o : offsets) box->add_offsets(o);
+  for (int64_t l : lengths) box->add_lengths(l);
+  return s;
+}
+
+inline v1::TensorShard FlatShard(const std::string& fqn, v1::DType dtype,
+                                 std::vector<int64_t> shape, int64_t begin, int64_t end) {
+  v1::TensorShard s = Whole(fqn, dtype, std::move(shape));
+  s.mutable_region()->mutable_flat()->set_begin(begin);
+  s.mutable_region()->mutable_flat()->set_end(end);
+  return s;
+}
+
+inline v1::ObjectDesc Object(const std::string& key, bool global, uint64_t length) {
+  v1::ObjectDesc o;
+  o.set_key(key);
+  o.set_global(global);
+  o.set_length(length);
+  return o;
+}
+
+// One host with ranks [first_rank, first_rank + n), no shards yet.
+inline v1::NodeSavePlan Node(const std::string& host, int world_size, int writer_threads,
+                             std::vector<int> ranks, const std::string& job = "job",
+                             int64_t step = 5) {
+  v1::NodeSavePlan node;
+  node.mutable_host()->set_host(host);
+  node.set_job(job);
+  node.set_step(step);
+  node.set_world_size(world_size);
+  node.set_writer_threads(writer_threads);
+  for (int r : ranks) node.add_ranks()->set_rank(r);
+  return node;
+}
+
+inline v1::NodeSavePlan SingleHost(int world_size, int writer_threads = 1) {
+  std::vector<int> ranks;
+  for (int r = 0; r < world_size; ++r) ranks.push_back(r);
+  return Node("h0", world_size, writer_threads, ranks);
+}
+
+// The RankSavePlan of `rank` inside node.
+inline v1::RankSavePlan& RankOf(v1::NodeSavePlan& node, int rank) {
+  for (v1::RankSavePlan& r : *node.mutable_ranks()) {
+    if (r.rank() == rank) return r;
+  }
+  FAIL("rank " << rank << " is not in the node");
+  throw 0;  // unreachable
+}
+
+inline void AddShard(v1::NodeSavePlan& node, int rank, const v1::TensorShard& shard) {
+  *RankOf(node, rank).add_shards() = shard;
+}
+
+inline int64_t NumElements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// The global (flattened) indices of the region's elements, ascending,
+// computed by brute force over the whole tensor: independent of geometry.cc.
+inline std::vector<int64_t> RegionElements(const v1::TensorShard& shard) {
+  const std::vector<int64_t> shape(shard.global_shape().begin(), shard.global_shape().end());
+  const int64_t n = NumElements(shape);
+  std::vector<int64_t> out;
+  std::vector<int64_t> index(shape.size(), 0);
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t rest = e;
+    for (size_t d = shape.size(); d-- > 0;) {
+      index[d] = rest % shape[d];
+      rest /= shape[d];
+    }
+    bool in = true;
+    switch (shard.region().kind_case()) {
+      case v1::Region::kBox:
+        for (size_t d = 0; d < shape.size(); ++d) {
+          const int64_t o = shard.region().box().offsets(static_cast<int>(d));
+          const int64_t l = shard.region().box().lengths(static_cast<int>(d));
+          if (index[d] < o || index[d] >= o + l) in = false;
+        }
+        break;
+      case v1::Region::kFlat:
+        in = e >= shard.region().flat().begin() && e < shard.region().flat().end();
+        break;
+      default:
+        break;
+    }
+    if (in) out.push_back(e);
+  }
+  return out;
+}
+
+inline uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Byte b of global element e of the tensor seeded by `seed`.
+inline char PatternByte(uint64_t seed, int64_t e, int64_t b) {
+  return static_cast<char>(Mix(seed * 0x100000001b3ULL + static_cast<uint64_t>(e) * 16 +
+                               static_cast<uint64_t>(b)) &
+                           0xff);
+}
+
+inline uint64_t SeedOf(const std::string& name) {
+  uint64_t h = 1469598103934665603ULL;
+  for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  return h;
+}
+
+// The packed (row-major, gap-free) bytes of a shard of the pattern tensor.
+inline std::string PackedBytes(const v1::TensorShard& shard) {
+  const int64_t size = ElementSize(shard.dtype());
+  const uint64_t seed = SeedOf(shard.fqn());
+  std::string out;
+  for (int64_t e : RegionElements(shard)) {
+    for (int64_t b = 0; b < size; ++b) out.push_back(PatternByte(seed, e, b));
+  }
+  return out;
+}
+
+// The bytes of an object of `key` held by `rank` (-1: global).
+inline std::string ObjectBytes(const std::string& key, int rank, uint64_t length) {
+  std::string out;
+  const uint64_t seed = SeedOf(key) + static_cast<uint64_t>(rank + 7);
+  for (uint64_t i = 0; i < length; ++i) out.push_back(PatternByte(seed, static_cast<int64_t>(i), 0));
+  return out;
+}
+
+}  // namespace ckpt::coordinator::testing
+
+#endif  // CKPT_TESTS_UNIT_DAEMON_COORDINATOR_TEST_HELPERS_H_
