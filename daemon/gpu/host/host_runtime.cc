@@ -28,4 +28,27 @@ absl::Status HostRuntime::UnregisterHostMemory(void* ptr) {
   return absl::OkStatus();
 }
 
+absl::Status HostRuntime::NoGpu(absl::string_view operation) const {
+  return absl::FailedPreconditionError(absl::StrCat(operation, ": ", Describe()));
+}
+
+absl::StatusOr<IpcExport> HostRuntime::ExportIpcHandle(const void* device_ptr) {
+  return NoGpu(absl::StrFormat("export IPC handle of %p", device_ptr));
+}
+
+absl::StatusOr<std::unique_ptr<IpcMapping>> HostRuntime::OpenIpcHandle(
+    const std::string& handle, int device, uint64_t allocation_bytes) {
+  return NoGpu(absl::StrFormat("open IPC handle on device %d", device));
+}
+
+absl::Status HostRuntime::CopyDeviceToHost(
+    const void* src, void* dst, uint64_t bytes, uint64_t chunk_bytes,
+    const std::function<void(uint64_t offset, uint64_t length)>& on_chunk) {
+  return NoGpu(absl::StrFormat("copy %u bytes device to host from %p", bytes, src));
+}
+
+absl::Status HostRuntime::CopyHostToDevice(const void* src, void* dst, uint64_t bytes) {
+  return NoGpu(absl::StrFormat("copy %u bytes host to device to %p", bytes, dst));
+}
+
 }  // namespace ckpt::gpu

@@ -1,12 +1,14 @@
 #include "daemon/gpu/device_runtime.h"
 
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/string_view.h"
 #include "daemon/gpu/device_factory.h"
 #include "daemon/gpu/host/host_runtime.h"
 
@@ -51,6 +53,38 @@ TEST_CASE("host runtime reports why there is no GPU", "[gpu_runtime]") {
   CHECK(runtime.Describe() == "no GPU: cudaGetDeviceCount: no CUDA device");
 }
 
+// Every GPU data path of the host runtime: FAILED_PRECONDITION naming the
+// operation and carrying Describe()'s reason.
+void CheckNoGpuPaths(DeviceRuntime& runtime) {
+  const std::string why = runtime.Describe();
+  REQUIRE(absl::StartsWith(why, "no GPU: "));
+  auto check = [&](const absl::Status& status, absl::string_view operation) {
+    INFO(status.ToString());
+    CHECK(status.code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(absl::StartsWith(status.message(), operation));
+    CHECK(absl::EndsWith(status.message(), why));
+  };
+  std::vector<char> host(1 << 20, 'h');
+  std::vector<char> other(1 << 20);
+  check(runtime.ExportIpcHandle(host.data()).status(), "export IPC handle of 0x");
+  check(runtime.OpenIpcHandle(std::string(64, '\0'), 0, 1 << 20).status(),
+        "open IPC handle on device 0");
+  int calls = 0;
+  check(runtime.CopyDeviceToHost(host.data(), other.data(), host.size(), 4096,
+                                 [&](uint64_t, uint64_t) { ++calls; }),
+        "copy 1048576 bytes device to host");
+  CHECK(calls == 0);
+  check(runtime.CopyHostToDevice(host.data(), other.data(), host.size()),
+        "copy 1048576 bytes host to device");
+}
+
+TEST_CASE("host runtime refuses the GPU data paths with its reason", "[gpu_runtime]") {
+  HostRuntime runtime("cudaGetDeviceCount: no CUDA device");
+  CheckNoGpuPaths(runtime);
+  std::unique_ptr<DeviceRuntime> chosen = NewHostRuntime();
+  CheckNoGpuPaths(*chosen);
+}
+
 TEST_CASE("DetectDeviceRuntime picks a runtime and says why", "[gpu_runtime]") {
   std::unique_ptr<DeviceRuntime> runtime = DetectDeviceRuntime();
   REQUIRE(runtime != nullptr);
@@ -68,6 +102,7 @@ TEST_CASE("DetectDeviceRuntime picks a runtime and says why", "[gpu_runtime]") {
     CHECK(runtime->DeviceCount() == 0);
     CHECK(absl::StartsWith(description, "no GPU: "));
     CHECK(description.size() > std::string("no GPU: ").size());
+    CheckNoGpuPaths(*runtime);
   }
   CheckCommonContract(*runtime);
 }
