@@ -22,6 +22,7 @@ ABSL_FLAG(std::string, socket_path, "/run/ckptd/ckptd.sock", "Unix socket for ra
 ABSL_FLAG(std::string, listen_address, "", "TCP address for ckptctl and peers, e.g. 0.0.0.0:7470");
 ABSL_FLAG(std::string, host_name, "", "Name of this host in data files (default: hostname)");
 ABSL_FLAG(int32_t, writer_threads, 4, "Writer threads (one data file and one io_uring each)");
+ABSL_FLAG(int32_t, writer_nice, 10, "Nice value of writer threads (0: same priority as ranks)");
 ABSL_FLAG(int32_t, reader_threads, 4, "Reader threads per load");
 ABSL_FLAG(uint64_t, chunk_bytes, 4 << 20, "Checksum and write unit (multiple of 4096)");
 ABSL_FLAG(int32_t, plan_timeout_s, 120, "Abort a save or load whose ranks do not all arrive in time");
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
   o.host_name = absl::GetFlag(FLAGS_host_name);
   o.writer_threads = absl::GetFlag(FLAGS_writer_threads);
   o.reader_threads = absl::GetFlag(FLAGS_reader_threads);
+  o.writer_nice = absl::GetFlag(FLAGS_writer_nice);
   o.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   o.plan_timeout = absl::Seconds(absl::GetFlag(FLAGS_plan_timeout_s));
   o.snapshot_timeout = absl::Seconds(absl::GetFlag(FLAGS_snapshot_timeout_s));

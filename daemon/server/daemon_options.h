@@ -21,6 +21,7 @@ struct DaemonOptions {
   std::string listen_address;  // TCP for ckptctl and peers; empty: none
   std::string host_name;       // default: gethostname()
   int writer_threads = 4;
+  int writer_nice = 10;  // writers yield the CPU to the ranks' copies
   int reader_threads = 4;
   uint64_t chunk_bytes = 4 << 20;
   // A save whose ranks have not all planned (or all snapshotted) by then is

@@ -111,7 +111,8 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(DaemonOptions opt
   d->removed_partials_ = *removed;
 
   d->sessions_ = std::make_unique<RankSessions>(*d->pool_);
-  d->writers_ = std::make_unique<WriterPool>(o.writer_threads, std::max(1u, o.queue_depth));
+  d->writers_ = std::make_unique<WriterPool>(o.writer_threads, std::max(1u, o.queue_depth),
+                                              o.writer_nice);
   v1::HostIdentity host;
   host.set_host(o.host_name);
   host.set_address(o.listen_address);

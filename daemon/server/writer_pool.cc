@@ -1,5 +1,12 @@
 #include "daemon/server/writer_pool.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
 #include <utility>
 
 #include "daemon/coordinator/fault_points.h"
@@ -7,10 +14,16 @@
 
 namespace ckpt::server {
 
-WriterPool::WriterPool(int threads, unsigned max_batch) : max_batch_(max_batch) {
+WriterPool::WriterPool(int threads, unsigned max_batch, int nice) : max_batch_(max_batch) {
   for (int i = 0; i < threads; ++i) queues_.push_back(std::make_unique<Queue>());
   for (int i = 0; i < threads; ++i) {
-    workers_.emplace_back([this, i] { Run(*queues_[i]); });
+    workers_.emplace_back([this, i, nice] {
+      // Linux: a thread's nice value is per thread (its tid).
+      if (nice != 0 && setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice) != 0) {
+        std::fprintf(stderr, "ckptd: writer %d: setpriority(%d): %s\n", i, nice, std::strerror(errno));
+      }
+      Run(*queues_[i]);
+    });
   }
 }
 

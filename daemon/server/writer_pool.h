@@ -51,7 +51,10 @@ struct WriteTask {
 
 class WriterPool {
  public:
-  WriterPool(int threads, unsigned max_batch);
+  // `nice` lowers the writers' CPU priority: persisting is background work,
+  // and on a busy host the ranks' snapshot copies (what the trainer waits
+  // for) should win the cores.
+  WriterPool(int threads, unsigned max_batch, int nice = 0);
   ~WriterPool();  // drains nothing: sinks must not be waiting on it
   int threads() const { return static_cast<int>(workers_.size()); }
   void Submit(int writer, std::vector<WriteTask> tasks);
