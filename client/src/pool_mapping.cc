@@ -18,7 +18,10 @@ absl::StatusOr<std::unique_ptr<PoolMapping>> PoolMapping::Open(const std::string
     return absl::PermissionDeniedError(
         absl::StrCat("cannot open the daemon's pool ", path, ": ", std::strerror(errno)));
   }
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // MAP_POPULATE: the page tables are filled once here, not by a fault on
+  // every first touch during a save (copies into unfaulted shared memory
+  // measured many times slower).
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   const int err = errno;
   close(fd);
   if (base == MAP_FAILED) {

@@ -1,0 +1,211 @@
+#include "tools/bench/bench_worker.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ckpt/client.h"
+#include "client/src/parallel_copy.h"
+
+namespace ckpt::bench {
+namespace {
+
+constexpr int kTensors = 4;
+constexpr int64_t kColumns = 4096;
+constexpr int64_t kElement = 4;
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Anonymous memory with every page written, so no timing includes faults.
+char* Prefaulted(uint64_t bytes, char fill) {
+  if (bytes == 0) return nullptr;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                 -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  std::memset(p, fill, bytes);
+  return static_cast<char*>(p);
+}
+
+std::string Reply(const absl::Status& s) {
+  std::string m(s.ToString());
+  for (char& c : m) {
+    if (c == '\n') c = ' ';
+  }
+  return "error " + m;
+}
+
+}  // namespace
+
+std::vector<HostTensor> BenchShards(uint64_t state_bytes, int rank, int world) {
+  const int64_t rows = std::max<int64_t>(
+      static_cast<int64_t>(state_bytes / (kTensors * kColumns * kElement)), world);
+  std::vector<HostTensor> out;
+  for (int t = 0; t < kTensors; ++t) {
+    const int64_t begin = rows * rank / world;
+    const int64_t end = rows * (rank + 1) / world;
+    HostTensor shard;
+    shard.fqn = absl::StrCat("model.layers.", t, ".weight");
+    shard.dtype = DType::kFloat32;
+    shard.global_shape = {rows, kColumns};
+    shard.region = Region::Box({begin, 0}, {end - begin, kColumns});
+    out.push_back(shard);
+  }
+  return out;
+}
+
+int RunWorker(const WorkerOptions& options) {
+  ClientOptions client_options;
+  client_options.socket_path = options.socket;
+  client_options.job = options.job;
+  client_options.rank = options.rank;
+  client_options.world_size = options.world;
+  client_options.local_rank = options.rank;
+  client_options.copy_threads = options.copy_threads;
+  auto client = Client::Attach(client_options);
+  if (!client.ok()) {
+    std::cout << Reply(client.status()) << std::endl;
+    return 1;
+  }
+  std::vector<HostTensor> shards = BenchShards(options.state_bytes, options.rank, options.world);
+  uint64_t bytes = 0;
+  std::vector<client::CopyPiece> floor_copy;
+  for (HostTensor& t : shards) {
+    const uint64_t n = static_cast<uint64_t>(t.region.lengths[0] * kColumns * kElement);
+    t.data = Prefaulted(n, options.load ? 0 : static_cast<char>(options.rank + 1));
+    char* scratch = Prefaulted(n, 0);
+    if (n > 0 && (t.data == nullptr || scratch == nullptr)) {
+      std::cout << "error cannot allocate " << n << " bytes" << std::endl;
+      return 1;
+    }
+    floor_copy.push_back({scratch, static_cast<const char*>(t.data), n});
+    bytes += n;
+  }
+  std::cout << "ready " << bytes << std::endl;
+
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream in(line);
+    std::string command;
+    in >> command;
+    if (command == "quit") break;
+    if (command == "floor") {
+      const auto start = Clock::now();
+      client::ParallelCopy(floor_copy, options.copy_threads);
+      std::cout << "ok " << Since(start) << std::endl;
+    } else if (command == "blocking") {
+      int64_t step = 0;
+      in >> step;
+      SaveOptions save;
+      save.blocking = true;
+      const auto start = Clock::now();
+      auto handle = (*client)->Save(step, shards, {}, save);
+      const double stall = Since(start);
+      absl::Status s = handle.ok() ? (*handle)->WaitPersisted() : handle.status();
+      if (!s.ok()) {
+        std::cout << Reply(s) << std::endl;
+        continue;
+      }
+      std::cout << "ok " << stall << " " << Since(start) << std::endl;
+    } else if (command == "lazy") {
+      int64_t step0 = 0;
+      int checkpoints = 0, every = 1, compute_ms = 0;
+      in >> step0 >> checkpoints >> every >> compute_ms;
+      std::vector<double> stalls;
+      std::vector<std::shared_ptr<SaveHandle>> handles;
+      absl::Status status;
+      for (int64_t i = 0; i < int64_t{checkpoints} * every && status.ok(); ++i) {
+        std::shared_ptr<SaveHandle> pending;
+        double stall = 0;
+        if (i % every == 0) {
+          const auto start = Clock::now();
+          auto handle = (*client)->Save(step0 + i, shards, {});
+          stall += Since(start);
+          if (!handle.ok()) status = handle.status(); else pending = *handle;
+        }
+        // The forward and backward pass: the GPU computes, the host waits.
+        std::this_thread::sleep_for(std::chrono::milliseconds(compute_ms));
+        if (pending) {
+          // Right before the optimizer step modifies the tensors.
+          const auto start = Clock::now();
+          status.Update(pending->WaitSnapshot());
+          stall += Since(start);
+          stalls.push_back(stall);
+          handles.push_back(pending);
+        }
+      }
+      for (auto& h : handles) status.Update(h->WaitPersisted());
+      if (!status.ok()) {
+        std::cout << Reply(status) << std::endl;
+        continue;
+      }
+      std::cout << "ok " << absl::StrJoin(stalls, " ") << std::endl;
+    } else if (command == "baseline") {
+      // The plain way, as torch.save does it: one file per rank, buffered
+      // writes, then fsync, all on the training thread.
+      std::string dir;
+      in >> dir;
+      const std::string path = absl::StrCat(dir, "/baseline-rank-", options.rank, ".bin");
+      const auto start = Clock::now();
+      const int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0640);
+      bool ok = fd >= 0;
+      for (const HostTensor& t : shards) {
+        const char* p = static_cast<const char*>(t.data);
+        uint64_t left = static_cast<uint64_t>(t.region.lengths[0] * kColumns * kElement);
+        while (ok && left > 0) {
+          const ssize_t n = write(fd, p, std::min<uint64_t>(left, 64 << 20));
+          ok = n > 0;
+          p += n;
+          left -= n;
+        }
+      }
+      ok = ok && fsync(fd) == 0;
+      if (fd >= 0) close(fd);
+      const double seconds = Since(start);
+      unlink(path.c_str());
+      if (!ok) {
+        std::cout << "error baseline write to " << path << ": " << std::strerror(errno) << std::endl;
+        continue;
+      }
+      std::cout << "ok " << seconds << std::endl;
+    } else if (command == "load") {
+      const auto start = Clock::now();
+      absl::StatusOr<int64_t> step = (*client)->Load(kLatestStep, shards);
+      if (!step.ok()) {
+        std::cout << Reply(step.status()) << std::endl;
+        continue;
+      }
+      const double seconds = Since(start);
+      // Saved data: rank r of the saving world wrote bytes r+1; a loaded
+      // shard must hold only non-zero saved bytes.
+      bool ok = true;
+      for (const HostTensor& t : shards) {
+        const char* p = static_cast<const char*>(t.data);
+        const uint64_t n = static_cast<uint64_t>(t.region.lengths[0] * kColumns * kElement);
+        for (uint64_t i = 0; i < n && ok; i += 4096) ok = p[i] != 0;
+      }
+      if (!ok) {
+        std::cout << "error loaded bytes are wrong" << std::endl;
+        continue;
+      }
+      std::cout << "ok " << seconds << std::endl;
+    } else {
+      std::cout << "error unknown command " << command << std::endl;
+    }
+  }
+  return 0;
+}
+
+}  // namespace ckpt::bench

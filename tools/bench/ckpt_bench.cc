@@ -1,0 +1,258 @@
+// ckpt-bench: a simulated training loop on this machine, measuring what a
+// checkpoint costs the trainer against the physical floors, all in one run
+// (the machines are shared and noisy: only same-run ratios mean anything).
+//
+//   ckpt-bench --dir DIR --state-gib 2 --ranks 2 --json
+//
+// It starts its own ckptd, R rank processes holding S GiB in total, and
+// prints a table and (--json) one JSON line. See README.md for the fields.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "tools/bench/bench_worker.h"
+#include "tools/bench/child_process.h"
+#include "tools/bench/disk_baseline.h"
+
+namespace ckpt::bench {
+namespace {
+
+struct Config {
+  std::string dir;
+  double state_gib = 2;
+  int ranks = 2;
+  int compute_ms = 1000;
+  int every = 2;
+  int checkpoints = 3;
+  int writer_threads = 4;
+  int copy_threads = 4;
+  bool json = false;
+  std::string ckptd;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+std::string SelfPath() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
+
+// Sends a command to every worker, then collects every answer's numbers
+// (the workers run the phase at the same time).
+absl::StatusOr<std::vector<std::vector<double>>> Broadcast(
+    std::vector<std::unique_ptr<ChildProcess>>& workers, const std::string& command) {
+  for (auto& w : workers) {
+    if (absl::Status s = w->Send(command); !s.ok()) return s;
+  }
+  std::vector<std::vector<double>> out;
+  for (size_t r = 0; r < workers.size(); ++r) {
+    absl::StatusOr<std::string> line = workers[r]->ReadLine();
+    if (!line.ok()) return line.status();
+    if (line->rfind("ok", 0) != 0) {
+      return absl::InternalError(absl::StrCat("rank ", r, ": ", command, ": ", *line));
+    }
+    std::vector<double> numbers;
+    std::istringstream in(line->substr(2));
+    for (double x; in >> x;) numbers.push_back(x);
+    out.push_back(std::move(numbers));
+  }
+  return out;
+}
+
+// The slowest rank's value of column `col`: a collective step waits for it.
+double MaxOver(const std::vector<std::vector<double>>& answers, size_t col) {
+  double m = 0;
+  for (const auto& a : answers) m = std::max(m, a.at(col));
+  return m;
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<ChildProcess>>> StartWorkers(
+    const Config& c, const std::string& socket, int world, bool load, uint64_t bytes) {
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  for (int r = 0; r < world; ++r) {
+    auto w = ChildProcess::Start(
+        {SelfPath(), "--worker", "--socket", socket, "--rank", std::to_string(r), "--world",
+         std::to_string(world), "--state-bytes", std::to_string(bytes), "--copy-threads",
+         std::to_string(c.copy_threads), load ? "--load-worker" : "--save-worker"},
+        /*merge_stderr=*/false);
+    if (!w.ok()) return w.status();
+    workers.push_back(std::move(*w));
+  }
+  for (auto& w : workers) {
+    if (absl::Status s = w->WaitFor("ready"); !s.ok()) return s;
+  }
+  return workers;
+}
+
+int Run(const Config& c) {
+  const uint64_t bytes = static_cast<uint64_t>(c.state_gib * (1ull << 30));
+  const std::string work = absl::StrCat(c.dir, "/ckpt-bench-", getpid());
+  const std::string socket = absl::StrCat("/tmp/ckpt-bench-", getpid(), ".sock");
+  std::filesystem::create_directories(work);
+  auto fail = [&](const absl::Status& s) {
+    absl::FPrintF(stderr, "ckpt-bench: %s\n", s.ToString());
+    std::error_code ec;
+    std::filesystem::remove_all(work, ec);
+    return 1;
+  };
+  std::map<std::string, double> f;  // the figures
+
+  absl::FPrintF(stderr, "ckpt-bench: measuring the disk under %s with %.2f GiB...\n", c.dir,
+                bytes / double(1 << 30));
+  absl::StatusOr<DiskFigures> disk = MeasureDisk(work, bytes);
+  if (!disk.ok()) return fail(disk.status());
+  f["disk_write_gbps"] = disk->write_gbps;
+  f["disk_read_gbps"] = disk->read_gbps;
+
+  // Room for two snapshots (one fills while the other drains) and the load.
+  const uint64_t pool = (2 * bytes + (512ull << 20)) / 4096 * 4096;
+  auto daemon = ChildProcess::Start(
+      {c.ckptd, "--storage_root=" + work + "/root", "--socket_path=" + socket,
+       absl::StrCat("--pool_bytes=", pool), absl::StrCat("--writer_threads=", c.writer_threads)},
+      /*merge_stderr=*/true);
+  if (!daemon.ok()) return fail(daemon.status());
+  if (absl::Status s = (*daemon)->WaitFor("ckptd: serving"); !s.ok()) return fail(s);
+
+  {
+    auto workers = StartWorkers(c, socket, c.ranks, /*load=*/false, bytes);
+    if (!workers.ok()) return fail(workers.status());
+    absl::FPrintF(stderr, "ckpt-bench: %d ranks hold %.2f GiB; memcpy floor...\n", c.ranks,
+                  bytes / double(1 << 30));
+    auto floor = Broadcast(*workers, "floor");
+    if (!floor.ok()) return fail(floor.status());
+    f["memcpy_floor_s"] = MaxOver(*floor, 0);
+
+    absl::FPrintF(stderr, "ckpt-bench: %d blocking checkpoints...\n", c.checkpoints);
+    std::vector<double> stalls, persists;
+    for (int k = 0; k < c.checkpoints; ++k) {
+      auto a = Broadcast(*workers, absl::StrCat("blocking ", 100 + k));
+      if (!a.ok()) return fail(a.status());
+      stalls.push_back(MaxOver(*a, 0));
+      persists.push_back(MaxOver(*a, 1));
+    }
+    f["stall_blocking_s"] = Median(stalls);
+    f["persist_s"] = Median(persists);
+    f["persist_gbps"] = bytes / f["persist_s"] / 1e9;
+
+    absl::FPrintF(stderr, "ckpt-bench: training loop, %d ms compute, a lazy checkpoint every %d steps...\n",
+                  c.compute_ms, c.every);
+    auto lazy = Broadcast(*workers, absl::StrCat("lazy 1000 ", c.checkpoints, " ", c.every, " ",
+                                                 c.compute_ms));
+    if (!lazy.ok()) return fail(lazy.status());
+    std::vector<double> lazy_stalls;
+    for (int k = 0; k < c.checkpoints; ++k) lazy_stalls.push_back(MaxOver(*lazy, k));
+    f["stall_lazy_s"] = Median(lazy_stalls);
+
+    absl::FPrintF(stderr, "ckpt-bench: the plain way (write + fsync per rank, in the trainer)...\n");
+    auto baseline = Broadcast(*workers, "baseline " + work);
+    if (!baseline.ok()) return fail(baseline.status());
+    f["sync_baseline_s"] = MaxOver(*baseline, 0);
+    for (auto& w : *workers) (void)w->Send("quit");
+  }
+  {
+    const int load_ranks = c.ranks + 1;
+    absl::FPrintF(stderr, "ckpt-bench: %d ranks load the latest step (resharded from %d)...\n",
+                  load_ranks, c.ranks);
+    auto workers = StartWorkers(c, socket, load_ranks, /*load=*/true, bytes);
+    if (!workers.ok()) return fail(workers.status());
+    auto load = Broadcast(*workers, "load");
+    if (!load.ok()) return fail(load.status());
+    f["load_s"] = MaxOver(*load, 0);
+    f["load_gbps"] = bytes / f["load_s"] / 1e9;
+    for (auto& w : *workers) (void)w->Send("quit");
+  }
+  (*daemon)->Stop();
+  std::error_code ec;
+  std::filesystem::remove_all(work, ec);
+
+  struct Check {
+    const char* name;
+    double value;
+    double limit;
+    bool at_most;
+  };
+  const Check checks[] = {
+      {"stall_blocking / memcpy_floor", f["stall_blocking_s"] / f["memcpy_floor_s"], 1.25, true},
+      {"stall_lazy / stall_blocking", f["stall_lazy_s"] / f["stall_blocking_s"], 0.1, true},
+      {"persist_gbps / disk_write_gbps", f["persist_gbps"] / f["disk_write_gbps"], 0.9, false},
+      {"load_gbps / disk_read_gbps", f["load_gbps"] / f["disk_read_gbps"], 0.85, false},
+      {"sync_baseline / stall_blocking", f["sync_baseline_s"] / f["stall_blocking_s"], 10, false},
+  };
+  absl::PrintF("ckpt-bench: %.2f GiB, %d ranks, %d ms compute, checkpoint every %d steps, dir %s%s\n",
+               c.state_gib, c.ranks, c.compute_ms, c.every, c.dir,
+               disk->direct ? "" : " (O_DIRECT refused: disk figures are buffered)");
+  for (const auto& [k, v] : f) absl::PrintF("  %-20s %10.3f\n", k, v);
+  for (const Check& ch : checks) {
+    const bool pass = ch.at_most ? ch.value <= ch.limit : ch.value >= ch.limit;
+    absl::PrintF("  %-32s %8.3f  (%s %.2f)  %s\n", ch.name, ch.value, ch.at_most ? "<=" : ">=",
+                 ch.limit, pass ? "ok" : "MISSED");
+  }
+  if (c.json) {
+    std::string line = absl::StrFormat(
+        "{\"state_gib\":%.3f,\"ranks\":%d,\"load_ranks\":%d,\"compute_ms\":%d,\"every\":%d,"
+        "\"checkpoints\":%d,\"dir\":\"%s\"",
+        c.state_gib, c.ranks, c.ranks + 1, c.compute_ms, c.every, c.checkpoints, c.dir);
+    for (const auto& [k, v] : f) absl::StrAppendFormat(&line, ",\"%s\":%.4f", k, v);
+    line += "}";
+    absl::PrintF("%s\n", line);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ckpt::bench
+
+int main(int argc, char** argv) {
+  CLI::App app{"ckpt-bench: what a checkpoint costs the trainer, against the floors"};
+  ckpt::bench::Config c;
+  ckpt::bench::WorkerOptions w;
+  bool worker = false, load_worker = false, save_worker = false;
+  app.add_option("--dir", c.dir, "Storage directory: tmpfs, a local disk or a mount");
+  app.add_option("--state-gib", c.state_gib, "GiB of model state in total")->capture_default_str();
+  app.add_option("--ranks", c.ranks, "Rank processes")->capture_default_str();
+  app.add_option("--compute-ms", c.compute_ms, "Compute time per training step")->capture_default_str();
+  app.add_option("--every", c.every, "Checkpoint every K steps")->capture_default_str();
+  app.add_option("--checkpoints", c.checkpoints, "Checkpoints per measurement")->capture_default_str();
+  app.add_option("--writer-threads", c.writer_threads, "ckptd writer threads")->capture_default_str();
+  app.add_option("--copy-threads", c.copy_threads, "Copy threads per rank")->capture_default_str();
+  app.add_option("--ckptd", c.ckptd, "Path of ckptd (default: beside this build)");
+  app.add_flag("--json", c.json, "Also print one JSON line");
+  // Internal: the rank processes.
+  app.add_flag("--worker", worker)->group("");
+  app.add_flag("--load-worker", load_worker)->group("");
+  app.add_flag("--save-worker", save_worker)->group("");
+  app.add_option("--socket", w.socket)->group("");
+  app.add_option("--rank", w.rank)->group("");
+  app.add_option("--world", w.world)->group("");
+  app.add_option("--state-bytes", w.state_bytes)->group("");
+  CLI11_PARSE(app, argc, argv);
+  if (worker) {
+    w.load = load_worker;
+    w.copy_threads = c.copy_threads;
+    return ckpt::bench::RunWorker(w);
+  }
+  if (c.dir.empty()) {
+    std::fprintf(stderr, "ckpt-bench: --dir is required\n%s", app.help().c_str());
+    return 2;
+  }
+  if (c.ranks < 1 || c.state_gib <= 0 || c.every < 1 || c.checkpoints < 1 || c.compute_ms < 0) {
+    std::fprintf(stderr, "ckpt-bench: --ranks, --state-gib, --every, --checkpoints must be positive\n");
+    return 2;
+  }
+  if (c.ckptd.empty()) {
+    const auto self = std::filesystem::read_symlink("/proc/self/exe");
+    c.ckptd = (self.parent_path() / "../../daemon/ckptd").lexically_normal().string();
+    if (!std::filesystem::exists(c.ckptd)) c.ckptd = "ckptd";
+  }
+  return ckpt::bench::Run(c);
+}
