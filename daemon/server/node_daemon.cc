@@ -58,6 +58,11 @@ std::string DefaultHostName() {
 NodeDaemon::NodeDaemon(DaemonOptions options) : options_(std::move(options)) {}
 
 absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(DaemonOptions options) {
+  return Create(std::move(options), nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
+    DaemonOptions options, std::unique_ptr<storage::Backend> backend) {
   if (options.storage_root.empty()) return absl::InvalidArgumentError("--storage_root is required");
   if (options.socket_path.empty()) return absl::InvalidArgumentError("--socket_path is required");
   if (options.writer_threads <= 0 || options.reader_threads <= 0) {
@@ -79,9 +84,13 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(DaemonOptions opt
   posix.use_io_uring = o.use_io_uring;
   posix.use_o_direct = o.use_o_direct;
   posix.queue_depth = o.queue_depth;
-  absl::StatusOr<std::unique_ptr<storage::Backend>> backend = storage::NewBackend(o.storage_backend, posix);
-  if (!backend.ok()) return backend.status();
-  d->backend_ = std::move(*backend);
+  if (backend == nullptr) {
+    absl::StatusOr<std::unique_ptr<storage::Backend>> named =
+        storage::NewBackend(o.storage_backend, posix);
+    if (!named.ok()) return named.status();
+    backend = std::move(*named);
+  }
+  d->backend_ = std::move(backend);
   if (absl::Status s = d->backend_->CreateDirs(o.storage_root); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("storage root: ", s.message()));
   }

@@ -31,6 +31,10 @@ class NodeDaemon {
   // Allocates and pins the pool (failing with a clear message when it
   // cannot), removes stale partial directories, starts the writers.
   static absl::StatusOr<std::unique_ptr<NodeDaemon>> Create(DaemonOptions options);
+  // The same with a storage backend built by the caller (decorated, say)
+  // instead of the one options.storage_backend names.
+  static absl::StatusOr<std::unique_ptr<NodeDaemon>> Create(
+      DaemonOptions options, std::unique_ptr<storage::Backend> backend);
   ~NodeDaemon();
 
   // Listens on the Unix socket (and TCP address, if any).

@@ -137,6 +137,8 @@ grpc::Status NodeService::GetStatus(grpc::ServerContext*, const v1::GetStatusReq
   response->set_storage_root(context_.coordinator.root());
   response->set_pool_bytes(pool.capacity);
   response->set_pool_used_bytes(pool.used);
+  response->set_pool_waiters(pool.waiters);
+  response->set_pool_stall_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(pool.total_stall)));
   response->set_gpu_available(gpu_available_);
   response->set_attached_ranks(context_.sessions.attached());
   response->set_storage_bytes_written(context_.bytes_written.load());

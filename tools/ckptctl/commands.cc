@@ -208,6 +208,8 @@ int RunStatus(const Call& call, bool json) {
                                FormatBytes(response.pool_bytes()),
                                Percent(response.pool_used_bytes(),
                                        response.pool_bytes())));
+  line("pool stall", absl::StrFormat("%.1f s waited in all, %d waiting now",
+                                     response.pool_stall_ms() / 1000.0, response.pool_waiters()));
   line("gpu", response.gpu_available() ? "yes" : "no");
   line("attached ranks", absl::StrCat(response.attached_ranks()));
   line("bytes written", FormatBytes(response.storage_bytes_written()));

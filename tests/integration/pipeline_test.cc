@@ -1,0 +1,260 @@
+// The fast path's ordering guarantees, shown with an in-process ckptd whose
+// storage is gated: writes block until the test opens the gate, and the
+// gate tells when the first write arrived.
+//  - Pipelining: the first chunks are written before the rank has even
+//    copied its last chunk.
+//  - Pool exhaustion: a second save that does not fit waits (reported as
+//    stall) and succeeds once the first drains.
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "ckpt/client.h"
+#include "ckpt/v1/node.grpc.pb.h"
+#include "client/src/pool_mapping.h"
+#include "daemon/server/node_daemon.h"
+#include "daemon/storage/backend_factory.h"
+#include "tools/demo/tensor_pattern.h"
+
+namespace ckpt::testing {
+namespace {
+
+// Passes everything to a memory backend, except that data writes wait for
+// the gate to open. Thread-safe.
+class GatedBackend final : public storage::Backend {
+ public:
+  explicit GatedBackend(bool open) : inner_(storage::NewMemoryBackend()), open_(open) {}
+
+  void Open() {
+    absl::MutexLock lock(&mu_);
+    open_ = true;
+  }
+  // Blocks until a data write arrived; false after the timeout.
+  bool WaitForFirstWrite(absl::Duration timeout) {
+    return first_write_.WaitForNotificationWithTimeout(timeout);
+  }
+
+  std::string Name() const override { return "gated-memory"; }
+  absl::StatusOr<std::unique_ptr<storage::WritableFile>> NewWritableFile(const std::string& path) override {
+    auto file = inner_->NewWritableFile(path);
+    if (!file.ok() || path.find("/data/") == std::string::npos) return file;
+    return std::unique_ptr<storage::WritableFile>(new GatedFile(this, std::move(*file)));
+  }
+  absl::StatusOr<std::unique_ptr<storage::ReadableFile>> NewReadableFile(const std::string& path) override {
+    return inner_->NewReadableFile(path);
+  }
+  absl::Status CreateDirs(const std::string& p) override { return inner_->CreateDirs(p); }
+  absl::Status SyncDir(const std::string& p) override { return inner_->SyncDir(p); }
+  absl::Status Rename(const std::string& a, const std::string& b) override { return inner_->Rename(a, b); }
+  absl::Status RemoveAll(const std::string& p) override { return inner_->RemoveAll(p); }
+  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& p) override { return inner_->ListDir(p); }
+  absl::StatusOr<bool> Exists(const std::string& p) override { return inner_->Exists(p); }
+
+ private:
+  class GatedFile final : public storage::WritableFile {
+   public:
+    GatedFile(GatedBackend* gate, std::unique_ptr<storage::WritableFile> inner)
+        : gate_(gate), inner_(std::move(inner)) {}
+    absl::Status WriteAt(uint64_t offset, const void* data, size_t length) override {
+      gate_->Pass();
+      return inner_->WriteAt(offset, data, length);
+    }
+    absl::Status WriteBatch(absl::Span<const storage::IoOp> ops) override {
+      gate_->Pass();
+      return inner_->WriteBatch(ops);
+    }
+    absl::Status Sync() override { return inner_->Sync(); }
+    absl::Status Close() override { return inner_->Close(); }
+
+   private:
+    GatedBackend* gate_;
+    std::unique_ptr<storage::WritableFile> inner_;
+  };
+
+  void Pass() {
+    if (!first_write_.HasBeenNotified()) first_write_.Notify();
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&open_));
+  }
+
+  std::unique_ptr<storage::Backend> inner_;
+  absl::Notification first_write_;
+  absl::Mutex mu_;
+  bool open_ ABSL_GUARDED_BY(mu_);
+};
+
+struct InProcessDaemon {
+  explicit InProcessDaemon(bool gate_open, uint64_t pool_bytes) {
+    char pattern[] = "/tmp/ckpt-pipe-XXXXXX";
+    dir = mkdtemp(pattern);
+    server::DaemonOptions o;
+    o.storage_root = "/ckpt";
+    o.socket_path = dir + "/ckptd.sock";
+    o.pool_path = "/dev/shm/" + std::filesystem::path(dir).filename().string() + ".pool";
+    o.pool_bytes = pool_bytes;
+    o.chunk_bytes = 64 << 10;
+    o.writer_threads = 1;
+    o.host_name = "testhost";
+    auto owned = std::make_unique<GatedBackend>(gate_open);
+    gate = owned.get();
+    auto created = server::NodeDaemon::Create(o, std::move(owned));
+    REQUIRE(created.ok());
+    daemon = std::move(*created);
+    REQUIRE(daemon->Start().ok());
+  }
+  ~InProcessDaemon() {
+    gate->Open();
+    daemon.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  std::unique_ptr<v1::NodeService::Stub> Stub() const {
+    return v1::NodeService::NewStub(
+        grpc::CreateChannel("unix:" + dir + "/ckptd.sock", grpc::InsecureChannelCredentials()));
+  }
+  v1::GetStatusResponse Status() const {
+    grpc::ClientContext context;
+    v1::GetStatusResponse response;
+    Stub()->GetStatus(&context, v1::GetStatusRequest(), &response);
+    return response;
+  }
+
+  std::string dir;
+  GatedBackend* gate = nullptr;
+  std::unique_ptr<server::NodeDaemon> daemon;
+};
+
+HostTensor Weight(int64_t rows, std::vector<char>& storage) {
+  HostTensor t;
+  t.fqn = "model.w";
+  t.dtype = DType::kFloat32;
+  t.global_shape = {rows, 1024};
+  storage = *PatternShard(t);
+  t.data = storage.data();
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("writes of the first chunks start before the last chunk is copied", "[pipeline]") {
+  InProcessDaemon d(/*gate_open=*/true, 16 << 20);
+  auto stub = d.Stub();
+  grpc::ClientContext attach_context;
+  v1::AttachRequest attach;
+  attach.set_job("pipe");
+  attach.set_world_size(1);
+  v1::AttachResponse attached;
+  REQUIRE(stub->Attach(&attach_context, attach, &attached).ok());
+  auto pool = client::PoolMapping::Open(attached.pool_path(), attached.pool_bytes());
+  REQUIRE(pool.ok());
+
+  std::vector<char> bytes;
+  HostTensor weight = Weight(256, bytes);  // 1 MiB: 16 chunks of 64 KiB
+  grpc::ClientContext plan_context;
+  v1::PlanSaveRequest plan;
+  plan.set_session_id(attached.session_id());
+  plan.set_step(1);
+  v1::TensorShard* shard = plan.add_shards();
+  shard->set_fqn(weight.fqn);
+  shard->set_dtype(v1::FLOAT32);
+  shard->add_global_shape(256);
+  shard->add_global_shape(1024);
+  v1::PlanSaveResponse planned;
+  REQUIRE(stub->PlanSave(&plan_context, plan, &planned).ok());
+  REQUIRE(planned.items_size() == 1);
+  REQUIRE(planned.chunk_bytes() == 64 << 10);
+  char* lease = pool->get()->base() + planned.lease().offset();
+
+  auto submit = [&](uint64_t at, uint64_t length, bool more) {
+    std::memcpy(lease + at, bytes.data() + at, length);
+    grpc::ClientContext context;
+    v1::SubmitSnapshotRequest request;
+    request.set_session_id(attached.session_id());
+    request.set_save_id(planned.save_id());
+    request.set_more(more);
+    v1::SnapshotRef* ref = request.add_refs();
+    ref->set_kind(v1::SaveItem::SHARD);
+    ref->set_index(0);
+    ref->set_item_offset(at);
+    ref->mutable_memory()->set_offset(at);
+    ref->mutable_memory()->set_length(length);
+    v1::SubmitSnapshotResponse response;
+    grpc::Status s = stub->SubmitSnapshot(&context, request, &response);
+    INFO(s.error_message());
+    REQUIRE(s.ok());
+  };
+  const uint64_t half = bytes.size() / 2;
+  submit(0, half, /*more=*/true);
+  // The second half is not even copied yet, and the writer already writes.
+  REQUIRE(d.gate->WaitForFirstWrite(absl::Seconds(30)));
+  submit(half, bytes.size() - half, /*more=*/false);
+
+  grpc::ClientContext wait_context;
+  v1::WaitSaveRequest wait;
+  wait.set_session_id(attached.session_id());
+  wait.set_save_id(planned.save_id());
+  v1::WaitSaveResponse waited;
+  REQUIRE(stub->WaitSave(&wait_context, wait, &waited).ok());
+
+  // And what was written in two pieces loads back bit-exact.
+  ClientOptions options;
+  options.socket_path = d.dir + "/ckptd.sock";
+  options.job = "pipe";
+  auto client = Client::Attach(options);
+  REQUIRE(client.ok());
+  std::vector<char> loaded(bytes.size(), 0);
+  HostTensor target = weight;
+  target.data = loaded.data();
+  REQUIRE((*client)->Load(1, {target}).ok());
+  CHECK(loaded == bytes);
+}
+
+TEST_CASE("a save that does not fit the pool waits, then succeeds", "[pipeline][pool]") {
+  // Room for one 1 MiB snapshot, not two.
+  InProcessDaemon d(/*gate_open=*/false, 1536 << 10);
+  ClientOptions options;
+  options.socket_path = d.dir + "/ckptd.sock";
+  options.job = "full";
+  options.pipeline_bytes = 64 << 10;
+  auto client = Client::Attach(options);
+  REQUIRE(client.ok());
+  std::vector<char> bytes;
+  HostTensor weight = Weight(256, bytes);
+
+  auto first = (*client)->Save(1, {weight}, {});
+  REQUIRE(first.ok());
+  REQUIRE((*first)->WaitSnapshot().ok());  // in the pool; its writes are held at the gate
+  REQUIRE(d.Status().pool_used_bytes() >= bytes.size());
+
+  auto second = (*client)->Save(2, {weight}, {});
+  REQUIRE(second.ok());
+  // The second save's lease cannot be had while the first holds the pool.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (d.Status().pool_waiters() != 1 && absl::Now() < deadline) std::this_thread::yield();
+  REQUIRE(d.Status().pool_waiters() == 1);
+  CHECK(d.Status().pool_used_bytes() <= 1536u << 10);  // never over-committed
+
+  d.gate->Open();  // the first drains, the second gets its lease
+  CHECK((*first)->WaitPersisted().ok());
+  CHECK((*second)->WaitPersisted().ok());
+  const v1::GetStatusResponse status = d.Status();
+  CHECK(status.pool_waiters() == 0);
+  CHECK(status.pool_stall_ms() > 0);
+  CHECK(status.checkpoints_committed() == 2);
+
+  std::vector<char> loaded(bytes.size(), 0);
+  HostTensor target = weight;
+  target.data = loaded.data();
+  auto step = (*client)->Load(kLatestStep, {target});
+  REQUIRE(step.ok());
+  CHECK(*step == 2);
+  CHECK(loaded == bytes);
+}
+
+}  // namespace ckpt::testing
