@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -80,6 +82,66 @@ class SaveState final : public SaveHandle {
   bool persist_done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status snapshot_ ABSL_GUARDED_BY(mu_);
   absl::Status persisted_ ABSL_GUARDED_BY(mu_);
+};
+
+// Sends a save's SubmitSnapshot requests in order on its own thread. The
+// last request (more = false) or nullopt ends it; the first error stops it.
+class SnapshotSubmitter {
+ public:
+  SnapshotSubmitter(v1::NodeService::Stub& stub, std::string session, std::string save_id)
+      : stub_(stub), session_(std::move(session)), save_id_(std::move(save_id)),
+        thread_([this] { Run(); }) {}
+  ~SnapshotSubmitter() {
+    Push(std::nullopt);
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void Push(std::optional<v1::SubmitSnapshotRequest> request) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(request));
+  }
+  bool failed() {
+    absl::MutexLock lock(&mu_);
+    return !status_.ok();
+  }
+  // Waits for every pushed request; the first error, if any.
+  absl::Status Finish() {
+    thread_.join();
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+
+ private:
+  void Run() {
+    for (;;) {
+      std::optional<v1::SubmitSnapshotRequest> request;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](std::deque<std::optional<v1::SubmitSnapshotRequest>>* q) { return !q->empty(); },
+            &queue_));
+        request = std::move(queue_.front());
+        queue_.pop_front();
+        if (!request.has_value() || !status_.ok()) return;
+      }
+      request->set_session_id(session_);
+      request->set_save_id(save_id_);
+      grpc::ClientContext context;
+      v1::SubmitSnapshotResponse response;
+      absl::Status s = FromGrpcStatus(stub_.SubmitSnapshot(&context, *request, &response));
+      absl::MutexLock lock(&mu_);
+      status_.Update(s);
+      if (!request->more() || !status_.ok()) return;
+    }
+  }
+
+  v1::NodeService::Stub& stub_;
+  const std::string session_;
+  const std::string save_id_;
+  absl::Mutex mu_;
+  std::deque<std::optional<v1::SubmitSnapshotRequest>> queue_ ABSL_GUARDED_BY(mu_);
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
 };
 
 class ClientImpl final : public Client {
@@ -240,31 +302,30 @@ class ClientImpl final : public Client {
     // RPC cost negligible and small enough to start the writers early.
     const uint64_t chunk = std::max<uint64_t>(planned.chunk_bytes(), 1);
     const uint64_t batch_bytes = std::max<uint64_t>(options_.pipeline_bytes / chunk, 1) * chunk;
+    // Batches are handed over by a submitter thread, so the RPCs overlap the
+    // copying of the next batch instead of adding to the trainer's stall.
+    SnapshotSubmitter submitter(*stub_, session_, planned.save_id());
     std::vector<CopyPiece> copies;
     v1::SubmitSnapshotRequest batch;
     uint64_t batched = 0;
-    auto flush = [&](bool more) -> absl::Status {
+    auto flush = [&](bool more) {
       client::ParallelCopy(copies, options_.copy_threads);
       copies.clear();
-      batch.set_session_id(session_);
-      batch.set_save_id(planned.save_id());
       batch.set_more(more);
-      grpc::ClientContext context;
-      v1::SubmitSnapshotResponse submitted;
-      absl::Status s = FromGrpcStatus(stub_->SubmitSnapshot(&context, batch, &submitted));
-      batch.clear_refs();
+      submitter.Push(std::move(batch));
+      batch = v1::SubmitSnapshotRequest();
       batched = 0;
-      return s;
     };
     uint64_t offset = 0;
     for (const v1::SaveItem& item : planned.items()) {
       if (offset + item.padded_bytes() > planned.lease().length()) {
+        submitter.Push(std::nullopt);
         return state.PersistDone(absl::InternalError(absl::StrCat(what, "lease too small")));
       }
       const char* src = item.kind() == v1::SaveItem::OBJECT
                             ? objects.at(item.index()).bytes.data()
                             : static_cast<const char*>(tensors.at(item.index()).data);
-      for (uint64_t at = 0; at < item.bytes();) {
+      for (uint64_t at = 0; at < item.bytes() && !submitter.failed();) {
         const uint64_t piece = std::min(item.bytes() - at, batch_bytes - batched);
         v1::SnapshotRef* ref = batch.add_refs();
         ref->set_kind(item.kind());
@@ -275,15 +336,12 @@ class ClientImpl final : public Client {
         copies.push_back({lease + offset + at, src + at, piece});
         at += piece;
         batched += piece;
-        if (batched == batch_bytes) {
-          if (absl::Status s = flush(/*more=*/true); !s.ok()) return state.PersistDone(Prefixed(s, what));
-        }
+        if (batched == batch_bytes) flush(/*more=*/true);
       }
       offset += item.padded_bytes();
     }
-    if (absl::Status s = flush(/*more=*/false); !s.ok()) {
-      return state.PersistDone(Prefixed(s, what));
-    }
+    flush(/*more=*/false);
+    if (absl::Status s = submitter.Finish(); !s.ok()) return state.PersistDone(Prefixed(s, what));
     state.SnapshotDone(absl::OkStatus());
     grpc::ClientContext context;
     v1::WaitSaveRequest wait;
