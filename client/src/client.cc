@@ -13,6 +13,8 @@
 #include "absl/synchronization/mutex.h"
 #include "ckpt/v1/node.grpc.pb.h"
 #include "client/src/parallel_copy.h"
+#include "daemon/gpu/device_factory.h"
+#include "daemon/gpu/device_runtime.h"
 #include "client/src/pool_mapping.h"
 #include "proto/lib/grpc_status.h"
 #include "proto/lib/region_convert.h"
@@ -31,7 +33,14 @@ absl::Status Prefixed(const absl::Status& s, const std::string& prefix) {
   return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
 }
 
-void ToProto(const HostTensor& t, v1::TensorShard* out) {
+void ToProto(const HostTensor& t, v1::TensorShard* out, const gpu::IpcExport* device = nullptr) {
+  if (device != nullptr) {
+    v1::DeviceBuffer* buffer = out->mutable_device_buffer();
+    buffer->set_ipc_handle(device->handle);
+    buffer->set_offset(device->offset);
+    buffer->set_allocation_bytes(device->allocation_bytes);
+    buffer->set_device(device->device);
+  }
   out->set_fqn(t.fqn);
   out->set_dtype(static_cast<v1::DType>(t.dtype));
   for (int64_t d : t.global_shape) out->add_global_shape(d);
@@ -160,6 +169,10 @@ class ClientImpl final : public Client {
       threads.swap(threads_);
     }
     for (std::thread& t : threads) t.join();
+    {
+      absl::MutexLock lock(&gpu_mu_);
+      if (pool_pinned_) (void)gpu_->UnregisterHostMemory(pool_->base());
+    }
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     v1::DetachRequest request;
@@ -172,15 +185,29 @@ class ClientImpl final : public Client {
                                                    std::vector<SaveObject> objects,
                                                    SaveOptions options) override {
     if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step ", step, " is negative"));
-    for (const HostTensor& t : tensors) {
+    std::vector<std::optional<gpu::IpcExport>> exports(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const HostTensor& t = tensors[i];
       if (t.data == nullptr) {
         return absl::InvalidArgumentError(absl::StrCat("tensor ", t.fqn, " has no data"));
+      }
+      if (t.location != Location::kCudaDevice) continue;
+      absl::StatusOr<gpu::DeviceRuntime*> gpu = Gpu(t.fqn);
+      if (!gpu.ok()) return gpu.status();
+      if (options_.gpu_transfer == ClientOptions::GpuTransfer::kPull) {
+        absl::StatusOr<gpu::IpcExport> exported = (*gpu)->ExportIpcHandle(t.data);
+        if (!exported.ok()) {
+          return absl::Status(exported.status().code(),
+                              absl::StrCat("tensor ", t.fqn, ": ", exported.status().message()));
+        }
+        exports[i] = std::move(*exported);
       }
     }
     auto state = std::make_shared<SaveState>(step);
     std::thread worker([this, state, step, tensors = std::move(tensors),
-                        objects = std::move(objects), options]() mutable {
-      RunSave(*state, step, tensors, objects, options);
+                        objects = std::move(objects), exports = std::move(exports),
+                        options]() mutable {
+      RunSave(*state, step, tensors, exports, objects, options);
     });
     {
       absl::MutexLock lock(&mu_);
@@ -202,8 +229,19 @@ class ClientImpl final : public Client {
     request.set_session_id(session_);
     request.set_step(step);
     std::vector<int64_t> expected;
+    const bool pull = options_.gpu_transfer == ClientOptions::GpuTransfer::kPull;
     for (const HostTensor& t : tensors) {
-      ToProto(t, request.add_tensors());
+      std::optional<gpu::IpcExport> exported;
+      if (t.location == Location::kCudaDevice) {
+        absl::StatusOr<gpu::DeviceRuntime*> gpu = Gpu(t.fqn);
+        if (!gpu.ok()) return Prefixed(gpu.status(), what);
+        if (pull) {
+          absl::StatusOr<gpu::IpcExport> e = (*gpu)->ExportIpcHandle(t.data);
+          if (!e.ok()) return Prefixed(e.status(), absl::StrCat(what, "tensor ", t.fqn, ": "));
+          exported = std::move(*e);
+        }
+      }
+      ToProto(t, request.add_tensors(), exported ? &*exported : nullptr);
       absl::StatusOr<ShardGeometry> g = ValidateShard(request.tensors(request.tensors_size() - 1));
       if (!g.ok()) return Prefixed(g.status(), what);
       if (t.data == nullptr && g->bytes > 0) {
@@ -240,9 +278,18 @@ class ClientImpl final : public Client {
         status = absl::InternalError(absl::StrCat("daemon returned a bad reference for ", tensors[i].fqn));
         break;
       }
-      if (ref.length() > 0) {
-        pieces.push_back({static_cast<char*>(tensors[i].data), lease + ref.offset(), ref.length()});
+      if (ref.length() == 0) continue;
+      if (tensors[i].location == Location::kCudaDevice) {
+        if (pull) continue;  // the daemon delivered it to the device already
+        absl::StatusOr<gpu::DeviceRuntime*> gpu = Gpu(tensors[i].fqn);
+        if (gpu.ok()) {
+          status = (*gpu)->CopyHostToDevice(lease + ref.offset(), tensors[i].data, ref.length());
+        } else {
+          status = gpu.status();
+        }
+        continue;
       }
+      pieces.push_back({static_cast<char*>(tensors[i].data), lease + ref.offset(), ref.length()});
     }
     if (status.ok()) {
       client::ParallelCopy(pieces, options_.copy_threads);
@@ -269,6 +316,7 @@ class ClientImpl final : public Client {
 
  private:
   void RunSave(SaveState& state, int64_t step, const std::vector<HostTensor>& tensors,
+               const std::vector<std::optional<gpu::IpcExport>>& exports,
                const std::vector<SaveObject>& objects, const SaveOptions& options) {
     const std::string what = absl::StrCat("save of job ", options_.job, " step ", step,
                                           " by rank ", options_.rank, ": ");
@@ -277,7 +325,9 @@ class ClientImpl final : public Client {
     plan.set_step(step);
     plan.set_partial(options.partial);
     for (const auto& [k, v] : options.user_metadata) (*plan.mutable_user_metadata())[k] = v;
-    for (const HostTensor& t : tensors) ToProto(t, plan.add_shards());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      ToProto(tensors[i], plan.add_shards(), exports[i] ? &*exports[i] : nullptr);
+    }
     for (const SaveObject& o : objects) {
       v1::ObjectDesc* desc = plan.add_objects();
       desc->set_key(o.key);
@@ -322,11 +372,46 @@ class ClientImpl final : public Client {
         submitter.Push(std::nullopt);
         return state.PersistDone(absl::InternalError(absl::StrCat(what, "lease too small")));
       }
+      const bool on_gpu = item.kind() == v1::SaveItem::SHARD &&
+                          tensors.at(item.index()).location == Location::kCudaDevice;
+      if (on_gpu && item.bytes() > 0) {
+        v1::SnapshotRef* ref = batch.add_refs();
+        ref->set_kind(item.kind());
+        ref->set_index(item.index());
+        ref->mutable_memory()->set_offset(offset);
+        ref->mutable_memory()->set_length(item.bytes());
+        if (exports.at(item.index())) {
+          ref->set_pull(true);  // the daemon copies it over CUDA IPC
+        } else {
+          // Push: device to the pinned pool, in this process.
+          absl::StatusOr<gpu::DeviceRuntime*> gpu = Gpu(tensors.at(item.index()).fqn);
+          absl::Status s = gpu.ok() ? (*gpu)->CopyDeviceToHost(
+                                          tensors.at(item.index()).data, lease + offset,
+                                          item.bytes(), chunk, [](uint64_t, uint64_t) {})
+                                    : gpu.status();
+          if (!s.ok()) {
+            submitter.Push(std::nullopt);
+            return state.PersistDone(Prefixed(s, what));
+          }
+        }
+        offset += item.padded_bytes();
+        continue;
+      }
       const char* src = item.kind() == v1::SaveItem::OBJECT
                             ? objects.at(item.index()).bytes.data()
                             : static_cast<const char*>(tensors.at(item.index()).data);
       for (uint64_t at = 0; at < item.bytes() && !submitter.failed();) {
-        const uint64_t piece = std::min(item.bytes() - at, batch_bytes - batched);
+        // A piece that does not end its item must be whole chunks, so a
+        // batch another item started only has room for whole chunks.
+        uint64_t room = (batch_bytes - batched) / chunk * chunk;
+        if (room == 0) {
+          flush(/*more=*/true);
+          room = batch_bytes;
+        }
+        // Objects go whole: each is one stored chunk.
+        const uint64_t piece = item.kind() == v1::SaveItem::OBJECT
+                                   ? item.bytes()
+                                   : std::min(item.bytes() - at, room);
         v1::SnapshotRef* ref = batch.add_refs();
         ref->set_kind(item.kind());
         ref->set_index(item.index());
@@ -336,7 +421,7 @@ class ClientImpl final : public Client {
         copies.push_back({lease + offset + at, src + at, piece});
         at += piece;
         batched += piece;
-        if (batched == batch_bytes) flush(/*more=*/true);
+        if (batched >= batch_bytes) flush(/*more=*/true);
       }
       offset += item.padded_bytes();
     }
@@ -354,7 +439,28 @@ class ClientImpl final : public Client {
   const ClientOptions options_;
   const std::unique_ptr<v1::NodeService::Stub> stub_;
   const std::string session_;
+  // The GPU runtime, detected on first use so host-only trainers never
+  // initialise CUDA. An error names the tensor and why there is no GPU.
+  absl::StatusOr<gpu::DeviceRuntime*> Gpu(const std::string& fqn) {
+    absl::MutexLock lock(&gpu_mu_);
+    if (gpu_ == nullptr) {
+      gpu_ = gpu::DetectDeviceRuntime();
+      if (gpu_->HasDevice()) {
+        // Pinned, so pushes from the GPU into the pool run at DMA speed.
+        pool_pinned_ = gpu_->RegisterHostMemory(pool_->base(), pool_->size()).ok();
+      }
+    }
+    if (!gpu_->HasDevice()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tensor ", fqn, " is in GPU memory but this process has ", gpu_->Describe()));
+    }
+    return gpu_.get();
+  }
+
   const std::unique_ptr<PoolMapping> pool_;
+  absl::Mutex gpu_mu_;
+  std::unique_ptr<gpu::DeviceRuntime> gpu_ ABSL_GUARDED_BY(gpu_mu_);
+  bool pool_pinned_ ABSL_GUARDED_BY(gpu_mu_) = false;
   absl::Mutex mu_;
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
 };

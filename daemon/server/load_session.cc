@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "daemon/coordinator/save_planner.h"
 #include "daemon/server/chunk_reader.h"
+#include "proto/lib/region_convert.h"
 
 namespace ckpt::server {
 namespace {
@@ -135,6 +136,7 @@ absl::Status LoadSession::Execute() {
     responses[r].mutable_lease()->set_length(lease->length);
   }
   if (status.ok()) status = Prefixed(RunReads(*assignment, lease_base, tensor_offset, object_offset), what);
+  if (status.ok()) status = Prefixed(DeliverToDevices(plan, session_ids, lease_base, tensor_offset), what);
   if (!status.ok()) {
     for (const auto& [r, id] : granted) (void)context_.sessions.ReleaseLease(session_ids[r], id);
     return status;
@@ -211,6 +213,43 @@ absl::Status LoadSession::RunReads(const v1::LoadAssignment& assignment,
   for (std::thread& t : pool) t.join();
   absl::MutexLock lock(&error_mu);
   return first_error;
+}
+
+absl::Status LoadSession::DeliverToDevices(const v1::NodeLoadPlan& plan,
+                                           const std::vector<std::string>& session_ids,
+                                           const std::vector<char*>& lease_base,
+                                           const std::vector<std::vector<uint64_t>>& tensor_offset) {
+  for (const v1::NodeLoadPlan::RankRequests& rank : plan.ranks()) {
+    for (int i = 0; i < rank.tensors_size(); ++i) {
+      const v1::TensorShard& request = rank.tensors(i);
+      if (!request.has_device_buffer()) continue;
+      const v1::DeviceBuffer& target = request.device_buffer();
+      if (!context_.gpu.HasDevice()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "tensor ", request.fqn(), " of rank ", rank.rank(), " is on a GPU but ckptd has ",
+            context_.gpu.Describe(), "; use the push path or host tensors"));
+      }
+      absl::StatusOr<std::shared_ptr<gpu::IpcMapping>> mapping = context_.ipc.Get(
+          session_ids[rank.rank()], target.ipc_handle(), target.device(), target.allocation_bytes());
+      if (!mapping.ok()) return mapping.status();
+      absl::StatusOr<ShardGeometry> g = ValidateShard(request);
+      if (!g.ok()) return g.status();
+      const uint64_t bytes = static_cast<uint64_t>(g->bytes);
+      if (target.offset() > (*mapping)->bytes() || bytes > (*mapping)->bytes() - target.offset()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", request.fqn(), ": device buffer [", target.offset(), ", +", bytes,
+            ") lies outside its allocation of ", (*mapping)->bytes(), " bytes"));
+      }
+      // Host to device on the daemon's streams; the rank copies nothing.
+      char* device = static_cast<char*>((*mapping)->device_ptr()) + target.offset();
+      if (absl::Status s = context_.gpu.CopyHostToDevice(
+              lease_base[rank.rank()] + tensor_offset[rank.rank()][i], device, bytes);
+          !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("tensor ", request.fqn(), ": ", s.message()));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 void LoadSession::CheckDeadlines(absl::Time now) {

@@ -44,6 +44,13 @@ class LoadSession {
                         const std::vector<std::vector<uint64_t>>& tensor_offset,
                         const std::vector<std::vector<uint64_t>>& object_offset);
 
+  // Copies the requests that name a GPU buffer from the leases to the
+  // ranks' devices (CUDA IPC pull).
+  absl::Status DeliverToDevices(const v1::NodeLoadPlan& plan,
+                                const std::vector<std::string>& session_ids,
+                                const std::vector<char*>& lease_base,
+                                const std::vector<std::vector<uint64_t>>& tensor_offset);
+
   NodeContext& context_;
   const std::string job_;
   const int64_t step_;

@@ -102,6 +102,7 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   if (!pool.ok()) return pool.status();
   d->pool_ = std::move(*pool);
   d->gpu_ = gpu::DetectDeviceRuntime();
+  d->ipc_ = std::make_unique<gpu::IpcMappingCache>(d->gpu_.get());
   if (d->gpu_->HasDevice()) {
     // Pinned once here, so copies from the GPU run at full DMA speed.
     if (absl::Status s = d->gpu_->RegisterHostMemory(d->pool_->base(), d->pool_->capacity());
@@ -125,7 +126,7 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   v1::HostIdentity host;
   host.set_host(o.host_name);
   host.set_address(o.listen_address);
-  d->context_.reset(new NodeContext{d->options_, host, *d->coordinator_, *d->backend_, *d->pool_,
+  d->context_.reset(new NodeContext{d->options_, *d->gpu_, *d->ipc_, host, *d->coordinator_, *d->backend_, *d->pool_,
                                     *d->writers_, *d->sessions_, d->bytes_written_,
                                     d->bytes_read_, d->commits_});
   d->service_ = std::make_unique<NodeService>(*d->context_, d->gpu_->HasDevice());
@@ -176,6 +177,7 @@ NodeDaemon::~NodeDaemon() {
   writers_.reset();
   service_.reset();
   sessions_.reset();
+  ipc_.reset();  // mappings close before the runtime goes
   if (pool_registered_) (void)gpu_->UnregisterHostMemory(pool_->base());
   unlink(options_.socket_path.c_str());
 }

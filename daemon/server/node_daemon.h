@@ -17,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/gpu/device_runtime.h"
+#include "daemon/gpu/ipc_mapping_cache.h"
 #include "daemon/pool/shm_pool.h"
 #include "daemon/server/daemon_options.h"
 #include "daemon/server/node_service.h"
@@ -52,6 +53,7 @@ class NodeDaemon {
   DaemonOptions options_;
   std::unique_ptr<storage::Backend> backend_;
   std::unique_ptr<gpu::DeviceRuntime> gpu_;
+  std::unique_ptr<gpu::IpcMappingCache> ipc_;
   std::unique_ptr<pool::ShmPool> pool_;
   bool pool_registered_ = false;
   std::unique_ptr<coordinator::Coordinator> coordinator_;

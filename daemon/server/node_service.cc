@@ -37,6 +37,8 @@ grpc::Status NodeService::Attach(grpc::ServerContext*, const v1::AttachRequest* 
 
 grpc::Status NodeService::Detach(grpc::ServerContext*, const v1::DetachRequest* request,
                                  v1::DetachResponse*) {
+  // Its GPU allocations may be freed once it is gone: close our mappings.
+  context_.ipc.ReleaseOwner(request->session_id());
   return ToGrpc(context_.sessions.Detach(request->session_id()));
 }
 

@@ -207,7 +207,8 @@ void SaveSession::PlanAllRanks() {
 }
 
 absl::Status SaveSession::AcceptPiece(RankState& state, const v1::SnapshotRef& ref,
-                                      std::map<int, std::vector<WriteTask>>& tasks) {
+                                      std::map<int, std::vector<WriteTask>>& tasks,
+                                      std::vector<PullJob>& pulls) {
   const uint64_t lease_bytes = state.has_lease ? state.lease.length : 0;
   const uint64_t alignment = context_.pool.alignment();
   const uint64_t chunk = assignment_.chunk_bytes();
@@ -229,6 +230,12 @@ absl::Status SaveSession::AcceptPiece(RankState& state, const v1::SnapshotRef& r
   if (at > item.bytes() || piece > item.bytes() - at) {
     return absl::InvalidArgumentError(absl::StrCat("piece of ", name, " [", at, ", +", piece,
                                                    ") exceeds its ", item.bytes(), " bytes"));
+  }
+  // An object is one stored chunk (its manifest entry has one CRC), so it
+  // comes and is written in one piece whatever its size.
+  const bool object = item.kind() == v1::SaveItem::OBJECT;
+  if (object && (at != 0 || piece != item.bytes())) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " must be handed over in one piece"));
   }
   if (at + piece < item.bytes() && (piece == 0 || piece % chunk != 0)) {
     return absl::InvalidArgumentError(absl::StrCat("piece of ", name, " has ", piece,
@@ -263,9 +270,29 @@ absl::Status SaveSession::AcceptPiece(RankState& state, const v1::SnapshotRef& r
   }
   char* data = context_.pool.base() + state.lease.offset + start;
   const v1::WriteItem& write = *state.writes[i];
+  if (ref.pull()) {
+    if (item.kind() != v1::SaveItem::SHARD || at != 0 || piece != item.bytes()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pull of ", name, " must cover the whole shard in one piece"));
+    }
+    const v1::TensorShard& shard = state.request->shards(static_cast<int>(item.index()));
+    if (!shard.has_device_buffer()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pull of ", name, " but its plan gave no device buffer"));
+    }
+    if (!context_.gpu.HasDevice()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "pull of tensor ", shard.fqn(), " over CUDA IPC: ckptd has ", context_.gpu.Describe(),
+          "; use the push path or host tensors"));
+    }
+    pulls.push_back(PullJob{shard.device_buffer(), data, &item, &write});
+    state.received[i] += piece;
+    return absl::OkStatus();
+  }
   std::shared_ptr<SaveSession> self = shared_from_this();
-  for (uint64_t off = at; off < at + piece; off += chunk) {
-    const uint64_t payload = std::min(chunk, item.bytes() - off);
+  const uint64_t step = object ? std::max<uint64_t>(item.bytes(), 1) : chunk;
+  for (uint64_t off = at; off < at + piece; off += step) {
+    const uint64_t payload = std::min(step, item.bytes() - off);
     if (off + payload == item.bytes()) {
       // The pad after the payload is written too (O_DIRECT wants whole
       // blocks); zero it so files do not carry stale pool bytes.
@@ -282,6 +309,7 @@ absl::Status SaveSession::SubmitSnapshot(const RankSession& rank,
                                          const v1::SubmitSnapshotRequest& request) {
   const std::string who = absl::StrCat("save of job ", job_, " step ", step_, ": rank ", rank.rank, ": ");
   std::map<int, std::vector<WriteTask>> tasks;
+  std::vector<PullJob> pulls;
   bool finish = false;
   absl::Status bad;
   {
@@ -295,7 +323,7 @@ absl::Status SaveSession::SubmitSnapshot(const RankSession& rank,
       return absl::FailedPreconditionError(absl::StrCat(who, "snapshot already complete"));
     }
     for (const v1::SnapshotRef& ref : request.refs()) {
-      bad = AcceptPiece(state, ref, tasks);
+      bad = AcceptPiece(state, ref, tasks, pulls);
       if (!bad.ok()) break;
     }
     if (bad.ok() && !request.more()) {
@@ -317,10 +345,10 @@ absl::Status SaveSession::SubmitSnapshot(const RankSession& rank,
       for (const auto& [writer, list] : tasks) {
         pending_chunks_ += list.size();
       }
-      if (!request.more()) {
+      // With pulls still to run, the rank is snapshotted only after them.
+      if (!request.more() && pulls.empty()) {
         state.snapshotted = true;
         ++snapshotted_;
-        FaultPoint("save.rank_snapshotted");
       }
       finish = ReadyToFinishLocked();
     }
@@ -331,7 +359,63 @@ absl::Status SaveSession::SubmitSnapshot(const RankSession& rank,
   }
   for (auto& [writer, list] : tasks) context_.writers.Submit(writer, std::move(list));
   if (finish) Finish();
+  if (pulls.empty()) return absl::OkStatus();
+
+  for (const PullJob& job : pulls) {
+    if (absl::Status s = RunPull(rank.id, job); !s.ok()) {
+      s = Prefixed(s, who);
+      Fail(s);
+      return s;
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (!error_.ok()) return error_;
+    if (!request.more()) {
+      ranks_[rank.rank].snapshotted = true;
+      ++snapshotted_;
+    }
+    finish = ReadyToFinishLocked();
+  }
+  if (finish) Finish();
   return absl::OkStatus();
+}
+
+absl::Status SaveSession::RunPull(const std::string& session, const PullJob& job) {
+  absl::StatusOr<std::shared_ptr<gpu::IpcMapping>> mapping =
+      context_.ipc.Get(session, job.source.ipc_handle(), job.source.device(),
+                       job.source.allocation_bytes());
+  if (!mapping.ok()) return mapping.status();
+  if (job.source.offset() > (*mapping)->bytes() ||
+      job.item->bytes() > (*mapping)->bytes() - job.source.offset()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device buffer [", job.source.offset(), ", +", job.item->bytes(),
+        ") lies outside its allocation of ", (*mapping)->bytes(), " bytes"));
+  }
+  const uint64_t alignment = context_.pool.alignment();
+  uint64_t chunk = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    chunk = assignment_.chunk_bytes();
+  }
+  std::memset(job.destination + job.item->bytes(), 0, job.item->padded_bytes() - job.item->bytes());
+  std::shared_ptr<SaveSession> self = shared_from_this();
+  const char* source = static_cast<const char*>((*mapping)->device_ptr()) + job.source.offset();
+  return context_.gpu.CopyDeviceToHost(
+      source, job.destination, job.item->bytes(), chunk, [&](uint64_t offset, uint64_t length) {
+        // Each landed chunk is written at once: copying overlaps writing.
+        std::vector<WriteTask> tasks;
+        for (uint64_t off = offset; off < offset + length; off += chunk) {
+          const uint64_t payload = std::min(chunk, offset + length - off);
+          tasks.push_back(WriteTask{self, job.write->writer(), job.write->file_offset() + off,
+                                    job.destination + off, AlignUp(payload, alignment), payload});
+        }
+        {
+          absl::MutexLock lock(&mu_);
+          pending_chunks_ += tasks.size();
+        }
+        context_.writers.Submit(job.write->writer(), std::move(tasks));
+      });
 }
 
 storage::WritableFile* SaveSession::File(int index) { return files_[index].get(); }

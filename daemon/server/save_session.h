@@ -36,6 +36,8 @@
 #include "ckpt/v1/coordinator.pb.h"
 #include "ckpt/v1/node.pb.h"
 #include "daemon/coordinator/coordinator.h"
+#include "daemon/gpu/device_runtime.h"
+#include "daemon/gpu/ipc_mapping_cache.h"
 #include "daemon/pool/shm_pool.h"
 #include "daemon/server/daemon_options.h"
 #include "daemon/server/rank_sessions.h"
@@ -45,6 +47,8 @@ namespace ckpt::server {
 
 struct NodeContext {
   const DaemonOptions& options;
+  gpu::DeviceRuntime& gpu;
+  gpu::IpcMappingCache& ipc;  // ranks' GPU allocations, by session
   v1::HostIdentity host;
   coordinator::Coordinator& coordinator;
   storage::Backend& backend;
@@ -102,9 +106,20 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   void PlanAllRanks();  // run by the last rank to arrive, without mu_
   // Checks one piece against the rank's items and lease, and appends its
   // chunks' write tasks.
+  // A GPU item the daemon copies itself (CUDA IPC pull), queued while the
+  // lock is held and run after it is released.
+  struct PullJob {
+    v1::DeviceBuffer source;
+    char* destination = nullptr;  // the item's place in the lease
+    const v1::SaveItem* item = nullptr;
+    const v1::WriteItem* write = nullptr;
+  };
   absl::Status AcceptPiece(RankState& state, const v1::SnapshotRef& ref,
-                           std::map<int, std::vector<WriteTask>>& tasks)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                           std::map<int, std::vector<WriteTask>>& tasks,
+                           std::vector<PullJob>& pulls) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies one pulled item device-to-host chunk by chunk, queueing each
+  // chunk's write as it lands.
+  absl::Status RunPull(const std::string& session, const PullJob& job);
   void Finish();   // commit; run without mu_ once all chunks are written
   void CleanUp();  // after failure, once nothing is in flight; without mu_
   void CleanUpIfDue();

@@ -258,3 +258,47 @@ TEST_CASE("a save that does not fit the pool waits, then succeeds", "[pipeline][
 }
 
 }  // namespace ckpt::testing
+
+namespace ckpt::testing {
+
+TEST_CASE("batches split items only at chunk boundaries", "[pipeline]") {
+  InProcessDaemon d(/*gate_open=*/true, 32 << 20);
+  ClientOptions options;
+  options.socket_path = d.dir + "/ckptd.sock";
+  options.job = "odd";
+  options.pipeline_bytes = 3 * (64 << 10);  // three chunks per batch
+  auto client = Client::Attach(options);
+  REQUIRE(client.ok());
+  // Sizes that straddle batches: a batch started by one item leaves room
+  // that is not a whole number of chunks for the next.
+  std::vector<HostTensor> tensors;
+  std::vector<std::vector<char>> buffers;
+  for (int64_t bytes : {1000, 5 * 65536 + 77, 65536, 3 * 65536 - 1, 11 * 65536 + 4095}) {
+    HostTensor t;
+    t.fqn = "t" + std::to_string(bytes);
+    t.dtype = DType::kUInt8;
+    t.global_shape = {bytes};
+    buffers.push_back(*PatternShard(t));
+    t.data = buffers.back().data();
+    tensors.push_back(t);
+  }
+  auto saved = (*client)->Save(1, tensors, {{"small", false, "x"}, {"odd", true, std::string(70000, 'y')}});
+  REQUIRE(saved.ok());
+  INFO((*saved)->WaitPersisted().ToString());
+  REQUIRE((*saved)->WaitPersisted().ok());
+  std::vector<std::vector<char>> loaded;
+  std::vector<HostTensor> targets = tensors;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    loaded.emplace_back(buffers[i].size(), 0);
+    targets[i].data = loaded.back().data();
+  }
+  std::string small, odd;
+  auto step = (*client)->Load(1, targets, {{"small", &small}, {"odd", &odd}});
+  INFO(step.status().ToString());
+  REQUIRE(step.ok());
+  for (size_t i = 0; i < targets.size(); ++i) CHECK(loaded[i] == buffers[i]);
+  CHECK(small == "x");
+  CHECK(odd == std::string(70000, 'y'));
+}
+
+}  // namespace ckpt::testing

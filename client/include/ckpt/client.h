@@ -38,6 +38,11 @@ struct ClientOptions {
   // Bytes copied before they are handed to the daemon's writers, so writing
   // overlaps copying (rounded to whole chunks).
   uint64_t pipeline_bytes = 32 << 20;
+  // How GPU tensors travel. kPull: the daemon maps them over CUDA IPC and
+  // copies on its own streams (nothing runs in the trainer). kPush: this
+  // process copies them through the pool, for containers without IPC.
+  enum class GpuTransfer { kPull, kPush };
+  GpuTransfer gpu_transfer = GpuTransfer::kPull;
 };
 
 struct SaveOptions {

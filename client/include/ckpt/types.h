@@ -52,14 +52,19 @@ struct Region {
   }
 };
 
-// A shard in host memory: its region's elements, packed in ascending
-// row-major order of the global tensor. Saving reads `data`; loading fills it.
+// Where a shard's bytes live.
+enum class Location { kHost, kCudaDevice };
+
+// A shard: its region's elements, packed in ascending row-major order of the
+// global tensor, in host memory or (kCudaDevice) in this process's GPU
+// memory. Saving reads `data`; loading fills it.
 struct HostTensor {
   std::string fqn;
   DType dtype = DType::kFloat32;
   std::vector<int64_t> global_shape;
   Region region;
   void* data = nullptr;
+  Location location = Location::kHost;
 };
 
 // Non-tensor state: a named byte string, this rank's own or one for the job.

@@ -1,0 +1,93 @@
+// Without a GPU the GPU paths are compiled in, selected off, and asking for
+// them is a clear error, on the client and on the daemon; the daemon serves
+// on. (tests/gpu/ runs the paths themselves where a GPU exists.)
+#include <grpcpp/grpcpp.h>
+
+#include <catch2/catch.hpp>
+
+#include "ckpt/client.h"
+#include "ckpt/v1/node.grpc.pb.h"
+#include "daemon/gpu/device_factory.h"
+#include "tests/support/test_daemon.h"
+#include "tools/demo/tensor_pattern.h"
+
+namespace ckpt::testing {
+
+TEST_CASE("GPU tensors without a GPU get a clear error", "[integration][gpu_fallback]") {
+  if (gpu::DetectDeviceRuntime()->HasDevice()) {
+    WARN("a GPU is present: the fallback errors do not apply; tests/gpu covers this machine");
+    return;
+  }
+  TestDaemon d;
+  REQUIRE(d.Start().ok());
+  std::vector<char> bytes(4096);
+  HostTensor t;
+  t.fqn = "model.gpu.weight";
+  t.dtype = DType::kUInt8;
+  t.global_shape = {4096};
+  t.data = bytes.data();
+  t.location = Location::kCudaDevice;
+
+  for (auto transfer : {ClientOptions::GpuTransfer::kPull, ClientOptions::GpuTransfer::kPush}) {
+    ClientOptions options;
+    options.socket_path = d.socket();
+    options.job = "gpu";
+    options.gpu_transfer = transfer;
+    auto client = Client::Attach(options);
+    REQUIRE(client.ok());
+    auto saved = (*client)->Save(1, {t}, {});
+    INFO(saved.status().ToString());
+    REQUIRE(absl::IsFailedPrecondition(saved.status()));
+    CHECK(saved.status().message().find("model.gpu.weight") != absl::string_view::npos);
+    CHECK(saved.status().message().find("no GPU") != absl::string_view::npos);
+    auto loaded = (*client)->Load(kLatestStep, {t});
+    CHECK(absl::IsFailedPrecondition(loaded.status()));
+  }
+
+  SECTION("the daemon refuses a pull it cannot do, and serves on") {
+    auto stub = d.Stub();
+    grpc::ClientContext attach_context;
+    v1::AttachRequest attach;
+    attach.set_job("gpu-raw");
+    attach.set_world_size(1);
+    v1::AttachResponse attached;
+    REQUIRE(stub->Attach(&attach_context, attach, &attached).ok());
+    grpc::ClientContext plan_context;
+    v1::PlanSaveRequest plan;
+    plan.set_session_id(attached.session_id());
+    plan.set_step(1);
+    v1::TensorShard* shard = plan.add_shards();
+    shard->set_fqn("model.gpu.weight");
+    shard->set_dtype(v1::UINT8);
+    shard->add_global_shape(4096);
+    shard->mutable_device_buffer()->set_ipc_handle(std::string(64, '\1'));
+    shard->mutable_device_buffer()->set_allocation_bytes(4096);
+    v1::PlanSaveResponse planned;
+    REQUIRE(stub->PlanSave(&plan_context, plan, &planned).ok());
+    grpc::ClientContext context;
+    v1::SubmitSnapshotRequest request;
+    request.set_session_id(attached.session_id());
+    request.set_save_id(planned.save_id());
+    v1::SnapshotRef* ref = request.add_refs();
+    ref->set_kind(v1::SaveItem::SHARD);
+    ref->set_index(0);
+    ref->set_pull(true);
+    ref->mutable_memory()->set_length(4096);
+    v1::SubmitSnapshotResponse response;
+    grpc::Status s = stub->SubmitSnapshot(&context, request, &response);
+    CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK(s.error_message().find("ckptd has no GPU") != std::string::npos);
+    // Host tensors still save and load.
+    ClientOptions options;
+    options.socket_path = d.socket();
+    options.job = "host-after-gpu";
+    auto client = Client::Attach(options);
+    REQUIRE(client.ok());
+    t.location = Location::kHost;
+    auto saved = (*client)->Save(1, {t}, {});
+    REQUIRE(saved.ok());
+    CHECK((*saved)->WaitPersisted().ok());
+  }
+}
+
+}  // namespace ckpt::testing
