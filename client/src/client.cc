@@ -355,15 +355,17 @@ class ClientImpl final : public Client {
     // Batches are handed over by a submitter thread, so the RPCs overlap the
     // copying of the next batch instead of adding to the trainer's stall.
     SnapshotSubmitter submitter(*stub_, session_, planned.save_id());
-    std::vector<CopyPiece> copies;
-    v1::SubmitSnapshotRequest batch;
+    // Batches are laid out first, then copied by one streaming set of
+    // threads; each is submitted as soon as it (and those before) landed.
+    std::vector<v1::SubmitSnapshotRequest> requests(1);
+    std::vector<std::vector<CopyPiece>> copies(1);
     uint64_t batched = 0;
     auto flush = [&](bool more) {
-      client::ParallelCopy(copies, options_.copy_threads);
-      copies.clear();
-      batch.set_more(more);
-      submitter.Push(std::move(batch));
-      batch = v1::SubmitSnapshotRequest();
+      requests.back().set_more(more);
+      if (more) {
+        requests.emplace_back();
+        copies.emplace_back();
+      }
       batched = 0;
     };
     uint64_t offset = 0;
@@ -375,7 +377,7 @@ class ClientImpl final : public Client {
       const bool on_gpu = item.kind() == v1::SaveItem::SHARD &&
                           tensors.at(item.index()).location == Location::kCudaDevice;
       if (on_gpu && item.bytes() > 0) {
-        v1::SnapshotRef* ref = batch.add_refs();
+        v1::SnapshotRef* ref = requests.back().add_refs();
         ref->set_kind(item.kind());
         ref->set_index(item.index());
         ref->mutable_memory()->set_offset(offset);
@@ -400,7 +402,7 @@ class ClientImpl final : public Client {
       const char* src = item.kind() == v1::SaveItem::OBJECT
                             ? objects.at(item.index()).bytes.data()
                             : static_cast<const char*>(tensors.at(item.index()).data);
-      for (uint64_t at = 0; at < item.bytes() && !submitter.failed();) {
+      for (uint64_t at = 0; at < item.bytes();) {
         // A piece that does not end its item must be whole chunks, so a
         // batch another item started only has room for whole chunks.
         uint64_t room = (batch_bytes - batched) / chunk * chunk;
@@ -412,13 +414,13 @@ class ClientImpl final : public Client {
         const uint64_t piece = item.kind() == v1::SaveItem::OBJECT
                                    ? item.bytes()
                                    : std::min(item.bytes() - at, room);
-        v1::SnapshotRef* ref = batch.add_refs();
+        v1::SnapshotRef* ref = requests.back().add_refs();
         ref->set_kind(item.kind());
         ref->set_index(item.index());
         ref->set_item_offset(at);
         ref->mutable_memory()->set_offset(offset + at);
         ref->mutable_memory()->set_length(piece);
-        copies.push_back({lease + offset + at, src + at, piece});
+        copies.back().push_back({lease + offset + at, src + at, piece});
         at += piece;
         batched += piece;
         if (batched >= batch_bytes) flush(/*more=*/true);
@@ -426,6 +428,8 @@ class ClientImpl final : public Client {
       offset += item.padded_bytes();
     }
     flush(/*more=*/false);
+    client::ParallelCopyBatches(copies, options_.copy_threads,
+                                [&](size_t k) { submitter.Push(std::move(requests[k])); });
     if (absl::Status s = submitter.Finish(); !s.ok()) return state.PersistDone(Prefixed(s, what));
     state.SnapshotDone(absl::OkStatus());
     grpc::ClientContext context;

@@ -36,6 +36,7 @@ struct Config {
   int checkpoints = 3;
   int writer_threads = 4;
   int copy_threads = 4;
+  int pipeline_mib = 32;
   bool json = false;
   std::string ckptd;
 };
@@ -83,7 +84,8 @@ absl::StatusOr<std::vector<std::unique_ptr<ChildProcess>>> StartWorkers(
     auto w = ChildProcess::Start(
         {SelfPath(), "--worker", "--socket", socket, "--rank", std::to_string(r), "--world",
          std::to_string(world), "--state-bytes", std::to_string(bytes), "--copy-threads",
-         std::to_string(c.copy_threads), load ? "--load-worker" : "--save-worker"},
+         std::to_string(c.copy_threads), "--pipeline-bytes",
+         std::to_string(uint64_t(c.pipeline_mib) << 20), load ? "--load-worker" : "--save-worker"},
         /*merge_stderr=*/false);
     if (!w.ok()) return w.status();
     workers.push_back(std::move(*w));
@@ -225,6 +227,8 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoints", c.checkpoints, "Checkpoints per measurement")->capture_default_str();
   app.add_option("--writer-threads", c.writer_threads, "ckptd writer threads")->capture_default_str();
   app.add_option("--copy-threads", c.copy_threads, "Copy threads per rank")->capture_default_str();
+  app.add_option("--pipeline-mib", c.pipeline_mib, "MiB a rank copies before handing them to the writers")
+      ->capture_default_str();
   app.add_option("--ckptd", c.ckptd, "Path of ckptd (default: beside this build)");
   app.add_flag("--json", c.json, "Also print one JSON line");
   // Internal: the rank processes.
@@ -235,6 +239,7 @@ int main(int argc, char** argv) {
   app.add_option("--rank", w.rank)->group("");
   app.add_option("--world", w.world)->group("");
   app.add_option("--state-bytes", w.state_bytes)->group("");
+  app.add_option("--pipeline-bytes", w.pipeline_bytes)->group("");
   CLI11_PARSE(app, argc, argv);
   if (worker) {
     w.load = load_worker;
