@@ -112,6 +112,11 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
     d->pool_registered_ = true;
   }
 
+  // Writes come from the pool and reads land in it: register it once.
+  if (absl::Status s = d->backend_->RegisterMemory(d->pool_->base(), d->pool_->capacity()); !s.ok()) {
+    return s;
+  }
+
   coordinator::SavePlannerOptions planner;
   planner.chunk_bytes = o.chunk_bytes;
   planner.alignment = d->pool_->alignment();

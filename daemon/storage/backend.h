@@ -80,6 +80,11 @@ class Backend {
   // Names (not paths) of the entries of a directory, sorted. NOT_FOUND if absent.
   virtual absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) = 0;
   virtual absl::StatusOr<bool> Exists(const std::string& path) = 0;
+
+  // Memory that most transfers will come from or go to (the daemon's pool):
+  // a backend that can pre-register it with the kernel does so once
+  // (io_uring fixed buffers). Optional; the default does nothing.
+  virtual absl::Status RegisterMemory(void* base, size_t bytes) { return absl::OkStatus(); }
 };
 
 // Whole-file helpers on top of any backend.

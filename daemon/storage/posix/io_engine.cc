@@ -1,5 +1,6 @@
 #include "daemon/storage/posix/io_engine.h"
 
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -100,6 +101,37 @@ class SyncEngine : public IoEngine {
   }
 };
 
+// The fixed buffers every ring should have, and a generation so that rings
+// notice a change.
+struct FixedBuffers {
+  std::mutex mu;
+  std::vector<iovec> iovecs;  // guarded by mu
+  uint64_t generation = 0;    // guarded by mu
+};
+FixedBuffers& Fixed() {
+  static FixedBuffers* fixed = new FixedBuffers;
+  return *fixed;
+}
+std::atomic<uint64_t> fixed_transfers{0};
+
+}  // namespace
+
+void RegisterFixedBuffers(void* base, size_t bytes) {
+  // The kernel takes at most 1 GiB per buffer.
+  constexpr size_t kMaxBuffer = size_t{1} << 30;
+  FixedBuffers& fixed = Fixed();
+  std::lock_guard<std::mutex> lock(fixed.mu);
+  fixed.iovecs.clear();
+  for (size_t off = 0; off < bytes; off += kMaxBuffer) {
+    fixed.iovecs.push_back({static_cast<char*>(base) + off, std::min(kMaxBuffer, bytes - off)});
+  }
+  ++fixed.generation;
+}
+
+uint64_t FixedBufferTransfers() { return fixed_transfers.load(std::memory_order_relaxed); }
+
+namespace {
+
 #ifdef CKPT_HAVE_URING
 
 constexpr unsigned kMaxQueueDepth = 4096;
@@ -123,14 +155,51 @@ class ThreadRing {
     if (rc < 0) return rc;
     initialized_ = true;
     entries_ = depth;
+    registered_generation_ = 0;
+    iovecs_.clear();
     return 0;
   }
   io_uring* ring() { return &ring_; }
+
+  // Brings this ring's fixed buffers up to date with the process's.
+  void SyncFixedBuffers() {
+    FixedBuffers& fixed = Fixed();
+    std::lock_guard<std::mutex> lock(fixed.mu);
+    if (fixed.generation == registered_generation_) return;
+    if (!iovecs_.empty()) io_uring_unregister_buffers(&ring_);
+    iovecs_.clear();
+    registered_generation_ = fixed.generation;
+    if (fixed.iovecs.empty()) return;
+    const int rc = io_uring_register_buffers(&ring_, fixed.iovecs.data(),
+                                             static_cast<unsigned>(fixed.iovecs.size()));
+    if (rc == 0) {
+      iovecs_ = fixed.iovecs;
+      return;
+    }
+    static std::once_flag once;
+    std::call_once(once, [rc] {
+      const std::string line = absl::StrFormat(
+          "ckpt storage: %s; plain io_uring ops (raise LimitMEMLOCK to register)\n",
+          ErrnoStatus(-rc, "io_uring_register_buffers").message());
+      std::fputs(line.c_str(), stderr);
+    });
+  }
+  // The index of the registered buffer holding [p, p + n), or -1.
+  int FixedIndex(const void* p, size_t n) const {
+    const char* c = static_cast<const char*>(p);
+    for (size_t i = 0; i < iovecs_.size(); ++i) {
+      const char* base = static_cast<const char*>(iovecs_[i].iov_base);
+      if (c >= base && c + n <= base + iovecs_[i].iov_len) return static_cast<int>(i);
+    }
+    return -1;
+  }
 
  private:
   io_uring ring_{};
   unsigned entries_ = 0;
   bool initialized_ = false;
+  uint64_t registered_generation_ = 0;
+  std::vector<iovec> iovecs_;  // what this ring has registered
 };
 
 ThreadRing& CurrentThreadRing() {
@@ -164,7 +233,8 @@ class UringEngine : public IoEngine {
       fell_back_.store(true, std::memory_order_relaxed);
       return fallback_.Run(kind, ops, path);
     }
-    return RunOnRing(thread_ring.ring(), kind, ops, path);
+    thread_ring.SyncFixedBuffers();
+    return RunOnRing(thread_ring, kind, ops, path);
   }
 
  private:
@@ -173,8 +243,9 @@ class UringEngine : public IoEngine {
     bool last_was_direct = false;
   };
 
-  absl::Status RunOnRing(io_uring* ring, IoKind kind, absl::Span<EngineOp> ops,
+  absl::Status RunOnRing(ThreadRing& thread_ring, IoKind kind, absl::Span<EngineOp> ops,
                          std::string_view path) {
+    io_uring* ring = thread_ring.ring();
     const char* name = kind == IoKind::kWrite ? "io_uring write" : "io_uring read";
     std::vector<OpState> state(ops.size());
     std::vector<size_t> retry;  // ops with a remainder to resubmit
@@ -229,7 +300,17 @@ class UringEngine : public IoEngine {
         }
         const Transfer t = NextTransfer(ops[i], state[i].allow_direct);
         state[i].last_was_direct = t.direct;
-        if (kind == IoKind::kWrite) {
+        const int fixed = thread_ring.FixedIndex(t.buffer, t.length);
+        if (fixed >= 0) {
+          fixed_transfers.fetch_add(1, std::memory_order_relaxed);
+          if (kind == IoKind::kWrite) {
+            io_uring_prep_write_fixed(sqe, t.fd, t.buffer, static_cast<unsigned>(t.length), t.offset,
+                                      fixed);
+          } else {
+            io_uring_prep_read_fixed(sqe, t.fd, t.buffer, static_cast<unsigned>(t.length), t.offset,
+                                     fixed);
+          }
+        } else if (kind == IoKind::kWrite) {
           io_uring_prep_write(sqe, t.fd, t.buffer, static_cast<unsigned>(t.length), t.offset);
         } else {
           io_uring_prep_read(sqe, t.fd, t.buffer, static_cast<unsigned>(t.length), t.offset);

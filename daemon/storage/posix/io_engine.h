@@ -61,6 +61,15 @@ struct IoEngineOptions {
 
 std::unique_ptr<IoEngine> NewIoEngine(const IoEngineOptions& options);
 
+// Registers [base, base + bytes) as io_uring fixed buffers for every ring of
+// the process (each thread's ring registers them before its next batch), so
+// transfers inside it skip the per-op page pinning (3FS: buffers registered
+// once). Replaces an earlier registration. A ring whose registration the
+// kernel refuses (RLIMIT_MEMLOCK, say) goes on with plain ops.
+void RegisterFixedBuffers(void* base, size_t bytes);
+// Transfers that ran as READ_FIXED/WRITE_FIXED so far, process-wide.
+uint64_t FixedBufferTransfers();
+
 }  // namespace ckpt::storage
 
 #endif  // CKPT_DAEMON_STORAGE_POSIX_IO_ENGINE_H_

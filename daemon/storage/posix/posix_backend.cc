@@ -259,4 +259,9 @@ absl::StatusOr<bool> PosixBackend::Exists(const std::string& path) {
   return ErrnoStatus(errno, absl::StrCat("stat ", path));
 }
 
+absl::Status PosixBackend::RegisterMemory(void* base, size_t bytes) {
+  RegisterFixedBuffers(base, bytes);
+  return absl::OkStatus();
+}
+
 }  // namespace ckpt::storage

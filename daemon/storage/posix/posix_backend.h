@@ -43,6 +43,8 @@ class PosixBackend : public Backend {
   absl::Status RemoveAll(const std::string& path) override;
   absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override;
   absl::StatusOr<bool> Exists(const std::string& path) override;
+  // Registers the memory as io_uring fixed buffers (RegisterFixedBuffers).
+  absl::Status RegisterMemory(void* base, size_t bytes) override;
 
  private:
   const PosixBackendOptions options_;
