@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "proto/lib/status_context.h"
 #include "absl/synchronization/mutex.h"
 #include "ckpt/v1/node.grpc.pb.h"
 #include "client/src/parallel_copy.h"
@@ -27,11 +28,6 @@ using client::PoolMapping;
 
 constexpr int kMaxMessageBytes = 256 << 20;
 constexpr auto kAttachTimeout = std::chrono::seconds(30);
-
-absl::Status Prefixed(const absl::Status& s, const std::string& prefix) {
-  if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
-}
 
 void ToProto(const HostTensor& t, v1::TensorShard* out, const gpu::IpcExport* device = nullptr) {
   if (device != nullptr) {

@@ -4,13 +4,13 @@
 #include "daemon/coordinator/fault_points.h"
 #include "daemon/coordinator/layout.h"
 #include "daemon/coordinator/manifest_io.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::coordinator {
 namespace {
 
 absl::Status WithContext(const absl::Status& s, const std::string& what) {
-  if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+  return Prefixed(s, absl::StrCat(what, ": "));
 }
 
 }  // namespace

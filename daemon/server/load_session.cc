@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "proto/lib/status_context.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/coordinator/save_planner.h"
@@ -16,11 +17,6 @@ namespace ckpt::server {
 namespace {
 
 using coordinator::AlignUp;
-
-absl::Status Prefixed(const absl::Status& s, const std::string& prefix) {
-  if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
-}
 
 }  // namespace
 

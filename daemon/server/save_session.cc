@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "proto/lib/status_context.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/coordinator/fault_points.h"
@@ -16,11 +17,6 @@ namespace ckpt::server {
 namespace {
 
 using coordinator::AlignUp;
-
-absl::Status Prefixed(const absl::Status& s, const std::string& prefix) {
-  if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
-}
 
 // Checks one rank's request on its own, before the barrier, so bad input
 // gets its error at once instead of a timeout.
