@@ -10,6 +10,7 @@
 #include "daemon/coordinator/commit.h"
 #include "daemon/coordinator/layout.h"
 #include "daemon/coordinator/load_planner.h"
+#include "daemon/coordinator/manifest_io.h"
 
 namespace ckpt::coordinator {
 namespace {
@@ -73,24 +74,17 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(
   std::map<std::pair<std::string, uint64_t>, uint32_t> crcs;
   for (const v1::ChunkChecksum& c : report.checksums()) crcs[{c.file(), c.file_offset()}] = c.crc32c();
   v1::CheckpointManifest manifest = save.assignment.manifest_template();
-  auto fill = [&](v1::StoredChunk* chunk) -> absl::Status {
-    auto it = crcs.find({chunk->file(), chunk->file_offset()});
-    if (it == crcs.end()) {
-      return absl::InternalError(absl::StrCat("no checksum reported for ", chunk->file(),
-                                              " at offset ", chunk->file_offset()));
-    }
-    chunk->set_crc32c(it->second);
-    return absl::OkStatus();
-  };
-  absl::Status status;
-  for (v1::TensorEntry& tensor : *manifest.mutable_tensors()) {
-    for (v1::StoredShard& shard : *tensor.mutable_shards()) {
-      for (v1::StoredChunk& chunk : *shard.mutable_chunks()) status.Update(fill(&chunk));
-    }
-  }
-  for (v1::ObjectEntry& object : *manifest.mutable_objects()) {
-    status.Update(fill(object.mutable_chunk()));
-  }
+  absl::Status status = ForEachMutableChunk(
+      manifest, [&](v1::StoredChunk& chunk, const std::string& owner) -> absl::Status {
+        auto it = crcs.find({chunk.file(), chunk.file_offset()});
+        if (it == crcs.end()) {
+          return absl::InternalError(absl::StrCat("no checksum reported for ", chunk.file(),
+                                                  " at offset ", chunk.file_offset(), " (", owner,
+                                                  ")"));
+        }
+        chunk.set_crc32c(it->second);
+        return absl::OkStatus();
+      });
   if (status.ok()) status = CommitCheckpoint(backend_, root(), save.partial_dir, manifest);
   if (!status.ok()) {
     AbortSave(report.save_id(), std::string(status.message()));

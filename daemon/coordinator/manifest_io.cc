@@ -39,4 +39,50 @@ absl::StatusOr<v1::CheckpointManifest> DecodeManifest(absl::string_view bytes,
   return manifest;
 }
 
+namespace {
+
+// Const and mutable views of the same fields, so one walk serves both.
+const auto& Tensors(const v1::CheckpointManifest& m) { return m.tensors(); }
+auto& Tensors(v1::CheckpointManifest& m) { return *m.mutable_tensors(); }
+const auto& Shards(const v1::TensorEntry& t) { return t.shards(); }
+auto& Shards(v1::TensorEntry& t) { return *t.mutable_shards(); }
+const auto& Chunks(const v1::StoredShard& s) { return s.chunks(); }
+auto& Chunks(v1::StoredShard& s) { return *s.mutable_chunks(); }
+const auto& Objects(const v1::CheckpointManifest& m) { return m.objects(); }
+auto& Objects(v1::CheckpointManifest& m) { return *m.mutable_objects(); }
+const v1::StoredChunk& Chunk(const v1::ObjectEntry& o) { return o.chunk(); }
+v1::StoredChunk& Chunk(v1::ObjectEntry& o) { return *o.mutable_chunk(); }
+
+template <typename Manifest, typename Fn>
+absl::Status VisitChunks(Manifest& manifest, const Fn& fn) {
+  for (auto& tensor : Tensors(manifest)) {
+    const std::string owner = absl::StrCat("tensor ", tensor.fqn());
+    for (auto& shard : Shards(tensor)) {
+      for (auto& chunk : Chunks(shard)) {
+        if (absl::Status s = fn(chunk, owner); !s.ok()) return s;
+      }
+    }
+  }
+  for (auto& object : Objects(manifest)) {
+    if (absl::Status s = fn(Chunk(object), absl::StrCat("object ", object.key())); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ForEachChunk(
+    const v1::CheckpointManifest& manifest,
+    const std::function<absl::Status(const v1::StoredChunk&, const std::string&)>& fn) {
+  return VisitChunks(manifest, fn);
+}
+
+absl::Status ForEachMutableChunk(
+    v1::CheckpointManifest& manifest,
+    const std::function<absl::Status(v1::StoredChunk&, const std::string&)>& fn) {
+  return VisitChunks(manifest, fn);
+}
+
 }  // namespace ckpt::coordinator

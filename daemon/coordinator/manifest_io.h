@@ -4,6 +4,7 @@
 #ifndef CKPT_DAEMON_COORDINATOR_MANIFEST_IO_H_
 #define CKPT_DAEMON_COORDINATOR_MANIFEST_IO_H_
 
+#include <functional>
 #include <string>
 #include "absl/strings/string_view.h"
 
@@ -16,6 +17,17 @@ std::string EncodeManifest(const v1::CheckpointManifest& manifest);
 // DATA_LOSS naming `source` when the trailer is missing or does not match.
 absl::StatusOr<v1::CheckpointManifest> DecodeManifest(absl::string_view bytes,
                                                       absl::string_view source);
+
+// Calls fn(chunk, owner) for every stored chunk of the manifest: each
+// tensor's ("tensor <fqn>"), then each object's ("object <key>"). Stops at,
+// and returns, the first error fn returns.
+absl::Status ForEachChunk(
+    const v1::CheckpointManifest& manifest,
+    const std::function<absl::Status(const v1::StoredChunk&, const std::string&)>& fn);
+// The same over a manifest being filled in.
+absl::Status ForEachMutableChunk(
+    v1::CheckpointManifest& manifest,
+    const std::function<absl::Status(v1::StoredChunk&, const std::string&)>& fn);
 
 }  // namespace ckpt::coordinator
 

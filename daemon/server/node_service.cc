@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/coordinator/layout.h"
+#include "daemon/coordinator/manifest_io.h"
+#include "daemon/coordinator/save_planner.h"
 #include "daemon/server/chunk_reader.h"
 #include "proto/lib/grpc_status.h"
 #include "proto/lib/validation.h"
@@ -167,12 +169,10 @@ grpc::Status NodeService::ListCheckpoints(grpc::ServerContext*,
     summary->set_step(step);
     summary->set_created_unix_ms(manifest->created_unix_ms());
     uint64_t bytes = 0;
-    for (const v1::TensorEntry& t : manifest->tensors()) {
-      for (const v1::StoredShard& s : t.shards()) {
-        for (const v1::StoredChunk& c : s.chunks()) bytes += c.length();
-      }
-    }
-    for (const v1::ObjectEntry& o : manifest->objects()) bytes += o.chunk().length();
+    (void)coordinator::ForEachChunk(*manifest, [&](const v1::StoredChunk& c, const std::string&) {
+      bytes += c.length();
+      return absl::OkStatus();
+    });
     summary->set_bytes(bytes);
     summary->set_tensors(manifest->tensors_size());
     summary->set_objects(manifest->objects_size());
@@ -203,35 +203,21 @@ grpc::Status NodeService::VerifyCheckpoint(grpc::ServerContext*,
                                           manifest->step()),
                      alignment);
   uint64_t largest = alignment;
-  for (const v1::TensorEntry& t : manifest->tensors()) {
-    for (const v1::StoredShard& s : t.shards()) {
-      for (const v1::StoredChunk& c : s.chunks()) largest = std::max<uint64_t>(largest, c.length());
-    }
-  }
-  for (const v1::ObjectEntry& o : manifest->objects()) {
-    largest = std::max<uint64_t>(largest, o.chunk().length());
-  }
-  largest = (largest + alignment - 1) / alignment * alignment;
+  (void)coordinator::ForEachChunk(*manifest, [&](const v1::StoredChunk& c, const std::string&) {
+    largest = std::max<uint64_t>(largest, c.length());
+    return absl::OkStatus();
+  });
+  largest = coordinator::AlignUp(largest, alignment);
   std::unique_ptr<char, decltype(&std::free)> buffer(
       static_cast<char*>(std::aligned_alloc(alignment, largest)), &std::free);
-  auto check = [&](const v1::StoredChunk& chunk, const std::string& owner) -> absl::Status {
-    if (absl::Status s = reader.Read(chunk, owner, buffer.get()); !s.ok()) return s;
-    response->set_chunks_checked(response->chunks_checked() + 1);
-    response->set_bytes_checked(response->bytes_checked() + chunk.length());
-    return absl::OkStatus();
-  };
-  for (const v1::TensorEntry& t : manifest->tensors()) {
-    for (const v1::StoredShard& s : t.shards()) {
-      for (const v1::StoredChunk& c : s.chunks()) {
-        if (absl::Status st = check(c, absl::StrCat("tensor ", t.fqn())); !st.ok()) return ToGrpc(st);
-      }
-    }
-  }
-  for (const v1::ObjectEntry& o : manifest->objects()) {
-    if (absl::Status st = check(o.chunk(), absl::StrCat("object ", o.key())); !st.ok()) {
-      return ToGrpc(st);
-    }
-  }
+  const absl::Status checked = coordinator::ForEachChunk(
+      *manifest, [&](const v1::StoredChunk& chunk, const std::string& owner) -> absl::Status {
+        if (absl::Status s = reader.Read(chunk, owner, buffer.get()); !s.ok()) return s;
+        response->set_chunks_checked(response->chunks_checked() + 1);
+        response->set_bytes_checked(response->bytes_checked() + chunk.length());
+        return absl::OkStatus();
+      });
+  if (!checked.ok()) return ToGrpc(checked);
   context_.bytes_read.fetch_add(reader.bytes_read(), std::memory_order_relaxed);
   return grpc::Status::OK;
 }

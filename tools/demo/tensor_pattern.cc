@@ -1,19 +1,14 @@
 #include "tools/demo/tensor_pattern.h"
 
 #include "absl/hash/hash.h"
+#include "proto/lib/dtype.h"
 #include "proto/lib/geometry.h"
 
 namespace ckpt::testing {
 namespace {
 
-int64_t ElementSize(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat64: case DType::kInt64: return 8;
-    case DType::kFloat32: case DType::kInt32: return 4;
-    case DType::kFloat16: case DType::kBFloat16: case DType::kInt16: return 2;
-    default: return 1;
-  }
-}
+// The client's DType shares ckpt.v1's numbering.
+int64_t ElementSize(DType dtype) { return DTypeSize(static_cast<v1::DType>(dtype)).value_or(1); }
 
 geo::Region ToGeo(const Region& r) {
   switch (r.kind) {
