@@ -25,6 +25,14 @@ ABSL_FLAG(int32_t, writer_threads, 4, "Writer threads (one data file and one io_
 ABSL_FLAG(int32_t, writer_nice, 10, "Nice value of writer threads (0: same priority as ranks)");
 ABSL_FLAG(int32_t, reader_threads, 4, "Reader threads per load");
 ABSL_FLAG(uint64_t, chunk_bytes, 4 << 20, "Checksum and write unit (multiple of 4096)");
+ABSL_FLAG(uint64_t, batch_bytes, 32 << 20,
+          "Pool room a rank copies into at a time, and a load's read-ahead unit: saves and "
+          "loads of any size stream through the pool this much at a time");
+ABSL_FLAG(double, job_pool_share, 0,
+          "Most of the pool one job may hold while others wait, as a fraction (0: fair share "
+          "among the jobs that want room)");
+ABSL_FLAG(int32_t, max_sessions, 4096, "Attached ranks at once, over all jobs");
+ABSL_FLAG(int32_t, max_world_size, 65536, "Ranks in one job");
 ABSL_FLAG(int32_t, plan_timeout_s, 120, "Abort a save or load whose ranks do not all arrive in time");
 ABSL_FLAG(int32_t, snapshot_timeout_s, 300, "Abort a save whose ranks do not all snapshot in time");
 ABSL_FLAG(int32_t, pool_wait_timeout_s, 60, "How long a save or load may wait for pool room");
@@ -57,6 +65,10 @@ int main(int argc, char** argv) {
   o.reader_threads = absl::GetFlag(FLAGS_reader_threads);
   o.writer_nice = absl::GetFlag(FLAGS_writer_nice);
   o.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  o.batch_bytes = absl::GetFlag(FLAGS_batch_bytes);
+  o.job_pool_share = absl::GetFlag(FLAGS_job_pool_share);
+  o.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  o.max_world_size = absl::GetFlag(FLAGS_max_world_size);
   o.plan_timeout = absl::Seconds(absl::GetFlag(FLAGS_plan_timeout_s));
   o.snapshot_timeout = absl::Seconds(absl::GetFlag(FLAGS_snapshot_timeout_s));
   o.pool_wait_timeout = absl::Seconds(absl::GetFlag(FLAGS_pool_wait_timeout_s));

@@ -89,125 +89,151 @@ class SaveState final : public SaveHandle {
   absl::Status persisted_ ABSL_GUARDED_BY(mu_);
 };
 
-// Sends a save's SubmitSnapshot requests in order on its own thread. The
-// last request (more = false) or nullopt ends it; the first error stops it.
-class SnapshotSubmitter {
- public:
-  SnapshotSubmitter(v1::NodeService::Stub& stub, std::string session, std::string save_id)
-      : stub_(stub), session_(std::move(session)), save_id_(std::move(save_id)),
-        thread_([this] { Run(); }) {}
-  ~SnapshotSubmitter() {
-    Push(std::nullopt);
-    if (thread_.joinable()) thread_.join();
-  }
+// One queued save: what the worker needs to run it.
+struct SaveJob {
+  std::shared_ptr<SaveState> state;
+  int64_t step = 0;
+  std::vector<HostTensor> tensors;
+  std::vector<std::optional<gpu::IpcExport>> exports;
+  std::vector<SaveObject> objects;
+  SaveOptions options;
+  std::optional<gpu::IpcEvent> ready;
+};
 
-  void Push(std::optional<v1::SubmitSnapshotRequest> request) {
-    absl::MutexLock lock(&mu_);
-    queue_.push_back(std::move(request));
-  }
-  bool failed() {
-    absl::MutexLock lock(&mu_);
-    return !status_.ok();
-  }
-  // Waits for every pushed request; the first error, if any.
-  absl::Status Finish() {
-    thread_.join();
-    absl::MutexLock lock(&mu_);
-    return status_;
-  }
-
- private:
-  void Run() {
-    for (;;) {
-      std::optional<v1::SubmitSnapshotRequest> request;
-      {
-        absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(
-            +[](std::deque<std::optional<v1::SubmitSnapshotRequest>>* q) { return !q->empty(); },
-            &queue_));
-        request = std::move(queue_.front());
-        queue_.pop_front();
-        if (!request.has_value() || !status_.ok()) return;
-      }
-      request->set_session_id(session_);
-      request->set_save_id(save_id_);
-      grpc::ClientContext context;
-      v1::SubmitSnapshotResponse response;
-      absl::Status s = FromGrpcStatus(stub_.SubmitSnapshot(&context, *request, &response));
-      absl::MutexLock lock(&mu_);
-      status_.Update(s);
-      if (!request->more() || !status_.ok()) return;
-    }
-  }
-
-  v1::NodeService::Stub& stub_;
-  const std::string session_;
-  const std::string save_id_;
-  absl::Mutex mu_;
-  std::deque<std::optional<v1::SubmitSnapshotRequest>> queue_ ABSL_GUARDED_BY(mu_);
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_;
+// What one Attach gave: the session and the pool mapped for it.
+struct Attachment {
+  std::string session;
+  std::unique_ptr<PoolMapping> pool;
+  std::chrono::milliseconds max_wait{0};
+  // Set when the daemon ended the session's Watch stream (it died, restarted
+  // or shuts down): the next Save or Load attaches again.
+  std::shared_ptr<std::atomic<bool>> gone = std::make_shared<std::atomic<bool>>(false);
 };
 
 class ClientImpl final : public Client {
  public:
-  ClientImpl(ClientOptions options, std::unique_ptr<v1::NodeService::Stub> stub,
-             std::string session, std::unique_ptr<PoolMapping> pool)
-      : options_(std::move(options)),
-        stub_(std::move(stub)),
-        session_(std::move(session)),
-        pool_(std::move(pool)) {}
+  ClientImpl(ClientOptions options, std::unique_ptr<v1::NodeService::Stub> stub)
+      : options_(std::move(options)), stub_(std::move(stub)), copies_(options_.copy_threads) {}
 
-  ~ClientImpl() override {
-    std::vector<std::thread> threads;
-    {
-      absl::MutexLock lock(&mu_);
-      threads.swap(threads_);
+  absl::Status AttachFirst() {
+    absl::MutexLock lock(&attach_mu_);
+    return AttachNow();
+  }
+
+  // Attaches and starts the Watch stream that tells the daemon we are alive.
+  absl::Status AttachNow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(attach_mu_) {
+    const std::string target = absl::StrCat("unix:", options_.socket_path);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + kAttachTimeout);
+    v1::AttachRequest request;
+    request.set_job(options_.job);
+    request.set_rank(options_.rank);
+    request.set_world_size(options_.world_size);
+    request.set_local_rank(options_.local_rank);
+    v1::AttachResponse response;
+    if (absl::Status s = FromGrpcStatus(stub_->Attach(&context, request, &response)); !s.ok()) {
+      return Prefixed(s, absl::StrCat("attach to ckptd at ", target, ": "));
     }
-    for (std::thread& t : threads) t.join();
+    absl::StatusOr<std::unique_ptr<PoolMapping>> pool =
+        PoolMapping::Open(response.pool_path(), response.pool_bytes());
+    if (!pool.ok()) return pool.status();
+    StopWatch();
+    auto attachment = std::make_shared<Attachment>();
+    attachment->session = response.session_id();
+    attachment->pool = std::move(*pool);
+    attachment->max_wait = std::chrono::milliseconds(response.max_wait_ms());
     {
       absl::MutexLock lock(&gpu_mu_);
-      if (pool_pinned_) (void)gpu_->UnregisterHostMemory(pool_->base());
+      if (gpu_ != nullptr && gpu_->HasDevice()) {
+        pool_pinned_ = gpu_->RegisterHostMemory(attachment->pool->base(), attachment->pool->size()).ok();
+      }
     }
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    v1::DetachRequest request;
-    request.set_session_id(session_);
-    v1::DetachResponse response;
-    (void)stub_->Detach(&context, request, &response);
+    watch_context_ = std::make_unique<grpc::ClientContext>();
+    auto watch_request = std::make_shared<v1::WatchRequest>();
+    watch_request->set_session_id(attachment->session);
+    watch_thread_ = std::thread([this, context = watch_context_.get(), watch_request,
+                                 gone = attachment->gone] {
+      std::unique_ptr<grpc::ClientReader<v1::WatchEvent>> reader =
+          stub_->Watch(context, *watch_request);
+      v1::WatchEvent event;
+      while (reader->Read(&event)) {
+      }
+      (void)reader->Finish();
+      gone->store(true);
+    });
+    absl::MutexLock lock(&state_mu_);
+    attachment_ = std::move(attachment);
+    return absl::OkStatus();
+  }
+
+  ~ClientImpl() override {
+    {
+      absl::MutexLock lock(&queue_mu_);
+      stopping_ = true;
+    }
+    if (worker_.joinable()) worker_.join();
+    if (persister_.joinable()) persister_.join();
+    std::shared_ptr<Attachment> attachment = Current();
+    {
+      absl::MutexLock lock(&gpu_mu_);
+      if (pool_pinned_ && attachment) (void)gpu_->UnregisterHostMemory(attachment->pool->base());
+    }
+    if (attachment != nullptr && !attachment->gone->load()) {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      v1::DetachRequest request;
+      request.set_session_id(attachment->session);
+      v1::DetachResponse response;
+      (void)stub_->Detach(&context, request, &response);
+    }
+    absl::MutexLock lock(&attach_mu_);
+    StopWatch();
   }
 
   absl::StatusOr<std::shared_ptr<SaveHandle>> Save(int64_t step, std::vector<HostTensor> tensors,
                                                    std::vector<SaveObject> objects,
                                                    SaveOptions options) override {
     if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step ", step, " is negative"));
-    std::vector<std::optional<gpu::IpcExport>> exports(tensors.size());
+    if (absl::Status s = EnsureAttached(); !s.ok()) return s;
+    auto job = std::make_unique<SaveJob>();
+    job->exports.resize(tensors.size());
+    bool on_gpu = false;
     for (size_t i = 0; i < tensors.size(); ++i) {
       const HostTensor& t = tensors[i];
       if (t.data == nullptr) {
         return absl::InvalidArgumentError(absl::StrCat("tensor ", t.fqn, " has no data"));
       }
       if (t.location != Location::kCudaDevice) continue;
+      on_gpu = true;
       absl::StatusOr<gpu::DeviceRuntime*> gpu = Gpu(t.fqn);
       if (!gpu.ok()) return gpu.status();
       if (options_.gpu_transfer == ClientOptions::GpuTransfer::kPull) {
         absl::StatusOr<gpu::IpcExport> exported = (*gpu)->ExportIpcHandle(t.data);
-        if (!exported.ok()) {
-          return absl::Status(exported.status().code(),
-                              absl::StrCat("tensor ", t.fqn, ": ", exported.status().message()));
-        }
-        exports[i] = std::move(*exported);
+        if (!exported.ok()) return Prefixed(exported.status(), absl::StrCat("tensor ", t.fqn, ": "));
+        job->exports[i] = std::move(*exported);
       }
     }
+    if (on_gpu && options_.gpu_transfer == ClientOptions::GpuTransfer::kPull) {
+      // Ordered after the work already queued on the trainer's stream.
+      absl::StatusOr<gpu::DeviceRuntime*> gpu = Gpu("(stream)");
+      if (!gpu.ok()) return gpu.status();
+      absl::StatusOr<gpu::IpcEvent> ready = (*gpu)->RecordIpcEvent(options.cuda_stream);
+      if (!ready.ok()) return Prefixed(ready.status(), absl::StrCat("save of step ", step, ": "));
+      job->ready = std::move(*ready);
+    }
     auto state = std::make_shared<SaveState>(step);
-    std::thread worker([this, state, step, tensors = std::move(tensors),
-                        objects = std::move(objects), exports = std::move(exports),
-                        options]() mutable {
-      RunSave(*state, step, tensors, exports, objects, options);
-    });
+    job->state = state;
+    job->step = step;
+    job->tensors = std::move(tensors);
+    job->objects = std::move(objects);
+    job->options = options;
     {
-      absl::MutexLock lock(&mu_);
-      threads_.push_back(std::move(worker));
+      absl::MutexLock lock(&queue_mu_);
+      if (!worker_.joinable()) {
+        worker_ = std::thread([this] { WorkLoop(); });
+        persister_ = std::thread([this] { PersistLoop(); });
+      }
+      saves_.push_back(std::move(job));
     }
     if (options.blocking) {
       if (absl::Status s = state->WaitSnapshot(); !s.ok()) return s;
@@ -221,10 +247,12 @@ class ClientImpl final : public Client {
                                           step == kLatestStep ? std::string("latest")
                                                               : absl::StrCat(step),
                                           " by rank ", options_.rank, ": ");
+    if (absl::Status s = EnsureAttached(); !s.ok()) return Prefixed(s, what);
+    std::shared_ptr<Attachment> attachment = Current();
     v1::LoadRequest request;
-    request.set_session_id(session_);
+    request.set_session_id(attachment->session);
     request.set_step(step);
-    std::vector<int64_t> expected;
+    std::vector<uint64_t> expected;
     const bool pull = options_.gpu_transfer == ClientOptions::GpuTransfer::kPull;
     for (const HostTensor& t : tensors) {
       std::optional<gpu::IpcExport> exported;
@@ -243,7 +271,7 @@ class ClientImpl final : public Client {
       if (t.data == nullptr && g->bytes > 0) {
         return absl::InvalidArgumentError(absl::StrCat(what, "tensor ", t.fqn, " has no data"));
       }
-      expected.push_back(g->bytes);
+      expected.push_back(static_cast<uint64_t>(g->bytes));
     }
     for (const LoadObject& o : objects) {
       if (o.out == nullptr) {
@@ -251,203 +279,319 @@ class ClientImpl final : public Client {
       }
       request.add_object_keys(o.key);
     }
-    grpc::ClientContext context;
     v1::LoadResponse response;
-    if (absl::Status s = FromGrpcStatus(stub_->Load(&context, request, &response)); !s.ok()) {
-      return Prefixed(s, what);
+    {
+      grpc::ClientContext context;
+      SetDeadline(context, *attachment);
+      if (absl::Status s = FromGrpcStatus(stub_->Load(&context, request, &response)); !s.ok()) {
+        return Prefixed(s, what);
+      }
     }
-    absl::Status status;
-    char* lease = nullptr;
-    if (response.lease().length() > 0) {
-      absl::StatusOr<char*> range = pool_->Range(response.lease().offset(), response.lease().length());
-      if (range.ok()) lease = *range; else status = range.status();
+    if (response.object_bytes_size() != static_cast<int>(objects.size())) {
+      return absl::InternalError(absl::StrCat(what, "daemon answered for ",
+                                              response.object_bytes_size(), " objects, not ",
+                                              objects.size()));
     }
-    if (status.ok() && (response.tensors_size() != static_cast<int>(tensors.size()) ||
-                        response.objects_size() != static_cast<int>(objects.size()))) {
-      status = absl::InternalError("daemon answered a different number of tensors or objects");
+    for (size_t i = 0; i < objects.size(); ++i) {
+      if (response.object_bytes(static_cast<int>(i)) > (1ull << 40)) {
+        return absl::InternalError(absl::StrCat(what, "object ", objects[i].key, " is too large"));
+      }
+      objects[i].out->assign(response.object_bytes(static_cast<int>(i)), '\0');
     }
-    std::vector<CopyPiece> pieces;
-    for (size_t i = 0; status.ok() && i < tensors.size(); ++i) {
-      const v1::MemoryRef& ref = response.tensors(i);
-      if (static_cast<int64_t>(ref.length()) != expected[i] ||
-          ref.offset() + ref.length() > response.lease().length()) {
-        status = absl::InternalError(absl::StrCat("daemon returned a bad reference for ", tensors[i].fqn));
+    // Batch by batch: copy out of the pool while the daemon reads ahead.
+    uint64_t done = 0;
+    std::vector<CopyPiece> host;
+    for (;;) {
+      grpc::ClientContext context;
+      SetDeadline(context, *attachment);
+      v1::NextLoadBatchRequest next;
+      next.set_session_id(attachment->session);
+      next.set_load_id(response.load_id());
+      next.set_done_batch_id(done);
+      v1::LoadBatch batch;
+      if (absl::Status s = FromGrpcStatus(stub_->NextLoadBatch(&context, next, &batch)); !s.ok()) {
+        return Prefixed(s, what);
+      }
+      done = batch.batch_id();
+      if (batch.batch_id() == 0) {
+        if (batch.last()) break;
+        continue;  // not read yet
+      }
+      host.clear();
+      for (const v1::Delivery& d : batch.deliveries()) {
+        const uint64_t count = std::max<uint64_t>(d.count(), 1);
+        char* dest_base = nullptr;
+        uint64_t dest_size = 0;
+        bool to_device = false;
+        if (d.target() == v1::Delivery::OBJECT) {
+          if (d.request() >= objects.size()) return BadDelivery(what);
+          dest_base = objects[d.request()].out->data();
+          dest_size = objects[d.request()].out->size();
+        } else {
+          if (d.request() >= tensors.size()) return BadDelivery(what);
+          dest_base = static_cast<char*>(tensors[d.request()].data);
+          dest_size = expected[d.request()];
+          to_device = tensors[d.request()].location == Location::kCudaDevice;
+        }
+        for (uint64_t i = 0; i < count; ++i) {
+          const uint64_t src = d.pool_offset() + i * d.src_stride();
+          const uint64_t dst = d.dest_offset() + i * d.dest_stride();
+          absl::StatusOr<char*> from = attachment->pool->Range(src, d.length());
+          if (!from.ok() || dst > dest_size || d.length() > dest_size - dst) return BadDelivery(what);
+          if (to_device) {
+            // Push: this process copies into its own GPU memory.
+            absl::StatusOr<gpu::DeviceRuntime*> gpu = Gpu(tensors[d.request()].fqn);
+            absl::Status s = gpu.ok() ? (*gpu)->CopyHostToDevice(*from, dest_base + dst, d.length())
+                                      : gpu.status();
+            if (!s.ok()) return Prefixed(s, what);
+            continue;
+          }
+          host.push_back({dest_base + dst, *from, d.length()});
+        }
+      }
+      copies_.Start(std::move(host));
+      copies_.Wait();
+      host = {};
+      if (batch.last()) {
+        // Release the last batch too.
+        grpc::ClientContext release;
+        SetDeadline(release, *attachment);
+        next.set_done_batch_id(done);
+        v1::LoadBatch end;
+        if (absl::Status s = FromGrpcStatus(stub_->NextLoadBatch(&release, next, &end)); !s.ok()) {
+          return Prefixed(s, what);
+        }
         break;
       }
-      if (ref.length() == 0) continue;
-      if (tensors[i].location == Location::kCudaDevice) {
-        if (pull) continue;  // the daemon delivered it to the device already
-        absl::StatusOr<gpu::DeviceRuntime*> gpu = Gpu(tensors[i].fqn);
-        if (gpu.ok()) {
-          status = (*gpu)->CopyHostToDevice(lease + ref.offset(), tensors[i].data, ref.length());
-        } else {
-          status = gpu.status();
-        }
-        continue;
-      }
-      pieces.push_back({static_cast<char*>(tensors[i].data), lease + ref.offset(), ref.length()});
     }
-    if (status.ok()) {
-      client::ParallelCopy(pieces, options_.copy_threads);
-      for (size_t i = 0; i < objects.size(); ++i) {
-        const v1::MemoryRef& ref = response.objects(i);
-        if (ref.offset() + ref.length() > response.lease().length()) {
-          status = absl::InternalError(absl::StrCat("daemon returned a bad reference for ", objects[i].key));
-          break;
-        }
-        objects[i].out->assign(lease == nullptr ? "" : std::string(lease + ref.offset(), ref.length()));
-      }
-    }
-    if (response.lease().length() > 0) {
-      grpc::ClientContext release_context;
-      v1::ReleaseLeaseRequest release;
-      release.set_session_id(session_);
-      release.set_lease_id(response.lease().id());
-      v1::ReleaseLeaseResponse released;
-      status.Update(FromGrpcStatus(stub_->ReleaseLease(&release_context, release, &released)));
-    }
-    if (!status.ok()) return Prefixed(status, what);
     return response.step();
   }
 
  private:
-  void RunSave(SaveState& state, int64_t step, const std::vector<HostTensor>& tensors,
-               const std::vector<std::optional<gpu::IpcExport>>& exports,
-               const std::vector<SaveObject>& objects, const SaveOptions& options) {
-    const std::string what = absl::StrCat("save of job ", options_.job, " step ", step,
-                                          " by rank ", options_.rank, ": ");
-    v1::PlanSaveRequest plan;
-    plan.set_session_id(session_);
-    plan.set_step(step);
-    plan.set_partial(options.partial);
-    for (const auto& [k, v] : options.user_metadata) (*plan.mutable_user_metadata())[k] = v;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      ToProto(tensors[i], plan.add_shards(), exports[i] ? &*exports[i] : nullptr);
+  static absl::Status BadDelivery(const std::string& what) {
+    return absl::InternalError(absl::StrCat(what, "daemon sent a copy outside the pool or the buffer"));
+  }
+
+  std::shared_ptr<Attachment> Current() {
+    absl::MutexLock lock(&state_mu_);
+    return attachment_;
+  }
+
+  void StopWatch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(attach_mu_) {
+    if (watch_context_) watch_context_->TryCancel();
+    if (watch_thread_.joinable()) watch_thread_.join();
+    watch_context_.reset();
+  }
+
+  // Attaches again when the daemon ended our session (it restarted).
+  absl::Status EnsureAttached() {
+    absl::MutexLock lock(&attach_mu_);
+    std::shared_ptr<Attachment> attachment = Current();
+    if (attachment != nullptr && !attachment->gone->load()) return absl::OkStatus();
+    return AttachNow();
+  }
+
+  void SetDeadline(grpc::ClientContext& context, const Attachment& attachment) {
+    // Beyond the longest wait the daemon imposes, so its own error arrives
+    // first; a daemon that stops answering is still noticed.
+    context.set_deadline(std::chrono::system_clock::now() + attachment.max_wait +
+                         std::chrono::seconds(30));
+  }
+
+  void WorkLoop() {
+    for (;;) {
+      std::unique_ptr<SaveJob> job;
+      {
+        absl::MutexLock lock(&queue_mu_);
+        queue_mu_.Await(absl::Condition(
+            +[](ClientImpl* c) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              return c->stopping_ || !c->saves_.empty();
+            },
+            this));
+        if (saves_.empty()) {
+          persist_stop_ = true;
+          return;
+        }
+        job = std::move(saves_.front());
+        saves_.pop_front();
+      }
+      std::optional<std::pair<std::string, std::string>> wait = RunSnapshot(*job);
+      absl::MutexLock lock(&queue_mu_);
+      if (wait.has_value()) {
+        persists_.push_back({job->state, job->step, wait->first, wait->second});
+      }
     }
-    for (const SaveObject& o : objects) {
+  }
+
+  void PersistLoop() {
+    for (;;) {
+      Persist item;
+      {
+        absl::MutexLock lock(&queue_mu_);
+        queue_mu_.Await(absl::Condition(
+            +[](ClientImpl* c) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              return c->persist_stop_ || !c->persists_.empty();
+            },
+            this));
+        if (persists_.empty()) return;
+        item = std::move(persists_.front());
+        persists_.pop_front();
+      }
+      const std::string what = absl::StrCat("save of job ", options_.job, " step ", item.step,
+                                            " by rank ", options_.rank, ": ");
+      std::shared_ptr<Attachment> attachment = Current();
+      for (;;) {
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(40));
+        v1::WaitSaveRequest wait;
+        wait.set_session_id(item.session);
+        wait.set_save_id(item.save_id);
+        wait.set_timeout_ms(10000);
+        v1::WaitSaveResponse waited;
+        absl::Status s = FromGrpcStatus(stub_->WaitSave(&context, wait, &waited));
+        if (!s.ok()) {
+          item.state->PersistDone(Prefixed(s, what));
+          break;
+        }
+        if (waited.done()) {
+          item.state->PersistDone(absl::OkStatus());
+          break;
+        }
+      }
+    }
+  }
+
+  // Plans and copies one save; returns (session, save id) to wait on, or
+  // nullopt once the handle has its error.
+  std::optional<std::pair<std::string, std::string>> RunSnapshot(SaveJob& job) {
+    SaveState& state = *job.state;
+    const std::string what = absl::StrCat("save of job ", options_.job, " step ", job.step,
+                                          " by rank ", options_.rank, ": ");
+    auto fail = [&](const absl::Status& s) {
+      state.PersistDone(Prefixed(s, what));
+      return std::nullopt;
+    };
+    if (absl::Status s = EnsureAttached(); !s.ok()) return fail(s);
+    std::shared_ptr<Attachment> attachment = Current();
+    v1::PlanSaveRequest plan;
+    plan.set_session_id(attachment->session);
+    plan.set_step(job.step);
+    plan.set_partial(job.options.partial);
+    for (const auto& [k, v] : job.options.user_metadata) (*plan.mutable_user_metadata())[k] = v;
+    for (size_t i = 0; i < job.tensors.size(); ++i) {
+      ToProto(job.tensors[i], plan.add_shards(), job.exports[i] ? &*job.exports[i] : nullptr);
+    }
+    for (const SaveObject& o : job.objects) {
       v1::ObjectDesc* desc = plan.add_objects();
       desc->set_key(o.key);
       desc->set_global(o.global);
       desc->set_length(o.bytes.size());
     }
+    if (job.ready.has_value()) {
+      plan.set_ready_event(job.ready->handle);
+      plan.set_ready_event_device(job.ready->device);
+    }
     v1::PlanSaveResponse planned;
     {
       grpc::ClientContext context;
+      SetDeadline(context, *attachment);
       absl::Status s = FromGrpcStatus(stub_->PlanSave(&context, plan, &planned));
-      if (!s.ok()) return state.PersistDone(Prefixed(s, what));
+      if (!s.ok()) return fail(s);
     }
-    // Only the items assigned to this rank are copied; replicas are not.
-    char* lease = nullptr;
-    if (planned.lease().length() > 0) {
-      absl::StatusOr<char*> range = pool_->Range(planned.lease().offset(), planned.lease().length());
-      if (!range.ok()) return state.PersistDone(Prefixed(range.status(), what));
-      lease = *range;
-    }
-    // Pipelining: copy a batch of whole chunks, hand it to the daemon (which
-    // starts writing it), copy the next. A batch is big enough to keep the
-    // RPC cost negligible and small enough to start the writers early.
-    const uint64_t chunk = std::max<uint64_t>(planned.chunk_bytes(), 1);
-    const uint64_t batch_bytes = std::max<uint64_t>(options_.pipeline_bytes / chunk, 1) * chunk;
-    // Batches are handed over by a submitter thread, so the RPCs overlap the
-    // copying of the next batch instead of adding to the trainer's stall.
-    SnapshotSubmitter submitter(*stub_, session_, planned.save_id());
-    // Batches are laid out first, then copied by one streaming set of
-    // threads; each is submitted as soon as it (and those before) landed.
-    std::vector<v1::SubmitSnapshotRequest> requests(1);
-    std::vector<std::vector<CopyPiece>> copies(1);
-    uint64_t batched = 0;
-    auto flush = [&](bool more) {
-      requests.back().set_more(more);
-      if (more) {
-        requests.emplace_back();
-        copies.emplace_back();
-      }
-      batched = 0;
+    std::vector<uint64_t> shard_bytes;
+    for (const v1::TensorShard& shard : plan.shards()) shard_bytes.push_back(ShardBytes(shard));
+    bool pushed_sync = false;
+    auto next_batch = [&](v1::SaveBatch* batch) {
+      grpc::ClientContext context;
+      SetDeadline(context, *attachment);
+      v1::NextSaveBatchRequest request;
+      request.set_session_id(attachment->session);
+      request.set_save_id(planned.save_id());
+      return FromGrpcStatus(stub_->NextSaveBatch(&context, request, batch));
     };
-    uint64_t offset = 0;
-    for (const v1::SaveItem& item : planned.items()) {
-      if (offset + item.padded_bytes() > planned.lease().length()) {
-        submitter.Push(std::nullopt);
-        return state.PersistDone(absl::InternalError(absl::StrCat(what, "lease too small")));
-      }
-      const bool on_gpu = item.kind() == v1::SaveItem::SHARD &&
-                          tensors.at(item.index()).location == Location::kCudaDevice;
-      if (on_gpu && item.bytes() > 0) {
-        v1::SnapshotRef* ref = requests.back().add_refs();
-        ref->set_kind(item.kind());
-        ref->set_index(item.index());
-        ref->mutable_memory()->set_offset(offset);
-        ref->mutable_memory()->set_length(item.bytes());
-        if (exports.at(item.index())) {
-          ref->set_pull(true);  // the daemon copies it over CUDA IPC
-        } else {
-          // Push: device to the pinned pool, in this process.
-          absl::StatusOr<gpu::DeviceRuntime*> gpu = Gpu(tensors.at(item.index()).fqn);
-          absl::Status s = gpu.ok() ? (*gpu)->CopyDeviceToHost(
-                                          tensors.at(item.index()).data, lease + offset,
-                                          item.bytes(), chunk, [](uint64_t, uint64_t) {})
-                                    : gpu.status();
-          if (!s.ok()) {
-            submitter.Push(std::nullopt);
-            return state.PersistDone(Prefixed(s, what));
+    v1::SaveBatch batch;
+    if (absl::Status s = next_batch(&batch); !s.ok()) return fail(s);
+    for (;;) {
+      // Copy this batch on the copy threads while asking for the next one.
+      std::vector<CopyPiece> pieces;
+      for (const v1::BatchSlice& slice : batch.slices()) {
+        if (slice.pull()) continue;  // the daemon copies it from the GPU
+        absl::StatusOr<char*> dst = attachment->pool->Range(slice.pool_offset(), slice.length());
+        const char* src = nullptr;
+        uint64_t size = 0;
+        bool device = false;
+        if (slice.kind() == v1::SaveItem::OBJECT && slice.index() < job.objects.size()) {
+          src = job.objects[slice.index()].bytes.data();
+          size = job.objects[slice.index()].bytes.size();
+        } else if (slice.kind() == v1::SaveItem::SHARD && slice.index() < job.tensors.size()) {
+          src = static_cast<const char*>(job.tensors[slice.index()].data);
+          size = shard_bytes[slice.index()];
+          device = job.tensors[slice.index()].location == Location::kCudaDevice;
+        }
+        if (!dst.ok() || src == nullptr || slice.item_offset() > size ||
+            slice.length() > size - slice.item_offset()) {
+          copies_.Wait();
+          return fail(absl::InternalError(absl::StrCat(
+              "daemon handed out a slice outside the pool or the item (", slice.kind(), " ",
+              slice.index(), ")")));
+        }
+        if (device) {
+          // Push: device to the pinned pool, in this process, after the
+          // work queued on the trainer's stream.
+          absl::StatusOr<gpu::DeviceRuntime*> gpu = Gpu(job.tensors[slice.index()].fqn);
+          absl::Status s = gpu.status();
+          if (s.ok() && !pushed_sync) s = (*gpu)->SynchronizeStream(job.options.cuda_stream);
+          pushed_sync = true;
+          if (s.ok()) {
+            s = (*gpu)->CopyDeviceToHost(src + slice.item_offset(), *dst, slice.length(),
+                                         std::max<uint64_t>(planned.chunk_bytes(), 1),
+                                         [](uint64_t, uint64_t) {});
           }
+          if (!s.ok()) return fail(s);
+          continue;
         }
-        offset += item.padded_bytes();
-        continue;
+        pieces.push_back({*dst, src + slice.item_offset(), slice.length()});
       }
-      const char* src = item.kind() == v1::SaveItem::OBJECT
-                            ? objects.at(item.index()).bytes.data()
-                            : static_cast<const char*>(tensors.at(item.index()).data);
-      for (uint64_t at = 0; at < item.bytes();) {
-        // A piece that does not end its item must be whole chunks, so a
-        // batch another item started only has room for whole chunks.
-        uint64_t room = (batch_bytes - batched) / chunk * chunk;
-        if (room == 0) {
-          flush(/*more=*/true);
-          room = batch_bytes;
-        }
-        // Objects go whole: each is one stored chunk.
-        const uint64_t piece = item.kind() == v1::SaveItem::OBJECT
-                                   ? item.bytes()
-                                   : std::min(item.bytes() - at, room);
-        v1::SnapshotRef* ref = requests.back().add_refs();
-        ref->set_kind(item.kind());
-        ref->set_index(item.index());
-        ref->set_item_offset(at);
-        ref->mutable_memory()->set_offset(offset + at);
-        ref->mutable_memory()->set_length(piece);
-        copies.back().push_back({lease + offset + at, src + at, piece});
-        at += piece;
-        batched += piece;
-        if (batched >= batch_bytes) flush(/*more=*/true);
+      copies_.Start(std::move(pieces));
+      v1::SaveBatch following;
+      absl::Status ahead;
+      if (!batch.last()) ahead = next_batch(&following);
+      copies_.Wait();
+      {
+        grpc::ClientContext context;
+        SetDeadline(context, *attachment);
+        v1::SubmitSnapshotRequest submit;
+        submit.set_session_id(attachment->session);
+        submit.set_save_id(planned.save_id());
+        submit.set_batch_id(batch.batch_id());
+        v1::SubmitSnapshotResponse submitted;
+        absl::Status s = FromGrpcStatus(stub_->SubmitSnapshot(&context, submit, &submitted));
+        if (!s.ok()) return fail(s);
       }
-      offset += item.padded_bytes();
+      if (batch.last()) break;
+      if (!ahead.ok()) return fail(ahead);
+      batch = std::move(following);
     }
-    flush(/*more=*/false);
-    client::ParallelCopyBatches(copies, options_.copy_threads,
-                                [&](size_t k) { submitter.Push(std::move(requests[k])); });
-    if (absl::Status s = submitter.Finish(); !s.ok()) return state.PersistDone(Prefixed(s, what));
     state.SnapshotDone(absl::OkStatus());
-    grpc::ClientContext context;
-    v1::WaitSaveRequest wait;
-    wait.set_session_id(session_);
-    wait.set_save_id(planned.save_id());
-    v1::WaitSaveResponse waited;
-    state.PersistDone(Prefixed(FromGrpcStatus(stub_->WaitSave(&context, wait, &waited)), what));
+    return std::make_pair(attachment->session, planned.save_id());
   }
 
-  const ClientOptions options_;
-  const std::unique_ptr<v1::NodeService::Stub> stub_;
-  const std::string session_;
+  static uint64_t ShardBytes(const v1::TensorShard& shard) {
+    absl::StatusOr<ShardGeometry> g = ValidateShard(shard);
+    return g.ok() ? static_cast<uint64_t>(g->bytes) : 0;
+  }
+
   // The GPU runtime, detected on first use so host-only trainers never
   // initialise CUDA. An error names the tensor and why there is no GPU.
   absl::StatusOr<gpu::DeviceRuntime*> Gpu(const std::string& fqn) {
     absl::MutexLock lock(&gpu_mu_);
     if (gpu_ == nullptr) {
       gpu_ = gpu::DetectDeviceRuntime();
-      if (gpu_->HasDevice()) {
+      std::shared_ptr<Attachment> attachment = Current();
+      if (gpu_->HasDevice() && attachment != nullptr) {
         // Pinned, so pushes from the GPU into the pool run at DMA speed.
-        pool_pinned_ = gpu_->RegisterHostMemory(pool_->base(), pool_->size()).ok();
+        pool_pinned_ =
+            gpu_->RegisterHostMemory(attachment->pool->base(), attachment->pool->size()).ok();
       }
     }
     if (!gpu_->HasDevice()) {
@@ -457,12 +601,34 @@ class ClientImpl final : public Client {
     return gpu_.get();
   }
 
-  const std::unique_ptr<PoolMapping> pool_;
+  struct Persist {
+    std::shared_ptr<SaveState> state;
+    int64_t step = 0;
+    std::string session;
+    std::string save_id;
+  };
+
+  const ClientOptions options_;
+  const std::unique_ptr<v1::NodeService::Stub> stub_;
+  client::CopyPool copies_;
+
+  absl::Mutex attach_mu_;  // serialises (re-)attaching
+  std::unique_ptr<grpc::ClientContext> watch_context_ ABSL_GUARDED_BY(attach_mu_);
+  std::thread watch_thread_ ABSL_GUARDED_BY(attach_mu_);
+  absl::Mutex state_mu_;
+  std::shared_ptr<Attachment> attachment_ ABSL_GUARDED_BY(state_mu_);
+
   absl::Mutex gpu_mu_;
   std::unique_ptr<gpu::DeviceRuntime> gpu_ ABSL_GUARDED_BY(gpu_mu_);
   bool pool_pinned_ ABSL_GUARDED_BY(gpu_mu_) = false;
-  absl::Mutex mu_;
-  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex queue_mu_;
+  std::deque<std::unique_ptr<SaveJob>> saves_ ABSL_GUARDED_BY(queue_mu_);
+  std::deque<Persist> persists_ ABSL_GUARDED_BY(queue_mu_);
+  bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+  bool persist_stop_ ABSL_GUARDED_BY(queue_mu_) = false;
+  std::thread worker_;
+  std::thread persister_;
 };
 
 }  // namespace
@@ -474,23 +640,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Attach(const ClientOptions& opti
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
-  auto stub = v1::NodeService::NewStub(channel);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + kAttachTimeout);
-  v1::AttachRequest request;
-  request.set_job(options.job);
-  request.set_rank(options.rank);
-  request.set_world_size(options.world_size);
-  request.set_local_rank(options.local_rank);
-  v1::AttachResponse response;
-  if (absl::Status s = FromGrpcStatus(stub->Attach(&context, request, &response)); !s.ok()) {
-    return Prefixed(s, absl::StrCat("attach to ckptd at ", target, ": "));
-  }
-  absl::StatusOr<std::unique_ptr<PoolMapping>> pool =
-      PoolMapping::Open(response.pool_path(), response.pool_bytes());
-  if (!pool.ok()) return pool.status();
-  return std::unique_ptr<Client>(
-      new ClientImpl(options, std::move(stub), response.session_id(), std::move(*pool)));
+  auto client = std::make_unique<ClientImpl>(options, v1::NodeService::NewStub(channel));
+  if (absl::Status s = client->AttachFirst(); !s.ok()) return s;
+  return std::unique_ptr<Client>(std::move(client));
 }
 
 }  // namespace ckpt

@@ -4,8 +4,11 @@
 #define CKPT_CLIENT_SRC_PARALLEL_COPY_H_
 
 #include <cstddef>
-#include <functional>
+#include <thread>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace ckpt::client {
 
@@ -16,15 +19,36 @@ struct CopyPiece {
 };
 
 // Splits large pieces and copies them on up to `threads` threads (the
-// calling thread included); returns when all are done.
+// calling thread included); returns when all are done. Starts and joins its
+// threads per call: for one-off copies (a benchmark's floor).
 void ParallelCopy(const std::vector<CopyPiece>& pieces, int threads);
 
-// Copies batches of pieces in order on one set of threads that streams
-// through all of them (no barrier between batches), calling
-// on_batch_done(k) once batch k and every batch before it are copied, in
-// order, from whichever thread completed it. Returns when all are done.
-void ParallelCopyBatches(const std::vector<std::vector<CopyPiece>>& batches, int threads,
-                         const std::function<void(size_t)>& on_batch_done);
+// A fixed set of copy threads for a client's lifetime, so a job saving every
+// step keeps a flat thread count. One copy job at a time: Start hands it
+// over and returns, Wait blocks until it is done, so the caller can do
+// something else (ask the daemon for the next batch) meanwhile.
+//
+// Thread-safety: Start and Wait from one thread at a time.
+class CopyPool {
+ public:
+  explicit CopyPool(int threads);
+  ~CopyPool();
+  CopyPool(const CopyPool&) = delete;
+  CopyPool& operator=(const CopyPool&) = delete;
+
+  void Start(std::vector<CopyPiece> pieces);
+  void Wait();
+
+ private:
+  void Run();
+
+  absl::Mutex mu_;
+  std::vector<CopyPiece> units_ ABSL_GUARDED_BY(mu_);
+  size_t next_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t left_ ABSL_GUARDED_BY(mu_) = 0;  // units not yet copied
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
 
 }  // namespace ckpt::client
 

@@ -42,6 +42,12 @@ struct IpcExport {
   int device = -1;            // the exporter's device ordinal
 };
 
+// An event another process can wait for: cudaIpcEventHandle_t bytes.
+struct IpcEvent {
+  std::string handle;
+  int device = -1;
+};
+
 class DeviceRuntime {
  public:
   virtual ~DeviceRuntime() = default;
@@ -80,6 +86,18 @@ class DeviceRuntime {
   virtual absl::StatusOr<std::unique_ptr<IpcMapping>> OpenIpcHandle(const std::string& handle,
                                                                     int device,
                                                                     uint64_t allocation_bytes) = 0;
+
+  // Client side, save ordering: records an interprocess event on `stream`
+  // (a cudaStream_t; nullptr is the legacy default stream) of the current
+  // device, so the daemon's copies can wait for the work queued before it.
+  // One event per device is reused: a later record only makes a waiter wait
+  // for more, never for less.
+  virtual absl::StatusOr<IpcEvent> RecordIpcEvent(void* stream) = 0;
+  // Client side, push path: waits for the work queued on `stream`.
+  virtual absl::Status SynchronizeStream(void* stream) = 0;
+  // Daemon side: waits until an event recorded by RecordIpcEvent in another
+  // process has completed. INVALID_ARGUMENT for a malformed handle or device.
+  virtual absl::Status WaitIpcEvent(const std::string& handle, int device) = 0;
 
   // The save path's pull: copies bytes from device memory src to host
   // memory dst (pinned pool memory, already registered), chunk_bytes at a

@@ -119,11 +119,14 @@ absl::StatusOr<std::unique_ptr<ShmPool>> ShmPool::Create(const PoolOptions& opti
     // volatile: the store must not be elided; the page is zero already.
     *static_cast<volatile char*>(base + off) = 0;
   }
-  return std::unique_ptr<ShmPool>(new ShmPool(path, base, capacity, alignment));
+  return std::unique_ptr<ShmPool>(
+      new ShmPool(path, base, capacity, alignment, std::clamp(options.owner_share, 0.0, 1.0)));
 }
 
-ShmPool::ShmPool(std::string path, char* base, uint64_t capacity, uint64_t alignment)
-    : path_(std::move(path)), base_(base), capacity_(capacity), alignment_(alignment) {
+ShmPool::ShmPool(std::string path, char* base, uint64_t capacity, uint64_t alignment,
+                 double share)
+    : path_(std::move(path)), base_(base), capacity_(capacity), alignment_(alignment),
+      share_(share) {
   absl::MutexLock lock(&mu_);
   free_.emplace(0, capacity_);
 }
@@ -134,19 +137,43 @@ ShmPool::~ShmPool() {
   ::unlink(path_.c_str());
 }
 
-bool ShmPool::TryAllocateLocked(uint64_t length, uint64_t* offset) {
+bool ShmPool::WithinShareLocked(uint64_t length, const std::string& owner) const {
+  if (owner.empty()) return true;
+  auto it = owners_.find(owner);
+  const uint64_t held = it == owners_.end() ? 0 : it->second.used;
+  if (held == 0) return true;
+  uint64_t cap = 0;
+  if (share_ > 0) {
+    cap = static_cast<uint64_t>(static_cast<double>(capacity_) * share_);
+  } else {
+    size_t active = 0;
+    for (const auto& [name, o] : owners_) active += (o.used > 0 || o.waiting > 0) ? 1 : 0;
+    cap = capacity_ / std::max<size_t>(active, 1);
+  }
+  return held + length <= cap;
+}
+
+bool ShmPool::TryAllocateLocked(uint64_t length, const std::string& owner, uint64_t* offset) {
+  if (!WithinShareLocked(length, owner)) return false;
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     if (it->second < length) continue;
     const uint64_t start = it->first;
     const uint64_t rest = it->second - length;
     free_.erase(it);
     if (rest > 0) free_.emplace(start + length, rest);
-    live_.emplace(start, length);
+    live_.emplace(start, std::make_pair(length, owner));
     used_ += length;
+    if (!owner.empty()) owners_[owner].used += length;
     *offset = start;
     return true;
   }
   return false;
+}
+
+uint64_t ShmPool::OwnerUsed(const std::string& owner) const {
+  absl::MutexLock lock(&mu_);
+  auto it = owners_.find(owner);
+  return it == owners_.end() ? 0 : it->second.used;
 }
 
 uint64_t ShmPool::LargestFreeLocked() const {
@@ -155,7 +182,8 @@ uint64_t ShmPool::LargestFreeLocked() const {
   return largest;
 }
 
-absl::StatusOr<Allocation> ShmPool::Allocate(uint64_t bytes, absl::Time deadline) {
+absl::StatusOr<Allocation> ShmPool::Allocate(uint64_t bytes, absl::Time deadline,
+                                             const Claim& claim) {
   // Compared before rounding so that a huge request cannot overflow.
   if (bytes > capacity_) {
     return absl::ResourceExhaustedError(
@@ -167,22 +195,41 @@ absl::StatusOr<Allocation> ShmPool::Allocate(uint64_t bytes, absl::Time deadline
 
   absl::MutexLock lock(&mu_);
   uint64_t offset = 0;
-  if (TryAllocateLocked(length, &offset)) return Allocation{offset, length};
+  if (TryAllocateLocked(length, claim.owner, &offset)) return Allocation{offset, length};
 
   const absl::Time start = absl::Now();
   ++waiters_;
+  if (!claim.owner.empty()) ++owners_[claim.owner].waiting;
   bool ok = false;
+  bool cancelled = false;
   for (;;) {
-    // WaitWithDeadline returns true on timeout; the last try covers a Free
-    // that raced with it. Other wake-ups may be spurious: retry.
-    const bool timed_out = freed_.WaitWithDeadline(&mu_, deadline);
-    ok = TryAllocateLocked(length, &offset);
-    if (ok || timed_out) break;
+    // Woken by Free; polled too when the caller can be cancelled (a rank
+    // died), so a dead save never sits on the queue until its deadline.
+    const absl::Time wake =
+        claim.cancelled ? std::min(deadline, absl::Now() + absl::Milliseconds(50)) : deadline;
+    freed_.WaitWithDeadline(&mu_, wake);
+    ok = TryAllocateLocked(length, claim.owner, &offset);
+    if (ok || absl::Now() >= deadline) break;
+    if (claim.cancelled && claim.cancelled()) {
+      cancelled = true;
+      break;
+    }
   }
   --waiters_;
+  if (!claim.owner.empty()) {
+    Owner& o = owners_[claim.owner];
+    --o.waiting;
+    if (o.used == 0 && o.waiting == 0) owners_.erase(claim.owner);
+  }
+  // Others may have been held back by this owner's share while it waited.
+  if (!ok && waiters_ > 0) freed_.SignalAll();
   const absl::Duration waited = absl::Now() - start;
   total_stall_ += waited;
   if (ok) return Allocation{offset, length};
+  if (cancelled) {
+    return absl::CancelledError(absl::StrCat("pool ", path_, ": wait for ", HumanBytes(length),
+                                             " abandoned after ", absl::FormatDuration(waited)));
+  }
   return absl::ResourceExhaustedError(absl::StrCat(
       "pool ", path_, ": cannot allocate ", HumanBytes(length), " (", length, " bytes): ",
       HumanBytes(used_), " of ", HumanBytes(capacity_), " in use, largest free range ",
@@ -192,7 +239,7 @@ absl::StatusOr<Allocation> ShmPool::Allocate(uint64_t bytes, absl::Time deadline
 void ShmPool::Free(const Allocation& allocation) {
   absl::MutexLock lock(&mu_);
   auto live = live_.find(allocation.offset);
-  if (live == live_.end() || live->second != allocation.length) {
+  if (live == live_.end() || live->second.first != allocation.length) {
     // A programming error: continuing would hand the range out twice.
     std::fprintf(stderr,
                  "FATAL: ShmPool::Free(offset=%llu, length=%llu) on pool %s: not a live "
@@ -201,9 +248,14 @@ void ShmPool::Free(const Allocation& allocation) {
                  static_cast<unsigned long long>(allocation.length), path_.c_str(),
                  live == live_.end()
                      ? "double free or an offset Allocate did not return"
-                     : absl::StrCat("allocated length is ", live->second).c_str());
+                     : absl::StrCat("allocated length is ", live->second.first).c_str());
     std::fflush(stderr);
     std::abort();
+  }
+  if (!live->second.second.empty()) {
+    auto owner = owners_.find(live->second.second);
+    owner->second.used -= allocation.length;
+    if (owner->second.used == 0 && owner->second.waiting == 0) owners_.erase(owner);
   }
   live_.erase(live);
   used_ -= allocation.length;

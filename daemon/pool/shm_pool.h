@@ -12,6 +12,7 @@
 #define CKPT_DAEMON_POOL_SHM_POOL_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -29,6 +30,17 @@ struct PoolOptions {
   std::string path;
   uint64_t bytes = 0;
   uint64_t alignment = 4096;  // every allocation's offset and length
+  // The most of the pool one owner (a job) may hold while others want room:
+  // a fraction of the capacity, or 0 for a fair share (capacity divided by
+  // the owners holding or waiting for room). An owner that holds nothing may
+  // always take what fits, so no owner waits on itself.
+  double owner_share = 0;
+};
+
+// Who asks, for the per-owner share, and when to stop waiting early.
+struct Claim {
+  std::string owner;                  // empty: not counted against any share
+  std::function<bool()> cancelled;    // polled while waiting; true ends the wait
 };
 
 struct Allocation {
@@ -63,7 +75,10 @@ class ShmPool {
   // until a contiguous range is free or the deadline passes
   // (RESOURCE_EXHAUSTED, naming the size and pool use). More than the
   // capacity fails at once.
-  absl::StatusOr<Allocation> Allocate(uint64_t bytes, absl::Time deadline);
+  absl::StatusOr<Allocation> Allocate(uint64_t bytes, absl::Time deadline,
+                                      const Claim& claim = {});
+  // What one owner holds now.
+  uint64_t OwnerUsed(const std::string& owner) const;
   // Returns an allocation made by Allocate; wakes waiters. Anything else
   // (a double free, a changed offset or length) is a programming error and
   // aborts the process with a message naming the range and the pool.
@@ -72,8 +87,14 @@ class ShmPool {
   PoolStats Stats() const;
 
  private:
-  ShmPool(std::string path, char* base, uint64_t capacity, uint64_t alignment);
-  bool TryAllocateLocked(uint64_t length, uint64_t* offset)
+  ShmPool(std::string path, char* base, uint64_t capacity, uint64_t alignment, double share);
+  struct Owner {
+    uint64_t used = 0;
+    int waiting = 0;
+  };
+  bool TryAllocateLocked(uint64_t length, const std::string& owner, uint64_t* offset)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool WithinShareLocked(uint64_t length, const std::string& owner) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t LargestFreeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -81,11 +102,14 @@ class ShmPool {
   char* const base_;
   const uint64_t capacity_;
   const uint64_t alignment_;
+  const double share_;
 
   mutable absl::Mutex mu_;
   absl::CondVar freed_;  // signalled by Free
   std::map<uint64_t, uint64_t> free_ ABSL_GUARDED_BY(mu_);  // offset -> length, coalesced
-  std::map<uint64_t, uint64_t> live_ ABSL_GUARDED_BY(mu_);  // offset -> length, to check Free
+  // offset -> (length, owner), to check Free and return the owner's share.
+  std::map<uint64_t, std::pair<uint64_t, std::string>> live_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Owner> owners_ ABSL_GUARDED_BY(mu_);  // holding or waiting
   uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
   int waiters_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration total_stall_ ABSL_GUARDED_BY(mu_);

@@ -24,6 +24,16 @@ struct DaemonOptions {
   int writer_nice = 10;  // writers yield the CPU to the ranks' copies
   int reader_threads = 4;
   uint64_t chunk_bytes = 4 << 20;
+  // Pool room handed to a rank at a time for its copies, and read ahead per
+  // load: the unit of streaming through the pool.
+  uint64_t batch_bytes = 32 << 20;
+  // The most of the pool one job may hold while others want room (0: a
+  // fair share, the pool divided among the jobs that want it).
+  double job_pool_share = 0;
+  int max_sessions = 4096;
+  int max_world_size = 65536;
+  // The longest one WaitSave call blocks before answering "not done yet".
+  absl::Duration wait_slice = absl::Seconds(10);
   // A save whose ranks have not all planned (or all snapshotted) by then is
   // aborted: a rank that died must not hold the job's checkpoint forever.
   absl::Duration plan_timeout = absl::Seconds(120);

@@ -1,24 +1,18 @@
 #include "daemon/server/load_session.h"
 
-#include <atomic>
+#include <algorithm>
 #include <cstring>
-#include <map>
-#include <thread>
+#include <random>
 
 #include "absl/strings/str_cat.h"
-#include "proto/lib/status_context.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "daemon/coordinator/save_planner.h"
 #include "daemon/server/chunk_reader.h"
 #include "proto/lib/region_convert.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::server {
-namespace {
-
-using coordinator::AlignUp;
-
-}  // namespace
 
 LoadSession::LoadSession(NodeContext& context, std::string job, int64_t step, int world_size)
     : context_(context), job_(std::move(job)), step_(step), world_size_(world_size) {
@@ -27,45 +21,72 @@ LoadSession::LoadSession(NodeContext& context, std::string job, int64_t step, in
   deadline_ = absl::Now() + context_.options.plan_timeout;
 }
 
+LoadSession::~LoadSession() {
+  Fail(absl::CancelledError(absl::StrCat(Who(), "abandoned")));
+  for (std::thread& t : readers_) {
+    if (t.joinable()) t.join();
+  }
+}
+
+std::string LoadSession::Who() const {
+  return absl::StrCat("load of job ", job_, " step ",
+                      step_ < 0 ? std::string("latest") : absl::StrCat(step_), ": ");
+}
+
+std::string LoadSession::load_id() const {
+  absl::MutexLock lock(&mu_);
+  return load_id_;
+}
+
+absl::Status LoadSession::CheckRankLocked(const RankSession& rank) const {
+  if (rank.job != job_ || rank.world_size != world_size_ || rank.rank < 0 ||
+      rank.rank >= world_size_) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        Who(), "the caller (job ", rank.job, ", rank ", rank.rank, " of ", rank.world_size,
+        ") is not one of its ", world_size_, " ranks"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::LoadResponse> LoadSession::Load(const RankSession& rank,
                                                    const v1::LoadRequest& request) {
   bool last = false;
   {
     absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckRankLocked(rank); !s.ok()) return s;
     if (!error_.ok()) return error_;
-    if (rank.world_size != world_size_) {
-      return absl::InvalidArgumentError(absl::StrCat("load of job ", job_, ": rank ", rank.rank,
-                                                     " has world size ", rank.world_size,
-                                                     ", the load has ", world_size_));
-    }
     RankState& state = ranks_[rank.rank];
-    if (state.request.has_value()) {
-      return absl::FailedPreconditionError(absl::StrCat("load of job ", job_, ": rank ",
-                                                        rank.rank, " asked twice"));
+    if (state.request.has_value() || planned_) {
+      return absl::FailedPreconditionError(absl::StrCat(Who(), "rank ", rank.rank, " asked twice"));
     }
     state.request = request;
     state.session_id = rank.id;
     last = ++arrived_ == world_size_;
-    if (last) running_ = true;
+    if (last) planning_ = true;
   }
   if (last) {
-    absl::Status status = Execute();
+    absl::Status status = Plan();
     absl::MutexLock lock(&mu_);
-    running_ = false;
-    if (!status.ok() && error_.ok()) error_ = status;
-    done_ = true;
+    planning_ = false;
+    if (!status.ok()) FailLocked(status);
   }
   absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(&done_));
+  mu_.Await(absl::Condition(
+      +[](LoadSession* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+        return s->planned_ || !s->error_.ok();
+      },
+      this));
   if (!error_.ok()) return error_;
-  return ranks_[rank.rank].response;
+  v1::LoadResponse response;
+  response.set_step(assignment_.step());
+  response.set_load_id(load_id_);
+  for (uint64_t bytes : object_bytes_[rank.rank]) response.add_object_bytes(bytes);
+  return response;
 }
 
-absl::Status LoadSession::Execute() {
-  const std::string what = absl::StrCat("load of job ", job_, " step ",
-                                        step_ < 0 ? std::string("latest") : absl::StrCat(step_), ": ");
+absl::Status LoadSession::Plan() {
   v1::NodeLoadPlan plan;
-  std::vector<std::string> session_ids(world_size_);
+  std::vector<std::vector<bool>> on_device(world_size_);
   {
     absl::MutexLock lock(&mu_);
     *plan.mutable_host() = context_.host;
@@ -76,194 +97,281 @@ absl::Status LoadSession::Execute() {
       rank->set_rank(r);
       *rank->mutable_tensors() = ranks_[r].request->tensors();
       *rank->mutable_object_keys() = ranks_[r].request->object_keys();
-      session_ids[r] = ranks_[r].session_id;
+      for (const v1::TensorShard& t : ranks_[r].request->tensors()) {
+        on_device[r].push_back(t.has_device_buffer());
+      }
+    }
+  }
+  for (int r = 0; r < world_size_; ++r) {
+    for (const v1::TensorShard& t : plan.ranks(r).tensors()) {
+      if (t.has_device_buffer() && !context_.gpu.HasDevice()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            Who(), "tensor ", t.fqn(), " of rank ", r, " is on a GPU but ckptd has ",
+            context_.gpu.Describe(), "; use the push path or host tensors"));
+      }
     }
   }
   absl::StatusOr<v1::LoadAssignment> assignment = context_.coordinator.PlanLoad(plan);
-  if (!assignment.ok()) return Prefixed(assignment.status(), what);
+  if (!assignment.ok()) return Prefixed(assignment.status(), Who());
 
-  // Lay each rank's results out in its lease: tensors, then objects, each
-  // at an aligned offset so chunks can be read straight into them.
-  const uint64_t alignment = context_.pool.alignment();
-  std::vector<v1::LoadResponse> responses(world_size_);
-  std::vector<std::vector<uint64_t>> tensor_offset(world_size_);
-  std::vector<std::vector<uint64_t>> object_offset(world_size_);
-  std::vector<uint64_t> lease_bytes(world_size_, 0);
-  for (const v1::LoadAssignment::RankSizes& sizes : assignment->sizes()) {
-    const int r = sizes.rank();
-    uint64_t offset = 0;
-    for (uint64_t bytes : sizes.tensor_bytes()) {
-      tensor_offset[r].push_back(offset);
-      v1::MemoryRef* ref = responses[r].add_tensors();
-      ref->set_offset(offset);
-      ref->set_length(bytes);
-      offset += AlignUp(bytes, alignment);
-    }
-    for (uint64_t bytes : sizes.object_bytes()) {
-      object_offset[r].push_back(offset);
-      v1::MemoryRef* ref = responses[r].add_objects();
-      ref->set_offset(offset);
-      ref->set_length(bytes);
-      offset += AlignUp(bytes, alignment);
-    }
-    lease_bytes[r] = offset;
-  }
-  std::vector<char*> lease_base(world_size_, nullptr);
-  std::vector<std::pair<int, uint64_t>> granted;  // (rank, lease id)
-  absl::Status status;
-  const absl::Time pool_deadline = absl::Now() + context_.options.pool_wait_timeout;
-  for (int r = 0; r < world_size_ && status.ok(); ++r) {
-    responses[r].set_step(assignment->step());
-    if (lease_bytes[r] == 0) continue;
-    absl::StatusOr<pool::Allocation> lease = context_.pool.Allocate(lease_bytes[r], pool_deadline);
-    if (!lease.ok()) {
-      status = Prefixed(lease.status(), absl::StrCat(what, "lease for rank ", r, ": "));
-      break;
-    }
-    absl::StatusOr<uint64_t> id = context_.sessions.AddLease(session_ids[r], *lease);
-    if (!id.ok()) {
-      status = Prefixed(id.status(), absl::StrCat(what, "rank ", r, ": "));
-      break;
-    }
-    granted.emplace_back(r, *id);
-    lease_base[r] = context_.pool.base() + lease->offset;
-    responses[r].mutable_lease()->set_id(*id);
-    responses[r].mutable_lease()->set_offset(lease->offset);
-    responses[r].mutable_lease()->set_length(lease->length);
-  }
-  if (status.ok()) status = Prefixed(RunReads(*assignment, lease_base, tensor_offset, object_offset), what);
-  if (status.ok()) status = Prefixed(DeliverToDevices(plan, session_ids, lease_base, tensor_offset), what);
-  if (!status.ok()) {
-    for (const auto& [r, id] : granted) (void)context_.sessions.ReleaseLease(session_ids[r], id);
-    return status;
-  }
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
   absl::MutexLock lock(&mu_);
-  for (int r = 0; r < world_size_; ++r) ranks_[r].response = std::move(responses[r]);
+  if (!error_.ok()) return error_;
+  assignment_ = std::move(*assignment);
+  load_id_ = absl::StrFormat("load-%016x", rng());
+  object_bytes_.assign(world_size_, {});
+  for (const v1::LoadAssignment::RankSizes& sizes : assignment_.sizes()) {
+    if (sizes.rank() < 0 || sizes.rank() >= world_size_) continue;
+    object_bytes_[sizes.rank()].assign(sizes.object_bytes().begin(), sizes.object_bytes().end());
+  }
+  std::vector<LoadGroup> planned =
+      GroupLoadReads(assignment_, world_size_, on_device, context_.options.batch_bytes,
+                     context_.pool.alignment());
+  groups_.resize(planned.size());
+  for (size_t g = 0; g < planned.size(); ++g) {
+    groups_[g].plan = std::move(planned[g]);
+    for (int r = 0; r < world_size_; ++r) {
+      if (groups_[g].plan.host[r].empty()) continue;
+      ranks_[r].groups.push_back(g);
+      ++groups_[g].consumers_left;
+    }
+  }
+  planned_ = true;
+  deadline_ = absl::InfiniteFuture();  // liveness, not a timer, ends a stuck load now
+  const int threads = std::max(
+      1, std::min<int>(context_.options.reader_threads, static_cast<int>(groups_.size())));
+  if (groups_.empty()) return absl::OkStatus();
+  readers_running_ = threads;
+  for (int t = 0; t < threads; ++t) readers_.emplace_back([this] { ReadLoop(); });
   return absl::OkStatus();
 }
 
-absl::Status LoadSession::RunReads(const v1::LoadAssignment& assignment,
-                                   const std::vector<char*>& lease_base,
-                                   const std::vector<std::vector<uint64_t>>& tensor_offset,
-                                   const std::vector<std::vector<uint64_t>>& object_offset) {
-  // A global object several ranks want is one stored chunk: read it once.
-  std::map<std::pair<std::string, uint64_t>, std::vector<const v1::ObjectRead*>> object_groups;
-  for (const v1::ObjectRead& read : assignment.objects()) {
-    object_groups[{read.chunk().file(), read.chunk().file_offset()}].push_back(&read);
+void LoadSession::ReadLoop() {
+  std::string dir;
+  {
+    absl::MutexLock lock(&mu_);
+    dir = assignment_.checkpoint_path();
   }
-  std::vector<const std::vector<const v1::ObjectRead*>*> objects;
-  for (const auto& [key, group] : object_groups) objects.push_back(&group);
-  const size_t total = assignment.reads_size() + objects.size();
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
-  absl::Mutex error_mu;
-  absl::Status first_error;
-  const uint64_t alignment = context_.pool.alignment();
-  auto worker = [&] {
-    ChunkReader reader(context_.backend, assignment.checkpoint_path(), alignment);
-    for (size_t i = next++; i < total && !failed.load(); i = next++) {
-      absl::Status s;
-      if (i < static_cast<size_t>(assignment.reads_size())) {
-        const v1::ChunkRead& read = assignment.reads(i);
-        absl::StatusOr<pool::Allocation> scratch = context_.pool.Allocate(
-            read.chunk().length(), absl::Now() + context_.options.pool_wait_timeout);
-        if (!scratch.ok()) {
-          s = scratch.status();
-        } else {
-          char* data = context_.pool.base() + scratch->offset;
-          s = reader.Read(read.chunk(), absl::StrCat("tensor ", read.fqn()), data);
-          if (s.ok()) {
-            for (const v1::CopyRun& run : read.runs()) {
-              std::memcpy(lease_base[run.rank()] + tensor_offset[run.rank()][run.request()] +
-                              run.dest_offset(),
-                          data + run.chunk_offset(), run.length());
-            }
-          }
-          context_.pool.Free(*scratch);
-        }
+  ChunkReader reader(context_.backend, dir, context_.pool.alignment());
+  for (;;) {
+    size_t index = 0;
+    uint64_t bytes = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!error_.ok() || next_to_read_ >= groups_.size()) break;
+      index = next_to_read_++;
+      groups_[index].state = GroupState::kReading;
+      bytes = groups_[index].plan.room_bytes;
+      // Rooms in group order: wait for the earlier groups to have theirs.
+      std::pair<LoadSession*, size_t> turn(this, index);
+      mu_.Await(absl::Condition(
+          +[](std::pair<LoadSession*, size_t>* p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return p->first->next_to_allocate_ == p->second || !p->first->error_.ok();
+          },
+          &turn));
+    }
+    absl::Status status;
+    absl::StatusOr<pool::Allocation> room = context_.pool.Allocate(
+        bytes, absl::Now() + context_.options.pool_wait_timeout,
+        pool::Claim{job_, [this] { return failed_.load(std::memory_order_acquire); }});
+    {
+      absl::MutexLock lock(&mu_);
+      ++next_to_allocate_;
+      if (room.ok()) {
+        groups_[index].room = *room;
+        groups_[index].has_room = true;
       } else {
-        // Objects go straight into the first wanting rank's slot of its lease.
-        const std::vector<const v1::ObjectRead*>& group = *objects[i - assignment.reads_size()];
-        const v1::ObjectRead& first = *group.front();
-        char* dst = lease_base[first.rank()] + object_offset[first.rank()][first.request()];
-        s = reader.Read(first.chunk(), absl::StrCat("object ", first.key()), dst);
-        for (size_t k = 1; s.ok() && k < group.size(); ++k) {
-          std::memcpy(lease_base[group[k]->rank()] +
-                          object_offset[group[k]->rank()][group[k]->request()],
-                      dst, first.chunk().length());
-        }
-      }
-      if (!s.ok()) {
-        absl::MutexLock lock(&error_mu);
-        if (first_error.ok()) first_error = s;
-        failed = true;
+        status = Prefixed(room.status(), absl::StrCat(Who(), "room to read into: "));
       }
     }
-    context_.bytes_read.fetch_add(reader.bytes_read(), std::memory_order_relaxed);
-  };
-  const int threads = std::max(1, std::min<int>(context_.options.reader_threads,
-                                                static_cast<int>(total)));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (std::thread& t : pool) t.join();
-  absl::MutexLock lock(&error_mu);
-  return first_error;
+    if (status.ok()) status = ReadGroup(index, reader);
+    absl::MutexLock lock(&mu_);
+    if (!status.ok()) FailLocked(status);
+    Group& group = groups_[index];
+    if (!error_.ok()) {
+      if (group.has_room) context_.pool.Free(group.room);
+      group.has_room = false;
+      group.state = GroupState::kReleased;
+      break;
+    }
+    group.state = GroupState::kReady;
+    if (group.consumers_left == 0) ReleaseLocked(index);  // device deliveries only
+  }
+  context_.bytes_read.fetch_add(reader.bytes_read(), std::memory_order_relaxed);
+  absl::MutexLock lock(&mu_);
+  --readers_running_;
+  if (!error_.ok()) FreeReadyRoomsLocked();
 }
 
-absl::Status LoadSession::DeliverToDevices(const v1::NodeLoadPlan& plan,
-                                           const std::vector<std::string>& session_ids,
-                                           const std::vector<char*>& lease_base,
-                                           const std::vector<std::vector<uint64_t>>& tensor_offset) {
-  for (const v1::NodeLoadPlan::RankRequests& rank : plan.ranks()) {
-    for (int i = 0; i < rank.tensors_size(); ++i) {
-      const v1::TensorShard& request = rank.tensors(i);
-      if (!request.has_device_buffer()) continue;
-      const v1::DeviceBuffer& target = request.device_buffer();
-      if (!context_.gpu.HasDevice()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "tensor ", request.fqn(), " of rank ", rank.rank(), " is on a GPU but ckptd has ",
-            context_.gpu.Describe(), "; use the push path or host tensors"));
-      }
-      absl::StatusOr<std::shared_ptr<gpu::IpcMapping>> mapping = context_.ipc.Get(
-          session_ids[rank.rank()], target.ipc_handle(), target.device(), target.allocation_bytes());
-      if (!mapping.ok()) return mapping.status();
-      absl::StatusOr<ShardGeometry> g = ValidateShard(request);
-      if (!g.ok()) return g.status();
-      const uint64_t bytes = static_cast<uint64_t>(g->bytes);
-      if (target.offset() > (*mapping)->bytes() || bytes > (*mapping)->bytes() - target.offset()) {
+absl::Status LoadSession::ReadGroup(size_t index, ChunkReader& reader) {
+  const LoadGroup* group = nullptr;
+  char* room = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    group = &groups_[index].plan;
+    room = context_.pool.base() + groups_[index].room.offset;
+  }
+  // The plan is immutable once made and the room is this thread's until the
+  // group is ready, so reading needs no lock.
+  for (const GroupChunk& chunk : group->chunks) {
+    if (failed_.load(std::memory_order_acquire)) return absl::CancelledError("load failed");
+    if (absl::Status s = reader.Read(*chunk.chunk, chunk.owner, room + chunk.room_offset); !s.ok()) {
+      return Prefixed(s, Who());
+    }
+  }
+  return DeliverToDevices(*group, room);
+}
+
+absl::Status LoadSession::DeliverToDevices(const LoadGroup& group, const char* room) {
+  for (const DeviceCopy& copy : group.device) {
+    std::string session;
+    v1::TensorShard request;
+    {
+      absl::MutexLock lock(&mu_);
+      session = ranks_[copy.rank].session_id;
+      request = ranks_[copy.rank].request->tensors(static_cast<int>(copy.request));
+    }
+    const v1::DeviceBuffer& target = request.device_buffer();
+    absl::StatusOr<std::shared_ptr<gpu::IpcMapping>> mapping =
+        context_.ipc.Get(session, target.ipc_handle(), target.device(), target.allocation_bytes());
+    if (!mapping.ok()) return Prefixed(mapping.status(), absl::StrCat(Who(), "tensor ", request.fqn(), ": "));
+    const v1::Delivery& d = copy.delivery;
+    const uint64_t count = std::max<uint64_t>(d.count(), 1);
+    const uint64_t bytes = (*mapping)->bytes();
+    for (uint64_t i = 0; i < count; ++i) {
+      const uint64_t dest = d.dest_offset() + i * d.dest_stride();
+      if (target.offset() > bytes || dest > bytes - target.offset() ||
+          d.length() > bytes - target.offset() - dest) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "tensor ", request.fqn(), ": device buffer [", target.offset(), ", +", bytes,
-            ") lies outside its allocation of ", (*mapping)->bytes(), " bytes"));
+            Who(), "tensor ", request.fqn(), " of rank ", copy.rank, ": device buffer [",
+            target.offset(), ", +", dest + d.length(), ") lies outside its allocation of ", bytes,
+            " bytes"));
       }
-      // Host to device on the daemon's streams; the rank copies nothing.
-      char* device = static_cast<char*>((*mapping)->device_ptr()) + target.offset();
+      char* device = static_cast<char*>((*mapping)->device_ptr()) + target.offset() + dest;
       if (absl::Status s = context_.gpu.CopyHostToDevice(
-              lease_base[rank.rank()] + tensor_offset[rank.rank()][i], device, bytes);
+              room + d.pool_offset() + i * d.src_stride(), device, d.length());
           !s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("tensor ", request.fqn(), ": ", s.message()));
+        return Prefixed(s, absl::StrCat(Who(), "tensor ", request.fqn(), ": "));
       }
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
+                                                     uint64_t done_batch_id,
+                                                     absl::Duration wait) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckRankLocked(rank); !s.ok()) return s;
+  if (!error_.ok()) return error_;
+  if (!planned_) {
+    return absl::FailedPreconditionError(absl::StrCat(Who(), "rank ", rank.rank,
+                                                      " asked for a batch before the plan"));
+  }
+  RankState& state = ranks_[rank.rank];
+  if (state.holding) {
+    // Batch ids are group index + 1.
+    const size_t held = state.groups[state.next - 1];
+    if (done_batch_id != held + 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Who(), "rank ", rank.rank, " holds batch ", held + 1, " but released ", done_batch_id));
+    }
+    state.holding = false;
+    ReleaseLocked(held);
+  }
+  v1::LoadBatch batch;
+  if (state.next >= state.groups.size()) {
+    if (!state.done) {
+      state.done = true;
+      ++done_ranks_;
+    }
+    batch.set_last(true);
+    return batch;
+  }
+  const size_t index = state.groups[state.next];
+  std::pair<LoadSession*, size_t> wanted(this, index);
+  mu_.AwaitWithTimeout(
+      absl::Condition(
+          +[](std::pair<LoadSession*, size_t>* p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return p->first->groups_[p->second].state == GroupState::kReady ||
+                   !p->first->error_.ok();
+          },
+          &wanted),
+      wait);
+  if (!error_.ok()) return error_;
+  if (groups_[index].state != GroupState::kReady) return batch;  // not yet: ask again
+  const Group& group = groups_[index];
+  ++state.next;
+  state.holding = true;
+  batch.set_batch_id(index + 1);
+  batch.set_last(state.next >= state.groups.size());
+  for (v1::Delivery d : group.plan.host[rank.rank]) {
+    d.set_pool_offset(group.room.offset + d.pool_offset());
+    *batch.add_deliveries() = std::move(d);
+  }
+  return batch;
+}
+
+void LoadSession::ReleaseLocked(size_t index) {
+  Group& group = groups_[index];
+  if (group.consumers_left > 0) --group.consumers_left;
+  if (group.consumers_left > 0 || group.state != GroupState::kReady) return;
+  if (group.has_room) context_.pool.Free(group.room);
+  group.has_room = false;
+  group.state = GroupState::kReleased;
+}
+
+void LoadSession::FreeReadyRoomsLocked() {
+  // Only rooms no reader is filling: a reading group's room is freed by its
+  // reader when it sees the error.
+  for (Group& group : groups_) {
+    if (group.state == GroupState::kReady && group.has_room) {
+      context_.pool.Free(group.room);
+      group.has_room = false;
+      group.state = GroupState::kReleased;
+    }
+  }
+}
+
+void LoadSession::FailLocked(const absl::Status& status) {
+  if (!error_.ok()) return;
+  error_ = status;
+  failed_.store(true, std::memory_order_release);
+  FreeReadyRoomsLocked();
+}
+
+void LoadSession::Fail(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (planned_ && done_ranks_ == world_size_) return;  // complete: nothing to fail
+  FailLocked(status);
+}
+
+void LoadSession::RankGone(int rank) {
+  absl::MutexLock lock(&mu_);
+  if (rank < 0 || rank >= world_size_ || ranks_[rank].done) return;
+  if (!planned_ && !ranks_[rank].request.has_value() && arrived_ == 0) return;
+  FailLocked(absl::AbortedError(absl::StrCat(
+      Who(), "rank ", rank,
+      " went away (its process exited or its connection closed) before its load completed; "
+      "aborted")));
 }
 
 void LoadSession::CheckDeadlines(absl::Time now) {
   absl::MutexLock lock(&mu_);
-  if (done_ || running_ || now < deadline_) return;
+  if (planned_ || planning_ || !error_.ok() || now < deadline_) return;
   std::vector<int> missing;
-  for (int r = 0; r < world_size_; ++r) {
+  for (int r = 0; r < world_size_ && missing.size() < 16; ++r) {
     if (!ranks_[r].request.has_value()) missing.push_back(r);
   }
-  error_ = absl::DeadlineExceededError(absl::StrCat(
-      "load of job ", job_, ": ranks [", absl::StrJoin(missing, ", "), "] did not ask within ",
-      absl::FormatDuration(context_.options.plan_timeout), "; aborted"));
-  done_ = true;
+  FailLocked(absl::DeadlineExceededError(absl::StrCat(
+      Who(), "ranks [", absl::StrJoin(missing, ", "), world_size_ - arrived_ > 16 ? ", ..." : "",
+      "] did not ask within ", absl::FormatDuration(context_.options.plan_timeout), "; aborted")));
 }
 
 bool LoadSession::finished() const {
   absl::MutexLock lock(&mu_);
-  return done_;
+  if (readers_running_ > 0 || planning_) return false;
+  return !error_.ok() || (planned_ && done_ranks_ == world_size_);
 }
 
 }  // namespace ckpt::server

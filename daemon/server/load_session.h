@@ -1,55 +1,89 @@
 // One load of one job step on this host (DESIGN.md §5). Ranks arrive with
-// their requests; the last to arrive batches them into one NodeLoadPlan,
-// gets the chunk reads from the coordinator, gives every rank a lease and
-// runs the reads on reader threads: each needed chunk is read once into
-// scratch pool memory, checked, and scattered into every lease that wants
-// some of it. Then all ranks are answered together.
+// their requests; the last to arrive batches them into one NodeLoadPlan and
+// gets the chunk reads from the coordinator. The reads are cut into groups
+// of about --batch_bytes; reader threads take the groups in order, read each
+// into pool room (waiting while the job's share is full), verify every CRC,
+// deliver GPU destinations themselves, and hand the group to the ranks that
+// need some of it. A rank copies its part straight from the pool into its
+// tensors (one host copy) while the readers go on with the next groups, and
+// asking for its next batch releases the previous one. A chunk several
+// ranks need is read once.
+//
+// Rooms are allocated in group order, so the room held is always for the
+// oldest groups not yet consumed, and each of those is the next one its
+// ranks want: the load cannot wedge on its own pool share.
+//
+// A rank that goes away before its load completes fails the load on every
+// rank, naming it, and everything is released.
 //
 // Thread-safety: all public methods are safe from any thread.
 #ifndef CKPT_DAEMON_SERVER_LOAD_SESSION_H_
 #define CKPT_DAEMON_SERVER_LOAD_SESSION_H_
 
+#include <atomic>
+#include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "ckpt/v1/coordinator.pb.h"
 #include "ckpt/v1/node.pb.h"
-#include "daemon/server/save_session.h"
+#include "daemon/server/load_groups.h"
+#include "daemon/server/node_context.h"
 
 namespace ckpt::server {
 
-class LoadSession {
+class LoadSession : public std::enable_shared_from_this<LoadSession> {
  public:
   LoadSession(NodeContext& context, std::string job, int64_t step, int world_size);
+  ~LoadSession();
 
-  // Blocks until every rank has asked and the data is in the leases.
+  // Blocks until every rank has asked and the load is planned.
   absl::StatusOr<v1::LoadResponse> Load(const RankSession& rank, const v1::LoadRequest& request);
+  // Releases done_batch_id (if the rank holds it) and waits up to `wait` for
+  // the rank's next group; batch id 0 without `last` means "not yet".
+  absl::StatusOr<v1::LoadBatch> NextBatch(const RankSession& rank, uint64_t done_batch_id,
+                                          absl::Duration wait);
+  void Fail(const absl::Status& status);
+  void RankGone(int rank);
   void CheckDeadlines(absl::Time now);
+  // Every rank is done or the load failed, and the readers have stopped.
   bool finished() const;
+  const std::string& job() const { return job_; }
+  std::string load_id() const;
 
  private:
+  enum class GroupState { kWaiting, kReading, kReady, kReleased };
+  struct Group {
+    LoadGroup plan;
+    GroupState state = GroupState::kWaiting;
+    pool::Allocation room;
+    bool has_room = false;
+    int consumers_left = 0;  // ranks that have not released it yet
+  };
   struct RankState {
     std::optional<v1::LoadRequest> request;
     std::string session_id;
-    v1::LoadResponse response;
+    std::vector<size_t> groups;  // the groups with deliveries for this rank, in order
+    size_t next = 0;             // index into groups of the one to hand out next
+    bool holding = false;        // groups[next - 1] was handed out, not released
+    bool done = false;
   };
 
-  absl::Status Execute();  // run by the last rank to arrive, without mu_
-  absl::Status RunReads(const v1::LoadAssignment& assignment,
-                        const std::vector<char*>& lease_base,
-                        const std::vector<std::vector<uint64_t>>& tensor_offset,
-                        const std::vector<std::vector<uint64_t>>& object_offset);
-
-  // Copies the requests that name a GPU buffer from the leases to the
-  // ranks' devices (CUDA IPC pull).
-  absl::Status DeliverToDevices(const v1::NodeLoadPlan& plan,
-                                const std::vector<std::string>& session_ids,
-                                const std::vector<char*>& lease_base,
-                                const std::vector<std::vector<uint64_t>>& tensor_offset);
+  absl::Status Plan();  // run by the last rank to arrive, without mu_
+  void ReadLoop();      // a reader thread
+  absl::Status ReadGroup(size_t index, class ChunkReader& reader);
+  absl::Status DeliverToDevices(const LoadGroup& group, const char* room);
+  void ReleaseLocked(size_t group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeReadyRoomsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckRankLocked(const RankSession& rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string Who() const;
 
   NodeContext& context_;
   const std::string job_;
@@ -59,10 +93,20 @@ class LoadSession {
   mutable absl::Mutex mu_;
   std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  int done_ranks_ ABSL_GUARDED_BY(mu_) = 0;
+  bool planned_ ABSL_GUARDED_BY(mu_) = false;
+  bool planning_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   absl::Time deadline_ ABSL_GUARDED_BY(mu_);
+  std::string load_id_ ABSL_GUARDED_BY(mu_);
+  v1::LoadAssignment assignment_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<uint64_t>> object_bytes_ ABSL_GUARDED_BY(mu_);
+  std::vector<Group> groups_ ABSL_GUARDED_BY(mu_);
+  size_t next_to_read_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t next_to_allocate_ ABSL_GUARDED_BY(mu_) = 0;  // rooms go in group order
+  int readers_running_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::thread> readers_;
+  std::atomic<bool> failed_{false};
 };
 
 }  // namespace ckpt::server

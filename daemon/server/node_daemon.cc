@@ -21,6 +21,7 @@ namespace {
 
 constexpr int kMaxMessageBytes = 256 << 20;  // plans of large models are big
 constexpr absl::Duration kReapInterval = absl::Milliseconds(100);
+constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
 
 // True when something accepts connections on the socket: another ckptd.
 bool SocketIsServed(const std::string& path) {
@@ -98,6 +99,7 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   pool::PoolOptions pool_options;
   pool_options.path = o.pool_path;
   pool_options.bytes = o.pool_bytes;
+  pool_options.owner_share = o.job_pool_share;
   absl::StatusOr<std::unique_ptr<pool::ShmPool>> pool = pool::ShmPool::Create(pool_options);
   if (!pool.ok()) return pool.status();
   d->pool_ = std::move(*pool);
@@ -125,7 +127,7 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   if (!removed.ok()) return removed.status();
   d->removed_partials_ = *removed;
 
-  d->sessions_ = std::make_unique<RankSessions>(*d->pool_);
+  d->sessions_ = std::make_unique<RankSessions>(SessionLimits{o.max_sessions, o.max_world_size});
   d->writers_ = std::make_unique<WriterPool>(o.writer_threads, std::max(1u, o.queue_depth),
                                               o.writer_nice);
   v1::HostIdentity host;
@@ -177,7 +179,14 @@ void NodeDaemon::Shutdown() {
 NodeDaemon::~NodeDaemon() {
   Shutdown();
   if (reaper_.joinable()) reaper_.join();
-  if (service_) service_->AbortAll(absl::UnavailableError("ckptd is shutting down"));
+  if (service_) {
+    // Saves whose ranks are all snapshotted can still commit: give what is
+    // in flight a moment to finish, then abort the rest, well inside the
+    // systemd stop timeout.
+    const absl::Time grace_end = absl::Now() + kShutdownGrace;
+    while (service_->InFlight() > 0 && absl::Now() < grace_end) absl::SleepFor(absl::Milliseconds(20));
+    service_->AbortAll(absl::UnavailableError("ckptd is shutting down"));
+  }
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   writers_.reset();
   service_.reset();

@@ -1,5 +1,6 @@
 #include "daemon/server/node_service.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 
@@ -22,8 +23,52 @@ grpc::Status ToGrpc(const absl::Status& s) { return ToGrpcStatus(s); }
 
 }  // namespace
 
+// One rank's Watch stream. It never writes until shutdown; its end is the
+// news. Deleted by gRPC (OnDone) after Finish.
+class WatchReactor : public grpc::ServerWriteReactor<v1::WatchEvent> {
+ public:
+  WatchReactor(NodeService* service, RankSession rank) : service_(service), rank_(std::move(rank)) {}
+
+  void OnCancel() override {
+    // The rank's process died or its connection broke (or it detached).
+    service_->RankGone(rank_);
+    End(grpc::Status::CANCELLED);
+  }
+  void OnWriteDone(bool) override { End(grpc::Status::OK); }
+  void OnDone() override {
+    service_->WatchEnded(this);
+    delete this;
+  }
+  // Shutdown: tell the rank why, then end.
+  void Shutdown(const std::string& reason) {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || writing_) return;
+    writing_ = true;
+    event_.set_reason(reason);
+    StartWrite(&event_);
+  }
+  const RankSession& rank() const { return rank_; }
+
+ private:
+  void End(const grpc::Status& status) {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  NodeService* const service_;
+  const RankSession rank_;
+  absl::Mutex mu_;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  v1::WatchEvent event_;
+};
+
 NodeService::NodeService(NodeContext& context, bool gpu_available)
     : context_(context), gpu_available_(gpu_available), started_(absl::Now()) {}
+
+NodeService::~NodeService() = default;
 
 grpc::Status NodeService::Attach(grpc::ServerContext*, const v1::AttachRequest* request,
                                  v1::AttachResponse* response) {
@@ -34,14 +79,71 @@ grpc::Status NodeService::Attach(grpc::ServerContext*, const v1::AttachRequest* 
   response->set_pool_path(context_.pool.path());
   response->set_pool_bytes(context_.pool.capacity());
   response->set_alignment(static_cast<uint32_t>(context_.pool.alignment()));
+  const absl::Duration longest =
+      std::max({context_.options.plan_timeout, context_.options.pool_wait_timeout,
+                context_.options.wait_slice});
+  response->set_max_wait_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(longest)));
   return grpc::Status::OK;
 }
 
 grpc::Status NodeService::Detach(grpc::ServerContext*, const v1::DetachRequest* request,
                                  v1::DetachResponse*) {
+  absl::StatusOr<RankSession> rank = context_.sessions.Find(request->session_id());
+  if (!rank.ok()) return ToGrpc(rank.status());
+  RankGone(*rank);
+  return grpc::Status::OK;
+}
+
+grpc::ServerWriteReactor<v1::WatchEvent>* NodeService::Watch(grpc::CallbackServerContext*,
+                                                            const v1::WatchRequest* request) {
+  absl::StatusOr<RankSession> rank = context_.sessions.Find(request->session_id());
+  if (!rank.ok()) {
+    auto* reactor = new WatchReactor(this, RankSession{});
+    {
+      absl::MutexLock lock(&mu_);
+      watches_.insert(reactor);
+    }
+    reactor->Finish(ToGrpc(rank.status()));
+    return reactor;
+  }
+  auto* reactor = new WatchReactor(this, *rank);
+  bool shutting_down = false;
+  {
+    absl::MutexLock lock(&mu_);
+    watches_.insert(reactor);
+    shutting_down = shutting_down_;
+  }
+  if (shutting_down) reactor->Shutdown("ckptd is shutting down");
+  return reactor;
+}
+
+void NodeService::WatchEnded(WatchReactor* watch) {
+  absl::MutexLock lock(&mu_);
+  watches_.erase(watch);
+}
+
+void NodeService::RankGone(const RankSession& rank) {
+  if (rank.id.empty()) return;
+  std::vector<std::shared_ptr<SaveSession>> saves;
+  std::vector<std::shared_ptr<LoadSession>> loads;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, save] : saves_) {
+      if (key.first == rank.job && save->world_size() == rank.world_size) saves.push_back(save);
+    }
+    for (const auto& [key, load] : load_barriers_) {
+      if (key.first == rank.job) loads.push_back(load);
+    }
+    for (const auto& [id, load] : loads_) {
+      if (load->job() == rank.job) loads.push_back(load);
+    }
+  }
+  // Only if it is still attached: a Detach then the stream's end report once.
+  if (!context_.sessions.Detach(rank.id).ok()) return;
+  for (auto& save : saves) save->RankGone(rank.rank);
+  for (auto& load : loads) load->RankGone(rank.rank);
   // Its GPU allocations may be freed once it is gone: close our mappings.
-  context_.ipc.ReleaseOwner(request->session_id());
-  return ToGrpc(context_.sessions.Detach(request->session_id()));
+  context_.ipc.ReleaseOwner(rank.id);
 }
 
 grpc::Status NodeService::PlanSave(grpc::ServerContext*, const v1::PlanSaveRequest* request,
@@ -79,6 +181,27 @@ std::shared_ptr<SaveSession> NodeService::FindSave(const std::string& save_id) {
   return nullptr;
 }
 
+std::shared_ptr<LoadSession> NodeService::FindLoad(const std::string& load_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = loads_.find(load_id);
+  return it == loads_.end() ? nullptr : it->second;
+}
+
+grpc::Status NodeService::NextSaveBatch(grpc::ServerContext*,
+                                        const v1::NextSaveBatchRequest* request,
+                                        v1::SaveBatch* response) {
+  absl::StatusOr<RankSession> rank = context_.sessions.Find(request->session_id());
+  if (!rank.ok()) return ToGrpc(rank.status());
+  std::shared_ptr<SaveSession> save = FindSave(request->save_id());
+  if (save == nullptr) {
+    return ToGrpc(absl::NotFoundError(absl::StrCat("save ", request->save_id(), " is unknown")));
+  }
+  absl::StatusOr<v1::SaveBatch> batch = save->NextBatch(*rank);
+  if (!batch.ok()) return ToGrpc(batch.status());
+  *response = std::move(*batch);
+  return grpc::Status::OK;
+}
+
 grpc::Status NodeService::SubmitSnapshot(grpc::ServerContext*,
                                          const v1::SubmitSnapshotRequest* request,
                                          v1::SubmitSnapshotResponse*) {
@@ -93,14 +216,17 @@ grpc::Status NodeService::SubmitSnapshot(grpc::ServerContext*,
 
 grpc::Status NodeService::WaitSave(grpc::ServerContext*, const v1::WaitSaveRequest* request,
                                    v1::WaitSaveResponse* response) {
-  if (absl::Status s = context_.sessions.Find(request->session_id()).status(); !s.ok()) {
-    return ToGrpc(s);
-  }
+  absl::StatusOr<RankSession> rank = context_.sessions.Find(request->session_id());
+  if (!rank.ok()) return ToGrpc(rank.status());
   std::shared_ptr<SaveSession> save = FindSave(request->save_id());
-  if (save == nullptr) {
+  if (save == nullptr || save->job() != rank->job) {
     return ToGrpc(absl::NotFoundError(absl::StrCat("save ", request->save_id(), " is unknown")));
   }
-  absl::StatusOr<v1::WaitSaveResponse> result = save->Wait();
+  absl::Duration wait = context_.options.wait_slice;
+  if (request->timeout_ms() > 0) {
+    wait = std::min(wait, absl::Milliseconds(std::min<uint64_t>(request->timeout_ms(), 1u << 30)));
+  }
+  absl::StatusOr<v1::WaitSaveResponse> result = save->Wait(wait);
   if (!result.ok()) return ToGrpc(result.status());
   *response = std::move(*result);
   return grpc::Status::OK;
@@ -116,21 +242,39 @@ grpc::Status NodeService::Load(grpc::ServerContext*, const v1::LoadRequest* requ
   std::shared_ptr<LoadSession> load;
   {
     absl::MutexLock lock(&mu_);
-    std::shared_ptr<LoadSession>& slot = loads_[{rank->job, request->step()}];
+    std::shared_ptr<LoadSession>& slot = load_barriers_[{rank->job, request->step()}];
     if (slot == nullptr || slot->finished()) {
       slot = std::make_shared<LoadSession>(context_, rank->job, request->step(), rank->world_size);
     }
     load = slot;
   }
   absl::StatusOr<v1::LoadResponse> loaded = load->Load(*rank, *request);
+  {
+    // Planned (or failed): the barrier slot is free for the next load.
+    absl::MutexLock lock(&mu_);
+    auto it = load_barriers_.find({rank->job, request->step()});
+    if (it != load_barriers_.end() && it->second == load) load_barriers_.erase(it);
+    if (loaded.ok()) loads_[loaded->load_id()] = load;
+  }
   if (!loaded.ok()) return ToGrpc(loaded.status());
   *response = std::move(*loaded);
   return grpc::Status::OK;
 }
 
-grpc::Status NodeService::ReleaseLease(grpc::ServerContext*, const v1::ReleaseLeaseRequest* request,
-                                       v1::ReleaseLeaseResponse*) {
-  return ToGrpc(context_.sessions.ReleaseLease(request->session_id(), request->lease_id()));
+grpc::Status NodeService::NextLoadBatch(grpc::ServerContext*,
+                                        const v1::NextLoadBatchRequest* request,
+                                        v1::LoadBatch* response) {
+  absl::StatusOr<RankSession> rank = context_.sessions.Find(request->session_id());
+  if (!rank.ok()) return ToGrpc(rank.status());
+  std::shared_ptr<LoadSession> load = FindLoad(request->load_id());
+  if (load == nullptr) {
+    return ToGrpc(absl::NotFoundError(absl::StrCat("load ", request->load_id(), " is unknown")));
+  }
+  absl::StatusOr<v1::LoadBatch> batch =
+      load->NextBatch(*rank, request->done_batch_id(), context_.options.wait_slice);
+  if (!batch.ok()) return ToGrpc(batch.status());
+  *response = std::move(*batch);
+  return grpc::Status::OK;
 }
 
 grpc::Status NodeService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
@@ -243,6 +387,7 @@ grpc::Status NodeService::CancelSave(grpc::ServerContext*, const v1::CancelSaveR
 void NodeService::Reap(absl::Time now) {
   std::vector<std::shared_ptr<SaveSession>> saves;
   std::vector<std::shared_ptr<LoadSession>> loads;
+  std::vector<std::shared_ptr<LoadSession>> done;  // destroyed outside mu_: joins readers
   {
     absl::MutexLock lock(&mu_);
     for (auto it = saves_.begin(); it != saves_.end();) {
@@ -255,8 +400,18 @@ void NodeService::Reap(absl::Time now) {
       }
     }
     while (finished_saves_.size() > kFinishedSavesKept) finished_saves_.pop_front();
+    for (auto it = load_barriers_.begin(); it != load_barriers_.end();) {
+      if (it->second->finished()) {
+        done.push_back(it->second);
+        it = load_barriers_.erase(it);
+      } else {
+        loads.push_back(it->second);
+        ++it;
+      }
+    }
     for (auto it = loads_.begin(); it != loads_.end();) {
       if (it->second->finished()) {
+        done.push_back(it->second);
         it = loads_.erase(it);
       } else {
         loads.push_back(it->second);
@@ -268,13 +423,27 @@ void NodeService::Reap(absl::Time now) {
   for (auto& load : loads) load->CheckDeadlines(now);
 }
 
+int NodeService::InFlight() {
+  absl::MutexLock lock(&mu_);
+  int n = 0;
+  for (const auto& [key, save] : saves_) n += save->finished() ? 0 : 1;
+  for (const auto& [id, load] : loads_) n += load->finished() ? 0 : 1;
+  return n;
+}
+
 void NodeService::AbortAll(const absl::Status& status) {
   std::vector<std::shared_ptr<SaveSession>> saves;
+  std::vector<std::shared_ptr<LoadSession>> loads;
   {
     absl::MutexLock lock(&mu_);
+    shutting_down_ = true;
     for (auto& [key, save] : saves_) saves.push_back(save);
+    for (auto& [key, load] : load_barriers_) loads.push_back(load);
+    for (auto& [id, load] : loads_) loads.push_back(load);
+    for (WatchReactor* watch : watches_) watch->Shutdown(std::string(status.message()));
   }
   for (auto& save : saves) save->Fail(status);
+  for (auto& load : loads) load->Fail(status);
 }
 
 }  // namespace ckpt::server

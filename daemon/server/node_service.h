@@ -2,6 +2,12 @@
 // find the right save or load session and translate statuses; the work is
 // in SaveSession, LoadSession and the coordinator.
 //
+// Liveness: each attached rank holds a Watch stream (a callback reactor, so
+// no thread waits on it). When the stream is cancelled, because the rank's
+// process died or its connection broke, the rank is gone: its saves that
+// still needed it and its loads fail on every other rank at once, naming
+// it, and its session and GPU mappings are released.
+//
 // Thread-safety: gRPC calls handlers from many threads; all state is
 // guarded by mu_ or owned by the sessions.
 #ifndef CKPT_DAEMON_SERVER_NODE_SERVICE_H_
@@ -10,6 +16,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -18,31 +25,44 @@
 #include "absl/time/time.h"
 #include "ckpt/v1/node.grpc.pb.h"
 #include "daemon/server/load_session.h"
+#include "daemon/server/node_context.h"
 #include "daemon/server/save_session.h"
 
 namespace ckpt::server {
 
-class NodeService final : public v1::NodeService::Service {
+class WatchReactor;
+
+class NodeService final
+    : public v1::NodeService::WithCallbackMethod_Watch<v1::NodeService::Service> {
  public:
   NodeService(NodeContext& context, bool gpu_available);
+  ~NodeService() override;
 
   // Fails sessions whose deadlines passed and forgets finished ones. The
   // daemon calls it periodically.
   void Reap(absl::Time now);
-  // Fails every save in flight (daemon shutdown).
+  // Fails every save and load in flight and ends every Watch (shutdown).
   void AbortAll(const absl::Status& status);
+  // Saves and loads still in flight.
+  int InFlight();
+  // The rank behind the session is gone (its Watch ended).
+  void RankGone(const RankSession& rank);
 
   grpc::Status Attach(grpc::ServerContext*, const v1::AttachRequest*, v1::AttachResponse*) override;
   grpc::Status Detach(grpc::ServerContext*, const v1::DetachRequest*, v1::DetachResponse*) override;
+  grpc::ServerWriteReactor<v1::WatchEvent>* Watch(grpc::CallbackServerContext* context,
+                                                  const v1::WatchRequest* request) override;
   grpc::Status PlanSave(grpc::ServerContext*, const v1::PlanSaveRequest*,
                         v1::PlanSaveResponse*) override;
+  grpc::Status NextSaveBatch(grpc::ServerContext*, const v1::NextSaveBatchRequest*,
+                             v1::SaveBatch*) override;
   grpc::Status SubmitSnapshot(grpc::ServerContext*, const v1::SubmitSnapshotRequest*,
                               v1::SubmitSnapshotResponse*) override;
   grpc::Status WaitSave(grpc::ServerContext*, const v1::WaitSaveRequest*,
                         v1::WaitSaveResponse*) override;
   grpc::Status Load(grpc::ServerContext*, const v1::LoadRequest*, v1::LoadResponse*) override;
-  grpc::Status ReleaseLease(grpc::ServerContext*, const v1::ReleaseLeaseRequest*,
-                            v1::ReleaseLeaseResponse*) override;
+  grpc::Status NextLoadBatch(grpc::ServerContext*, const v1::NextLoadBatchRequest*,
+                             v1::LoadBatch*) override;
   grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
                          v1::GetStatusResponse*) override;
   grpc::Status ListCheckpoints(grpc::ServerContext*, const v1::ListCheckpointsRequest*,
@@ -55,8 +75,11 @@ class NodeService final : public v1::NodeService::Service {
                           v1::CancelSaveResponse*) override;
 
  private:
+  friend class WatchReactor;
   using Key = std::pair<std::string, int64_t>;  // (job, step)
   std::shared_ptr<SaveSession> FindSave(const std::string& save_id);
+  std::shared_ptr<LoadSession> FindLoad(const std::string& load_id);
+  void WatchEnded(WatchReactor* watch);
 
   NodeContext& context_;
   const bool gpu_available_;
@@ -65,7 +88,11 @@ class NodeService final : public v1::NodeService::Service {
   std::map<Key, std::shared_ptr<SaveSession>> saves_ ABSL_GUARDED_BY(mu_);
   // Recently finished saves, so a late WaitSave still learns the outcome.
   std::deque<std::shared_ptr<SaveSession>> finished_saves_ ABSL_GUARDED_BY(mu_);
-  std::map<Key, std::shared_ptr<LoadSession>> loads_ ABSL_GUARDED_BY(mu_);
+  // Loads waiting for their ranks (by job and step), then planned ones by id.
+  std::map<Key, std::shared_ptr<LoadSession>> load_barriers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<LoadSession>> loads_ ABSL_GUARDED_BY(mu_);
+  std::set<WatchReactor*> watches_ ABSL_GUARDED_BY(mu_);
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ckpt::server

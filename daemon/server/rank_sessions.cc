@@ -8,34 +8,35 @@
 
 namespace ckpt::server {
 
-RankSessions::~RankSessions() {
-  absl::MutexLock lock(&mu_);
-  for (auto& [id, entry] : sessions_) {
-    for (auto& [lease_id, allocation] : entry.leases) pool_.Free(allocation);
-  }
-}
-
 absl::StatusOr<RankSession> RankSessions::Attach(const std::string& job, int rank,
                                                  int world_size, int local_rank) {
   if (absl::Status s = ValidateName("job", job); !s.ok()) return s;
+  if (world_size > limits_.max_world_size) {
+    return absl::ResourceExhaustedError(absl::StrCat("world size ", world_size, " exceeds the limit ",
+                                                     limits_.max_world_size, " (--max_world_size)"));
+  }
   if (world_size <= 0 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is not in [0, world size ", world_size, ")"));
+  }
+  if (local_rank < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("local rank ", local_rank, " is negative"));
   }
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   RankSession session{absl::StrFormat("%016x%016x", rng(), rng()), job, rank, world_size,
                       local_rank};
   absl::MutexLock lock(&mu_);
-  sessions_[session.id] = Entry{session, {}};
+  if (static_cast<int>(sessions_.size()) >= limits_.max_sessions) {
+    return absl::ResourceExhaustedError(absl::StrCat(sessions_.size(), " ranks are attached; the limit is ",
+                                                     limits_.max_sessions, " (--max_sessions)"));
+  }
+  sessions_[session.id] = session;
   return session;
 }
 
 absl::Status RankSessions::Detach(const std::string& id) {
   absl::MutexLock lock(&mu_);
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) return absl::NotFoundError("unknown session; attach first");
-  for (auto& [lease_id, allocation] : it->second.leases) pool_.Free(allocation);
-  sessions_.erase(it);
+  if (sessions_.erase(id) == 0) return absl::NotFoundError("unknown session; attach first");
   return absl::OkStatus();
 }
 
@@ -43,33 +44,7 @@ absl::StatusOr<RankSession> RankSessions::Find(const std::string& id) const {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return absl::NotFoundError("unknown session; attach first");
-  return it->second.session;
-}
-
-absl::StatusOr<uint64_t> RankSessions::AddLease(const std::string& id,
-                                                const pool::Allocation& allocation) {
-  absl::MutexLock lock(&mu_);
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) {
-    pool_.Free(allocation);
-    return absl::NotFoundError("session detached while its load ran");
-  }
-  const uint64_t lease_id = next_lease_++;
-  it->second.leases[lease_id] = allocation;
-  return lease_id;
-}
-
-absl::Status RankSessions::ReleaseLease(const std::string& id, uint64_t lease_id) {
-  absl::MutexLock lock(&mu_);
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) return absl::NotFoundError("unknown session; attach first");
-  auto lease = it->second.leases.find(lease_id);
-  if (lease == it->second.leases.end()) {
-    return absl::NotFoundError(absl::StrCat("lease ", lease_id, " is not held by this session"));
-  }
-  pool_.Free(lease->second);
-  it->second.leases.erase(lease);
-  return absl::OkStatus();
+  return it->second;
 }
 
 int RankSessions::attached() const {

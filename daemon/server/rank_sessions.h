@@ -1,20 +1,17 @@
 // Attached ranks. A session is what Attach returns: it names the rank, its
-// job and world, and owns the load leases handed to that rank until it
-// releases them or detaches.
+// job and world. What a rank holds in the pool belongs to its saves and
+// loads, which release it when they end or when the rank goes away.
 //
 // Thread-safety: all methods are safe from any thread.
 #ifndef CKPT_DAEMON_SERVER_RANK_SESSIONS_H_
 #define CKPT_DAEMON_SERVER_RANK_SESSIONS_H_
 
-#include <cstdint>
 #include <map>
-#include <memory>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "daemon/pool/shm_pool.h"
 
 namespace ckpt::server {
 
@@ -26,32 +23,29 @@ struct RankSession {
   int local_rank = 0;
 };
 
+struct SessionLimits {
+  int max_sessions = 4096;      // attached ranks at once (--max_sessions)
+  int max_world_size = 65536;   // ranks in one job (--max_world_size)
+};
+
 class RankSessions {
  public:
-  explicit RankSessions(pool::ShmPool& pool) : pool_(pool) {}
-  ~RankSessions();
+  explicit RankSessions(SessionLimits limits = {}) : limits_(limits) {}
 
+  // INVALID_ARGUMENT for a bad job name or rank; RESOURCE_EXHAUSTED naming
+  // the bound for a world or a session count beyond the limits.
   absl::StatusOr<RankSession> Attach(const std::string& job, int rank, int world_size,
                                      int local_rank);
-  // Frees the session's leases. NOT_FOUND for an unknown session.
+  // NOT_FOUND for an unknown session.
   absl::Status Detach(const std::string& id);
   // NOT_FOUND ("unknown session; attach first") for an unknown id.
   absl::StatusOr<RankSession> Find(const std::string& id) const;
-
-  // Takes ownership of a load lease for the session; returns its id.
-  absl::StatusOr<uint64_t> AddLease(const std::string& id, const pool::Allocation& allocation);
-  absl::Status ReleaseLease(const std::string& id, uint64_t lease_id);
   int attached() const;
 
  private:
-  struct Entry {
-    RankSession session;
-    std::map<uint64_t, pool::Allocation> leases;
-  };
-  pool::ShmPool& pool_;
+  const SessionLimits limits_;
   mutable absl::Mutex mu_;
-  std::map<std::string, Entry> sessions_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<std::string, RankSession> sessions_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ckpt::server

@@ -5,18 +5,19 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "proto/lib/status_context.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/coordinator/fault_points.h"
-#include "daemon/coordinator/save_planner.h"
 #include "proto/lib/region_convert.h"
+#include "proto/lib/status_context.h"
 #include "proto/lib/validation.h"
 
 namespace ckpt::server {
 namespace {
 
-using coordinator::AlignUp;
+// Batches a rank may hold without submitting: enough to copy one while the
+// next is being allocated, few enough that a rank cannot hoard the pool.
+constexpr int kMaxOpenBatches = 4;
 
 // Checks one rank's request on its own, before the barrier, so bad input
 // gets its error at once instead of a timeout.
@@ -30,44 +31,66 @@ absl::Status ValidateRankRequest(const v1::PlanSaveRequest& request) {
   return absl::OkStatus();
 }
 
+std::string ItemName(const v1::SaveItem& item) {
+  return absl::StrCat(item.kind() == v1::SaveItem::OBJECT ? "object " : "shard ", item.index());
+}
+
 }  // namespace
 
 SaveSession::SaveSession(NodeContext& context, std::string job, int64_t step, int world_size)
     : context_(context), job_(std::move(job)), step_(step), world_size_(world_size) {
   absl::MutexLock lock(&mu_);
   ranks_.resize(world_size);
+  event_waited_.assign(world_size, false);
   deadline_ = absl::Now() + context_.options.plan_timeout;
 }
 
 SaveSession::~SaveSession() = default;
+
+std::string SaveSession::Who() const { return absl::StrCat("save of job ", job_, " step ", step_, ": "); }
 
 std::string SaveSession::save_id() const {
   absl::MutexLock lock(&mu_);
   return assignment_.save_id();
 }
 
+absl::Status SaveSession::CheckRankLocked(const RankSession& rank) const {
+  // A session only ever acts on its own job's saves, as one of its ranks.
+  if (rank.job != job_ || rank.world_size != world_size_ || rank.rank < 0 ||
+      rank.rank >= world_size_) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        Who(), "the caller (job ", rank.job, ", rank ", rank.rank, " of ", rank.world_size,
+        ") is not one of its ", world_size_, " ranks"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::PlanSaveResponse> SaveSession::Plan(const RankSession& rank,
                                                        const v1::PlanSaveRequest& request) {
-  const std::string who = absl::StrCat("save of job ", job_, " step ", step_, ": rank ", rank.rank, ": ");
+  const std::string who = absl::StrCat(Who(), "rank ", rank.rank, ": ");
+  bool last = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckRankLocked(rank); !s.ok()) return s;
+    if (!error_.ok()) return error_;
+    if (phase_ != Phase::kPlanning || ranks_[rank.rank].request.has_value()) {
+      return absl::FailedPreconditionError(absl::StrCat(who, "already sent its plan"));
+    }
+  }
   if (absl::Status s = ValidateRankRequest(request); !s.ok()) {
     Fail(absl::AbortedError(absl::StrCat("rank ", rank.rank, " sent an invalid plan: ", s.message())));
     return Prefixed(s, who);
   }
-  bool last = false;
   {
     absl::MutexLock lock(&mu_);
     if (!error_.ok()) return error_;
-    if (rank.world_size != world_size_) {
-      return absl::InvalidArgumentError(absl::StrCat(who, "world size ", rank.world_size,
-                                                     " differs from the save's ", world_size_));
-    }
     RankState& state = ranks_[rank.rank];
-    if (state.request.has_value()) {
+    if (phase_ != Phase::kPlanning || state.request.has_value()) {
       return absl::FailedPreconditionError(absl::StrCat(who, "already sent its plan"));
     }
     state.request = request;
     last = ++arrived_ == world_size_;
-    if (last) busy_ = true;
+    if (last) ++busy_;
   }
   if (last) PlanAllRanks();
 
@@ -82,8 +105,6 @@ absl::StatusOr<v1::PlanSaveResponse> SaveSession::Plan(const RankSession& rank,
   v1::PlanSaveResponse response;
   response.set_save_id(assignment_.save_id());
   response.set_chunk_bytes(assignment_.chunk_bytes());
-  response.mutable_lease()->set_offset(state.lease.offset);
-  response.mutable_lease()->set_length(state.has_lease ? state.lease.length : 0);
   for (const v1::SaveItem& item : state.items) *response.add_items() = item;
   return response;
 }
@@ -108,87 +129,40 @@ void SaveSession::PlanAllRanks() {
     }
   }
   absl::StatusOr<v1::SaveAssignment> assignment = context_.coordinator.PlanSave(plan);
-  if (!assignment.ok()) {
-    bool cleanup = false;
-    {
-      absl::MutexLock lock(&mu_);
-      busy_ = false;
-      FailLocked(Prefixed(assignment.status(),
-                          absl::StrCat("save of job ", job_, " step ", step_, ": ")));
-      // Finished once cleaned: otherwise the failed session would keep its
-      // (job, step) slot and refuse every later save of that step.
-      cleanup = ReadyToCleanUpLocked();
-    }
-    if (cleanup) CleanUp();
-    return;
-  }
-  // Each rank's items and their room in its lease.
-  std::vector<std::vector<v1::SaveItem>> items(world_size_);
-  std::vector<uint64_t> lease_bytes(world_size_, 0);
-  const uint64_t alignment = context_.pool.alignment();
-  const v1::HostAssignment& host = assignment->hosts(0);
-  for (const v1::WriteItem& write : host.items()) {
-    v1::SaveItem item;
-    item.set_kind(write.is_object() ? v1::SaveItem::OBJECT : v1::SaveItem::SHARD);
-    item.set_index(write.index());
-    item.set_bytes(write.bytes());
-    item.set_padded_bytes(AlignUp(write.bytes(), alignment));
-    lease_bytes[write.rank()] += item.padded_bytes();
-    items[write.rank()].push_back(item);
-  }
-  // Leases: the pool bounds what is in flight, so this may wait (stall).
-  std::vector<pool::Allocation> leases(world_size_);
-  std::vector<bool> has_lease(world_size_, false);
-  absl::Status status;
-  const absl::Time pool_deadline = absl::Now() + context_.options.pool_wait_timeout;
-  for (int r = 0; r < world_size_ && status.ok(); ++r) {
-    if (lease_bytes[r] == 0) continue;
-    absl::StatusOr<pool::Allocation> lease = context_.pool.Allocate(lease_bytes[r], pool_deadline);
-    if (!lease.ok()) {
-      status = Prefixed(lease.status(), absl::StrCat("save of job ", job_, " step ", step_,
-                                                     ": lease for rank ", r, ": "));
-      break;
-    }
-    leases[r] = *lease;
-    has_lease[r] = true;
-  }
+  absl::Status status = assignment.status();
   std::vector<std::unique_ptr<storage::WritableFile>> files;
-  for (const std::string& name : host.files()) {
-    if (!status.ok()) break;
-    const std::string path =
-        absl::StrCat(context_.coordinator.root(), "/", assignment->partial_dir(), "/", name);
-    absl::StatusOr<std::unique_ptr<storage::WritableFile>> file =
-        context_.backend.NewWritableFile(path);
-    if (!file.ok()) {
-      status = file.status();
-      break;
+  if (status.ok()) {
+    for (const std::string& name : assignment->hosts(0).files()) {
+      absl::StatusOr<std::unique_ptr<storage::WritableFile>> file = context_.backend.NewWritableFile(
+          absl::StrCat(context_.coordinator.root(), "/", assignment->partial_dir(), "/", name));
+      if (!file.ok()) {
+        status = file.status();
+        break;
+      }
+      files.push_back(std::move(*file));
     }
-    files.push_back(std::move(*file));
   }
   bool cleanup = false;
   {
     absl::MutexLock lock(&mu_);
-    assignment_ = std::move(*assignment);
-    files_ = std::move(files);
-    for (int r = 0; r < world_size_; ++r) {
-      ranks_[r].items = std::move(items[r]);
-      ranks_[r].lease = leases[r];
-      ranks_[r].has_lease = has_lease[r];
+    --busy_;
+    if (status.ok()) {
+      assignment_ = std::move(*assignment);
+      files_ = std::move(files);
+      // Each rank's items, with their write items parallel to them.
+      for (const v1::WriteItem& write : assignment_.hosts(0).items()) {
+        v1::SaveItem item;
+        item.set_kind(write.is_object() ? v1::SaveItem::OBJECT : v1::SaveItem::SHARD);
+        item.set_index(write.index());
+        item.set_bytes(write.bytes());
+        item.set_padded_bytes(AlignUp(write.bytes(), context_.pool.alignment()));
+        RankState& rank = ranks_[write.rank()];
+        rank.items.push_back(item);
+        rank.writes.push_back(&write);
+        bytes_total_ += write.bytes();
+      }
     }
-    // Index each rank's write items parallel to its SaveItems.
-    for (const v1::WriteItem& write : assignment_.hosts(0).items()) {
-      RankState& rank = ranks_[write.rank()];
-      const int kind = write.is_object() ? v1::SaveItem::OBJECT : v1::SaveItem::SHARD;
-      rank.item_of[{kind, write.index()}] = rank.writes.size();
-      rank.writes.push_back(&write);
-    }
-    for (const v1::WriteItem& write : assignment_.hosts(0).items()) bytes_total_ += write.bytes();
-    for (RankState& rank : ranks_) {
-      rank.received.assign(rank.items.size(), 0);
-      rank.lease_start.assign(rank.items.size(), 0);
-    }
-    busy_ = false;
-    if (!status.ok()) FailLocked(status);
+    if (!status.ok()) FailLocked(Prefixed(status, Who()));
     if (error_.ok()) {
       phase_ = Phase::kSnapshot;
       deadline_ = absl::Now() + context_.options.snapshot_timeout;
@@ -196,222 +170,294 @@ void SaveSession::PlanAllRanks() {
     cleanup = ReadyToCleanUpLocked();
   }
   if (cleanup) {
+    for (auto& file : files) (void)file->Close();
     CleanUp();
     return;
   }
   FaultPoint("save.planned");
 }
 
-absl::Status SaveSession::AcceptPiece(RankState& state, const v1::SnapshotRef& ref,
-                                      std::map<int, std::vector<WriteTask>>& tasks,
-                                      std::vector<PullJob>& pulls) {
-  const uint64_t lease_bytes = state.has_lease ? state.lease.length : 0;
-  const uint64_t alignment = context_.pool.alignment();
-  const uint64_t chunk = assignment_.chunk_bytes();
-  const std::string name = absl::StrCat(ref.kind() == v1::SaveItem::OBJECT ? "object " : "shard ",
-                                        ref.index());
-  auto found = state.item_of.find({static_cast<int>(ref.kind()), ref.index()});
-  if (found == state.item_of.end()) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " was not assigned to this rank"));
-  }
-  const size_t i = found->second;
-  const v1::SaveItem& item = state.items[i];
-  const uint64_t piece = ref.memory().length();
-  const uint64_t at = ref.item_offset();
-  if (at != state.received[i]) {
-    return absl::InvalidArgumentError(absl::StrCat("piece of ", name, " at item offset ", at,
-                                                   " does not follow the ", state.received[i],
-                                                   " bytes already received"));
-  }
-  if (at > item.bytes() || piece > item.bytes() - at) {
-    return absl::InvalidArgumentError(absl::StrCat("piece of ", name, " [", at, ", +", piece,
-                                                   ") exceeds its ", item.bytes(), " bytes"));
-  }
-  // An object is one stored chunk (its manifest entry has one CRC), so it
-  // comes and is written in one piece whatever its size.
-  const bool object = item.kind() == v1::SaveItem::OBJECT;
-  if (object && (at != 0 || piece != item.bytes())) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " must be handed over in one piece"));
-  }
-  if (at + piece < item.bytes() && (piece == 0 || piece % chunk != 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("piece of ", name, " has ", piece,
-                                                   " bytes; all but the last must be whole ",
-                                                   chunk, "-byte chunks"));
-  }
-  const uint64_t offset = ref.memory().offset();
-  if (offset < at || (offset - at) % alignment != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("memory reference of ", name, " at offset ",
-                                                   offset, " is not ", alignment, "-aligned"));
-  }
-  const uint64_t start = offset - at;
-  if (at == 0) {
-    if (start > lease_bytes || item.padded_bytes() > lease_bytes - start) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "memory reference of ", name, " [", start, ", ", start + item.padded_bytes(),
-          ") lies outside the caller's lease of ", lease_bytes, " bytes"));
+absl::StatusOr<v1::SaveBatch> SaveSession::NextBatch(const RankSession& rank) {
+  const std::string who = absl::StrCat(Who(), "rank ", rank.rank, ": ");
+  uint64_t batch_id = 0;
+  BatchLayout layout;
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckRankLocked(rank); !s.ok()) return s;
+    if (!error_.ok()) return error_;
+    if (phase_ != Phase::kSnapshot) {
+      return absl::FailedPreconditionError(absl::StrCat(who, "asked for a batch in phase ",
+                                                        PhaseName(phase_)));
     }
-    // No two items may share lease bytes.
-    auto next = state.claimed.lower_bound(start);
-    const bool hits_next = next != state.claimed.end() && next->first < start + item.padded_bytes();
-    const bool hits_prev = next != state.claimed.begin() && std::prev(next)->second > start;
-    if (item.padded_bytes() > 0 && (hits_next || hits_prev)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("memory reference of ", name, " overlaps another item at lease offset ", start));
+    RankState& state = ranks_[rank.rank];
+    if (state.handed_last) {
+      return absl::FailedPreconditionError(absl::StrCat(who, "all its batches were handed out"));
     }
-    if (item.padded_bytes() > 0) state.claimed[start] = start + item.padded_bytes();
-    state.lease_start[i] = start;
-  } else if (start != state.lease_start[i]) {
-    return absl::InvalidArgumentError(absl::StrCat("pieces of ", name,
-                                                   " are not contiguous in the lease"));
-  }
-  char* data = context_.pool.base() + state.lease.offset + start;
-  const v1::WriteItem& write = *state.writes[i];
-  if (ref.pull()) {
-    if (item.kind() != v1::SaveItem::SHARD || at != 0 || piece != item.bytes()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("pull of ", name, " must cover the whole shard in one piece"));
-    }
-    const v1::TensorShard& shard = state.request->shards(static_cast<int>(item.index()));
-    if (!shard.has_device_buffer()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("pull of ", name, " but its plan gave no device buffer"));
-    }
-    if (!context_.gpu.HasDevice()) {
+    if (state.open_batches >= kMaxOpenBatches) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "pull of tensor ", shard.fqn(), " over CUDA IPC: ckptd has ", context_.gpu.Describe(),
-          "; use the push path or host tensors"));
+          who, "holds ", state.open_batches, " batches not yet submitted; the limit is ",
+          kMaxOpenBatches));
     }
-    pulls.push_back(PullJob{shard.device_buffer(), data, &item, &write});
-    state.received[i] += piece;
-    return absl::OkStatus();
+    layout = NextBatchLayout(state.items, state.cursor, assignment_.chunk_bytes(),
+                             context_.options.batch_bytes, context_.pool.alignment());
+    batch_id = next_batch_++;
+    Room& room = rooms_[batch_id];
+    room.rank = rank.rank;
+    room.slices = layout.slices;
+    room.last = layout.last;
+    state.handed_last = layout.last;
+    ++state.open_batches;
+    if (layout.room_bytes > 0) ++busy_;
   }
+  absl::Status status;
+  if (layout.room_bytes > 0) {
+    // Backpressure: waits while the job's share of the pool is in flight.
+    pool::Claim claim{job_, [this] { return abandoned_.load(std::memory_order_acquire); }};
+    absl::StatusOr<pool::Allocation> allocation = context_.pool.Allocate(
+        layout.room_bytes, absl::Now() + context_.options.pool_wait_timeout, claim);
+    absl::MutexLock lock(&mu_);
+    --busy_;
+    if (allocation.ok()) {
+      Room& room = rooms_[batch_id];
+      room.allocation = *allocation;
+      room.has_allocation = true;
+    } else {
+      status = Prefixed(allocation.status(), absl::StrCat(who, "room for a batch: "));
+      FailLocked(status);
+    }
+  }
+  if (!status.ok()) {
+    CleanUpIfDue();
+    return status;
+  }
+  v1::SaveBatch batch;
+  absl::Status error;
+  bool cleanup = false;
+  {
+    absl::MutexLock lock(&mu_);
+    error = error_;
+    if (!error.ok()) {
+      cleanup = ReadyToCleanUpLocked();
+    } else {
+      const Room& room = rooms_[batch_id];
+      const RankState& state = ranks_[rank.rank];
+      batch.set_batch_id(batch_id);
+      batch.set_last(room.last);
+      for (const BatchSliceLayout& slice : room.slices) {
+        const v1::SaveItem& item = state.items[slice.item];
+        v1::BatchSlice* out = batch.add_slices();
+        out->set_kind(item.kind());
+        out->set_index(item.index());
+        out->set_item_offset(slice.item_offset);
+        out->set_length(slice.length);
+        out->set_pool_offset(room.allocation.offset + slice.room_offset);
+        out->set_pull(item.kind() == v1::SaveItem::SHARD &&
+                      state.request->shards(static_cast<int>(item.index())).has_device_buffer());
+      }
+    }
+  }
+  if (cleanup) CleanUp();
+  if (!error.ok()) return error;
+  return batch;
+}
+
+std::map<int, std::vector<WriteTask>> SaveSession::TasksFor(uint64_t batch_id, Room& room,
+                                                             bool pulled) {
+  const RankState& state = ranks_[room.rank];
+  const uint64_t alignment = context_.pool.alignment();
+  const uint64_t chunk = std::max<uint64_t>(assignment_.chunk_bytes(), 1);
   std::shared_ptr<SaveSession> self = shared_from_this();
-  const uint64_t step = object ? std::max<uint64_t>(item.bytes(), 1) : chunk;
-  for (uint64_t off = at; off < at + piece; off += step) {
-    const uint64_t payload = std::min(step, item.bytes() - off);
-    if (off + payload == item.bytes()) {
-      // The pad after the payload is written too (O_DIRECT wants whole
-      // blocks); zero it so files do not carry stale pool bytes.
-      std::memset(data + item.bytes(), 0, item.padded_bytes() - item.bytes());
+  std::map<int, std::vector<WriteTask>> tasks;
+  uint64_t count = 0;
+  for (const BatchSliceLayout& slice : room.slices) {
+    const v1::SaveItem& item = state.items[slice.item];
+    const bool pull = item.kind() == v1::SaveItem::SHARD &&
+                      state.request->shards(static_cast<int>(item.index())).has_device_buffer();
+    if (pull != pulled) continue;
+    const v1::WriteItem& write = *state.writes[slice.item];
+    char* data = context_.pool.base() + room.allocation.offset + slice.room_offset;
+    // The pad after the payload is written too (O_DIRECT wants whole
+    // blocks); zero it so files never carry stale pool bytes.
+    std::memset(data + slice.length, 0, AlignUp(slice.length, alignment) - slice.length);
+    // An object is one stored chunk with one CRC, whatever its size.
+    const uint64_t step = item.kind() == v1::SaveItem::OBJECT ? slice.length : chunk;
+    for (uint64_t off = 0; off < slice.length; off += step) {
+      const uint64_t payload = std::min(step, slice.length - off);
+      tasks[write.writer()].push_back(WriteTask{self, write.writer(),
+                                                write.file_offset() + slice.item_offset + off,
+                                                data + off, AlignUp(payload, alignment), payload,
+                                                batch_id});
+      ++count;
     }
-    tasks[write.writer()].push_back(WriteTask{self, write.writer(), write.file_offset() + off,
-                                              data + off, AlignUp(payload, alignment), payload});
   }
-  state.received[i] += piece;
-  return absl::OkStatus();
+  room.pending_chunks += count;
+  pending_chunks_ += count;
+  return tasks;
 }
 
 absl::Status SaveSession::SubmitSnapshot(const RankSession& rank,
                                          const v1::SubmitSnapshotRequest& request) {
-  const std::string who = absl::StrCat("save of job ", job_, " step ", step_, ": rank ", rank.rank, ": ");
+  const std::string who = absl::StrCat(Who(), "rank ", rank.rank, ": ");
   std::map<int, std::vector<WriteTask>> tasks;
-  std::vector<PullJob> pulls;
+  bool has_pulls = false;
   bool finish = false;
-  absl::Status bad;
   {
     absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckRankLocked(rank); !s.ok()) return s;
     if (!error_.ok()) return error_;
-    if (phase_ != Phase::kSnapshot) {
-      return absl::FailedPreconditionError(absl::StrCat(who, "snapshot before the plan"));
+    auto it = rooms_.find(request.batch_id());
+    if (phase_ != Phase::kSnapshot || it == rooms_.end() || it->second.rank != rank.rank ||
+        it->second.submitted) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          who, "batch ", request.batch_id(), " is not an open batch of this rank"));
     }
-    RankState& state = ranks_[rank.rank];
-    if (state.snapshotted) {
-      return absl::FailedPreconditionError(absl::StrCat(who, "snapshot already complete"));
+    Room& room = it->second;
+    tasks = TasksFor(request.batch_id(), room, /*pulled=*/false);
+    const RankState& state = ranks_[rank.rank];
+    for (const BatchSliceLayout& slice : room.slices) {
+      const v1::SaveItem& item = state.items[slice.item];
+      has_pulls |= item.kind() == v1::SaveItem::SHARD &&
+                   state.request->shards(static_cast<int>(item.index())).has_device_buffer();
     }
-    for (const v1::SnapshotRef& ref : request.refs()) {
-      bad = AcceptPiece(state, ref, tasks, pulls);
-      if (!bad.ok()) break;
-    }
-    if (bad.ok() && !request.more()) {
-      for (size_t i = 0; i < state.items.size(); ++i) {
-        if (state.received[i] != state.items[i].bytes()) {
-          bad = absl::InvalidArgumentError(absl::StrCat(
-              "snapshot ended with ", state.received[i], " of the ", state.items[i].bytes(),
-              " bytes of ", state.items[i].kind() == v1::SaveItem::OBJECT ? "object " : "shard ",
-              state.items[i].index()));
-          break;
-        }
-      }
-    }
-    if (!bad.ok()) {
-      bad = Prefixed(bad, who);
-      FailLocked(absl::AbortedError(absl::StrCat("rank ", rank.rank, " sent a bad snapshot: ",
-                                                 bad.message())));
+    if (has_pulls) {
+      ++busy_;  // the device copies below write into the room
     } else {
-      for (const auto& [writer, list] : tasks) {
-        pending_chunks_ += list.size();
-      }
-      // With pulls still to run, the rank is snapshotted only after them.
-      if (!request.more() && pulls.empty()) {
-        state.snapshotted = true;
-        ++snapshotted_;
-      }
+      MarkSubmittedLocked(ranks_[rank.rank], request.batch_id());
       finish = ReadyToFinishLocked();
     }
   }
-  if (!bad.ok()) {
-    CleanUpIfDue();
-    return bad;
-  }
   for (auto& [writer, list] : tasks) context_.writers.Submit(writer, std::move(list));
-  if (finish) Finish();
-  if (pulls.empty()) return absl::OkStatus();
-
-  for (const PullJob& job : pulls) {
-    if (absl::Status s = RunPull(rank.id, job); !s.ok()) {
-      s = Prefixed(s, who);
-      Fail(s);
-      return s;
-    }
-  }
-  {
+  if (has_pulls) {
+    absl::Status s = RunPulls(rank, request.batch_id());
+    absl::Status error;
+    bool cleanup = false;
+    {
     absl::MutexLock lock(&mu_);
-    if (!error_.ok()) return error_;
-    if (!request.more()) {
-      ranks_[rank.rank].snapshotted = true;
-      ++snapshotted_;
+    --busy_;
+    if (!s.ok()) {
+      FailLocked(Prefixed(s, who));
+    } else if (error_.ok()) {
+      MarkSubmittedLocked(ranks_[rank.rank], request.batch_id());
+      finish = ReadyToFinishLocked();
     }
-    finish = ReadyToFinishLocked();
+    error = error_;
+    if (!error.ok()) cleanup = ReadyToCleanUpLocked();
+    }
+    if (cleanup) CleanUp();
+    if (!error.ok()) return error;
   }
   if (finish) Finish();
   return absl::OkStatus();
 }
 
-absl::Status SaveSession::RunPull(const std::string& session, const PullJob& job) {
-  absl::StatusOr<std::shared_ptr<gpu::IpcMapping>> mapping =
-      context_.ipc.Get(session, job.source.ipc_handle(), job.source.device(),
-                       job.source.allocation_bytes());
-  if (!mapping.ok()) return mapping.status();
-  if (job.source.offset() > (*mapping)->bytes() ||
-      job.item->bytes() > (*mapping)->bytes() - job.source.offset()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "device buffer [", job.source.offset(), ", +", job.item->bytes(),
-        ") lies outside its allocation of ", (*mapping)->bytes(), " bytes"));
+void SaveSession::MarkSubmittedLocked(RankState& state, uint64_t batch_id) {
+  Room& room = rooms_.at(batch_id);
+  room.submitted = true;
+  --state.open_batches;
+  if (room.last && !state.snapshotted) {
+    state.snapshotted = true;
+    ++snapshotted_;
   }
-  const uint64_t alignment = context_.pool.alignment();
+  FreeRoomIfDoneLocked(batch_id);
+}
+
+void SaveSession::FreeRoomIfDoneLocked(uint64_t batch_id) {
+  auto it = rooms_.find(batch_id);
+  if (it == rooms_.end() || !it->second.submitted || it->second.pending_chunks > 0) return;
+  if (it->second.has_allocation) context_.pool.Free(it->second.allocation);
+  rooms_.erase(it);
+}
+
+absl::Status SaveSession::WaitReadyEvent(int rank) {
+  std::string handle;
+  int device = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (event_waited_[rank]) return absl::OkStatus();
+    handle = ranks_[rank].request->ready_event();
+    device = ranks_[rank].request->ready_event_device();
+  }
+  if (!handle.empty()) {
+    // The trainer's stream may still be writing the tensors: copy after it.
+    if (absl::Status s = context_.gpu.WaitIpcEvent(handle, device); !s.ok()) {
+      return Prefixed(s, "waiting for the trainer's stream: ");
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  event_waited_[rank] = true;
+  return absl::OkStatus();
+}
+
+absl::Status SaveSession::RunPulls(const RankSession& rank, uint64_t batch_id) {
+  if (!context_.gpu.HasDevice()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "pull over CUDA IPC: ckptd has ", context_.gpu.Describe(),
+        "; use the push path or host tensors"));
+  }
+  if (absl::Status s = WaitReadyEvent(rank.rank); !s.ok()) return s;
+  struct Pull {
+    v1::DeviceBuffer source;
+    std::string fqn;
+    uint64_t item_offset = 0;
+    uint64_t length = 0;
+    char* destination = nullptr;
+    int writer = 0;
+    uint64_t file_offset = 0;
+  };
+  std::vector<Pull> pulls;
   uint64_t chunk = 0;
   {
     absl::MutexLock lock(&mu_);
-    chunk = assignment_.chunk_bytes();
+    chunk = std::max<uint64_t>(assignment_.chunk_bytes(), 1);
+    const Room& room = rooms_[batch_id];
+    const RankState& state = ranks_[rank.rank];
+    for (const BatchSliceLayout& slice : room.slices) {
+      const v1::SaveItem& item = state.items[slice.item];
+      if (item.kind() != v1::SaveItem::SHARD) continue;
+      const v1::TensorShard& shard = state.request->shards(static_cast<int>(item.index()));
+      if (!shard.has_device_buffer()) continue;
+      pulls.push_back({shard.device_buffer(), shard.fqn(), slice.item_offset, slice.length,
+                       context_.pool.base() + room.allocation.offset + slice.room_offset,
+                       state.writes[slice.item]->writer(),
+                       state.writes[slice.item]->file_offset() + slice.item_offset});
+    }
   }
-  std::memset(job.destination + job.item->bytes(), 0, job.item->padded_bytes() - job.item->bytes());
+  const uint64_t alignment = context_.pool.alignment();
   std::shared_ptr<SaveSession> self = shared_from_this();
-  const char* source = static_cast<const char*>((*mapping)->device_ptr()) + job.source.offset();
-  return context_.gpu.CopyDeviceToHost(
-      source, job.destination, job.item->bytes(), chunk, [&](uint64_t offset, uint64_t length) {
-        // Each landed chunk is written at once: copying overlaps writing.
-        std::vector<WriteTask> tasks;
-        for (uint64_t off = offset; off < offset + length; off += chunk) {
-          const uint64_t payload = std::min(chunk, offset + length - off);
-          tasks.push_back(WriteTask{self, job.write->writer(), job.write->file_offset() + off,
-                                    job.destination + off, AlignUp(payload, alignment), payload});
-        }
-        {
-          absl::MutexLock lock(&mu_);
-          pending_chunks_ += tasks.size();
-        }
-        context_.writers.Submit(job.write->writer(), std::move(tasks));
-      });
+  for (const Pull& pull : pulls) {
+    absl::StatusOr<std::shared_ptr<gpu::IpcMapping>> mapping = context_.ipc.Get(
+        rank.id, pull.source.ipc_handle(), pull.source.device(), pull.source.allocation_bytes());
+    if (!mapping.ok()) return Prefixed(mapping.status(), absl::StrCat("tensor ", pull.fqn, ": "));
+    const uint64_t bytes = (*mapping)->bytes();
+    if (pull.source.offset() > bytes || pull.item_offset > bytes - pull.source.offset() ||
+        pull.length > bytes - pull.source.offset() - pull.item_offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", pull.fqn, ": device buffer [", pull.source.offset(), ", +",
+          pull.item_offset + pull.length, ") lies outside its allocation of ", bytes, " bytes"));
+    }
+    std::memset(pull.destination + pull.length, 0, AlignUp(pull.length, alignment) - pull.length);
+    const char* source =
+        static_cast<const char*>((*mapping)->device_ptr()) + pull.source.offset() + pull.item_offset;
+    absl::Status s = context_.gpu.CopyDeviceToHost(
+        source, pull.destination, pull.length, chunk, [&](uint64_t offset, uint64_t length) {
+          // Each landed chunk is written at once: copying overlaps writing.
+          std::vector<WriteTask> tasks;
+          for (uint64_t off = offset; off < offset + length; off += chunk) {
+            const uint64_t payload = std::min(chunk, offset + length - off);
+            tasks.push_back(WriteTask{self, pull.writer, pull.file_offset + off,
+                                      pull.destination + off, AlignUp(payload, alignment), payload,
+                                      batch_id});
+          }
+          {
+            absl::MutexLock lock(&mu_);
+            rooms_[batch_id].pending_chunks += tasks.size();
+            pending_chunks_ += tasks.size();
+          }
+          context_.writers.Submit(pull.writer, std::move(tasks));
+        });
+    if (!s.ok()) return Prefixed(s, absl::StrCat("tensor ", pull.fqn, ": "));
+  }
+  return absl::OkStatus();
 }
 
 storage::WritableFile* SaveSession::File(int index) { return files_[index].get(); }
@@ -424,6 +470,14 @@ void SaveSession::OnChunksWritten(absl::Span<const WrittenChunk> chunks, absl::S
   {
     absl::MutexLock lock(&mu_);
     pending_chunks_ -= chunks.size();
+    for (const WrittenChunk& c : chunks) {
+      auto room = rooms_.find(c.tag);
+      if (room != rooms_.end()) {
+        --room->second.pending_chunks;
+        // Its room returns to the pool now: the next batch can use it.
+        FreeRoomIfDoneLocked(c.tag);
+      }
+    }
     if (status.ok()) {
       for (const WrittenChunk& c : chunks) {
         v1::ChunkChecksum* sum = &checksums_.emplace_back();
@@ -434,7 +488,7 @@ void SaveSession::OnChunksWritten(absl::Span<const WrittenChunk> chunks, absl::S
         context_.bytes_written.fetch_add(c.payload, std::memory_order_relaxed);
       }
     } else if (error_.ok()) {
-      FailLocked(Prefixed(status, absl::StrCat("save of job ", job_, " step ", step_, ": ")));
+      FailLocked(Prefixed(status, Who()));
     }
     finish = ReadyToFinishLocked();
     cleanup = ReadyToCleanUpLocked();
@@ -445,9 +499,9 @@ void SaveSession::OnChunksWritten(absl::Span<const WrittenChunk> chunks, absl::S
 
 bool SaveSession::ReadyToFinishLocked() {
   if (phase_ != Phase::kSnapshot || !error_.ok()) return false;
-  if (snapshotted_ != world_size_ || pending_chunks_ != 0) return false;
+  if (snapshotted_ != world_size_ || pending_chunks_ != 0 || busy_ != 0) return false;
   phase_ = Phase::kCommitting;
-  busy_ = true;
+  ++busy_;
   return true;
 }
 
@@ -475,18 +529,22 @@ void SaveSession::Finish() {
   bool cleanup = false;
   {
     absl::MutexLock lock(&mu_);
-    busy_ = false;
-    if (status.ok() && error_.ok()) {
+    --busy_;
+    if (status.ok()) {
+      // Committed: a cancel or a rank that went away since changes nothing.
+      error_ = absl::OkStatus();
       phase_ = Phase::kDone;
       committed_path_ = result->path();
       context_.commits.fetch_add(1, std::memory_order_relaxed);
       files_.clear();
-      for (RankState& rank : ranks_) {
-        if (rank.has_lease) context_.pool.Free(rank.lease);
-        rank.has_lease = false;
+      for (auto& [id, room] : rooms_) {
+        if (room.has_allocation) context_.pool.Free(room.allocation);
       }
+      rooms_.clear();
     } else {
-      FailLocked(status.ok() ? error_ : Prefixed(status, absl::StrCat("save of job ", job_, " step ", step_, ": ")));
+      if (error_.ok()) error_ = Prefixed(status, Who());
+      phase_ = Phase::kFailed;
+      abandoned_.store(true, std::memory_order_release);
       cleanup = ReadyToCleanUpLocked();
     }
   }
@@ -501,6 +559,19 @@ void SaveSession::Fail(const absl::Status& status) {
   CleanUpIfDue();
 }
 
+void SaveSession::RankGone(int rank) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (rank < 0 || rank >= world_size_ || ranks_[rank].snapshotted) return;
+    if (phase_ == Phase::kPlanning && !ranks_[rank].request.has_value() && arrived_ == 0) return;
+    FailLocked(absl::AbortedError(absl::StrCat(
+        Who(), "rank ", rank,
+        " went away (its process exited or its connection closed) before its snapshot "
+        "completed; aborted")));
+  }
+  CleanUpIfDue();
+}
+
 void SaveSession::CleanUpIfDue() {
   bool cleanup = false;
   {
@@ -511,14 +582,20 @@ void SaveSession::CleanUpIfDue() {
 }
 
 void SaveSession::FailLocked(const absl::Status& status) {
-  if (phase_ == Phase::kDone || !error_.ok()) return;
+  if (phase_ == Phase::kDone || phase_ == Phase::kCommitting || !error_.ok()) {
+    // Past the point of no return a commit decides; record the first error
+    // only for a save that has not started committing.
+    if (phase_ == Phase::kCommitting && error_.ok()) error_ = status;
+    if (phase_ == Phase::kCommitting) abandoned_.store(true, std::memory_order_release);
+    return;
+  }
   error_ = status;
   phase_ = Phase::kFailed;
   abandoned_.store(true, std::memory_order_release);
 }
 
 bool SaveSession::ReadyToCleanUpLocked() {
-  if (phase_ != Phase::kFailed || cleaned_ || busy_ || pending_chunks_ != 0) return false;
+  if (phase_ != Phase::kFailed || cleaned_ || busy_ != 0 || pending_chunks_ != 0) return false;
   cleaned_ = true;
   return true;
 }
@@ -530,10 +607,10 @@ void SaveSession::CleanUp() {
     absl::MutexLock lock(&mu_);
     save_id = assignment_.save_id();
     reason = std::string(error_.message());
-    for (RankState& rank : ranks_) {
-      if (rank.has_lease) context_.pool.Free(rank.lease);
-      rank.has_lease = false;
+    for (auto& [id, room] : rooms_) {
+      if (room.has_allocation) context_.pool.Free(room.allocation);
     }
+    rooms_.clear();
   }
   for (auto& file : files_) (void)file->Close();
   files_.clear();
@@ -542,18 +619,24 @@ void SaveSession::CleanUp() {
   cleanup_done_ = true;
 }
 
-absl::StatusOr<v1::WaitSaveResponse> SaveSession::Wait() {
+absl::StatusOr<v1::WaitSaveResponse> SaveSession::Wait(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](SaveSession* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-        return s->phase_ == Phase::kDone || (s->phase_ == Phase::kFailed && s->cleanup_done_);
-      },
-      this));
-  if (!error_.ok()) return error_;
+  mu_.AwaitWithTimeout(absl::Condition(
+                           +[](SaveSession* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+                             return s->phase_ == Phase::kDone ||
+                                    (s->phase_ == Phase::kFailed && s->cleanup_done_);
+                           },
+                           this),
+                       timeout);
   v1::WaitSaveResponse response;
   response.set_step(step_);
-  response.set_path(committed_path_);
-  return response;
+  if (phase_ == Phase::kDone) {
+    response.set_done(true);
+    response.set_path(committed_path_);
+    return response;
+  }
+  if (phase_ == Phase::kFailed && cleanup_done_) return error_;
+  return response;  // still going
 }
 
 void SaveSession::CheckDeadlines(absl::Time now) {
@@ -561,23 +644,23 @@ void SaveSession::CheckDeadlines(absl::Time now) {
   {
     absl::MutexLock lock(&mu_);
     if (now < deadline_) return;
-    if (phase_ == Phase::kPlanning && !busy_) {
+    if (phase_ == Phase::kPlanning && busy_ == 0) {
       std::vector<int> missing;
-      for (int r = 0; r < world_size_; ++r) {
+      for (int r = 0; r < world_size_ && missing.size() < 16; ++r) {
         if (!ranks_[r].request.has_value()) missing.push_back(r);
       }
       timeout = absl::DeadlineExceededError(absl::StrCat(
-          "save of job ", job_, " step ", step_, ": ranks [", absl::StrJoin(missing, ", "),
+          Who(), "ranks [", absl::StrJoin(missing, ", "), world_size_ - arrived_ > 16 ? ", ..." : "",
           "] did not ask to save within ", absl::FormatDuration(context_.options.plan_timeout),
           "; aborted"));
     } else if (phase_ == Phase::kSnapshot) {
       std::vector<int> missing;
-      for (int r = 0; r < world_size_; ++r) {
+      for (int r = 0; r < world_size_ && missing.size() < 16; ++r) {
         if (!ranks_[r].snapshotted) missing.push_back(r);
       }
       if (missing.empty()) return;
       timeout = absl::DeadlineExceededError(absl::StrCat(
-          "save of job ", job_, " step ", step_, ": ranks [", absl::StrJoin(missing, ", "),
+          Who(), "ranks [", absl::StrJoin(missing, ", "), world_size_ - snapshotted_ > 16 ? ", ..." : "",
           "] did not finish their snapshot within ",
           absl::FormatDuration(context_.options.snapshot_timeout), "; aborted"));
     } else {

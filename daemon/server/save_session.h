@@ -2,19 +2,23 @@
 // commit or abort (DESIGN.md §4):
 //
 //   planning   ranks arrive with their local plans; the last one to arrive
-//              batches them into one NodeSavePlan, asks the coordinator for
-//              the assignment, takes each rank's lease from the pool (waiting
-//              for room: stall) and opens the data files.
-//   snapshot   each rank copies its assigned items into its lease and
-//              submits references to them; their chunks are queued to the
-//              writers at once, so writing overlaps the other ranks' copies.
+//              batches them into one NodeSavePlan and asks the coordinator
+//              for the assignment, then opens the data files.
+//   snapshot   each rank asks for batches: the daemon lays the next slices
+//              of the rank's items out in pool room it allocates (waiting
+//              while the job's share of the pool is full: backpressure), the
+//              rank copies them there and submits the batch, and its chunks
+//              go to the writers at once. A batch's room returns to the pool
+//              as soon as its last chunk is written, so a state of any size
+//              streams through a bounded pool.
 //   committing every chunk written and every rank snapshotted: files are
 //              fsynced, checksums reported, the coordinator commits.
 //   done / failed
 //
-// Any error, a timeout (rank died) or a cancel fails the whole save: every
-// rank's WaitSave reports it, the partial directory is removed, leases are
-// returned. The previous checkpoint is untouched.
+// Any error, a rank that goes away before its snapshot completes, a timeout
+// or a cancel fails the whole save: every rank's WaitSave reports it, the
+// partial directory is removed, all pool room is returned. The previous
+// checkpoint is untouched.
 //
 // Thread-safety: all public methods are safe from any thread.
 #ifndef CKPT_DAEMON_SERVER_SAVE_SESSION_H_
@@ -22,7 +26,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -35,30 +38,11 @@
 #include "absl/time/time.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "ckpt/v1/node.pb.h"
-#include "daemon/coordinator/coordinator.h"
-#include "daemon/gpu/device_runtime.h"
-#include "daemon/gpu/ipc_mapping_cache.h"
-#include "daemon/pool/shm_pool.h"
-#include "daemon/server/daemon_options.h"
-#include "daemon/server/rank_sessions.h"
+#include "daemon/server/node_context.h"
+#include "daemon/server/save_batches.h"
 #include "daemon/server/writer_pool.h"
 
 namespace ckpt::server {
-
-struct NodeContext {
-  const DaemonOptions& options;
-  gpu::DeviceRuntime& gpu;
-  gpu::IpcMappingCache& ipc;  // ranks' GPU allocations, by session
-  v1::HostIdentity host;
-  coordinator::Coordinator& coordinator;
-  storage::Backend& backend;
-  pool::ShmPool& pool;
-  WriterPool& writers;
-  RankSessions& sessions;
-  std::atomic<uint64_t>& bytes_written;
-  std::atomic<uint64_t>& bytes_read;
-  std::atomic<uint64_t>& commits;
-};
 
 class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSession> {
  public:
@@ -68,10 +52,16 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   // Blocks until every rank has planned (or the save fails).
   absl::StatusOr<v1::PlanSaveResponse> Plan(const RankSession& rank,
                                             const v1::PlanSaveRequest& request);
+  // Room for the rank's next slices; waits while the job's pool share is full.
+  absl::StatusOr<v1::SaveBatch> NextBatch(const RankSession& rank);
   absl::Status SubmitSnapshot(const RankSession& rank, const v1::SubmitSnapshotRequest& request);
-  // Blocks until committed (OK) or failed (the save's error).
-  absl::StatusOr<v1::WaitSaveResponse> Wait();
+  // Waits until committed (OK, done), failed (the save's error) or timeout
+  // passes (OK, not done).
+  absl::StatusOr<v1::WaitSaveResponse> Wait(absl::Duration timeout);
   void Fail(const absl::Status& status);
+  // The rank's process or connection is gone: fails the save unless the
+  // rank's snapshot was complete (the daemon owns those bytes).
+  void RankGone(int rank);
   // Fails the save if a phase's deadline has passed.
   void CheckDeadlines(absl::Time now);
 
@@ -90,36 +80,38 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
  private:
   enum class Phase { kPlanning, kSnapshot, kCommitting, kDone, kFailed };
 
+  // Pool room handed to a rank for one batch.
+  struct Room {
+    int rank = 0;
+    pool::Allocation allocation;
+    bool has_allocation = false;
+    std::vector<BatchSliceLayout> slices;
+    bool last = false;
+    bool submitted = false;
+    uint64_t pending_chunks = 0;  // queued to the writers, not yet written
+  };
+
   struct RankState {
     std::optional<v1::PlanSaveRequest> request;
     std::vector<v1::SaveItem> items;
     std::vector<const v1::WriteItem*> writes;  // parallel to items
-    std::map<std::pair<int, uint32_t>, size_t> item_of;  // (kind, index) -> item
-    std::vector<uint64_t> received;     // bytes of each item handed over so far
-    std::vector<uint64_t> lease_start;  // where each item lies in the lease
-    std::map<uint64_t, uint64_t> claimed;  // lease ranges taken by items
-    pool::Allocation lease;
-    bool has_lease = false;
+    BatchCursor cursor;
+    int open_batches = 0;  // handed out, not yet submitted
+    bool handed_last = false;
     bool snapshotted = false;
   };
 
   void PlanAllRanks();  // run by the last rank to arrive, without mu_
-  // Checks one piece against the rank's items and lease, and appends its
-  // chunks' write tasks.
-  // A GPU item the daemon copies itself (CUDA IPC pull), queued while the
-  // lock is held and run after it is released.
-  struct PullJob {
-    v1::DeviceBuffer source;
-    char* destination = nullptr;  // the item's place in the lease
-    const v1::SaveItem* item = nullptr;
-    const v1::WriteItem* write = nullptr;
-  };
-  absl::Status AcceptPiece(RankState& state, const v1::SnapshotRef& ref,
-                           std::map<int, std::vector<WriteTask>>& tasks,
-                           std::vector<PullJob>& pulls) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Copies one pulled item device-to-host chunk by chunk, queueing each
-  // chunk's write as it lands.
-  absl::Status RunPull(const std::string& session, const PullJob& job);
+  // Write tasks for the host-copied slices of a submitted room.
+  std::map<int, std::vector<WriteTask>> TasksFor(uint64_t batch_id, Room& room, bool pulled)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies a room's pulled slices device-to-host, queueing each chunk's
+  // write as it lands.
+  absl::Status RunPulls(const RankSession& rank, uint64_t batch_id);
+  absl::Status WaitReadyEvent(int rank) ABSL_LOCKS_EXCLUDED(mu_);
+  void FreeRoomIfDoneLocked(uint64_t batch_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkSubmittedLocked(RankState& state, uint64_t batch_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckRankLocked(const RankSession& rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Finish();   // commit; run without mu_ once all chunks are written
   void CleanUp();  // after failure, once nothing is in flight; without mu_
   void CleanUpIfDue();
@@ -127,6 +119,7 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   bool ReadyToFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReadyToCleanUpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string Who() const;
   static const char* PhaseName(Phase phase);
 
   NodeContext& context_;
@@ -137,9 +130,9 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   mutable absl::Mutex mu_;
   Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kPlanning;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
-  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // planning or finishing outside mu_
+  int busy_ ABSL_GUARDED_BY(mu_) = 0;  // calls working outside mu_ on the save's memory
   bool cleaned_ ABSL_GUARDED_BY(mu_) = false;       // clean-up claimed
-  bool cleanup_done_ ABSL_GUARDED_BY(mu_) = false;  // leases freed, directory removed
+  bool cleanup_done_ ABSL_GUARDED_BY(mu_) = false;  // room freed, directory removed
   std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;
   int snapshotted_ ABSL_GUARDED_BY(mu_) = 0;
@@ -148,6 +141,9 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   uint64_t bytes_written_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time deadline_ ABSL_GUARDED_BY(mu_);
   v1::SaveAssignment assignment_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_batch_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, Room> rooms_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> event_waited_ ABSL_GUARDED_BY(mu_);
   // Set by planning before any chunk is queued and closed only once none is
   // in flight, so writer threads read it without mu_.
   std::vector<std::unique_ptr<storage::WritableFile>> files_;

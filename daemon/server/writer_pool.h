@@ -23,6 +23,7 @@
 namespace ckpt::server {
 
 struct WrittenChunk {
+  uint64_t tag = 0;  // the task's, for the sink's bookkeeping
   int file = 0;
   uint64_t file_offset = 0;
   uint64_t payload = 0;
@@ -47,6 +48,7 @@ struct WriteTask {
   const char* data = nullptr;  // in the pool, aligned
   uint64_t length = 0;         // aligned: what is written
   uint64_t payload = 0;        // what the CRC covers
+  uint64_t tag = 0;            // the sink's (which pool batch the chunk is in)
 };
 
 class WriterPool {

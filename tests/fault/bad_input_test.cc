@@ -115,8 +115,13 @@ grpc::Status WaitSaveRaw(Stub& stub, const std::string& session, const std::stri
   v1::WaitSaveRequest request;
   request.set_session_id(session);
   request.set_save_id(save_id);
-  v1::WaitSaveResponse response;
-  return Rpc([&](grpc::ClientContext* c) { return stub.WaitSave(c, request, &response); });
+  // Each call answers within the daemon's wait slice; loop until an outcome.
+  for (int i = 0; i < 30; ++i) {
+    v1::WaitSaveResponse response;
+    grpc::Status s = Rpc([&](grpc::ClientContext* c) { return stub.WaitSave(c, request, &response); });
+    if (!s.ok() || response.done()) return s;
+  }
+  return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "save still in flight");
 }
 
 // The daemon answers, holds no pool bytes and lists no save in flight.
@@ -349,49 +354,57 @@ TEST_CASE("PlanSave rejects distinct regions that overlap", "[bad_input]") {
   RequireStillServes(d, "overlap", 7);
 }
 
-TEST_CASE("SubmitSnapshot rejects memory outside the caller's lease", "[bad_input]") {
+TEST_CASE("SubmitSnapshot takes only batches the daemon handed to the caller", "[bad_input]") {
   TestDaemon d;
   REQUIRE(d.Start().ok());
   auto stub = d.Stub();
-  const std::string job = "lease";
+  const std::string job = "batches";
   const std::string session = AttachOk(*stub, job);
+  const std::string intruder = AttachOk(*stub, "intruder");
 
-  // Once just past the end of the lease, once far beyond it (no wrap-around).
-  int64_t step = 8;
-  for (bool far : {false, true}) {
-    INFO((far ? "far beyond the lease" : "just past the lease"));
-    v1::PlanSaveResponse planned;
-    const grpc::Status plan = Plan(*stub, session, step, {Whole("w", v1::FLOAT32, {4, 8})}, &planned);
-    INFO(plan.error_message());
-    REQUIRE(plan.ok());
-    REQUIRE(planned.items_size() == 1);
-    REQUIRE(planned.lease().length() >= planned.items(0).padded_bytes());
-    REQUIRE(planned.lease().length() % 4096 == 0);
+  v1::PlanSaveResponse planned;
+  const grpc::Status plan = Plan(*stub, session, 8, {Whole("w", v1::FLOAT32, {4, 8})}, &planned);
+  INFO(plan.error_message());
+  REQUIRE(plan.ok());
+  REQUIRE(planned.items_size() == 1);
 
-    v1::SubmitSnapshotRequest request;
-    request.set_session_id(session);
-    request.set_save_id(planned.save_id());
-    v1::SnapshotRef* ref = request.add_refs();
-    ref->set_kind(planned.items(0).kind());
-    ref->set_index(planned.items(0).index());
-    ref->mutable_memory()->set_offset(far ? uint64_t{1} << 62 : planned.lease().length());
-    ref->mutable_memory()->set_length(planned.items(0).bytes());
-    v1::SubmitSnapshotResponse submitted;
-    CheckError(
-        Rpc([&](grpc::ClientContext* c) { return stub->SubmitSnapshot(c, request, &submitted); }),
-        grpc::StatusCode::INVALID_ARGUMENT, "outside the caller's lease");
+  // Another job's session can neither take nor submit this save's batches.
+  v1::NextSaveBatchRequest next;
+  next.set_session_id(intruder);
+  next.set_save_id(planned.save_id());
+  v1::SaveBatch stolen;
+  CheckError(Rpc([&](grpc::ClientContext* c) { return stub->NextSaveBatch(c, next, &stolen); }),
+             grpc::StatusCode::PERMISSION_DENIED, "intruder");
 
-    // The save is aborted, not left waiting for a snapshot.
-    const grpc::Status waited = WaitSaveRaw(*stub, session, planned.save_id());
-    CHECK_FALSE(waited.ok());
-    CheckError(waited, grpc::StatusCode::ABORTED, "lease");
-    CHECK_FALSE(HasStepOrPartialDir(d, job));
-    RequireIdleAndServing(d);
-    ++step;
-  }
+  next.set_session_id(session);
+  v1::SaveBatch batch;
+  REQUIRE(Rpc([&](grpc::ClientContext* c) { return stub->NextSaveBatch(c, next, &batch); }).ok());
+  REQUIRE(batch.slices_size() == 1);
+  CHECK(batch.slices(0).pool_offset() % 4096 == 0);
 
-  // The aborted step can be saved again.
-  RequireStillServes(d, job, 8);
+  v1::SubmitSnapshotRequest request;
+  request.set_session_id(intruder);
+  request.set_save_id(planned.save_id());
+  request.set_batch_id(batch.batch_id());
+  v1::SubmitSnapshotResponse submitted;
+  CheckError(Rpc([&](grpc::ClientContext* c) { return stub->SubmitSnapshot(c, request, &submitted); }),
+             grpc::StatusCode::PERMISSION_DENIED, "intruder");
+
+  // A batch id it was never given.
+  request.set_session_id(session);
+  request.set_batch_id(uint64_t{1} << 62);
+  CheckError(Rpc([&](grpc::ClientContext* c) { return stub->SubmitSnapshot(c, request, &submitted); }),
+             grpc::StatusCode::INVALID_ARGUMENT, "not an open batch");
+
+  // The right one, then the same one again.
+  request.set_batch_id(batch.batch_id());
+  REQUIRE(Rpc([&](grpc::ClientContext* c) { return stub->SubmitSnapshot(c, request, &submitted); }).ok());
+  CheckError(Rpc([&](grpc::ClientContext* c) { return stub->SubmitSnapshot(c, request, &submitted); }),
+             grpc::StatusCode::INVALID_ARGUMENT, "not an open batch");
+  // None of that harmed the save: it commits with the rank's own bytes.
+  CHECK(WaitSaveRaw(*stub, session, planned.save_id()).ok());
+  RequireIdleAndServing(d);
+  RequireStillServes(d, job, 9);
 }
 
 TEST_CASE("Load of a tensor or object the checkpoint does not hold", "[bad_input]") {

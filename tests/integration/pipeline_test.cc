@@ -90,7 +90,7 @@ class GatedBackend final : public storage::Backend {
 };
 
 struct InProcessDaemon {
-  explicit InProcessDaemon(bool gate_open, uint64_t pool_bytes) {
+  explicit InProcessDaemon(bool gate_open, uint64_t pool_bytes, uint64_t batch_bytes = 32 << 20) {
     char pattern[] = "/tmp/ckpt-pipe-XXXXXX";
     dir = mkdtemp(pattern);
     server::DaemonOptions o;
@@ -99,6 +99,7 @@ struct InProcessDaemon {
     o.pool_path = "/dev/shm/" + std::filesystem::path(dir).filename().string() + ".pool";
     o.pool_bytes = pool_bytes;
     o.chunk_bytes = 64 << 10;
+    o.batch_bytes = batch_bytes;
     o.writer_threads = 1;
     o.host_name = "testhost";
     auto owned = std::make_unique<GatedBackend>(gate_open);
@@ -143,7 +144,9 @@ HostTensor Weight(int64_t rows, std::vector<char>& storage) {
 }  // namespace
 
 TEST_CASE("writes of the first chunks start before the last chunk is copied", "[pipeline]") {
-  InProcessDaemon d(/*gate_open=*/true, 16 << 20);
+  // Batches of half the tensor: the first batch is written while the rank
+  // has not copied the second.
+  InProcessDaemon d(/*gate_open=*/true, 16 << 20, /*batch_bytes=*/512 << 10);
   auto stub = d.Stub();
   grpc::ClientContext attach_context;
   v1::AttachRequest attach;
@@ -169,38 +172,45 @@ TEST_CASE("writes of the first chunks start before the last chunk is copied", "[
   REQUIRE(stub->PlanSave(&plan_context, plan, &planned).ok());
   REQUIRE(planned.items_size() == 1);
   REQUIRE(planned.chunk_bytes() == 64 << 10);
-  char* lease = pool->get()->base() + planned.lease().offset();
 
-  auto submit = [&](uint64_t at, uint64_t length, bool more) {
-    std::memcpy(lease + at, bytes.data() + at, length);
+  // The daemon decides where each slice goes; the rank only copies.
+  auto copy_and_submit = [&](bool expect_last) {
+    grpc::ClientContext batch_context;
+    v1::NextSaveBatchRequest next;
+    next.set_session_id(attached.session_id());
+    next.set_save_id(planned.save_id());
+    v1::SaveBatch batch;
+    REQUIRE(stub->NextSaveBatch(&batch_context, next, &batch).ok());
+    REQUIRE(batch.slices_size() == 1);
+    CHECK(batch.last() == expect_last);
+    const v1::BatchSlice& slice = batch.slices(0);
+    CHECK(slice.length() == bytes.size() / 2);
+    std::memcpy(pool->get()->base() + slice.pool_offset(), bytes.data() + slice.item_offset(),
+                slice.length());
     grpc::ClientContext context;
     v1::SubmitSnapshotRequest request;
     request.set_session_id(attached.session_id());
     request.set_save_id(planned.save_id());
-    request.set_more(more);
-    v1::SnapshotRef* ref = request.add_refs();
-    ref->set_kind(v1::SaveItem::SHARD);
-    ref->set_index(0);
-    ref->set_item_offset(at);
-    ref->mutable_memory()->set_offset(at);
-    ref->mutable_memory()->set_length(length);
+    request.set_batch_id(batch.batch_id());
     v1::SubmitSnapshotResponse response;
     grpc::Status s = stub->SubmitSnapshot(&context, request, &response);
     INFO(s.error_message());
     REQUIRE(s.ok());
   };
-  const uint64_t half = bytes.size() / 2;
-  submit(0, half, /*more=*/true);
+  copy_and_submit(/*expect_last=*/false);
   // The second half is not even copied yet, and the writer already writes.
   REQUIRE(d.gate->WaitForFirstWrite(absl::Seconds(30)));
-  submit(half, bytes.size() - half, /*more=*/false);
+  copy_and_submit(/*expect_last=*/true);
 
-  grpc::ClientContext wait_context;
-  v1::WaitSaveRequest wait;
-  wait.set_session_id(attached.session_id());
-  wait.set_save_id(planned.save_id());
-  v1::WaitSaveResponse waited;
-  REQUIRE(stub->WaitSave(&wait_context, wait, &waited).ok());
+  for (;;) {
+    grpc::ClientContext wait_context;
+    v1::WaitSaveRequest wait;
+    wait.set_session_id(attached.session_id());
+    wait.set_save_id(planned.save_id());
+    v1::WaitSaveResponse waited;
+    REQUIRE(stub->WaitSave(&wait_context, wait, &waited).ok());
+    if (waited.done()) break;
+  }
 
   // And what was written in two pieces loads back bit-exact.
   ClientOptions options;

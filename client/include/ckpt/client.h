@@ -12,6 +12,11 @@
 // daemon plans across all of them. Errors, including those of background
 // work, come back as absl::Status with what failed and where.
 //
+// Saves run in order on one background worker per client (a job saving
+// every step keeps a flat thread count). Every call to the daemon has a
+// deadline; a dead daemon fails what is in flight instead of hanging it,
+// and the next Save or Load attaches again to a restarted one.
+//
 // Thread-safety: a Client may be used from several threads; a SaveHandle too.
 #ifndef CKPT_CLIENT_INCLUDE_CKPT_CLIENT_H_
 #define CKPT_CLIENT_INCLUDE_CKPT_CLIENT_H_
@@ -48,6 +53,10 @@ struct ClientOptions {
 struct SaveOptions {
   bool partial = false;   // allow tensors this save does not cover fully
   bool blocking = false;  // Save returns only once the snapshot is taken
+  // The CUDA stream (a cudaStream_t) whose queued work writes the GPU
+  // tensors: the snapshot is taken only after the work queued on it before
+  // Save. nullptr: the default stream.
+  void* cuda_stream = nullptr;
   std::map<std::string, std::string> user_metadata;
 };
 

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -237,6 +238,9 @@ class CudaRuntime : public DeviceRuntime {
         streams_(device_count) {}
 
   ~CudaRuntime() override {
+    for (auto& [device, event] : ipc_events_) {
+      if (event != nullptr) (void)cudaEventDestroy(event);
+    }
     for (const std::unique_ptr<DeviceStreams>& device : streams_) {
       if (device == nullptr) continue;
       for (cudaStream_t stream : device->streams) (void)cudaStreamDestroy(stream);
@@ -297,6 +301,62 @@ class CudaRuntime : public DeviceRuntime {
     out.allocation_bytes = size;
     out.device = *device;
     return out;
+  }
+
+  absl::StatusOr<IpcEvent> RecordIpcEvent(void* stream) override {
+    const std::string context = absl::StrFormat("record an IPC event on stream %p", stream);
+    int device = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err != cudaSuccess) return CudaError(err, absl::StrCat(context, ": cudaGetDevice"));
+    absl::MutexLock lock(&events_mu_);
+    cudaEvent_t& event = ipc_events_[device];
+    if (event == nullptr) {
+      err = cudaEventCreateWithFlags(&event, cudaEventDisableTiming | cudaEventInterprocess);
+      if (err != cudaSuccess) {
+        event = nullptr;
+        return CudaError(err, absl::StrCat(context, ": cudaEventCreateWithFlags"));
+      }
+    }
+    err = cudaEventRecord(event, static_cast<cudaStream_t>(stream));
+    if (err != cudaSuccess) return CudaError(err, absl::StrCat(context, ": cudaEventRecord"));
+    cudaIpcEventHandle_t handle;
+    err = cudaIpcGetEventHandle(&handle, event);
+    if (err != cudaSuccess) return CudaError(err, absl::StrCat(context, ": cudaIpcGetEventHandle"));
+    IpcEvent out;
+    out.handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
+    out.device = device;
+    return out;
+  }
+
+  absl::Status SynchronizeStream(void* stream) override {
+    cudaError_t err = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+    if (err != cudaSuccess) {
+      return CudaError(err, absl::StrFormat("cudaStreamSynchronize(%p)", stream));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status WaitIpcEvent(const std::string& handle, int device) override {
+    const std::string context = absl::StrCat("wait for an IPC event on device ", device);
+    if (handle.size() != sizeof(cudaIpcEventHandle_t)) {
+      return absl::InvalidArgumentError(absl::StrCat(context, ": the handle has ", handle.size(),
+                                                     " bytes, not ", sizeof(cudaIpcEventHandle_t)));
+    }
+    if (device < 0 || device >= device_count_) {
+      return absl::InvalidArgumentError(absl::StrCat(context, ": no such device (", device_count_,
+                                                     " present)"));
+    }
+    ScopedDevice scoped;
+    if (absl::Status set = scoped.Set(device); !set.ok()) return Annotate(set, context);
+    cudaIpcEventHandle_t ipc;
+    std::memcpy(&ipc, handle.data(), sizeof(ipc));
+    cudaEvent_t event = nullptr;
+    cudaError_t err = cudaIpcOpenEventHandle(&event, ipc);
+    if (err != cudaSuccess) return CudaError(err, absl::StrCat(context, ": cudaIpcOpenEventHandle"));
+    err = cudaEventSynchronize(event);
+    (void)cudaEventDestroy(event);
+    if (err != cudaSuccess) return CudaError(err, absl::StrCat(context, ": cudaEventSynchronize"));
+    return absl::OkStatus();
   }
 
   absl::StatusOr<std::unique_ptr<IpcMapping>> OpenIpcHandle(const std::string& handle,
@@ -490,6 +550,8 @@ class CudaRuntime : public DeviceRuntime {
   // One slot per device, filled on first use; the streams then live as
   // long as the runtime.
   std::vector<std::unique_ptr<DeviceStreams>> streams_ ABSL_GUARDED_BY(streams_mu_);
+  absl::Mutex events_mu_;
+  std::map<int, cudaEvent_t> ipc_events_ ABSL_GUARDED_BY(events_mu_);  // by device
 };
 
 }  // namespace

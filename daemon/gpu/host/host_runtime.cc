@@ -36,6 +36,18 @@ absl::StatusOr<IpcExport> HostRuntime::ExportIpcHandle(const void* device_ptr) {
   return NoGpu(absl::StrFormat("export IPC handle of %p", device_ptr));
 }
 
+absl::StatusOr<IpcEvent> HostRuntime::RecordIpcEvent(void* stream) {
+  return NoGpu(absl::StrFormat("record an IPC event on stream %p", stream));
+}
+
+absl::Status HostRuntime::SynchronizeStream(void* stream) {
+  return NoGpu(absl::StrFormat("synchronize stream %p", stream));
+}
+
+absl::Status HostRuntime::WaitIpcEvent(const std::string& handle, int device) {
+  return NoGpu(absl::StrCat("wait for an IPC event on device ", device));
+}
+
 absl::StatusOr<std::unique_ptr<IpcMapping>> HostRuntime::OpenIpcHandle(
     const std::string& handle, int device, uint64_t allocation_bytes) {
   return NoGpu(absl::StrFormat("open IPC handle on device %d", device));

@@ -32,6 +32,9 @@ class HostRuntime : public DeviceRuntime {
   absl::Status RegisterHostMemory(void* ptr, size_t bytes) override;
   absl::Status UnregisterHostMemory(void* ptr) override;
   absl::StatusOr<IpcExport> ExportIpcHandle(const void* device_ptr) override;
+  absl::StatusOr<IpcEvent> RecordIpcEvent(void* stream) override;
+  absl::Status SynchronizeStream(void* stream) override;
+  absl::Status WaitIpcEvent(const std::string& handle, int device) override;
   absl::StatusOr<std::unique_ptr<IpcMapping>> OpenIpcHandle(const std::string& handle,
                                                             int device,
                                                             uint64_t allocation_bytes) override;

@@ -35,6 +35,11 @@ class CountingRuntime : public DeviceRuntime {
   absl::StatusOr<IpcExport> ExportIpcHandle(const void*) override {
     return absl::UnimplementedError("fake");
   }
+  absl::StatusOr<IpcEvent> RecordIpcEvent(void*) override { return absl::UnimplementedError("fake"); }
+  absl::Status SynchronizeStream(void*) override { return absl::UnimplementedError("fake"); }
+  absl::Status WaitIpcEvent(const std::string&, int) override {
+    return absl::UnimplementedError("fake");
+  }
   absl::Status CopyDeviceToHost(const void*, void*, uint64_t, uint64_t,
                                 const std::function<void(uint64_t, uint64_t)>&) override {
     return absl::UnimplementedError("fake");

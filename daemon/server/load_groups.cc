@@ -1,0 +1,77 @@
+#include "daemon/server/load_groups.h"
+
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/server/save_batches.h"
+
+namespace ckpt::server {
+namespace {
+
+v1::Delivery FromRun(const v1::CopyRun& run, uint64_t room_offset) {
+  v1::Delivery d;
+  d.set_target(v1::Delivery::TENSOR);
+  d.set_request(run.request());
+  d.set_pool_offset(room_offset + run.chunk_offset());
+  d.set_dest_offset(run.dest_offset());
+  d.set_length(run.length());
+  return d;
+}
+
+}  // namespace
+
+std::vector<LoadGroup> GroupLoadReads(const v1::LoadAssignment& assignment, int world_size,
+                                      const std::vector<std::vector<bool>>& on_device,
+                                      uint64_t batch_bytes, uint64_t alignment) {
+  std::vector<LoadGroup> groups;
+  auto room_for = [&](uint64_t length) -> LoadGroup& {
+    const uint64_t aligned = AlignUp(length, alignment);
+    if (groups.empty() || (groups.back().room_bytes > 0 &&
+                           groups.back().room_bytes + aligned > batch_bytes)) {
+      groups.emplace_back();
+      groups.back().host.resize(world_size);
+    }
+    return groups.back();
+  };
+  for (const v1::ChunkRead& read : assignment.reads()) {
+    LoadGroup& group = room_for(read.chunk().length());
+    const uint64_t at = group.room_bytes;
+    group.chunks.push_back({&read.chunk(), absl::StrCat("tensor ", read.fqn()), at});
+    group.room_bytes += AlignUp(read.chunk().length(), alignment);
+    for (const v1::CopyRun& run : read.runs()) {
+      if (run.rank() < 0 || run.rank() >= world_size) continue;  // planner guarantees it
+      const auto& device = on_device[run.rank()];
+      if (run.request() < device.size() && device[run.request()]) {
+        group.device.push_back({run.rank(), run.request(), FromRun(run, at)});
+      } else {
+        group.host[run.rank()].push_back(FromRun(run, at));
+      }
+    }
+  }
+  // A global object several ranks want is one stored chunk: read it once.
+  std::map<std::pair<std::string, uint64_t>, std::vector<const v1::ObjectRead*>> objects;
+  for (const v1::ObjectRead& read : assignment.objects()) {
+    objects[{read.chunk().file(), read.chunk().file_offset()}].push_back(&read);
+  }
+  for (const auto& [key, wanted] : objects) {
+    const v1::StoredChunk& chunk = wanted.front()->chunk();
+    if (chunk.length() == 0) continue;  // an empty object: nothing to read or copy
+    LoadGroup& group = room_for(chunk.length());
+    const uint64_t at = group.room_bytes;
+    group.chunks.push_back({&chunk, absl::StrCat("object ", wanted.front()->key()), at});
+    group.room_bytes += AlignUp(chunk.length(), alignment);
+    for (const v1::ObjectRead* read : wanted) {
+      if (read->rank() < 0 || read->rank() >= world_size) continue;
+      v1::Delivery d;
+      d.set_target(v1::Delivery::OBJECT);
+      d.set_request(read->request());
+      d.set_pool_offset(at);
+      d.set_length(chunk.length());
+      group.host[read->rank()].push_back(d);
+    }
+  }
+  return groups;
+}
+
+}  // namespace ckpt::server

@@ -1,0 +1,40 @@
+// What every session of a node daemon shares: its options, the GPU, the
+// pool, storage, writers, the coordinator and the counters behind status.
+//
+// Thread-safety: a plain bundle of references; each part documents its own.
+#ifndef CKPT_DAEMON_SERVER_NODE_CONTEXT_H_
+#define CKPT_DAEMON_SERVER_NODE_CONTEXT_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "ckpt/v1/common.pb.h"
+#include "daemon/coordinator/coordinator.h"
+#include "daemon/gpu/device_runtime.h"
+#include "daemon/gpu/ipc_mapping_cache.h"
+#include "daemon/pool/shm_pool.h"
+#include "daemon/server/daemon_options.h"
+#include "daemon/server/rank_sessions.h"
+#include "daemon/server/writer_pool.h"
+#include "daemon/storage/backend.h"
+
+namespace ckpt::server {
+
+struct NodeContext {
+  const DaemonOptions& options;
+  gpu::DeviceRuntime& gpu;
+  gpu::IpcMappingCache& ipc;  // ranks' GPU allocations, by session
+  v1::HostIdentity host;
+  coordinator::Coordinator& coordinator;
+  storage::Backend& backend;
+  pool::ShmPool& pool;
+  WriterPool& writers;
+  RankSessions& sessions;
+  std::atomic<uint64_t>& bytes_written;
+  std::atomic<uint64_t>& bytes_read;
+  std::atomic<uint64_t>& commits;
+};
+
+}  // namespace ckpt::server
+
+#endif  // CKPT_DAEMON_SERVER_NODE_CONTEXT_H_
