@@ -297,6 +297,10 @@ grpc::Status NodeService::GetStatus(grpc::ServerContext*, const v1::GetStatusReq
   for (const auto& [key, save] : saves_) {
     if (!save->finished()) *response->add_saves() = save->Progress();
   }
+  int loads = 0;
+  for (const auto& [key, load] : load_barriers_) loads += load->finished() ? 0 : 1;
+  for (const auto& [id, load] : loads_) loads += load->finished() ? 0 : 1;
+  response->set_loads_in_flight(loads);
   return grpc::Status::OK;
 }
 

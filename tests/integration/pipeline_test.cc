@@ -312,3 +312,86 @@ TEST_CASE("batches split items only at chunk boundaries", "[pipeline]") {
 }
 
 }  // namespace ckpt::testing
+
+namespace ckpt::testing {
+
+TEST_CASE("state four times the pool saves and loads, two jobs at once", "[pipeline][pool]") {
+  // 1 MiB of pool, 128 KiB batches; job "big" has 2 ranks holding row halves
+  // of a 4 MiB tensor, job "other" 1 rank with 4 MiB of its own.
+  InProcessDaemon d(/*gate_open=*/true, 1 << 20, /*batch_bytes=*/128 << 10);
+  auto attach = [&](const std::string& job, int rank, int world) {
+    ClientOptions options;
+    options.socket_path = d.dir + "/ckptd.sock";
+    options.job = job;
+    options.rank = rank;
+    options.world_size = world;
+    auto client = Client::Attach(options);
+    REQUIRE(client.ok());
+    return std::move(*client);
+  };
+  std::vector<std::unique_ptr<Client>> big;
+  big.push_back(attach("big", 0, 2));
+  big.push_back(attach("big", 1, 2));
+  std::unique_ptr<Client> other = attach("other", 0, 1);
+  std::vector<char> whole;
+  HostTensor w = Weight(1024, whole);  // [1024, 1024] float32: 4 MiB
+  std::vector<HostTensor> halves(2, w);
+  for (int r = 0; r < 2; ++r) {
+    halves[r].region = Region::Box({r * 512, 0}, {512, 1024});
+    halves[r].data = whole.data() + r * (whole.size() / 2);
+  }
+  std::vector<char> own;
+  HostTensor o = Weight(1024, own);
+  o.fqn = "other.w";
+  own.assign(own.size(), 0);
+  for (size_t i = 0; i < own.size(); ++i) own[i] = static_cast<char>(i * 7 + 3);
+
+  std::vector<std::shared_ptr<SaveHandle>> handles;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<SaveObject> objects;
+    if (r == 0) objects.push_back({"rng", true, std::string(100, 'r')});
+    auto h = big[r]->Save(1, {halves[r]}, objects);
+    REQUIRE(h.ok());
+    handles.push_back(*h);
+  }
+  auto h = other->Save(1, {o}, {});
+  REQUIRE(h.ok());
+  handles.push_back(*h);
+  for (auto& handle : handles) {
+    absl::Status s = handle->WaitPersisted();
+    INFO(s.ToString());
+    CHECK(s.ok());
+  }
+  CHECK(d.Status().pool_used_bytes() == 0);
+
+  // Four data-parallel ranks each load the whole 4 MiB through the same
+  // 1 MiB pool (each chunk read once, handed to all four).
+  std::vector<std::unique_ptr<Client>> loaders;
+  for (int r = 0; r < 4; ++r) loaders.push_back(attach("big", r, 4));
+  std::vector<std::vector<char>> loaded(4, std::vector<char>(whole.size(), 0));
+  std::vector<absl::StatusOr<int64_t>> steps(4, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      HostTensor target = w;
+      target.data = loaded[r].data();
+      std::string rng;
+      steps[r] = loaders[r]->Load(1, {target}, {{"rng", &rng}});
+      if (rng != std::string(100, 'r')) steps[r] = absl::DataLossError("object rng differs");
+    });
+  }
+  std::vector<char> other_loaded(own.size(), 0);
+  HostTensor other_target = o;
+  other_target.data = other_loaded.data();
+  CHECK(other->Load(1, {other_target}).ok());
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r << ": " << steps[r].status().ToString());
+    REQUIRE(steps[r].ok());
+    CHECK(loaded[r] == whole);
+  }
+  CHECK(other_loaded == own);
+  CHECK(d.Status().pool_used_bytes() == 0);
+}
+
+}  // namespace ckpt::testing

@@ -3,6 +3,8 @@
 // model_layout.h) through ckptd, or loads them back under another sharding
 // and checks every byte. Prints one line of timings; exits non-zero on any
 // error or mismatch.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -19,7 +21,7 @@ ABSL_FLAG(std::string, socket, "", "ckptd's Unix socket");
 ABSL_FLAG(std::string, job, "demo", "Job name");
 ABSL_FLAG(int32_t, rank, 0, "This rank");
 ABSL_FLAG(int32_t, world, 1, "Ranks in the job");
-ABSL_FLAG(std::string, mode, "save", "save or load");
+ABSL_FLAG(std::string, mode, "save", "save, load, or attach (attach and hang: liveness tests)");
 ABSL_FLAG(int64_t, step, 1, "Step to save, or to load (-1: latest)");
 ABSL_FLAG(int32_t, scale, 1, "Model size multiplier (1: ~1.4 MiB)");
 ABSL_FLAG(int32_t, saved_world, 0, "load: ranks that saved (to know which rng objects exist)");
@@ -52,6 +54,12 @@ int main(int argc, char** argv) {
   options.local_rank = rank;
   absl::StatusOr<std::unique_ptr<ckpt::Client>> client = ckpt::Client::Attach(options);
   if (!client.ok()) return Fail("attach", client.status());
+  if (mode == "attach") {
+    // For liveness tests: a rank that attached and then hangs until killed.
+    std::printf("rank %d attached\n", rank);
+    std::fflush(stdout);
+    for (;;) pause();
+  }
 
   std::vector<HostTensor> tensors =
       mode == "save" ? ckpt::testing::SaveLayout(rank, world, scale)
