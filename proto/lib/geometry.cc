@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -89,75 +90,256 @@ absl::Status ValidateFlat(const Shape& shape, const Region& region,
   return absl::OkStatus();
 }
 
-// Runs of a valid box. Trailing dimensions the box covers fully are
-// contiguous in flattened space, so they and the last partially covered
-// dimension form one run; only the dimensions before that are enumerated,
-// which keeps the cost proportional to the number of runs, never elements.
-std::vector<ElementRun> BoxRuns(const Shape& shape, const Region& box) {
-  const int rank = static_cast<int>(shape.size());
-  if (std::find(box.lengths.begin(), box.lengths.end(), 0) != box.lengths.end()) {
-    return {};
-  }
-  // Every length is >= 1, so every dimension is too and the element count
-  // (already checked to fit) bounds every stride and offset below.
-  std::vector<int64_t> stride(rank, 1);
-  for (int d = rank - 2; d >= 0; --d) stride[d] = stride[d + 1] * shape[d + 1];
+// A box of the (squeezed) index space together with the affine map from an
+// index to the element's position in its region's packed order:
+//   packed(idx) = base + sum_d (idx[d] - off[d]) * stride[d].
+struct Piece {
+  std::vector<int64_t> off;
+  std::vector<int64_t> len;
+  int64_t base = 0;
+  std::vector<int64_t> stride;
+};
 
-  int last_partial = rank - 1;
-  while (last_partial >= 0 && box.lengths[last_partial] == shape[last_partial]) {
-    --last_partial;
-  }
-  if (last_partial < 0) {
-    int64_t n = 1;
-    for (int64_t dim : shape) n *= dim;
-    return {ElementRun{0, n}};
-  }
+// A valid region as pieces over the shape with its size-1 dimensions
+// dropped: they change no position, and dropping them bounds the rank by 63
+// for any non-empty tensor, so nothing here costs more than O(63^2) however
+// many dimensions the request spelled out.
+struct Pieces {
+  std::vector<int64_t> dims;    // kept dimensions (all >= 2)
+  std::vector<int64_t> global;  // their row-major strides in the full tensor
+  std::vector<size_t> kept;     // index of each kept dimension in the shape
+  std::vector<Piece> pieces;    // ascending, disjoint; empty for an empty region
+};
 
-  const int64_t run_length = box.lengths[last_partial] * stride[last_partial];
-  int64_t start = 0;
-  int64_t num_runs = 1;
-  for (int d = 0; d <= last_partial; ++d) start += box.offsets[d] * stride[d];
-  for (int d = 0; d < last_partial; ++d) num_runs *= box.lengths[d];
-
-  // A partially covered dimension leaves a gap after each run, so runs from
-  // the odometer are already coalesced and ascending.
-  std::vector<ElementRun> runs;
-  runs.reserve(static_cast<size_t>(num_runs));
-  std::vector<int64_t> index(last_partial, 0);
-  while (true) {
-    runs.push_back(ElementRun{start, run_length});
-    int d = last_partial - 1;
-    for (; d >= 0; --d) {
-      start += stride[d];
-      if (++index[d] < box.lengths[d]) break;
-      start -= box.lengths[d] * stride[d];
-      index[d] = 0;
+Pieces Squeeze(const Shape& shape) {
+  Pieces p;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] != 1) {
+      p.dims.push_back(shape[d]);
+      p.kept.push_back(d);
     }
-    if (d < 0) break;
   }
-  return runs;
+  p.global.assign(p.dims.size(), 1);
+  for (int d = static_cast<int>(p.dims.size()) - 2; d >= 0; --d) {
+    p.global[d] = p.global[d + 1] * p.dims[d + 1];
+  }
+  return p;
 }
 
-// Region runs plus the check that the region's packed bytes fit in int64,
-// which makes every byte offset into them representable.
-absl::StatusOr<std::vector<ElementRun>> RunsWithByteCheck(
-    const Shape& shape, int64_t element_size, const Region& region,
-    const char* role) {
-  absl::StatusOr<std::vector<ElementRun>> runs = RegionRuns(shape, region);
-  if (!runs.ok()) {
-    return absl::Status(runs.status().code(),
-                        absl::StrCat(role, " ", runs.status().message()));
+std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& lengths) {
+  std::vector<int64_t> stride(lengths.size(), 1);
+  for (int d = static_cast<int>(lengths.size()) - 2; d >= 0; --d) {
+    stride[d] = stride[d + 1] * lengths[d + 1];
   }
-  int64_t elements = 0;
-  for (const ElementRun& run : *runs) elements += run.length;
+  return stride;
+}
+
+// Decomposes the flat range [begin, end) (non-empty, inside a non-empty
+// tensor) into aligned boxes: climbing, the partial tail of each dimension
+// from `begin` up to the next boundary of the enclosing one; descending, the
+// whole units of each dimension down to `end`. At most 2 * rank - 1 pieces.
+void FlatPieces(int64_t begin, int64_t end, Pieces* p) {
+  const int m = static_cast<int>(p->dims.size());
+  auto index_of = [&](int64_t x, int d) { return (x / p->global[d]) % p->dims[d]; };
+  auto emit = [&](int64_t start, int d, int64_t count) {
+    Piece piece;
+    piece.off.resize(m);
+    piece.len.resize(m);
+    for (int k = 0; k < m; ++k) {
+      if (k < d) {
+        piece.off[k] = index_of(start, k);
+        piece.len[k] = 1;
+      } else if (k == d) {
+        piece.off[k] = index_of(start, k);
+        piece.len[k] = count;
+      } else {
+        piece.off[k] = 0;
+        piece.len[k] = p->dims[k];
+      }
+    }
+    piece.base = start - begin;
+    piece.stride = p->global;
+    p->pieces.push_back(std::move(piece));
+  };
+  int64_t b = begin;
+  int d = m - 1;
+  // Invariant: b is a multiple of global[d].
+  while (d > 0) {
+    const int64_t up = p->global[d - 1];
+    if (b % up == 0) {
+      --d;
+      continue;
+    }
+    const int64_t next = (b / up + 1) * up;  // <= the element count
+    if (next > end) break;  // [b, end) lies inside one index of dimension d - 1
+    emit(b, d, p->dims[d] - index_of(b, d));
+    b = next;
+    --d;
+  }
+  for (; b < end; ++d) {
+    const int64_t count = (end - b) / p->global[d];
+    if (count > 0) {
+      emit(b, d, count);
+      b += count * p->global[d];
+    }
+  }
+}
+
+// Pieces of a validated region.
+Pieces RegionPieces(const Shape& shape, const Region& region) {
+  Pieces p = Squeeze(shape);
+  int64_t n = 0;
+  CheckedProduct(shape, &n);  // validated: fits
+  if (n == 0) return p;
+  const int m = static_cast<int>(p.dims.size());
+  switch (region.kind) {
+    case Region::Kind::kWhole:
+      p.pieces.push_back(Piece{std::vector<int64_t>(m, 0), p.dims, 0, p.global});
+      break;
+    case Region::Kind::kBox: {
+      if (std::find(region.lengths.begin(), region.lengths.end(), 0) != region.lengths.end()) {
+        break;
+      }
+      Piece piece;
+      for (size_t k : p.kept) {
+        piece.off.push_back(region.offsets[k]);
+        piece.len.push_back(region.lengths[k]);
+      }
+      piece.stride = RowMajorStrides(piece.len);
+      p.pieces.push_back(std::move(piece));
+      break;
+    }
+    case Region::Kind::kFlat:
+      if (region.flat_begin == region.flat_end) break;
+      if (m == 0) {
+        p.pieces.push_back(Piece{});
+        break;
+      }
+      FlatPieces(region.flat_begin, region.flat_end, &p);
+      break;
+  }
+  return p;
+}
+
+// a ∩ b as a box (off, len); false when empty.
+bool IntersectBoxes(const Piece& a, const Piece& b, std::vector<int64_t>* off,
+                    std::vector<int64_t>* len) {
+  const size_t m = a.off.size();
+  off->resize(m);
+  len->resize(m);
+  for (size_t d = 0; d < m; ++d) {
+    const int64_t lo = std::max(a.off[d], b.off[d]);
+    const int64_t hi = std::min(a.off[d] + a.len[d], b.off[d] + b.len[d]);
+    if (lo >= hi) return false;
+    (*off)[d] = lo;
+    (*len)[d] = hi - lo;
+  }
+  return true;
+}
+
+int64_t PackedAt(const Piece& p, const std::vector<int64_t>& idx) {
+  int64_t pos = p.base;
+  for (size_t d = 0; d < idx.size(); ++d) pos += (idx[d] - p.off[d]) * p.stride[d];
+  return pos;
+}
+
+absl::StatusOr<int64_t> CommonElementsOfPieces(const Pieces& a, const Pieces& b) {
+  int64_t total = 0;
+  std::vector<int64_t> off, len;
+  for (const Piece& pa : a.pieces) {
+    for (const Piece& pb : b.pieces) {
+      if (!IntersectBoxes(pa, pb, &off, &len)) continue;
+      int64_t n = 1;
+      for (int64_t l : len) n *= l;  // inside a valid shape: fits
+      total += n;                    // disjoint pieces: at most the element count
+    }
+  }
+  return total;
+}
+
+absl::Status ValidateElementSize(const Shape& shape, int64_t element_size) {
+  if (element_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "element size ", element_size, " for shape ", ShapeString(shape),
+        " is not positive"));
+  }
+  return absl::OkStatus();
+}
+
+// Validates the region and checks that its packed bytes fit in int64, which
+// makes every byte offset into them representable.
+absl::Status CheckPackedBytes(const Shape& shape, int64_t element_size, const Region& region,
+                              const char* role) {
+  absl::StatusOr<int64_t> elements = RegionNumElements(shape, region);
+  if (!elements.ok()) {
+    return absl::Status(elements.status().code(),
+                        absl::StrCat(role, " ", elements.status().message()));
+  }
   int64_t bytes;
-  if (__builtin_mul_overflow(elements, element_size, &bytes)) {
+  if (__builtin_mul_overflow(*elements, element_size, &bytes)) {
     return absl::InvalidArgumentError(absl::StrCat(
         role, " region ", region.DebugString(), " of shape ", ShapeString(shape),
-        " has ", elements, " elements of ", element_size,
+        " has ", *elements, " elements of ", element_size,
         " bytes: more than 2^63-1 bytes"));
   }
-  return runs;
+  return absl::OkStatus();
+}
+
+absl::Status TooManyRuns(const Shape& shape, const Region& stored, const Region& requested,
+                         const std::string& count, int64_t max_runs) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "copying region ", requested.DebugString(), " from region ", stored.DebugString(),
+      " of shape ", ShapeString(shape), " needs ", count, " runs; the limit is ", max_runs,
+      " (--max_runs_per_shard)"));
+}
+
+// One level of a nested copy: `count` repetitions `src`/`dst` elements apart.
+struct Level {
+  int64_t count, src, dst;
+};
+
+// The copy of the box `len` between two pieces: a contiguous run of `run`
+// elements, repeated over `levels` (inner-first; levels[0] is the run's own
+// repetition, the others are enumerated).
+struct CopyShape {
+  int64_t run = 1;
+  std::vector<Level> levels;
+};
+
+CopyShape PairCopyShape(const Piece& ps, const Piece& pd, const std::vector<int64_t>& len) {
+  // Levels inner-first; a dimension of length 1 is only an offset.
+  std::vector<Level> levels;
+  for (int d = static_cast<int>(len.size()) - 1; d >= 0; --d) {
+    if (len[d] > 1) levels.push_back(Level{len[d], ps.stride[d], pd.stride[d]});
+  }
+  // The contiguous inner run: levels contiguous on both sides.
+  CopyShape out;
+  size_t first = 0;
+  while (first < levels.size() && levels[first].src == out.run &&
+         levels[first].dst == out.run) {
+    out.run *= levels[first].count;
+    ++first;
+  }
+  // Merge neighbouring levels that continue each other on both sides.
+  for (size_t k = first; k < levels.size(); ++k) {
+    const Level& l = levels[k];
+    Level* back = out.levels.empty() ? nullptr : &out.levels.back();
+    if (back != nullptr && l.src == back->src * back->count && l.dst == back->dst * back->count) {
+      back->count *= l.count;
+    } else {
+      out.levels.push_back(l);
+    }
+  }
+  return out;
+}
+
+// Runs of one pair: the product of the enumerated levels; false on overflow.
+bool PairRuns(const CopyShape& cs, int64_t* runs) {
+  *runs = 1;
+  for (size_t k = 1; k < cs.levels.size(); ++k) {
+    if (__builtin_mul_overflow(*runs, cs.levels[k].count, runs)) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -264,108 +446,221 @@ absl::StatusOr<int64_t> RegionNumElements(const Shape& shape, const Region& regi
   return absl::InternalError("unreachable: region kind validated");
 }
 
-absl::StatusOr<std::vector<ElementRun>> RegionRuns(const Shape& shape,
-                                                   const Region& region) {
+absl::StatusOr<std::pair<int64_t, int64_t>> RegionSpan(const Shape& shape,
+                                                       const Region& region) {
   if (absl::Status s = ValidateRegion(shape, region); !s.ok()) return s;
-  switch (region.kind) {
-    case Region::Kind::kWhole: {
-      const int64_t n = *NumElements(shape);
-      if (n == 0) return std::vector<ElementRun>{};
-      return std::vector<ElementRun>{{0, n}};
+  const Pieces p = RegionPieces(shape, region);
+  if (p.pieces.empty()) return std::pair<int64_t, int64_t>{0, 0};
+  auto flat = [&](const Piece& piece, bool last) {
+    int64_t g = 0;
+    for (size_t d = 0; d < p.dims.size(); ++d) {
+      g += (piece.off[d] + (last ? piece.len[d] - 1 : 0)) * p.global[d];
     }
-    case Region::Kind::kBox:
-      return BoxRuns(shape, region);
-    case Region::Kind::kFlat:
-      if (region.flat_begin == region.flat_end) return std::vector<ElementRun>{};
-      return std::vector<ElementRun>{
-          {region.flat_begin, region.flat_end - region.flat_begin}};
+    return g;
+  };
+  return std::pair<int64_t, int64_t>{flat(p.pieces.front(), false),
+                                     flat(p.pieces.back(), true) + 1};
+}
+
+absl::StatusOr<std::vector<StridedRun>> IntersectRegionsStrided(
+    const Shape& shape, int64_t element_size, const Region& stored,
+    const Region& requested, int64_t max_runs) {
+  if (absl::Status s = ValidateElementSize(shape, element_size); !s.ok()) return s;
+  // Only the two shards' packed sizes must fit in int64, not the whole
+  // tensor's: a small box of a tensor with 2^62 elements is still readable.
+  if (absl::Status s = CheckPackedBytes(shape, element_size, stored, "stored"); !s.ok()) {
+    return s;
   }
-  return absl::InternalError("unreachable: region kind validated");
+  if (absl::Status s = CheckPackedBytes(shape, element_size, requested, "requested");
+      !s.ok()) {
+    return s;
+  }
+  const Pieces src = RegionPieces(shape, stored);
+  const Pieces dst = RegionPieces(shape, requested);
+
+  // Work in elements, scale to bytes at the end: every offset is within one
+  // of the two packed sizes checked above, so the products fit.
+  std::vector<StridedRun> out;
+  std::vector<int64_t> off, len, idx;
+  for (const Piece& ps : src.pieces) {
+    for (const Piece& pd : dst.pieces) {
+      if (!IntersectBoxes(ps, pd, &off, &len)) continue;
+      const CopyShape cs = PairCopyShape(ps, pd, len);
+      const std::vector<Level>& merged = cs.levels;
+      const int64_t run = cs.run;
+      // The innermost merged level is the run's repetition; the others are
+      // enumerated, one run per outer index.
+      int64_t runs_here = 1;
+      if (!PairRuns(cs, &runs_here)) {
+        return TooManyRuns(shape, stored, requested, "more than 2^63-1", max_runs);
+      }
+      if (runs_here > max_runs - static_cast<int64_t>(out.size())) {
+        return TooManyRuns(shape, stored, requested,
+                           absl::StrCat("at least ", out.size() + runs_here), max_runs);
+      }
+      idx = off;
+      StridedRun base;
+      base.src_offset = PackedAt(ps, idx);
+      base.dst_offset = PackedAt(pd, idx);
+      base.length = run;
+      if (!merged.empty()) {
+        base.count = merged[0].count;
+        base.src_stride = merged[0].src;
+        base.dst_stride = merged[0].dst;
+      }
+      // Odometer over the outer merged levels, each a block of dimensions
+      // whose combined index advances by `count` steps of (src, dst).
+      std::vector<int64_t> counter(merged.size(), 0);
+      for (int64_t r = 0; r < runs_here; ++r) {
+        StridedRun one = base;
+        for (size_t k = 1; k < merged.size(); ++k) {
+          one.src_offset += counter[k] * merged[k].src;
+          one.dst_offset += counter[k] * merged[k].dst;
+        }
+        out.push_back(one);
+        for (size_t k = 1; k < merged.size(); ++k) {
+          if (++counter[k] < merged[k].count) break;
+          counter[k] = 0;
+        }
+      }
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const StridedRun& a, const StridedRun& b) {
+    return a.dst_offset < b.dst_offset;
+  });
+  // Flat pieces split contiguous ranges: join single runs that continue
+  // each other on both sides.
+  std::vector<StridedRun> joined;
+  joined.reserve(out.size());
+  for (const StridedRun& r : out) {
+    if (!joined.empty()) {
+      StridedRun& p = joined.back();
+      if (p.count == 1 && r.count == 1 && p.src_offset + p.length == r.src_offset &&
+          p.dst_offset + p.length == r.dst_offset) {
+        p.length += r.length;
+        continue;
+      }
+    }
+    joined.push_back(r);
+  }
+  for (StridedRun& r : joined) {
+    r.src_offset *= element_size;
+    r.dst_offset *= element_size;
+    r.length *= element_size;
+    r.src_stride *= element_size;
+    r.dst_stride *= element_size;
+  }
+  return joined;
+}
+
+absl::StatusOr<int64_t> StridedRunCount(const Shape& shape, const Region& stored,
+                                        const Region& requested) {
+  if (absl::Status s = ValidateRegion(shape, stored); !s.ok()) return s;
+  if (absl::Status s = ValidateRegion(shape, requested); !s.ok()) return s;
+  const Pieces src = RegionPieces(shape, stored);
+  const Pieces dst = RegionPieces(shape, requested);
+  int64_t total = 0;
+  std::vector<int64_t> off, len;
+  for (const Piece& ps : src.pieces) {
+    for (const Piece& pd : dst.pieces) {
+      if (!IntersectBoxes(ps, pd, &off, &len)) continue;
+      int64_t runs = 0;
+      if (!PairRuns(PairCopyShape(ps, pd, len), &runs) ||
+          __builtin_add_overflow(total, runs, &total)) {
+        return std::numeric_limits<int64_t>::max();
+      }
+    }
+  }
+  return total;
+}
+
+namespace {
+
+// Expands strided runs into contiguous ones, sorted by dst and coalesced.
+absl::StatusOr<std::vector<ByteRun>> Expand(const std::vector<StridedRun>& runs,
+                                            int64_t max_runs, const Shape& shape,
+                                            const Region& stored, const Region& requested) {
+  int64_t total = 0;
+  for (const StridedRun& r : runs) {
+    if (__builtin_add_overflow(total, r.count, &total) || total > max_runs) {
+      return TooManyRuns(shape, stored, requested, absl::StrCat("more than ", max_runs),
+                         max_runs);
+    }
+  }
+  std::vector<ByteRun> out;
+  out.reserve(static_cast<size_t>(total));
+  for (const StridedRun& r : runs) {
+    for (int64_t k = 0; k < r.count; ++k) {
+      out.push_back(ByteRun{r.src_offset + k * r.src_stride, r.dst_offset + k * r.dst_stride,
+                            r.length});
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const ByteRun& a, const ByteRun& b) { return a.dst_offset < b.dst_offset; });
+  std::vector<ByteRun> joined;
+  joined.reserve(out.size());
+  for (const ByteRun& r : out) {
+    if (!joined.empty() && joined.back().src_offset + joined.back().length == r.src_offset &&
+        joined.back().dst_offset + joined.back().length == r.dst_offset) {
+      joined.back().length += r.length;
+    } else {
+      joined.push_back(r);
+    }
+  }
+  return joined;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ElementRun>> RegionRuns(const Shape& shape, const Region& region,
+                                                   int64_t max_runs) {
+  if (absl::Status s = ValidateRegion(shape, region); !s.ok()) return s;
+  // The region copied into the whole tensor: dst offsets are global indices.
+  absl::StatusOr<std::vector<StridedRun>> strided =
+      IntersectRegionsStrided(shape, 1, region, Region::Whole(), max_runs);
+  if (!strided.ok()) return strided.status();
+  absl::StatusOr<std::vector<ByteRun>> runs =
+      Expand(*strided, max_runs, shape, region, Region::Whole());
+  if (!runs.ok()) return runs.status();
+  std::vector<ElementRun> out;
+  out.reserve(runs->size());
+  for (const ByteRun& r : *runs) out.push_back(ElementRun{r.dst_offset, r.length});
+  return out;
 }
 
 absl::StatusOr<std::vector<ByteRun>> IntersectRegions(const Shape& shape,
                                                       int64_t element_size,
                                                       const Region& stored,
-                                                      const Region& requested) {
-  if (element_size <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "element size ", element_size, " for shape ", ShapeString(shape),
-        " is not positive"));
-  }
-  // Only the two shards' packed sizes must fit in int64, not the whole
-  // tensor's: a small box of a tensor with 2^62 elements is still readable.
-  absl::StatusOr<std::vector<ElementRun>> s =
-      RunsWithByteCheck(shape, element_size, stored, "stored");
-  if (!s.ok()) return s.status();
-  absl::StatusOr<std::vector<ElementRun>> r =
-      RunsWithByteCheck(shape, element_size, requested, "requested");
-  if (!r.ok()) return r.status();
+                                                      const Region& requested,
+                                                      int64_t max_runs) {
+  absl::StatusOr<std::vector<StridedRun>> strided =
+      IntersectRegionsStrided(shape, element_size, stored, requested, max_runs);
+  if (!strided.ok()) return strided.status();
+  return Expand(*strided, max_runs, shape, stored, requested);
+}
 
-  // Merge in element units, then scale: every offset and length is within
-  // one of the two packed sizes checked above, so the products fit.
-  std::vector<ByteRun> out;
-  size_t i = 0, j = 0;
-  int64_t s_packed = 0;  // packed element offset of (*s)[i] in the stored shard
-  int64_t r_packed = 0;  // packed element offset of (*r)[j] in the requested shard
-  while (i < s->size() && j < r->size()) {
-    const ElementRun& a = (*s)[i];
-    const ElementRun& b = (*r)[j];
-    const int64_t a_end = a.begin + a.length;
-    const int64_t b_end = b.begin + b.length;
-    const int64_t lo = std::max(a.begin, b.begin);
-    const int64_t hi = std::min(a_end, b_end);
-    if (lo < hi) {
-      const int64_t src = s_packed + (lo - a.begin);
-      const int64_t dst = r_packed + (lo - b.begin);
-      if (!out.empty() && out.back().src_offset + out.back().length == src &&
-          out.back().dst_offset + out.back().length == dst) {
-        out.back().length += hi - lo;
-      } else {
-        out.push_back(ByteRun{src, dst, hi - lo});
-      }
-    }
-    if (a_end <= b_end) {
-      s_packed += a.length;
-      ++i;
-    }
-    if (b_end <= a_end) {
-      r_packed += b.length;
-      ++j;
-    }
-  }
-  for (ByteRun& run : out) {
-    run.src_offset *= element_size;
-    run.dst_offset *= element_size;
-    run.length *= element_size;
-  }
-  return out;
+absl::StatusOr<int64_t> CommonElements(const Shape& shape, const Region& a, const Region& b) {
+  if (absl::Status s = ValidateRegion(shape, a); !s.ok()) return s;
+  if (absl::Status s = ValidateRegion(shape, b); !s.ok()) return s;
+  return CommonElementsOfPieces(RegionPieces(shape, a), RegionPieces(shape, b));
 }
 
 absl::StatusOr<bool> SameElements(const Shape& shape, const Region& a,
                                   const Region& b) {
-  // Runs are canonical (sorted, coalesced, non-empty), so equal element sets
-  // have equal run lists.
-  absl::StatusOr<std::vector<ElementRun>> ra = RegionRuns(shape, a);
-  if (!ra.ok()) return ra.status();
-  absl::StatusOr<std::vector<ElementRun>> rb = RegionRuns(shape, b);
-  if (!rb.ok()) return rb.status();
-  return *ra == *rb;
+  absl::StatusOr<int64_t> na = RegionNumElements(shape, a);
+  if (!na.ok()) return na.status();
+  absl::StatusOr<int64_t> nb = RegionNumElements(shape, b);
+  if (!nb.ok()) return nb.status();
+  if (*na != *nb) return false;
+  absl::StatusOr<int64_t> common = CommonElements(shape, a, b);
+  if (!common.ok()) return common.status();
+  return *common == *na;
 }
 
 absl::StatusOr<bool> Overlaps(const Shape& shape, const Region& a, const Region& b) {
-  absl::StatusOr<std::vector<ElementRun>> ra = RegionRuns(shape, a);
-  if (!ra.ok()) return ra.status();
-  absl::StatusOr<std::vector<ElementRun>> rb = RegionRuns(shape, b);
-  if (!rb.ok()) return rb.status();
-  size_t i = 0, j = 0;
-  while (i < ra->size() && j < rb->size()) {
-    const int64_t a_end = (*ra)[i].begin + (*ra)[i].length;
-    const int64_t b_end = (*rb)[j].begin + (*rb)[j].length;
-    if (std::max((*ra)[i].begin, (*rb)[j].begin) < std::min(a_end, b_end)) return true;
-    if (a_end <= b_end) ++i;
-    else ++j;
-  }
-  return false;
+  absl::StatusOr<int64_t> common = CommonElements(shape, a, b);
+  if (!common.ok()) return common.status();
+  return *common > 0;
 }
 
 }  // namespace ckpt::geo

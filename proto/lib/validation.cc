@@ -5,7 +5,7 @@
 namespace ckpt {
 namespace {
 
-constexpr size_t kMaxNameBytes = 256;
+constexpr size_t kMaxNameBytes = 255;  // NAME_MAX
 
 bool IsNameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||

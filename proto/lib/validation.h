@@ -1,6 +1,7 @@
 // Validation of names that arrive from callers. Names become parts of paths
 // (jobs) or keys in the manifest (tensors, objects), so they are restricted
-// to [A-Za-z0-9._-], may not be "." or "..", and are at most 256 bytes.
+// to [A-Za-z0-9._-], may not be "." or "..", and are at most 255 bytes
+// (NAME_MAX: a job name is a directory name).
 #ifndef CKPT_PROTO_LIB_VALIDATION_H_
 #define CKPT_PROTO_LIB_VALIDATION_H_
 

@@ -18,6 +18,14 @@ struct StringMaker<ckpt::geo::ElementRun> {
   }
 };
 template <>
+struct StringMaker<ckpt::geo::StridedRun> {
+  static std::string convert(const ckpt::geo::StridedRun& r) {
+    return "{src=" + std::to_string(r.src_offset) + ",dst=" + std::to_string(r.dst_offset) +
+           ",len=" + std::to_string(r.length) + ",count=" + std::to_string(r.count) +
+           ",strides=" + std::to_string(r.src_stride) + "/" + std::to_string(r.dst_stride) + "}";
+  }
+};
+template <>
 struct StringMaker<ckpt::geo::ByteRun> {
   static std::string convert(const ckpt::geo::ByteRun& r) {
     return "{src=" + std::to_string(r.src_offset) + ",dst=" + std::to_string(r.dst_offset) +
@@ -731,6 +739,156 @@ TEST_CASE("property: disjoint shards reassemble the whole tensor", "[geometry][p
     }
     REQUIRE(std::all_of(writes.begin(), writes.end(), [](int w) { return w == 1; }));
     REQUIRE(out == full);
+  }
+}
+
+TEST_CASE("compact: one column of a [2^40, 2] tensor is one strided run", "[geometry]") {
+  const int64_t rows = int64_t{1} << 40;
+  const Shape shape = {rows, 2};
+  absl::StatusOr<std::vector<StridedRun>> runs =
+      IntersectRegionsStrided(shape, 4, Region::Whole(), Region::Box({0, 1}, {rows, 1}));
+  REQUIRE(runs.ok());
+  REQUIRE(runs->size() == 1);
+  CHECK((*runs)[0] == StridedRun{4, 0, 4, rows, 8, 4});
+  CHECK(*StridedRunCount(shape, Region::Whole(), Region::Box({0, 1}, {rows, 1})) == 1);
+  // The other direction: the column stored, the whole requested.
+  runs = IntersectRegionsStrided(shape, 2, Region::Box({0, 0}, {rows, 1}), Region::Whole());
+  REQUIRE(runs.ok());
+  REQUIRE(runs->size() == 1);
+  CHECK((*runs)[0] == StridedRun{0, 0, 2, rows, 2, 4});
+  // Expanding it is refused, naming the bound, instead of allocating 2^40 runs.
+  absl::StatusOr<std::vector<ByteRun>> expanded =
+      IntersectRegions(shape, 4, Region::Whole(), Region::Box({0, 1}, {rows, 1}));
+  REQUIRE_FALSE(expanded.ok());
+  CHECK(expanded.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(expanded.status().message()),
+             Catch::Contains("--max_runs_per_shard") && Catch::Contains("1048576"));
+  CHECK(RegionRuns(shape, Region::Box({0, 1}, {rows, 1})).status().code() ==
+        absl::StatusCode::kResourceExhausted);
+  // Counting and comparing cost nothing per row either.
+  CHECK(*CommonElements(shape, Region::Box({0, 1}, {rows, 1}), Region::Flat(3, 11)) == 4);
+  CHECK_FALSE(*Overlaps(shape, Region::Box({0, 1}, {rows, 1}), Region::Box({0, 0}, {rows, 1})));
+  CHECK(*SameElements(shape, Region::Box({0, 0}, {rows, 2}), Region::Flat(0, 2 * rows)));
+}
+
+TEST_CASE("compact: a flat range is at most 2 * rank - 1 pieces", "[geometry]") {
+  const Shape shape = {7, 5, 3, 4};
+  const int64_t n = 7 * 5 * 3 * 4;
+  for (int64_t b = 0; b < n; b += 3) {
+    for (int64_t e = b; e <= n; e += 5) {
+      absl::StatusOr<int64_t> pieces = StridedRunCount(shape, Region::Flat(b, e), Region::Whole());
+      REQUIRE(pieces.ok());
+      CHECK(*pieces <= 2 * 4 - 1);
+      // Copied into the whole tensor they are contiguous: one run after joining.
+      absl::StatusOr<std::vector<StridedRun>> runs =
+          IntersectRegionsStrided(shape, 1, Region::Flat(b, e), Region::Whole());
+      REQUIRE(runs.ok());
+      CHECK(runs->size() == (b == e ? 0u : 1u));
+    }
+  }
+  // Near 2^63 elements, mid-row cuts: a handful of pieces, never a row each.
+  const int64_t big = int64_t{1} << 30;
+  const Shape huge = {big, big, 4};
+  CHECK(*StridedRunCount(huge, Region::Flat(5, big * big * 4 - 7), Region::Whole()) <= 5);
+  CHECK(*RegionNumElements(huge, Region::Flat(5, big * big * 4 - 7)) == big * big * 4 - 12);
+}
+
+TEST_CASE("compact: 3-d box cut in its two inner dims needs a run per outer index",
+          "[geometry]") {
+  const Shape shape = {1000, 1000, 4};
+  const Region box = Region::Box({0, 0, 1}, {1000, 999, 2});
+  CHECK(*StridedRunCount(shape, box, Region::Whole()) == 1000);
+  absl::StatusOr<std::vector<StridedRun>> runs =
+      IntersectRegionsStrided(shape, 1, box, Region::Whole(), 999);
+  REQUIRE_FALSE(runs.ok());
+  CHECK(runs.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(runs.status().message()),
+             Catch::Contains("the limit is 999 (--max_runs_per_shard)"));
+  runs = IntersectRegionsStrided(shape, 1, box, Region::Whole(), 1000);
+  REQUIRE(runs.ok());
+  CHECK(runs->size() == 1000);
+  CHECK((*runs)[0] == StridedRun{0, 1, 2, 999, 2, 4});
+}
+
+TEST_CASE("compact: a [2^63-1] tensor plans without allocating per element", "[geometry]") {
+  const Shape shape = {kMax};
+  CHECK(*RegionNumElements(shape, Region::Whole()) == kMax);
+  absl::StatusOr<std::vector<StridedRun>> runs =
+      IntersectRegionsStrided(shape, 1, Region::Whole(), Region::Box({kMax - 10}, {4}));
+  REQUIRE(runs.ok());
+  REQUIRE(runs->size() == 1);
+  CHECK((*runs)[0] == StridedRun{kMax - 10, 0, 4, 1, 0, 0});
+  CHECK(*RegionSpan(shape, Region::Flat(3, kMax)) == std::pair<int64_t, int64_t>{3, kMax});
+  // Its bytes do not fit when elements are wider than a byte.
+  CHECK_FALSE(IntersectRegionsStrided(shape, 2, Region::Whole(), Region::Whole()).ok());
+}
+
+TEST_CASE("compact: many size-1 dimensions cost nothing", "[geometry]") {
+  Shape shape(100000, 1);
+  shape[500] = 6;
+  std::vector<int64_t> off(shape.size(), 0), len(shape.size(), 1);
+  off[500] = 2;
+  len[500] = 3;
+  absl::StatusOr<std::vector<ByteRun>> runs =
+      IntersectRegions(shape, 4, Region::Whole(), Region::Box(off, len));
+  REQUIRE(runs.ok());
+  CHECK(*runs == std::vector<ByteRun>{{8, 0, 12}});
+  CHECK(*StridedRunCount(shape, Region::Flat(1, 5), Region::Whole()) == 1);
+}
+
+TEST_CASE("property: strided runs, spans and common counts match the reference",
+          "[geometry][property]") {
+  std::mt19937_64 rng(0x5eed0004);
+  for (int iter = 0; iter < 600; ++iter) {
+    const Shape shape = RandomShape(rng);
+    const int64_t es = RandomElementSize(rng);
+    const Region a = RandomRegion(rng, shape);
+    const Region b = rng() % 4 == 0 ? RelatedRegion(rng, shape, a) : RandomRegion(rng, shape);
+    INFO("iter " << iter << " a " << a.DebugString() << " b " << b.DebugString());
+    // Strided runs applied one repetition at a time copy exactly the
+    // elements the naive walk finds, each once.
+    const std::vector<uint8_t> src = NaivePacked(shape, es, a);
+    std::vector<uint8_t> expected;
+    int64_t common = 0;
+    for (int64_t g = 0; g < NaiveNumel(shape); ++g) {
+      if (!Contains(shape, b, g)) continue;
+      const bool in_a = Contains(shape, a, g);
+      common += in_a ? 1 : 0;
+      for (int64_t k = 0; k < es; ++k) expected.push_back(in_a ? Pattern(g, k) : 0xEE);
+    }
+    absl::StatusOr<std::vector<StridedRun>> runs = IntersectRegionsStrided(shape, es, a, b);
+    REQUIRE(runs.ok());
+    REQUIRE(static_cast<int64_t>(runs->size()) <= *StridedRunCount(shape, a, b));
+    std::vector<uint8_t> dst(expected.size(), 0xEE);
+    std::vector<int> writes(expected.size(), 0);
+    for (const StridedRun& r : *runs) {
+      REQUIRE(r.count >= 1);
+      REQUIRE(r.length > 0);
+      if (r.count > 1) {
+        REQUIRE(r.src_stride >= r.length);
+        REQUIRE(r.dst_stride >= r.length);
+      }
+      for (int64_t k = 0; k < r.count; ++k) {
+        const int64_t s0 = r.src_offset + k * r.src_stride;
+        const int64_t d0 = r.dst_offset + k * r.dst_stride;
+        REQUIRE(s0 + r.length <= static_cast<int64_t>(src.size()));
+        REQUIRE(d0 + r.length <= static_cast<int64_t>(dst.size()));
+        for (int64_t x = 0; x < r.length; ++x) {
+          dst[d0 + x] = src[s0 + x];
+          ++writes[d0 + x];
+        }
+      }
+    }
+    REQUIRE(std::all_of(writes.begin(), writes.end(), [](int w) { return w <= 1; }));
+    REQUIRE(dst == expected);
+    REQUIRE(*CommonElements(shape, a, b) == common);
+
+    const std::vector<ElementRun> naive = NaiveRuns(shape, a);
+    const std::pair<int64_t, int64_t> span =
+        naive.empty() ? std::pair<int64_t, int64_t>{0, 0}
+                      : std::pair<int64_t, int64_t>{naive.front().begin,
+                                                    naive.back().begin + naive.back().length};
+    REQUIRE(*RegionSpan(shape, a) == span);
   }
 }
 
