@@ -85,10 +85,22 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
   const std::string what = absl::StrCat("commit of ", manifest.job(), " step ", manifest.step());
 
   // A LATEST.next left by an earlier commit is folded in first, so that
-  // writing ours cannot erase what it knew.
+  // writing ours cannot erase what it knew. If LATEST still cannot be
+  // written, this save goes on (LATEST is not part of the commit point), and
+  // should it fail before its rename the earlier intent is put back.
+  std::optional<int64_t> pending;
   if (absl::Status s = RepairLatest(backend, root, manifest.job()).status(); !s.ok()) {
-    return WithContext(s, what);
+    std::fprintf(stderr, "ckptd: %s: %s\n", what.c_str(), std::string(s.message()).c_str());
+    absl::StatusOr<std::optional<int64_t>> intent = CommittedIntent(backend, root, manifest.job());
+    if (intent.ok()) pending = *intent;
   }
+  const auto undo_intent = [&] {
+    if (pending.has_value()) {
+      (void)WriteSynced(backend, intent_path, absl::StrCat(*pending, "\n"));
+    } else {
+      (void)backend.RemoveAll(intent_path);  // names no committed step: harmless if it stays
+    }
+  };
   if (absl::Status s = backend.SyncDir(absl::StrCat(partial_dir, "/data")); !s.ok()) {
     return WithContext(s, what);
   }
@@ -106,18 +118,18 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
   absl::Status intent = WriteSynced(backend, intent_path, absl::StrCat(manifest.step(), "\n"));
   if (intent.ok()) intent = backend.SyncDir(job_dir);
   if (!intent.ok()) {
-    (void)backend.RemoveAll(intent_path);  // names no committed step: harmless if it stays
+    undo_intent();
     return WithContext(intent, what);
   }
   if (absl::Status s = backend.Rename(partial_dir, step_dir); !s.ok()) {
-    (void)backend.RemoveAll(intent_path);
+    undo_intent();
     return WithContext(s, what);
   }
   if (absl::Status s = backend.SyncDir(job_dir); !s.ok()) {
     // Not committed, so not visible either: the caller aborts this save and
     // must not find it later as the latest step (nor be refused a retry).
     (void)backend.Rename(step_dir, partial_dir);
-    (void)backend.RemoveAll(intent_path);
+    undo_intent();
     return WithContext(s, what);
   }
   FaultPoint("commit.after_rename");
