@@ -66,8 +66,8 @@ class Backend {
   // Creates (or truncates) a file for writing. The parent directory must exist.
   virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
       const std::string& path) = 0;
-  // NOT_FOUND when the file does not exist; FAILED_PRECONDITION when it is
-  // not a regular file (opening never blocks, even on a FIFO).
+  // NOT_FOUND when the file does not exist; FAILED_PRECONDITION for a
+  // directory, FIFO or socket (opening never blocks, even on a FIFO).
   virtual absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(
       const std::string& path) = 0;
   // Opens `name` inside the trusted directory `dir` for reading, where name

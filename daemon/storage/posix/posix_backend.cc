@@ -213,7 +213,8 @@ absl::StatusOr<std::unique_ptr<ReadableFile>> PosixBackend::NewReadableFile(
     const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open ", path));
-  return FinishReadable(path, fd, [&](int flags) { return ::open(path.c_str(), flags); });
+  return FinishReadable(path, fd, /*regular_only=*/false,
+                        [&](int flags) { return ::open(path.c_str(), flags); });
 }
 
 // The step directory is opened without following a link in its last
@@ -249,25 +250,30 @@ absl::StatusOr<std::unique_ptr<ReadableFile>> PosixBackend::OpenReadOnlyBeneath(
     return OpenBeneathError(err, path, path);
   }
   absl::StatusOr<std::unique_ptr<ReadableFile>> file =
-      FinishReadable(path, fd, [&](int flags) {
+      FinishReadable(path, fd, /*regular_only=*/true, [&](int flags) {
         return ::openat(dir_fd, leaf.c_str(), flags | O_NOFOLLOW | O_NONBLOCK);
       });
   ::close(dir_fd);
   return file;
 }
 
-// Checks that fd is a regular file and opens its O_DIRECT twin with
-// reopen(flags); the twin must be the same inode, or a rename between the
-// two opens could pair this file with another. Takes ownership of fd.
+// Checks the kind of file fd is (a regular file, or with !regular_only
+// anything but a directory, FIFO or socket: reading those would block or
+// fail later and vaguely) and opens its O_DIRECT twin with reopen(flags);
+// the twin must be the same inode, or a rename between the two opens could
+// pair this file with another. Takes ownership of fd.
 absl::StatusOr<std::unique_ptr<ReadableFile>> PosixBackend::FinishReadable(
-    const std::string& path, int fd, const std::function<int(int)>& reopen) {
+    const std::string& path, int fd, bool regular_only, const std::function<int(int)>& reopen) {
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
     return ErrnoStatus(err, absl::StrCat("fstat ", path));
   }
-  if (!S_ISREG(st.st_mode)) {
+  const bool refused = regular_only ? !S_ISREG(st.st_mode)
+                                    : S_ISDIR(st.st_mode) || S_ISFIFO(st.st_mode) ||
+                                          S_ISSOCK(st.st_mode);
+  if (refused) {
     ::close(fd);
     if (S_ISDIR(st.st_mode)) return ErrnoStatus(EISDIR, absl::StrCat("open ", path));
     return absl::FailedPreconditionError(

@@ -51,7 +51,8 @@ class PosixBackend : public Backend {
 
  private:
   absl::StatusOr<std::unique_ptr<ReadableFile>> FinishReadable(
-      const std::string& path, int fd, const std::function<int(int)>& reopen);
+      const std::string& path, int fd, bool regular_only,
+      const std::function<int(int)>& reopen);
 
   const PosixBackendOptions options_;
   const std::shared_ptr<IoEngine> engine_;
