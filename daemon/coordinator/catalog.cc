@@ -1,32 +1,101 @@
 #include "daemon/coordinator/catalog.h"
 
-#include <algorithm>
+#include <unistd.h>
 
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <map>
+#include <random>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "daemon/coordinator/commit.h"
 #include "daemon/coordinator/layout.h"
 #include "daemon/coordinator/manifest_io.h"
 #include "proto/lib/validation.h"
 
 namespace ckpt::coordinator {
+namespace {
 
-Catalog::Catalog(storage::Backend& backend, std::string root)
-    : backend_(backend), root_(std::move(root)) {}
+std::string SafeHost(std::string host) {
+  if (host.empty()) {
+    char name[HOST_NAME_MAX + 1] = {};
+    host = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
+  }
+  for (char& c : host) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      c = '_';
+    }
+  }
+  return host;
+}
+
+bool IsInstanceId(const std::string& id) {
+  return id.size() == kInstanceIdLength &&
+         std::all_of(id.begin(), id.end(), [](char c) {
+           return absl::ascii_isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
+         });
+}
+
+std::string RandomInstanceId() {
+  std::mt19937_64 rng(std::random_device{}() ^ static_cast<uint64_t>(absl::GetCurrentTimeNanos()) ^
+                      static_cast<uint64_t>(getpid()));
+  return absl::StrFormat("%016x", rng());
+}
+
+void Log(const std::string& line) { std::fprintf(stderr, "ckptd: %s\n", line.c_str()); }
+
+// A broken step reads as DATA_LOSS or FAILED_PRECONDITION, never NOT_FOUND:
+// the step exists, what is missing is inside it.
+absl::Status AsBroken(const absl::Status& s) {
+  if (absl::IsNotFound(s)) return absl::DataLossError(s.message());
+  return s;
+}
+
+}  // namespace
+
+Catalog::Catalog(storage::Backend& backend, std::string root, CatalogOptions options)
+    : backend_(backend),
+      root_(std::move(root)),
+      host_(SafeHost(std::move(options.host))),
+      instance_(IsInstanceId(options.instance) ? options.instance : RandomInstanceId()),
+      limits_(options.limits) {}
+
+std::string Catalog::NewPartialId() {
+  return PartialId(host_, instance_, next_partial_.fetch_add(1, std::memory_order_relaxed));
+}
 
 absl::StatusOr<int> Catalog::RemoveStalePartials() {
   absl::StatusOr<std::vector<std::string>> jobs = backend_.ListDir(root_);
   if (!jobs.ok()) return jobs.status();
   int removed = 0;
   for (const std::string& job : *jobs) {
-    absl::StatusOr<std::vector<std::string>> entries = backend_.ListDir(JobDir(root_, job));
+    if (!ValidateName("job", job).ok()) continue;
+    const std::string job_dir = JobDir(root_, job);
+    absl::StatusOr<std::vector<std::string>> entries = backend_.ListDir(job_dir);
     if (!entries.ok()) continue;  // a file, not a job directory
+    int removed_here = 0;
     for (const std::string& entry : *entries) {
-      if (!IsPartialDirName(entry)) continue;
-      const std::string path = absl::StrCat(JobDir(root_, job), "/", entry);
+      const std::optional<PartialDirName> partial = ParsePartialDirName(entry);
+      // Another host's may be a save in flight on a shared root; an unnamed
+      // one (older versions) cannot be told apart from one: both stay.
+      if (!partial || partial->host != host_ || partial->instance == instance_) continue;
+      const std::string path = absl::StrCat(job_dir, "/", entry);
       if (absl::Status s = backend_.RemoveAll(path); !s.ok()) return s;
-      ++removed;
+      ++removed_here;
     }
-    if (removed > 0) {
-      if (absl::Status s = backend_.SyncDir(JobDir(root_, job)); !s.ok()) return s;
+    if (removed_here > 0) {
+      if (absl::Status s = backend_.SyncDir(job_dir); !s.ok()) return s;
+    }
+    removed += removed_here;
+    absl::StatusOr<std::optional<int64_t>> repaired = RepairLatest(backend_, root_, job);
+    if (!repaired.ok()) return repaired.status();
+    if (repaired->has_value()) {
+      Log(absl::StrCat("job ", job, ": step ", **repaired,
+                       " was committed but LATEST did not name it yet; LATEST repaired"));
     }
   }
   return removed;
@@ -60,24 +129,155 @@ absl::StatusOr<int64_t> Catalog::ResolveStep(const std::string& job, int64_t ste
     return step;
   }
   if (step != -1) return absl::InvalidArgumentError(absl::StrCat("step ", step, " is negative"));
-  // The newest step directory is the truth; LATEST is written after the
-  // commit point and may lag it by one crash.
+  if (absl::Status s = ValidateName("job", job); !s.ok()) return s;
+  return ResolveLatest(job);
+}
+
+absl::StatusOr<int64_t> Catalog::ResolveLatest(const std::string& job) {
+  absl::StatusOr<std::optional<int64_t>> intent = CommittedIntent(backend_, root_, job);
+  if (!intent.ok()) return intent.status();
+  if (intent->has_value()) return **intent;
+
+  const std::string latest_path = absl::StrCat(JobDir(root_, job), "/", kLatestName);
+  absl::StatusOr<std::string> contents =
+      storage::ReadWholeFile(backend_, latest_path, kMaxLatestBytes);
+  std::string why;
+  if (contents.ok()) {
+    if (const std::optional<int64_t> named = ParseLatestContents(*contents)) {
+      absl::StatusOr<bool> exists = backend_.Exists(StepDir(root_, job, *named));
+      if (!exists.ok()) return exists.status();
+      if (*exists) return *named;
+      why = absl::StrCat("names step ", *named, ", which does not exist");
+    } else {
+      why = "does not hold a step number";
+    }
+  } else if (absl::IsNotFound(contents.status())) {
+    why = "is missing";
+  } else {
+    why = absl::StrCat("cannot be read (", contents.status().message(), ")");
+  }
+
   absl::StatusOr<std::vector<int64_t>> steps = ListSteps(job);
   if (!steps.ok()) return steps.status();
   if (steps->empty()) {
     return absl::NotFoundError(absl::StrCat("job ", job, " has no committed checkpoint"));
   }
-  return steps->back();
+  absl::Status newest_error;
+  for (auto it = steps->rbegin(); it != steps->rend(); ++it) {
+    absl::StatusOr<v1::CheckpointManifest> manifest = ReadStepManifest(job, *it);
+    if (manifest.ok()) {
+      Log(absl::StrCat("job ", job, ": ", latest_path, " ", why, "; latest is step ", *it,
+                       ", the highest whose manifest validates"));
+      return *it;
+    }
+    if (newest_error.ok()) newest_error = manifest.status();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job ", job, ": ", latest_path, " ", why, ", and none of its ", steps->size(),
+      " step directories has a valid manifest (step ", steps->back(), ": ",
+      newest_error.message(), ")"));
+}
+
+absl::StatusOr<v1::CheckpointManifest> Catalog::ReadStepManifest(const std::string& job,
+                                                                 int64_t step) {
+  const std::string dir = StepDir(root_, job, step);
+  const std::string path = absl::StrCat(dir, "/", kManifestName);
+  absl::StatusOr<std::string> bytes =
+      storage::ReadWholeFileBeneath(backend_, dir, kManifestName, limits_.max_manifest_bytes);
+  if (!bytes.ok()) return AsBroken(bytes.status());
+  absl::StatusOr<v1::CheckpointManifest> manifest = DecodeManifest(*bytes, path);
+  if (!manifest.ok()) return manifest.status();
+  if (absl::Status s = ValidateManifest(*manifest, job, step, path, limits_); !s.ok()) return s;
+  return manifest;
+}
+
+absl::Status Catalog::CheckDataFiles(const std::string& job, int64_t step,
+                                     const v1::CheckpointManifest& manifest) {
+  // The end each file must reach; the manifest was validated, so no sum wraps.
+  std::map<std::string, std::pair<uint64_t, std::string>> needed;  // file -> end, owner
+  (void)ForEachChunk(manifest, [&](const v1::StoredChunk& c, const std::string& owner) {
+    if (c.length() == 0) return absl::OkStatus();
+    auto& [end, who] = needed[c.file()];
+    if (c.file_offset() + c.length() > end) {
+      end = c.file_offset() + c.length();
+      who = owner;
+    }
+    return absl::OkStatus();
+  });
+  const std::string dir = StepDir(root_, job, step);
+  for (const auto& [file, need] : needed) {
+    absl::StatusOr<std::unique_ptr<storage::ReadableFile>> f =
+        backend_.OpenReadOnlyBeneath(dir, file);
+    if (!f.ok()) return AsBroken(f.status());
+    absl::StatusOr<uint64_t> size = (*f)->Size();
+    if (!size.ok()) return size.status();
+    if (*size < need.first) {
+      return absl::DataLossError(absl::StrCat(dir, "/", file, " is ", *size,
+                                              " bytes, but a chunk of ", need.second,
+                                              " ends at offset ", need.first));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Catalog::VerifiesShallow(const std::string& job, int64_t step) {
+  absl::StatusOr<v1::CheckpointManifest> manifest = ReadStepManifest(job, step);
+  if (!manifest.ok()) return manifest.status();
+  return CheckDataFiles(job, step, *manifest);
 }
 
 absl::StatusOr<v1::CheckpointManifest> Catalog::ReadManifest(const std::string& job,
                                                              int64_t step) {
   absl::StatusOr<int64_t> resolved = ResolveStep(job, step);
   if (!resolved.ok()) return resolved.status();
-  const std::string path = absl::StrCat(StepDir(root_, job, *resolved), "/", kManifestName);
-  absl::StatusOr<std::string> bytes = storage::ReadWholeFile(backend_, path);
-  if (!bytes.ok()) return bytes.status();
-  return DecodeManifest(*bytes, path);
+  absl::StatusOr<v1::CheckpointManifest> manifest = ReadStepManifest(job, *resolved);
+  if (manifest.ok() || step != -1) return manifest;
+  // Fail closed on a broken latest, and say what the operator can do.
+  std::string older = "; no older step verifies";
+  absl::StatusOr<std::vector<int64_t>> steps = ListSteps(job);
+  if (steps.ok()) {
+    for (auto it = steps->rbegin(); it != steps->rend(); ++it) {
+      if (*it >= *resolved || !VerifiesShallow(job, *it).ok()) continue;
+      older = absl::StrCat("; the newest older step that verifies is ", *it,
+                           " (load it by its number)");
+      break;
+    }
+  }
+  return absl::Status(manifest.status().code(),
+                      absl::StrCat("the latest checkpoint of job ", job, " is step ", *resolved,
+                                   ", which is broken: ", manifest.status().message(), older));
+}
+
+absl::StatusOr<std::vector<v1::CheckpointSummary>> Catalog::ListCheckpoints(
+    const std::string& job) {
+  absl::StatusOr<std::vector<int64_t>> steps = ListSteps(job);
+  if (!steps.ok()) return steps.status();
+  std::vector<v1::CheckpointSummary> out;
+  if (steps->empty()) return out;
+  absl::StatusOr<int64_t> latest = ResolveLatest(job);  // none when every step is broken
+  for (int64_t step : *steps) {
+    v1::CheckpointSummary& summary = out.emplace_back();
+    summary.set_step(step);
+    summary.set_latest(latest.ok() && *latest == step);
+    absl::StatusOr<v1::CheckpointManifest> manifest = ReadStepManifest(job, step);
+    absl::Status status = manifest.status();
+    if (status.ok()) status = CheckDataFiles(job, step, *manifest);
+    if (!status.ok()) {
+      summary.set_broken(true);
+      summary.set_broken_reason(std::string(status.message()));
+      continue;
+    }
+    summary.set_created_unix_ms(manifest->created_unix_ms());
+    uint64_t bytes = 0;
+    (void)ForEachChunk(*manifest, [&](const v1::StoredChunk& c, const std::string&) {
+      bytes += c.length();
+      return absl::OkStatus();
+    });
+    summary.set_bytes(bytes);
+    summary.set_tensors(manifest->tensors_size());
+    summary.set_objects(manifest->objects_size());
+  }
+  return out;
 }
 
 }  // namespace ckpt::coordinator

@@ -1,40 +1,95 @@
-// What is committed under a storage root: steps per job, their manifests,
-// and start-up clean-up of partial directories left by a crash.
+// What is committed under a storage root: steps per job, their manifests
+// (validated before anyone sees them: manifest_check.h), which step is
+// latest, and start-up clean-up of partial directories left by a crash.
 //
-// Thread-safety: safe from any thread (it holds no state of its own; the
-// directory tree is the truth).
+// "Latest" is what LATEST says (a rollback to a lower step is latest), or
+// LATEST.next when it names a committed step (a commit that stopped between
+// its rename and LATEST, see commit.h). When neither names a committed step
+// (an old root, a LATEST lost or damaged), it is the highest step whose
+// manifest validates, and a line on stderr says so.
+//
+// Thread-safety: safe from any thread. It keeps no state about the tree
+// (the directory tree is the truth), only its own identity.
 #ifndef CKPT_DAEMON_COORDINATOR_CATALOG_H_
 #define CKPT_DAEMON_COORDINATOR_CATALOG_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "ckpt/v1/manifest.pb.h"
+#include "ckpt/v1/node.pb.h"
+#include "daemon/coordinator/manifest_check.h"
 #include "daemon/storage/backend.h"
 
 namespace ckpt::coordinator {
 
+struct CatalogOptions {
+  // This daemon's host, as it names its partial directories; characters
+  // outside [A-Za-z0-9._-] become '_'. Empty: gethostname().
+  std::string host;
+  // This daemon process's instance: kInstanceIdLength lowercase hex digits.
+  // Empty (or malformed): chosen at random when the Catalog is built, which
+  // is once per daemon start.
+  std::string instance;
+  ManifestLimits limits;
+};
+
 class Catalog {
  public:
-  Catalog(storage::Backend& backend, std::string root);
+  Catalog(storage::Backend& backend, std::string root, CatalogOptions options = {});
 
   const std::string& root() const { return root_; }
+  const std::string& host() const { return host_; }
+  const std::string& instance() const { return instance_; }
+  const ManifestLimits& limits() const { return limits_; }
 
-  // Removes every <job>/.step-N.partial-* directory; returns how many.
+  // A fresh id for a partial directory of this daemon (layout.h PartialId).
+  std::string NewPartialId();
+
+  // Start-up clean-up: removes the partial directories this host's earlier
+  // daemon instances left (never another host's, which may be saving right
+  // now on a shared root, nor this instance's own), and repairs LATEST from
+  // a LATEST.next a crash left (commit.h). Returns how many directories it
+  // removed. Logs what it repaired.
   absl::StatusOr<int> RemoveStalePartials();
-  // Committed steps of a job, ascending; empty when the job has none.
+  // Committed step directories of a job, ascending; empty when the job has
+  // none. Broken ones included.
   absl::StatusOr<std::vector<int64_t>> ListSteps(const std::string& job);
-  // step >= 0 is checked to exist; -1 means the newest committed step.
+  // step >= 0 is checked to exist; -1 means latest (above).
   // NOT_FOUND naming the job and step otherwise.
   absl::StatusOr<int64_t> ResolveStep(const std::string& job, int64_t step);
   absl::StatusOr<bool> StepExists(const std::string& job, int64_t step);
+  // The step's manifest, validated against the directory asked for. A
+  // broken one is DATA_LOSS or FAILED_PRECONDITION naming the MANIFEST and
+  // what is wrong; for step -1 the message also names the newest older step
+  // that verifies (VerifiesShallow), if any.
   absl::StatusOr<v1::CheckpointManifest> ReadManifest(const std::string& job, int64_t step);
+  // Every data file the manifest names can be opened (a regular file inside
+  // the step directory) and is long enough for its chunks. DATA_LOSS naming
+  // the file otherwise. Reads no data.
+  absl::Status CheckDataFiles(const std::string& job, int64_t step,
+                              const v1::CheckpointManifest& manifest);
+  // Every step directory of the job, ascending; a broken one is listed with
+  // broken = true and its reason. Fails only for a bad job name or an
+  // unreadable job directory, never because of one step.
+  absl::StatusOr<std::vector<v1::CheckpointSummary>> ListCheckpoints(const std::string& job);
 
  private:
+  // ReadManifest of an existing step number, without the latest fallback.
+  absl::StatusOr<v1::CheckpointManifest> ReadStepManifest(const std::string& job, int64_t step);
+  // The manifest validates and the data files are there (no CRCs read).
+  absl::Status VerifiesShallow(const std::string& job, int64_t step);
+  absl::StatusOr<int64_t> ResolveLatest(const std::string& job);
+
   storage::Backend& backend_;
   const std::string root_;
+  const std::string host_;
+  const std::string instance_;
+  const ManifestLimits limits_;
+  std::atomic<uint64_t> next_partial_{0};
 };
 
 }  // namespace ckpt::coordinator

@@ -1,5 +1,7 @@
 #include "daemon/coordinator/commit.h"
 
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
 #include "daemon/coordinator/fault_points.h"
 #include "daemon/coordinator/layout.h"
@@ -9,29 +11,103 @@
 namespace ckpt::coordinator {
 namespace {
 
+// How often LATEST is written before the commit gives up on it for now.
+constexpr int kLatestAttempts = 3;
+
 absl::Status WithContext(const absl::Status& s, const std::string& what) {
   return Prefixed(s, absl::StrCat(what, ": "));
 }
 
+// Creates (or truncates) path with contents and fsyncs it.
+absl::Status WriteSynced(storage::Backend& backend, const std::string& path,
+                         const std::string& contents) {
+  absl::StatusOr<std::unique_ptr<storage::WritableFile>> file = backend.NewWritableFile(path);
+  if (!file.ok()) return file.status();
+  absl::Status s = (*file)->WriteAt(0, contents.data(), contents.size());
+  if (s.ok()) s = (*file)->Sync();
+  absl::Status close = (*file)->Close();
+  return s.ok() ? close : s;
+}
+
+absl::Status WriteLatest(storage::Backend& backend, const std::string& job_dir, int64_t step) {
+  absl::Status s;
+  for (int attempt = 0; attempt < kLatestAttempts; ++attempt) {
+    s = storage::WriteFileAtomically(backend, absl::StrCat(job_dir, "/", kLatestName),
+                                     absl::StrCat(step, "\n"));
+    if (s.ok()) break;
+  }
+  return s;
+}
+
 }  // namespace
+
+absl::StatusOr<std::optional<int64_t>> CommittedIntent(storage::Backend& backend,
+                                                       const std::string& root,
+                                                       const std::string& job) {
+  absl::StatusOr<std::string> contents = storage::ReadWholeFile(
+      backend, absl::StrCat(JobDir(root, job), "/", kLatestIntentName), kMaxLatestBytes);
+  if (!contents.ok()) return std::optional<int64_t>();  // missing, or too long to be ours
+  const std::optional<int64_t> step = ParseLatestContents(*contents);
+  if (!step.has_value()) return std::optional<int64_t>();
+  absl::StatusOr<bool> committed = backend.Exists(StepDir(root, job, *step));
+  if (!committed.ok()) return committed.status();
+  return *committed ? step : std::nullopt;
+}
+
+absl::StatusOr<std::optional<int64_t>> RepairLatest(storage::Backend& backend,
+                                                    const std::string& root,
+                                                    const std::string& job) {
+  const std::string job_dir = JobDir(root, job);
+  const std::string intent_path = absl::StrCat(job_dir, "/", kLatestIntentName);
+  absl::StatusOr<bool> has_intent = backend.Exists(intent_path);
+  if (!has_intent.ok()) return has_intent.status();
+  if (!*has_intent) return std::optional<int64_t>();
+  absl::StatusOr<std::optional<int64_t>> step = CommittedIntent(backend, root, job);
+  if (!step.ok()) return step.status();
+  if (step->has_value()) {
+    if (absl::Status s = WriteLatest(backend, job_dir, **step); !s.ok()) {
+      return WithContext(s, absl::StrCat("repair of LATEST of job ", job));
+    }
+  }
+  // Gone or not, it no longer means anything: LATEST says it all.
+  if (absl::Status s = backend.RemoveAll(intent_path); !s.ok()) {
+    return WithContext(s, absl::StrCat("repair of LATEST of job ", job));
+  }
+  return *step;
+}
 
 absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root,
                               const std::string& partial_dir,
                               const v1::CheckpointManifest& manifest) {
   const std::string job_dir = JobDir(root, manifest.job());
   const std::string step_dir = StepDir(root, manifest.job(), manifest.step());
+  const std::string intent_path = absl::StrCat(job_dir, "/", kLatestIntentName);
   const std::string what = absl::StrCat("commit of ", manifest.job(), " step ", manifest.step());
 
-  const std::string encoded = EncodeManifest(manifest);
-  {
-    absl::StatusOr<std::unique_ptr<storage::WritableFile>> file =
-        backend.NewWritableFile(absl::StrCat(partial_dir, "/", kManifestName));
-    if (!file.ok()) return WithContext(file.status(), what);
-    if (absl::Status s = (*file)->WriteAt(0, encoded.data(), encoded.size()); !s.ok()) {
-      return WithContext(s, what);
+  // A LATEST.next left by an earlier commit is folded in first, so that
+  // writing ours cannot erase what it knew. If LATEST still cannot be
+  // written, this save goes on (LATEST is not part of the commit point), and
+  // should it fail before its rename the earlier intent is put back.
+  std::optional<int64_t> pending;
+  if (absl::Status s = RepairLatest(backend, root, manifest.job()).status(); !s.ok()) {
+    std::fprintf(stderr, "ckptd: %s: %s\n", what.c_str(), std::string(s.message()).c_str());
+    absl::StatusOr<std::optional<int64_t>> intent = CommittedIntent(backend, root, manifest.job());
+    if (intent.ok()) pending = *intent;
+  }
+  const auto undo_intent = [&] {
+    if (pending.has_value()) {
+      (void)WriteSynced(backend, intent_path, absl::StrCat(*pending, "\n"));
+    } else {
+      (void)backend.RemoveAll(intent_path);  // names no committed step: harmless if it stays
     }
-    if (absl::Status s = (*file)->Sync(); !s.ok()) return WithContext(s, what);
-    if (absl::Status s = (*file)->Close(); !s.ok()) return WithContext(s, what);
+  };
+  if (absl::Status s = backend.SyncDir(absl::StrCat(partial_dir, "/data")); !s.ok()) {
+    return WithContext(s, what);
+  }
+  if (absl::Status s = WriteSynced(backend, absl::StrCat(partial_dir, "/", kManifestName),
+                                   EncodeManifest(manifest));
+      !s.ok()) {
+    return WithContext(s, what);
   }
   if (absl::Status s = backend.SyncDir(partial_dir); !s.ok()) return WithContext(s, what);
   FaultPoint("commit.before_rename");
@@ -39,18 +115,40 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
   absl::StatusOr<bool> exists = backend.Exists(step_dir);
   if (!exists.ok()) return WithContext(exists.status(), what);
   if (*exists) return absl::AlreadyExistsError(absl::StrCat(what, ": ", step_dir, " exists"));
-  if (absl::Status s = backend.Rename(partial_dir, step_dir); !s.ok()) return WithContext(s, what);
+  absl::Status intent = WriteSynced(backend, intent_path, absl::StrCat(manifest.step(), "\n"));
+  if (intent.ok()) intent = backend.SyncDir(job_dir);
+  if (!intent.ok()) {
+    undo_intent();
+    return WithContext(intent, what);
+  }
+  if (absl::Status s = backend.Rename(partial_dir, step_dir); !s.ok()) {
+    undo_intent();
+    return WithContext(s, what);
+  }
   if (absl::Status s = backend.SyncDir(job_dir); !s.ok()) {
     // Not committed, so not visible either: the caller aborts this save and
-    // must not find it later as the newest step (nor be refused a retry).
+    // must not find it later as the latest step (nor be refused a retry).
     (void)backend.Rename(step_dir, partial_dir);
+    undo_intent();
     return WithContext(s, what);
   }
   FaultPoint("commit.after_rename");
 
-  return WithContext(storage::WriteFileAtomically(backend, absl::StrCat(job_dir, "/", kLatestName),
-                                                  absl::StrCat(manifest.step(), "\n")),
-                     what);
+  // Committed. What follows is repaired, never reported as a failed save.
+  if (absl::Status s = WriteLatest(backend, job_dir, manifest.step()); !s.ok()) {
+    std::fprintf(stderr,
+                 "ckptd: %s: committed, but LATEST could not be written (%s); %s names the "
+                 "step, so it is latest, and LATEST is repaired before the next commit or "
+                 "at start-up\n",
+                 what.c_str(), std::string(s.message()).c_str(), intent_path.c_str());
+    return absl::OkStatus();
+  }
+  if (absl::Status s = backend.RemoveAll(intent_path); !s.ok()) {
+    // Harmless: it names the step LATEST names.
+    std::fprintf(stderr, "ckptd: %s: could not remove %s: %s\n", what.c_str(),
+                 intent_path.c_str(), std::string(s.message()).c_str());
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ckpt::coordinator

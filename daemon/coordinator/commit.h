@@ -4,33 +4,62 @@
 //  1. Data files are written into <job>/.step-N.partial-<id>/data/ and
 //     fsynced by their writers before the node reports them. Without this a
 //     crash after the rename could expose a manifest whose chunks are holes.
+//     The commit then fsyncs data/ itself, so the files' entries are durable
+//     too (an fsynced file whose name is lost is no better than a hole).
 //  2. MANIFEST is written into the partial directory and fsynced, then the
 //     partial directory itself is fsynced so its entries (data/, MANIFEST)
 //     are durable before they become reachable under the final name.
-//  3. The partial directory is renamed to step-N. rename(2) of a directory is
+//  3. LATEST.next is written with N, fsynced, and the job directory fsynced:
+//     the intent to make N latest is durable before N can be visible.
+//  4. The partial directory is renamed to step-N. rename(2) of a directory is
 //     atomic: readers see no step-N or a complete one. Load never reads
 //     partial directories, so an interrupted save is invisible.
-//  4. The job directory is fsynced, making the rename durable; only now is
-//     the checkpoint committed.
-//  5. LATEST is replaced (tmp -> fsync -> rename -> fsync dir). It is a hint
-//     for "load latest": if a crash loses this step, LATEST still names the
-//     previous committed step, which is intact.
-// On restart, leftover partial directories are removed (Catalog).
+//  5. The job directory is fsynced, making the rename durable; only now is
+//     the checkpoint committed, and from here on the save reports success.
+//  6. LATEST is replaced (tmp -> fsync -> rename -> fsync dir) and
+//     LATEST.next removed. LATEST is the truth for "latest" (a rollback to a
+//     lower step is latest), so a crash or an error between 5 and 6 must not
+//     leave the previous step as latest: LATEST.next naming a committed step
+//     overrides LATEST, and RepairLatest folds it in (at start-up, and before
+//     the next commit). A LATEST.next naming no committed step is a commit
+//     that died before its rename and means nothing.
+// Commits of one job must not run concurrently (the Coordinator serializes
+// them). On restart, leftover partial directories of this host's earlier
+// daemon instances are removed (Catalog).
 #ifndef CKPT_DAEMON_COORDINATOR_COMMIT_H_
 #define CKPT_DAEMON_COORDINATOR_COMMIT_H_
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "ckpt/v1/manifest.pb.h"
 #include "daemon/storage/backend.h"
 
 namespace ckpt::coordinator {
 
-// Steps 2-5 for a partial directory whose data files are already durable.
+// Steps 1 (the data/ fsync) to 6 for a partial directory whose data files
+// are already durable. An error means the step is not committed (and not
+// visible); once step 5 is done it returns OK, and a failure to write LATEST
+// (retried) is logged on stderr and left to RepairLatest.
 absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root,
                               const std::string& partial_dir,
                               const v1::CheckpointManifest& manifest);
+
+// The step LATEST.next names when that step is committed (its directory
+// exists), nullopt otherwise; never fails on a missing or torn LATEST.next.
+absl::StatusOr<std::optional<int64_t>> CommittedIntent(storage::Backend& backend,
+                                                       const std::string& root,
+                                                       const std::string& job);
+
+// Folds a LATEST.next that names a committed step into LATEST, then removes
+// LATEST.next (also when it names nothing committed). Returns the step now
+// written to LATEST, or nullopt when nothing needed repair.
+absl::StatusOr<std::optional<int64_t>> RepairLatest(storage::Backend& backend,
+                                                    const std::string& root,
+                                                    const std::string& job);
 
 }  // namespace ckpt::coordinator
 

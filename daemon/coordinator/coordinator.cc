@@ -1,7 +1,6 @@
 #include "daemon/coordinator/coordinator.h"
 
 #include <chrono>
-#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,18 +12,9 @@
 #include "daemon/coordinator/manifest_io.h"
 
 namespace ckpt::coordinator {
-namespace {
-
-std::string RandomId() {
-  static thread_local std::mt19937_64 rng(std::random_device{}() ^
-                                          static_cast<uint64_t>(absl::GetCurrentTimeNanos()));
-  return absl::StrFormat("%016x", rng());
-}
-
-}  // namespace
-
-Coordinator::Coordinator(storage::Backend& backend, std::string root, SavePlannerOptions options)
-    : backend_(backend), catalog_(backend, std::move(root)), options_(options) {}
+Coordinator::Coordinator(storage::Backend& backend, std::string root, SavePlannerOptions options,
+                         CatalogOptions catalog)
+    : backend_(backend), catalog_(backend, std::move(root), std::move(catalog)), options_(options) {}
 
 absl::StatusOr<v1::SaveAssignment> Coordinator::PlanSave(const v1::NodeSavePlan& node) {
   absl::StatusOr<v1::SaveAssignment> assignment = coordinator::PlanSave({node}, options_);
@@ -35,7 +25,7 @@ absl::StatusOr<v1::SaveAssignment> Coordinator::PlanSave(const v1::NodeSavePlan&
     return absl::AlreadyExistsError(absl::StrCat("job ", node.job(), " step ", node.step(),
                                                  " is already committed"));
   }
-  const std::string id = RandomId();
+  const std::string id = catalog_.NewPartialId();
   const std::string save_id = absl::StrCat(node.job(), "/", node.step(), "/", id);
   const std::string partial = PartialDir(root(), node.job(), node.step(), id);
   {
@@ -52,7 +42,14 @@ absl::StatusOr<v1::SaveAssignment> Coordinator::PlanSave(const v1::NodeSavePlan&
     assignment->mutable_manifest_template()->set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
     saves_[save_id] = ActiveSave{*assignment, partial};
   }
-  if (absl::Status s = backend_.CreateDirs(absl::StrCat(partial, "/data")); !s.ok()) {
+  // A new job directory must survive a crash with the steps committed in
+  // it: its entry in the root is made durable before anything is renamed
+  // into it.
+  absl::StatusOr<bool> job_exists = backend_.Exists(JobDir(root(), node.job()));
+  absl::Status s = job_exists.status();
+  if (s.ok()) s = backend_.CreateDirs(absl::StrCat(partial, "/data"));
+  if (s.ok() && !*job_exists) s = backend_.SyncDir(root());
+  if (!s.ok()) {
     AbortSave(save_id, "cannot create its directory");
     return absl::Status(s.code(), absl::StrCat("save of ", node.job(), " step ", node.step(),
                                                ": ", s.message()));
@@ -85,7 +82,10 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(
         chunk.set_crc32c(it->second);
         return absl::OkStatus();
       });
-  if (status.ok()) status = CommitCheckpoint(backend_, root(), save.partial_dir, manifest);
+  if (status.ok()) {
+    absl::MutexLock lock(&commit_mu_);
+    status = CommitCheckpoint(backend_, root(), save.partial_dir, manifest);
+  }
   if (!status.ok()) {
     AbortSave(report.save_id(), std::string(status.message()));
     return status;

@@ -23,16 +23,23 @@ namespace ckpt::coordinator {
 
 class Coordinator {
  public:
-  Coordinator(storage::Backend& backend, std::string root, SavePlannerOptions options);
+  // `catalog` names this daemon (host, instance) for its partial
+  // directories and bounds the manifests it reads; the defaults take
+  // gethostname() and a random instance id.
+  Coordinator(storage::Backend& backend, std::string root, SavePlannerOptions options,
+              CatalogOptions catalog = {});
 
   Catalog& catalog() { return catalog_; }
   const std::string& root() const { return catalog_.root(); }
 
   // Plans a save of the single host this embedded coordinator serves and
-  // creates its partial directory. ALREADY_EXISTS when the step is
+  // creates its partial directory (named by host and instance; the root is
+  // fsynced when the job directory is new). A step lower than committed
+  // ones is allowed and becomes latest when it commits. ALREADY_EXISTS when the step is
   // committed, FAILED_PRECONDITION when the same step is being saved.
   absl::StatusOr<v1::SaveAssignment> PlanSave(const v1::NodeSavePlan& node);
-  // Fills the checksums into the manifest and commits (commit.h).
+  // Fills the checksums into the manifest and commits (commit.h). OK once
+  // the rename is durable, whatever happens to LATEST afterwards.
   absl::StatusOr<v1::CommitResult> ReportPersisted(const v1::NodePersistReport& report);
   // Forgets the save and removes its partial directory. Idempotent.
   void AbortSave(const std::string& save_id, const std::string& reason);
@@ -49,6 +56,9 @@ class Coordinator {
   const SavePlannerOptions options_;
   absl::Mutex mu_;
   std::map<std::string, ActiveSave> saves_ ABSL_GUARDED_BY(mu_);  // by save_id
+  // Commits run one at a time: LATEST and LATEST.next of a job are written
+  // by one commit at a time (commit.h).
+  absl::Mutex commit_mu_;
 };
 
 }  // namespace ckpt::coordinator

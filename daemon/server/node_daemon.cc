@@ -122,7 +122,10 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   coordinator::SavePlannerOptions planner;
   planner.chunk_bytes = o.chunk_bytes;
   planner.alignment = d->pool_->alignment();
-  d->coordinator_ = std::make_unique<coordinator::Coordinator>(*d->backend_, o.storage_root, planner);
+  coordinator::CatalogOptions catalog;
+  catalog.host = o.host_name;  // the instance id is chosen here, once per start
+  d->coordinator_ = std::make_unique<coordinator::Coordinator>(*d->backend_, o.storage_root,
+                                                               planner, catalog);
   absl::StatusOr<int> removed = d->coordinator_->catalog().RemoveStalePartials();
   if (!removed.ok()) return removed.status();
   d->removed_partials_ = *removed;

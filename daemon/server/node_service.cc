@@ -9,6 +9,7 @@
 #include "daemon/coordinator/layout.h"
 #include "daemon/coordinator/manifest_io.h"
 #include "daemon/coordinator/save_planner.h"
+#include "daemon/coordinator/verify.h"
 #include "daemon/server/chunk_reader.h"
 #include "proto/lib/grpc_status.h"
 #include "proto/lib/validation.h"
@@ -307,24 +308,11 @@ grpc::Status NodeService::GetStatus(grpc::ServerContext*, const v1::GetStatusReq
 grpc::Status NodeService::ListCheckpoints(grpc::ServerContext*,
                                           const v1::ListCheckpointsRequest* request,
                                           v1::ListCheckpointsResponse* response) {
-  coordinator::Catalog& catalog = context_.coordinator.catalog();
-  absl::StatusOr<std::vector<int64_t>> steps = catalog.ListSteps(request->job());
-  if (!steps.ok()) return ToGrpc(steps.status());
-  for (int64_t step : *steps) {
-    absl::StatusOr<v1::CheckpointManifest> manifest = catalog.ReadManifest(request->job(), step);
-    if (!manifest.ok()) return ToGrpc(manifest.status());
-    v1::CheckpointSummary* summary = response->add_checkpoints();
-    summary->set_step(step);
-    summary->set_created_unix_ms(manifest->created_unix_ms());
-    uint64_t bytes = 0;
-    (void)coordinator::ForEachChunk(*manifest, [&](const v1::StoredChunk& c, const std::string&) {
-      bytes += c.length();
-      return absl::OkStatus();
-    });
-    summary->set_bytes(bytes);
-    summary->set_tensors(manifest->tensors_size());
-    summary->set_objects(manifest->objects_size());
-    summary->set_latest(step == steps->back());
+  absl::StatusOr<std::vector<v1::CheckpointSummary>> summaries =
+      context_.coordinator.catalog().ListCheckpoints(request->job());
+  if (!summaries.ok()) return ToGrpc(summaries.status());
+  for (v1::CheckpointSummary& summary : *summaries) {
+    *response->add_checkpoints() = std::move(summary);
   }
   return grpc::Status::OK;
 }
@@ -342,31 +330,12 @@ grpc::Status NodeService::InspectCheckpoint(grpc::ServerContext*,
 grpc::Status NodeService::VerifyCheckpoint(grpc::ServerContext*,
                                            const v1::VerifyCheckpointRequest* request,
                                            v1::VerifyCheckpointResponse* response) {
-  absl::StatusOr<v1::CheckpointManifest> manifest =
-      context_.coordinator.catalog().ReadManifest(request->job(), request->step());
-  if (!manifest.ok()) return ToGrpc(manifest.status());
-  const uint64_t alignment = context_.pool.alignment();
-  ChunkReader reader(context_.backend,
-                     coordinator::StepDir(context_.coordinator.root(), manifest->job(),
-                                          manifest->step()),
-                     alignment);
-  uint64_t largest = alignment;
-  (void)coordinator::ForEachChunk(*manifest, [&](const v1::StoredChunk& c, const std::string&) {
-    largest = std::max<uint64_t>(largest, c.length());
-    return absl::OkStatus();
-  });
-  largest = coordinator::AlignUp(largest, alignment);
-  std::unique_ptr<char, decltype(&std::free)> buffer(
-      static_cast<char*>(std::aligned_alloc(alignment, largest)), &std::free);
-  const absl::Status checked = coordinator::ForEachChunk(
-      *manifest, [&](const v1::StoredChunk& chunk, const std::string& owner) -> absl::Status {
-        if (absl::Status s = reader.Read(chunk, owner, buffer.get()); !s.ok()) return s;
-        response->set_chunks_checked(response->chunks_checked() + 1);
-        response->set_bytes_checked(response->bytes_checked() + chunk.length());
-        return absl::OkStatus();
-      });
-  if (!checked.ok()) return ToGrpc(checked);
-  context_.bytes_read.fetch_add(reader.bytes_read(), std::memory_order_relaxed);
+  absl::StatusOr<coordinator::VerifyResult> result = coordinator::VerifyCheckpoint(
+      context_.backend, context_.coordinator.catalog(), request->job(), request->step());
+  if (!result.ok()) return ToGrpc(result.status());
+  response->set_chunks_checked(result->chunks);
+  response->set_bytes_checked(result->bytes);
+  context_.bytes_read.fetch_add(result->bytes, std::memory_order_relaxed);
   return grpc::Status::OK;
 }
 

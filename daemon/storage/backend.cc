@@ -13,6 +13,8 @@
 // On failure the temporary file is removed (best effort) and path is untouched.
 #include "daemon/storage/backend.h"
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "daemon/storage/status_util.h"
@@ -40,19 +42,90 @@ absl::Status ReadableFile::ReadBatch(absl::Span<const IoOp> ops) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadWholeFile(Backend& backend, const std::string& path) {
-  const std::string context = absl::StrCat("read whole file ", path);
-  absl::StatusOr<std::unique_ptr<ReadableFile>> file = backend.NewReadableFile(path);
-  if (!file.ok()) return Annotate(file.status(), context);
-  absl::StatusOr<uint64_t> size = (*file)->Size();
+absl::StatusOr<std::unique_ptr<ReadableFile>> Backend::OpenReadOnlyBeneath(
+    const std::string& dir, const std::string& name) {
+  if (absl::Status s = ValidateConfinedName(name); !s.ok()) {
+    return Annotate(s, absl::StrCat("open ", dir, "/", name));
+  }
+  return NewReadableFile(absl::StrCat(dir, "/", name));
+}
+
+absl::Status ValidateConfinedName(absl::string_view name) {
+  if (name.empty()) return absl::InvalidArgumentError("file name is empty");
+  if (name.size() > kMaxConfinedNameBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "file name of %d bytes is longer than the limit of %d", name.size(),
+        kMaxConfinedNameBytes));
+  }
+  // Printed with %s only once it is known to be short; its characters are
+  // checked before anything else, so a hostile name cannot forge the message.
+  int components = 0;
+  for (absl::string_view rest = name;;) {
+    const size_t slash = rest.find('/');
+    const absl::string_view part = rest.substr(0, slash);
+    ++components;
+    if (part.empty() || part == "." || part == "..") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "file name \"", absl::CHexEscape(name),
+          "\" leaves its directory or has an empty component (it must be relative, "
+          "without \".\" or \"..\")"));
+    }
+    for (char c : part) {
+      if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' &&
+          c != '-') {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "file name \"", absl::CHexEscape(name),
+            "\" has a character outside [A-Za-z0-9._-] in a component"));
+      }
+    }
+    if (slash == absl::string_view::npos) break;
+    rest.remove_prefix(slash + 1);
+  }
+  if (components > kMaxConfinedNameComponents) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "file name \"%s\" has %d components, more than the limit of %d", name, components,
+        kMaxConfinedNameComponents));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Reads all of an open file, refusing one larger than max_bytes before
+// allocating for it.
+absl::StatusOr<std::string> ReadAll(ReadableFile& file, const std::string& context,
+                                    uint64_t max_bytes) {
+  absl::StatusOr<uint64_t> size = file.Size();
   if (!size.ok()) return Annotate(size.status(), context);
+  if (*size > max_bytes) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: the file is %d bytes, more than the limit of %d", context, *size, max_bytes));
+  }
   std::string contents(*size, '\0');
   if (*size > 0) {
     IoOp op{0, contents.data(), contents.size()};
-    absl::Status s = (*file)->ReadBatch({&op, 1});
+    absl::Status s = file.ReadBatch({&op, 1});
     if (!s.ok()) return Annotate(s, context);
   }
   return contents;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadWholeFileBeneath(Backend& backend, const std::string& dir,
+                                                 const std::string& name, uint64_t max_bytes) {
+  const std::string context = absl::StrCat("read ", dir, "/", name);
+  absl::StatusOr<std::unique_ptr<ReadableFile>> file = backend.OpenReadOnlyBeneath(dir, name);
+  if (!file.ok()) return Annotate(file.status(), context);
+  return ReadAll(**file, context, max_bytes);
+}
+
+absl::StatusOr<std::string> ReadWholeFile(Backend& backend, const std::string& path,
+                                          uint64_t max_bytes) {
+  const std::string context = absl::StrCat("read whole file ", path);
+  absl::StatusOr<std::unique_ptr<ReadableFile>> file = backend.NewReadableFile(path);
+  if (!file.ok()) return Annotate(file.status(), context);
+  return ReadAll(**file, context, max_bytes);
 }
 
 namespace {

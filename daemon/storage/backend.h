@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace ckpt::storage {
@@ -65,9 +66,19 @@ class Backend {
   // Creates (or truncates) a file for writing. The parent directory must exist.
   virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
       const std::string& path) = 0;
-  // NOT_FOUND when the file does not exist.
+  // NOT_FOUND when the file does not exist; FAILED_PRECONDITION for a
+  // directory, FIFO or socket (opening never blocks, even on a FIFO).
   virtual absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(
       const std::string& path) = 0;
+  // Opens `name` inside the trusted directory `dir` for reading, where name
+  // comes from untrusted input (a manifest): it must pass
+  // ValidateConfinedName, and the file must be a regular file reached
+  // without following a symbolic link, neither `dir` itself nor any
+  // component of name (FAILED_PRECONDITION otherwise). Never blocks on a
+  // FIFO. The default composes the path and calls NewReadableFile, which is
+  // right for backends without links or special files (memory).
+  virtual absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadOnlyBeneath(
+      const std::string& dir, const std::string& name);
 
   // Creates the directory and any missing parents; OK if it exists.
   virtual absl::Status CreateDirs(const std::string& path) = 0;
@@ -87,8 +98,24 @@ class Backend {
   virtual absl::Status RegisterMemory(void* base, size_t bytes) { return absl::OkStatus(); }
 };
 
+// Relative file names read from untrusted input: non-empty, at most
+// kMaxConfinedNameBytes, '/'-separated components of [A-Za-z0-9._-] that are
+// neither empty, "." nor "..", at most kMaxConfinedNameComponents of them.
+// So the name cannot leave the directory it is resolved in.
+// INVALID_ARGUMENT naming the file otherwise.
+inline constexpr size_t kMaxConfinedNameBytes = 1024;
+inline constexpr int kMaxConfinedNameComponents = 8;
+absl::Status ValidateConfinedName(absl::string_view name);
+
 // Whole-file helpers on top of any backend.
-absl::StatusOr<std::string> ReadWholeFile(Backend& backend, const std::string& path);
+// FAILED_PRECONDITION naming the file and the bound, before anything is
+// allocated, when the file is larger than max_bytes.
+absl::StatusOr<std::string> ReadWholeFile(Backend& backend, const std::string& path,
+                                          uint64_t max_bytes = UINT64_MAX);
+// The whole of `name` in `dir`, opened with OpenReadOnlyBeneath; max_bytes
+// as above.
+absl::StatusOr<std::string> ReadWholeFileBeneath(Backend& backend, const std::string& dir,
+                                                 const std::string& name, uint64_t max_bytes);
 // Writes path + ".tmp", fsyncs it, renames it over path, fsyncs the parent
 // directory: readers see the old contents or the new, never a mix.
 absl::Status WriteFileAtomically(Backend& backend, const std::string& path,

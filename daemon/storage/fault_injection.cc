@@ -304,6 +304,14 @@ absl::StatusOr<std::unique_ptr<ReadableFile>> FaultInjectionBackend::NewReadable
   return std::make_unique<internal::FaultReadableFile>(this, path, *std::move(file));
 }
 
+absl::StatusOr<std::unique_ptr<ReadableFile>> FaultInjectionBackend::OpenReadOnlyBeneath(
+    const std::string& dir, const std::string& name) {
+  absl::StatusOr<std::unique_ptr<ReadableFile>> file = target_->OpenReadOnlyBeneath(dir, name);
+  if (!file.ok()) return file.status();
+  return std::make_unique<internal::FaultReadableFile>(this, absl::StrCat(dir, "/", name),
+                                                       *std::move(file));
+}
+
 absl::Status FaultInjectionBackend::CreateDirs(const std::string& path) {
   return target_->CreateDirs(path);
 }

@@ -75,6 +75,8 @@ class FaultInjectionBackend : public Backend {
       const std::string& path) override;
   absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(
       const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadOnlyBeneath(
+      const std::string& dir, const std::string& name) override;
   absl::Status CreateDirs(const std::string& path) override;
   absl::Status SyncDir(const std::string& path) override;
   absl::Status Rename(const std::string& from, const std::string& to) override;

@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "tests/support/test_daemon.h"
 
@@ -22,14 +24,38 @@ TEST_CASE("ckptd refuses to start when /dev/shm cannot hold the pool", "[integra
   CHECK(s.ToString().find("/dev/shm") != std::string::npos);
 }
 
-TEST_CASE("ckptd removes stale partial directories and keeps committed steps", "[integration][startup]") {
+TEST_CASE("ckptd removes its host's stale partial directories and keeps committed steps",
+          "[integration][startup]") {
   TestDaemon d;
+  REQUIRE(d.Start().ok());
+  for (const ExitInfo& r : d.RunRanks("job", "save", 2, 1, 1)) {
+    INFO(r.output);
+    REQUIRE(r.ok());
+  }
+  d.Kill();
   const std::string job = d.root() + "/job";
-  std::filesystem::create_directories(job + "/.step-3.partial-deadbeef/data");
-  std::ofstream(job + "/.step-3.partial-deadbeef/data/x-0.bin") << "half a checkpoint";
+  REQUIRE(ListDir(job) == std::vector<std::string>{"LATEST", "step-1"});
+  // What an earlier ckptd on this host (--host_name=testhost) left, a live
+  // save of another host on the shared root, and one of an older version
+  // that does not say whose it is.
+  const std::string mine = ".step-3.partial-testhost-0123456789abcdef-0";
+  const std::string other = ".step-3.partial-otherhost-0123456789abcdef-0";
+  const std::string legacy = ".step-4.partial-deadbeef";
+  for (const std::string& dir : {mine, other, legacy}) {
+    std::filesystem::create_directories(job + "/" + dir + "/data");
+    std::ofstream(job + "/" + dir + "/data/x-0.bin") << "half a checkpoint";
+  }
   REQUIRE(d.Start().ok());
   CHECK(d.Output().find("removed 1 stale partial") != std::string::npos);
-  CHECK(ListDir(job).empty());
+  CHECK(ListDir(job) == std::vector<std::string>{other, legacy, "LATEST", "step-1"});
+  CHECK(ListDir(job + "/" + other + "/data") == std::vector<std::string>{"x-0.bin"});
+  // The committed step survived, whole.
+  for (const ExitInfo& r : d.RunRanks("job", "load", 2, -1, 1)) {
+    INFO(r.output);
+    CHECK(r.ok());
+    CHECK(r.output.find("loaded step 1") != std::string::npos);
+  }
+  CHECK(d.Ckptctl({"verify", "job", "1"}).ok());
 }
 
 }  // namespace ckpt::testing

@@ -259,6 +259,14 @@ int RunList(const Call& call, const std::string& job, bool json) {
   };
   out << columns("STEP", "CREATED (UTC)", "SIZE", "TENSORS", "OBJECTS") << "\n";
   for (const v1::CheckpointSummary* row : rows) {
+    if (row->broken()) {
+      // One line, whatever the reason holds: it comes from a file on disk.
+      std::string reason = row->broken_reason();
+      std::replace(reason.begin(), reason.end(), '\n', ' ');
+      out << columns(absl::StrCat(row->step()), "BROKEN", "-", "-", "-")
+          << (row->latest() ? "  latest" : "") << "  " << reason << "\n";
+      continue;
+    }
     out << columns(
         absl::StrCat(row->step()),
         row->created_unix_ms() == 0 ? "-"

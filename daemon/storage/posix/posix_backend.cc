@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <functional>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
@@ -161,6 +162,29 @@ absl::Status MakeDirs(const std::string& path) {
   return ErrnoStatus(err, absl::StrCat("mkdir ", path));
 }
 
+const char* FileKind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+// ELOOP (and ENOTDIR from O_DIRECTORY on a link) is how O_NOFOLLOW reports a
+// symbolic link: say so, since "too many levels" misleads.
+absl::Status OpenBeneathError(int err, const std::string& component, const std::string& path) {
+  if (err == ELOOP) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "open ", path, ": ", component, " is a symbolic link, which is not followed here"));
+  }
+  if (err == ENOTDIR) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("open ", path, ": ", component, " is not a directory (or is a symbolic link)"));
+  }
+  return ErrnoStatus(err, absl::StrCat("open ", path));
+}
+
 }  // namespace
 
 PosixBackend::PosixBackend(const PosixBackendOptions& options)
@@ -183,25 +207,94 @@ absl::StatusOr<std::unique_ptr<WritableFile>> PosixBackend::NewWritableFile(
   return std::make_unique<PosixWritableFile>(path, fd, direct_fd, engine_);
 }
 
+// O_NONBLOCK so that opening a FIFO returns at once instead of waiting for
+// a writer; it changes nothing for a regular file, the only kind accepted.
 absl::StatusOr<std::unique_ptr<ReadableFile>> PosixBackend::NewReadableFile(
     const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open ", path));
-  // open(2) accepts a directory; reading it would fail later and vaguely.
+  return FinishReadable(path, fd, /*regular_only=*/false,
+                        [&](int flags) { return ::open(path.c_str(), flags); });
+}
+
+// The step directory is opened without following a link in its last
+// component, and every component of name with O_NOFOLLOW through openat, so
+// neither a symlinked data/ nor a symlinked file can lead out of it. (The
+// names were validated: no "..", no absolute path.)
+absl::StatusOr<std::unique_ptr<ReadableFile>> PosixBackend::OpenReadOnlyBeneath(
+    const std::string& dir, const std::string& name) {
+  const std::string path = absl::StrCat(dir, "/", name);
+  if (absl::Status s = ValidateConfinedName(name); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("open ", path, ": ", s.message()));
+  }
+  int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dir_fd < 0) return OpenBeneathError(errno, dir, path);
+  absl::string_view rest = name;
+  std::string walked = dir;
+  for (size_t slash; (slash = rest.find('/')) != absl::string_view::npos;) {
+    const std::string part(rest.substr(0, slash));
+    absl::StrAppend(&walked, "/", part);
+    const int next =
+        ::openat(dir_fd, part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int err = errno;
+    ::close(dir_fd);
+    if (next < 0) return OpenBeneathError(err, walked, path);
+    dir_fd = next;
+    rest.remove_prefix(slash + 1);
+  }
+  const std::string leaf(rest);
+  const int fd = ::openat(dir_fd, leaf.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    ::close(dir_fd);
+    return OpenBeneathError(err, path, path);
+  }
+  absl::StatusOr<std::unique_ptr<ReadableFile>> file =
+      FinishReadable(path, fd, /*regular_only=*/true, [&](int flags) {
+        return ::openat(dir_fd, leaf.c_str(), flags | O_NOFOLLOW | O_NONBLOCK);
+      });
+  ::close(dir_fd);
+  return file;
+}
+
+// Checks the kind of file fd is (a regular file, or with !regular_only
+// anything but a directory, FIFO or socket: reading those would block or
+// fail later and vaguely) and opens its O_DIRECT twin with reopen(flags);
+// the twin must be the same inode, or a rename between the two opens could
+// pair this file with another. Takes ownership of fd.
+absl::StatusOr<std::unique_ptr<ReadableFile>> PosixBackend::FinishReadable(
+    const std::string& path, int fd, bool regular_only, const std::function<int(int)>& reopen) {
   struct stat st;
-  const int err = ::fstat(fd, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : 0;
-  if (err != 0) {
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
     ::close(fd);
-    return ErrnoStatus(err, absl::StrCat("open ", path));
+    return ErrnoStatus(err, absl::StrCat("fstat ", path));
+  }
+  const bool refused = regular_only ? !S_ISREG(st.st_mode)
+                                    : S_ISDIR(st.st_mode) || S_ISFIFO(st.st_mode) ||
+                                          S_ISSOCK(st.st_mode);
+  if (refused) {
+    ::close(fd);
+    if (S_ISDIR(st.st_mode)) return ErrnoStatus(EISDIR, absl::StrCat("open ", path));
+    return absl::FailedPreconditionError(
+        absl::StrCat("open ", path, ": not a regular file (", FileKind(st.st_mode), ")"));
   }
   int direct_fd = -1;
   if (options_.use_o_direct) {
-    absl::StatusOr<int> direct = OpenDirect(path, O_RDONLY);
-    if (!direct.ok()) {
+    direct_fd = reopen(O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (direct_fd < 0 && errno != EINVAL) {
+      const int err = errno;
       ::close(fd);
-      return direct.status();
+      return ErrnoStatus(err, absl::StrCat("open ", path, " with O_DIRECT"));
     }
-    direct_fd = *direct;
+    struct stat direct_st;
+    if (direct_fd >= 0 && (::fstat(direct_fd, &direct_st) != 0 ||
+                           direct_st.st_ino != st.st_ino || direct_st.st_dev != st.st_dev)) {
+      ::close(direct_fd);
+      ::close(fd);
+      return absl::FailedPreconditionError(
+          absl::StrCat("open ", path, ": the file was replaced while it was being opened"));
+    }
   }
   return std::make_unique<PosixReadableFile>(path, fd, direct_fd, engine_);
 }

@@ -15,6 +15,7 @@
 #ifndef CKPT_DAEMON_STORAGE_POSIX_POSIX_BACKEND_H_
 #define CKPT_DAEMON_STORAGE_POSIX_POSIX_BACKEND_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,8 @@ class PosixBackend : public Backend {
       const std::string& path) override;
   absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(
       const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadOnlyBeneath(
+      const std::string& dir, const std::string& name) override;
   absl::Status CreateDirs(const std::string& path) override;
   absl::Status SyncDir(const std::string& path) override;
   absl::Status Rename(const std::string& from, const std::string& to) override;
@@ -47,6 +50,10 @@ class PosixBackend : public Backend {
   absl::Status RegisterMemory(void* base, size_t bytes) override;
 
  private:
+  absl::StatusOr<std::unique_ptr<ReadableFile>> FinishReadable(
+      const std::string& path, int fd, bool regular_only,
+      const std::function<int(int)>& reopen);
+
   const PosixBackendOptions options_;
   const std::shared_ptr<IoEngine> engine_;
 };

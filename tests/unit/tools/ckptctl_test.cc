@@ -305,6 +305,41 @@ TEST_CASE("list prints a table sorted by step with the latest marked",
                          Catch::Contains("1.5 GiB") && Catch::EndsWith("latest"));
 }
 
+TEST_CASE("list shows broken checkpoints with their reason", "[ckptctl]") {
+  FakeDaemon daemon;
+  v1::CheckpointSummary* good = daemon.node.list.add_checkpoints();
+  good->set_step(100);
+  good->set_created_unix_ms(1714561200000);
+  good->set_bytes(kGiB);
+  v1::CheckpointSummary* bad = daemon.node.list.add_checkpoints();
+  bad->set_step(200);
+  bad->set_latest(true);
+  bad->set_broken(true);
+  bad->set_broken_reason("/r/j/step-200/MANIFEST: manifest checksum mismatch\nsecond line");
+
+  REQUIRE(RunList(daemon.MakeCall(), "j", /*json=*/false) == kExitOk);
+  const std::string out = daemon.out.str();
+  INFO(out);
+  std::istringstream lines(out);
+  std::string header, first, second, extra;
+  REQUIRE(std::getline(lines, header));
+  REQUIRE(std::getline(lines, first));
+  REQUIRE(std::getline(lines, second));
+  CHECK_FALSE(std::getline(lines, extra));  // the reason stays on its line
+  CHECK_THAT(first, Catch::Contains("100") && Catch::Contains("1.0 GiB") &&
+                        !Catch::Contains("BROKEN"));
+  CHECK_THAT(second, Catch::Contains("200") && Catch::Contains("BROKEN") &&
+                         Catch::Contains("latest") &&
+                         Catch::Contains("manifest checksum mismatch second line"));
+
+  std::ostringstream json;
+  Call call = daemon.MakeCall();
+  call.out = &json;
+  REQUIRE(RunList(call, "j", /*json=*/true) == kExitOk);
+  CHECK_THAT(json.str(), Catch::Contains("\"broken\": true") &&
+                             Catch::Contains("\"broken_reason\""));
+}
+
 TEST_CASE("list of a job without checkpoints", "[ckptctl]") {
   FakeDaemon daemon;
   REQUIRE(RunList(daemon.MakeCall(), "empty", /*json=*/false) == kExitOk);

@@ -2,6 +2,7 @@
 // in-memory backend; storage faults through the fault-injection decorator.
 #include "daemon/coordinator/commit.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <map>
@@ -154,15 +155,19 @@ TEST_CASE("catalog lists committed steps only", "[catalog]") {
   CKPT_REQUIRE_OK(steps);
   CHECK(*steps == std::vector<int64_t>{1, 3, 10});
 
+  // Step 1 was committed last: a rollback, and LATEST says it is latest.
   absl::StatusOr<int64_t> latest = catalog.ResolveStep("job", -1);
   CKPT_REQUIRE_OK(latest);
-  CHECK(*latest == 10);
+  CHECK(*latest == 1);
   absl::StatusOr<int64_t> three = catalog.ResolveStep("job", 3);
   CKPT_REQUIRE_OK(three);
   CHECK(*three == 3);
   absl::StatusOr<v1::CheckpointManifest> m = catalog.ReadManifest("job", -1);
   CKPT_REQUIRE_OK(m);
-  CHECK(m->step() == 10);
+  CHECK(m->step() == 1);
+  absl::StatusOr<v1::CheckpointManifest> ten = catalog.ReadManifest("job", 10);
+  CKPT_REQUIRE_OK(ten);
+  CHECK(ten->step() == 10);
 
   CKPT_REQUIRE_ERROR(catalog.ResolveStep("job", 4), absl::StatusCode::kNotFound, "job", "step 4");
   CKPT_REQUIRE_ERROR(catalog.ResolveStep("job", 11), absl::StatusCode::kNotFound, "step 11");
@@ -192,36 +197,63 @@ TEST_CASE("catalog reports a corrupt manifest as DATA_LOSS naming it", "[catalog
                      "/ckpt/job/step-2/MANIFEST");
 }
 
-TEST_CASE("RemoveStalePartials removes only partial directories", "[catalog]") {
+TEST_CASE("RemoveStalePartials removes only this host's earlier instances' partials",
+          "[catalog]") {
   std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
-  Catalog catalog(*backend, kRoot);
-  CKPT_REQUIRE_OK(backend->CreateDirs("/ckpt/jobA/.step-3.partial-abc/data"));
-  WriteFile(*backend, "/ckpt/jobA/.step-3.partial-abc/data/h0-0.bin", "x");
-  CKPT_REQUIRE_OK(backend->CreateDirs("/ckpt/jobA/.step-4.partial-def"));
-  CKPT_REQUIRE_OK(backend->CreateDirs("/ckpt/jobB/.step-1.partial-z"));
-  WriteFile(*backend, "/ckpt/jobB/.step-1.partial-z/MANIFEST", "m");
+  CatalogOptions options;
+  options.host = "h-0";  // a '-' in the host name must not confuse the parse
+  options.instance = "00000000000000aa";
+  Catalog catalog(*backend, kRoot, options);
+  CHECK(catalog.host() == "h-0");
+  CHECK(catalog.instance() == "00000000000000aa");
+  const std::string earlier = PartialId("h-0", "0123456789abcdef", 0);
+  const std::string mine = catalog.NewPartialId();
+  CHECK(mine == "h-0-00000000000000aa-0");
+  CHECK(catalog.NewPartialId() == "h-0-00000000000000aa-1");
+  CKPT_REQUIRE_OK(backend->CreateDirs(PartialDir(kRoot, "jobA", 3, earlier) + "/data"));
+  WriteFile(*backend, PartialDir(kRoot, "jobA", 3, earlier) + "/data/h-0-0.bin", "x");
+  CKPT_REQUIRE_OK(backend->CreateDirs(PartialDir(kRoot, "jobB", 1, PartialId("h-0", "fedcba9876543210", 7))));
+  // This instance's own save in flight, other hosts' saves on the shared
+  // root, and partials of older versions that do not name their owner.
+  CKPT_REQUIRE_OK(backend->CreateDirs(PartialDir(kRoot, "jobA", 4, mine)));
+  CKPT_REQUIRE_OK(backend->CreateDirs(PartialDir(kRoot, "jobA", 5, PartialId("h", "0123456789abcdef", 0))));
+  CKPT_REQUIRE_OK(backend->CreateDirs(PartialDir(kRoot, "jobA", 6, PartialId("h-00", "0123456789abcdef", 0))));
+  CKPT_REQUIRE_OK(backend->CreateDirs(PartialDir(kRoot, "jobA", 7, "deadbeef")));
   const std::string committed = MakePartial(*backend, "jobA", 2, "p", "keep");
   CKPT_REQUIRE_OK(CommitCheckpoint(*backend, kRoot, committed, ManifestFor("jobA", 2, 9)));
   // Look-alikes that must stay.
-  CKPT_REQUIRE_OK(backend->CreateDirs("/ckpt/jobA/step-2/.step-9.partial-nested"));
+  CKPT_REQUIRE_OK(backend->CreateDirs("/ckpt/jobA/step-2/.step-9.partial-" + earlier));
   CKPT_REQUIRE_OK(backend->CreateDirs("/ckpt/jobA/.step-3.tmp"));
-  CKPT_REQUIRE_OK(backend->CreateDirs("/ckpt/jobA/partial-x"));
-  CKPT_REQUIRE_OK(backend->CreateDirs("/ckpt/jobA/step-5.partial-y"));
+  CKPT_REQUIRE_OK(backend->CreateDirs("/ckpt/jobA/step-5.partial-" + earlier));
   WriteFile(*backend, "/ckpt/README", "not a job");
 
   absl::StatusOr<int> removed = catalog.RemoveStalePartials();
   CKPT_REQUIRE_OK(removed);
-  CHECK(*removed == 3);
+  CHECK(*removed == 2);
   CHECK(List(*backend, "/ckpt/jobA") ==
-        std::vector<std::string>{".step-3.tmp", "LATEST", "partial-x", "step-2", "step-5.partial-y"});
+        std::vector<std::string>{".step-3.tmp", ".step-4.partial-" + mine,
+                                 ".step-5.partial-h-0123456789abcdef-0",
+                                 ".step-6.partial-h-00-0123456789abcdef-0",
+                                 ".step-7.partial-deadbeef", "LATEST", "step-2",
+                                 "step-5.partial-" + earlier});
   CHECK(List(*backend, "/ckpt/jobB").empty());
-  CHECK(Exists(*backend, "/ckpt/jobA/step-2/.step-9.partial-nested"));
+  CHECK(Exists(*backend, "/ckpt/jobA/step-2/.step-9.partial-" + earlier));
   CHECK(ReadFile(*backend, "/ckpt/jobA/step-2/data/h0-0.bin") == "keep");
   CHECK(ReadFile(*backend, "/ckpt/README") == "not a job");
 
   absl::StatusOr<int> again = catalog.RemoveStalePartials();
   CKPT_REQUIRE_OK(again);
   CHECK(*again == 0);
+
+  // The next daemon start on this host is another instance: now the
+  // previous one's partial goes too.
+  Catalog restarted(*backend, kRoot, CatalogOptions{"h-0", "", {}});
+  CHECK(restarted.instance() != catalog.instance());
+  CHECK(restarted.instance().size() == kInstanceIdLength);
+  absl::StatusOr<int> later = restarted.RemoveStalePartials();
+  CKPT_REQUIRE_OK(later);
+  CHECK(*later == 1);
+  CHECK_FALSE(Exists(*backend, PartialDir(kRoot, "jobA", 4, mine)));
 }
 
 TEST_CASE("layout names", "[catalog]") {
@@ -241,6 +273,25 @@ TEST_CASE("layout names", "[catalog]") {
   CHECK(IsPartialDirName(".step-7.partial-x"));
   CHECK_FALSE(IsPartialDirName("step-7"));
   CHECK_FALSE(IsPartialDirName(".step-7.tmp"));
+  const std::optional<PartialDirName> parsed =
+      ParsePartialDirName(".step-12.partial-host-a.b-0123456789abcdef-42");
+  REQUIRE(parsed.has_value());
+  CHECK(parsed->step == 12);
+  CHECK(parsed->host == "host-a.b");
+  CHECK(parsed->instance == "0123456789abcdef");
+  for (const char* bad : {".step-7.partial-x", ".step-7.partial-h-0123456789abcdef",
+                          ".step-7.partial--0123456789abcdef-1",
+                          ".step-7.partial-h-0123456789ABCDEF-1",
+                          ".step-7.partial-h-0123456789abcdef-", ".step-07.partial-h-0123456789abcdef-1",
+                          ".step-7.partial-h-0123456789abcdef-1x", "step-7.partial-h-0123456789abcdef-1"}) {
+    INFO(bad);
+    CHECK_FALSE(ParsePartialDirName(bad).has_value());
+  }
+  CHECK(ParseLatestContents("12\n") == std::optional<int64_t>(12));
+  CHECK(ParseLatestContents("12") == std::nullopt);
+  CHECK(ParseLatestContents("012\n") == std::nullopt);
+  CHECK(ParseLatestContents("\n") == std::nullopt);
+  CHECK(ParseLatestContents("-1\n") == std::nullopt);
 }
 
 // ---------------------------------------------------------------------------
@@ -469,7 +520,8 @@ class RecordingBackend : public Backend {
   explicit RecordingBackend(Backend& target) : target_(target) {}
 
   std::vector<std::string> log;
-  std::string fail_sync_dir;  // SyncDir of exactly this path fails
+  std::string fail_sync_dir;  // SyncDir of exactly this path fails,
+  int fail_sync_dir_from = 1;  // from its n-th call on
 
   std::string Name() const override { return "recording(" + target_.Name() + ")"; }
   absl::StatusOr<std::unique_ptr<storage::WritableFile>> NewWritableFile(
@@ -489,7 +541,7 @@ class RecordingBackend : public Backend {
   }
   absl::Status SyncDir(const std::string& path) override {
     log.push_back("syncdir " + path);
-    if (path == fail_sync_dir) {
+    if (path == fail_sync_dir && ++sync_dir_calls_ >= fail_sync_dir_from) {
       return absl::UnknownError("fsync directory " + path + ": Input/output error");
     }
     return target_.SyncDir(path);
@@ -535,6 +587,7 @@ class RecordingBackend : public Backend {
   };
 
   Backend& target_;
+  int sync_dir_calls_ = 0;
 };
 
 TEST_CASE("commit follows the protocol, step by step", "[commit]") {
@@ -543,14 +596,24 @@ TEST_CASE("commit follows the protocol, step by step", "[commit]") {
   RecordingBackend recording(*inner);
   CKPT_REQUIRE_OK(CommitCheckpoint(recording, kRoot, p, ManifestFor("job", 7, 1)));
   CHECK(recording.log == std::vector<std::string>{
+                             // No LATEST.next of an earlier commit to fold in,
+                             "exists /ckpt/job/LATEST.next",
+                             // the data files' entries durable,
+                             "syncdir " + p + "/data",
                              // MANIFEST durable in the partial directory, and its entry too,
                              "open " + p + "/MANIFEST",
                              "write " + p + "/MANIFEST",
                              "sync " + p + "/MANIFEST",
                              "close " + p + "/MANIFEST",
                              "syncdir " + p,
-                             // then the atomic rename, made durable: the commit point,
+                             // the intent to make step 7 latest, durable before it is visible,
                              "exists /ckpt/job/step-7",
+                             "open /ckpt/job/LATEST.next",
+                             "write /ckpt/job/LATEST.next",
+                             "sync /ckpt/job/LATEST.next",
+                             "close /ckpt/job/LATEST.next",
+                             "syncdir /ckpt/job",
+                             // then the atomic rename, made durable: the commit point,
                              "rename " + p + " /ckpt/job/step-7",
                              "syncdir /ckpt/job",
                              // then LATEST, tmp -> fsync -> rename -> fsync dir.
@@ -560,6 +623,8 @@ TEST_CASE("commit follows the protocol, step by step", "[commit]") {
                              "close /ckpt/job/LATEST.tmp",
                              "rename /ckpt/job/LATEST.tmp /ckpt/job/LATEST",
                              "syncdir /ckpt/job",
+                             // and the intent is spent.
+                             "remove /ckpt/job/LATEST.next",
                          });
 }
 
@@ -603,12 +668,16 @@ TEST_CASE("commit faults: a failed fsync of the job directory after the rename",
   std::unique_ptr<Backend> inner = storage::NewMemoryBackend();
   RecordingBackend faulty(*inner);
   faulty.fail_sync_dir = "/ckpt/job";
+  faulty.fail_sync_dir_from = 2;  // the first makes LATEST.next durable, the second the rename
   Coordinator coord(faulty, kRoot, SmallChunks());
   const v1::NodeSavePlan node = TwoRankPlan(5);
   absl::StatusOr<v1::SaveAssignment> a = coord.PlanSave(node);
   CKPT_REQUIRE_OK(a);
   const absl::StatusOr<v1::CommitResult> result = coord.ReportPersisted(WriteItems(*inner, *a, node));
   CKPT_REQUIRE_ERROR(result, absl::StatusCode::kUnknown, "commit of job step 5", "/ckpt/job");
+  CHECK(std::find(faulty.log.begin(), faulty.log.end(),
+                  "rename /ckpt/job/step-5 " + absl::StrCat(kRoot, "/", a->partial_dir())) !=
+        faulty.log.end());  // the failure really came after the rename, which was undone
   CHECK_FALSE(Exists(*inner, "/ckpt/job/step-5"));
   CHECK_FALSE(Exists(*inner, "/ckpt/job/LATEST"));
   CHECK(List(*inner, "/ckpt/job").empty());

@@ -1,0 +1,219 @@
+#include "daemon/coordinator/manifest_check.h"
+
+#include <set>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/storage/backend.h"
+#include "proto/lib/region_convert.h"
+#include "proto/lib/validation.h"
+
+namespace ckpt::coordinator {
+namespace {
+
+// Strings from the manifest are printed escaped and cut short, so a hostile
+// manifest cannot forge or flood an error message.
+std::string Quoted(absl::string_view text) {
+  constexpr size_t kMax = 80;
+  std::string out = absl::CHexEscape(text.substr(0, kMax));
+  if (text.size() > kMax) absl::StrAppend(&out, "...");
+  return absl::StrCat("\"", out, "\"");
+}
+
+class Checker {
+ public:
+  Checker(absl::string_view source, const ManifestLimits& limits)
+      : source_(source), limits_(limits) {}
+
+  absl::Status Run(const v1::CheckpointManifest& m, absl::string_view job, int64_t step) {
+    if (m.format_version() != kManifestFormatVersion) {
+      return Lost(absl::StrCat("format version ", m.format_version(), " is not the supported ",
+                               kManifestFormatVersion));
+    }
+    if (m.job() != job || m.step() != step) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          source_, ": the manifest is of job ", Quoted(m.job()), " step ", m.step(),
+          ", not of job ", job, " step ", step,
+          " whose directory holds it (a copied or moved checkpoint directory?)"));
+    }
+    if (absl::Status s = CheckCount("tensors", m.tensors_size(), limits_.max_tensors); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckCount("objects", m.objects_size(), limits_.max_objects); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckMetadata(m); !s.ok()) return s;
+    std::set<absl::string_view> fqns;
+    for (const v1::TensorEntry& tensor : m.tensors()) {
+      if (!fqns.insert(tensor.fqn()).second) {
+        return Lost(absl::StrCat("tensor ", Quoted(tensor.fqn()), " is listed twice"));
+      }
+      if (absl::Status s = CheckTensor(tensor); !s.ok()) return s;
+    }
+    std::set<std::pair<absl::string_view, int>> objects;
+    for (const v1::ObjectEntry& object : m.objects()) {
+      if (!objects.insert({object.key(), object.rank()}).second) {
+        return Lost(absl::StrCat("object ", Quoted(object.key()), " of rank ", object.rank(),
+                                 " is listed twice"));
+      }
+      if (absl::Status s = CheckObject(object); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status Lost(absl::string_view what) const {
+    return absl::DataLossError(absl::StrCat(source_, ": ", what));
+  }
+
+  absl::Status CheckCount(absl::string_view what, int64_t count, int64_t limit) const {
+    if (count <= limit) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(source_, ": the manifest holds ", count,
+                                                      " ", what, ", more than the limit of ",
+                                                      limit));
+  }
+
+  absl::Status CheckMetadata(const v1::CheckpointManifest& m) const {
+    if (absl::Status s = CheckCount("user metadata entries", m.user_metadata_size(),
+                                    limits_.max_metadata_entries);
+        !s.ok()) {
+      return s;
+    }
+    uint64_t bytes = 0;
+    for (const auto& [key, value] : m.user_metadata()) bytes += key.size() + value.size();
+    if (bytes > limits_.max_metadata_bytes) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(source_, ": the manifest holds ", bytes,
+                       " bytes of user metadata, more than the limit of ",
+                       limits_.max_metadata_bytes));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckTensor(const v1::TensorEntry& tensor) {
+    const std::string owner = absl::StrCat("tensor ", Quoted(tensor.fqn()));
+    if (tensor.global_shape_size() > limits_.max_dims) {
+      return Lost(absl::StrCat(owner, " has ", tensor.global_shape_size(),
+                               " dimensions, more than the limit of ", limits_.max_dims));
+    }
+    shards_ += tensor.shards_size();
+    if (absl::Status s = CheckCount("shards", shards_, limits_.max_shards); !s.ok()) return s;
+    v1::TensorShard shape;
+    shape.set_fqn(tensor.fqn());
+    shape.set_dtype(tensor.dtype());
+    *shape.mutable_global_shape() = tensor.global_shape();
+    for (int i = 0; i < tensor.shards_size(); ++i) {
+      const v1::StoredShard& shard = tensor.shards(i);
+      const std::string where = absl::StrCat(owner, " shard ", i);
+      if (shard.region().box().offsets_size() > limits_.max_dims ||
+          shard.region().box().lengths_size() > limits_.max_dims) {
+        return Lost(absl::StrCat(where, ": its box has more dimensions than the limit of ",
+                                 limits_.max_dims));
+      }
+      *shape.mutable_region() = shard.region();
+      absl::StatusOr<ShardGeometry> geometry = ValidateShard(shape);
+      if (!geometry.ok()) {
+        // The message names the tensor already.
+        return Lost(absl::StrCat(geometry.status().message(), " (shard ", i, ")"));
+      }
+      if (absl::Status s = CheckChunks(shard, static_cast<uint64_t>(geometry->bytes), where);
+          !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // The chunks tile [0, shard_bytes) in order: the first starts at 0, each
+  // starts where the previous ended, none is empty, and the last ends at
+  // shard_bytes. Readers copy `length` bytes of a chunk into the shard at
+  // shard_offset, so anything else would read or write outside it.
+  absl::Status CheckChunks(const v1::StoredShard& shard, uint64_t shard_bytes,
+                           const std::string& where) {
+    chunks_ += shard.chunks_size();
+    if (absl::Status s = CheckCount("chunks", chunks_, limits_.max_chunks); !s.ok()) return s;
+    if (shard_bytes > 0 && shard.chunks().empty()) {
+      return Lost(absl::StrCat(where, " holds ", shard_bytes, " bytes but lists no chunks"));
+    }
+    uint64_t next = 0;
+    for (int i = 0; i < shard.chunks_size(); ++i) {
+      const v1::StoredChunk& chunk = shard.chunks(i);
+      const std::string at = absl::StrCat(where, " chunk ", i);
+      if (chunk.length() == 0) return Lost(absl::StrCat(at, " is empty"));
+      if (chunk.length() > limits_.max_chunk_bytes) {
+        return Lost(absl::StrCat(at, " is ", chunk.length(), " bytes, more than the limit of ",
+                                 limits_.max_chunk_bytes));
+      }
+      if (chunk.shard_offset() != next) {
+        return Lost(absl::StrCat(at, " starts at shard offset ", chunk.shard_offset(),
+                                 " where ", next,
+                                 " was expected (chunks must be contiguous, in order, "
+                                 "without gaps or overlaps)"));
+      }
+      if (chunk.length() > shard_bytes - next) {
+        return Lost(absl::StrCat(at, " [", next, ", +", chunk.length(),
+                                 ") runs past the shard's ", shard_bytes, " bytes"));
+      }
+      next += chunk.length();
+      if (absl::Status s = CheckPlacement(chunk, at); !s.ok()) return s;
+    }
+    if (next != shard_bytes) {
+      return Lost(absl::StrCat(where, ": its chunks cover ", next, " of its ", shard_bytes,
+                               " bytes"));
+    }
+    return absl::OkStatus();
+  }
+
+  // The chunk's file is inside the step directory and its byte range is
+  // representable as an off_t, padding included.
+  absl::Status CheckPlacement(const v1::StoredChunk& chunk, const std::string& at) const {
+    if (absl::Status s = storage::ValidateConfinedName(chunk.file()); !s.ok()) {
+      return Lost(absl::StrCat(at, ": ", s.message()));
+    }
+    constexpr uint64_t kMaxEnd = uint64_t{1} << 62;  // room to round up to any alignment
+    if (chunk.file_offset() > kMaxEnd || chunk.length() > kMaxEnd - chunk.file_offset()) {
+      return Lost(absl::StrCat(at, ": file offset ", chunk.file_offset(), " + length ",
+                               chunk.length(), " is beyond any file"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckObject(const v1::ObjectEntry& object) {
+    const std::string at = absl::StrCat("object ", Quoted(object.key()), " of rank ",
+                                        object.rank());
+    if (absl::Status s = ValidateName("object", object.key()); !s.ok()) {
+      return Lost(absl::StrCat(at, ": ", s.message()));
+    }
+    if (object.rank() < -1) return Lost(absl::StrCat(at, ": rank below -1 (global)"));
+    const v1::StoredChunk& chunk = object.chunk();
+    chunks_ += 1;
+    if (absl::Status s = CheckCount("chunks", chunks_, limits_.max_chunks); !s.ok()) return s;
+    if (chunk.length() > limits_.max_object_bytes) {
+      return Lost(absl::StrCat(at, " is ", chunk.length(), " bytes, more than the limit of ",
+                               limits_.max_object_bytes));
+    }
+    if (chunk.shard_offset() != 0) {
+      return Lost(absl::StrCat(at, ": its chunk starts at offset ", chunk.shard_offset(),
+                               " of the object, not 0"));
+    }
+    // An empty object is read from nowhere: its file name is never opened.
+    if (chunk.length() == 0 && chunk.file().empty()) return absl::OkStatus();
+    return CheckPlacement(chunk, at);
+  }
+
+  const std::string source_;
+  const ManifestLimits& limits_;
+  int64_t shards_ = 0;
+  int64_t chunks_ = 0;
+};
+
+}  // namespace
+
+absl::Status ValidateManifest(const v1::CheckpointManifest& manifest, absl::string_view job,
+                              int64_t step, absl::string_view source,
+                              const ManifestLimits& limits) {
+  return Checker(source, limits).Run(manifest, job, step);
+}
+
+}  // namespace ckpt::coordinator

@@ -1,0 +1,95 @@
+#include "daemon/coordinator/verify.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "daemon/coordinator/layout.h"
+#include "daemon/coordinator/manifest_io.h"
+#include "proto/lib/crc32c.h"
+
+namespace ckpt::coordinator {
+namespace {
+
+// Pieces are block multiples, so whole pieces can bypass the page cache.
+constexpr size_t kBlock = 4096;
+constexpr size_t kMaxOpenFiles = 64;
+
+struct OpenFile {
+  std::unique_ptr<storage::ReadableFile> file;
+  uint64_t size = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<VerifyResult> VerifyCheckpoint(storage::Backend& backend, Catalog& catalog,
+                                              const std::string& job, int64_t step,
+                                              size_t piece_bytes) {
+  absl::StatusOr<v1::CheckpointManifest> manifest = catalog.ReadManifest(job, step);
+  if (!manifest.ok()) return manifest.status();
+  // Validated: manifest->step() is the step of the directory it was read from.
+  VerifyResult result;
+  result.step = manifest->step();
+  const std::string dir = StepDir(catalog.root(), job, result.step);
+
+  piece_bytes = std::max(kBlock, piece_bytes / kBlock * kBlock);
+  std::unique_ptr<char, decltype(&std::free)> buffer(
+      static_cast<char*>(std::aligned_alloc(kBlock, piece_bytes)), &std::free);
+  if (buffer == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("verify of job ", job, " step ", result.step, ": cannot allocate ",
+                     piece_bytes, " bytes"));
+  }
+  std::map<std::string, OpenFile> files;
+
+  const absl::Status checked = ForEachChunk(
+      *manifest, [&](const v1::StoredChunk& chunk, const std::string& owner) -> absl::Status {
+        result.chunks += 1;
+        if (chunk.length() == 0) return absl::OkStatus();
+        const std::string path = absl::StrCat(dir, "/", chunk.file());
+        auto it = files.find(chunk.file());
+        if (it == files.end()) {
+          if (files.size() >= kMaxOpenFiles) files.clear();
+          absl::StatusOr<std::unique_ptr<storage::ReadableFile>> file =
+              backend.OpenReadOnlyBeneath(dir, chunk.file());
+          if (!file.ok()) {
+            return absl::Status(file.status().code(),
+                                absl::StrCat(owner, ": ", file.status().message()));
+          }
+          absl::StatusOr<uint64_t> size = (*file)->Size();
+          if (!size.ok()) return size.status();
+          it = files.emplace(chunk.file(), OpenFile{std::move(*file), *size}).first;
+        }
+        const uint64_t size = it->second.size;
+        if (chunk.file_offset() > size || chunk.length() > size - chunk.file_offset()) {
+          return absl::DataLossError(absl::StrCat(path, " at offset ", chunk.file_offset(), " (",
+                                                  owner, "): the file is ", size,
+                                                  " bytes, too short for a ", chunk.length(),
+                                                  "-byte chunk"));
+        }
+        uint32_t crc = 0;
+        for (uint64_t done = 0; done < chunk.length();) {
+          const size_t piece = static_cast<size_t>(std::min<uint64_t>(piece_bytes, chunk.length() - done));
+          storage::IoOp op{chunk.file_offset() + done, buffer.get(), piece};
+          if (absl::Status s = it->second.file->ReadBatch({&op, 1}); !s.ok()) {
+            return absl::Status(s.code(), absl::StrCat(path, " (", owner, "): ", s.message()));
+          }
+          crc = Crc32cExtend(crc, buffer.get(), piece);
+          done += piece;
+        }
+        if (crc != chunk.crc32c()) {
+          return absl::DataLossError(absl::StrFormat(
+              "checksum mismatch in %s at offset %d, %d bytes (%s): expected CRC32C %08x", path,
+              chunk.file_offset(), chunk.length(), owner, chunk.crc32c()));
+        }
+        result.bytes += chunk.length();
+        return absl::OkStatus();
+      });
+  if (!checked.ok()) return checked;
+  return result;
+}
+
+}  // namespace ckpt::coordinator

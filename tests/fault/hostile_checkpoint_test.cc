@@ -1,0 +1,193 @@
+// Checkpoints on disk are untrusted input, end to end against a real ckptd:
+// a rollback is latest (also after a restart), a broken latest fails closed
+// naming the step to use instead while `ckptctl list` still works, and a
+// MANIFEST with a valid trailer but hostile contents (traversal, a FIFO as
+// data file) is refused by load and verify without hanging the daemon,
+// which then still saves and loads.
+#include <sys/stat.h>
+
+#include <grpcpp/grpcpp.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "ckpt/v1/node.grpc.pb.h"
+#include "daemon/coordinator/manifest_io.h"
+#include "tests/support/test_daemon.h"
+
+namespace ckpt::testing {
+namespace {
+
+void Save(const TestDaemon& d, const std::string& job, int64_t step) {
+  for (const ExitInfo& r : d.RunRanks(job, "save", 1, step, 1)) {
+    INFO(r.output);
+    REQUIRE(r.ok());
+  }
+}
+
+ExitInfo LoadOne(const TestDaemon& d, const std::string& job, int64_t step) {
+  return d.RunRanks(job, "load", 1, step, 1, 1).at(0);
+}
+
+v1::CheckpointManifest Inspect(const TestDaemon& d, const std::string& job, int64_t step) {
+  grpc::ClientContext context;
+  v1::InspectCheckpointRequest request;
+  request.set_job(job);
+  request.set_step(step);
+  v1::InspectCheckpointResponse response;
+  const grpc::Status status = d.Stub()->InspectCheckpoint(&context, request, &response);
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+  return response.manifest();
+}
+
+// Rewrites a step's MANIFEST with a valid CRC trailer: only the contents lie.
+void PlantManifest(const TestDaemon& d, const std::string& job, int64_t step,
+                   const v1::CheckpointManifest& manifest) {
+  std::ofstream(d.job_dir(job) + "/step-" + std::to_string(step) + "/MANIFEST",
+                std::ios::binary | std::ios::trunc)
+      << coordinator::EncodeManifest(manifest);
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+TEST_CASE("a rollback is latest, also after a restart", "[fault][latest]") {
+  TestDaemon d;
+  REQUIRE(d.Start().ok());
+  Save(d, "roll", 100);
+  Save(d, "roll", 200);
+  // Resumed from 100, the job saves 150 while 200 exists.
+  Save(d, "roll", 150);
+  ExitInfo load = LoadOne(d, "roll", -1);
+  INFO(load.output);
+  CHECK(load.output.find("loaded step 150") != std::string::npos);
+  d.Kill();
+  REQUIRE(d.Start().ok());
+  load = LoadOne(d, "roll", -1);
+  INFO(load.output);
+  CHECK(load.output.find("loaded step 150") != std::string::npos);
+  const ExitInfo list = d.Ckptctl({"list", "roll"});
+  INFO(list.output);
+  CHECK(list.ok());
+  std::istringstream lines(list.output);
+  std::string line, latest_row;
+  while (std::getline(lines, line)) {
+    if (line.find("latest") != std::string::npos) latest_row = line;
+  }
+  CHECK(latest_row.find("150") != std::string::npos);
+
+  // An old root without LATEST: the highest step that validates, logged.
+  d.Kill();
+  std::filesystem::remove(d.job_dir("roll") + "/LATEST");
+  REQUIRE(d.Start().ok());
+  load = LoadOne(d, "roll", -1);
+  INFO(load.output);
+  CHECK(load.output.find("loaded step 200") != std::string::npos);
+  CHECK(d.Output().find("LATEST is missing; latest is step 200") != std::string::npos);
+}
+
+TEST_CASE("a broken latest fails closed and the list still works", "[fault][latest]") {
+  TestDaemon d;
+  REQUIRE(d.Start().ok());
+  Save(d, "brk", 1);
+  Save(d, "brk", 2);
+  std::string manifest = ReadText(d.job_dir("brk") + "/step-2/MANIFEST");
+  manifest[manifest.size() / 2] ^= 0x08;
+  std::ofstream(d.job_dir("brk") + "/step-2/MANIFEST", std::ios::binary | std::ios::trunc)
+      << manifest;
+
+  const ExitInfo load = LoadOne(d, "brk", -1);
+  INFO(load.output);
+  CHECK_FALSE(load.ok());
+  CHECK(load.output.find("step 2, which is broken") != std::string::npos);
+  CHECK(load.output.find("the newest older step that verifies is 1") != std::string::npos);
+
+  const ExitInfo list = d.Ckptctl({"list", "brk"});
+  INFO(list.output);
+  CHECK(list.ok());
+  CHECK(list.output.find("BROKEN") != std::string::npos);
+  CHECK(list.output.find("checksum mismatch") != std::string::npos);
+  const ExitInfo verify = d.Ckptctl({"verify", "brk", "latest"});
+  CHECK(verify.exit_code == 1);
+  CHECK(d.Ckptctl({"verify", "brk", "1"}).ok());
+  const ExitInfo older = LoadOne(d, "brk", 1);
+  INFO(older.output);
+  CHECK(older.ok());
+}
+
+TEST_CASE("hostile manifests are refused and the daemon keeps serving", "[fault][hostile]") {
+  TestDaemon d;
+  REQUIRE(d.Start().ok());
+  Save(d, "victim", 1);
+  Save(d, "evil", 1);
+  v1::CheckpointManifest m = Inspect(d, "evil", 1);
+  REQUIRE(m.tensors_size() > 0);
+  const std::string data_file = m.tensors(0).shards(0).chunks(0).file();
+
+  SECTION("traversal to another job's data") {
+    for (v1::TensorEntry& t : *m.mutable_tensors()) {
+      for (v1::StoredShard& s : *t.mutable_shards()) {
+        for (v1::StoredChunk& c : *s.mutable_chunks()) {
+          c.set_file("../../victim/step-1/" + c.file());
+        }
+      }
+    }
+    PlantManifest(d, "evil", 1, m);
+    const ExitInfo verify = d.Ckptctl({"verify", "evil", "1"});
+    INFO(verify.output);
+    CHECK(verify.exit_code == 1);
+    CHECK(verify.output.find("leaves its directory") != std::string::npos);
+    const ExitInfo load = LoadOne(d, "evil", 1);
+    INFO(load.output);
+    CHECK_FALSE(load.ok());
+    CHECK(load.output.find("leaves its directory") != std::string::npos);
+  }
+  SECTION("a shard without chunks") {
+    m.mutable_tensors(0)->mutable_shards(0)->clear_chunks();
+    PlantManifest(d, "evil", 1, m);
+    const ExitInfo load = LoadOne(d, "evil", 1);
+    INFO(load.output);
+    CHECK_FALSE(load.ok());
+    CHECK(load.output.find("lists no chunks") != std::string::npos);
+  }
+  SECTION("a FIFO as data file") {
+    const std::string path = d.job_dir("evil") + "/step-1/" + data_file;
+    std::filesystem::remove(path);
+    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+    const ExitInfo verify = d.Ckptctl({"--timeout=20", "verify", "evil", "1"});
+    INFO(verify.output);
+    CHECK(verify.exit_code == 1);
+    CHECK(verify.output.find("FIFO") != std::string::npos);
+    const ExitInfo load = LoadOne(d, "evil", 1);
+    INFO(load.output);
+    CHECK_FALSE(load.ok());
+  }
+  SECTION("a manifest copied from another job") {
+    const std::string victim = ReadText(d.job_dir("victim") + "/step-1/MANIFEST");
+    std::ofstream(d.job_dir("evil") + "/step-1/MANIFEST", std::ios::binary | std::ios::trunc)
+        << victim;
+    const ExitInfo verify = d.Ckptctl({"verify", "evil", "1"});
+    INFO(verify.output);
+    CHECK(verify.exit_code == 1);
+    CHECK(verify.output.find("not of job evil step 1") != std::string::npos);
+  }
+  // The daemon is alive and still saves and loads bit-exact.
+  CHECK(d.Ckptctl({"status"}).ok());
+  Save(d, "after", 1);
+  const ExitInfo load = LoadOne(d, "after", -1);
+  INFO(load.output);
+  CHECK(load.ok());
+  CHECK(d.Ckptctl({"verify", "victim", "1"}).ok());
+}
+
+}  // namespace ckpt::testing
