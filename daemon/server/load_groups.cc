@@ -16,6 +16,10 @@ v1::Delivery FromRun(const v1::CopyRun& run, uint64_t room_offset) {
   d.set_pool_offset(room_offset + run.chunk_offset());
   d.set_dest_offset(run.dest_offset());
   d.set_length(run.length());
+  // A strided run (one column of a tall tensor) stays one delivery.
+  d.set_count(run.count());
+  d.set_src_stride(run.chunk_stride());
+  d.set_dest_stride(run.dest_stride());
   return d;
 }
 

@@ -14,12 +14,15 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "daemon/gpu/device_factory.h"
+#include "proto/lib/request_limits.h"
 #include "daemon/storage/backend_factory.h"
 
 namespace ckpt::server {
 namespace {
 
-constexpr int kMaxMessageBytes = 256 << 20;  // plans of large models are big
+// Plans of large models are big, but a request is bounded before it is
+// parsed: RequestLimits::max_message_bytes.
+constexpr int kMaxMessageBytes = static_cast<int>(RequestLimits{}.max_message_bytes);
 constexpr absl::Duration kReapInterval = absl::Milliseconds(100);
 constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
 
@@ -139,7 +142,9 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   d->context_.reset(new NodeContext{d->options_, *d->gpu_, *d->ipc_, host, *d->coordinator_, *d->backend_, *d->pool_,
                                     *d->writers_, *d->sessions_, d->bytes_written_,
                                     d->bytes_read_, d->commits_});
-  d->service_ = std::make_unique<NodeService>(*d->context_, d->gpu_->HasDevice());
+  RequestLimits limits;
+  limits.max_world_size = o.max_world_size;
+  d->service_ = std::make_unique<NodeService>(*d->context_, d->gpu_->HasDevice(), limits);
   return d;
 }
 

@@ -12,6 +12,7 @@
 #include "daemon/coordinator/verify.h"
 #include "daemon/server/chunk_reader.h"
 #include "proto/lib/grpc_status.h"
+#include "proto/lib/request_limits.h"
 #include "proto/lib/validation.h"
 
 namespace ckpt::server {
@@ -66,13 +67,14 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::WatchEvent> {
   v1::WatchEvent event_;
 };
 
-NodeService::NodeService(NodeContext& context, bool gpu_available)
-    : context_(context), gpu_available_(gpu_available), started_(absl::Now()) {}
+NodeService::NodeService(NodeContext& context, bool gpu_available, RequestLimits limits)
+    : context_(context), limits_(limits), gpu_available_(gpu_available), started_(absl::Now()) {}
 
 NodeService::~NodeService() = default;
 
 grpc::Status NodeService::Attach(grpc::ServerContext*, const v1::AttachRequest* request,
                                  v1::AttachResponse* response) {
+  if (absl::Status s = ValidateAttachRequest(*request, limits_); !s.ok()) return ToGrpc(s);
   absl::StatusOr<RankSession> session = context_.sessions.Attach(
       request->job(), request->rank(), request->world_size(), request->local_rank());
   if (!session.ok()) return ToGrpc(session.status());
@@ -154,6 +156,8 @@ grpc::Status NodeService::PlanSave(grpc::ServerContext*, const v1::PlanSaveReque
   if (request->step() < 0) {
     return ToGrpc(absl::InvalidArgumentError(absl::StrCat("step ", request->step(), " is negative")));
   }
+  // Bounded before anything is allocated for it.
+  if (absl::Status s = ValidatePlanSaveRequest(*request, limits_); !s.ok()) return ToGrpc(s);
   std::shared_ptr<SaveSession> save;
   {
     absl::MutexLock lock(&mu_);
@@ -240,6 +244,7 @@ grpc::Status NodeService::Load(grpc::ServerContext*, const v1::LoadRequest* requ
   if (request->step() < -1) {
     return ToGrpc(absl::InvalidArgumentError(absl::StrCat("step ", request->step(), " is negative")));
   }
+  if (absl::Status s = ValidateLoadRequest(*request, limits_); !s.ok()) return ToGrpc(s);
   std::shared_ptr<LoadSession> load;
   {
     absl::MutexLock lock(&mu_);

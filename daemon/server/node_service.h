@@ -27,6 +27,7 @@
 #include "daemon/server/load_session.h"
 #include "daemon/server/node_context.h"
 #include "daemon/server/save_session.h"
+#include "proto/lib/request_limits.h"
 
 namespace ckpt::server {
 
@@ -35,7 +36,7 @@ class WatchReactor;
 class NodeService final
     : public v1::NodeService::WithCallbackMethod_Watch<v1::NodeService::Service> {
  public:
-  NodeService(NodeContext& context, bool gpu_available);
+  NodeService(NodeContext& context, bool gpu_available, RequestLimits limits = {});
   ~NodeService() override;
 
   // Fails sessions whose deadlines passed and forgets finished ones. The
@@ -82,6 +83,7 @@ class NodeService final
   void WatchEnded(WatchReactor* watch);
 
   NodeContext& context_;
+  const RequestLimits limits_;
   const bool gpu_available_;
   const absl::Time started_;
   absl::Mutex mu_;

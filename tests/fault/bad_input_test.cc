@@ -233,10 +233,11 @@ TEST_CASE("Attach rejects job names that are paths or empty", "[bad_input]") {
              "job name is empty");
   CheckError(AttachRaw(*stub, "..", 0, 1, &response), grpc::StatusCode::INVALID_ARGUMENT,
              "job name '..'");
+  // Beyond a bound: RESOURCE_EXHAUSTED naming it.
   CheckError(AttachRaw(*stub, std::string(300, 'j'), 0, 1, &response),
-             grpc::StatusCode::INVALID_ARGUMENT, "job name is 300 bytes");
+             grpc::StatusCode::RESOURCE_EXHAUSTED, "job name is 300 bytes; the limit is 255");
   CheckError(AttachRaw(*stub, "okjob", 2, 2, &response), grpc::StatusCode::INVALID_ARGUMENT,
-             "rank 2 is not in [0, world size 2)");
+             "rank 2 is outside world size 2");
   CheckError(AttachRaw(*stub, "okjob", 0, 0, &response), grpc::StatusCode::INVALID_ARGUMENT,
              "world size 0");
   // Nothing was created for the rejected names, inside or outside the root.
