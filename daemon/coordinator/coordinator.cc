@@ -73,6 +73,8 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(
   v1::CheckpointManifest manifest = save.assignment.manifest_template();
   absl::Status status = ForEachMutableChunk(
       manifest, [&](v1::StoredChunk& chunk, const std::string& owner) -> absl::Status {
+        // 0-byte items are complete in the plan: nothing written, no report.
+        if (!SaveChunkNeedsChecksum(chunk)) return absl::OkStatus();
         auto it = crcs.find({chunk.file(), chunk.file_offset()});
         if (it == crcs.end()) {
           return absl::InternalError(absl::StrCat("no checksum reported for ", chunk.file(),

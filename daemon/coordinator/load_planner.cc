@@ -10,6 +10,7 @@
 #include "proto/lib/dtype.h"
 #include "proto/lib/geometry.h"
 #include "proto/lib/region_convert.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::coordinator {
 namespace {
@@ -18,38 +19,99 @@ std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-// Maps the byte run [src, src + length) of a stored shard onto its chunks and
-// appends the pieces to the per-chunk reads.
-void AddRunToChunks(const v1::StoredShard& stored, const std::string& fqn, int rank,
-                    uint32_t request, const geo::ByteRun& run,
-                    std::map<std::pair<std::string, uint64_t>, v1::ChunkRead>& reads) {
-  // Chunks are sorted by shard_offset; find the first that contains src.
-  const auto& chunks = stored.chunks();
-  auto it = std::upper_bound(chunks.begin(), chunks.end(), static_cast<uint64_t>(run.src_offset),
-                             [](uint64_t offset, const v1::StoredChunk& c) {
-                               return offset < c.shard_offset();
-                             });
-  --it;  // src >= first chunk's offset (0), so this stays in range
-  uint64_t src = run.src_offset;
-  uint64_t dst = run.dst_offset;
-  uint64_t left = run.length;
-  for (; left > 0; ++it) {
-    const uint64_t in_chunk = src - it->shard_offset();
-    const uint64_t piece = std::min<uint64_t>(left, it->length() - in_chunk);
-    v1::ChunkRead& read = reads[{it->file(), it->file_offset()}];
-    if (!read.has_chunk()) {
-      *read.mutable_chunk() = *it;
-      read.set_fqn(fqn);
+using Reads = std::map<std::pair<std::string, uint64_t>, v1::ChunkRead>;
+
+// The stored shard's chunks must tile its packed bytes exactly: sorted by
+// shard_offset, contiguous from 0, no gap, no overlap, no wrap. Runs are
+// mapped onto chunks by offset, so anything else would copy bytes from
+// outside the chunk read (a damaged or hostile manifest).
+absl::Status CheckChunksTile(const v1::StoredShard& stored, uint64_t bytes,
+                             const std::string& what) {
+  uint64_t at = 0;
+  for (const v1::StoredChunk& chunk : stored.chunks()) {
+    if (chunk.shard_offset() != at || chunk.length() == 0 ||
+        chunk.length() > bytes - at) {
+      return absl::DataLossError(absl::StrCat(
+          what, ": chunk at shard offset ", chunk.shard_offset(), " of ", chunk.length(),
+          " bytes (in ", chunk.file(), ") does not continue the shard's chunks at ", at,
+          " of its ", bytes, " bytes"));
     }
-    v1::CopyRun* copy = read.add_runs();
-    copy->set_rank(rank);
-    copy->set_request(request);
-    copy->set_chunk_offset(in_chunk);
-    copy->set_dest_offset(dst);
-    copy->set_length(piece);
-    src += piece;
-    dst += piece;
-    left -= piece;
+    at += chunk.length();
+  }
+  if (at != bytes) {
+    return absl::DataLossError(absl::StrCat(what, ": chunks hold ", at, " of the shard's ",
+                                            bytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+// Appends one CopyRun (count reps) to the read of `chunk`.
+void Emit(const v1::StoredChunk& chunk, const std::string& fqn, int rank, uint32_t request,
+          uint64_t in_chunk, uint64_t dst, uint64_t length, uint64_t count,
+          uint64_t chunk_stride, uint64_t dest_stride, Reads& reads) {
+  v1::ChunkRead& read = reads[{chunk.file(), chunk.file_offset()}];
+  if (!read.has_chunk()) {
+    *read.mutable_chunk() = chunk;
+    read.set_fqn(fqn);
+  }
+  v1::CopyRun* copy = read.add_runs();
+  copy->set_rank(rank);
+  copy->set_request(request);
+  copy->set_chunk_offset(in_chunk);
+  copy->set_dest_offset(dst);
+  copy->set_length(length);
+  if (count > 1) {
+    copy->set_count(count);
+    copy->set_chunk_stride(chunk_stride);
+    copy->set_dest_stride(dest_stride);
+  }
+}
+
+// Maps the strided run onto the stored shard's chunks (which tile it, see
+// CheckChunksTile): the repetitions that fall inside one chunk become one
+// strided CopyRun; a repetition that straddles chunk boundaries is cut into
+// single runs. Cost: the chunks the run crosses plus its straddling
+// repetitions, at most one per chunk boundary.
+void AddRunToChunks(const v1::StoredShard& stored, const std::string& fqn, int rank,
+                    uint32_t request, const geo::StridedRun& run, Reads& reads) {
+  const auto& chunks = stored.chunks();
+  auto chunk_at = [&](uint64_t offset) {
+    auto it = std::upper_bound(chunks.begin(), chunks.end(), offset,
+                               [](uint64_t o, const v1::StoredChunk& c) {
+                                 return o < c.shard_offset();
+                               });
+    return it - 1;  // the first chunk starts at 0 <= offset
+  };
+  const uint64_t n = static_cast<uint64_t>(run.count);
+  const uint64_t length = static_cast<uint64_t>(run.length);
+  const uint64_t ss = static_cast<uint64_t>(run.src_stride);
+  const uint64_t ds = static_cast<uint64_t>(run.dst_stride);
+  uint64_t k = 0;
+  while (k < n) {
+    const uint64_t start = static_cast<uint64_t>(run.src_offset) + k * ss;
+    const uint64_t dst = static_cast<uint64_t>(run.dst_offset) + k * ds;
+    auto it = chunk_at(start);
+    const uint64_t chunk_end = it->shard_offset() + it->length();
+    if (start + length <= chunk_end) {
+      const uint64_t last =
+          n == 1 ? k : std::min<uint64_t>(n - 1, k + (chunk_end - start - length) / ss);
+      Emit(*it, fqn, rank, request, start - it->shard_offset(), dst, length, last - k + 1, ss,
+           ds, reads);
+      k = last + 1;
+      continue;
+    }
+    uint64_t src = start;
+    uint64_t to = dst;
+    uint64_t left = length;
+    for (; left > 0; ++it) {
+      const uint64_t in_chunk = src - it->shard_offset();
+      const uint64_t piece = std::min<uint64_t>(left, it->length() - in_chunk);
+      Emit(*it, fqn, rank, request, in_chunk, to, piece, 1, 0, 0, reads);
+      src += piece;
+      to += piece;
+      left -= piece;
+    }
+    ++k;
   }
 }
 
@@ -57,6 +119,12 @@ void AddRunToChunks(const v1::StoredShard& stored, const std::string& fqn, int r
 
 absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
                                             absl::Span<const v1::NodeLoadPlan> nodes) {
+  return PlanLoad(manifest, nodes, RequestLimits{});
+}
+
+absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
+                                            absl::Span<const v1::NodeLoadPlan> nodes,
+                                            const RequestLimits& limits) {
   std::map<std::string, const v1::TensorEntry*> tensors;
   for (const v1::TensorEntry& entry : manifest.tensors()) tensors[entry.fqn()] = &entry;
   std::map<std::pair<std::string, int>, const v1::ObjectEntry*> objects;  // (key, rank)
@@ -67,18 +135,24 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
 
   v1::LoadAssignment out;
   out.set_step(manifest.step());
-  std::map<std::pair<std::string, uint64_t>, v1::ChunkRead> reads;
+  Reads reads;
+  std::map<const v1::StoredShard*, absl::Status> tiles;  // checked once per stored shard
   for (const v1::NodeLoadPlan& node : nodes) {
     for (const v1::NodeLoadPlan::RankRequests& rank : node.ranks()) {
       v1::LoadAssignment::RankSizes* sizes = out.add_sizes();
       sizes->set_rank(rank.rank());
       for (int i = 0; i < rank.tensors_size(); ++i) {
         const v1::TensorShard& request = rank.tensors(i);
-        absl::StatusOr<ShardGeometry> g = ValidateShard(request);
-        if (!g.ok()) {
-          return absl::Status(g.status().code(),
-                              absl::StrCat("rank ", rank.rank(), ": ", g.status().message()));
+        if (rank.tensors_size() > limits.max_tensors_per_plan) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "rank ", rank.rank(), ": plan has ", rank.tensors_size(), " tensors; the limit is ",
+              limits.max_tensors_per_plan, " (--max_tensors_per_plan)"));
         }
+        if (absl::StatusOr<int64_t> b = ValidateShardRequest(request, limits); !b.ok()) {
+          return Prefixed(b.status(), absl::StrCat("rank ", rank.rank(), ": "));
+        }
+        absl::StatusOr<ShardGeometry> g = ValidateShard(request);
+        if (!g.ok()) return g.status();
         auto found = tensors.find(request.fqn());
         if (found == tensors.end()) {
           return absl::NotFoundError(
@@ -96,13 +170,25 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
         }
         sizes->add_tensor_bytes(g->bytes);
         int64_t covered = 0;
-        for (const v1::StoredShard& stored : entry.shards()) {
-          absl::StatusOr<std::vector<geo::ByteRun>> runs = geo::IntersectRegions(
-              g->shape, g->element_size, RegionFromProto(stored.region()), g->region);
-          if (!runs.ok()) return runs.status();
-          for (const geo::ByteRun& run : *runs) {
+        for (int k = 0; k < entry.shards_size(); ++k) {
+          const v1::StoredShard& stored = entry.shards(k);
+          const std::string what = absl::StrCat(where, " tensor ", entry.fqn(), " shard ", k);
+          const geo::Region stored_region = RegionFromProto(stored.region());
+          absl::StatusOr<std::vector<geo::StridedRun>> runs = geo::IntersectRegionsStrided(
+              g->shape, g->element_size, stored_region, g->region, limits.max_runs_per_shard);
+          if (!runs.ok()) return Prefixed(runs.status(), absl::StrCat(what, ": "));
+          if (runs->empty()) continue;
+          auto [tile, unchecked] = tiles.try_emplace(&stored);
+          if (unchecked) {
+            // The region was validated by the intersection, and its bytes fit.
+            const int64_t bytes =
+                *geo::RegionNumElements(g->shape, stored_region) * g->element_size;
+            tile->second = CheckChunksTile(stored, static_cast<uint64_t>(bytes), what);
+          }
+          if (!tile->second.ok()) return tile->second;
+          for (const geo::StridedRun& run : *runs) {
             AddRunToChunks(stored, entry.fqn(), rank.rank(), i, run, reads);
-            covered += run.length;
+            covered += run.length * run.count;
           }
         }
         if (covered != g->bytes) {
@@ -110,6 +196,12 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
               "tensor ", request.fqn(), " region ", g->region.DebugString(), ": ", where,
               " holds only ", covered, " of the ", g->bytes, " bytes asked for (partial save)"));
         }
+      }
+      if (rank.object_keys_size() > limits.max_objects_per_plan) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "rank ", rank.rank(), ": plan has ", rank.object_keys_size(),
+            " object keys; the limit is ", limits.max_objects_per_plan,
+            " (--max_objects_per_plan)"));
       }
       for (int i = 0; i < rank.object_keys_size(); ++i) {
         const std::string& key = rank.object_keys(i);

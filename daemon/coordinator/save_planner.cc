@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -13,6 +14,7 @@
 #include "proto/lib/dtype.h"
 #include "proto/lib/geometry.h"
 #include "proto/lib/region_convert.h"
+#include "proto/lib/status_context.h"
 #include "proto/lib/validation.h"
 
 namespace ckpt::coordinator {
@@ -45,8 +47,17 @@ struct TensorInfo {
   geo::Shape shape;
   int first_rank = 0;
   int64_t elements = 0;
-  // Distinct regions, keyed by their canonical element runs.
-  std::map<std::vector<std::pair<int64_t, int64_t>>, size_t> regions;  // -> UniqueItem index
+  std::vector<size_t> shards;  // into the plan's ShardRefs, in plan order
+  int64_t covered = 0;         // elements of its distinct regions
+};
+
+// One shard as listed by a rank, in plan order (host, rank, index).
+struct ShardRef {
+  Holder holder;
+  const v1::TensorShard* shard = nullptr;
+  ShardGeometry geometry;
+  std::pair<int64_t, int64_t> span;  // flattened [first, end); {0, 0} if empty
+  size_t distinct = 0;  // index of its distinct region: the ShardRef that heads it
 };
 
 std::string ShapeString(const geo::Shape& shape) {
@@ -61,20 +72,112 @@ std::string FileName(const std::string& host, int writer) {
   return absl::StrCat("data/", host, "-", writer, ".bin");
 }
 
+// Sets each of the tensor's ShardRefs' `distinct` and the tensor's
+// `covered`. A sweep over the regions' flattened spans: a region is compared
+// only with the distinct regions whose spans it meets (row and flat splits
+// meet none, so this is linear for them; column splits all meet, so the
+// cost is quadratic in their number, which --max_regions_per_tensor bounds).
+absl::Status GroupRegions(const std::string& fqn, TensorInfo& info, std::vector<ShardRef>& refs,
+                          const RequestLimits& limits) {
+  std::vector<size_t> order = info.shards;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return refs[a].span < refs[b].span;
+  });
+  auto region_string = [&](size_t r) { return refs[r].geometry.region.DebugString(); };
+  auto twice = [&](size_t r) {
+    return Invalid(absl::StrCat("rank ", refs[r].holder.rank, " lists tensor ", fqn, " region ",
+                                region_string(r), " twice"));
+  };
+  // Replicas are grouped in plan order, so a rank that lists one region
+  // twice has its two entries next to each other in the group.
+  std::map<size_t, int> last_rank;  // distinct head -> rank of its latest holder
+  auto join = [&](size_t r, size_t head) -> absl::Status {
+    auto [it, inserted] = last_rank.try_emplace(head, refs[r].holder.rank);
+    if (!inserted) {
+      if (it->second == refs[r].holder.rank) return twice(r);
+      it->second = refs[r].holder.rank;
+    }
+    refs[r].distinct = head;
+    return absl::OkStatus();
+  };
+  int64_t distinct = 0;
+  auto add_distinct = [&](size_t r) -> absl::Status {
+    if (++distinct > limits.max_regions_per_tensor) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "tensor ", fqn, " has more than ", limits.max_regions_per_tensor,
+          " distinct regions in one save; the limit is ", limits.max_regions_per_tensor,
+          " (--max_regions_per_tensor)"));
+    }
+    info.covered += refs[r].geometry.elements;
+    return join(r, r);
+  };
+  // Plan order within equal spans (stable sort) makes the head of every
+  // group its first holder in plan order.
+  std::vector<size_t> active;  // distinct heads whose span may meet later ones
+  std::optional<size_t> empty_head;
+  for (size_t r : order) {
+    ShardRef& ref = refs[r];
+    if (ref.geometry.elements == 0) {
+      // Every empty region of a tensor holds the same (no) elements.
+      if (!empty_head) {
+        empty_head = r;
+        if (absl::Status s = add_distinct(r); !s.ok()) return s;
+      } else if (absl::Status s = join(r, *empty_head); !s.ok()) {
+        return s;
+      }
+      continue;
+    }
+    std::erase_if(active, [&](size_t a) { return refs[a].span.second <= ref.span.first; });
+    std::optional<size_t> same;
+    for (size_t a : active) {
+      absl::StatusOr<int64_t> common =
+          geo::CommonElements(info.shape, refs[a].geometry.region, ref.geometry.region);
+      if (!common.ok()) return common.status();
+      if (*common == 0) continue;
+      if (*common == ref.geometry.elements && *common == refs[a].geometry.elements) {
+        same = a;
+        break;
+      }
+      return Invalid(absl::StrCat(
+          "tensor ", fqn, ": region ", region_string(a), " of rank ", refs[a].holder.rank,
+          " overlaps region ", region_string(r), " of rank ", ref.holder.rank,
+          " (distinct regions may not overlap)"));
+    }
+    if (same) {
+      if (absl::Status s = join(r, *same); !s.ok()) return s;
+    } else {
+      if (absl::Status s = add_distinct(r); !s.ok()) return s;
+      active.push_back(r);
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> nodes,
                                             const SavePlannerOptions& options) {
   if (nodes.empty()) return Invalid("save plan has no hosts");
+  if (options.alignment == 0 || (options.alignment & (options.alignment - 1)) != 0) {
+    return Invalid(absl::StrCat("alignment ", options.alignment, " is not a power of two"));
+  }
   if (options.chunk_bytes == 0 || options.chunk_bytes % options.alignment != 0) {
     return Invalid(absl::StrCat("chunk size ", options.chunk_bytes,
                                 " is not a positive multiple of ", options.alignment));
   }
   const v1::NodeSavePlan& first = nodes.front();
-  if (absl::Status s = ValidateName("job", first.job()); !s.ok()) return s;
+  if (absl::Status s = ValidateBoundedName("job", first.job(), options.limits); !s.ok()) return s;
   if (first.step() < 0) return Invalid(absl::StrCat("step ", first.step(), " is negative"));
   const int world_size = first.world_size();
   if (world_size <= 0) return Invalid(absl::StrCat("world size ", world_size, " is not positive"));
+  if (world_size > options.limits.max_world_size) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("world size ", world_size, "; the limit is ", options.limits.max_world_size,
+                     " (--max_world_size)"));
+  }
+  if (absl::Status s = ValidateUserMetadata(first.user_metadata(), options.limits); !s.ok()) {
+    return s;
+  }
 
   // Hosts and ranks: every rank of the job exactly once.
   std::set<std::string> host_names;
@@ -104,66 +207,95 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
     if (!seen_rank[r]) return Invalid(absl::StrCat("rank ", r, " of ", world_size, " has no plan"));
   }
 
-  // Group shards into distinct regions per tensor, and objects by key.
-  std::vector<UniqueItem> items;
+  // Every shard, validated, per tensor.
+  std::vector<ShardRef> refs;
   std::map<std::string, TensorInfo> tensors;
-  std::map<std::string, size_t> global_objects;
   for (int h = 0; h < static_cast<int>(nodes.size()); ++h) {
     for (const v1::RankSavePlan& rank : nodes[h].ranks()) {
-      std::set<std::pair<std::string, std::vector<std::pair<int64_t, int64_t>>>> own;
+      const std::string who = absl::StrCat("rank ", rank.rank(), ": ");
+      if (rank.shards_size() > options.limits.max_tensors_per_plan) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            who, "plan has ", rank.shards_size(), " tensors; the limit is ",
+            options.limits.max_tensors_per_plan, " (--max_tensors_per_plan)"));
+      }
+      if (rank.objects_size() > options.limits.max_objects_per_plan) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            who, "plan has ", rank.objects_size(), " objects; the limit is ",
+            options.limits.max_objects_per_plan, " (--max_objects_per_plan)"));
+      }
       for (int i = 0; i < rank.shards_size(); ++i) {
         const v1::TensorShard& shard = rank.shards(i);
-        absl::StatusOr<ShardGeometry> g = ValidateShard(shard);
-        if (!g.ok()) {
-          return absl::Status(g.status().code(),
-                              absl::StrCat("rank ", rank.rank(), ": ", g.status().message()));
+        if (absl::StatusOr<int64_t> b = ValidateShardRequest(shard, options.limits); !b.ok()) {
+          return Prefixed(b.status(), who);
         }
+        ShardRef ref;
+        ref.holder = {h, rank.rank(), static_cast<uint32_t>(i)};
+        ref.shard = &shard;
+        ref.geometry = *ValidateShard(shard);
+        ref.span = *geo::RegionSpan(ref.geometry.shape, ref.geometry.region);
         auto [it, inserted] = tensors.try_emplace(shard.fqn());
         TensorInfo& info = it->second;
         if (inserted) {
           info.dtype = shard.dtype();
-          info.shape = g->shape;
+          info.shape = ref.geometry.shape;
           info.first_rank = rank.rank();
-          info.elements = *geo::NumElements(g->shape);
-        } else if (info.dtype != shard.dtype() || info.shape != g->shape) {
+          info.elements = *geo::NumElements(ref.geometry.shape);
+        } else if (info.dtype != shard.dtype() || info.shape != ref.geometry.shape) {
           return Invalid(absl::StrCat(
               "tensor ", shard.fqn(), ": rank ", rank.rank(), " has dtype ",
-              DTypeName(shard.dtype()), " shape ", ShapeString(g->shape), " but rank ",
-              info.first_rank, " has dtype ", DTypeName(info.dtype), " shape ",
+              DTypeName(shard.dtype()), " shape ", ShapeString(ref.geometry.shape),
+              " but rank ", info.first_rank, " has dtype ", DTypeName(info.dtype), " shape ",
               ShapeString(info.shape)));
         }
-        absl::StatusOr<std::vector<geo::ElementRun>> runs = geo::RegionRuns(g->shape, g->region);
-        if (!runs.ok()) return runs.status();
-        // Replica identity is element identity, whatever form the region took
-        // (a full box and "whole" are the same shard): key by merged runs.
-        std::vector<std::pair<int64_t, int64_t>> key;
-        key.reserve(runs->size());
-        for (const geo::ElementRun& run : *runs) {
-          if (!key.empty() && key.back().first + key.back().second == run.begin) {
-            key.back().second += run.length;
-          } else {
-            key.emplace_back(run.begin, run.length);
-          }
-        }
-        if (!own.emplace(shard.fqn(), key).second) {
-          return Invalid(absl::StrCat("rank ", rank.rank(), " lists tensor ", shard.fqn(),
-                                      " region ", g->region.DebugString(), " twice"));
-        }
-        auto [rit, new_region] = info.regions.try_emplace(std::move(key), items.size());
-        if (new_region) {
+        info.shards.push_back(refs.size());
+        refs.push_back(std::move(ref));
+      }
+    }
+  }
+
+  // Distinct regions per tensor: replicas (the same elements, whatever form
+  // the region took) join the first; distinct regions may not overlap.
+  for (auto& [fqn, info] : tensors) {
+    if (absl::Status s = GroupRegions(fqn, info, refs, options.limits); !s.ok()) return s;
+    if (!first.partial() && info.covered != info.elements) {
+      return Invalid(absl::StrCat("tensor ", fqn, " shape ", ShapeString(info.shape),
+                                  ": the save covers ", info.covered, " of ", info.elements,
+                                  " elements (mark the save partial to allow this)"));
+    }
+  }
+
+  // Items in plan order: a distinct region becomes an item at its first
+  // holder, objects where they are listed (global ones de-duplicated).
+  std::vector<UniqueItem> items;
+  std::vector<size_t> item_of_ref(refs.size(), 0);
+  std::map<std::string, size_t> global_objects;
+  size_t next_ref = 0;
+  for (int h = 0; h < static_cast<int>(nodes.size()); ++h) {
+    for (const v1::RankSavePlan& rank : nodes[h].ranks()) {
+      for (int i = 0; i < rank.shards_size(); ++i, ++next_ref) {
+        const ShardRef& ref = refs[next_ref];
+        if (ref.distinct == next_ref) {
           UniqueItem item;
-          item.name = shard.fqn();
-          item.bytes = g->bytes;
-          item.shard = &shard;
+          item.name = ref.shard->fqn();
+          item.bytes = ref.geometry.bytes;
+          item.shard = ref.shard;
+          item_of_ref[next_ref] = items.size();
           items.push_back(std::move(item));
         }
-        items[rit->second].holders.push_back({h, rank.rank(), static_cast<uint32_t>(i)});
+        items[item_of_ref[ref.distinct]].holders.push_back(ref.holder);
       }
       std::set<std::string> own_objects;
       for (int i = 0; i < rank.objects_size(); ++i) {
         const v1::ObjectDesc& object = rank.objects(i);
-        if (absl::Status s = ValidateName("object", object.key()); !s.ok()) {
-          return absl::InvalidArgumentError(absl::StrCat("rank ", rank.rank(), ": ", s.message()));
+        if (absl::Status s = ValidateBoundedName("object", object.key(), options.limits);
+            !s.ok()) {
+          return Prefixed(s, absl::StrCat("rank ", rank.rank(), ": "));
+        }
+        if (object.length() > static_cast<uint64_t>(options.limits.max_object_bytes)) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "rank ", rank.rank(), ": object ", object.key(), " has ", object.length(),
+              " bytes; the limit is ", options.limits.max_object_bytes,
+              " (--max_object_bytes)"));
         }
         if (!own_objects.insert(object.key()).second) {
           return Invalid(absl::StrCat("rank ", rank.rank(), " lists object ", object.key(), " twice"));
@@ -196,36 +328,6 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
           items.push_back(std::move(item));
         }
       }
-    }
-  }
-
-  // Distinct regions must not overlap; the union must cover the tensor.
-  for (const auto& [fqn, info] : tensors) {
-    struct Span { int64_t begin, end; size_t item; };
-    std::vector<Span> spans;
-    int64_t covered = 0;
-    for (const auto& [runs, item] : info.regions) {
-      for (const auto& [begin, length] : runs) spans.push_back({begin, begin + length, item});
-      covered += items[item].bytes / *DTypeSize(info.dtype);
-    }
-    std::sort(spans.begin(), spans.end(),
-              [](const Span& a, const Span& b) { return a.begin < b.begin; });
-    for (size_t i = 1; i < spans.size(); ++i) {
-      if (spans[i].begin < spans[i - 1].end && spans[i].item != spans[i - 1].item) {
-        const UniqueItem& a = items[spans[i - 1].item];
-        const UniqueItem& b = items[spans[i].item];
-        return Invalid(absl::StrCat(
-            "tensor ", fqn, ": region ", RegionFromProto(a.shard->region()).DebugString(),
-            " of rank ", a.holders.front().rank, " overlaps region ",
-            RegionFromProto(b.shard->region()).DebugString(), " of rank ", b.holders.front().rank,
-            " (distinct regions may not overlap)"));
-      }
-      spans[i].end = std::max(spans[i].end, spans[i - 1].end);
-    }
-    if (!first.partial() && covered != info.elements) {
-      return Invalid(absl::StrCat("tensor ", fqn, " shape ", ShapeString(info.shape), ": the save covers ",
-                                  covered, " of ", info.elements,
-                                  " elements (mark the save partial to allow this)"));
     }
   }
 
@@ -311,6 +413,8 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
       v1::ObjectEntry* object = manifest.add_objects();
       object->set_key(item.name);
       object->set_rank(item.object_rank);
+      // A 0-byte object's chunk is complete here: nothing is written for it
+      // and its crc32c (0, the CRC32C of no bytes) is final.
       fill_chunk(object->mutable_chunk(), 0, item.bytes);
       continue;
     }

@@ -10,7 +10,13 @@
 //   file. Items are laid out in their file back to back, each at a 4 KiB
 //   aligned offset so writes can use O_DIRECT.
 // The result also carries the manifest the commit will write, with every
-// chunk placed and only CRCs missing.
+// chunk placed and only CRCs missing, except for items of 0 bytes: an empty
+// object's chunk (length 0, crc32c 0) is final, nothing is written for it
+// and no checksum is reported for it; an empty shard has no chunks.
+//
+// Cost: the request's size, not its tensors' element counts. Shards are
+// validated against options.limits (RequestLimits), regions are compared as
+// boxes (geometry.h) and only those whose flattened spans meet.
 //
 // Thread-safety: a pure function.
 #ifndef CKPT_DAEMON_COORDINATOR_SAVE_PLANNER_H_
@@ -21,16 +27,22 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "ckpt/v1/coordinator.pb.h"
+#include "proto/lib/request_limits.h"
 
 namespace ckpt::coordinator {
 
 struct SavePlannerOptions {
   uint64_t chunk_bytes = 4 << 20;  // unit of checksumming and of writes
-  uint64_t alignment = 4096;       // of every item in its file
+  uint64_t alignment = 4096;       // of every item in its file (a power of two)
+  RequestLimits limits;            // the daemon's flags
 };
 
 absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> nodes,
                                             const SavePlannerOptions& options);
+
+// False for chunks whose checksum is final in the plan (0 bytes: CRC32C of
+// nothing is 0): the commit fills in reported checksums for the others only.
+inline bool SaveChunkNeedsChecksum(const v1::StoredChunk& chunk) { return chunk.length() > 0; }
 
 // Round up to a multiple of alignment (a power of two).
 inline uint64_t AlignUp(uint64_t value, uint64_t alignment) {

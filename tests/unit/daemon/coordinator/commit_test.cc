@@ -1,6 +1,7 @@
 // The commit protocol, the catalog and the Coordinator end to end, on the
 // in-memory backend; storage faults through the fault-injection decorator.
 #include "daemon/coordinator/commit.h"
+#include "proto/lib/copy_run.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -379,7 +380,10 @@ void LoadAndVerify(Coordinator& coord, Backend& backend, int64_t step,
     REQUIRE(chunk.size() == read.chunk().length());
     CHECK(Crc32c(chunk.data(), chunk.size()) == read.chunk().crc32c());
     for (const v1::CopyRun& run : read.runs()) {
-      got.replace(run.dest_offset(), run.length(), chunk, run.chunk_offset(), run.length());
+      REQUIRE(CheckCopyRun(run, chunk.size(), got.size()).ok());
+      ForEachCopy(run, [&](uint64_t src, uint64_t dst, uint64_t length) {
+        got.replace(dst, length, chunk, src, length);
+      });
     }
   }
   CHECK(got == expected);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "daemon/coordinator/save_planner.h"
+#include "proto/lib/copy_run.h"
 #include "tests/unit/daemon/coordinator/test_helpers.h"
 
 namespace ckpt::coordinator {
@@ -102,6 +103,7 @@ v1::NodeLoadPlan LoadNode(const std::string& host, const Requests& requests,
 struct LoadStats {
   size_t reads = 0;
   size_t runs = 0;
+  size_t copies = 0;  // repetitions of strided runs
 };
 
 // Plans the load, checks its structure, executes it against saved.files and
@@ -177,12 +179,13 @@ LoadStats LoadAndCheck(const Saved& saved, const std::vector<v1::NodeLoadPlan>& 
       REQUIRE(dest.count(key) == 1);
       CHECK(requests[key]->fqn() == read.fqn());
       REQUIRE(run.length() > 0);
-      REQUIRE(run.chunk_offset() + run.length() <= c.length());
-      REQUIRE(run.dest_offset() + run.length() <= dest[key].size());
-      dest[key].replace(run.dest_offset(), run.length(), bytes, run.chunk_offset(), run.length());
-      for (uint64_t b = run.dest_offset(); b < run.dest_offset() + run.length(); ++b) {
-        ++written[key][b];
-      }
+      // Strided runs: every repetition inside the chunk and the buffer.
+      CKPT_REQUIRE_OK(CheckCopyRun(run, c.length(), dest[key].size()));
+      stats.copies += CopyRunRepetitions(run);
+      ForEachCopy(run, [&](uint64_t src, uint64_t dst, uint64_t length) {
+        dest[key].replace(dst, length, bytes, src, length);
+        for (uint64_t b = dst; b < dst + length; ++b) ++written[key][b];
+      });
     }
   }
 
@@ -495,6 +498,122 @@ TEST_CASE("load of a partial save: only the stored coverage", "[load_planner]") 
   // One element past the stored flat coverage.
   CKPT_REQUIRE_ERROR(plan(FlatShard("p", v1::FLOAT32, {40, 64}, 1280, 1921)),
                      absl::StatusCode::kFailedPrecondition, "tensor p");
+}
+
+}  // namespace
+}  // namespace ckpt::coordinator
+
+namespace ckpt::coordinator {
+namespace {
+
+using namespace testing;  // NOLINT
+
+TEST_CASE("load: one column of a tall tensor is a run per chunk, not per row",
+          "[load_planner]") {
+  // [2^24, 2] fp32 saved whole: 128 MiB in 32 chunks of 4 MiB. One column:
+  // 2^24 elements 8 bytes apart.
+  const int64_t rows = int64_t{1} << 24;
+  v1::NodeSavePlan node = SingleHost(1);
+  AddShard(node, 0, Whole("w", v1::FLOAT32, {rows, 2}));
+  absl::StatusOr<v1::SaveAssignment> a = PlanSave({node}, SavePlannerOptions{});
+  CKPT_REQUIRE_OK(a);
+  REQUIRE(a->manifest_template().tensors(0).shards(0).chunks_size() == 32);
+  v1::NodeLoadPlan load;
+  load.mutable_host()->set_host("h0");
+  v1::NodeLoadPlan::RankRequests* rank = load.add_ranks();
+  *rank->add_tensors() = BoxShard("w", v1::FLOAT32, {rows, 2}, {0, 1}, {rows, 1});
+  absl::StatusOr<v1::LoadAssignment> plan = PlanLoad(a->manifest_template(), {load});
+  CKPT_REQUIRE_OK(plan);
+  REQUIRE(plan->reads_size() == 32);
+  uint64_t copies = 0;
+  for (const v1::ChunkRead& read : plan->reads()) {
+    // Chunks hold whole rows: one strided run each.
+    REQUIRE(read.runs_size() == 1);
+    const v1::CopyRun& run = read.runs(0);
+    CHECK(run.length() == 4);
+    CHECK(run.count() == (4u << 20) / 8);
+    CHECK(run.chunk_stride() == 8);
+    CHECK(run.dest_stride() == 4);
+    CHECK(run.chunk_offset() == 4);
+    CKPT_REQUIRE_OK(CheckCopyRun(run, read.chunk().length(), rows * 4));
+    copies += CopyRunRepetitions(run);
+  }
+  CHECK(copies == static_cast<uint64_t>(rows));
+}
+
+TEST_CASE("load: runs that straddle chunk boundaries are cut", "[load_planner]") {
+  // Rows of 3 fp32 in 4096-byte chunks: rows cross chunk boundaries; the
+  // byte-exact executor checks every byte lands once.
+  v1::NodeSavePlan node = SingleHost(1);
+  AddShard(node, 0, Whole("w", v1::FLOAT32, {1000, 3}));
+  const Saved saved = Save({node});
+  for (int64_t col = 0; col < 3; ++col) {
+    LoadStats stats = LoadAndCheck(
+        saved, {LoadNode("a", {{0, {BoxShard("w", v1::FLOAT32, {1000, 3}, {0, col}, {1000, 1})}}})});
+    CHECK(stats.copies == 1000);
+    CHECK(stats.runs <= 3 * 3 + 3);  // 3 chunks: a block and a straddler each at most
+  }
+  LoadAndCheck(saved, {LoadNode("a", {{0, {BoxShard("w", v1::FLOAT32, {1000, 3}, {1, 1},
+                                                     {998, 2})}}})});
+}
+
+TEST_CASE("load: a manifest whose chunks do not tile their shard is DATA_LOSS",
+          "[load_planner]") {
+  v1::NodeSavePlan node = SingleHost(1);
+  AddShard(node, 0, Whole("w", v1::FLOAT32, {4096}));
+  const Saved saved = Save({node});
+  const Requests requests = {{0, {Whole("w", v1::FLOAT32, {4096})}}};
+  auto mangle = [&](auto&& edit) {
+    v1::CheckpointManifest m = saved.manifest;
+    edit(*m.mutable_tensors(0)->mutable_shards(0));
+    return PlanLoad(m, {LoadNode("a", requests)});
+  };
+  CKPT_REQUIRE_OK(mangle([](v1::StoredShard&) {}));
+  CKPT_REQUIRE_ERROR(mangle([](v1::StoredShard& s) { s.clear_chunks(); }),
+                     absl::StatusCode::kDataLoss, "chunks hold 0 of the shard's 16384 bytes");
+  CKPT_REQUIRE_ERROR(mangle([](v1::StoredShard& s) { s.mutable_chunks(1)->set_length(100); }),
+                     absl::StatusCode::kDataLoss, "tensor w shard 0");
+  CKPT_REQUIRE_ERROR(mangle([](v1::StoredShard& s) { s.mutable_chunks(0)->set_shard_offset(8); }),
+                     absl::StatusCode::kDataLoss, "does not continue");
+  CKPT_REQUIRE_ERROR(
+      mangle([](v1::StoredShard& s) { s.mutable_chunks(3)->set_length(~uint64_t{0}); }),
+      absl::StatusCode::kDataLoss, "does not continue");
+  CKPT_REQUIRE_ERROR(mangle([](v1::StoredShard& s) {
+                       s.mutable_region()->mutable_box()->add_offsets(4000);
+                       s.mutable_region()->mutable_box()->add_lengths(1000);
+                     }),
+                     absl::StatusCode::kInvalidArgument, "stored");
+}
+
+TEST_CASE("load: bounds and degenerate requests", "[load_planner][limits]") {
+  v1::NodeSavePlan node = SingleHost(1);
+  AddShard(node, 0, Whole("w", v1::INT8, {100, 100, 4}));
+  AddShard(node, 0, Whole("scalar", v1::INT64, {}));
+  AddShard(node, 0, Whole("empty", v1::FLOAT32, {3, 0}));
+  *RankOf(node, 0).add_objects() = Object("nothing", false, 0);
+  const Saved saved = Save({node});
+  // A 3-d box cut in two inner dimensions: a run per outer index.
+  RequestLimits limits;
+  limits.max_runs_per_shard = 99;
+  const Requests cut = {{0, {BoxShard("w", v1::INT8, {100, 100, 4}, {0, 0, 1}, {100, 99, 2})}}};
+  CKPT_REQUIRE_ERROR(PlanLoad(saved.manifest, {LoadNode("a", cut)}, limits),
+                     absl::StatusCode::kResourceExhausted, "--max_runs_per_shard");
+  limits.max_runs_per_shard = 100;
+  CKPT_REQUIRE_OK(PlanLoad(saved.manifest, {LoadNode("a", cut)}, limits));
+  LoadAndCheck(saved, {LoadNode("a", cut)});
+  limits.max_tensors_per_plan = 1;
+  const Requests two = {{0, {Whole("scalar", v1::INT64, {}), Whole("empty", v1::FLOAT32, {3, 0})}}};
+  CKPT_REQUIRE_ERROR(PlanLoad(saved.manifest, {LoadNode("a", two)}, limits),
+                     absl::StatusCode::kResourceExhausted, "--max_tensors_per_plan");
+  // 0-d and zero-size tensors and a 0-byte object load fine.
+  LoadAndCheck(saved, {LoadNode("a", two)});
+  v1::NodeLoadPlan objects = LoadNode("a", {{0, {}}});
+  objects.mutable_ranks(0)->add_object_keys("nothing");
+  absl::StatusOr<v1::LoadAssignment> plan = PlanLoad(saved.manifest, {objects});
+  CKPT_REQUIRE_OK(plan);
+  REQUIRE(plan->objects_size() == 1);
+  CHECK(plan->objects(0).chunk().length() == 0);
+  CHECK(plan->sizes(0).object_bytes(0) == 0);
 }
 
 }  // namespace

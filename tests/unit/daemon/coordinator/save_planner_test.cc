@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -727,6 +728,113 @@ TEST_CASE("plan errors: ranks, hosts, job", "[save_planner]") {
     CKPT_REQUIRE_ERROR(PlanSave({node}, o), absl::StatusCode::kInvalidArgument, "6000");
     o.chunk_bytes = 0;
     CKPT_REQUIRE_ERROR(PlanSave({node}, o), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace ckpt::coordinator
+
+namespace ckpt::coordinator {
+namespace {
+
+using namespace testing;  // NOLINT
+
+TEST_CASE("a 0-byte object's chunk is final in the plan", "[save_planner]") {
+  v1::NodeSavePlan node = SingleHost(1);
+  AddShard(node, 0, Whole("x", v1::FLOAT32, {4}));
+  *RankOf(node, 0).add_objects() = Object("empty", false, 0);
+  *RankOf(node, 0).add_objects() = Object("after", false, 10);
+  absl::StatusOr<v1::SaveAssignment> a = PlanSave({node}, SavePlannerOptions{});
+  CKPT_REQUIRE_OK(a);
+  int needs = 0;
+  for (const v1::ObjectEntry& o : a->manifest_template().objects()) {
+    if (o.key() == "empty") {
+      CHECK(o.chunk().length() == 0);
+      CHECK(o.chunk().crc32c() == 0);  // CRC32C of no bytes
+      CHECK_FALSE(SaveChunkNeedsChecksum(o.chunk()));
+    } else {
+      CHECK(SaveChunkNeedsChecksum(o.chunk()));
+      ++needs;
+    }
+  }
+  CHECK(needs == 1);
+  // Its write item says 0 bytes: the node queues no write for it.
+  int empty_items = 0;
+  for (const v1::WriteItem& w : a->hosts(0).items()) empty_items += w.bytes() == 0;
+  CHECK(empty_items == 1);
+}
+
+TEST_CASE("columns of a tall tensor plan without a run per row", "[save_planner]") {
+  // Two columns of a [2^24, 2] fp32 tensor on two ranks: 64 MiB each.
+  const int64_t rows = int64_t{1} << 24;
+  v1::NodeSavePlan node = SingleHost(2);
+  AddShard(node, 0, BoxShard("w", v1::FLOAT32, {rows, 2}, {0, 0}, {rows, 1}));
+  AddShard(node, 1, BoxShard("w", v1::FLOAT32, {rows, 2}, {0, 1}, {rows, 1}));
+  absl::StatusOr<v1::SaveAssignment> a = PlanSave({node}, SavePlannerOptions{});
+  CKPT_REQUIRE_OK(a);
+  const v1::TensorEntry& w = a->manifest_template().tensors(0);
+  REQUIRE(w.shards_size() == 2);
+  CHECK(w.shards(0).chunks_size() == 16);  // 64 MiB in 4 MiB chunks
+  // Overlapping columns are still caught.
+  v1::NodeSavePlan bad = SingleHost(2);
+  AddShard(bad, 0, BoxShard("w", v1::FLOAT32, {rows, 2}, {0, 0}, {rows, 2}));
+  AddShard(bad, 1, BoxShard("w", v1::FLOAT32, {rows, 2}, {0, 1}, {rows, 1}));
+  CKPT_REQUIRE_ERROR(PlanSave({bad}, SavePlannerOptions{}), absl::StatusCode::kInvalidArgument,
+                     "overlaps");
+  // A flat range and a column replicate nothing and overlap.
+  v1::NodeSavePlan mixed = SingleHost(2);
+  AddShard(mixed, 0, FlatShard("w", v1::FLOAT32, {rows, 2}, 3, 5));
+  AddShard(mixed, 1, BoxShard("w", v1::FLOAT32, {rows, 2}, {0, 1}, {rows, 1}));
+  CKPT_REQUIRE_ERROR(PlanSave({mixed}, SavePlannerOptions{}),
+                     absl::StatusCode::kInvalidArgument, "overlaps");
+}
+
+TEST_CASE("save planner bounds", "[save_planner][limits]") {
+  SavePlannerOptions options;
+  SECTION("world size") {
+    options.limits.max_world_size = 4;
+    v1::NodeSavePlan node = SingleHost(5);
+    CKPT_REQUIRE_ERROR(PlanSave({node}, options), absl::StatusCode::kResourceExhausted,
+                       "world size 5; the limit is 4 (--max_world_size)");
+    // A huge world size is refused before anything is sized by it.
+    node.set_world_size(std::numeric_limits<int32_t>::max());
+    CKPT_REQUIRE_ERROR(PlanSave({node}, SavePlannerOptions{}),
+                       absl::StatusCode::kResourceExhausted, "--max_world_size");
+  }
+  SECTION("distinct regions per tensor") {
+    options.limits.max_regions_per_tensor = 3;
+    v1::NodeSavePlan node = SingleHost(4);
+    for (int r = 0; r < 4; ++r) {
+      AddShard(node, r, BoxShard("w", v1::FLOAT32, {8, 4}, {0, r}, {8, 1}));
+    }
+    CKPT_REQUIRE_ERROR(PlanSave({node}, options), absl::StatusCode::kResourceExhausted,
+                       "tensor w", "the limit is 3 (--max_regions_per_tensor)");
+    options.limits.max_regions_per_tensor = 4;
+    CKPT_REQUIRE_OK(PlanSave({node}, options));
+  }
+  SECTION("shards and objects") {
+    options.limits.max_shard_bytes = 32;
+    v1::NodeSavePlan node = SingleHost(1);
+    AddShard(node, 0, Whole("w", v1::FLOAT32, {9}));
+    CKPT_REQUIRE_ERROR(PlanSave({node}, options), absl::StatusCode::kResourceExhausted,
+                       "rank 0: ", "tensor w", "--max_shard_bytes");
+    v1::NodeSavePlan objects = SingleHost(1);
+    *RankOf(objects, 0).add_objects() = Object("o", false, ~uint64_t{0});
+    CKPT_REQUIRE_ERROR(PlanSave({objects}, SavePlannerOptions{}),
+                       absl::StatusCode::kResourceExhausted, "--max_object_bytes");
+  }
+  SECTION("user metadata") {
+    options.limits.max_user_metadata_entries = 1;
+    v1::NodeSavePlan node = SingleHost(1);
+    (*node.mutable_user_metadata())["a"] = "1";
+    (*node.mutable_user_metadata())["b"] = "2";
+    CKPT_REQUIRE_ERROR(PlanSave({node}, options), absl::StatusCode::kResourceExhausted,
+                       "--max_user_metadata_entries");
+  }
+  SECTION("alignment") {
+    options.alignment = 0;
+    CKPT_REQUIRE_ERROR(PlanSave({SingleHost(1)}, options), absl::StatusCode::kInvalidArgument,
+                       "alignment 0");
   }
 }
 
