@@ -395,3 +395,35 @@ TEST_CASE("state four times the pool saves and loads, two jobs at once", "[pipel
 }
 
 }  // namespace ckpt::testing
+
+namespace ckpt::testing {
+
+TEST_CASE("empty objects and zero-size tensors save and load", "[pipeline]") {
+  InProcessDaemon d(/*gate_open=*/true, 4 << 20);
+  ClientOptions options;
+  options.socket_path = d.dir + "/ckptd.sock";
+  options.job = "empty";
+  auto client = Client::Attach(options);
+  REQUIRE(client.ok());
+  char dummy = 0;
+  HostTensor none{"model.none", DType::kFloat32, {0, 16}, Region::Whole(), &dummy};
+  float scalar = 2.5f;
+  HostTensor zero_d{"model.scalar", DType::kFloat32, {}, Region::Whole(), &scalar};
+  auto saved = (*client)->Save(1, {none, zero_d}, {{"empty", true, ""}, {"one", false, "1"}});
+  REQUIRE(saved.ok());
+  absl::Status persisted = (*saved)->WaitPersisted();
+  INFO(persisted.ToString());
+  REQUIRE(persisted.ok());
+  float loaded_scalar = 0;
+  HostTensor scalar_target = zero_d;
+  scalar_target.data = &loaded_scalar;
+  std::string empty = "not empty", one;
+  auto step = (*client)->Load(1, {none, scalar_target}, {{"empty", &empty}, {"one", &one}});
+  INFO(step.status().ToString());
+  REQUIRE(step.ok());
+  CHECK(loaded_scalar == 2.5f);
+  CHECK(empty.empty());
+  CHECK(one == "1");
+}
+
+}  // namespace ckpt::testing
