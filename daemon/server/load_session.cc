@@ -39,13 +39,7 @@ std::string LoadSession::load_id() const {
 }
 
 absl::Status LoadSession::CheckRankLocked(const RankSession& rank) const {
-  if (rank.job != job_ || rank.world_size != world_size_ || rank.rank < 0 ||
-      rank.rank >= world_size_) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        Who(), "the caller (job ", rank.job, ", rank ", rank.rank, " of ", rank.world_size,
-        ") is not one of its ", world_size_, " ranks"));
-  }
-  return absl::OkStatus();
+  return CheckMember(rank, job_, world_size_, Who());
 }
 
 absl::StatusOr<v1::LoadResponse> LoadSession::Load(const RankSession& rank,

@@ -8,6 +8,16 @@
 
 namespace ckpt::server {
 
+absl::Status CheckMember(const RankSession& rank, const std::string& job, int world_size,
+                         const std::string& who) {
+  if (rank.job == job && rank.world_size == world_size && rank.rank >= 0 && rank.rank < world_size) {
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(who, "the caller (job ", rank.job, ", rank ",
+                                                  rank.rank, " of ", rank.world_size,
+                                                  ") is not one of its ", world_size, " ranks"));
+}
+
 absl::StatusOr<RankSession> RankSessions::Attach(const std::string& job, int rank,
                                                  int world_size, int local_rank) {
   if (absl::Status s = ValidateName("job", job); !s.ok()) return s;

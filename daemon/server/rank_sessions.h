@@ -23,6 +23,12 @@ struct RankSession {
   int local_rank = 0;
 };
 
+// PERMISSION_DENIED unless the session is one of the `world_size` ranks of
+// `job`: a session only ever acts on its own job's saves and loads. `who`
+// prefixes the message.
+absl::Status CheckMember(const RankSession& rank, const std::string& job, int world_size,
+                         const std::string& who);
+
 struct SessionLimits {
   int max_sessions = 4096;      // attached ranks at once (--max_sessions)
   int max_world_size = 65536;   // ranks in one job (--max_world_size)

@@ -55,14 +55,7 @@ std::string SaveSession::save_id() const {
 }
 
 absl::Status SaveSession::CheckRankLocked(const RankSession& rank) const {
-  // A session only ever acts on its own job's saves, as one of its ranks.
-  if (rank.job != job_ || rank.world_size != world_size_ || rank.rank < 0 ||
-      rank.rank >= world_size_) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        Who(), "the caller (job ", rank.job, ", rank ", rank.rank, " of ", rank.world_size,
-        ") is not one of its ", world_size_, " ranks"));
-  }
-  return absl::OkStatus();
+  return CheckMember(rank, job_, world_size_, Who());
 }
 
 absl::StatusOr<v1::PlanSaveResponse> SaveSession::Plan(const RankSession& rank,
