@@ -6,6 +6,7 @@ packages=(
   build-essential cmake ninja-build pkg-config ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev liburing-dev libisal-dev catch2 libcli11-dev
+  clang libclang-rt-14-dev fio
 )
 
 missing=()
