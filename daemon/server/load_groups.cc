@@ -1,6 +1,9 @@
 #include "daemon/server/load_groups.h"
 
+#include <algorithm>
+#include <functional>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -38,7 +41,18 @@ std::vector<LoadGroup> GroupLoadReads(const v1::LoadAssignment& assignment, int 
     }
     return groups.back();
   };
-  for (const v1::ChunkRead& read : assignment.reads()) {
+  // In file order: each group is then a run of neighbouring blocks of one
+  // file, which the device reads as fast as a sequential stream (random
+  // 4 MiB reads were 25% slower here), whatever order the tensors come in.
+  std::vector<const v1::ChunkRead*> reads;
+  reads.reserve(assignment.reads_size());
+  for (const v1::ChunkRead& read : assignment.reads()) reads.push_back(&read);
+  std::stable_sort(reads.begin(), reads.end(), [](const v1::ChunkRead* a, const v1::ChunkRead* b) {
+    return std::make_tuple(std::cref(a->chunk().file()), a->chunk().file_offset()) <
+           std::make_tuple(std::cref(b->chunk().file()), b->chunk().file_offset());
+  });
+  for (const v1::ChunkRead* read_ptr : reads) {
+    const v1::ChunkRead& read = *read_ptr;
     LoadGroup& group = room_for(read.chunk().length());
     const uint64_t at = group.room_bytes;
     group.chunks.push_back({&read.chunk(), absl::StrCat("tensor ", read.fqn()), at});
@@ -54,9 +68,14 @@ std::vector<LoadGroup> GroupLoadReads(const v1::LoadAssignment& assignment, int 
     }
   }
   // A global object several ranks want is one stored chunk: read it once.
-  std::map<std::pair<std::string, uint64_t>, std::vector<const v1::ObjectRead*>> objects;
+  // Keyed by the whole chunk, not just its place: a hostile manifest may
+  // name two different-sized objects at one offset, and each rank must get
+  // exactly the bytes its object's size says.
+  using ChunkKey = std::tuple<std::string, uint64_t, uint64_t, uint32_t>;
+  std::map<ChunkKey, std::vector<const v1::ObjectRead*>> objects;
   for (const v1::ObjectRead& read : assignment.objects()) {
-    objects[{read.chunk().file(), read.chunk().file_offset()}].push_back(&read);
+    const v1::StoredChunk& c = read.chunk();
+    objects[{c.file(), c.file_offset(), c.length(), c.crc32c()}].push_back(&read);
   }
   for (const auto& [key, wanted] : objects) {
     const v1::StoredChunk& chunk = wanted.front()->chunk();

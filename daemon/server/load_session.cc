@@ -131,6 +131,7 @@ absl::Status LoadSession::Plan() {
     }
   }
   planned_ = true;
+  planned_at_ = absl::Now();
   deadline_ = absl::InfiniteFuture();  // liveness, not a timer, ends a stuck load now
   const int threads = std::max(
       1, std::min<int>(context_.options.reader_threads, static_cast<int>(groups_.size())));
@@ -150,10 +151,12 @@ void LoadSession::ReadLoop() {
   for (;;) {
     size_t index = 0;
     uint64_t bytes = 0;
+    absl::Time wait_start;
     {
       absl::MutexLock lock(&mu_);
       if (!error_.ok() || next_to_read_ >= groups_.size()) break;
       index = next_to_read_++;
+      wait_start = absl::Now();
       groups_[index].state = GroupState::kReading;
       bytes = groups_[index].plan.room_bytes;
       // Rooms in group order: wait for the earlier groups to have theirs.
@@ -168,6 +171,8 @@ void LoadSession::ReadLoop() {
     absl::StatusOr<pool::Allocation> room = context_.pool.Allocate(
         bytes, absl::Now() + context_.options.pool_wait_timeout,
         pool::Claim{job_, [this] { return failed_.load(std::memory_order_acquire); }});
+    times_.room_wait.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - wait_start),
+                               std::memory_order_relaxed);
     {
       absl::MutexLock lock(&mu_);
       ++next_to_allocate_;
@@ -192,6 +197,10 @@ void LoadSession::ReadLoop() {
     if (group.consumers_left == 0) ReleaseLocked(index);  // device deliveries only
   }
   context_.bytes_read.fetch_add(reader.bytes_read(), std::memory_order_relaxed);
+  bytes_read_.fetch_add(reader.bytes_read(), std::memory_order_relaxed);
+  times_.io.fetch_add(absl::ToInt64Nanoseconds(reader.io_time()), std::memory_order_relaxed);
+  times_.verify.fetch_add(absl::ToInt64Nanoseconds(reader.verify_time()),
+                          std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
   --readers_running_;
   if (!error_.ok()) FreeReadyRoomsLocked();
@@ -207,12 +216,13 @@ absl::Status LoadSession::ReadGroup(size_t index, ChunkReader& reader) {
   }
   // The plan is immutable once made and the room is this thread's until the
   // group is ready, so reading needs no lock.
+  if (failed_.load(std::memory_order_acquire)) return absl::CancelledError("load failed");
+  std::vector<ChunkTarget> targets;
+  targets.reserve(group->chunks.size());
   for (const GroupChunk& chunk : group->chunks) {
-    if (failed_.load(std::memory_order_acquire)) return absl::CancelledError("load failed");
-    if (absl::Status s = reader.Read(*chunk.chunk, chunk.owner, room + chunk.room_offset); !s.ok()) {
-      return Prefixed(s, Who());
-    }
+    targets.push_back({chunk.chunk, chunk.owner, room + chunk.room_offset});
   }
+  if (absl::Status s = reader.ReadAll(targets); !s.ok()) return Prefixed(s, Who());
   return DeliverToDevices(*group, room);
 }
 
@@ -277,7 +287,7 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
   if (state.next >= state.groups.size()) {
     if (!state.done) {
       state.done = true;
-      ++done_ranks_;
+      if (++done_ranks_ == world_size_) LogSummaryLocked();
     }
     batch.set_last(true);
     return batch;
@@ -304,6 +314,21 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
     *batch.add_deliveries() = std::move(d);
   }
   return batch;
+}
+
+void LoadSession::LogSummaryLocked() {
+  // Operators see each load's rate and where its readers spent their time
+  // (waiting for pool room means the ranks or other jobs held it; I/O the
+  // disk; verify the CPU), which is what tuning --reader_threads and
+  // --batch_bytes needs.
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - planned_at_);
+  const uint64_t bytes = bytes_read_.load(std::memory_order_relaxed);
+  auto s = [](const std::atomic<int64_t>& ns) { return ns.load(std::memory_order_relaxed) / 1e9; };
+  absl::FPrintF(stderr,
+                "ckptd: %sread %d bytes in %d groups in %.3f s (%.2f GB/s) for %d ranks; "
+                "reader threads: pool room wait %.3f s, I/O %.3f s, verify %.3f s\n",
+                Who(), bytes, groups_.size(), seconds, seconds > 0 ? bytes / seconds / 1e9 : 0.0,
+                world_size_, s(times_.room_wait), s(times_.io), s(times_.verify));
 }
 
 void LoadSession::ReleaseLocked(size_t index) {

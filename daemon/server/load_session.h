@@ -80,6 +80,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   absl::Status ReadGroup(size_t index, class ChunkReader& reader);
   absl::Status DeliverToDevices(const LoadGroup& group, const char* room);
   void ReleaseLocked(size_t group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LogSummaryLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeReadyRoomsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRankLocked(const RankSession& rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -107,6 +108,13 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   int readers_running_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::thread> readers_;
   std::atomic<bool> failed_{false};
+  // Where the readers' time went, for the summary line a finished load
+  // logs (nanoseconds, summed over the reader threads).
+  struct ReaderTimes {
+    std::atomic<int64_t> room_wait{0}, io{0}, verify{0};
+  } times_;
+  absl::Time planned_at_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> bytes_read_{0};
 };
 
 }  // namespace ckpt::server

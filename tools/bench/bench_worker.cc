@@ -74,7 +74,6 @@ int RunWorker(const WorkerOptions& options) {
   client_options.world_size = options.world;
   client_options.local_rank = options.rank;
   client_options.copy_threads = options.copy_threads;
-  client_options.pipeline_bytes = options.pipeline_bytes;
   auto client = Client::Attach(client_options);
   if (!client.ok()) {
     std::cout << Reply(client.status()) << std::endl;

@@ -29,7 +29,6 @@ struct WorkerOptions {
   int world = 1;
   uint64_t state_bytes = 0;  // of the whole model, all ranks together
   int copy_threads = 4;
-  uint64_t pipeline_bytes = 32 << 20;
   bool load = false;  // shards start zeroed, to be filled by `load`
 };
 

@@ -30,6 +30,7 @@ class ChildProcess {
   absl::Status WaitFor(const std::string& text);
   // SIGTERM, then reap; returns the exit status.
   int Stop();
+  pid_t pid() const { return pid_; }
 
  private:
   ChildProcess(pid_t pid, FILE* in, FILE* out) : pid_(pid), in_(in), out_(out) {}
