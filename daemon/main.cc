@@ -1,6 +1,7 @@
 // ckptd: flags -> DaemonOptions -> NodeDaemon. Wiring only.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <thread>
 
@@ -32,7 +33,28 @@ ABSL_FLAG(double, job_pool_share, 0,
           "Most of the pool one job may hold while others wait, as a fraction (0: fair share "
           "among the jobs that want room)");
 ABSL_FLAG(int32_t, max_sessions, 4096, "Attached ranks at once, over all jobs");
-ABSL_FLAG(int32_t, max_world_size, 65536, "Ranks in one job");
+ABSL_FLAG(int64_t, max_world_size, 65536, "Ranks in one job");
+// What one request may ask, checked before anything is allocated
+// (proto/lib/request_limits.h says what each bounds).
+ABSL_FLAG(int64_t, max_tensors_per_plan, 100'000, "Tensor shards in one rank's save or load request");
+ABSL_FLAG(int64_t, max_objects_per_plan, 10'000, "Objects in one rank's save or load request");
+ABSL_FLAG(int64_t, max_dims, 64, "Dimensions of a tensor");
+ABSL_FLAG(int64_t, max_runs_per_shard, int64_t{1} << 20, "Strided copy runs one shard may need");
+ABSL_FLAG(int64_t, max_regions_per_tensor, 16'384, "Distinct regions of one tensor in one save");
+ABSL_FLAG(int64_t, max_user_metadata_entries, 1'024, "User metadata entries of a save");
+ABSL_FLAG(int64_t, max_user_metadata_bytes, int64_t{1} << 20, "User metadata bytes (keys + values)");
+ABSL_FLAG(int64_t, max_name_bytes, 255, "Job, tensor, object and session names (jobs: at most 255)");
+ABSL_FLAG(int64_t, max_object_bytes, int64_t{64} << 30, "One object");
+ABSL_FLAG(int64_t, max_shard_bytes, int64_t{1} << 40, "The bytes of one tensor shard");
+ABSL_FLAG(int64_t, max_bytes_per_rank, int64_t{16} << 40, "Shards plus objects of one rank's request");
+ABSL_FLAG(int64_t, max_message_bytes, int64_t{64} << 20, "A gRPC message, in either direction");
+// What a MANIFEST read from disk may contain (a copied or hostile one).
+ABSL_FLAG(uint64_t, max_manifest_bytes, uint64_t{256} << 20, "A MANIFEST file");
+ABSL_FLAG(int64_t, max_manifest_tensors, 1 << 20, "Tensors in one manifest");
+ABSL_FLAG(int64_t, max_manifest_shards, 1 << 22, "Shards in one manifest, over all tensors");
+ABSL_FLAG(int64_t, max_manifest_chunks, 1 << 24, "Chunks in one manifest");
+ABSL_FLAG(int64_t, max_manifest_objects, 1 << 20, "Objects in one manifest");
+ABSL_FLAG(uint64_t, max_manifest_chunk_bytes, uint64_t{1} << 32, "One stored chunk (a read unit)");
 ABSL_FLAG(int32_t, plan_timeout_s, 120, "Abort a save or load whose ranks do not all arrive in time");
 ABSL_FLAG(int32_t, snapshot_timeout_s, 300, "Abort a save whose ranks do not all snapshot in time");
 ABSL_FLAG(int32_t, pool_wait_timeout_s, 60, "How long a save or load may wait for pool room");
@@ -68,7 +90,31 @@ int main(int argc, char** argv) {
   o.batch_bytes = absl::GetFlag(FLAGS_batch_bytes);
   o.job_pool_share = absl::GetFlag(FLAGS_job_pool_share);
   o.max_sessions = absl::GetFlag(FLAGS_max_sessions);
-  o.max_world_size = absl::GetFlag(FLAGS_max_world_size);
+  ckpt::RequestLimits& l = o.limits;
+  l.max_world_size = absl::GetFlag(FLAGS_max_world_size);
+  l.max_tensors_per_plan = absl::GetFlag(FLAGS_max_tensors_per_plan);
+  l.max_objects_per_plan = absl::GetFlag(FLAGS_max_objects_per_plan);
+  l.max_dims = absl::GetFlag(FLAGS_max_dims);
+  l.max_runs_per_shard = absl::GetFlag(FLAGS_max_runs_per_shard);
+  l.max_regions_per_tensor = absl::GetFlag(FLAGS_max_regions_per_tensor);
+  l.max_user_metadata_entries = absl::GetFlag(FLAGS_max_user_metadata_entries);
+  l.max_user_metadata_bytes = absl::GetFlag(FLAGS_max_user_metadata_bytes);
+  l.max_name_bytes = absl::GetFlag(FLAGS_max_name_bytes);
+  l.max_object_bytes = absl::GetFlag(FLAGS_max_object_bytes);
+  l.max_shard_bytes = absl::GetFlag(FLAGS_max_shard_bytes);
+  l.max_bytes_per_rank = absl::GetFlag(FLAGS_max_bytes_per_rank);
+  l.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  ckpt::coordinator::ManifestLimits& m = o.manifest_limits;
+  m.max_manifest_bytes = absl::GetFlag(FLAGS_max_manifest_bytes);
+  m.max_tensors = absl::GetFlag(FLAGS_max_manifest_tensors);
+  m.max_shards = absl::GetFlag(FLAGS_max_manifest_shards);
+  m.max_chunks = absl::GetFlag(FLAGS_max_manifest_chunks);
+  m.max_objects = absl::GetFlag(FLAGS_max_manifest_objects);
+  m.max_chunk_bytes = absl::GetFlag(FLAGS_max_manifest_chunk_bytes);
+  // Objects and dims are bounded alike whether they come from a request or
+  // from disk.
+  m.max_object_bytes = static_cast<uint64_t>(l.max_object_bytes);
+  m.max_dims = static_cast<int>(std::min<int64_t>(l.max_dims, 1 << 20));
   o.plan_timeout = absl::Seconds(absl::GetFlag(FLAGS_plan_timeout_s));
   o.snapshot_timeout = absl::Seconds(absl::GetFlag(FLAGS_snapshot_timeout_s));
   o.pool_wait_timeout = absl::Seconds(absl::GetFlag(FLAGS_pool_wait_timeout_s));

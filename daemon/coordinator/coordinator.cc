@@ -118,7 +118,7 @@ void Coordinator::AbortSave(const std::string& save_id, const std::string& reaso
 absl::StatusOr<v1::LoadAssignment> Coordinator::PlanLoad(const v1::NodeLoadPlan& node) {
   absl::StatusOr<v1::CheckpointManifest> manifest = catalog_.ReadManifest(node.job(), node.step());
   if (!manifest.ok()) return manifest.status();
-  absl::StatusOr<v1::LoadAssignment> assignment = coordinator::PlanLoad(*manifest, {node});
+  absl::StatusOr<v1::LoadAssignment> assignment = coordinator::PlanLoad(*manifest, {node}, options_.limits);
   if (!assignment.ok()) return assignment.status();
   assignment->set_checkpoint_path(StepDir(root(), node.job(), manifest->step()));
   return assignment;

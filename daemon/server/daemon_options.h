@@ -6,6 +6,8 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "daemon/coordinator/manifest_check.h"
+#include "proto/lib/request_limits.h"
 
 namespace ckpt::server {
 
@@ -31,7 +33,10 @@ struct DaemonOptions {
   // fair share, the pool divided among the jobs that want it).
   double job_pool_share = 0;
   int max_sessions = 4096;
-  int max_world_size = 65536;
+  // Bounds on what one request may ask (checked before anything is
+  // allocated) and on what a MANIFEST read from disk may contain.
+  RequestLimits limits;
+  coordinator::ManifestLimits manifest_limits;
   // The longest one WaitSave call blocks before answering "not done yet".
   absl::Duration wait_slice = absl::Seconds(10);
   // A save whose ranks have not all planned (or all snapshotted) by then is

@@ -20,11 +20,42 @@
 namespace ckpt::server {
 namespace {
 
-// Plans of large models are big, but a request is bounded before it is
-// parsed: RequestLimits::max_message_bytes.
-constexpr int kMaxMessageBytes = static_cast<int>(RequestLimits{}.max_message_bytes);
 constexpr absl::Duration kReapInterval = absl::Milliseconds(100);
 constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
+
+// A zero or negative bound would refuse everything (or, cast, allow
+// anything): refuse to start instead, naming the flag.
+absl::Status CheckLimits(const RequestLimits& l, const coordinator::ManifestLimits& m) {
+  const std::pair<const char*, int64_t> bounds[] = {
+      {"--max_world_size", l.max_world_size},
+      {"--max_tensors_per_plan", l.max_tensors_per_plan},
+      {"--max_objects_per_plan", l.max_objects_per_plan},
+      {"--max_dims", l.max_dims},
+      {"--max_runs_per_shard", l.max_runs_per_shard},
+      {"--max_regions_per_tensor", l.max_regions_per_tensor},
+      {"--max_user_metadata_entries", l.max_user_metadata_entries},
+      {"--max_user_metadata_bytes", l.max_user_metadata_bytes},
+      {"--max_name_bytes", l.max_name_bytes},
+      {"--max_object_bytes", l.max_object_bytes},
+      {"--max_shard_bytes", l.max_shard_bytes},
+      {"--max_bytes_per_rank", l.max_bytes_per_rank},
+      {"--max_message_bytes", l.max_message_bytes},
+      {"--max_manifest_tensors", m.max_tensors},
+      {"--max_manifest_shards", m.max_shards},
+      {"--max_manifest_chunks", m.max_chunks},
+      {"--max_manifest_objects", m.max_objects},
+  };
+  for (const auto& [flag, value] : bounds) {
+    if (value <= 0) return absl::InvalidArgumentError(absl::StrCat(flag, " must be positive, not ", value));
+  }
+  if (l.max_world_size > INT_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_world_size must be at most ", INT_MAX));
+  }
+  if (m.max_manifest_bytes == 0 || m.max_chunk_bytes == 0) {
+    return absl::InvalidArgumentError("--max_manifest_bytes and --max_manifest_chunk_bytes must be positive");
+  }
+  return absl::OkStatus();
+}
 
 // True when something accepts connections on the socket: another ckptd.
 bool SocketIsServed(const std::string& path) {
@@ -72,6 +103,7 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   if (options.writer_threads <= 0 || options.reader_threads <= 0) {
     return absl::InvalidArgumentError("--writer_threads and --reader_threads must be positive");
   }
+  if (absl::Status s = CheckLimits(options.limits, options.manifest_limits); !s.ok()) return s;
   if (options.host_name.empty()) options.host_name = DefaultHostName();
   if (options.pool_path.empty()) options.pool_path = DefaultPoolPath(options.socket_path);
   // Only one daemon per socket. With none alive, files left by a killed one
@@ -125,15 +157,17 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   coordinator::SavePlannerOptions planner;
   planner.chunk_bytes = o.chunk_bytes;
   planner.alignment = d->pool_->alignment();
+  planner.limits = o.limits;
   coordinator::CatalogOptions catalog;
   catalog.host = o.host_name;  // the instance id is chosen here, once per start
+  catalog.limits = o.manifest_limits;
   d->coordinator_ = std::make_unique<coordinator::Coordinator>(*d->backend_, o.storage_root,
                                                                planner, catalog);
   absl::StatusOr<int> removed = d->coordinator_->catalog().RemoveStalePartials();
   if (!removed.ok()) return removed.status();
   d->removed_partials_ = *removed;
 
-  d->sessions_ = std::make_unique<RankSessions>(SessionLimits{o.max_sessions, o.max_world_size});
+  d->sessions_ = std::make_unique<RankSessions>(SessionLimits{o.max_sessions, static_cast<int>(o.limits.max_world_size)});
   d->writers_ = std::make_unique<WriterPool>(o.writer_threads, std::max(1u, o.queue_depth),
                                               o.writer_nice);
   v1::HostIdentity host;
@@ -142,17 +176,18 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   d->context_.reset(new NodeContext{d->options_, *d->gpu_, *d->ipc_, host, *d->coordinator_, *d->backend_, *d->pool_,
                                     *d->writers_, *d->sessions_, d->bytes_written_,
                                     d->bytes_read_, d->commits_});
-  RequestLimits limits;
-  limits.max_world_size = o.max_world_size;
-  d->service_ = std::make_unique<NodeService>(*d->context_, d->gpu_->HasDevice(), limits);
+  d->service_ = std::make_unique<NodeService>(*d->context_, d->gpu_->HasDevice(), o.limits);
   return d;
 }
 
 absl::Status NodeDaemon::Start() {
   unlink(options_.socket_path.c_str());  // a stale socket of a killed daemon
   grpc::ServerBuilder builder;
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Plans of large models are big, but a request is bounded before it is
+  // parsed.
+  const int max_message = static_cast<int>(std::min<int64_t>(options_.limits.max_message_bytes, INT_MAX));
+  builder.SetMaxReceiveMessageSize(max_message);
+  builder.SetMaxSendMessageSize(max_message);
   builder.AddListeningPort(absl::StrCat("unix:", options_.socket_path),
                            grpc::InsecureServerCredentials());
   int tcp_port = 0;

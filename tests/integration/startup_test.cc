@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/grpcpp.h>
+
 #include "tests/support/test_daemon.h"
 
 namespace ckpt::testing {
@@ -72,6 +74,54 @@ TEST_CASE("a second ckptd on the same socket refuses to start", "[integration][s
   CHECK(second.output.find("another ckptd is serving") != std::string::npos);
   // The first one still serves.
   CHECK(first.Ckptctl({"status"}).ok());
+}
+
+TEST_CASE("limit flags bound requests, and a non-positive one refuses to start",
+          "[integration][startup]") {
+  TestDaemon d;
+  const absl::Status refused = d.Start({"--max_tensors_per_plan=0"});
+  INFO(refused.ToString());
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.ToString().find("--max_tensors_per_plan must be positive") != std::string::npos);
+
+  REQUIRE(d.Start({"--max_tensors_per_plan=2", "--max_world_size=4"}).ok());
+  auto stub = d.Stub();
+  auto deadline = [] { return std::chrono::system_clock::now() + std::chrono::seconds(30); };
+  v1::AttachRequest attach;
+  attach.set_job("limits");
+  attach.set_rank(0);
+  attach.set_world_size(5);
+  v1::AttachResponse attached;
+  {
+    grpc::ClientContext c;
+    c.set_deadline(deadline());
+    const grpc::Status s = stub->Attach(&c, attach, &attached);
+    INFO(s.error_message());
+    CHECK(s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    CHECK(s.error_message().find("max_world_size") != std::string::npos);
+  }
+  attach.set_world_size(1);
+  {
+    grpc::ClientContext c;
+    c.set_deadline(deadline());
+    REQUIRE(stub->Attach(&c, attach, &attached).ok());
+  }
+  v1::PlanSaveRequest plan;
+  plan.set_session_id(attached.session_id());
+  plan.set_step(1);
+  for (int i = 0; i < 3; ++i) {
+    v1::TensorShard* t = plan.add_shards();
+    t->set_fqn("t" + std::to_string(i));
+    t->set_dtype(v1::FLOAT32);
+    t->add_global_shape(4);
+  }
+  v1::PlanSaveResponse planned;
+  grpc::ClientContext c;
+  c.set_deadline(deadline());
+  const grpc::Status s = stub->PlanSave(&c, plan, &planned);
+  INFO(s.error_message());
+  CHECK(s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(s.error_message().find("max_tensors_per_plan") != std::string::npos);
 }
 
 }  // namespace ckpt::testing
