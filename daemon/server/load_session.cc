@@ -22,10 +22,10 @@ LoadSession::LoadSession(NodeContext& context, std::string job, int64_t step, in
 }
 
 LoadSession::~LoadSession() {
+  // Reader tasks hold a reference: none is queued or running any more.
   Fail(absl::CancelledError(absl::StrCat(Who(), "abandoned")));
-  for (std::thread& t : readers_) {
-    if (t.joinable()) t.join();
-  }
+  absl::MutexLock lock(&mu_);
+  FreeReadyRoomsLocked();
 }
 
 std::string LoadSession::Who() const {
@@ -133,57 +133,72 @@ absl::Status LoadSession::Plan() {
   planned_ = true;
   planned_at_ = absl::Now();
   deadline_ = absl::InfiniteFuture();  // liveness, not a timer, ends a stuck load now
-  const int threads = std::max(
-      1, std::min<int>(context_.options.reader_threads, static_cast<int>(groups_.size())));
   if (groups_.empty()) return absl::OkStatus();
-  readers_running_ = threads;
-  for (int t = 0; t < threads; ++t) readers_.emplace_back([this] { ReadLoop(); });
+  // As many groups in flight as there are reader threads.
+  const int tasks = std::max(
+      1, std::min<int>(context_.readers.threads(), static_cast<int>(groups_.size())));
+  std::shared_ptr<LoadSession> self = shared_from_this();
+  for (int t = 0; t < tasks; ++t) {
+    if (!context_.readers.Submit([self] { self->ReadNextGroup(); })) {
+      return absl::UnavailableError(absl::StrCat(Who(), "ckptd is shutting down"));
+    }
+    ++readers_running_;
+  }
   return absl::OkStatus();
 }
 
-void LoadSession::ReadLoop() {
+void LoadSession::ReadNextGroup() {
+  size_t index = 0;
+  uint64_t bytes = 0;
   std::string dir;
+  absl::Time wait_start;
   {
     absl::MutexLock lock(&mu_);
+    if (!error_.ok() || next_to_read_ >= groups_.size()) {
+      --readers_running_;
+      if (!error_.ok()) FreeReadyRoomsLocked();
+      return;
+    }
+    index = next_to_read_++;
+    wait_start = absl::Now();
+    groups_[index].state = GroupState::kReading;
+    bytes = groups_[index].plan.room_bytes;
     dir = assignment_.checkpoint_path();
+    // Rooms in group order: wait for the earlier groups to have theirs (their
+    // tasks took them first and are running, so this cannot wait on a task
+    // still queued).
+    std::pair<LoadSession*, size_t> turn(this, index);
+    mu_.Await(absl::Condition(
+        +[](std::pair<LoadSession*, size_t>* p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return p->first->next_to_allocate_ == p->second || !p->first->error_.ok();
+        },
+        &turn));
   }
+  absl::Status status;
+  absl::StatusOr<pool::Allocation> room = context_.pool.Allocate(
+      bytes, absl::Now() + context_.options.pool_wait_timeout,
+      pool::Claim{job_, [this] { return failed_.load(std::memory_order_acquire); }});
+  times_.room_wait.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - wait_start),
+                             std::memory_order_relaxed);
+  {
+    absl::MutexLock lock(&mu_);
+    ++next_to_allocate_;
+    if (room.ok()) {
+      groups_[index].room = *room;
+      groups_[index].has_room = true;
+    } else {
+      status = Prefixed(room.status(), absl::StrCat(Who(), "room to read into: "));
+    }
+  }
+  // A reader per task: it caches the group's open files, a handful.
   ChunkReader reader(context_.backend, dir, context_.pool.alignment());
-  for (;;) {
-    size_t index = 0;
-    uint64_t bytes = 0;
-    absl::Time wait_start;
-    {
-      absl::MutexLock lock(&mu_);
-      if (!error_.ok() || next_to_read_ >= groups_.size()) break;
-      index = next_to_read_++;
-      wait_start = absl::Now();
-      groups_[index].state = GroupState::kReading;
-      bytes = groups_[index].plan.room_bytes;
-      // Rooms in group order: wait for the earlier groups to have theirs.
-      std::pair<LoadSession*, size_t> turn(this, index);
-      mu_.Await(absl::Condition(
-          +[](std::pair<LoadSession*, size_t>* p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return p->first->next_to_allocate_ == p->second || !p->first->error_.ok();
-          },
-          &turn));
-    }
-    absl::Status status;
-    absl::StatusOr<pool::Allocation> room = context_.pool.Allocate(
-        bytes, absl::Now() + context_.options.pool_wait_timeout,
-        pool::Claim{job_, [this] { return failed_.load(std::memory_order_acquire); }});
-    times_.room_wait.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - wait_start),
-                               std::memory_order_relaxed);
-    {
-      absl::MutexLock lock(&mu_);
-      ++next_to_allocate_;
-      if (room.ok()) {
-        groups_[index].room = *room;
-        groups_[index].has_room = true;
-      } else {
-        status = Prefixed(room.status(), absl::StrCat(Who(), "room to read into: "));
-      }
-    }
-    if (status.ok()) status = ReadGroup(index, reader);
+  if (status.ok()) status = ReadGroup(index, reader);
+  context_.bytes_read.fetch_add(reader.bytes_read(), std::memory_order_relaxed);
+  bytes_read_.fetch_add(reader.bytes_read(), std::memory_order_relaxed);
+  times_.io.fetch_add(absl::ToInt64Nanoseconds(reader.io_time()), std::memory_order_relaxed);
+  times_.verify.fetch_add(absl::ToInt64Nanoseconds(reader.verify_time()),
+                          std::memory_order_relaxed);
+  {
     absl::MutexLock lock(&mu_);
     if (!status.ok()) FailLocked(status);
     Group& group = groups_[index];
@@ -191,19 +206,18 @@ void LoadSession::ReadLoop() {
       if (group.has_room) context_.pool.Free(group.room);
       group.has_room = false;
       group.state = GroupState::kReleased;
-      break;
+    } else {
+      group.state = GroupState::kReady;
+      if (group.consumers_left == 0) ReleaseLocked(index);  // device deliveries only
     }
-    group.state = GroupState::kReady;
-    if (group.consumers_left == 0) ReleaseLocked(index);  // device deliveries only
   }
-  context_.bytes_read.fetch_add(reader.bytes_read(), std::memory_order_relaxed);
-  bytes_read_.fetch_add(reader.bytes_read(), std::memory_order_relaxed);
-  times_.io.fetch_add(absl::ToInt64Nanoseconds(reader.io_time()), std::memory_order_relaxed);
-  times_.verify.fetch_add(absl::ToInt64Nanoseconds(reader.verify_time()),
-                          std::memory_order_relaxed);
-  absl::MutexLock lock(&mu_);
-  --readers_running_;
-  if (!error_.ok()) FreeReadyRoomsLocked();
+  // Back of the queue: concurrent loads take turns on the readers.
+  std::shared_ptr<LoadSession> self = shared_from_this();
+  if (!context_.readers.Submit([self] { self->ReadNextGroup(); })) {
+    absl::MutexLock lock(&mu_);
+    --readers_running_;
+    FailLocked(absl::UnavailableError(absl::StrCat(Who(), "ckptd is shutting down")));
+  }
 }
 
 absl::Status LoadSession::ReadGroup(size_t index, ChunkReader& reader) {

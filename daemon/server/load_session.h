@@ -1,8 +1,8 @@
 // One load of one job step on this host (DESIGN.md §5). Ranks arrive with
 // their requests; the last to arrive batches them into one NodeLoadPlan and
 // gets the chunk reads from the coordinator. The reads are cut into groups
-// of about --batch_bytes; reader threads take the groups in order, read each
-// into pool room (waiting while the job's share is full), verify every CRC,
+// of about --batch_bytes; the daemon's reader threads (ReaderPool) take the
+// groups in order, a task per group, read each into pool room (waiting while the job's share is full), verify every CRC,
 // deliver GPU destinations themselves, and hand the group to the ranks that
 // need some of it. A rank copies its part straight from the pool into its
 // tensors (one host copy) while the readers go on with the next groups, and
@@ -24,7 +24,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -76,7 +75,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   };
 
   absl::Status Plan();  // run by the last rank to arrive, without mu_
-  void ReadLoop();      // a reader thread
+  // A reader task: reads the next group, then queues the next task.
+  void ReadNextGroup();
   absl::Status ReadGroup(size_t index, class ChunkReader& reader);
   absl::Status DeliverToDevices(const LoadGroup& group, const char* room);
   void ReleaseLocked(size_t group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -105,8 +105,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   std::vector<Group> groups_ ABSL_GUARDED_BY(mu_);
   size_t next_to_read_ ABSL_GUARDED_BY(mu_) = 0;
   size_t next_to_allocate_ ABSL_GUARDED_BY(mu_) = 0;  // rooms go in group order
-  int readers_running_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<std::thread> readers_;
+  int readers_running_ ABSL_GUARDED_BY(mu_) = 0;  // reader tasks queued or running
   std::atomic<bool> failed_{false};
   // Where the readers' time went, for the summary line a finished load
   // logs (nanoseconds, summed over the reader threads).

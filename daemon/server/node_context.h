@@ -15,6 +15,7 @@
 #include "daemon/pool/shm_pool.h"
 #include "daemon/server/daemon_options.h"
 #include "daemon/server/rank_sessions.h"
+#include "daemon/server/reader_pool.h"
 #include "daemon/server/writer_pool.h"
 #include "daemon/storage/backend.h"
 
@@ -29,6 +30,7 @@ struct NodeContext {
   storage::Backend& backend;
   pool::ShmPool& pool;
   WriterPool& writers;
+  ReaderPool& readers;
   RankSessions& sessions;
   std::atomic<uint64_t>& bytes_written;
   std::atomic<uint64_t>& bytes_read;

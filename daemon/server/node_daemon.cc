@@ -170,11 +170,12 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   d->sessions_ = std::make_unique<RankSessions>(SessionLimits{o.max_sessions, static_cast<int>(o.limits.max_world_size)});
   d->writers_ = std::make_unique<WriterPool>(o.writer_threads, std::max(1u, o.queue_depth),
                                               o.writer_nice);
+  d->readers_ = std::make_unique<ReaderPool>(o.reader_threads);
   v1::HostIdentity host;
   host.set_host(o.host_name);
   host.set_address(o.listen_address);
   d->context_.reset(new NodeContext{d->options_, *d->gpu_, *d->ipc_, host, *d->coordinator_, *d->backend_, *d->pool_,
-                                    *d->writers_, *d->sessions_, d->bytes_written_,
+                                    *d->writers_, *d->readers_, *d->sessions_, d->bytes_written_,
                                     d->bytes_read_, d->commits_});
   d->service_ = std::make_unique<NodeService>(*d->context_, d->gpu_->HasDevice(), o.limits);
   return d;
@@ -232,6 +233,7 @@ NodeDaemon::~NodeDaemon() {
   }
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   writers_.reset();
+  if (readers_) readers_->Stop();
   service_.reset();
   sessions_.reset();
   ipc_.reset();  // mappings close before the runtime goes

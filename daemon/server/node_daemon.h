@@ -59,6 +59,7 @@ class NodeDaemon {
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::unique_ptr<RankSessions> sessions_;
   std::unique_ptr<WriterPool> writers_;
+  std::unique_ptr<ReaderPool> readers_;
   std::atomic<uint64_t> bytes_written_{0};
   std::atomic<uint64_t> bytes_read_{0};
   std::atomic<uint64_t> commits_{0};
