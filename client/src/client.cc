@@ -213,7 +213,10 @@ class ClientImpl final : public Client {
                                                    std::vector<SaveObject> objects,
                                                    SaveOptions options) override {
     if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step ", step, " is negative"));
-    if (absl::Status s = EnsureAttached(); !s.ok()) return s;
+    if (absl::Status s = EnsureAttached(); !s.ok()) {
+      return Prefixed(s, absl::StrCat("save of job ", options_.job, " step ", step, " by rank ",
+                                      options_.rank, ": "));
+    }
     auto job = std::make_unique<SaveJob>();
     job->exports.resize(tensors.size());
     bool on_gpu = false;
@@ -303,9 +306,8 @@ class ClientImpl final : public Client {
     {
       grpc::ClientContext context;
       SetDeadline(context, *attachment);
-      if (absl::Status s = FromGrpcStatus(stub.Load(&context, request, &response)); !s.ok()) {
-        return Prefixed(s, what);
-      }
+      absl::Status s = FromDaemon(*attachment, stub.Load(&context, request, &response));
+      if (!s.ok()) return Prefixed(s, what);
     }
     if (response.object_bytes_size() != static_cast<int>(objects.size())) {
       return absl::InternalError(absl::StrCat(what, "daemon answered for ",
@@ -329,9 +331,8 @@ class ClientImpl final : public Client {
       next.set_load_id(response.load_id());
       next.set_done_batch_id(done);
       v1::LoadBatch batch;
-      if (absl::Status s = FromGrpcStatus(stub.NextLoadBatch(&context, next, &batch)); !s.ok()) {
-        return Prefixed(s, what);
-      }
+      absl::Status asked = FromDaemon(*attachment, stub.NextLoadBatch(&context, next, &batch));
+      if (!asked.ok()) return Prefixed(asked, what);
       done = batch.batch_id();
       if (batch.batch_id() == 0) {
         if (batch.last()) break;
@@ -378,9 +379,8 @@ class ClientImpl final : public Client {
         SetDeadline(release, *attachment);
         next.set_done_batch_id(done);
         v1::LoadBatch end;
-        if (absl::Status s = FromGrpcStatus(stub.NextLoadBatch(&release, next, &end)); !s.ok()) {
-          return Prefixed(s, what);
-        }
+        absl::Status released = FromDaemon(*attachment, stub.NextLoadBatch(&release, next, &end));
+        if (!released.ok()) return Prefixed(released, what);
         break;
       }
     }
@@ -401,6 +401,18 @@ class ClientImpl final : public Client {
     if (watch_context_) watch_context_->TryCancel();
     if (watch_thread_.joinable()) watch_thread_.join();
     watch_context_.reset();
+  }
+
+  // A call's outcome as a status. UNAVAILABLE means the daemon is gone
+  // (died, restarting, shutting down): the error names it (gRPC's own says
+  // only "Broken pipe" or "Connection refused"), and the next Save or Load
+  // attaches again without waiting for the Watch stream's end, which another
+  // thread notices a little later.
+  absl::Status FromDaemon(const Attachment& attachment, const grpc::Status& status) const {
+    absl::Status s = FromGrpcStatus(status);
+    if (!absl::IsUnavailable(s)) return s;
+    attachment.gone->store(true);
+    return Prefixed(s, absl::StrCat("ckptd at unix:", options_.socket_path, ": "));
   }
 
   // Attaches again when the daemon ended our session (it restarted).
@@ -469,7 +481,7 @@ class ClientImpl final : public Client {
         wait.set_save_id(item.save_id);
         wait.set_timeout_ms(10000);
         v1::WaitSaveResponse waited;
-        absl::Status s = FromGrpcStatus(stub.WaitSave(&context, wait, &waited));
+        absl::Status s = FromDaemon(*attachment, stub.WaitSave(&context, wait, &waited));
         if (!s.ok()) {
           item.state->PersistDone(Prefixed(s, what));
           break;
@@ -517,7 +529,7 @@ class ClientImpl final : public Client {
     {
       grpc::ClientContext context;
       SetDeadline(context, *attachment);
-      absl::Status s = FromGrpcStatus(stub.PlanSave(&context, plan, &planned));
+      absl::Status s = FromDaemon(*attachment, stub.PlanSave(&context, plan, &planned));
       if (!s.ok()) return fail(s);
     }
     std::vector<uint64_t> shard_bytes;
@@ -529,7 +541,7 @@ class ClientImpl final : public Client {
       v1::NextSaveBatchRequest request;
       request.set_session_id(attachment->session);
       request.set_save_id(planned.save_id());
-      return FromGrpcStatus(stub.NextSaveBatch(&context, request, batch));
+      return FromDaemon(*attachment, stub.NextSaveBatch(&context, request, batch));
     };
     v1::SaveBatch batch;
     if (absl::Status s = next_batch(&batch); !s.ok()) return fail(s);
@@ -587,7 +599,7 @@ class ClientImpl final : public Client {
         submit.set_save_id(planned.save_id());
         submit.set_batch_id(batch.batch_id());
         v1::SubmitSnapshotResponse submitted;
-        absl::Status s = FromGrpcStatus(stub.SubmitSnapshot(&context, submit, &submitted));
+        absl::Status s = FromDaemon(*attachment, stub.SubmitSnapshot(&context, submit, &submitted));
         if (!s.ok()) return fail(s);
       }
       if (batch.last()) break;

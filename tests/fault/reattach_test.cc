@@ -85,7 +85,9 @@ void LoadAndCompare(Client& client, int64_t step, int64_t expected_step,
 }
 
 // Both client calls while no daemon serves the socket: an error that says
-// what and where, quickly.
+// what and where, quickly. The save may run on the old session if the client
+// has not yet seen the daemon's death (another thread notices it); then it
+// fails on the broken connection rather than in attaching.
 void CheckDownCallsFail(Client& client, const TestDaemon& d, const RankState& state) {
   absl::Time start = absl::Now();
   absl::StatusOr<std::shared_ptr<SaveHandle>> handle = client.Save(2, state.tensors, {});
@@ -93,7 +95,8 @@ void CheckDownCallsFail(Client& client, const TestDaemon& d, const RankState& st
   absl::Duration took = absl::Now() - start;
   INFO("save while ckptd is down: " << saved.ToString() << " after " << took);
   CHECK(absl::IsUnavailable(saved));
-  CHECK(saved.message().find("attach to ckptd at unix:" + d.socket()) != std::string::npos);
+  CHECK(saved.message().find("save of job reattach step 2 by rank 0") != std::string::npos);
+  CHECK(saved.message().find("ckptd at unix:" + d.socket()) != std::string::npos);
   CHECK(took < kDownBound);
 
   RankState into;
@@ -101,6 +104,7 @@ void CheckDownCallsFail(Client& client, const TestDaemon& d, const RankState& st
   absl::StatusOr<int64_t> loaded = client.Load(kLatestStep, into.tensors);
   took = absl::Now() - start;
   INFO("load while ckptd is down: " << loaded.status().ToString() << " after " << took);
+  // By now the client knows the daemon is gone: the load attaches first.
   CHECK(absl::IsUnavailable(loaded.status()));
   CHECK(loaded.status().message().find("load of job") != std::string::npos);
   CHECK(loaded.status().message().find("attach to ckptd at unix:" + d.socket()) !=
