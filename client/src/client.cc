@@ -100,8 +100,25 @@ struct SaveJob {
   std::optional<gpu::IpcEvent> ready;
 };
 
-// What one Attach gave: the session and the pool mapped for it.
+// A channel of its own for each attach. gRPC keeps a channel's connection
+// state (and, by default, shares it between channels to one target): after
+// the daemon died, a channel sits out a reconnect backoff and fails every
+// call at once with the old "connection refused", even after the daemon is
+// back. A fresh channel with a local subchannel pool connects on its first
+// call, so re-attaching works as soon as the restarted daemon serves.
+std::shared_ptr<v1::NodeService::Stub> NewStub(const std::string& socket_path) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return v1::NodeService::NewStub(grpc::CreateCustomChannel(
+      absl::StrCat("unix:", socket_path), grpc::InsecureChannelCredentials(), args));
+}
+
+// What one Attach gave: the session, the channel it lives on and the pool
+// mapped for it.
 struct Attachment {
+  std::shared_ptr<v1::NodeService::Stub> stub;
   std::string session;
   std::unique_ptr<PoolMapping> pool;
   std::chrono::milliseconds max_wait{0};
@@ -112,8 +129,8 @@ struct Attachment {
 
 class ClientImpl final : public Client {
  public:
-  ClientImpl(ClientOptions options, std::unique_ptr<v1::NodeService::Stub> stub)
-      : options_(std::move(options)), stub_(std::move(stub)), copies_(options_.copy_threads) {}
+  explicit ClientImpl(ClientOptions options)
+      : options_(std::move(options)), copies_(options_.copy_threads) {}
 
   absl::Status AttachFirst() {
     absl::MutexLock lock(&attach_mu_);
@@ -131,7 +148,8 @@ class ClientImpl final : public Client {
     request.set_world_size(options_.world_size);
     request.set_local_rank(options_.local_rank);
     v1::AttachResponse response;
-    if (absl::Status s = FromGrpcStatus(stub_->Attach(&context, request, &response)); !s.ok()) {
+    std::shared_ptr<v1::NodeService::Stub> stub = NewStub(options_.socket_path);
+    if (absl::Status s = FromGrpcStatus(stub->Attach(&context, request, &response)); !s.ok()) {
       return Prefixed(s, absl::StrCat("attach to ckptd at ", target, ": "));
     }
     absl::StatusOr<std::unique_ptr<PoolMapping>> pool =
@@ -139,6 +157,7 @@ class ClientImpl final : public Client {
     if (!pool.ok()) return pool.status();
     StopWatch();
     auto attachment = std::make_shared<Attachment>();
+    attachment->stub = std::move(stub);
     attachment->session = response.session_id();
     attachment->pool = std::move(*pool);
     attachment->max_wait = std::chrono::milliseconds(response.max_wait_ms());
@@ -151,10 +170,10 @@ class ClientImpl final : public Client {
     watch_context_ = std::make_unique<grpc::ClientContext>();
     auto watch_request = std::make_shared<v1::WatchRequest>();
     watch_request->set_session_id(attachment->session);
-    watch_thread_ = std::thread([this, context = watch_context_.get(), watch_request,
-                                 gone = attachment->gone] {
+    watch_thread_ = std::thread([stub = attachment->stub, context = watch_context_.get(),
+                                 watch_request, gone = attachment->gone] {
       std::unique_ptr<grpc::ClientReader<v1::WatchEvent>> reader =
-          stub_->Watch(context, *watch_request);
+          stub->Watch(context, *watch_request);
       v1::WatchEvent event;
       while (reader->Read(&event)) {
       }
@@ -184,7 +203,7 @@ class ClientImpl final : public Client {
       v1::DetachRequest request;
       request.set_session_id(attachment->session);
       v1::DetachResponse response;
-      (void)stub_->Detach(&context, request, &response);
+      (void)attachment->stub->Detach(&context, request, &response);
     }
     absl::MutexLock lock(&attach_mu_);
     StopWatch();
@@ -194,7 +213,10 @@ class ClientImpl final : public Client {
                                                    std::vector<SaveObject> objects,
                                                    SaveOptions options) override {
     if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step ", step, " is negative"));
-    if (absl::Status s = EnsureAttached(); !s.ok()) return s;
+    if (absl::Status s = EnsureAttached(); !s.ok()) {
+      return Prefixed(s, absl::StrCat("save of job ", options_.job, " step ", step, " by rank ",
+                                      options_.rank, ": "));
+    }
     auto job = std::make_unique<SaveJob>();
     job->exports.resize(tensors.size());
     bool on_gpu = false;
@@ -249,6 +271,7 @@ class ClientImpl final : public Client {
                                           " by rank ", options_.rank, ": ");
     if (absl::Status s = EnsureAttached(); !s.ok()) return Prefixed(s, what);
     std::shared_ptr<Attachment> attachment = Current();
+    v1::NodeService::Stub& stub = *attachment->stub;
     v1::LoadRequest request;
     request.set_session_id(attachment->session);
     request.set_step(step);
@@ -283,9 +306,8 @@ class ClientImpl final : public Client {
     {
       grpc::ClientContext context;
       SetDeadline(context, *attachment);
-      if (absl::Status s = FromGrpcStatus(stub_->Load(&context, request, &response)); !s.ok()) {
-        return Prefixed(s, what);
-      }
+      absl::Status s = FromDaemon(*attachment, stub.Load(&context, request, &response));
+      if (!s.ok()) return Prefixed(s, what);
     }
     if (response.object_bytes_size() != static_cast<int>(objects.size())) {
       return absl::InternalError(absl::StrCat(what, "daemon answered for ",
@@ -309,9 +331,8 @@ class ClientImpl final : public Client {
       next.set_load_id(response.load_id());
       next.set_done_batch_id(done);
       v1::LoadBatch batch;
-      if (absl::Status s = FromGrpcStatus(stub_->NextLoadBatch(&context, next, &batch)); !s.ok()) {
-        return Prefixed(s, what);
-      }
+      absl::Status asked = FromDaemon(*attachment, stub.NextLoadBatch(&context, next, &batch));
+      if (!asked.ok()) return Prefixed(asked, what);
       done = batch.batch_id();
       if (batch.batch_id() == 0) {
         if (batch.last()) break;
@@ -358,9 +379,8 @@ class ClientImpl final : public Client {
         SetDeadline(release, *attachment);
         next.set_done_batch_id(done);
         v1::LoadBatch end;
-        if (absl::Status s = FromGrpcStatus(stub_->NextLoadBatch(&release, next, &end)); !s.ok()) {
-          return Prefixed(s, what);
-        }
+        absl::Status released = FromDaemon(*attachment, stub.NextLoadBatch(&release, next, &end));
+        if (!released.ok()) return Prefixed(released, what);
         break;
       }
     }
@@ -381,6 +401,18 @@ class ClientImpl final : public Client {
     if (watch_context_) watch_context_->TryCancel();
     if (watch_thread_.joinable()) watch_thread_.join();
     watch_context_.reset();
+  }
+
+  // A call's outcome as a status. UNAVAILABLE means the daemon is gone
+  // (died, restarting, shutting down): the error names it (gRPC's own says
+  // only "Broken pipe" or "Connection refused"), and the next Save or Load
+  // attaches again without waiting for the Watch stream's end, which another
+  // thread notices a little later.
+  absl::Status FromDaemon(const Attachment& attachment, const grpc::Status& status) const {
+    absl::Status s = FromGrpcStatus(status);
+    if (!absl::IsUnavailable(s)) return s;
+    attachment.gone->store(true);
+    return Prefixed(s, absl::StrCat("ckptd at unix:", options_.socket_path, ": "));
   }
 
   // Attaches again when the daemon ended our session (it restarted).
@@ -440,6 +472,7 @@ class ClientImpl final : public Client {
       const std::string what = absl::StrCat("save of job ", options_.job, " step ", item.step,
                                             " by rank ", options_.rank, ": ");
       std::shared_ptr<Attachment> attachment = Current();
+      v1::NodeService::Stub& stub = *attachment->stub;
       for (;;) {
         grpc::ClientContext context;
         context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(40));
@@ -448,7 +481,7 @@ class ClientImpl final : public Client {
         wait.set_save_id(item.save_id);
         wait.set_timeout_ms(10000);
         v1::WaitSaveResponse waited;
-        absl::Status s = FromGrpcStatus(stub_->WaitSave(&context, wait, &waited));
+        absl::Status s = FromDaemon(*attachment, stub.WaitSave(&context, wait, &waited));
         if (!s.ok()) {
           item.state->PersistDone(Prefixed(s, what));
           break;
@@ -473,6 +506,7 @@ class ClientImpl final : public Client {
     };
     if (absl::Status s = EnsureAttached(); !s.ok()) return fail(s);
     std::shared_ptr<Attachment> attachment = Current();
+    v1::NodeService::Stub& stub = *attachment->stub;
     v1::PlanSaveRequest plan;
     plan.set_session_id(attachment->session);
     plan.set_step(job.step);
@@ -495,7 +529,7 @@ class ClientImpl final : public Client {
     {
       grpc::ClientContext context;
       SetDeadline(context, *attachment);
-      absl::Status s = FromGrpcStatus(stub_->PlanSave(&context, plan, &planned));
+      absl::Status s = FromDaemon(*attachment, stub.PlanSave(&context, plan, &planned));
       if (!s.ok()) return fail(s);
     }
     std::vector<uint64_t> shard_bytes;
@@ -507,7 +541,7 @@ class ClientImpl final : public Client {
       v1::NextSaveBatchRequest request;
       request.set_session_id(attachment->session);
       request.set_save_id(planned.save_id());
-      return FromGrpcStatus(stub_->NextSaveBatch(&context, request, batch));
+      return FromDaemon(*attachment, stub.NextSaveBatch(&context, request, batch));
     };
     v1::SaveBatch batch;
     if (absl::Status s = next_batch(&batch); !s.ok()) return fail(s);
@@ -565,7 +599,7 @@ class ClientImpl final : public Client {
         submit.set_save_id(planned.save_id());
         submit.set_batch_id(batch.batch_id());
         v1::SubmitSnapshotResponse submitted;
-        absl::Status s = FromGrpcStatus(stub_->SubmitSnapshot(&context, submit, &submitted));
+        absl::Status s = FromDaemon(*attachment, stub.SubmitSnapshot(&context, submit, &submitted));
         if (!s.ok()) return fail(s);
       }
       if (batch.last()) break;
@@ -609,7 +643,6 @@ class ClientImpl final : public Client {
   };
 
   const ClientOptions options_;
-  const std::unique_ptr<v1::NodeService::Stub> stub_;
   client::CopyPool copies_;
 
   absl::Mutex attach_mu_;  // serialises (re-)attaching
@@ -634,13 +667,7 @@ class ClientImpl final : public Client {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Attach(const ClientOptions& options) {
-  const std::string target = absl::StrCat("unix:", options.socket_path);
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  args.SetMaxSendMessageSize(kMaxMessageBytes);
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
-  auto client = std::make_unique<ClientImpl>(options, v1::NodeService::NewStub(channel));
+  auto client = std::make_unique<ClientImpl>(options);
   if (absl::Status s = client->AttachFirst(); !s.ok()) return s;
   return std::unique_ptr<Client>(std::move(client));
 }

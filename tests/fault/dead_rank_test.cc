@@ -14,43 +14,14 @@
 namespace ckpt::testing {
 namespace {
 
-v1::GetStatusResponse Status(const TestDaemon& d) {
-  auto stub = d.Stub();
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  v1::GetStatusResponse status;
-  REQUIRE(stub->GetStatus(&context, v1::GetStatusRequest(), &status).ok());
-  return status;
-}
-
-std::unique_ptr<Subprocess> StartRank(const TestDaemon& d, const std::string& job,
-                                      const std::string& mode, int rank, int world, int64_t step) {
-  auto p = Subprocess::Start({DemoRankPath(), "--socket=" + d.socket(), "--job=" + job,
-                              "--mode=" + mode, absl::StrCat("--rank=", rank),
-                              absl::StrCat("--world=", world), absl::StrCat("--step=", step),
-                              "--saved_world=1"});
-  REQUIRE(p.ok());
-  return std::move(*p);
-}
-
-// Polls the daemon's status (an RPC each time, no sleeping) until `done`.
-template <typename Pred>
-bool AwaitStatus(const TestDaemon& d, Pred done) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (absl::Now() < deadline) {
-    if (done(Status(d))) return true;
-  }
-  return false;
-}
-
 // Rank 1 attaches and hangs; rank 0 starts `mode` with world 2 and waits
 // for it; rank 1 is SIGKILLed. Returns rank 0's exit and how long after the
 // kill it came.
 std::pair<ExitInfo, absl::Duration> KillPeerDuring(TestDaemon& d, const std::string& job,
                                                    const std::string& mode) {
-  auto hanging = StartRank(d, job, "attach", 1, 2, 1);
+  auto hanging = d.StartRank(job, "attach", 1, 2, 1);
   REQUIRE(hanging->WaitForOutput("attached", absl::Seconds(30)));
-  auto survivor = StartRank(d, job, mode, 0, 2, mode == "save" ? 2 : 1);
+  auto survivor = d.StartRank(job, mode, 0, 2, mode == "save" ? 2 : 1);
   // Rank 0 is attached too and waits in the barrier for rank 1.
   REQUIRE(AwaitStatus(d, [](const v1::GetStatusResponse& s) { return s.attached_ranks() == 2; }));
   if (mode == "save") {

@@ -1,7 +1,7 @@
 // Pinning, IPC export and mapping, and the chunked device copies through the
 // CUDA runtime, checked with the CUDA API itself. Every case needs a GPU:
-// without one it warns "no GPU: <why>; skipping" and passes, so a CPU-only
-// CI stays green but the skip is visible.
+// without one it skips, saying why ("no GPU: <why>"), so a CPU-only CI stays
+// green and ctest shows the test as skipped, not passed.
 //
 // CUDA refuses to open an IPC handle in the process that exported it, so the
 // open is tested across processes: the parent exports, and runs this binary
@@ -30,6 +30,7 @@
 #include "daemon/gpu/device_factory.h"
 #include "daemon/gpu/device_runtime.h"
 #include "daemon/gpu/ipc_mapping_cache.h"
+#include "tests/catch_skip.h"
 
 #ifdef CKPT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -42,11 +43,11 @@ namespace {
 
 constexpr size_t kMiB = size_t{1} << 20;
 
-// The detected runtime, or null after warning why the test is skipped.
+// The detected runtime, or null after marking the test case skipped.
 std::unique_ptr<DeviceRuntime> RuntimeOrSkip() {
   std::unique_ptr<DeviceRuntime> runtime = DetectDeviceRuntime();
   if (!runtime->HasDevice()) {
-    WARN(runtime->Describe() << "; skipping");
+    testing::SkipTestCase(runtime->Describe());
     return nullptr;
   }
   return runtime;

@@ -1,11 +1,13 @@
 // GPU tensors through a real ckptd, both ways: saved over CUDA IPC (the
 // daemon pulls) and loaded by push, and the reverse; bytes compared after
-// the round trip. Skips, saying why, without a GPU.
+// the round trip. Without a GPU it skips, saying why, and ctest shows it
+// skipped.
 #include <catch2/catch.hpp>
 #include <cstring>
 
 #include "ckpt/client.h"
 #include "daemon/gpu/device_factory.h"
+#include "tests/catch_skip.h"
 #include "tests/support/test_daemon.h"
 #include "tools/demo/tensor_pattern.h"
 
@@ -18,7 +20,7 @@ namespace ckpt::testing {
 TEST_CASE("GPU tensors save and load, pull and push", "[gpu]") {
   auto runtime = gpu::DetectDeviceRuntime();
   if (!runtime->HasDevice()) {
-    WARN(runtime->Describe() << "; skipping");
+    SkipTestCase(runtime->Describe());
     return;
   }
 #if CKPT_HAVE_CUDA

@@ -8,6 +8,7 @@
 #include "ckpt/client.h"
 #include "ckpt/v1/node.grpc.pb.h"
 #include "daemon/gpu/device_factory.h"
+#include "tests/catch_skip.h"
 #include "tests/support/test_daemon.h"
 #include "tools/demo/tensor_pattern.h"
 
@@ -15,7 +16,8 @@ namespace ckpt::testing {
 
 TEST_CASE("GPU tensors without a GPU get a clear error", "[integration][gpu_fallback]") {
   if (gpu::DetectDeviceRuntime()->HasDevice()) {
-    WARN("a GPU is present: the fallback errors do not apply; tests/gpu covers this machine");
+    SkipTestCase(
+        "a GPU is present: the fallback errors do not apply; tests/gpu covers this machine");
     return;
   }
   TestDaemon d;

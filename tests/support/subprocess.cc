@@ -94,6 +94,14 @@ ExitInfo Subprocess::Wait() {
   return exit_;
 }
 
+std::optional<ExitInfo> Subprocess::WaitFor(absl::Duration timeout) {
+  if (!reaped_) {
+    absl::MutexLock lock(&mu_);
+    if (!mu_.AwaitWithTimeout(absl::Condition(&closed_), timeout)) return std::nullopt;
+  }
+  return Wait();
+}
+
 ExitInfo RunCommand(const std::vector<std::string>& argv) {
   absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(argv);
   if (!p.ok()) {

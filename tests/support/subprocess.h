@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +39,12 @@ class Subprocess {
   void Signal(int sig);
   // Reaps the child; idempotent.
   ExitInfo Wait();
+  // Like Wait, but gives up (nullopt, the child still running) when the
+  // child has not exited within `timeout`, so a test asserting "exits
+  // promptly" fails instead of hanging. Exit is seen as the output pipe
+  // closing, so a child that forked others which keep it open counts as
+  // running.
+  std::optional<ExitInfo> WaitFor(absl::Duration timeout);
 
  private:
   Subprocess(pid_t pid, int fd);

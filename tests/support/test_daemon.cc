@@ -9,6 +9,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <catch2/catch.hpp>
+
 #include "absl/strings/str_cat.h"
 
 namespace ckpt::testing {
@@ -66,9 +68,40 @@ ExitInfo TestDaemon::WaitExit() {
   return process_->Wait();
 }
 
+void TestDaemon::Signal(int sig) {
+  if (process_) process_->Signal(sig);
+}
+
+std::optional<ExitInfo> TestDaemon::WaitExitFor(absl::Duration timeout) {
+  if (!process_) return ExitInfo{};
+  return process_->WaitFor(timeout);
+}
+
 std::unique_ptr<v1::NodeService::Stub> TestDaemon::Stub() const {
   return v1::NodeService::NewStub(
       grpc::CreateChannel("unix:" + socket(), grpc::InsecureChannelCredentials()));
+}
+
+v1::GetStatusResponse TestDaemon::Status() const {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::GetStatusResponse status;
+  const grpc::Status s = Stub()->GetStatus(&context, v1::GetStatusRequest(), &status);
+  INFO("GetStatus: " << s.error_message());
+  REQUIRE(s.ok());
+  return status;
+}
+
+std::unique_ptr<Subprocess> TestDaemon::StartRank(const std::string& job, const std::string& mode,
+                                                  int rank, int world, int64_t step,
+                                                  int saved_world) const {
+  absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
+      {DemoRankPath(), "--socket=" + socket(), "--job=" + job, "--mode=" + mode,
+       absl::StrCat("--rank=", rank), absl::StrCat("--world=", world),
+       absl::StrCat("--step=", step), absl::StrCat("--saved_world=", saved_world)});
+  INFO(p.status().ToString());
+  REQUIRE(p.ok());
+  return std::move(*p);
 }
 
 std::vector<ExitInfo> TestDaemon::RunRanks(const std::string& job, const std::string& mode,

@@ -6,10 +6,13 @@
 #define CKPT_TESTS_SUPPORT_TEST_DAEMON_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "ckpt/v1/node.grpc.pb.h"
 #include "tests/support/subprocess.h"
 
@@ -31,14 +34,25 @@ class TestDaemon {
   ExitInfo Kill();
   // Waits for the daemon to end by itself (e.g. at a fault point).
   ExitInfo WaitExit();
+  // Sends `sig` (e.g. SIGTERM, as systemd stops the service).
+  void Signal(int sig);
+  // WaitExit, giving up (nullopt) if the daemon still runs after `timeout`.
+  std::optional<ExitInfo> WaitExitFor(absl::Duration timeout);
 
   const std::string& dir() const { return dir_; }
   std::string root() const { return dir_ + "/root"; }
   std::string socket() const { return dir_ + "/ckptd.sock"; }
   std::string job_dir(const std::string& job) const { return root() + "/" + job; }
   std::unique_ptr<v1::NodeService::Stub> Stub() const;
+  // GetStatus over gRPC; fails the test (REQUIRE) if the daemon does not answer.
+  v1::GetStatusResponse Status() const;
   std::string Output() const { return process_ ? process_->Output() : ""; }
 
+  // Starts one demo rank (tools/demo/demo_rank.cc) of `job` in `mode`
+  // ("save", "load" or "attach") and returns at once; `saved_world` as for
+  // RunRanks. Fails the test (REQUIRE) if it cannot be spawned.
+  std::unique_ptr<Subprocess> StartRank(const std::string& job, const std::string& mode, int rank,
+                                        int world, int64_t step, int saved_world = 1) const;
   // Runs `world` demo ranks of `job` in `mode` ("save" or "load") and
   // returns each rank's outcome.
   std::vector<ExitInfo> RunRanks(const std::string& job, const std::string& mode, int world,
@@ -51,6 +65,17 @@ class TestDaemon {
   std::string pool_path_;
   std::unique_ptr<Subprocess> process_;
 };
+
+// Asks the daemon's status again and again (an RPC each time, no sleeping)
+// until `done(status)`; false after 30 s.
+template <typename Pred>
+bool AwaitStatus(const TestDaemon& d, Pred done) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < deadline) {
+    if (done(d.Status())) return true;
+  }
+  return false;
+}
 
 // Names of the entries of a directory, sorted; empty if it does not exist.
 std::vector<std::string> ListDir(const std::string& path);
