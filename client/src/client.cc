@@ -163,6 +163,12 @@ class ClientImpl final : public Client {
     attachment->max_wait = std::chrono::milliseconds(response.max_wait_ms());
     {
       absl::MutexLock lock(&gpu_mu_);
+      // The previous daemon's pool (a re-attach) is no use any more: unpin
+      // it, or every restart of the daemon would leak a pool's worth of
+      // pinned registration in this process.
+      std::shared_ptr<Attachment> previous = Current();
+      if (pool_pinned_ && previous != nullptr) (void)gpu_->UnregisterHostMemory(previous->pool->base());
+      pool_pinned_ = false;
       if (gpu_ != nullptr && gpu_->HasDevice()) {
         pool_pinned_ = gpu_->RegisterHostMemory(attachment->pool->base(), attachment->pool->size()).ok();
       }
