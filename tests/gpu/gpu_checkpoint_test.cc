@@ -69,4 +69,79 @@ TEST_CASE("GPU tensors save and load, pull and push", "[gpu]") {
 #endif
 }
 
+// A Save issued while kernels are still queued on the trainer's stream
+// captures the tensor as those kernels leave it, not half-updated: the
+// daemon's device copy (pull) waits for an event recorded on the stream at
+// Save, and the push path synchronizes the stream first. The stream is kept
+// busy with a long queue of memsets of a scratch buffer, then the last op
+// writes the tensor's new contents; without the ordering the save would see
+// the old (zero) contents.
+TEST_CASE("a GPU save waits for the work queued on the caller's stream", "[gpu]") {
+  auto runtime = gpu::DetectDeviceRuntime();
+  if (!runtime->HasDevice()) {
+    SkipTestCase(runtime->Describe());
+    return;
+  }
+#if CKPT_HAVE_CUDA
+  HostTensor t;
+  t.fqn = "model.gpu.updated";
+  t.dtype = DType::kFloat32;
+  t.global_shape = {2048, 2048};  // 16 MiB
+  std::vector<char> expected = *PatternShard(t);
+  void* tensor = nullptr;
+  void* scratch = nullptr;
+  void* pinned = nullptr;
+  constexpr size_t kScratch = size_t{1} << 30;
+  REQUIRE(cudaMalloc(&tensor, expected.size()) == cudaSuccess);
+  REQUIRE(cudaMalloc(&scratch, kScratch) == cudaSuccess);
+  REQUIRE(cudaMallocHost(&pinned, expected.size()) == cudaSuccess);
+  std::memcpy(pinned, expected.data(), expected.size());
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+
+  TestDaemon d;
+  REQUIRE(d.Start().ok());
+  using Transfer = ClientOptions::GpuTransfer;
+  const Transfer transfer = GENERATE(Transfer::kPull, Transfer::kPush);
+  ClientOptions options;
+  options.socket_path = d.socket();
+  options.job = transfer == Transfer::kPull ? "order-pull" : "order-push";
+  options.gpu_transfer = transfer;
+  auto client = Client::Attach(options);
+  REQUIRE(client.ok());
+
+  REQUIRE(cudaMemset(tensor, 0, expected.size()) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  // Some tens of milliseconds of queued work, then the update.
+  for (int i = 0; i < 64; ++i) {
+    REQUIRE(cudaMemsetAsync(scratch, i, kScratch, stream) == cudaSuccess);
+  }
+  REQUIRE(cudaMemcpyAsync(tensor, pinned, expected.size(), cudaMemcpyHostToDevice, stream) ==
+          cudaSuccess);
+  CHECK(cudaStreamQuery(stream) == cudaErrorNotReady);  // the update is still queued
+  t.location = Location::kCudaDevice;
+  t.data = tensor;
+  SaveOptions save;
+  save.cuda_stream = stream;
+  auto handle = (*client)->Save(1, {t}, {}, save);
+  REQUIRE(handle.ok());
+  REQUIRE((*handle)->WaitPersisted().ok());
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+
+  // Load into host memory and compare with what the stream wrote.
+  HostTensor back = t;
+  std::vector<char> loaded(expected.size(), 0);
+  back.location = Location::kHost;
+  back.data = loaded.data();
+  auto step = (*client)->Load(1, {back});
+  INFO(step.status().ToString());
+  REQUIRE(step.ok());
+  CHECK(std::memcmp(loaded.data(), expected.data(), expected.size()) == 0);
+  cudaStreamDestroy(stream);
+  cudaFreeHost(pinned);
+  cudaFree(scratch);
+  cudaFree(tensor);
+#endif
+}
+
 }  // namespace ckpt::testing
