@@ -14,10 +14,6 @@ namespace {
 // How often LATEST is written before the commit gives up on it for now.
 constexpr int kLatestAttempts = 3;
 
-absl::Status WithContext(const absl::Status& s, const std::string& what) {
-  return Prefixed(s, absl::StrCat(what, ": "));
-}
-
 // Creates (or truncates) path with contents and fsyncs it.
 absl::Status WriteSynced(storage::Backend& backend, const std::string& path,
                          const std::string& contents) {

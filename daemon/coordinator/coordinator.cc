@@ -10,6 +10,7 @@
 #include "daemon/coordinator/layout.h"
 #include "daemon/coordinator/load_planner.h"
 #include "daemon/coordinator/manifest_io.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::coordinator {
 Coordinator::Coordinator(storage::Backend& backend, std::string root, SavePlannerOptions options,
@@ -51,8 +52,7 @@ absl::StatusOr<v1::SaveAssignment> Coordinator::PlanSave(const v1::NodeSavePlan&
   if (s.ok() && !*job_exists) s = backend_.SyncDir(root());
   if (!s.ok()) {
     AbortSave(save_id, "cannot create its directory");
-    return absl::Status(s.code(), absl::StrCat("save of ", node.job(), " step ", node.step(),
-                                               ": ", s.message()));
+    return WithContext(s, absl::StrCat("save of ", node.job(), " step ", node.step()));
   }
   return assignment;
 }

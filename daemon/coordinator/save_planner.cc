@@ -212,21 +212,21 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
   std::map<std::string, TensorInfo> tensors;
   for (int h = 0; h < static_cast<int>(nodes.size()); ++h) {
     for (const v1::RankSavePlan& rank : nodes[h].ranks()) {
-      const std::string who = absl::StrCat("rank ", rank.rank(), ": ");
+      const std::string who = absl::StrCat("rank ", rank.rank());
       if (rank.shards_size() > options.limits.max_tensors_per_plan) {
         return absl::ResourceExhaustedError(absl::StrCat(
-            who, "plan has ", rank.shards_size(), " tensors; the limit is ",
+            who, ": plan has ", rank.shards_size(), " tensors; the limit is ",
             options.limits.max_tensors_per_plan, " (--max_tensors_per_plan)"));
       }
       if (rank.objects_size() > options.limits.max_objects_per_plan) {
         return absl::ResourceExhaustedError(absl::StrCat(
-            who, "plan has ", rank.objects_size(), " objects; the limit is ",
+            who, ": plan has ", rank.objects_size(), " objects; the limit is ",
             options.limits.max_objects_per_plan, " (--max_objects_per_plan)"));
       }
       for (int i = 0; i < rank.shards_size(); ++i) {
         const v1::TensorShard& shard = rank.shards(i);
         if (absl::StatusOr<int64_t> b = ValidateShardRequest(shard, options.limits); !b.ok()) {
-          return Prefixed(b.status(), who);
+          return WithContext(b.status(), who);
         }
         ShardRef ref;
         ref.holder = {h, rank.rank(), static_cast<uint32_t>(i)};
@@ -289,7 +289,7 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
         const v1::ObjectDesc& object = rank.objects(i);
         if (absl::Status s = ValidateBoundedName("object", object.key(), options.limits);
             !s.ok()) {
-          return Prefixed(s, absl::StrCat("rank ", rank.rank(), ": "));
+          return WithContext(s, absl::StrCat("rank ", rank.rank()));
         }
         if (object.length() > static_cast<uint64_t>(options.limits.max_object_bytes)) {
           return absl::ResourceExhaustedError(absl::StrCat(
