@@ -75,7 +75,7 @@ absl::StatusOr<VerifyResult> VerifyCheckpoint(storage::Backend& backend, Catalog
           const size_t piece = static_cast<size_t>(std::min<uint64_t>(piece_bytes, chunk.length() - done));
           storage::IoOp op{chunk.file_offset() + done, buffer.get(), piece};
           if (absl::Status s = it->second.file->ReadBatch({&op, 1}); !s.ok()) {
-            return WithContext(s, absl::StrCat(path, " (", owner, ")"));
+            return WithContext(s, owner);  // names the file and offset
           }
           crc = Crc32cExtend(crc, buffer.get(), piece);
           done += piece;

@@ -71,7 +71,8 @@ absl::StatusOr<v1::PlanSaveResponse> SaveSession::Plan(const RankSession& rank,
     }
   }
   if (absl::Status s = ValidateRankRequest(request); !s.ok()) {
-    Fail(absl::AbortedError(absl::StrCat("rank ", rank.rank, " sent an invalid plan: ", s.message())));
+    Fail(absl::AbortedError(
+        absl::StrCat(Who(), ": rank ", rank.rank, " sent an invalid plan: ", s.message())));
     return WithContext(s, who);
   }
   {

@@ -92,20 +92,19 @@ absl::Status ValidateConfinedName(absl::string_view name) {
 namespace {
 
 // Reads all of an open file, refusing one larger than max_bytes before
-// allocating for it.
-absl::StatusOr<std::string> ReadAll(ReadableFile& file, const std::string& context,
+// allocating for it. The file's own errors name its path already.
+absl::StatusOr<std::string> ReadAll(ReadableFile& file, const std::string& path,
                                     uint64_t max_bytes) {
   absl::StatusOr<uint64_t> size = file.Size();
-  if (!size.ok()) return WithContext(size.status(), context);
+  if (!size.ok()) return size.status();
   if (*size > max_bytes) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "%s: the file is %d bytes, more than the limit of %d", context, *size, max_bytes));
+        "read %s: the file is %d bytes, more than the limit of %d", path, *size, max_bytes));
   }
   std::string contents(*size, '\0');
   if (*size > 0) {
     IoOp op{0, contents.data(), contents.size()};
-    absl::Status s = file.ReadBatch({&op, 1});
-    if (!s.ok()) return WithContext(s, context);
+    if (absl::Status s = file.ReadBatch({&op, 1}); !s.ok()) return s;
   }
   return contents;
 }
@@ -114,18 +113,16 @@ absl::StatusOr<std::string> ReadAll(ReadableFile& file, const std::string& conte
 
 absl::StatusOr<std::string> ReadWholeFileBeneath(Backend& backend, const std::string& dir,
                                                  const std::string& name, uint64_t max_bytes) {
-  const std::string context = absl::StrCat("read ", dir, "/", name);
   absl::StatusOr<std::unique_ptr<ReadableFile>> file = backend.OpenReadOnlyBeneath(dir, name);
-  if (!file.ok()) return WithContext(file.status(), context);
-  return ReadAll(**file, context, max_bytes);
+  if (!file.ok()) return file.status();
+  return ReadAll(**file, absl::StrCat(dir, "/", name), max_bytes);
 }
 
 absl::StatusOr<std::string> ReadWholeFile(Backend& backend, const std::string& path,
                                           uint64_t max_bytes) {
-  const std::string context = absl::StrCat("read whole file ", path);
   absl::StatusOr<std::unique_ptr<ReadableFile>> file = backend.NewReadableFile(path);
-  if (!file.ok()) return WithContext(file.status(), context);
-  return ReadAll(**file, context, max_bytes);
+  if (!file.ok()) return file.status();
+  return ReadAll(**file, path, max_bytes);
 }
 
 namespace {
