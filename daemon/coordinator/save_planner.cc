@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "proto/lib/align.h"
 #include "proto/lib/dtype.h"
 #include "proto/lib/geometry.h"
 #include "proto/lib/region_convert.h"

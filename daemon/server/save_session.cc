@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/coordinator/fault_points.h"
+#include "proto/lib/align.h"
 #include "proto/lib/region_convert.h"
 #include "proto/lib/status_context.h"
 #include "proto/lib/validation.h"

@@ -29,7 +29,7 @@ v1::SaveItem Item(v1::SaveItem::Kind kind, uint64_t bytes) {
 v1::SaveItem Shard(uint64_t bytes) { return Item(v1::SaveItem::SHARD, bytes); }
 v1::SaveItem Object(uint64_t bytes) { return Item(v1::SaveItem::OBJECT, bytes); }
 
-// Independent of save_batches.h's AlignUp, which is under test here.
+// Independent of AlignUp (proto/lib/align.h), which the code under test uses.
 uint64_t RoundUp(uint64_t value, uint64_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
 }
