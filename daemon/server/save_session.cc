@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/coordinator/fault_points.h"
+#include "daemon/server/node_save_plan.h"
 #include "proto/lib/align.h"
 #include "proto/lib/region_convert.h"
 #include "proto/lib/status_context.h"
@@ -32,10 +33,6 @@ absl::Status ValidateRankRequest(const v1::PlanSaveRequest& request) {
   return absl::OkStatus();
 }
 
-std::string ItemName(const v1::SaveItem& item) {
-  return absl::StrCat(item.kind() == v1::SaveItem::OBJECT ? "object " : "shard ", item.index());
-}
-
 }  // namespace
 
 SaveSession::SaveSession(NodeContext& context, std::string job, int64_t step, int world_size)
@@ -49,6 +46,12 @@ SaveSession::SaveSession(NodeContext& context, std::string job, int64_t step, in
 SaveSession::~SaveSession() = default;
 
 std::string SaveSession::Who() const { return absl::StrCat("save of job ", job_, " step ", step_); }
+
+std::vector<const v1::PlanSaveRequest*> SaveSession::RequestsLocked() const {
+  std::vector<const v1::PlanSaveRequest*> requests;
+  for (const RankState& rank : ranks_) requests.push_back(&*rank.request);
+  return requests;
+}
 
 std::string SaveSession::save_id() const {
   absl::MutexLock lock(&mu_);
@@ -108,23 +111,15 @@ void SaveSession::PlanAllRanks() {
   v1::NodeSavePlan plan;
   {
     absl::MutexLock lock(&mu_);
-    *plan.mutable_host() = context_.host;
-    plan.set_job(job_);
-    plan.set_step(step_);
-    plan.set_world_size(world_size_);
-    plan.set_writer_threads(context_.writers.threads());
-    for (int r = 0; r < world_size_; ++r) {
-      const v1::PlanSaveRequest& request = *ranks_[r].request;
-      if (r == 0) plan.set_partial(request.partial());
-      v1::RankSavePlan* rank = plan.add_ranks();
-      rank->set_rank(r);
-      *rank->mutable_shards() = request.shards();
-      *rank->mutable_objects() = request.objects();
-      for (const auto& [k, v] : request.user_metadata()) (*plan.mutable_user_metadata())[k] = v;
-    }
+    plan = BatchRankPlans(context_.host, job_, step_, context_.writers.threads(),
+                          RequestsLocked());
   }
   absl::StatusOr<v1::SaveAssignment> assignment = context_.coordinator.PlanSave(plan);
   absl::Status status = assignment.status();
+  if (status.ok() && assignment->hosts_size() != 1) {
+    status = absl::InternalError(absl::StrCat("the assignment is for ", assignment->hosts_size(),
+                                              " hosts, not this one"));
+  }
   std::vector<std::unique_ptr<storage::WritableFile>> files;
   if (status.ok()) {
     for (const std::string& name : assignment->hosts(0).files()) {
@@ -144,17 +139,14 @@ void SaveSession::PlanAllRanks() {
     if (status.ok()) {
       assignment_ = std::move(*assignment);
       files_ = std::move(files);
-      // Each rank's items, with their write items parallel to them.
-      for (const v1::WriteItem& write : assignment_.hosts(0).items()) {
-        v1::SaveItem item;
-        item.set_kind(write.is_object() ? v1::SaveItem::OBJECT : v1::SaveItem::SHARD);
-        item.set_index(write.index());
-        item.set_bytes(write.bytes());
-        item.set_padded_bytes(AlignUp(write.bytes(), context_.pool.alignment()));
-        RankState& rank = ranks_[write.rank()];
-        rank.items.push_back(item);
-        rank.writes.push_back(&write);
-        bytes_total_ += write.bytes();
+      absl::StatusOr<std::vector<RankItems>> split =
+          SplitByRank(assignment_.hosts(0), RequestsLocked(), context_.pool.alignment());
+      status = split.status();
+      for (int r = 0; status.ok() && r < world_size_; ++r) {
+        RankState& rank = ranks_[r];
+        rank.items = std::move((*split)[r].items);
+        rank.writes = std::move((*split)[r].writes);
+        for (const v1::SaveItem& item : rank.items) bytes_total_ += item.bytes();
       }
     }
     if (!status.ok()) FailLocked(WithContext(status, Who()));
