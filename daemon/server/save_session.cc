@@ -136,8 +136,11 @@ void SaveSession::PlanAllRanks() {
   {
     absl::MutexLock lock(&mu_);
     --busy_;
+    // Kept even when opening the files failed: CleanUp aborts the save by
+    // its id, which frees the step at the coordinator and removes the
+    // partial directory it made.
+    if (assignment.ok()) assignment_ = std::move(*assignment);
     if (status.ok()) {
-      assignment_ = std::move(*assignment);
       files_ = std::move(files);
       absl::StatusOr<std::vector<RankItems>> split =
           SplitByRank(assignment_.hosts(0), RequestsLocked(), context_.pool.alignment());
