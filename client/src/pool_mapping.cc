@@ -5,19 +5,16 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::client {
 
 absl::StatusOr<std::unique_ptr<PoolMapping>> PoolMapping::Open(const std::string& path,
                                                               uint64_t bytes) {
   const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot open the daemon's pool ", path, ": ", std::strerror(errno)));
-  }
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("cannot open the daemon's pool ", path));
   // MAP_POPULATE: the page tables are filled once here, not by a fault on
   // every first touch during a save (copies into unfaulted shared memory
   // measured many times slower).
@@ -25,9 +22,8 @@ absl::StatusOr<std::unique_ptr<PoolMapping>> PoolMapping::Open(const std::string
   const int err = errno;
   close(fd);
   if (base == MAP_FAILED) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot map the daemon's pool ", path, " (", bytes, " bytes): ",
-                     std::strerror(err)));
+    return ErrnoStatus(err, absl::StrCat("cannot map the daemon's pool ", path, " (", bytes,
+                                         " bytes)"));
   }
   return std::unique_ptr<PoolMapping>(new PoolMapping(static_cast<char*>(base), bytes));
 }

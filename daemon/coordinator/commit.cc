@@ -14,10 +14,6 @@ namespace {
 // How often LATEST is written before the commit gives up on it for now.
 constexpr int kLatestAttempts = 3;
 
-absl::Status WithContext(const absl::Status& s, const std::string& what) {
-  return Prefixed(s, absl::StrCat(what, ": "));
-}
-
 // Creates (or truncates) path with contents and fsyncs it.
 absl::Status WriteSynced(storage::Backend& backend, const std::string& path,
                          const std::string& contents) {
@@ -82,7 +78,9 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
   const std::string job_dir = JobDir(root, manifest.job());
   const std::string step_dir = StepDir(root, manifest.job(), manifest.step());
   const std::string intent_path = absl::StrCat(job_dir, "/", kLatestIntentName);
+  // For the log; returned errors say only "commit": the caller names the save.
   const std::string what = absl::StrCat("commit of ", manifest.job(), " step ", manifest.step());
+  constexpr absl::string_view kCommit = "commit";
 
   // A LATEST.next left by an earlier commit is folded in first, so that
   // writing ours cannot erase what it knew. If LATEST still cannot be
@@ -102,35 +100,35 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
     }
   };
   if (absl::Status s = backend.SyncDir(absl::StrCat(partial_dir, "/data")); !s.ok()) {
-    return WithContext(s, what);
+    return WithContext(s, kCommit);
   }
   if (absl::Status s = WriteSynced(backend, absl::StrCat(partial_dir, "/", kManifestName),
                                    EncodeManifest(manifest));
       !s.ok()) {
-    return WithContext(s, what);
+    return WithContext(s, kCommit);
   }
-  if (absl::Status s = backend.SyncDir(partial_dir); !s.ok()) return WithContext(s, what);
+  if (absl::Status s = backend.SyncDir(partial_dir); !s.ok()) return WithContext(s, kCommit);
   FaultPoint("commit.before_rename");
 
   absl::StatusOr<bool> exists = backend.Exists(step_dir);
-  if (!exists.ok()) return WithContext(exists.status(), what);
-  if (*exists) return absl::AlreadyExistsError(absl::StrCat(what, ": ", step_dir, " exists"));
+  if (!exists.ok()) return WithContext(exists.status(), kCommit);
+  if (*exists) return absl::AlreadyExistsError(absl::StrCat(kCommit, ": ", step_dir, " exists"));
   absl::Status intent = WriteSynced(backend, intent_path, absl::StrCat(manifest.step(), "\n"));
   if (intent.ok()) intent = backend.SyncDir(job_dir);
   if (!intent.ok()) {
     undo_intent();
-    return WithContext(intent, what);
+    return WithContext(intent, kCommit);
   }
   if (absl::Status s = backend.Rename(partial_dir, step_dir); !s.ok()) {
     undo_intent();
-    return WithContext(s, what);
+    return WithContext(s, kCommit);
   }
   if (absl::Status s = backend.SyncDir(job_dir); !s.ok()) {
     // Not committed, so not visible either: the caller aborts this save and
     // must not find it later as the latest step (nor be refused a retry).
     (void)backend.Rename(step_dir, partial_dir);
     undo_intent();
-    return WithContext(s, what);
+    return WithContext(s, kCommit);
   }
   FaultPoint("commit.after_rename");
 

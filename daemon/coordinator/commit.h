@@ -43,7 +43,8 @@ namespace ckpt::coordinator {
 // Steps 1 (the data/ fsync) to 6 for a partial directory whose data files
 // are already durable. An error means the step is not committed (and not
 // visible); once step 5 is done it returns OK, and a failure to write LATEST
-// (retried) is logged on stderr and left to RepairLatest.
+// (retried) is logged on stderr and left to RepairLatest. Errors read
+// "commit: <what failed>": the caller names the save.
 absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root,
                               const std::string& partial_dir,
                               const v1::CheckpointManifest& manifest);

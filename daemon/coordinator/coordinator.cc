@@ -22,8 +22,7 @@ absl::StatusOr<v1::SaveAssignment> Coordinator::PlanSave(const v1::NodeSavePlan&
   absl::StatusOr<bool> exists = catalog_.StepExists(node.job(), node.step());
   if (!exists.ok()) return exists.status();
   if (*exists) {
-    return absl::AlreadyExistsError(absl::StrCat("job ", node.job(), " step ", node.step(),
-                                                 " is already committed"));
+    return absl::AlreadyExistsError("this step is already committed");
   }
   const std::string id = catalog_.NewPartialId();
   const std::string save_id = absl::StrCat(node.job(), "/", node.step(), "/", id);
@@ -33,8 +32,7 @@ absl::StatusOr<v1::SaveAssignment> Coordinator::PlanSave(const v1::NodeSavePlan&
     for (const auto& [other_id, save] : saves_) {
       if (save.assignment.manifest_template().job() == node.job() &&
           save.assignment.manifest_template().step() == node.step()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "job ", node.job(), " step ", node.step(), " is already being saved"));
+        return absl::FailedPreconditionError("this step is already being saved");
       }
     }
     assignment->set_save_id(save_id);
@@ -51,8 +49,7 @@ absl::StatusOr<v1::SaveAssignment> Coordinator::PlanSave(const v1::NodeSavePlan&
   if (s.ok() && !*job_exists) s = backend_.SyncDir(root());
   if (!s.ok()) {
     AbortSave(save_id, "cannot create its directory");
-    return absl::Status(s.code(), absl::StrCat("save of ", node.job(), " step ", node.step(),
-                                               ": ", s.message()));
+    return s;  // names the directory
   }
   return assignment;
 }

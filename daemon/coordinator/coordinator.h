@@ -2,7 +2,9 @@
 // configured (DESIGN.md §2). It owns the catalog, plans saves and loads with
 // the pure planners, tracks saves between plan and commit, and runs the
 // commit protocol. Every message carries host identity, so a networked
-// CoordinatorService can wrap this class unchanged.
+// CoordinatorService can wrap this class unchanged. Errors of PlanSave and
+// ReportPersisted say what failed, not which save: the node's save session
+// that calls them names the job and step once.
 //
 // Thread-safety: all methods are safe from any thread.
 #ifndef CKPT_DAEMON_COORDINATOR_COORDINATOR_H_

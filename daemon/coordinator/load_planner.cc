@@ -149,7 +149,7 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
               limits.max_tensors_per_plan, " (--max_tensors_per_plan)"));
         }
         if (absl::StatusOr<int64_t> b = ValidateShardRequest(request, limits); !b.ok()) {
-          return Prefixed(b.status(), absl::StrCat("rank ", rank.rank(), ": "));
+          return WithContext(b.status(), absl::StrCat("rank ", rank.rank()));
         }
         absl::StatusOr<ShardGeometry> g = ValidateShard(request);
         if (!g.ok()) return g.status();
@@ -176,7 +176,7 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
           const geo::Region stored_region = RegionFromProto(stored.region());
           absl::StatusOr<std::vector<geo::StridedRun>> runs = geo::IntersectRegionsStrided(
               g->shape, g->element_size, stored_region, g->region, limits.max_runs_per_shard);
-          if (!runs.ok()) return Prefixed(runs.status(), absl::StrCat(what, ": "));
+          if (!runs.ok()) return WithContext(runs.status(), what);
           if (runs->empty()) continue;
           auto [tile, unchecked] = tiles.try_emplace(&stored);
           if (unchecked) {

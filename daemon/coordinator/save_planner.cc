@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "proto/lib/align.h"
 #include "proto/lib/dtype.h"
 #include "proto/lib/geometry.h"
 #include "proto/lib/region_convert.h"
@@ -153,11 +154,9 @@ absl::Status GroupRegions(const std::string& fqn, TensorInfo& info, std::vector<
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> nodes,
-                                            const SavePlannerOptions& options) {
-  if (nodes.empty()) return Invalid("save plan has no hosts");
+// The options and what every host must agree on, checked once on the
+// first host before anything is sized from them.
+absl::Status ValidateHeader(const v1::NodeSavePlan& first, const SavePlannerOptions& options) {
   if (options.alignment == 0 || (options.alignment & (options.alignment - 1)) != 0) {
     return Invalid(absl::StrCat("alignment ", options.alignment, " is not a power of two"));
   }
@@ -165,7 +164,6 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
     return Invalid(absl::StrCat("chunk size ", options.chunk_bytes,
                                 " is not a positive multiple of ", options.alignment));
   }
-  const v1::NodeSavePlan& first = nodes.front();
   if (absl::Status s = ValidateBoundedName("job", first.job(), options.limits); !s.ok()) return s;
   if (first.step() < 0) return Invalid(absl::StrCat("step ", first.step(), " is negative"));
   const int world_size = first.world_size();
@@ -175,11 +173,14 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
         absl::StrCat("world size ", world_size, "; the limit is ", options.limits.max_world_size,
                      " (--max_world_size)"));
   }
-  if (absl::Status s = ValidateUserMetadata(first.user_metadata(), options.limits); !s.ok()) {
-    return s;
-  }
+  return ValidateUserMetadata(first.user_metadata(), options.limits);
+}
 
-  // Hosts and ranks: every rank of the job exactly once.
+// Every rank of the job exactly once, on hosts that agree with the first
+// and appear once: the assignment indexes ranks and hosts by these numbers.
+absl::Status ValidateHostsAndRanks(absl::Span<const v1::NodeSavePlan> nodes) {
+  const v1::NodeSavePlan& first = nodes.front();
+  const int world_size = first.world_size();
   std::set<std::string> host_names;
   std::vector<bool> seen_rank(world_size, false);
   for (const v1::NodeSavePlan& node : nodes) {
@@ -199,41 +200,54 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
       if (rank.rank() < 0 || rank.rank() >= world_size) {
         return Invalid(absl::StrCat("rank ", rank.rank(), " is outside world size ", world_size));
       }
-      if (seen_rank[rank.rank()]) return Invalid(absl::StrCat("rank ", rank.rank(), " appears twice"));
+      if (seen_rank[rank.rank()]) {
+        return Invalid(absl::StrCat("rank ", rank.rank(), " appears twice"));
+      }
       seen_rank[rank.rank()] = true;
     }
   }
   for (int r = 0; r < world_size; ++r) {
     if (!seen_rank[r]) return Invalid(absl::StrCat("rank ", r, " of ", world_size, " has no plan"));
   }
+  return absl::OkStatus();
+}
 
-  // Every shard, validated, per tensor.
+// Every shard of the plan, in plan order, and the tensors they belong to.
+struct Shards {
   std::vector<ShardRef> refs;
   std::map<std::string, TensorInfo> tensors;
+};
+
+// Validates each shard against the limits before its geometry is used, and
+// checks that the ranks agree on each tensor's dtype and shape: replicas
+// and coverage are only meaningful within one tensor's index space.
+absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
+                                     const RequestLimits& limits) {
+  Shards out;
   for (int h = 0; h < static_cast<int>(nodes.size()); ++h) {
     for (const v1::RankSavePlan& rank : nodes[h].ranks()) {
-      const std::string who = absl::StrCat("rank ", rank.rank(), ": ");
-      if (rank.shards_size() > options.limits.max_tensors_per_plan) {
+      const std::string who = absl::StrCat("rank ", rank.rank());
+      if (rank.shards_size() > limits.max_tensors_per_plan) {
         return absl::ResourceExhaustedError(absl::StrCat(
-            who, "plan has ", rank.shards_size(), " tensors; the limit is ",
-            options.limits.max_tensors_per_plan, " (--max_tensors_per_plan)"));
+            who, ": plan has ", rank.shards_size(), " tensors; the limit is ",
+            limits.max_tensors_per_plan, " (--max_tensors_per_plan)"));
       }
-      if (rank.objects_size() > options.limits.max_objects_per_plan) {
+      if (rank.objects_size() > limits.max_objects_per_plan) {
         return absl::ResourceExhaustedError(absl::StrCat(
-            who, "plan has ", rank.objects_size(), " objects; the limit is ",
-            options.limits.max_objects_per_plan, " (--max_objects_per_plan)"));
+            who, ": plan has ", rank.objects_size(), " objects; the limit is ",
+            limits.max_objects_per_plan, " (--max_objects_per_plan)"));
       }
       for (int i = 0; i < rank.shards_size(); ++i) {
         const v1::TensorShard& shard = rank.shards(i);
-        if (absl::StatusOr<int64_t> b = ValidateShardRequest(shard, options.limits); !b.ok()) {
-          return Prefixed(b.status(), who);
+        if (absl::StatusOr<int64_t> b = ValidateShardRequest(shard, limits); !b.ok()) {
+          return WithContext(b.status(), who);
         }
         ShardRef ref;
         ref.holder = {h, rank.rank(), static_cast<uint32_t>(i)};
         ref.shard = &shard;
         ref.geometry = *ValidateShard(shard);
         ref.span = *geo::RegionSpan(ref.geometry.shape, ref.geometry.region);
-        auto [it, inserted] = tensors.try_emplace(shard.fqn());
+        auto [it, inserted] = out.tensors.try_emplace(shard.fqn());
         TensorInfo& info = it->second;
         if (inserted) {
           info.dtype = shard.dtype();
@@ -247,25 +261,35 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
               " but rank ", info.first_rank, " has dtype ", DTypeName(info.dtype), " shape ",
               ShapeString(info.shape)));
         }
-        info.shards.push_back(refs.size());
-        refs.push_back(std::move(ref));
+        info.shards.push_back(out.refs.size());
+        out.refs.push_back(std::move(ref));
       }
     }
   }
+  return out;
+}
 
-  // Distinct regions per tensor: replicas (the same elements, whatever form
-  // the region took) join the first; distinct regions may not overlap.
-  for (auto& [fqn, info] : tensors) {
-    if (absl::Status s = GroupRegions(fqn, info, refs, options.limits); !s.ok()) return s;
-    if (!first.partial() && info.covered != info.elements) {
+// Replicas (the same elements, whatever form the region took) join the
+// first, so each is written once; distinct regions may not overlap, and a
+// save that is not partial must cover every tensor.
+absl::Status GroupReplicas(Shards& shards, bool partial, const RequestLimits& limits) {
+  for (auto& [fqn, info] : shards.tensors) {
+    if (absl::Status s = GroupRegions(fqn, info, shards.refs, limits); !s.ok()) return s;
+    if (!partial && info.covered != info.elements) {
       return Invalid(absl::StrCat("tensor ", fqn, " shape ", ShapeString(info.shape),
                                   ": the save covers ", info.covered, " of ", info.elements,
                                   " elements (mark the save partial to allow this)"));
     }
   }
+  return absl::OkStatus();
+}
 
-  // Items in plan order: a distinct region becomes an item at its first
-  // holder, objects where they are listed (global ones de-duplicated).
+// The things to write, in plan order: a distinct region becomes an item at
+// its first holder, objects where they are listed (a global object once,
+// whoever lists it). Plan order makes the assignment deterministic.
+absl::StatusOr<std::vector<UniqueItem>> CollectItems(absl::Span<const v1::NodeSavePlan> nodes,
+                                                     const std::vector<ShardRef>& refs,
+                                                     const RequestLimits& limits) {
   std::vector<UniqueItem> items;
   std::vector<size_t> item_of_ref(refs.size(), 0);
   std::map<std::string, size_t> global_objects;
@@ -287,18 +311,17 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
       std::set<std::string> own_objects;
       for (int i = 0; i < rank.objects_size(); ++i) {
         const v1::ObjectDesc& object = rank.objects(i);
-        if (absl::Status s = ValidateBoundedName("object", object.key(), options.limits);
-            !s.ok()) {
-          return Prefixed(s, absl::StrCat("rank ", rank.rank(), ": "));
+        if (absl::Status s = ValidateBoundedName("object", object.key(), limits); !s.ok()) {
+          return WithContext(s, absl::StrCat("rank ", rank.rank()));
         }
-        if (object.length() > static_cast<uint64_t>(options.limits.max_object_bytes)) {
+        if (object.length() > static_cast<uint64_t>(limits.max_object_bytes)) {
           return absl::ResourceExhaustedError(absl::StrCat(
               "rank ", rank.rank(), ": object ", object.key(), " has ", object.length(),
-              " bytes; the limit is ", options.limits.max_object_bytes,
-              " (--max_object_bytes)"));
+              " bytes; the limit is ", limits.max_object_bytes, " (--max_object_bytes)"));
         }
         if (!own_objects.insert(object.key()).second) {
-          return Invalid(absl::StrCat("rank ", rank.rank(), " lists object ", object.key(), " twice"));
+          return Invalid(
+              absl::StrCat("rank ", rank.rank(), " lists object ", object.key(), " twice"));
         }
         Holder holder{h, rank.rank(), static_cast<uint32_t>(i)};
         if (object.global()) {
@@ -330,15 +353,23 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
       }
     }
   }
+  return items;
+}
 
-  // Worst-fit assignment, largest first.
+// Worst-fit, largest first (DESIGN.md §4.2): each item to the least-loaded
+// host among its holders, then that host's least-loaded rank, then its
+// least-loaded writer file, at the file's next aligned offset. Largest
+// first keeps the loads within about one item of each other. Sets each
+// item's writer and offset; returns the items in assignment order.
+std::vector<size_t> AssignWriters(absl::Span<const v1::NodeSavePlan> nodes,
+                                  std::vector<UniqueItem>& items, uint64_t alignment) {
   std::vector<size_t> order(items.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return std::tie(items[b].bytes, items[a].name) < std::tie(items[a].bytes, items[b].name);
   });
   std::vector<uint64_t> host_load(nodes.size(), 0);
-  std::vector<uint64_t> rank_load(world_size, 0);
+  std::vector<uint64_t> rank_load(nodes.front().world_size(), 0);
   std::vector<std::vector<uint64_t>> writer_load(nodes.size());  // aligned bytes = next offset
   for (size_t h = 0; h < nodes.size(); ++h) writer_load[h].assign(nodes[h].writer_threads(), 0);
   for (size_t i : order) {
@@ -356,13 +387,23 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
     item.writer_thread = static_cast<int>(
         std::min_element(writers.begin(), writers.end()) - writers.begin());
     item.file_offset = writers[item.writer_thread];
-    const uint64_t padded = AlignUp(static_cast<uint64_t>(item.bytes), options.alignment);
+    const uint64_t padded = AlignUp(static_cast<uint64_t>(item.bytes), alignment);
     writers[item.writer_thread] += padded;
     host_load[best->host] += padded;
     rank_load[best->rank] += padded;
   }
+  return order;
+}
 
-  // The assignment and the manifest it will commit.
+// The assignment, and the manifest the commit will write with every chunk
+// placed: the commit then only fills in checksums, so what is committed is
+// exactly what was planned.
+v1::SaveAssignment BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes,
+                                   const std::map<std::string, TensorInfo>& tensors,
+                                   const std::vector<UniqueItem>& items,
+                                   const std::vector<size_t>& order,
+                                   const SavePlannerOptions& options) {
+  const v1::NodeSavePlan& first = nodes.front();
   v1::SaveAssignment out;
   out.set_chunk_bytes(options.chunk_bytes);
   for (const v1::NodeSavePlan& node : nodes) {
@@ -376,9 +417,9 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
   manifest.set_format_version(1);
   manifest.set_job(first.job());
   manifest.set_step(first.step());
-  manifest.mutable_topology()->set_world_size(world_size);
-  for (const v1::NodeSavePlan& node : nodes) *manifest.mutable_topology()->add_hosts() = node.host();
+  manifest.mutable_topology()->set_world_size(first.world_size());
   for (const v1::NodeSavePlan& node : nodes) {
+    *manifest.mutable_topology()->add_hosts() = node.host();
     for (const auto& [k, v] : node.user_metadata()) (*manifest.mutable_user_metadata())[k] = v;
   }
   std::map<std::string, v1::TensorEntry*> entries;
@@ -428,6 +469,24 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
     }
   }
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> nodes,
+                                            const SavePlannerOptions& options) {
+  if (nodes.empty()) return Invalid("save plan has no hosts");
+  if (absl::Status s = ValidateHeader(nodes.front(), options); !s.ok()) return s;
+  if (absl::Status s = ValidateHostsAndRanks(nodes); !s.ok()) return s;
+  absl::StatusOr<Shards> shards = CollectShards(nodes, options.limits);
+  if (!shards.ok()) return shards.status();
+  if (absl::Status s = GroupReplicas(*shards, nodes.front().partial(), options.limits); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<std::vector<UniqueItem>> items = CollectItems(nodes, shards->refs, options.limits);
+  if (!items.ok()) return items.status();
+  const std::vector<size_t> order = AssignWriters(nodes, *items, options.alignment);
+  return BuildAssignment(nodes, shards->tensors, *items, order, options);
 }
 
 }  // namespace ckpt::coordinator

@@ -44,11 +44,6 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
 // nothing is 0): the commit fills in reported checksums for the others only.
 inline bool SaveChunkNeedsChecksum(const v1::StoredChunk& chunk) { return chunk.length() > 0; }
 
-// Round up to a multiple of alignment (a power of two).
-inline uint64_t AlignUp(uint64_t value, uint64_t alignment) {
-  return (value + alignment - 1) & ~(alignment - 1);
-}
-
 }  // namespace ckpt::coordinator
 
 #endif  // CKPT_DAEMON_COORDINATOR_SAVE_PLANNER_H_

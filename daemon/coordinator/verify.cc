@@ -10,6 +10,7 @@
 #include "daemon/coordinator/layout.h"
 #include "daemon/coordinator/manifest_io.h"
 #include "proto/lib/crc32c.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::coordinator {
 namespace {
@@ -56,8 +57,7 @@ absl::StatusOr<VerifyResult> VerifyCheckpoint(storage::Backend& backend, Catalog
           absl::StatusOr<std::unique_ptr<storage::ReadableFile>> file =
               backend.OpenReadOnlyBeneath(dir, chunk.file());
           if (!file.ok()) {
-            return absl::Status(file.status().code(),
-                                absl::StrCat(owner, ": ", file.status().message()));
+            return WithContext(file.status(), owner);
           }
           absl::StatusOr<uint64_t> size = (*file)->Size();
           if (!size.ok()) return size.status();
@@ -75,7 +75,7 @@ absl::StatusOr<VerifyResult> VerifyCheckpoint(storage::Backend& backend, Catalog
           const size_t piece = static_cast<size_t>(std::min<uint64_t>(piece_bytes, chunk.length() - done));
           storage::IoOp op{chunk.file_offset() + done, buffer.get(), piece};
           if (absl::Status s = it->second.file->ReadBatch({&op, 1}); !s.ok()) {
-            return absl::Status(s.code(), absl::StrCat(path, " (", owner, "): ", s.message()));
+            return WithContext(s, owner);  // names the file and offset
           }
           crc = Crc32cExtend(crc, buffer.get(), piece);
           done += piece;

@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::gpu {
 
@@ -30,8 +31,7 @@ absl::StatusOr<std::shared_ptr<IpcMapping>> IpcMappingCache::Get(const std::stri
       runtime_->OpenIpcHandle(handle, device, allocation_bytes);
   if (!opened.ok()) {
     if (mappings.empty()) by_owner_.erase(owner);
-    return absl::Status(opened.status().code(),
-                        absl::StrCat("IPC mapping for ", owner, ": ", opened.status().message()));
+    return WithContext(opened.status(), absl::StrCat("IPC mapping for ", owner));
   }
   std::shared_ptr<IpcMapping> mapping = *std::move(opened);
   mappings.emplace(handle, mapping);

@@ -26,13 +26,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <iterator>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::pool {
 namespace {
@@ -50,8 +50,6 @@ std::string HumanBytes(uint64_t bytes) {
   if (unit == 0) return absl::StrCat(bytes, " B");
   return absl::StrFormat("%.1f %s", value, kUnits[unit]);
 }
-
-std::string Errno(int error) { return std::strerror(error); }
 
 }  // namespace
 
@@ -81,7 +79,7 @@ absl::StatusOr<std::unique_ptr<ShmPool>> ShmPool::Create(const PoolOptions& opti
           "cannot create pool ", path, ": file exists (another ckptd running, or a stale file "
           "from a crashed one: remove it if no ckptd uses it)"));
     }
-    return absl::ErrnoToStatus(error, absl::StrCat("cannot create pool ", path));
+    return ErrnoStatus(error, absl::StrCat("cannot create pool ", path));
   }
   // From here on, every failure removes the file we created.
   auto fail = [&](absl::Status status) {
@@ -91,23 +89,23 @@ absl::StatusOr<std::unique_ptr<ShmPool>> ShmPool::Create(const PoolOptions& opti
   };
   if (::fchmod(fd, 0600) != 0) {
     const int error = errno;
-    return fail(absl::ErrnoToStatus(error, absl::StrCat("cannot chmod 0600 pool ", path)));
+    return fail(ErrnoStatus(error, absl::StrCat("cannot chmod 0600 pool ", path)));
   }
   if (const int error = ::posix_fallocate(fd, 0, static_cast<off_t>(capacity)); error != 0) {
-    const std::string what =
-        absl::StrCat("cannot allocate pool of ", HumanBytes(capacity), " at ", path, ": ",
-                     Errno(error));
+    const absl::Status s = ErrnoStatus(
+        error, absl::StrCat("cannot allocate pool of ", HumanBytes(capacity), " at ", path));
     if (error == ENOSPC || error == EFBIG) {
-      return fail(absl::ResourceExhaustedError(
-          absl::StrCat(what, " (is the filesystem large enough? see `df -h ", path, "`)")));
+      // The usual cause, and the one the operator can fix: say how to check.
+      return fail(absl::Status(
+          s.code(), absl::StrCat(s.message(), " (is the filesystem large enough? see `df -h ",
+                                 path, "`)")));
     }
-    return fail(absl::ErrnoToStatus(error, absl::StrCat("cannot allocate pool of ",
-                                                        HumanBytes(capacity), " at ", path)));
+    return fail(s);
   }
   void* addr = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (addr == MAP_FAILED) {
     const int error = errno;
-    return fail(absl::ErrnoToStatus(
+    return fail(ErrnoStatus(
         error, absl::StrCat("cannot map pool of ", HumanBytes(capacity), " at ", path)));
   }
   ::close(fd);

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/server/save_batches.h"
+#include "proto/lib/align.h"
 
 namespace ckpt::server {
 namespace {

@@ -14,8 +14,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "daemon/gpu/device_factory.h"
-#include "proto/lib/request_limits.h"
 #include "daemon/storage/backend_factory.h"
+#include "proto/lib/request_limits.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::server {
 namespace {
@@ -128,7 +129,7 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   }
   d->backend_ = std::move(backend);
   if (absl::Status s = d->backend_->CreateDirs(o.storage_root); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("storage root: ", s.message()));
+    return WithContext(s, "storage root");
   }
 
   pool::PoolOptions pool_options;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "proto/lib/align.h"
+
 namespace ckpt::server {
 
 BatchLayout NextBatchLayout(absl::Span<const v1::SaveItem> items, BatchCursor& cursor,

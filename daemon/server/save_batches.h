@@ -35,10 +35,6 @@ struct BatchLayout {
   bool last = false;        // the cursor reached the end of the items
 };
 
-inline uint64_t AlignUp(uint64_t value, uint64_t alignment) {
-  return (value + alignment - 1) / alignment * alignment;
-}
-
 // The next batch from `cursor`, which it advances: whole chunks up to
 // batch_bytes (at least one chunk), an item's last slice may be shorter.
 // An object is one stored chunk, so it goes whole, in a batch of its own

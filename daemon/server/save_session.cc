@@ -8,6 +8,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/coordinator/fault_points.h"
+#include "daemon/server/node_save_plan.h"
+#include "proto/lib/align.h"
 #include "proto/lib/region_convert.h"
 #include "proto/lib/status_context.h"
 #include "proto/lib/validation.h"
@@ -31,10 +33,6 @@ absl::Status ValidateRankRequest(const v1::PlanSaveRequest& request) {
   return absl::OkStatus();
 }
 
-std::string ItemName(const v1::SaveItem& item) {
-  return absl::StrCat(item.kind() == v1::SaveItem::OBJECT ? "object " : "shard ", item.index());
-}
-
 }  // namespace
 
 SaveSession::SaveSession(NodeContext& context, std::string job, int64_t step, int world_size)
@@ -47,7 +45,13 @@ SaveSession::SaveSession(NodeContext& context, std::string job, int64_t step, in
 
 SaveSession::~SaveSession() = default;
 
-std::string SaveSession::Who() const { return absl::StrCat("save of job ", job_, " step ", step_, ": "); }
+std::string SaveSession::Who() const { return absl::StrCat("save of job ", job_, " step ", step_); }
+
+std::vector<const v1::PlanSaveRequest*> SaveSession::RequestsLocked() const {
+  std::vector<const v1::PlanSaveRequest*> requests;
+  for (const RankState& rank : ranks_) requests.push_back(&*rank.request);
+  return requests;
+}
 
 std::string SaveSession::save_id() const {
   absl::MutexLock lock(&mu_);
@@ -55,31 +59,32 @@ std::string SaveSession::save_id() const {
 }
 
 absl::Status SaveSession::CheckRankLocked(const RankSession& rank) const {
-  return CheckMember(rank, job_, world_size_, Who());
+  return CheckMember(rank, job_, world_size_, absl::StrCat(Who(), ": "));
 }
 
 absl::StatusOr<v1::PlanSaveResponse> SaveSession::Plan(const RankSession& rank,
                                                        const v1::PlanSaveRequest& request) {
-  const std::string who = absl::StrCat(Who(), "rank ", rank.rank, ": ");
+  const std::string who = absl::StrCat(Who(), ": rank ", rank.rank);
   bool last = false;
   {
     absl::MutexLock lock(&mu_);
     if (absl::Status s = CheckRankLocked(rank); !s.ok()) return s;
     if (!error_.ok()) return error_;
     if (phase_ != Phase::kPlanning || ranks_[rank.rank].request.has_value()) {
-      return absl::FailedPreconditionError(absl::StrCat(who, "already sent its plan"));
+      return absl::FailedPreconditionError(absl::StrCat(who, ": already sent its plan"));
     }
   }
   if (absl::Status s = ValidateRankRequest(request); !s.ok()) {
-    Fail(absl::AbortedError(absl::StrCat("rank ", rank.rank, " sent an invalid plan: ", s.message())));
-    return Prefixed(s, who);
+    Fail(absl::AbortedError(
+        absl::StrCat(Who(), ": rank ", rank.rank, " sent an invalid plan: ", s.message())));
+    return WithContext(s, who);
   }
   {
     absl::MutexLock lock(&mu_);
     if (!error_.ok()) return error_;
     RankState& state = ranks_[rank.rank];
     if (phase_ != Phase::kPlanning || state.request.has_value()) {
-      return absl::FailedPreconditionError(absl::StrCat(who, "already sent its plan"));
+      return absl::FailedPreconditionError(absl::StrCat(who, ": already sent its plan"));
     }
     state.request = request;
     last = ++arrived_ == world_size_;
@@ -106,23 +111,15 @@ void SaveSession::PlanAllRanks() {
   v1::NodeSavePlan plan;
   {
     absl::MutexLock lock(&mu_);
-    *plan.mutable_host() = context_.host;
-    plan.set_job(job_);
-    plan.set_step(step_);
-    plan.set_world_size(world_size_);
-    plan.set_writer_threads(context_.writers.threads());
-    for (int r = 0; r < world_size_; ++r) {
-      const v1::PlanSaveRequest& request = *ranks_[r].request;
-      if (r == 0) plan.set_partial(request.partial());
-      v1::RankSavePlan* rank = plan.add_ranks();
-      rank->set_rank(r);
-      *rank->mutable_shards() = request.shards();
-      *rank->mutable_objects() = request.objects();
-      for (const auto& [k, v] : request.user_metadata()) (*plan.mutable_user_metadata())[k] = v;
-    }
+    plan = BatchRankPlans(context_.host, job_, step_, context_.writers.threads(),
+                          RequestsLocked());
   }
   absl::StatusOr<v1::SaveAssignment> assignment = context_.coordinator.PlanSave(plan);
   absl::Status status = assignment.status();
+  if (status.ok() && assignment->hosts_size() != 1) {
+    status = absl::InternalError(absl::StrCat("the assignment is for ", assignment->hosts_size(),
+                                              " hosts, not this one"));
+  }
   std::vector<std::unique_ptr<storage::WritableFile>> files;
   if (status.ok()) {
     for (const std::string& name : assignment->hosts(0).files()) {
@@ -139,23 +136,23 @@ void SaveSession::PlanAllRanks() {
   {
     absl::MutexLock lock(&mu_);
     --busy_;
+    // Kept even when opening the files failed: CleanUp aborts the save by
+    // its id, which frees the step at the coordinator and removes the
+    // partial directory it made.
+    if (assignment.ok()) assignment_ = std::move(*assignment);
     if (status.ok()) {
-      assignment_ = std::move(*assignment);
       files_ = std::move(files);
-      // Each rank's items, with their write items parallel to them.
-      for (const v1::WriteItem& write : assignment_.hosts(0).items()) {
-        v1::SaveItem item;
-        item.set_kind(write.is_object() ? v1::SaveItem::OBJECT : v1::SaveItem::SHARD);
-        item.set_index(write.index());
-        item.set_bytes(write.bytes());
-        item.set_padded_bytes(AlignUp(write.bytes(), context_.pool.alignment()));
-        RankState& rank = ranks_[write.rank()];
-        rank.items.push_back(item);
-        rank.writes.push_back(&write);
-        bytes_total_ += write.bytes();
+      absl::StatusOr<std::vector<RankItems>> split =
+          SplitByRank(assignment_.hosts(0), RequestsLocked(), context_.pool.alignment());
+      status = split.status();
+      for (int r = 0; status.ok() && r < world_size_; ++r) {
+        RankState& rank = ranks_[r];
+        rank.items = std::move((*split)[r].items);
+        rank.writes = std::move((*split)[r].writes);
+        for (const v1::SaveItem& item : rank.items) bytes_total_ += item.bytes();
       }
     }
-    if (!status.ok()) FailLocked(Prefixed(status, Who()));
+    if (!status.ok()) FailLocked(WithContext(status, Who()));
     if (error_.ok()) {
       phase_ = Phase::kSnapshot;
       deadline_ = absl::Now() + context_.options.snapshot_timeout;
@@ -171,7 +168,7 @@ void SaveSession::PlanAllRanks() {
 }
 
 absl::StatusOr<v1::SaveBatch> SaveSession::NextBatch(const RankSession& rank) {
-  const std::string who = absl::StrCat(Who(), "rank ", rank.rank, ": ");
+  const std::string who = absl::StrCat(Who(), ": rank ", rank.rank);
   uint64_t batch_id = 0;
   BatchLayout layout;
   {
@@ -179,16 +176,16 @@ absl::StatusOr<v1::SaveBatch> SaveSession::NextBatch(const RankSession& rank) {
     if (absl::Status s = CheckRankLocked(rank); !s.ok()) return s;
     if (!error_.ok()) return error_;
     if (phase_ != Phase::kSnapshot) {
-      return absl::FailedPreconditionError(absl::StrCat(who, "asked for a batch in phase ",
+      return absl::FailedPreconditionError(absl::StrCat(who, ": asked for a batch in phase ",
                                                         PhaseName(phase_)));
     }
     RankState& state = ranks_[rank.rank];
     if (state.handed_last) {
-      return absl::FailedPreconditionError(absl::StrCat(who, "all its batches were handed out"));
+      return absl::FailedPreconditionError(absl::StrCat(who, ": all its batches were handed out"));
     }
     if (state.open_batches >= kMaxOpenBatches) {
       return absl::FailedPreconditionError(absl::StrCat(
-          who, "holds ", state.open_batches, " batches not yet submitted; the limit is ",
+          who, ": holds ", state.open_batches, " batches not yet submitted; the limit is ",
           kMaxOpenBatches));
     }
     layout = NextBatchLayout(state.items, state.cursor, assignment_.chunk_bytes(),
@@ -215,7 +212,7 @@ absl::StatusOr<v1::SaveBatch> SaveSession::NextBatch(const RankSession& rank) {
       room.allocation = *allocation;
       room.has_allocation = true;
     } else {
-      status = Prefixed(allocation.status(), absl::StrCat(who, "room for a batch: "));
+      status = WithContext(allocation.status(), absl::StrCat(who, ": room for a batch"));
       FailLocked(status);
     }
   }
@@ -290,7 +287,7 @@ std::map<int, std::vector<WriteTask>> SaveSession::TasksFor(uint64_t batch_id, R
 
 absl::Status SaveSession::SubmitSnapshot(const RankSession& rank,
                                          const v1::SubmitSnapshotRequest& request) {
-  const std::string who = absl::StrCat(Who(), "rank ", rank.rank, ": ");
+  const std::string who = absl::StrCat(Who(), ": rank ", rank.rank);
   std::map<int, std::vector<WriteTask>> tasks;
   bool has_pulls = false;
   bool finish = false;
@@ -302,7 +299,7 @@ absl::Status SaveSession::SubmitSnapshot(const RankSession& rank,
     if (phase_ != Phase::kSnapshot || it == rooms_.end() || it->second.rank != rank.rank ||
         it->second.submitted) {
       return absl::InvalidArgumentError(absl::StrCat(
-          who, "batch ", request.batch_id(), " is not an open batch of this rank"));
+          who, ": batch ", request.batch_id(), " is not an open batch of this rank"));
     }
     Room& room = it->second;
     tasks = TasksFor(request.batch_id(), room, /*pulled=*/false);
@@ -328,7 +325,7 @@ absl::Status SaveSession::SubmitSnapshot(const RankSession& rank,
     absl::MutexLock lock(&mu_);
     --busy_;
     if (!s.ok()) {
-      FailLocked(Prefixed(s, who));
+      FailLocked(WithContext(s, who));
     } else if (error_.ok()) {
       MarkSubmittedLocked(ranks_[rank.rank], request.batch_id());
       finish = ReadyToFinishLocked();
@@ -373,7 +370,7 @@ absl::Status SaveSession::WaitReadyEvent(int rank) {
   if (!handle.empty()) {
     // The trainer's stream may still be writing the tensors: copy after it.
     if (absl::Status s = context_.gpu.WaitIpcEvent(handle, device); !s.ok()) {
-      return Prefixed(s, "waiting for the trainer's stream: ");
+      return WithContext(s, "waiting for the trainer's stream");
     }
   }
   absl::MutexLock lock(&mu_);
@@ -420,7 +417,7 @@ absl::Status SaveSession::RunPulls(const RankSession& rank, uint64_t batch_id) {
   for (const Pull& pull : pulls) {
     absl::StatusOr<std::shared_ptr<gpu::IpcMapping>> mapping = context_.ipc.Get(
         rank.id, pull.source.ipc_handle(), pull.source.device(), pull.source.allocation_bytes());
-    if (!mapping.ok()) return Prefixed(mapping.status(), absl::StrCat("tensor ", pull.fqn, ": "));
+    if (!mapping.ok()) return WithContext(mapping.status(), absl::StrCat("tensor ", pull.fqn));
     const uint64_t bytes = (*mapping)->bytes();
     if (pull.source.offset() > bytes || pull.item_offset > bytes - pull.source.offset() ||
         pull.length > bytes - pull.source.offset() - pull.item_offset) {
@@ -448,7 +445,7 @@ absl::Status SaveSession::RunPulls(const RankSession& rank, uint64_t batch_id) {
           }
           context_.writers.Submit(pull.writer, std::move(tasks));
         });
-    if (!s.ok()) return Prefixed(s, absl::StrCat("tensor ", pull.fqn, ": "));
+    if (!s.ok()) return WithContext(s, absl::StrCat("tensor ", pull.fqn));
   }
   return absl::OkStatus();
 }
@@ -481,7 +478,7 @@ void SaveSession::OnChunksWritten(absl::Span<const WrittenChunk> chunks, absl::S
         context_.bytes_written.fetch_add(c.payload, std::memory_order_relaxed);
       }
     } else if (error_.ok()) {
-      FailLocked(Prefixed(status, Who()));
+      FailLocked(WithContext(status, Who()));
     }
     finish = ReadyToFinishLocked();
     cleanup = ReadyToCleanUpLocked();
@@ -535,7 +532,7 @@ void SaveSession::Finish() {
       }
       rooms_.clear();
     } else {
-      if (error_.ok()) error_ = Prefixed(status, Who());
+      if (error_.ok()) error_ = WithContext(status, Who());
       phase_ = Phase::kFailed;
       abandoned_.store(true, std::memory_order_release);
       cleanup = ReadyToCleanUpLocked();
@@ -558,7 +555,7 @@ void SaveSession::RankGone(int rank) {
     if (rank < 0 || rank >= world_size_ || ranks_[rank].snapshotted) return;
     if (phase_ == Phase::kPlanning && !ranks_[rank].request.has_value() && arrived_ == 0) return;
     FailLocked(absl::AbortedError(absl::StrCat(
-        Who(), "rank ", rank,
+        Who(), ": rank ", rank,
         " went away (its process exited or its connection closed) before its snapshot "
         "completed; aborted")));
   }
@@ -643,8 +640,8 @@ void SaveSession::CheckDeadlines(absl::Time now) {
         if (!ranks_[r].request.has_value()) missing.push_back(r);
       }
       timeout = absl::DeadlineExceededError(absl::StrCat(
-          Who(), "ranks [", absl::StrJoin(missing, ", "), world_size_ - arrived_ > 16 ? ", ..." : "",
-          "] did not ask to save within ", absl::FormatDuration(context_.options.plan_timeout),
+          Who(), ": ranks [", absl::StrJoin(missing, ", "),
+          world_size_ - arrived_ > 16 ? ", ..." : "", "] did not ask to save within ", absl::FormatDuration(context_.options.plan_timeout),
           "; aborted"));
     } else if (phase_ == Phase::kSnapshot) {
       std::vector<int> missing;
@@ -653,8 +650,8 @@ void SaveSession::CheckDeadlines(absl::Time now) {
       }
       if (missing.empty()) return;
       timeout = absl::DeadlineExceededError(absl::StrCat(
-          Who(), "ranks [", absl::StrJoin(missing, ", "), world_size_ - snapshotted_ > 16 ? ", ..." : "",
-          "] did not finish their snapshot within ",
+          Who(), ": ranks [", absl::StrJoin(missing, ", "),
+          world_size_ - snapshotted_ > 16 ? ", ..." : "", "] did not finish their snapshot within ",
           absl::FormatDuration(context_.options.snapshot_timeout), "; aborted"));
     } else {
       return;

@@ -102,6 +102,9 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   };
 
   void PlanAllRanks();  // run by the last rank to arrive, without mu_
+  // Every rank's request, by rank; only once all have arrived.
+  std::vector<const v1::PlanSaveRequest*> RequestsLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Write tasks for the host-copied slices of a submitted room.
   std::map<int, std::vector<WriteTask>> TasksFor(uint64_t batch_id, Room& room, bool pulled)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

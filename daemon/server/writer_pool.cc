@@ -5,12 +5,13 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
-
+#include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/coordinator/fault_points.h"
 #include "proto/lib/crc32c.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::server {
 
@@ -20,7 +21,9 @@ WriterPool::WriterPool(int threads, unsigned max_batch, int nice) : max_batch_(m
     workers_.emplace_back([this, i, nice] {
       // Linux: a thread's nice value is per thread (its tid).
       if (nice != 0 && setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice) != 0) {
-        std::fprintf(stderr, "ckptd: writer %d: setpriority(%d): %s\n", i, nice, std::strerror(errno));
+        const absl::Status s =
+            ErrnoStatus(errno, absl::StrCat("writer ", i, ": setpriority(", nice, ")"));
+        std::fprintf(stderr, "ckptd: %s\n", std::string(s.message()).c_str());
       }
       Run(*queues_[i]);
     });

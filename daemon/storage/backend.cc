@@ -17,7 +17,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "daemon/storage/status_util.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::storage {
 
@@ -45,7 +45,7 @@ absl::Status ReadableFile::ReadBatch(absl::Span<const IoOp> ops) {
 absl::StatusOr<std::unique_ptr<ReadableFile>> Backend::OpenReadOnlyBeneath(
     const std::string& dir, const std::string& name) {
   if (absl::Status s = ValidateConfinedName(name); !s.ok()) {
-    return Annotate(s, absl::StrCat("open ", dir, "/", name));
+    return WithContext(s, absl::StrCat("open ", dir, "/", name));
   }
   return NewReadableFile(absl::StrCat(dir, "/", name));
 }
@@ -92,20 +92,19 @@ absl::Status ValidateConfinedName(absl::string_view name) {
 namespace {
 
 // Reads all of an open file, refusing one larger than max_bytes before
-// allocating for it.
-absl::StatusOr<std::string> ReadAll(ReadableFile& file, const std::string& context,
+// allocating for it. The file's own errors name its path already.
+absl::StatusOr<std::string> ReadAll(ReadableFile& file, const std::string& path,
                                     uint64_t max_bytes) {
   absl::StatusOr<uint64_t> size = file.Size();
-  if (!size.ok()) return Annotate(size.status(), context);
+  if (!size.ok()) return size.status();
   if (*size > max_bytes) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "%s: the file is %d bytes, more than the limit of %d", context, *size, max_bytes));
+        "read %s: the file is %d bytes, more than the limit of %d", path, *size, max_bytes));
   }
   std::string contents(*size, '\0');
   if (*size > 0) {
     IoOp op{0, contents.data(), contents.size()};
-    absl::Status s = file.ReadBatch({&op, 1});
-    if (!s.ok()) return Annotate(s, context);
+    if (absl::Status s = file.ReadBatch({&op, 1}); !s.ok()) return s;
   }
   return contents;
 }
@@ -114,18 +113,16 @@ absl::StatusOr<std::string> ReadAll(ReadableFile& file, const std::string& conte
 
 absl::StatusOr<std::string> ReadWholeFileBeneath(Backend& backend, const std::string& dir,
                                                  const std::string& name, uint64_t max_bytes) {
-  const std::string context = absl::StrCat("read ", dir, "/", name);
   absl::StatusOr<std::unique_ptr<ReadableFile>> file = backend.OpenReadOnlyBeneath(dir, name);
-  if (!file.ok()) return Annotate(file.status(), context);
-  return ReadAll(**file, context, max_bytes);
+  if (!file.ok()) return file.status();
+  return ReadAll(**file, absl::StrCat(dir, "/", name), max_bytes);
 }
 
 absl::StatusOr<std::string> ReadWholeFile(Backend& backend, const std::string& path,
                                           uint64_t max_bytes) {
-  const std::string context = absl::StrCat("read whole file ", path);
   absl::StatusOr<std::unique_ptr<ReadableFile>> file = backend.NewReadableFile(path);
-  if (!file.ok()) return Annotate(file.status(), context);
-  return ReadAll(**file, context, max_bytes);
+  if (!file.ok()) return file.status();
+  return ReadAll(**file, path, max_bytes);
 }
 
 namespace {
@@ -156,9 +153,9 @@ absl::Status WriteFileAtomically(Backend& backend, const std::string& path,
   if (s.ok()) s = backend.Rename(tmp, path);
   if (!s.ok()) {
     backend.RemoveAll(tmp).IgnoreError();  // best effort; the error below matters
-    return Annotate(s, context);
+    return WithContext(s, context);
   }
-  return Annotate(backend.SyncDir(ParentDir(path)), context);
+  return WithContext(backend.SyncDir(ParentDir(path)), context);
 }
 
 }  // namespace ckpt::storage

@@ -8,6 +8,9 @@
 // by test-only methods here.
 //
 // Paths are '/'-separated strings; the POSIX backend uses them as given.
+// Every error names the operation and the path ("open /x/MANIFEST: No such
+// file or directory"), with a code from the errno (status_context.h), so
+// callers add what they know beyond that, never the path again.
 //
 // Thread-safety: a Backend may be used from many threads at once. A file
 // object may be used by one thread at a time; different file objects of the

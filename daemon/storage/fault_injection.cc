@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "daemon/storage/status_util.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::storage {
 
@@ -252,7 +252,7 @@ absl::Status FaultInjectionBackend::DropUnsyncedData() {
     if (s.ok()) s = (*out)->Sync();
     if (out.ok()) s.Update((*out)->Close());
     if (!s.ok()) {
-      result.Update(Annotate(s, absl::StrCat("drop unsynced data of ", path)));
+      result.Update(WithContext(s, absl::StrCat("drop unsynced data of ", path)));
       continue;
     }
     absl::MutexLock lock(&mu_);

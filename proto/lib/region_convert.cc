@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/lib/dtype.h"
+#include "proto/lib/status_context.h"
 #include "proto/lib/validation.h"
 
 namespace ckpt {
@@ -46,7 +47,7 @@ geo::Shape ShapeFromProto(const google::protobuf::RepeatedField<int64_t>& dims) 
 absl::StatusOr<ShardGeometry> ValidateShard(const v1::TensorShard& shard) {
   if (absl::Status s = ValidateName("tensor", shard.fqn()); !s.ok()) return s;
   auto context = [&](const absl::Status& s) {
-    return absl::Status(s.code(), absl::StrCat("tensor ", shard.fqn(), ": ", s.message()));
+    return WithContext(s, absl::StrCat("tensor ", shard.fqn()));
   };
   ShardGeometry g;
   absl::StatusOr<int64_t> size = DTypeSize(shard.dtype());

@@ -80,33 +80,33 @@ absl::Status ValidateBoundedName(absl::string_view what, absl::string_view name,
 absl::StatusOr<int64_t> ValidateShardRequest(const v1::TensorShard& shard,
                                              const RequestLimits& limits) {
   if (absl::Status s = ValidateBoundedName("tensor", shard.fqn(), limits); !s.ok()) return s;
-  const std::string who = absl::StrCat("tensor ", shard.fqn(), ": ");
+  const std::string who = absl::StrCat("tensor ", shard.fqn());
   // Before anything copies the shape or the box.
   if (Above(shard.global_shape_size(), limits.max_dims)) {
-    return Prefixed(Exhausted("shape has dimensions", shard.global_shape_size(),
-                              limits.max_dims, "max_dims"),
-                    who);
+    return WithContext(Exhausted("shape has dimensions", shard.global_shape_size(),
+                                 limits.max_dims, "max_dims"),
+                       who);
   }
   if (shard.region().has_box()) {
     const int n = std::max(shard.region().box().offsets_size(),
                            shard.region().box().lengths_size());
     if (Above(n, limits.max_dims)) {
-      return Prefixed(Exhausted("region box has dimensions", n, limits.max_dims, "max_dims"),
-                      who);
+      return WithContext(Exhausted("region box has dimensions", n, limits.max_dims, "max_dims"),
+                         who);
     }
   }
   absl::StatusOr<ShardGeometry> g = ValidateShard(shard);
   if (!g.ok()) return g.status();
   if (g->bytes > limits.max_shard_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        who, "region ", g->region.DebugString(), " has ", g->bytes, " bytes; the limit is ",
+        who, ": region ", g->region.DebugString(), " has ", g->bytes, " bytes; the limit is ",
         limits.max_shard_bytes, " (--max_shard_bytes)"));
   }
   absl::StatusOr<int64_t> runs = geo::StridedRunCount(g->shape, g->region, geo::Region::Whole());
-  if (!runs.ok()) return Prefixed(runs.status(), who);
+  if (!runs.ok()) return WithContext(runs.status(), who);
   if (*runs > limits.max_runs_per_shard) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        who, "region ", g->region.DebugString(), " needs ", *runs,
+        who, ": region ", g->region.DebugString(), " needs ", *runs,
         " strided runs; the limit is ", limits.max_runs_per_shard, " (--max_runs_per_shard)"));
   }
   if (shard.has_device_buffer()) {
@@ -114,7 +114,7 @@ absl::StatusOr<int64_t> ValidateShardRequest(const v1::TensorShard& shard,
     if (buffer.offset() > buffer.allocation_bytes() ||
         static_cast<uint64_t>(g->bytes) > buffer.allocation_bytes() - buffer.offset()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          who, "device buffer [", buffer.offset(), ", +", g->bytes,
+          who, ": device buffer [", buffer.offset(), ", +", g->bytes,
           ") lies outside its allocation of ", buffer.allocation_bytes(), " bytes"));
     }
   }

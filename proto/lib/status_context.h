@@ -1,5 +1,13 @@
-// Adding context to an error as it crosses a layer (STYLE.md: each layer
-// adds what it knows), keeping its code.
+// Errors with context (STYLE.md: each layer adds what it knows). Every error
+// reads "<outer context>: <inner context>: <what failed>", so one line says
+// what failed and where; codes are kept as the error crosses layers, and an
+// errno becomes a code by one table for the daemon, the client and the tools.
+//
+// Add only what the inner error does not already say: a storage error names
+// its operation and path, so its callers add the tensor or the step, not the
+// path again.
+//
+// Thread-safety: pure functions.
 #ifndef CKPT_PROTO_LIB_STATUS_CONTEXT_H_
 #define CKPT_PROTO_LIB_STATUS_CONTEXT_H_
 
@@ -9,7 +17,23 @@
 
 namespace ckpt {
 
-// `prefix` + the message; OK stays OK.
+// "<context>: <message>" with the same code; OK stays OK.
+absl::Status WithContext(const absl::Status& status, absl::string_view context);
+
+// ENOENT -> NOT_FOUND; ENOSPC, EDQUOT, EFBIG, ENOMEM, EMFILE, ENFILE ->
+// RESOURCE_EXHAUSTED; EACCES, EPERM, EROFS -> PERMISSION_DENIED; EEXIST ->
+// ALREADY_EXISTS; ENOTDIR, EISDIR, ENOTEMPTY, EBUSY -> FAILED_PRECONDITION;
+// EINVAL, ENAMETOOLONG -> INVALID_ARGUMENT; EBADF -> INTERNAL; anything else
+// (EIO, ...) -> UNKNOWN. 0 -> OK.
+absl::StatusCode ErrnoToCode(int err);
+
+// "<context>: <strerror(err)>" with ErrnoToCode(err).
+absl::Status ErrnoStatus(int err, absl::string_view context);
+
+// The older spelling of WithContext, whose `prefix` carries its own ": ".
+// Only daemon/server/load_session.cc, daemon/server/chunk_reader.cc and
+// client/src/client.cc still call it; delete it once they use WithContext.
+// New code uses WithContext.
 inline absl::Status Prefixed(const absl::Status& s, absl::string_view prefix) {
   if (s.ok()) return s;
   return absl::Status(s.code(), absl::StrCat(prefix, s.message()));

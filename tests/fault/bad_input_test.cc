@@ -460,7 +460,8 @@ TEST_CASE("A second save of a committed step is refused", "[bad_input]") {
   const std::string session = AttachOk(*stub, job);
   v1::PlanSaveResponse planned;
   CheckError(Plan(*stub, session, 14, {Whole("w", v1::FLOAT32, {4, 8})}, &planned),
-             grpc::StatusCode::ALREADY_EXISTS, "step 14 is already committed");
+             grpc::StatusCode::ALREADY_EXISTS,
+             "save of job twice step 14: this step is already committed");
   RequireIdleAndServing(d);
 
   // Through the client too: the error comes back through the handle.

@@ -7,9 +7,9 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "proto/lib/status_context.h"
 
 extern char** environ;
 
@@ -17,7 +17,7 @@ namespace ckpt::testing {
 
 absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const std::vector<std::string>& argv) {
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError(std::strerror(errno));
+  if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe2");
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
@@ -31,7 +31,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const std::vector<
   close(fds[1]);
   if (err != 0) {
     close(fds[0]);
-    return absl::InternalError(absl::StrCat("spawn ", argv[0], ": ", std::strerror(err)));
+    return ErrnoStatus(err, absl::StrCat("spawn ", argv[0]));
   }
   return std::unique_ptr<Subprocess>(new Subprocess(pid, fds[0]));
 }

@@ -27,6 +27,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::gpu {
 namespace {
@@ -281,13 +282,13 @@ class CudaRuntime : public DeviceRuntime {
     absl::StatusOr<int> device = DeviceOf(device_ptr, /*allow_managed=*/false, context);
     if (!device.ok()) return device.status();
     ScopedDevice scoped;
-    if (absl::Status set = scoped.Set(*device); !set.ok()) return Annotate(set, context);
+    if (absl::Status set = scoped.Set(*device); !set.ok()) return WithContext(set, context);
 
     // IPC exports whole allocations: find the one that holds the pointer.
     uintptr_t base = 0;
     uint64_t size = 0;
     if (absl::Status range = AddressRange(driver_, device_ptr, &base, &size); !range.ok()) {
-      return Annotate(range, context);
+      return WithContext(range, context);
     }
     cudaIpcMemHandle_t handle;
     cudaError_t err = cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base));
@@ -347,7 +348,7 @@ class CudaRuntime : public DeviceRuntime {
                                                      " present)"));
     }
     ScopedDevice scoped;
-    if (absl::Status set = scoped.Set(device); !set.ok()) return Annotate(set, context);
+    if (absl::Status set = scoped.Set(device); !set.ok()) return WithContext(set, context);
     cudaIpcEventHandle_t ipc;
     std::memcpy(&ipc, handle.data(), sizeof(ipc));
     cudaEvent_t event = nullptr;
@@ -376,7 +377,7 @@ class CudaRuntime : public DeviceRuntime {
       return absl::InvalidArgumentError(absl::StrCat(context, ": empty allocation"));
     }
     ScopedDevice scoped;
-    if (absl::Status set = scoped.Set(device); !set.ok()) return Annotate(set, context);
+    if (absl::Status set = scoped.Set(device); !set.ok()) return WithContext(set, context);
     cudaIpcMemHandle_t ipc_handle;
     std::memcpy(&ipc_handle, handle.data(), sizeof(ipc_handle));
     void* ptr = nullptr;
@@ -393,7 +394,7 @@ class CudaRuntime : public DeviceRuntime {
     uintptr_t base = 0;
     uint64_t size = 0;
     if (absl::Status range = AddressRange(driver_, ptr, &base, &size); !range.ok()) {
-      return Annotate(range, context);
+      return WithContext(range, context);
     }
     if (size < allocation_bytes) {
       return absl::FailedPreconditionError(
@@ -438,10 +439,6 @@ class CudaRuntime : public DeviceRuntime {
     std::atomic<uint32_t> next{0};
   };
 
-  static absl::Status Annotate(const absl::Status& status, absl::string_view context) {
-    return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
-  }
-
   // The device's streams, created on first use (not in NewCudaRuntime: that
   // would create a context, and its memory, on every GPU of the node).
   // Call with device current.
@@ -472,9 +469,9 @@ class CudaRuntime : public DeviceRuntime {
                            const void* src, void* dst, uint64_t bytes, uint64_t chunk_bytes,
                            const std::function<void(uint64_t, uint64_t)>& on_chunk) {
     ScopedDevice scoped;
-    if (absl::Status set = scoped.Set(device); !set.ok()) return Annotate(set, context);
+    if (absl::Status set = scoped.Set(device); !set.ok()) return WithContext(set, context);
     absl::StatusOr<DeviceStreams*> streams = StreamsFor(device);
-    if (!streams.ok()) return Annotate(streams.status(), context);
+    if (!streams.ok()) return WithContext(streams.status(), context);
     const std::vector<cudaStream_t>& stream = (*streams)->streams;
     const uint32_t start = (*streams)->next.fetch_add(1, std::memory_order_relaxed);
 
@@ -483,7 +480,7 @@ class CudaRuntime : public DeviceRuntime {
     if (absl::Status made = events.Create(static_cast<int>(
             std::min<uint64_t>(chunks, kChunksInFlight)));
         !made.ok()) {
-      return Annotate(made, context);
+      return WithContext(made, context);
     }
     auto range_of = [&](uint64_t chunk) {
       const uint64_t offset = chunk * chunk_bytes;

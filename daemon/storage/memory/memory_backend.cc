@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "daemon/storage/status_util.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::storage {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "daemon/storage/status_util.h"
+#include "proto/lib/status_context.h"
 
 #ifdef CKPT_HAVE_URING
 #include <liburing.h>

@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "daemon/storage/status_util.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::storage {
 namespace {
@@ -225,7 +225,7 @@ absl::StatusOr<std::unique_ptr<ReadableFile>> PosixBackend::OpenReadOnlyBeneath(
     const std::string& dir, const std::string& name) {
   const std::string path = absl::StrCat(dir, "/", name);
   if (absl::Status s = ValidateConfinedName(name); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("open ", path, ": ", s.message()));
+    return WithContext(s, absl::StrCat("open ", path));
   }
   int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dir_fd < 0) return OpenBeneathError(errno, dir, path);

@@ -8,7 +8,7 @@
 // fds reach the same inode, so one fdatasync makes both kinds durable.
 //
 // Errors name the operation and the path ("pwrite /x/data/h-0.bin at offset
-// 4096: No space left on device"); codes follow errno (status_util.h).
+// 4096: No space left on device"); codes follow errno (proto/lib/status_context.h).
 //
 // Thread-safety: as Backend. Files hold a reference to the engine, so they
 // may outlive the backend.

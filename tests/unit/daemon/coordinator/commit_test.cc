@@ -115,7 +115,7 @@ TEST_CASE("committing an existing step is ALREADY_EXISTS and leaves it intact", 
 
   const std::string second = MakePartial(*backend, "job", 7, "xyz", "other");
   CKPT_REQUIRE_ERROR(CommitCheckpoint(*backend, kRoot, second, ManifestFor("job", 7, 2)),
-                     absl::StatusCode::kAlreadyExists, "job step 7", "/ckpt/job/step-7");
+                     absl::StatusCode::kAlreadyExists, "commit: /ckpt/job/step-7 exists");
   CHECK(ReadFile(*backend, "/ckpt/job/step-7/MANIFEST") == old_manifest);
   CHECK(ReadFile(*backend, "/ckpt/job/step-7/data/h0-0.bin") == "first");
   CHECK(List(*backend, "/ckpt/job/step-7") == std::vector<std::string>{"MANIFEST", "data"});
@@ -130,7 +130,7 @@ TEST_CASE("commit of a missing partial directory fails and creates nothing", "[c
   const absl::Status s = CommitCheckpoint(*backend, kRoot, PartialDir(kRoot, "job", 3, "gone"),
                                           ManifestFor("job", 3, 1));
   CHECK_FALSE(s.ok());
-  CHECK(std::string(s.message()).find("commit of job step 3") != std::string::npos);
+  CHECK(std::string(s.message()).find("commit: ") == 0);
   CHECK(List(*backend, "/ckpt/job").empty());
 }
 
@@ -434,7 +434,8 @@ TEST_CASE("coordinator: plan, write, report, commit, load", "[coordinator]") {
   LoadAndVerify(coord, *backend, 5, FlatShard("b", v1::BFLOAT16, {3000}, 1000, 2999));
 
   // The step is committed: planning it again is ALREADY_EXISTS.
-  CKPT_REQUIRE_ERROR(coord.PlanSave(node), absl::StatusCode::kAlreadyExists, "job", "step 5");
+  CKPT_REQUIRE_ERROR(coord.PlanSave(node), absl::StatusCode::kAlreadyExists,
+                     "this step is already committed");
   // The save is finished: reporting it again is NOT_FOUND.
   CKPT_REQUIRE_ERROR(coord.ReportPersisted(report), absl::StatusCode::kNotFound);
 }
@@ -445,7 +446,7 @@ TEST_CASE("coordinator: a step being saved cannot be planned twice", "[coordinat
   absl::StatusOr<v1::SaveAssignment> a = coord.PlanSave(TwoRankPlan(5));
   CKPT_REQUIRE_OK(a);
   CKPT_REQUIRE_ERROR(coord.PlanSave(TwoRankPlan(5)), absl::StatusCode::kFailedPrecondition,
-                     "step 5", "already being saved");
+                     "this step is already being saved");
   CHECK(List(*backend, "/ckpt/job").size() == 1);
   // Another step can be saved meanwhile.
   absl::StatusOr<v1::SaveAssignment> b = coord.PlanSave(TwoRankPlan(6));
@@ -644,12 +645,12 @@ TEST_CASE("commit faults: a failed fsync leaves no step visible", "[commit][faul
   SECTION("directory fsync fails") {
     faulty.FailSyncDirs(true);
     CKPT_REQUIRE_ERROR(coord.ReportPersisted(report), absl::StatusCode::kUnknown,
-                       "commit of job step 5", "injected fault");
+                       "commit: ", "injected fault");
   }
   SECTION("MANIFEST fsync fails") {
     faulty.FailNthSync(1);
     CKPT_REQUIRE_ERROR(coord.ReportPersisted(report), absl::StatusCode::kUnknown,
-                       "commit of job step 5", "MANIFEST", "injected fault");
+                       "commit: ", "MANIFEST", "injected fault");
   }
   CHECK_FALSE(Exists(*inner, "/ckpt/job/step-5"));
   CHECK_FALSE(Exists(*inner, "/ckpt/job/LATEST"));
@@ -678,7 +679,7 @@ TEST_CASE("commit faults: a failed fsync of the job directory after the rename",
   absl::StatusOr<v1::SaveAssignment> a = coord.PlanSave(node);
   CKPT_REQUIRE_OK(a);
   const absl::StatusOr<v1::CommitResult> result = coord.ReportPersisted(WriteItems(*inner, *a, node));
-  CKPT_REQUIRE_ERROR(result, absl::StatusCode::kUnknown, "commit of job step 5", "/ckpt/job");
+  CKPT_REQUIRE_ERROR(result, absl::StatusCode::kUnknown, "commit: ", "/ckpt/job");
   CHECK(std::find(faulty.log.begin(), faulty.log.end(),
                   "rename /ckpt/job/step-5 " + absl::StrCat(kRoot, "/", a->partial_dir())) !=
         faulty.log.end());  // the failure really came after the rename, which was undone

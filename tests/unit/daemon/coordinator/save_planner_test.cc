@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "proto/lib/align.h"
 #include "tests/unit/daemon/coordinator/test_helpers.h"
 
 namespace ckpt::coordinator {

@@ -1,17 +1,21 @@
-// Helpers shared by the coordinator tests: plan builders, an independent
-// (brute-force) model of regions, and a byte pattern per global element so
-// that any misplaced byte shows up.
+// Helpers shared by the coordinator and server tests: plan builders, an
+// independent (brute-force) model of regions, a byte pattern per global
+// element so that any misplaced byte shows up, and a save carried out in
+// memory to load from.
 #ifndef CKPT_TESTS_UNIT_DAEMON_COORDINATOR_TEST_HELPERS_H_
 #define CKPT_TESTS_UNIT_DAEMON_COORDINATOR_TEST_HELPERS_H_
 
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ckpt/v1/coordinator.pb.h"
+#include "daemon/coordinator/save_planner.h"
 
 namespace ckpt::coordinator::testing {
 
@@ -201,6 +205,88 @@ inline std::string ObjectBytes(const std::string& key, int rank, uint64_t length
   const uint64_t seed = SeedOf(key) + static_cast<uint64_t>(rank + 7);
   for (uint64_t i = 0; i < length; ++i) out.push_back(PatternByte(seed, static_cast<int64_t>(i), 0));
   return out;
+}
+
+// A save carried out in memory: PlanSave's assignment, its manifest with
+// arbitrary distinct CRCs, and the data files as the writers would leave
+// them (each item's pattern bytes at its file offset).
+struct Saved {
+  v1::SaveAssignment assignment;
+  v1::CheckpointManifest manifest;          // template with CRCs filled in
+  std::map<std::string, std::string> files;  // data file -> contents
+};
+
+inline const v1::RankSavePlan& FindRank(const v1::NodeSavePlan& node, int rank) {
+  for (const v1::RankSavePlan& r : node.ranks()) {
+    if (r.rank() == rank) return r;
+  }
+  FAIL("rank " << rank << " not in host " << node.host().host());
+  throw 0;
+}
+
+// Plans the save and performs the writes the assignment asks for.
+inline Saved Save(const std::vector<v1::NodeSavePlan>& nodes, uint64_t chunk_bytes = 4096) {
+  SavePlannerOptions options;
+  options.chunk_bytes = chunk_bytes;
+  absl::StatusOr<v1::SaveAssignment> a = PlanSave(nodes, options);
+  CKPT_REQUIRE_OK(a);
+  Saved saved;
+  saved.assignment = *a;
+  REQUIRE(a->hosts_size() == static_cast<int>(nodes.size()));
+  for (size_t h = 0; h < nodes.size(); ++h) {
+    for (const v1::WriteItem& item : a->hosts(static_cast<int>(h)).items()) {
+      const v1::RankSavePlan& rank = FindRank(nodes[h], item.rank());
+      std::string bytes;
+      if (item.is_object()) {
+        const v1::ObjectDesc& o = rank.objects(static_cast<int>(item.index()));
+        bytes = ObjectBytes(o.key(), o.global() ? -1 : item.rank(), o.length());
+      } else {
+        bytes = PackedBytes(rank.shards(static_cast<int>(item.index())));
+      }
+      REQUIRE(bytes.size() == item.bytes());
+      std::string& file = saved.files[item.file()];
+      if (file.size() < item.file_offset() + bytes.size()) {
+        file.resize(item.file_offset() + bytes.size(), '\xee');
+      }
+      file.replace(item.file_offset(), bytes.size(), bytes);
+    }
+  }
+  // Arbitrary, distinct CRCs: the planner must carry them through untouched.
+  saved.manifest = a->manifest_template();
+  uint32_t crc = 0x1234567;
+  for (v1::TensorEntry& t : *saved.manifest.mutable_tensors()) {
+    for (v1::StoredShard& s : *t.mutable_shards()) {
+      for (v1::StoredChunk& c : *s.mutable_chunks()) c.set_crc32c(crc += 0x9e3779b1);
+    }
+  }
+  for (v1::ObjectEntry& o : *saved.manifest.mutable_objects()) {
+    o.mutable_chunk()->set_crc32c(crc += 0x9e3779b1);
+  }
+  return saved;
+}
+
+using Requests = std::map<int, std::vector<v1::TensorShard>>;  // rank -> requests
+
+inline v1::NodeLoadPlan LoadNode(const std::string& host, const Requests& requests,
+                                 const std::map<int, std::vector<std::string>>& objects = {}) {
+  v1::NodeLoadPlan node;
+  node.mutable_host()->set_host(host);
+  node.set_job("job");
+  node.set_step(5);
+  std::set<int> ranks;
+  for (const auto& [r, _] : requests) ranks.insert(r);
+  for (const auto& [r, _] : objects) ranks.insert(r);
+  for (int r : ranks) {
+    v1::NodeLoadPlan::RankRequests* rr = node.add_ranks();
+    rr->set_rank(r);
+    if (auto it = requests.find(r); it != requests.end()) {
+      for (const v1::TensorShard& s : it->second) *rr->add_tensors() = s;
+    }
+    if (auto it = objects.find(r); it != objects.end()) {
+      for (const std::string& k : it->second) rr->add_object_keys(k);
+    }
+  }
+  return node;
 }
 
 }  // namespace ckpt::coordinator::testing

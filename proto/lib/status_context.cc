@@ -1,11 +1,16 @@
-#include "daemon/storage/status_util.h"
+#include "proto/lib/status_context.h"
 
 #include <cerrno>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
 
-namespace ckpt::storage {
+namespace ckpt {
+
+absl::Status WithContext(const absl::Status& status, absl::string_view context) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
+}
 
 absl::StatusCode ErrnoToCode(int err) {
   switch (err) {
@@ -15,6 +20,10 @@ absl::StatusCode ErrnoToCode(int err) {
       return absl::StatusCode::kNotFound;
     case ENOSPC:
     case EDQUOT:
+    case EFBIG:
+    case ENOMEM:
+    case EMFILE:
+    case ENFILE:
       return absl::StatusCode::kResourceExhausted;
     case EACCES:
     case EPERM:
@@ -43,9 +52,4 @@ absl::Status ErrnoStatus(int err, absl::string_view context) {
                       absl::StrCat(context, ": ", std::generic_category().message(err)));
 }
 
-absl::Status Annotate(const absl::Status& status, absl::string_view context) {
-  if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
-}
-
-}  // namespace ckpt::storage
+}  // namespace ckpt

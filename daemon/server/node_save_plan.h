@@ -1,0 +1,47 @@
+// The node's side of save planning, as pure functions like the
+// coordinator's planner: the ranks' requests batched into the one plan the
+// node sends (DESIGN.md §2: one message per node, not per rank), and this
+// host's part of the assignment split into each rank's items. The save
+// session keeps the state and the locking around them.
+//
+// Thread-safety: pure functions.
+#ifndef CKPT_DAEMON_SERVER_NODE_SAVE_PLAN_H_
+#define CKPT_DAEMON_SERVER_NODE_SAVE_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "ckpt/v1/common.pb.h"
+#include "ckpt/v1/coordinator.pb.h"
+#include "ckpt/v1/node.pb.h"
+
+namespace ckpt::server {
+
+// requests[r] is rank r's; the world size is their number. The save is
+// partial as rank 0 asked; user metadata is merged, a later rank's value
+// winning for a key two ranks set.
+v1::NodeSavePlan BatchRankPlans(const v1::HostIdentity& host, const std::string& job,
+                                int64_t step, int writer_threads,
+                                absl::Span<const v1::PlanSaveRequest* const> requests);
+
+// What one rank copies: its items in assignment order, each with the write
+// item it comes from (pointing into the HostAssignment given).
+struct RankItems {
+  std::vector<v1::SaveItem> items;
+  std::vector<const v1::WriteItem*> writes;  // parallel to items
+};
+
+// One RankItems per request; padded_bytes is the room an item takes at
+// `alignment`. The assignment comes from the coordinator, possibly over the
+// network: INTERNAL when a write item names a rank, shard, object or writer
+// file that does not exist, rather than indexing past them later.
+absl::StatusOr<std::vector<RankItems>> SplitByRank(
+    const v1::HostAssignment& host, absl::Span<const v1::PlanSaveRequest* const> requests,
+    uint64_t alignment);
+
+}  // namespace ckpt::server
+
+#endif  // CKPT_DAEMON_SERVER_NODE_SAVE_PLAN_H_
