@@ -150,7 +150,7 @@ class ClientImpl final : public Client {
     v1::AttachResponse response;
     std::shared_ptr<v1::NodeService::Stub> stub = NewStub(options_.socket_path);
     if (absl::Status s = FromGrpcStatus(stub->Attach(&context, request, &response)); !s.ok()) {
-      return Prefixed(s, absl::StrCat("attach to ckptd at ", target, ": "));
+      return WithContext(s, absl::StrCat("attach to ckptd at ", target));
     }
     absl::StatusOr<std::unique_ptr<PoolMapping>> pool =
         PoolMapping::Open(response.pool_path(), response.pool_bytes());
@@ -220,8 +220,8 @@ class ClientImpl final : public Client {
                                                    SaveOptions options) override {
     if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step ", step, " is negative"));
     if (absl::Status s = EnsureAttached(); !s.ok()) {
-      return Prefixed(s, absl::StrCat("save of job ", options_.job, " step ", step, " by rank ",
-                                      options_.rank, ": "));
+      return WithContext(s, absl::StrCat("save of job ", options_.job, " step ", step, " by rank ",
+                                         options_.rank));
     }
     auto job = std::make_unique<SaveJob>();
     job->exports.resize(tensors.size());
@@ -237,7 +237,7 @@ class ClientImpl final : public Client {
       if (!gpu.ok()) return gpu.status();
       if (options_.gpu_transfer == ClientOptions::GpuTransfer::kPull) {
         absl::StatusOr<gpu::IpcExport> exported = (*gpu)->ExportIpcHandle(t.data);
-        if (!exported.ok()) return Prefixed(exported.status(), absl::StrCat("tensor ", t.fqn, ": "));
+        if (!exported.ok()) return WithContext(exported.status(), absl::StrCat("tensor ", t.fqn));
         job->exports[i] = std::move(*exported);
       }
     }
@@ -246,7 +246,7 @@ class ClientImpl final : public Client {
       absl::StatusOr<gpu::DeviceRuntime*> gpu = Gpu("(stream)");
       if (!gpu.ok()) return gpu.status();
       absl::StatusOr<gpu::IpcEvent> ready = (*gpu)->RecordIpcEvent(options.cuda_stream);
-      if (!ready.ok()) return Prefixed(ready.status(), absl::StrCat("save of step ", step, ": "));
+      if (!ready.ok()) return WithContext(ready.status(), absl::StrCat("save of step ", step));
       job->ready = std::move(*ready);
     }
     auto state = std::make_shared<SaveState>(step);
@@ -274,8 +274,8 @@ class ClientImpl final : public Client {
     const std::string what = absl::StrCat("load of job ", options_.job, " step ",
                                           step == kLatestStep ? std::string("latest")
                                                               : absl::StrCat(step),
-                                          " by rank ", options_.rank, ": ");
-    if (absl::Status s = EnsureAttached(); !s.ok()) return Prefixed(s, what);
+                                          " by rank ", options_.rank);
+    if (absl::Status s = EnsureAttached(); !s.ok()) return WithContext(s, what);
     std::shared_ptr<Attachment> attachment = Current();
     v1::NodeService::Stub& stub = *attachment->stub;
     v1::LoadRequest request;
@@ -287,24 +287,24 @@ class ClientImpl final : public Client {
       std::optional<gpu::IpcExport> exported;
       if (t.location == Location::kCudaDevice) {
         absl::StatusOr<gpu::DeviceRuntime*> gpu = Gpu(t.fqn);
-        if (!gpu.ok()) return Prefixed(gpu.status(), what);
+        if (!gpu.ok()) return WithContext(gpu.status(), what);
         if (pull) {
           absl::StatusOr<gpu::IpcExport> e = (*gpu)->ExportIpcHandle(t.data);
-          if (!e.ok()) return Prefixed(e.status(), absl::StrCat(what, "tensor ", t.fqn, ": "));
+          if (!e.ok()) return WithContext(e.status(), absl::StrCat(what, ": tensor ", t.fqn));
           exported = std::move(*e);
         }
       }
       ToProto(t, request.add_tensors(), exported ? &*exported : nullptr);
       absl::StatusOr<ShardGeometry> g = ValidateShard(request.tensors(request.tensors_size() - 1));
-      if (!g.ok()) return Prefixed(g.status(), what);
+      if (!g.ok()) return WithContext(g.status(), what);
       if (t.data == nullptr && g->bytes > 0) {
-        return absl::InvalidArgumentError(absl::StrCat(what, "tensor ", t.fqn, " has no data"));
+        return absl::InvalidArgumentError(absl::StrCat(what, ": tensor ", t.fqn, " has no data"));
       }
       expected.push_back(static_cast<uint64_t>(g->bytes));
     }
     for (const LoadObject& o : objects) {
       if (o.out == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat(what, "object ", o.key, " has no output"));
+        return absl::InvalidArgumentError(absl::StrCat(what, ": object ", o.key, " has no output"));
       }
       request.add_object_keys(o.key);
     }
@@ -313,16 +313,16 @@ class ClientImpl final : public Client {
       grpc::ClientContext context;
       SetDeadline(context, *attachment);
       absl::Status s = FromDaemon(*attachment, stub.Load(&context, request, &response));
-      if (!s.ok()) return Prefixed(s, what);
+      if (!s.ok()) return WithContext(s, what);
     }
     if (response.object_bytes_size() != static_cast<int>(objects.size())) {
-      return absl::InternalError(absl::StrCat(what, "daemon answered for ",
+      return absl::InternalError(absl::StrCat(what, ": daemon answered for ",
                                               response.object_bytes_size(), " objects, not ",
                                               objects.size()));
     }
     for (size_t i = 0; i < objects.size(); ++i) {
       if (response.object_bytes(static_cast<int>(i)) > (1ull << 40)) {
-        return absl::InternalError(absl::StrCat(what, "object ", objects[i].key, " is too large"));
+        return absl::InternalError(absl::StrCat(what, ": object ", objects[i].key, " is too large"));
       }
       objects[i].out->assign(response.object_bytes(static_cast<int>(i)), '\0');
     }
@@ -338,7 +338,7 @@ class ClientImpl final : public Client {
       next.set_done_batch_id(done);
       v1::LoadBatch batch;
       absl::Status asked = FromDaemon(*attachment, stub.NextLoadBatch(&context, next, &batch));
-      if (!asked.ok()) return Prefixed(asked, what);
+      if (!asked.ok()) return WithContext(asked, what);
       done = batch.batch_id();
       if (batch.batch_id() == 0) {
         if (batch.last()) break;
@@ -370,7 +370,7 @@ class ClientImpl final : public Client {
             absl::StatusOr<gpu::DeviceRuntime*> gpu = Gpu(tensors[d.request()].fqn);
             absl::Status s = gpu.ok() ? (*gpu)->CopyHostToDevice(*from, dest_base + dst, d.length())
                                       : gpu.status();
-            if (!s.ok()) return Prefixed(s, what);
+            if (!s.ok()) return WithContext(s, what);
             continue;
           }
           host.push_back({dest_base + dst, *from, d.length()});
@@ -386,7 +386,7 @@ class ClientImpl final : public Client {
         next.set_done_batch_id(done);
         v1::LoadBatch end;
         absl::Status released = FromDaemon(*attachment, stub.NextLoadBatch(&release, next, &end));
-        if (!released.ok()) return Prefixed(released, what);
+        if (!released.ok()) return WithContext(released, what);
         break;
       }
     }
@@ -395,7 +395,7 @@ class ClientImpl final : public Client {
 
  private:
   static absl::Status BadDelivery(const std::string& what) {
-    return absl::InternalError(absl::StrCat(what, "daemon sent a copy outside the pool or the buffer"));
+    return absl::InternalError(absl::StrCat(what, ": daemon sent a copy outside the pool or the buffer"));
   }
 
   std::shared_ptr<Attachment> Current() {
@@ -418,7 +418,7 @@ class ClientImpl final : public Client {
     absl::Status s = FromGrpcStatus(status);
     if (!absl::IsUnavailable(s)) return s;
     attachment.gone->store(true);
-    return Prefixed(s, absl::StrCat("ckptd at unix:", options_.socket_path, ": "));
+    return WithContext(s, absl::StrCat("ckptd at unix:", options_.socket_path));
   }
 
   // Attaches again when the daemon ended our session (it restarted).
@@ -476,7 +476,7 @@ class ClientImpl final : public Client {
         persists_.pop_front();
       }
       const std::string what = absl::StrCat("save of job ", options_.job, " step ", item.step,
-                                            " by rank ", options_.rank, ": ");
+                                            " by rank ", options_.rank);
       std::shared_ptr<Attachment> attachment = Current();
       v1::NodeService::Stub& stub = *attachment->stub;
       for (;;) {
@@ -489,7 +489,7 @@ class ClientImpl final : public Client {
         v1::WaitSaveResponse waited;
         absl::Status s = FromDaemon(*attachment, stub.WaitSave(&context, wait, &waited));
         if (!s.ok()) {
-          item.state->PersistDone(Prefixed(s, what));
+          item.state->PersistDone(WithContext(s, what));
           break;
         }
         if (waited.done()) {
@@ -505,9 +505,9 @@ class ClientImpl final : public Client {
   std::optional<std::pair<std::string, std::string>> RunSnapshot(SaveJob& job) {
     SaveState& state = *job.state;
     const std::string what = absl::StrCat("save of job ", options_.job, " step ", job.step,
-                                          " by rank ", options_.rank, ": ");
+                                          " by rank ", options_.rank);
     auto fail = [&](const absl::Status& s) {
-      state.PersistDone(Prefixed(s, what));
+      state.PersistDone(WithContext(s, what));
       return std::nullopt;
     };
     if (absl::Status s = EnsureAttached(); !s.ok()) return fail(s);

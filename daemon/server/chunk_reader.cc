@@ -20,12 +20,11 @@ absl::StatusOr<ChunkReader::OpenFile*> ChunkReader::Open(const std::string& name
   auto it = files_.find(name);
   if (it != files_.end()) return &it->second;
   if (files_.size() >= kMaxOpenFiles) files_.clear();
-  const std::string context = absl::StrCat(owner, ": ");
   absl::StatusOr<std::unique_ptr<storage::ReadableFile>> file =
       backend_.OpenReadOnlyBeneath(dir_, name);
-  if (!file.ok()) return Prefixed(file.status(), context);
+  if (!file.ok()) return WithContext(file.status(), owner);
   absl::StatusOr<uint64_t> size = (*file)->Size();
-  if (!size.ok()) return Prefixed(size.status(), context);
+  if (!size.ok()) return WithContext(size.status(), owner);
   OpenFile& open = files_[name];
   open.file = std::move(*file);
   open.size = *size;
@@ -75,8 +74,8 @@ absl::Status ChunkReader::ReadAll(absl::Span<const ChunkTarget> targets) {
     absl::StatusOr<OpenFile*> open = Open(name, first_owner[name]);
     if (!open.ok()) return open.status();
     if (absl::Status s = (*open)->file->ReadBatch(ops); !s.ok()) {
-      return Prefixed(s, absl::StrCat("reading ", ops.size(), " chunks (", first_owner[name],
-                                      ", ...): "));
+      return WithContext(s, absl::StrCat("reading ", ops.size(), " chunks (", first_owner[name],
+                                         ", ...)"));
     }
     for (const storage::IoOp& op : ops) bytes_read_ += op.length;
   }

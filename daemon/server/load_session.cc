@@ -28,10 +28,12 @@ LoadSession::~LoadSession() {
   FreeReadyRoomsLocked();
 }
 
-std::string LoadSession::Who() const {
+std::string LoadSession::Name() const {
   return absl::StrCat("load of job ", job_, " step ",
-                      step_ < 0 ? std::string("latest") : absl::StrCat(step_), ": ");
+                      step_ < 0 ? std::string("latest") : absl::StrCat(step_));
 }
+
+std::string LoadSession::Who() const { return absl::StrCat(Name(), ": "); }
 
 std::string LoadSession::load_id() const {
   absl::MutexLock lock(&mu_);
@@ -106,7 +108,7 @@ absl::Status LoadSession::Plan() {
     }
   }
   absl::StatusOr<v1::LoadAssignment> assignment = context_.coordinator.PlanLoad(plan);
-  if (!assignment.ok()) return Prefixed(assignment.status(), Who());
+  if (!assignment.ok()) return WithContext(assignment.status(), Name());
 
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   absl::MutexLock lock(&mu_);
@@ -187,7 +189,7 @@ void LoadSession::ReadNextGroup() {
       groups_[index].room = *room;
       groups_[index].has_room = true;
     } else {
-      status = Prefixed(room.status(), absl::StrCat(Who(), "room to read into: "));
+      status = WithContext(room.status(), absl::StrCat(Name(), ": room to read into"));
     }
   }
   // A reader per task: it caches the group's open files, a handful.
@@ -236,7 +238,7 @@ absl::Status LoadSession::ReadGroup(size_t index, ChunkReader& reader) {
   for (const GroupChunk& chunk : group->chunks) {
     targets.push_back({chunk.chunk, chunk.owner, room + chunk.room_offset});
   }
-  if (absl::Status s = reader.ReadAll(targets); !s.ok()) return Prefixed(s, Who());
+  if (absl::Status s = reader.ReadAll(targets); !s.ok()) return WithContext(s, Name());
   return DeliverToDevices(*group, room);
 }
 
@@ -252,7 +254,7 @@ absl::Status LoadSession::DeliverToDevices(const LoadGroup& group, const char* r
     const v1::DeviceBuffer& target = request.device_buffer();
     absl::StatusOr<std::shared_ptr<gpu::IpcMapping>> mapping =
         context_.ipc.Get(session, target.ipc_handle(), target.device(), target.allocation_bytes());
-    if (!mapping.ok()) return Prefixed(mapping.status(), absl::StrCat(Who(), "tensor ", request.fqn(), ": "));
+    if (!mapping.ok()) return WithContext(mapping.status(), absl::StrCat(Name(), ": tensor ", request.fqn()));
     const v1::Delivery& d = copy.delivery;
     const uint64_t count = std::max<uint64_t>(d.count(), 1);
     const uint64_t bytes = (*mapping)->bytes();
@@ -269,7 +271,7 @@ absl::Status LoadSession::DeliverToDevices(const LoadGroup& group, const char* r
       if (absl::Status s = context_.gpu.CopyHostToDevice(
               room + d.pool_offset() + i * d.src_stride(), device, d.length());
           !s.ok()) {
-        return Prefixed(s, absl::StrCat(Who(), "tensor ", request.fqn(), ": "));
+        return WithContext(s, absl::StrCat(Name(), ": tensor ", request.fqn()));
       }
     }
   }

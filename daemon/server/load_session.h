@@ -84,7 +84,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   void FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeReadyRoomsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRankLocked(const RankSession& rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string Who() const;
+  std::string Name() const;  // "load of job J step S"
+  std::string Who() const;   // Name() + ": ", to start a message
 
   NodeContext& context_;
   const std::string job_;

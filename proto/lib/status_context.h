@@ -30,15 +30,6 @@ absl::StatusCode ErrnoToCode(int err);
 // "<context>: <strerror(err)>" with ErrnoToCode(err).
 absl::Status ErrnoStatus(int err, absl::string_view context);
 
-// The older spelling of WithContext, whose `prefix` carries its own ": ".
-// Only daemon/server/load_session.cc, daemon/server/chunk_reader.cc and
-// client/src/client.cc still call it; delete it once they use WithContext.
-// New code uses WithContext.
-inline absl::Status Prefixed(const absl::Status& s, absl::string_view prefix) {
-  if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
-}
-
 }  // namespace ckpt
 
 #endif  // CKPT_PROTO_LIB_STATUS_CONTEXT_H_

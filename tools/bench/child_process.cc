@@ -13,13 +13,15 @@
 
 extern char** environ;
 
+#include "proto/lib/status_context.h"
+
 namespace ckpt::bench {
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
     const std::vector<std::string>& argv, bool merge_stderr) {
   int to_child[2], from_child[2];
   if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0) {
-    return absl::InternalError(std::strerror(errno));
+    return ErrnoStatus(errno, "pipe2");
   }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
@@ -37,7 +39,7 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
   if (err != 0) {
     close(to_child[1]);
     close(from_child[0]);
-    return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", std::strerror(err)));
+    return ErrnoStatus(err, absl::StrCat("cannot start ", argv[0]));
   }
   return std::unique_ptr<ChildProcess>(
       new ChildProcess(pid, fdopen(to_child[1], "w"), fdopen(from_child[0], "r")));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::bench {
 namespace {
@@ -27,9 +28,7 @@ Buffer AlignedBuffer(uint64_t bytes) {
   return b;
 }
 
-absl::Status Errno(int err, const std::string& what) {
-  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(err)));
-}
+absl::Status Errno(int err, const std::string& what) { return ErrnoStatus(err, what); }
 
 double Since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
