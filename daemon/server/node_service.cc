@@ -23,6 +23,17 @@ constexpr size_t kFinishedSavesKept = 256;
 
 grpc::Status ToGrpc(const absl::Status& s) { return ToGrpcStatus(s); }
 
+// Save and load ids come from the caller and may be of any length. An error
+// quotes only the start of one: the status message travels in the reply's
+// trailing metadata, and a message past gRPC's metadata limit (16 KiB)
+// reaches the caller as "received initial metadata size exceeds limit"
+// instead of the error.
+std::string QuoteId(const std::string& id) {
+  constexpr size_t kQuoted = 128;
+  if (id.size() <= kQuoted) return id;
+  return absl::StrCat(id.substr(0, kQuoted), "... (", id.size(), " bytes)");
+}
+
 }  // namespace
 
 // One rank's Watch stream. It never writes until shutdown; its end is the
@@ -199,7 +210,8 @@ grpc::Status NodeService::NextSaveBatch(grpc::ServerContext*,
   if (!rank.ok()) return ToGrpc(rank.status());
   std::shared_ptr<SaveSession> save = FindSave(request->save_id());
   if (save == nullptr) {
-    return ToGrpc(absl::NotFoundError(absl::StrCat("save ", request->save_id(), " is unknown")));
+    return ToGrpc(
+        absl::NotFoundError(absl::StrCat("save ", QuoteId(request->save_id()), " is unknown")));
   }
   absl::StatusOr<v1::SaveBatch> batch = save->NextBatch(*rank);
   if (!batch.ok()) return ToGrpc(batch.status());
@@ -214,7 +226,8 @@ grpc::Status NodeService::SubmitSnapshot(grpc::ServerContext*,
   if (!rank.ok()) return ToGrpc(rank.status());
   std::shared_ptr<SaveSession> save = FindSave(request->save_id());
   if (save == nullptr) {
-    return ToGrpc(absl::NotFoundError(absl::StrCat("save ", request->save_id(), " is unknown")));
+    return ToGrpc(
+        absl::NotFoundError(absl::StrCat("save ", QuoteId(request->save_id()), " is unknown")));
   }
   return ToGrpc(save->SubmitSnapshot(*rank, *request));
 }
@@ -225,7 +238,8 @@ grpc::Status NodeService::WaitSave(grpc::ServerContext*, const v1::WaitSaveReque
   if (!rank.ok()) return ToGrpc(rank.status());
   std::shared_ptr<SaveSession> save = FindSave(request->save_id());
   if (save == nullptr || save->job() != rank->job) {
-    return ToGrpc(absl::NotFoundError(absl::StrCat("save ", request->save_id(), " is unknown")));
+    return ToGrpc(
+        absl::NotFoundError(absl::StrCat("save ", QuoteId(request->save_id()), " is unknown")));
   }
   absl::Duration wait = context_.options.wait_slice;
   if (request->timeout_ms() > 0) {
@@ -274,7 +288,8 @@ grpc::Status NodeService::NextLoadBatch(grpc::ServerContext*,
   if (!rank.ok()) return ToGrpc(rank.status());
   std::shared_ptr<LoadSession> load = FindLoad(request->load_id());
   if (load == nullptr) {
-    return ToGrpc(absl::NotFoundError(absl::StrCat("load ", request->load_id(), " is unknown")));
+    return ToGrpc(
+        absl::NotFoundError(absl::StrCat("load ", QuoteId(request->load_id()), " is unknown")));
   }
   absl::StatusOr<v1::LoadBatch> batch =
       load->NextBatch(*rank, request->done_batch_id(), context_.options.wait_slice);
