@@ -88,8 +88,9 @@ class Target {
 
   v1::GetStatusResponse Status() {
     v1::GetStatusResponse status;
-    const grpc::Status s = Rpc(
-        [&](grpc::ClientContext* c) { return stub_->GetStatus(c, v1::GetStatusRequest(), &status); });
+    const grpc::Status s = Rpc([&](grpc::ClientContext* c) {
+      return stub_->GetStatus(c, v1::GetStatusRequest(), &status);
+    });
     INFO("GetStatus: " << s.error_message());
     REQUIRE(s.ok());
     return status;
@@ -164,7 +165,9 @@ void HostilePlans(Target& t) {
   {
     std::vector<v1::ObjectDesc> objects;
     // 5000 objects of 4 GiB each: every one within its bound, 20 TiB in all.
-    for (int i = 0; i < 5000; ++i) objects.push_back(Object(absl::StrCat("o", i), uint64_t{4} << 30));
+    for (int i = 0; i < 5000; ++i) {
+      objects.push_back(Object(absl::StrCat("o", i), uint64_t{4} << 30));
+    }
     CheckError(Plan(stub, session, 1, {}, &planned, objects), StatusCode::RESOURCE_EXHAUSTED,
                "--max_bytes_per_rank");
   }
