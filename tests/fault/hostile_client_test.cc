@@ -384,6 +384,52 @@ void HostileAttaches(Target& t) {
     t.RequireAlive("a world of 65536 with one rank");
   }
 
+  // Many saves of the largest world at once, each waiting for ranks that
+  // never come: what the daemon keeps for a save follows the ranks present,
+  // not the world size (it was about 20 MB per save of a 65536-world), and
+  // one rank cannot wait in more than a few barriers at once.
+  {
+    constexpr int kJobs = 24;
+    std::vector<std::string> sessions;
+    for (int i = 0; i < kJobs; ++i) {
+      sessions.push_back(AttachOk(stub, absl::StrCat("bigworld", i), 0, 65536));
+    }
+    const int64_t before_kb = ProcStatusKb(t.daemon().pid(), "VmRSS");
+    std::vector<grpc::Status> statuses(kJobs + 8);
+    std::vector<std::thread> planners;
+    for (int i = 0; i < kJobs + 8; ++i) {
+      planners.emplace_back([&, i] {
+        v1::PlanSaveResponse planned;
+        // The last 8 are more steps of the first job, from the same rank.
+        const int job = i < kJobs ? i : 0;
+        statuses[i] = Plan(stub, sessions[job], i, {Whole("w", v1::UINT8, {8})}, &planned);
+      });
+    }
+    absl::SleepFor(absl::Milliseconds(1500));  // inside the 2 s plan timeout
+    const int64_t waiting_kb = ProcStatusKb(t.daemon().pid(), "VmRSS");
+    for (std::thread& planner : planners) planner.join();
+    const int64_t after_kb = ProcStatusKb(t.daemon().pid(), "VmRSS");
+    INFO("daemon RSS " << before_kb << " kB, " << waiting_kb << " kB with " << kJobs
+                       << " saves waiting, " << after_kb << " kB after");
+    CHECK(waiting_kb - before_kb < 64 * 1024);
+    CHECK(after_kb - before_kb < 64 * 1024);
+    int exhausted = 0;
+    for (int i = 0; i < kJobs + 8; ++i) {
+      INFO("plan " << i << ": " << statuses[i].error_message());
+      if (statuses[i].error_code() == StatusCode::RESOURCE_EXHAUSTED) {
+        CHECK_THAT(statuses[i].error_message(),
+                   Catch::Contains("PlanSave or Load calls waiting; the limit is 3"));
+        ++exhausted;
+      } else {
+        CHECK(statuses[i].error_code() == StatusCode::DEADLINE_EXCEEDED);
+      }
+    }
+    // The first job's rank waited in at most 3 of its 9 saves.
+    CHECK(exhausted >= 6);
+    for (const std::string& session : sessions) CHECK(DetachRaw(stub, session).ok());
+    t.RequireAlive("many saves of a 65536-world waiting");
+  }
+
   // Sessions beyond --max_sessions.
   {
     std::vector<std::string> sessions;
