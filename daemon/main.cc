@@ -47,6 +47,8 @@ ABSL_FLAG(int64_t, max_name_bytes, 255, "Job, tensor, object and session names (
 ABSL_FLAG(int64_t, max_object_bytes, int64_t{64} << 30, "One object");
 ABSL_FLAG(int64_t, max_shard_bytes, int64_t{1} << 40, "The bytes of one tensor shard");
 ABSL_FLAG(int64_t, max_bytes_per_rank, int64_t{16} << 40, "Shards plus objects of one rank's request");
+ABSL_FLAG(int64_t, max_chunks_per_save, int64_t{1} << 22,
+          "Chunks (of --chunk_bytes) of one save, all ranks together");
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{64} << 20, "A gRPC message, in either direction");
 // What a MANIFEST read from disk may contain (a copied or hostile one).
 ABSL_FLAG(uint64_t, max_manifest_bytes, uint64_t{256} << 20, "A MANIFEST file");
@@ -103,6 +105,7 @@ int main(int argc, char** argv) {
   l.max_object_bytes = absl::GetFlag(FLAGS_max_object_bytes);
   l.max_shard_bytes = absl::GetFlag(FLAGS_max_shard_bytes);
   l.max_bytes_per_rank = absl::GetFlag(FLAGS_max_bytes_per_rank);
+  l.max_chunks_per_save = absl::GetFlag(FLAGS_max_chunks_per_save);
   l.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   ckpt::coordinator::ManifestLimits& m = o.manifest_limits;
   m.max_manifest_bytes = absl::GetFlag(FLAGS_max_manifest_bytes);

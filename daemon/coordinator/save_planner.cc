@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/coordinator/manifest_check.h"
 #include "proto/lib/align.h"
 #include "proto/lib/dtype.h"
 #include "proto/lib/geometry.h"
@@ -395,6 +396,50 @@ std::vector<size_t> AssignWriters(absl::Span<const v1::NodeSavePlan> nodes,
   return order;
 }
 
+// The manifest lists every chunk of every item, and so do the plan and the
+// commit's checksum report: the chunks are counted before any is built (one
+// column of a tall tensor is a short request for millions of them). No
+// overflow: each item is at most 2^40 bytes (--max_shard_bytes) and the
+// items at most ~2^33 (tensors per plan times ranks).
+absl::StatusOr<uint64_t> CountChunks(const std::vector<UniqueItem>& items,
+                                     const SavePlannerOptions& options) {
+  uint64_t chunks = 0;
+  for (const UniqueItem& item : items) {
+    const uint64_t bytes = static_cast<uint64_t>(item.bytes);
+    chunks += item.is_object ? 1 : (bytes + options.chunk_bytes - 1) / options.chunk_bytes;
+  }
+  if (chunks > static_cast<uint64_t>(options.limits.max_chunks_per_save)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the save needs ", chunks, " chunks of ", options.chunk_bytes, " bytes; the limit is ",
+        options.limits.max_chunks_per_save,
+        " (--max_chunks_per_save; a larger --chunk_bytes needs fewer)"));
+  }
+  return chunks;
+}
+
+// Whatever the ranks sent, the checkpoint must load: tensors, shards or
+// chunks of all ranks together past the manifest's bounds, several hosts'
+// metadata merged past them, or a manifest too large to read back would
+// otherwise commit a step that every load refuses. `chunks` as counted by
+// CountChunks: each chunk's CRC (up to 6 bytes with its tag) is filled in
+// at commit.
+absl::Status CheckLoadable(const v1::CheckpointManifest& manifest, uint64_t chunks,
+                           const SavePlannerOptions& options) {
+  if (absl::Status s = ValidateManifest(manifest, manifest.job(), manifest.step(),
+                                        "the plan's manifest", options.manifest_limits);
+      !s.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the save would commit a checkpoint that cannot be loaded: ", s.message()));
+  }
+  const uint64_t bytes = manifest.ByteSizeLong() + 6 * chunks;
+  if (bytes > options.manifest_limits.max_manifest_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the save needs a manifest of about ", bytes, " bytes; the limit is ",
+        options.manifest_limits.max_manifest_bytes, " (--max_manifest_bytes)"));
+  }
+  return absl::OkStatus();
+}
+
 // The assignment, and the manifest the commit will write with every chunk
 // placed: the commit then only fills in checksums, so what is committed is
 // exactly what was planned.
@@ -485,8 +530,14 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
   }
   absl::StatusOr<std::vector<UniqueItem>> items = CollectItems(nodes, shards->refs, options.limits);
   if (!items.ok()) return items.status();
+  absl::StatusOr<uint64_t> chunks = CountChunks(*items, options);
+  if (!chunks.ok()) return chunks.status();
   const std::vector<size_t> order = AssignWriters(nodes, *items, options.alignment);
-  return BuildAssignment(nodes, shards->tensors, *items, order, options);
+  v1::SaveAssignment assignment = BuildAssignment(nodes, shards->tensors, *items, order, options);
+  if (absl::Status s = CheckLoadable(assignment.manifest_template(), *chunks, options); !s.ok()) {
+    return s;
+  }
+  return assignment;
 }
 
 }  // namespace ckpt::coordinator

@@ -16,7 +16,9 @@
 //
 // Cost: the request's size, not its tensors' element counts. Shards are
 // validated against options.limits (RequestLimits), regions are compared as
-// boxes (geometry.h) and only those whose flattened spans meet.
+// boxes (geometry.h) and only those whose flattened spans meet; the chunks
+// the manifest will list are counted against --max_chunks_per_save before
+// any is built, and the manifest is checked against what loading accepts.
 //
 // Thread-safety: a pure function.
 #ifndef CKPT_DAEMON_COORDINATOR_SAVE_PLANNER_H_
@@ -27,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "ckpt/v1/coordinator.pb.h"
+#include "daemon/coordinator/manifest_check.h"
 #include "proto/lib/request_limits.h"
 
 namespace ckpt::coordinator {
@@ -35,6 +38,9 @@ struct SavePlannerOptions {
   uint64_t chunk_bytes = 4 << 20;  // unit of checksumming and of writes
   uint64_t alignment = 4096;       // of every item in its file (a power of two)
   RequestLimits limits;            // the daemon's flags
+  // What the catalog accepts when it reads a manifest back: a plan whose
+  // manifest would break them is refused, never committed unloadable.
+  ManifestLimits manifest_limits;
 };
 
 absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> nodes,

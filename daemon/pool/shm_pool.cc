@@ -7,6 +7,8 @@
 //   3. posix_fallocate: reserves every page of the tmpfs now, so a pool that
 //      does not fit fails here with RESOURCE_EXHAUSTED instead of a SIGBUS on
 //      first touch in the middle of a save. The file is unlinked on failure.
+//      A pool larger than the free space is refused before (fstatvfs):
+//      tmpfs would take every free page first.
 //   4. mmap(MAP_SHARED|MAP_POPULATE), then one write per page: MAP_POPULATE
 //      only read-faults a shared mapping; the write makes every PTE
 //      writable, so the first copy into the pool runs at memory speed.
@@ -20,6 +22,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -90,6 +93,23 @@ absl::StatusOr<std::unique_ptr<ShmPool>> ShmPool::Create(const PoolOptions& opti
   if (::fchmod(fd, 0600) != 0) {
     const int error = errno;
     return fail(ErrnoStatus(error, absl::StrCat("cannot chmod 0600 pool ", path)));
+  }
+  // tmpfs's fallocate takes real memory page by page and fails only when
+  // the filesystem is full: a pool larger than the free space would first
+  // take all of it, and with /dev/shm sized like RAM (as here: 24 GB of 24)
+  // that sends the whole machine to the OOM killer before ENOSPC comes back.
+  // So a pool that cannot fit is refused before a page is taken; fallocate
+  // below still catches what changes in between.
+  struct statvfs fs {};
+  if (::fstatvfs(fd, &fs) == 0 && fs.f_frsize > 0 &&
+      static_cast<uint64_t>(fs.f_bavail) < capacity / fs.f_frsize) {
+    const absl::Status s = ErrnoStatus(
+        ENOSPC, absl::StrCat("cannot allocate pool of ", HumanBytes(capacity), " at ", path));
+    return fail(absl::Status(
+        s.code(), absl::StrCat(s.message(), " (",
+                               HumanBytes(static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize),
+                               " free; is the filesystem large enough? see `df -h ", path,
+                               "`)")));
   }
   if (const int error = ::posix_fallocate(fd, 0, static_cast<off_t>(capacity)); error != 0) {
     const absl::Status s = ErrnoStatus(

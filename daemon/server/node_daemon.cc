@@ -40,6 +40,7 @@ absl::Status CheckLimits(const RequestLimits& l, const coordinator::ManifestLimi
       {"--max_object_bytes", l.max_object_bytes},
       {"--max_shard_bytes", l.max_shard_bytes},
       {"--max_bytes_per_rank", l.max_bytes_per_rank},
+      {"--max_chunks_per_save", l.max_chunks_per_save},
       {"--max_message_bytes", l.max_message_bytes},
       {"--max_manifest_tensors", m.max_tensors},
       {"--max_manifest_shards", m.max_shards},
@@ -159,6 +160,7 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   planner.chunk_bytes = o.chunk_bytes;
   planner.alignment = d->pool_->alignment();
   planner.limits = o.limits;
+  planner.manifest_limits = o.manifest_limits;  // what the catalog will accept
   coordinator::CatalogOptions catalog;
   catalog.host = o.host_name;  // the instance id is chosen here, once per start
   catalog.limits = o.manifest_limits;

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/coordinator/layout.h"
@@ -20,8 +21,26 @@ namespace {
 
 constexpr char kVersion[] = "0.1.0";
 constexpr size_t kFinishedSavesKept = 256;
+// PlanSave and Load calls one session may have waiting at once. Each holds
+// a gRPC thread and its request until its barrier completes or times out
+// (--plan_timeout_s), so without a bound one rank asking for many steps at
+// once takes threads and memory without end. A rank takes part in one save
+// and one load at a time; the spare lets a retry overlap the call it gave
+// up on.
+constexpr int kMaxBarrierCallsPerSession = 3;
 
 grpc::Status ToGrpc(const absl::Status& s) { return ToGrpcStatus(s); }
+
+// Save and load ids come from the caller and may be of any length. An error
+// quotes only the start of one: the status message travels in the reply's
+// trailing metadata, and a message past gRPC's metadata limit (16 KiB)
+// reaches the caller as "received initial metadata size exceeds limit"
+// instead of the error.
+std::string QuoteId(const std::string& id) {
+  constexpr size_t kQuoted = 128;
+  if (id.size() <= kQuoted) return id;
+  return absl::StrCat(id.substr(0, kQuoted), "... (", id.size(), " bytes)");
+}
 
 }  // namespace
 
@@ -158,6 +177,8 @@ grpc::Status NodeService::PlanSave(grpc::ServerContext*, const v1::PlanSaveReque
   }
   // Bounded before anything is allocated for it.
   if (absl::Status s = ValidatePlanSaveRequest(*request, limits_); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = EnterBarrier(rank->id); !s.ok()) return ToGrpc(s);
+  absl::Cleanup leave = [&] { LeaveBarrier(rank->id); };
   std::shared_ptr<SaveSession> save;
   {
     absl::MutexLock lock(&mu_);
@@ -172,6 +193,24 @@ grpc::Status NodeService::PlanSave(grpc::ServerContext*, const v1::PlanSaveReque
   if (!planned.ok()) return ToGrpc(planned.status());
   *response = std::move(*planned);
   return grpc::Status::OK;
+}
+
+absl::Status NodeService::EnterBarrier(const std::string& session_id) {
+  absl::MutexLock lock(&mu_);
+  int& calls = barrier_calls_[session_id];
+  if (calls >= kMaxBarrierCallsPerSession) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the session already has ", calls, " PlanSave or Load calls waiting; the limit is ",
+        kMaxBarrierCallsPerSession));
+  }
+  ++calls;
+  return absl::OkStatus();
+}
+
+void NodeService::LeaveBarrier(const std::string& session_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = barrier_calls_.find(session_id);
+  if (it != barrier_calls_.end() && --it->second <= 0) barrier_calls_.erase(it);
 }
 
 std::shared_ptr<SaveSession> NodeService::FindSave(const std::string& save_id) {
@@ -199,7 +238,8 @@ grpc::Status NodeService::NextSaveBatch(grpc::ServerContext*,
   if (!rank.ok()) return ToGrpc(rank.status());
   std::shared_ptr<SaveSession> save = FindSave(request->save_id());
   if (save == nullptr) {
-    return ToGrpc(absl::NotFoundError(absl::StrCat("save ", request->save_id(), " is unknown")));
+    return ToGrpc(
+        absl::NotFoundError(absl::StrCat("save ", QuoteId(request->save_id()), " is unknown")));
   }
   absl::StatusOr<v1::SaveBatch> batch = save->NextBatch(*rank);
   if (!batch.ok()) return ToGrpc(batch.status());
@@ -214,7 +254,8 @@ grpc::Status NodeService::SubmitSnapshot(grpc::ServerContext*,
   if (!rank.ok()) return ToGrpc(rank.status());
   std::shared_ptr<SaveSession> save = FindSave(request->save_id());
   if (save == nullptr) {
-    return ToGrpc(absl::NotFoundError(absl::StrCat("save ", request->save_id(), " is unknown")));
+    return ToGrpc(
+        absl::NotFoundError(absl::StrCat("save ", QuoteId(request->save_id()), " is unknown")));
   }
   return ToGrpc(save->SubmitSnapshot(*rank, *request));
 }
@@ -225,7 +266,8 @@ grpc::Status NodeService::WaitSave(grpc::ServerContext*, const v1::WaitSaveReque
   if (!rank.ok()) return ToGrpc(rank.status());
   std::shared_ptr<SaveSession> save = FindSave(request->save_id());
   if (save == nullptr || save->job() != rank->job) {
-    return ToGrpc(absl::NotFoundError(absl::StrCat("save ", request->save_id(), " is unknown")));
+    return ToGrpc(
+        absl::NotFoundError(absl::StrCat("save ", QuoteId(request->save_id()), " is unknown")));
   }
   absl::Duration wait = context_.options.wait_slice;
   if (request->timeout_ms() > 0) {
@@ -245,6 +287,8 @@ grpc::Status NodeService::Load(grpc::ServerContext*, const v1::LoadRequest* requ
     return ToGrpc(absl::InvalidArgumentError(absl::StrCat("step ", request->step(), " is negative")));
   }
   if (absl::Status s = ValidateLoadRequest(*request, limits_); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = EnterBarrier(rank->id); !s.ok()) return ToGrpc(s);
+  absl::Cleanup leave = [&] { LeaveBarrier(rank->id); };
   std::shared_ptr<LoadSession> load;
   {
     absl::MutexLock lock(&mu_);
@@ -274,7 +318,8 @@ grpc::Status NodeService::NextLoadBatch(grpc::ServerContext*,
   if (!rank.ok()) return ToGrpc(rank.status());
   std::shared_ptr<LoadSession> load = FindLoad(request->load_id());
   if (load == nullptr) {
-    return ToGrpc(absl::NotFoundError(absl::StrCat("load ", request->load_id(), " is unknown")));
+    return ToGrpc(
+        absl::NotFoundError(absl::StrCat("load ", QuoteId(request->load_id()), " is unknown")));
   }
   absl::StatusOr<v1::LoadBatch> batch =
       load->NextBatch(*rank, request->done_batch_id(), context_.options.wait_slice);

@@ -78,6 +78,10 @@ class NodeService final
  private:
   friend class WatchReactor;
   using Key = std::pair<std::string, int64_t>;  // (job, step)
+  // Admits one more PlanSave or Load of the session into its barrier:
+  // RESOURCE_EXHAUSTED past kMaxBarrierCallsPerSession. LeaveBarrier undoes it.
+  absl::Status EnterBarrier(const std::string& session_id);
+  void LeaveBarrier(const std::string& session_id);
   std::shared_ptr<SaveSession> FindSave(const std::string& save_id);
   std::shared_ptr<LoadSession> FindLoad(const std::string& load_id);
   void WatchEnded(WatchReactor* watch);
@@ -94,6 +98,8 @@ class NodeService final
   std::map<Key, std::shared_ptr<LoadSession>> load_barriers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<LoadSession>> loads_ ABSL_GUARDED_BY(mu_);
   std::set<WatchReactor*> watches_ ABSL_GUARDED_BY(mu_);
+  // PlanSave and Load calls in progress per session id (EnterBarrier).
+  std::map<std::string, int> barrier_calls_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -38,7 +38,6 @@ absl::Status ValidateRankRequest(const v1::PlanSaveRequest& request) {
 SaveSession::SaveSession(NodeContext& context, std::string job, int64_t step, int world_size)
     : context_(context), job_(std::move(job)), step_(step), world_size_(world_size) {
   absl::MutexLock lock(&mu_);
-  ranks_.resize(world_size);
   event_waited_.assign(world_size, false);
   deadline_ = absl::Now() + context_.options.plan_timeout;
 }
@@ -49,7 +48,8 @@ std::string SaveSession::Who() const { return absl::StrCat("save of job ", job_,
 
 std::vector<const v1::PlanSaveRequest*> SaveSession::RequestsLocked() const {
   std::vector<const v1::PlanSaveRequest*> requests;
-  for (const RankState& rank : ranks_) requests.push_back(&*rank.request);
+  // In rank order: only called once every rank has planned.
+  for (const auto& [r, rank] : ranks_) requests.push_back(&*rank.request);
   return requests;
 }
 
@@ -70,7 +70,7 @@ absl::StatusOr<v1::PlanSaveResponse> SaveSession::Plan(const RankSession& rank,
     absl::MutexLock lock(&mu_);
     if (absl::Status s = CheckRankLocked(rank); !s.ok()) return s;
     if (!error_.ok()) return error_;
-    if (phase_ != Phase::kPlanning || ranks_[rank.rank].request.has_value()) {
+    if (phase_ != Phase::kPlanning || ranks_.count(rank.rank) > 0) {
       return absl::FailedPreconditionError(absl::StrCat(who, ": already sent its plan"));
     }
   }
@@ -99,7 +99,12 @@ absl::StatusOr<v1::PlanSaveResponse> SaveSession::Plan(const RankSession& rank,
       },
       this));
   if (!error_.ok()) return error_;
-  const RankState& state = ranks_[rank.rank];
+  auto it = ranks_.find(rank.rank);
+  if (it == ranks_.end()) {
+    // Only a hostile interleaving gets here: the save already ended.
+    return absl::FailedPreconditionError(absl::StrCat(who, ": the save has already ended"));
+  }
+  const RankState& state = it->second;
   v1::PlanSaveResponse response;
   response.set_save_id(assignment_.save_id());
   response.set_chunk_bytes(assignment_.chunk_bytes());
@@ -531,6 +536,7 @@ void SaveSession::Finish() {
         if (room.has_allocation) context_.pool.Free(room.allocation);
       }
       rooms_.clear();
+      ReleaseLocked();
     } else {
       if (error_.ok()) error_ = WithContext(status, Who());
       phase_ = Phase::kFailed;
@@ -552,8 +558,10 @@ void SaveSession::Fail(const absl::Status& status) {
 void SaveSession::RankGone(int rank) {
   {
     absl::MutexLock lock(&mu_);
-    if (rank < 0 || rank >= world_size_ || ranks_[rank].snapshotted) return;
-    if (phase_ == Phase::kPlanning && !ranks_[rank].request.has_value() && arrived_ == 0) return;
+    auto it = ranks_.find(rank);
+    const bool planned = it != ranks_.end() && it->second.request.has_value();
+    if (rank < 0 || rank >= world_size_ || (it != ranks_.end() && it->second.snapshotted)) return;
+    if (phase_ == Phase::kPlanning && !planned && arrived_ == 0) return;
     FailLocked(absl::AbortedError(absl::StrCat(
         Who(), ": rank ", rank,
         " went away (its process exited or its connection closed) before its snapshot "
@@ -607,6 +615,16 @@ void SaveSession::CleanUp() {
   if (!save_id.empty()) context_.coordinator.AbortSave(save_id, reason);
   absl::MutexLock lock(&mu_);
   cleanup_done_ = true;
+  ReleaseLocked();
+}
+
+void SaveSession::ReleaseLocked() {
+  ranks_.clear();
+  std::vector<v1::ChunkChecksum>().swap(checksums_);
+  // FindSave still finds a finished save by its id.
+  v1::SaveAssignment kept;
+  kept.set_save_id(assignment_.save_id());
+  assignment_ = std::move(kept);
 }
 
 absl::StatusOr<v1::WaitSaveResponse> SaveSession::Wait(absl::Duration timeout) {
@@ -637,7 +655,8 @@ void SaveSession::CheckDeadlines(absl::Time now) {
     if (phase_ == Phase::kPlanning && busy_ == 0) {
       std::vector<int> missing;
       for (int r = 0; r < world_size_ && missing.size() < 16; ++r) {
-        if (!ranks_[r].request.has_value()) missing.push_back(r);
+        auto it = ranks_.find(r);
+        if (it == ranks_.end() || !it->second.request.has_value()) missing.push_back(r);
       }
       timeout = absl::DeadlineExceededError(absl::StrCat(
           Who(), ": ranks [", absl::StrJoin(missing, ", "),
@@ -646,7 +665,8 @@ void SaveSession::CheckDeadlines(absl::Time now) {
     } else if (phase_ == Phase::kSnapshot) {
       std::vector<int> missing;
       for (int r = 0; r < world_size_ && missing.size() < 16; ++r) {
-        if (!ranks_[r].snapshotted) missing.push_back(r);
+        auto it = ranks_.find(r);
+        if (it == ranks_.end() || !it->second.snapshotted) missing.push_back(r);
       }
       if (missing.empty()) return;
       timeout = absl::DeadlineExceededError(absl::StrCat(

@@ -122,6 +122,11 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   bool ReadyToFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReadyToCleanUpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops what only a save in flight needs (the ranks' requests, the plan
+  // and its manifest, the checksums) once it has committed or is cleaned
+  // up: finished saves are kept a while for late WaitSave calls, and must
+  // not keep their plans (up to 64 MiB a rank) with them.
+  void ReleaseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string Who() const;
   static const char* PhaseName(Phase phase);
 
@@ -136,7 +141,11 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   int busy_ ABSL_GUARDED_BY(mu_) = 0;  // calls working outside mu_ on the save's memory
   bool cleaned_ ABSL_GUARDED_BY(mu_) = false;       // clean-up claimed
   bool cleanup_done_ ABSL_GUARDED_BY(mu_) = false;  // room freed, directory removed
-  std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
+  // By rank, for the ranks that have planned: a map, not a vector of the
+  // world's size, so a world of 65536 with one rank present costs one entry
+  // (a vector cost ~20 MB per save, and any rank could open saves at will).
+  // Emptied when the save ends (ReleaseLocked).
+  std::map<int, RankState> ranks_ ABSL_GUARDED_BY(mu_);
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;
   int snapshotted_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t pending_chunks_ ABSL_GUARDED_BY(mu_) = 0;

@@ -56,6 +56,12 @@ struct RequestLimits {
   int64_t max_shard_bytes = int64_t{1} << 40;
   // --max_bytes_per_rank: shards plus objects of one rank's request.
   int64_t max_bytes_per_rank = int64_t{16} << 40;
+  // --max_chunks_per_save: chunks (of --chunk_bytes) of one save, all ranks
+  // together. Each is an entry of the plan, the manifest and the commit's
+  // checksum report, so this bounds what planning allocates; a one-line
+  // request for a column of a tall tensor can otherwise ask for millions.
+  // 2^22 chunks of the default 4 MiB are 16 TiB.
+  int64_t max_chunks_per_save = int64_t{1} << 22;
   // --max_message_bytes: the gRPC server's receive limit (the daemon sets it
   // on its ServerBuilder; nothing here checks it).
   int64_t max_message_bytes = int64_t{64} << 20;

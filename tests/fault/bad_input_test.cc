@@ -5,9 +5,11 @@
 // byte-exact load (of the same job and step where the rejected request must
 // not have poisoned them).
 //
-// Requests go through the raw stub so the test controls every field; each
-// raw RPC carries a deadline so a daemon bug fails the test instead of
-// hanging it. Valid saves and loads go through ckpt::Client.
+// Requests go through the raw stub (tests/support/raw_rpc.h) so the test
+// controls every field; each raw RPC carries a deadline so a daemon bug
+// fails the test instead of hanging it. Valid saves and loads go through
+// ckpt::Client. tests/fault/hostile_client_test.cc sends larger and stranger
+// requests over both transports.
 #include <grpcpp/grpcpp.h>
 
 #include <catch2/catch.hpp>
@@ -20,6 +22,7 @@
 
 #include "ckpt/client.h"
 #include "ckpt/v1/node.grpc.pb.h"
+#include "tests/support/raw_rpc.h"
 #include "tests/support/test_daemon.h"
 #include "tools/demo/model_layout.h"
 #include "tools/demo/tensor_pattern.h"
@@ -27,102 +30,7 @@
 namespace ckpt::testing {
 namespace {
 
-using Stub = v1::NodeService::Stub;
-
-constexpr auto kRpcTimeout = std::chrono::seconds(30);
-
-// Runs one raw RPC with a deadline: `call` gets the context.
-template <typename Call>
-grpc::Status Rpc(Call&& call) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + kRpcTimeout);
-  return call(&context);
-}
-
-void CheckError(const grpc::Status& status, grpc::StatusCode code, const std::string& needle) {
-  INFO("status code " << status.error_code() << ": " << status.error_message());
-  CHECK(status.error_code() == code);
-  CHECK_THAT(status.error_message(), Catch::Contains(needle));
-}
-
-grpc::Status AttachRaw(Stub& stub, const std::string& job, int rank, int world,
-                       v1::AttachResponse* response) {
-  v1::AttachRequest request;
-  request.set_job(job);
-  request.set_rank(rank);
-  request.set_world_size(world);
-  return Rpc([&](grpc::ClientContext* c) { return stub.Attach(c, request, response); });
-}
-
-std::string AttachOk(Stub& stub, const std::string& job, int rank = 0, int world = 1) {
-  v1::AttachResponse response;
-  const grpc::Status s = AttachRaw(stub, job, rank, world, &response);
-  INFO(s.error_message());
-  REQUIRE(s.ok());
-  REQUIRE(!response.session_id().empty());
-  return response.session_id();
-}
-
-v1::TensorShard Whole(const std::string& fqn, v1::DType dtype, std::vector<int64_t> shape) {
-  v1::TensorShard shard;
-  shard.set_fqn(fqn);
-  shard.set_dtype(dtype);
-  for (int64_t d : shape) shard.add_global_shape(d);
-  return shard;
-}
-
-v1::TensorShard Boxed(const std::string& fqn, v1::DType dtype, std::vector<int64_t> shape,
-                      std::vector<int64_t> offsets, std::vector<int64_t> lengths) {
-  v1::TensorShard shard = Whole(fqn, dtype, std::move(shape));
-  v1::Box* box = shard.mutable_region()->mutable_box();
-  for (int64_t o : offsets) box->add_offsets(o);
-  for (int64_t l : lengths) box->add_lengths(l);
-  return shard;
-}
-
-v1::TensorShard Flat(const std::string& fqn, v1::DType dtype, std::vector<int64_t> shape,
-                     int64_t begin, int64_t end) {
-  v1::TensorShard shard = Whole(fqn, dtype, std::move(shape));
-  shard.mutable_region()->mutable_flat()->set_begin(begin);
-  shard.mutable_region()->mutable_flat()->set_end(end);
-  return shard;
-}
-
-grpc::Status Plan(Stub& stub, const std::string& session, int64_t step,
-                  const std::vector<v1::TensorShard>& shards, v1::PlanSaveResponse* response,
-                  const std::vector<v1::ObjectDesc>& objects = {}) {
-  v1::PlanSaveRequest request;
-  request.set_session_id(session);
-  request.set_step(step);
-  for (const v1::TensorShard& s : shards) *request.add_shards() = s;
-  for (const v1::ObjectDesc& o : objects) *request.add_objects() = o;
-  return Rpc([&](grpc::ClientContext* c) { return stub.PlanSave(c, request, response); });
-}
-
-grpc::Status LoadRaw(Stub& stub, const std::string& session, int64_t step,
-                     const std::vector<v1::TensorShard>& tensors,
-                     const std::vector<std::string>& object_keys = {}) {
-  v1::LoadRequest request;
-  request.set_session_id(session);
-  request.set_step(step);
-  for (const v1::TensorShard& t : tensors) *request.add_tensors() = t;
-  for (const std::string& k : object_keys) request.add_object_keys(k);
-  v1::LoadResponse response;
-  return Rpc([&](grpc::ClientContext* c) { return stub.Load(c, request, &response); });
-}
-
-grpc::Status WaitSaveRaw(Stub& stub, const std::string& session, const std::string& save_id) {
-  v1::WaitSaveRequest request;
-  request.set_session_id(session);
-  request.set_save_id(save_id);
-  // Each call answers within the daemon's wait slice; loop until an outcome.
-  for (int i = 0; i < 30; ++i) {
-    v1::WaitSaveResponse response;
-    grpc::Status s = Rpc([&](grpc::ClientContext* c) { return stub.WaitSave(c, request, &response); });
-    if (!s.ok() || response.done()) return s;
-  }
-  return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "save still in flight");
-}
+using Stub = NodeStub;
 
 // The daemon answers, holds no pool bytes and lists no save in flight.
 void RequireIdleAndServing(const TestDaemon& d) {

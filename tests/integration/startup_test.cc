@@ -17,6 +17,9 @@ namespace ckpt::testing {
 TEST_CASE("ckptd refuses to start when /dev/shm cannot hold the pool", "[integration][startup]") {
   struct statvfs shm {};
   REQUIRE(statvfs("/dev/shm", &shm) == 0);
+  // More than is free but less than the whole tmpfs: ckptd must refuse it
+  // before fallocate, which would otherwise take every free page of
+  // /dev/shm (all the machine's memory, where /dev/shm is sized like RAM).
   const uint64_t too_big = static_cast<uint64_t>(shm.f_bavail) * shm.f_frsize + (1ull << 30);
   TestDaemon d;
   const absl::Status s = d.Start({"--pool_bytes=" + std::to_string(too_big)});

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "proto/lib/status_context.h"
@@ -80,6 +82,14 @@ void Subprocess::Signal(int sig) {
   if (!reaped_) kill(pid_, sig);
 }
 
+bool Subprocess::Running() const {
+  if (reaped_) return false;
+  siginfo_t info{};
+  // WNOWAIT: a later Wait() still reaps it and learns how it ended.
+  if (waitid(P_PID, pid_, &info, WEXITED | WNOHANG | WNOWAIT) != 0) return false;
+  return info.si_pid == 0;
+}
+
 ExitInfo Subprocess::Wait() {
   if (!reaped_) {
     int status = 0;
@@ -110,6 +120,25 @@ ExitInfo RunCommand(const std::vector<std::string>& argv) {
     return info;
   }
   return (*p)->Wait();
+}
+
+int ThreadCount(pid_t pid) {
+  std::error_code ec;
+  int n = 0;
+  for (std::filesystem::directory_iterator it(absl::StrCat("/proc/", pid, "/task"), ec), end;
+       !ec && it != end; it.increment(ec)) {
+    ++n;
+  }
+  return ec ? -1 : n;
+}
+
+int64_t ProcStatusKb(pid_t pid, const std::string& field) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  const std::string prefix = field + ":";
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind(prefix, 0) == 0) return std::stoll(line.substr(prefix.size()));
+  }
+  return -1;
 }
 
 }  // namespace ckpt::testing

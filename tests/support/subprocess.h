@@ -32,6 +32,8 @@ class Subprocess {
   ~Subprocess();  // kills (SIGKILL) and reaps a child still running
 
   pid_t pid() const { return pid_; }
+  // The child has not exited (checked without reaping it).
+  bool Running() const;
   // Blocks until the output contains `text` (true) or the child closed its
   // output / the deadline passed (false).
   bool WaitForOutput(const std::string& text, absl::Duration timeout);
@@ -61,6 +63,12 @@ class Subprocess {
 
 // Runs a command to completion.
 ExitInfo RunCommand(const std::vector<std::string>& argv);
+
+// Threads of a process (entries of /proc/<pid>/task); -1 if it is gone.
+int ThreadCount(pid_t pid);
+// A "<field>: <n> kB" line of /proc/<pid>/status (VmHWM, RssAnon, ...) in
+// kB; -1 if absent.
+int64_t ProcStatusKb(pid_t pid, const std::string& field);
 
 }  // namespace ckpt::testing
 

@@ -1,7 +1,9 @@
 #include "tests/support/test_daemon.h"
 
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +16,26 @@
 #include "absl/strings/str_cat.h"
 
 namespace ckpt::testing {
+namespace {
+
+// A port nothing listens on right now: the kernel's pick for port 0.
+int FreeTcpPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+}  // namespace
 
 std::string CkptdPath() { return CKPT_TEST_CKPTD_PATH; }
 std::string DemoRankPath() { return CKPT_TEST_DEMO_RANK_PATH; }
@@ -55,6 +77,23 @@ absl::Status TestDaemon::Start(const std::vector<std::string>& extra_flags) {
     return absl::InternalError(absl::StrCat("ckptd did not start: ", info.output));
   }
   return absl::OkStatus();
+}
+
+absl::Status TestDaemon::StartWithTcp(const std::vector<std::string>& extra_flags) {
+  absl::Status status = absl::UnavailableError("no free TCP port");
+  // Another process may take the port between our probe and the daemon's
+  // bind: try a few.
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const int port = FreeTcpPort();
+    if (port == 0) continue;
+    std::vector<std::string> flags = extra_flags;
+    tcp_address_ = absl::StrCat("127.0.0.1:", port);
+    flags.push_back("--listen_address=" + tcp_address_);
+    status = Start(flags);
+    if (status.ok()) return status;
+    tcp_address_.clear();
+  }
+  return status;
 }
 
 ExitInfo TestDaemon::Kill() {
@@ -102,6 +141,14 @@ std::unique_ptr<Subprocess> TestDaemon::StartRank(const std::string& job, const 
   INFO(p.status().ToString());
   REQUIRE(p.ok());
   return std::move(*p);
+}
+
+std::unique_ptr<v1::NodeService::Stub> TestDaemon::StubFor(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(256 << 20);
+  args.SetMaxReceiveMessageSize(256 << 20);
+  return v1::NodeService::NewStub(
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
 }
 
 std::vector<ExitInfo> TestDaemon::RunRanks(const std::string& job, const std::string& mode,

@@ -30,6 +30,9 @@ class TestDaemon {
 
   // Starts ckptd with the test defaults plus `extra_flags` (later flags win).
   absl::Status Start(const std::vector<std::string>& extra_flags = {});
+  // Start() also listening on TCP at 127.0.0.1 on a free port (tried again
+  // on another port if one was taken in between).
+  absl::Status StartWithTcp(const std::vector<std::string>& extra_flags = {});
   // SIGKILL and reap; returns how it ended.
   ExitInfo Kill();
   // Waits for the daemon to end by itself (e.g. at a fault point).
@@ -46,6 +49,14 @@ class TestDaemon {
   std::unique_ptr<v1::NodeService::Stub> Stub() const;
   // GetStatus over gRPC; fails the test (REQUIRE) if the daemon does not answer.
   v1::GetStatusResponse Status() const;
+  // "127.0.0.1:<port>" once StartWithTcp succeeded.
+  const std::string& tcp_address() const { return tcp_address_; }
+  // A stub for a gRPC target ("unix:<path>" or "host:port") whose channel
+  // sends and receives messages up to 256 MiB, beyond the daemon's limit.
+  static std::unique_ptr<v1::NodeService::Stub> StubFor(const std::string& target);
+  // The daemon process: alive (not merely answering), and its pid.
+  bool Running() const { return process_ != nullptr && process_->Running(); }
+  pid_t pid() const { return process_ ? process_->pid() : -1; }
   std::string Output() const { return process_ ? process_->Output() : ""; }
 
   // Starts one demo rank (tools/demo/demo_rank.cc) of `job` in `mode`
@@ -63,6 +74,7 @@ class TestDaemon {
  private:
   std::string dir_;
   std::string pool_path_;
+  std::string tcp_address_;
   std::unique_ptr<Subprocess> process_;
 };
 

@@ -832,6 +832,45 @@ TEST_CASE("save planner bounds", "[save_planner][limits]") {
     CKPT_REQUIRE_ERROR(PlanSave({node}, options), absl::StatusCode::kResourceExhausted,
                        "--max_user_metadata_entries");
   }
+  SECTION("chunks per save") {
+    options.chunk_bytes = 4096;
+    options.limits.max_chunks_per_save = 4;
+    v1::NodeSavePlan node = SingleHost(1);
+    AddShard(node, 0, Whole("w", v1::UINT8, {4 * 4096 + 1}));
+    CKPT_REQUIRE_ERROR(PlanSave({node}, options), absl::StatusCode::kResourceExhausted,
+                       "the save needs 5 chunks of 4096 bytes; the limit is 4 (--max_chunks_per_save");
+    options.limits.max_chunks_per_save = 5;
+    CKPT_REQUIRE_OK(PlanSave({node}, options));
+    // One column of a tensor of 2^38 rows: a short request for 2^28 chunks
+    // of 4 KiB, refused before any is built.
+    v1::NodeSavePlan tall = SingleHost(1);
+    tall.set_partial(true);
+    const int64_t rows = int64_t{1} << 38;
+    AddShard(tall, 0, BoxShard("tall", v1::FLOAT32, {rows, 1 << 20}, {0, 7}, {rows, 1}));
+    CKPT_REQUIRE_ERROR(PlanSave({tall}, Options(4096)), absl::StatusCode::kResourceExhausted,
+                       "needs 268435456 chunks", "--max_chunks_per_save");
+  }
+  SECTION("a plan whose manifest would not load") {
+    // An object longer than the manifest's bound (4 GiB by default; ckptd
+    // sets it from --max_object_bytes).
+    v1::NodeSavePlan objects = SingleHost(1);
+    *RankOf(objects, 0).add_objects() = Object("o", false, (uint64_t{4} << 30) + 1);
+    CKPT_REQUIRE_ERROR(PlanSave({objects}, SavePlannerOptions{}),
+                       absl::StatusCode::kFailedPrecondition,
+                       "would commit a checkpoint that cannot be loaded", "object");
+    // Tensors over all ranks beyond the manifest's bound.
+    SavePlannerOptions few;
+    few.manifest_limits.max_tensors = 2;
+    v1::NodeSavePlan node = SingleHost(3);
+    for (int r = 0; r < 3; ++r) AddShard(node, r, Whole("w" + std::to_string(r), v1::FLOAT32, {4}));
+    CKPT_REQUIRE_ERROR(PlanSave({node}, few), absl::StatusCode::kFailedPrecondition,
+                       "cannot be loaded", "3 tensors");
+    // A manifest larger than the catalog reads.
+    SavePlannerOptions small;
+    small.manifest_limits.max_manifest_bytes = 64;
+    CKPT_REQUIRE_ERROR(PlanSave({node}, small), absl::StatusCode::kResourceExhausted,
+                       "needs a manifest of about");
+  }
   SECTION("alignment") {
     options.alignment = 0;
     CKPT_REQUIRE_ERROR(PlanSave({SingleHost(1)}, options), absl::StatusCode::kInvalidArgument,
