@@ -24,7 +24,7 @@ ABSL_FLAG(std::string, listen_address, "", "TCP address for ckptctl and peers, e
 ABSL_FLAG(std::string, host_name, "", "Name of this host in data files (default: hostname)");
 ABSL_FLAG(int32_t, writer_threads, 4, "Writer threads (one data file and one io_uring each)");
 ABSL_FLAG(int32_t, writer_nice, 10, "Nice value of writer threads (0: same priority as ranks)");
-ABSL_FLAG(int32_t, reader_threads, 4, "Reader threads, shared by every load (each reads a group at a time)");
+ABSL_FLAG(int32_t, reader_threads, 2, "Reader threads, shared by every load (each reads a group at a time)");
 ABSL_FLAG(uint64_t, chunk_bytes, 4 << 20, "Checksum and write unit (multiple of 4096)");
 ABSL_FLAG(uint64_t, batch_bytes, 32 << 20,
           "Pool room a rank copies into at a time, and a load's read-ahead unit: saves and "

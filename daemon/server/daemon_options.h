@@ -24,7 +24,7 @@ struct DaemonOptions {
   std::string host_name;       // default: gethostname()
   int writer_threads = 4;
   int writer_nice = 10;  // writers yield the CPU to the ranks' copies
-  int reader_threads = 4;
+  int reader_threads = 2;
   uint64_t chunk_bytes = 4 << 20;
   // Pool room handed to a rank at a time for its copies, and read ahead per
   // load: the unit of streaming through the pool.

@@ -17,7 +17,6 @@ namespace ckpt::server {
 LoadSession::LoadSession(NodeContext& context, std::string job, int64_t step, int world_size)
     : context_(context), job_(std::move(job)), step_(step), world_size_(world_size) {
   absl::MutexLock lock(&mu_);
-  ranks_.resize(world_size);
   deadline_ = absl::Now() + context_.options.plan_timeout;
 }
 
@@ -383,8 +382,10 @@ void LoadSession::Fail(const absl::Status& status) {
 
 void LoadSession::RankGone(int rank) {
   absl::MutexLock lock(&mu_);
-  if (rank < 0 || rank >= world_size_ || ranks_[rank].done) return;
-  if (!planned_ && !ranks_[rank].request.has_value() && arrived_ == 0) return;
+  if (rank < 0 || rank >= world_size_) return;
+  auto it = ranks_.find(rank);
+  if (it != ranks_.end() && it->second.done) return;
+  if (!planned_ && it == ranks_.end() && arrived_ == 0) return;
   FailLocked(absl::AbortedError(absl::StrCat(
       Who(), "rank ", rank,
       " went away (its process exited or its connection closed) before its load completed; "
@@ -396,7 +397,7 @@ void LoadSession::CheckDeadlines(absl::Time now) {
   if (planned_ || planning_ || !error_.ok() || now < deadline_) return;
   std::vector<int> missing;
   for (int r = 0; r < world_size_ && missing.size() < 16; ++r) {
-    if (!ranks_[r].request.has_value()) missing.push_back(r);
+    if (ranks_.count(r) == 0) missing.push_back(r);
   }
   FailLocked(absl::DeadlineExceededError(absl::StrCat(
       Who(), "ranks [", absl::StrJoin(missing, ", "), world_size_ - arrived_ > 16 ? ", ..." : "",

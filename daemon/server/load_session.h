@@ -21,6 +21,7 @@
 #define CKPT_DAEMON_SERVER_LOAD_SESSION_H_
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -93,7 +94,9 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   const int world_size_;
 
   mutable absl::Mutex mu_;
-  std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
+  // Only the ranks that arrived: a world of 65536 with one rank present
+  // must not cost 65536 rank states.
+  std::map<int, RankState> ranks_ ABSL_GUARDED_BY(mu_);
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;
   int done_ranks_ ABSL_GUARDED_BY(mu_) = 0;
   bool planned_ ABSL_GUARDED_BY(mu_) = false;

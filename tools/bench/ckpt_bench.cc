@@ -38,7 +38,7 @@ struct Config {
   int every = 2;
   int checkpoints = 3;
   int writer_threads = 4;
-  int reader_threads = 4;
+  int reader_threads = 2;
   int copy_threads = 4;
   double pool_gib = 0;  // 0: room for two snapshots
   bool json = false;
