@@ -1,0 +1,9 @@
+
+	
+train?d	
+w
+
+scalar"
+rng"
+configd2
+modelfuzz

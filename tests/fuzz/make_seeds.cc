@@ -1,0 +1,229 @@
+// Writes the fuzzers' seed corpora (tests/fuzz/corpus/<target>/): real
+// saves and loads in the layouts trainers use (tensor- and data-parallel
+// boxes, FSDP flat ranges, column splits, a 0-d scalar, empty tensors and
+// objects, a partial save, tensors of several chunks), each run through the
+// same path as the fuzzers so that every seed is accepted, and the MANIFEST
+// files those saves commit.
+//
+//   build-fuzz/tests/fuzz/fuzz_make_seeds tests/fuzz/corpus
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "daemon/coordinator/manifest_io.h"
+#include "tests/fuzz/fuzz_support.h"
+
+namespace ckpt::fuzz {
+namespace {
+
+v1::TensorShard Whole(const std::string& fqn, v1::DType dtype, std::vector<int64_t> shape) {
+  v1::TensorShard s;
+  s.set_fqn(fqn);
+  s.set_dtype(dtype);
+  for (int64_t d : shape) s.add_global_shape(d);
+  return s;
+}
+
+v1::TensorShard Box(const std::string& fqn, v1::DType dtype, std::vector<int64_t> shape,
+                    std::vector<int64_t> offsets, std::vector<int64_t> lengths) {
+  v1::TensorShard s = Whole(fqn, dtype, std::move(shape));
+  for (int64_t o : offsets) s.mutable_region()->mutable_box()->add_offsets(o);
+  for (int64_t l : lengths) s.mutable_region()->mutable_box()->add_lengths(l);
+  return s;
+}
+
+v1::TensorShard Flat(const std::string& fqn, v1::DType dtype, std::vector<int64_t> shape,
+                     int64_t begin, int64_t end) {
+  v1::TensorShard s = Whole(fqn, dtype, std::move(shape));
+  s.mutable_region()->mutable_flat()->set_begin(begin);
+  s.mutable_region()->mutable_flat()->set_end(end);
+  return s;
+}
+
+v1::ObjectDesc Object(const std::string& key, uint64_t length, bool global = false) {
+  v1::ObjectDesc o;
+  o.set_key(key);
+  o.set_length(length);
+  o.set_global(global);
+  return o;
+}
+
+SaveCase NewSave(const std::string& job, int world, int64_t step) {
+  SaveCase c;
+  c.mutable_attach()->set_job(job);
+  c.mutable_attach()->set_world_size(world);
+  for (int r = 0; r < world; ++r) c.add_ranks()->set_step(step);
+  return c;
+}
+
+std::map<std::string, SaveCase> Saves() {
+  std::map<std::string, SaveCase> saves;
+  {  // One rank: a matrix, a 0-d scalar, a per-rank and a global object.
+    SaveCase c = NewSave("train", 1, 100);
+    v1::PlanSaveRequest& r = *c.mutable_ranks(0);
+    *r.add_shards() = Whole("w", v1::FLOAT32, {4, 8});
+    *r.add_shards() = Whole("scalar", v1::FLOAT32, {});
+    *r.add_objects() = Object("rng", 16);
+    *r.add_objects() = Object("config", 100, true);
+    // One entry: maps serialize in no fixed order, and seeds should not churn.
+    (*r.mutable_user_metadata())["model"] = "fuzz";
+    saves["single"] = c;
+  }
+  {  // Tensor-parallel rows, a data-parallel replica, objects of each kind.
+    SaveCase c = NewSave("llm", 2, 7);
+    for (int rank = 0; rank < 2; ++rank) {
+      v1::PlanSaveRequest& r = *c.mutable_ranks(rank);
+      *r.add_shards() = Box("layer.0.weight", v1::BFLOAT16, {8, 16}, {4 * rank, 0}, {4, 16});
+      *r.add_shards() = Whole("layer.0.bias", v1::FLOAT32, {16});
+      *r.add_objects() = Object("optim", 64);
+      *r.add_objects() = Object("config", 10, true);
+    }
+    saves["tp_dp"] = c;
+  }
+  {  // FSDP flat ranges, column boxes, an empty tensor.
+    SaveCase c = NewSave("fsdp", 4, 3);
+    for (int rank = 0; rank < 4; ++rank) {
+      v1::PlanSaveRequest& r = *c.mutable_ranks(rank);
+      *r.add_shards() = Flat("emb", v1::FLOAT32, {10, 10}, 25 * rank, 25 * (rank + 1));
+      *r.add_shards() = Box("head", v1::FLOAT16, {6, 4}, {0, rank}, {6, 1});
+    }
+    *c.mutable_ranks(0)->add_shards() = Whole("empty", v1::FLOAT32, {0, 5});
+    saves["fsdp"] = c;
+  }
+  {  // A tensor of six 4 MiB chunks in flat ranges that cut its rows, and
+     // an empty object.
+    SaveCase c = NewSave("big", 3, 1);
+    const int64_t row = int64_t{1} << 21;
+    const std::vector<int64_t> cuts = {0, row + 100, 2 * row, 3 * row};
+    for (int rank = 0; rank < 3; ++rank) {
+      *c.mutable_ranks(rank)->add_shards() =
+          Flat("big", v1::FLOAT32, {3, row}, cuts[rank], cuts[rank + 1]);
+    }
+    *c.mutable_ranks(0)->add_objects() = Object("empty", 0);
+    saves["multichunk"] = c;
+  }
+  {  // A partial save: two row blocks of the tensor.
+    SaveCase c = NewSave("part", 2, 5);
+    for (int rank = 0; rank < 2; ++rank) {
+      v1::PlanSaveRequest& r = *c.mutable_ranks(rank);
+      r.set_partial(true);
+      *r.add_shards() = Box("part", v1::FLOAT32, {8, 8}, {4 * rank, 0}, {2, 8});
+    }
+    saves["partial"] = c;
+  }
+  return saves;
+}
+
+LoadCase NewLoad(const SaveCase& save, int world) {
+  LoadCase c;
+  *c.mutable_save() = save;
+  c.mutable_load_attach()->set_job(save.attach().job());
+  c.mutable_load_attach()->set_world_size(world);
+  for (int r = 0; r < world; ++r) c.add_ranks()->set_step(-1);
+  return c;
+}
+
+std::map<std::string, LoadCase> Loads(std::map<std::string, SaveCase>& saves) {
+  std::map<std::string, LoadCase> loads;
+  {  // Rows saved, columns loaded by three ranks; objects.
+    LoadCase c = NewLoad(saves["tp_dp"], 3);
+    const int64_t cols[] = {0, 5, 10, 16};
+    for (int rank = 0; rank < 3; ++rank) {
+      v1::LoadRequest& r = *c.mutable_ranks(rank);
+      *r.add_tensors() = Box("layer.0.weight", v1::BFLOAT16, {8, 16}, {0, cols[rank]},
+                             {8, cols[rank + 1] - cols[rank]});
+      *r.add_tensors() = Whole("layer.0.bias", v1::FLOAT32, {16});
+    }
+    c.mutable_ranks(0)->add_object_keys("config");
+    c.mutable_ranks(1)->add_object_keys("optim");
+    loads["rows_to_columns"] = c;
+  }
+  {  // Flat ranges across chunks loaded as column halves: strided runs.
+    LoadCase c = NewLoad(saves["multichunk"], 2);
+    const int64_t row = int64_t{1} << 21;
+    for (int rank = 0; rank < 2; ++rank) {
+      *c.mutable_ranks(rank)->add_tensors() =
+          Box("big", v1::FLOAT32, {3, row}, {0, rank * row / 2}, {3, row / 2});
+    }
+    c.mutable_ranks(0)->add_object_keys("empty");
+    loads["columns_across_chunks"] = c;
+  }
+  {  // Everything by one rank, one on a GPU.
+    LoadCase c = NewLoad(saves["fsdp"], 1);
+    v1::LoadRequest& r = *c.mutable_ranks(0);
+    *r.add_tensors() = Whole("emb", v1::FLOAT32, {10, 10});
+    *r.add_tensors() = Whole("head", v1::FLOAT16, {6, 4});
+    r.mutable_tensors(1)->mutable_device_buffer()->set_allocation_bytes(1 << 20);
+    *r.add_tensors() = Whole("empty", v1::FLOAT32, {0, 5});
+    loads["one_rank"] = c;
+  }
+  {  // The stored part of a partial save.
+    LoadCase c = NewLoad(saves["partial"], 1);
+    *c.mutable_ranks(0)->add_tensors() = Box("part", v1::FLOAT32, {8, 8}, {4, 0}, {2, 8});
+    loads["partial"] = c;
+  }
+  {  // A flat range of a matrix, a scalar, per-rank and global objects.
+    LoadCase c = NewLoad(saves["single"], 2);
+    *c.mutable_ranks(0)->add_tensors() = Flat("w", v1::FLOAT32, {4, 8}, 3, 29);
+    *c.mutable_ranks(0)->add_tensors() = Whole("scalar", v1::FLOAT32, {});
+    c.mutable_ranks(0)->add_object_keys("rng");
+    c.mutable_ranks(1)->add_object_keys("config");
+    loads["flat_and_objects"] = c;
+  }
+  return loads;
+}
+
+void Write(const std::filesystem::path& path, const std::string& bytes) {
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+  if (!out.good()) {
+    std::fprintf(stderr, "cannot write %s\n", path.c_str());
+    std::exit(1);
+  }
+}
+
+[[noreturn]] void Refused(const std::string& seed, const absl::Status& status) {
+  std::fprintf(stderr, "seed %s is refused: %s\n", seed.c_str(), status.ToString().c_str());
+  std::exit(1);
+}
+
+}  // namespace
+}  // namespace ckpt::fuzz
+
+int main(int argc, char** argv) {
+  using namespace ckpt;  // NOLINT
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s CORPUS_DIR (tests/fuzz/corpus)\n", argv[0]);
+    return 2;
+  }
+  const std::filesystem::path root = argv[1];
+  std::map<std::string, fuzz::SaveCase> saves = fuzz::Saves();
+  for (const auto& [name, save] : saves) {
+    std::vector<v1::PlanSaveRequest> requests;
+    absl::StatusOr<v1::SaveAssignment> assignment = fuzz::PlanSaveCase(save, &requests);
+    if (!assignment.ok()) fuzz::Refused(name, assignment.status());
+    const v1::CheckpointManifest manifest = fuzz::CheckSaveAssignment(*assignment, requests);
+    fuzz::Write(root / "fuzz_save_request" / (name + ".pb"), save.SerializeAsString());
+    fuzz::Write(root / "fuzz_manifest" / (name + ".MANIFEST"),
+                coordinator::EncodeManifest(manifest));
+  }
+  for (const auto& [name, load] : fuzz::Loads(saves)) {
+    std::vector<v1::PlanSaveRequest> requests;
+    absl::StatusOr<v1::SaveAssignment> assignment = fuzz::PlanSaveCase(load.save(), &requests);
+    if (!assignment.ok()) fuzz::Refused(name, assignment.status());
+    const v1::CheckpointManifest manifest = fuzz::CheckSaveAssignment(*assignment, requests);
+    const std::vector<v1::LoadRequest> ranks(load.ranks().begin(), load.ranks().end());
+    absl::StatusOr<v1::LoadAssignment> plan = fuzz::PlanLoadRequests(manifest, ranks);
+    if (!plan.ok()) fuzz::Refused(name, plan.status());
+    fuzz::CheckLoadAssignment(*plan, ranks);
+    fuzz::Write(root / "fuzz_load_request" / (name + ".pb"), load.SerializeAsString());
+  }
+  std::printf("seeds written under %s\n", root.c_str());
+  return 0;
+}
