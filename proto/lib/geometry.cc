@@ -187,10 +187,13 @@ void FlatPieces(int64_t begin, int64_t end, Pieces* p) {
 
 // Pieces of a validated region.
 Pieces RegionPieces(const Shape& shape, const Region& region) {
-  Pieces p = Squeeze(shape);
   int64_t n = 0;
   CheckedProduct(shape, &n);  // validated: fits
-  if (n == 0) return p;
+  // An empty tensor has no pieces. Its other dimensions are unbounded (the
+  // product is 0 whatever they are), so their strides, which Squeeze
+  // multiplies out, could overflow: none are computed (found by tests/fuzz).
+  if (n == 0) return Pieces{};
+  Pieces p = Squeeze(shape);
   const int m = static_cast<int>(p.dims.size());
   switch (region.kind) {
     case Region::Kind::kWhole:

@@ -836,6 +836,20 @@ TEST_CASE("compact: many size-1 dimensions cost nothing", "[geometry]") {
   CHECK(*StridedRunCount(shape, Region::Flat(1, 5), Region::Whole()) == 1);
 }
 
+// Found by tests/fuzz: the other dimensions of an empty tensor are
+// unbounded, and multiplying them out into strides overflowed (undefined
+// behaviour, caught by UBSan in the fuzz build).
+TEST_CASE("compact: an empty tensor with huge other dimensions", "[geometry]") {
+  const Shape shape = {13340, int64_t{6755399441055743}, 0};
+  const Region box = Region::Box({5, 1, 0}, {2, int64_t{1} << 40, 0});
+  CHECK(*NumElements(shape) == 0);
+  CHECK(*RegionSpan(shape, box) == std::pair<int64_t, int64_t>{0, 0});
+  CHECK(*StridedRunCount(shape, Region::Whole(), box) == 0);
+  CHECK(IntersectRegionsStrided(shape, 4, Region::Whole(), box)->empty());
+  CHECK(*CommonElements(shape, Region::Whole(), Region::Flat(0, 0)) == 0);
+  CHECK(RegionRuns(shape, Region::Whole())->empty());
+}
+
 TEST_CASE("property: strided runs, spans and common counts match the reference",
           "[geometry][property]") {
   std::mt19937_64 rng(0x5eed0004);
