@@ -6,8 +6,9 @@
 // assume: the manifest is the one of the directory asked for; every file
 // name stays in the step directory; every tensor's dtype, shape and regions
 // are valid with overflow-checked sizes; every shard's chunks exactly tile
-// its packed bytes, in order; no offset + length wraps; and every count is
-// bounded, so walking it costs at most what the limits allow.
+// its packed bytes, in order; no two chunks share a byte of a file; no
+// offset + length wraps; and every count is bounded, so walking it costs at
+// most what the limits allow.
 //
 // Thread-safety: pure functions, safe from any thread.
 #ifndef CKPT_DAEMON_COORDINATOR_MANIFEST_CHECK_H_

@@ -82,6 +82,9 @@ TEST_CASE("ValidateManifest accepts what the save planner writes", "[manifest_ch
   CKPT_REQUIRE_OK(Check(m));
   m.mutable_objects(0)->mutable_chunk()->clear_file();
   CKPT_REQUIRE_OK(Check(m));
+  // ...or the place where another chunk begins: it holds no byte of it.
+  m.mutable_objects(0)->mutable_chunk()->set_file("data/h0-0.bin");
+  CKPT_REQUIRE_OK(Check(m));
   // An empty shard has no chunks.
   m = Good();
   v1::TensorEntry* empty = m.add_tensors();
@@ -176,6 +179,41 @@ TEST_CASE("ValidateManifest refuses hostile manifests", "[manifest_check]") {
        "listed twice"},
       {"object rank", [](auto& m) { m.mutable_objects(0)->set_rank(-5); }, StatusCode::kDataLoss,
        "rank below -1"},
+      // Found by tests/fuzz/fuzz_manifest: the load planner joins chunks at
+      // one place into one read, and copied the second tensor's bytes from
+      // past the end of the first one's chunk.
+      {"two tensors at one place",
+       [](auto& m) {
+         v1::TensorEntry* t = m.add_tensors();
+         t->set_fqn("s");
+         t->set_dtype(v1::FLOAT32);
+         v1::StoredChunk* c = t->add_shards()->add_chunks();
+         c->set_file("data/h0-0.bin");
+         c->set_length(4);
+       },
+       StatusCode::kDataLoss, "overlap in \"data/h0-0.bin\" at offset 0"},
+      {"two objects at one place",
+       [](auto& m) {
+         v1::ObjectEntry* o = m.add_objects();
+         o->set_key("config");
+         o->set_rank(-1);
+         o->mutable_chunk()->set_file("data/h0-1.bin");
+         o->mutable_chunk()->set_length(10);
+       },
+       StatusCode::kDataLoss,
+       "object \"rng\" of rank 0 and object \"config\" of rank -1 overlap in \"data/h0-1.bin\" "
+       "at offset 0"},
+      {"object inside a tensor's chunk",
+       [](auto& m) {
+         m.mutable_objects(0)->mutable_chunk()->set_file("data/h0-0.bin");
+         m.mutable_objects(0)->mutable_chunk()->set_file_offset(100);
+       },
+       StatusCode::kDataLoss, "tensor \"w\" and object \"rng\" of rank 0 overlap"},
+      {"chunks of two shards overlap",
+       [](auto& m) {
+         m.mutable_tensors(0)->mutable_shards(1)->mutable_chunks(0)->set_file_offset(4096);
+       },
+       StatusCode::kDataLoss, "at offset 4096 (chunks may not share bytes)"},
   };
   for (const Hostile& c : cases) {
     INFO("case: " << c.name);
