@@ -40,6 +40,7 @@ struct Config {
   int writer_threads = 4;
   int reader_threads = 2;
   int writer_nice = 10;
+  int batch_mib = 32;
   int copy_threads = 4;
   double pool_gib = 0;  // 0: room for two snapshots
   bool json = false;
@@ -130,7 +131,8 @@ int Run(const Config& c) {
       {c.ckptd, "--storage_root=" + work + "/root", "--socket_path=" + socket,
        absl::StrCat("--pool_bytes=", pool), absl::StrCat("--writer_threads=", c.writer_threads),
        absl::StrCat("--reader_threads=", c.reader_threads),
-       absl::StrCat("--writer_nice=", c.writer_nice)},
+       absl::StrCat("--writer_nice=", c.writer_nice),
+       absl::StrCat("--batch_bytes=", uint64_t(c.batch_mib) << 20)},
       /*merge_stderr=*/true);
   if (!daemon.ok()) return fail(daemon.status());
   if (absl::Status s = (*daemon)->WaitFor("ckptd: serving"); !s.ok()) return fail(s);
@@ -258,6 +260,7 @@ int main(int argc, char** argv) {
   app.add_option("--writer-threads", c.writer_threads, "ckptd writer threads")->capture_default_str();
   app.add_option("--reader-threads", c.reader_threads, "ckptd reader threads")->capture_default_str();
   app.add_option("--writer-nice", c.writer_nice, "ckptd writer threads' nice value")->capture_default_str();
+  app.add_option("--batch-mib", c.batch_mib, "ckptd --batch_bytes in MiB")->capture_default_str();
   app.add_option("--copy-threads", c.copy_threads, "Copy threads per rank")->capture_default_str();
   app.add_option("--pool-gib", c.pool_gib, "ckptd's pool in GiB (default: room for two snapshots)");
   app.add_option("--ckptd", c.ckptd, "Path of ckptd (default: beside this build)");
