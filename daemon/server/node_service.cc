@@ -31,6 +31,14 @@ constexpr int kMaxBarrierCallsPerSession = 3;
 
 grpc::Status ToGrpc(const absl::Status& s) { return ToGrpcStatus(s); }
 
+// The reply of a handler whose work ends in a StatusOr of the response.
+template <typename Response>
+grpc::Status Reply(absl::StatusOr<Response> result, Response* response) {
+  if (!result.ok()) return ToGrpc(result.status());
+  *response = std::move(*result);
+  return grpc::Status::OK;
+}
+
 // Save and load ids come from the caller and may be of any length. An error
 // quotes only the start of one: the status message travels in the reply's
 // trailing metadata, and a message past gRPC's metadata limit (16 KiB)
@@ -190,9 +198,7 @@ grpc::Status NodeService::PlanSave(grpc::ServerContext*, const v1::PlanSaveReque
     save = slot;
   }
   absl::StatusOr<v1::PlanSaveResponse> planned = save->Plan(*rank, *request);
-  if (!planned.ok()) return ToGrpc(planned.status());
-  *response = std::move(*planned);
-  return grpc::Status::OK;
+  return Reply(std::move(planned), response);
 }
 
 absl::Status NodeService::EnterBarrier(const std::string& session_id) {
@@ -242,9 +248,7 @@ grpc::Status NodeService::NextSaveBatch(grpc::ServerContext*,
         absl::NotFoundError(absl::StrCat("save ", QuoteId(request->save_id()), " is unknown")));
   }
   absl::StatusOr<v1::SaveBatch> batch = save->NextBatch(*rank);
-  if (!batch.ok()) return ToGrpc(batch.status());
-  *response = std::move(*batch);
-  return grpc::Status::OK;
+  return Reply(std::move(batch), response);
 }
 
 grpc::Status NodeService::SubmitSnapshot(grpc::ServerContext*,
@@ -274,9 +278,7 @@ grpc::Status NodeService::WaitSave(grpc::ServerContext*, const v1::WaitSaveReque
     wait = std::min(wait, absl::Milliseconds(std::min<uint64_t>(request->timeout_ms(), 1u << 30)));
   }
   absl::StatusOr<v1::WaitSaveResponse> result = save->Wait(wait);
-  if (!result.ok()) return ToGrpc(result.status());
-  *response = std::move(*result);
-  return grpc::Status::OK;
+  return Reply(std::move(result), response);
 }
 
 grpc::Status NodeService::Load(grpc::ServerContext*, const v1::LoadRequest* request,
@@ -306,9 +308,7 @@ grpc::Status NodeService::Load(grpc::ServerContext*, const v1::LoadRequest* requ
     if (it != load_barriers_.end() && it->second == load) load_barriers_.erase(it);
     if (loaded.ok()) loads_[loaded->load_id()] = load;
   }
-  if (!loaded.ok()) return ToGrpc(loaded.status());
-  *response = std::move(*loaded);
-  return grpc::Status::OK;
+  return Reply(std::move(loaded), response);
 }
 
 grpc::Status NodeService::NextLoadBatch(grpc::ServerContext*,
@@ -323,9 +323,7 @@ grpc::Status NodeService::NextLoadBatch(grpc::ServerContext*,
   }
   absl::StatusOr<v1::LoadBatch> batch =
       load->NextBatch(*rank, request->done_batch_id(), context_.options.wait_slice);
-  if (!batch.ok()) return ToGrpc(batch.status());
-  *response = std::move(*batch);
-  return grpc::Status::OK;
+  return Reply(std::move(batch), response);
 }
 
 grpc::Status NodeService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,

@@ -16,13 +16,20 @@
 #endif
 
 namespace ckpt::testing {
+namespace {
+
+// True with a GPU; otherwise marks the test case skipped, saying why.
+bool GpuOrSkip() {
+  auto runtime = gpu::DetectDeviceRuntime();
+  if (runtime->HasDevice()) return true;
+  SkipTestCase(runtime->Describe());
+  return false;
+}
+
+}  // namespace
 
 TEST_CASE("GPU tensors save and load, pull and push", "[gpu]") {
-  auto runtime = gpu::DetectDeviceRuntime();
-  if (!runtime->HasDevice()) {
-    SkipTestCase(runtime->Describe());
-    return;
-  }
+  if (!GpuOrSkip()) return;
 #if CKPT_HAVE_CUDA
   HostTensor t;
   t.fqn = "model.gpu.weight";
@@ -77,11 +84,7 @@ TEST_CASE("GPU tensors save and load, pull and push", "[gpu]") {
 // writes the tensor's new contents; without the ordering the save would see
 // the old (zero) contents.
 TEST_CASE("a GPU save waits for the work queued on the caller's stream", "[gpu]") {
-  auto runtime = gpu::DetectDeviceRuntime();
-  if (!runtime->HasDevice()) {
-    SkipTestCase(runtime->Describe());
-    return;
-  }
+  if (!GpuOrSkip()) return;
 #if CKPT_HAVE_CUDA
   HostTensor t;
   t.fqn = "model.gpu.updated";
