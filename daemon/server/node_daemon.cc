@@ -171,9 +171,13 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   d->removed_partials_ = *removed;
 
   d->sessions_ = std::make_unique<RankSessions>(SessionLimits{o.max_sessions, static_cast<int>(o.limits.max_world_size)});
+  // Each writer and reader sets up its I/O (io_uring ring, pool pinned as
+  // fixed buffers) before the daemon serves, not inside the first save or
+  // load: 0.2 s per thread for a 4.5 GiB pool here, seconds for large ones.
+  auto prepare = [storage = d->backend_.get()] { storage->PrepareThread(); };
   d->writers_ = std::make_unique<WriterPool>(o.writer_threads, std::max(1u, o.queue_depth),
-                                              o.writer_nice);
-  d->readers_ = std::make_unique<ReaderPool>(o.reader_threads);
+                                              o.writer_nice, prepare);
+  d->readers_ = std::make_unique<ReaderPool>(o.reader_threads, prepare);
   v1::HostIdentity host;
   host.set_host(o.host_name);
   host.set_address(o.listen_address);

@@ -3,10 +3,21 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/synchronization/blocking_counter.h"
+
 namespace ckpt::server {
 
-ReaderPool::ReaderPool(int threads) : thread_count_(std::max(1, threads)) {
-  for (int i = 0; i < thread_count_; ++i) threads_.emplace_back([this] { Run(); });
+ReaderPool::ReaderPool(int threads, std::function<void()> prepare)
+    : thread_count_(std::max(1, threads)) {
+  absl::BlockingCounter prepared(thread_count_);
+  for (int i = 0; i < thread_count_; ++i) {
+    threads_.emplace_back([this, &prepare, &prepared] {
+      if (prepare) prepare();
+      prepared.DecrementCount();
+      Run();
+    });
+  }
+  prepared.Wait();
 }
 
 void ReaderPool::Stop() {

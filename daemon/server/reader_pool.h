@@ -21,7 +21,9 @@ namespace ckpt::server {
 
 class ReaderPool {
  public:
-  explicit ReaderPool(int threads);
+  // `prepare` runs first on every thread (the storage's per-thread set-up,
+  // Backend::PrepareThread); the constructor returns once all have run it.
+  explicit ReaderPool(int threads, std::function<void()> prepare = nullptr);
   ~ReaderPool() { Stop(); }
   ReaderPool(const ReaderPool&) = delete;
   ReaderPool& operator=(const ReaderPool&) = delete;

@@ -9,16 +9,21 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "daemon/coordinator/fault_points.h"
 #include "proto/lib/crc32c.h"
 #include "proto/lib/status_context.h"
 
 namespace ckpt::server {
 
-WriterPool::WriterPool(int threads, unsigned max_batch, int nice) : max_batch_(max_batch) {
+WriterPool::WriterPool(int threads, unsigned max_batch, int nice, std::function<void()> prepare)
+    : max_batch_(max_batch) {
   for (int i = 0; i < threads; ++i) queues_.push_back(std::make_unique<Queue>());
+  absl::BlockingCounter prepared(threads);
   for (int i = 0; i < threads; ++i) {
-    workers_.emplace_back([this, i, nice] {
+    workers_.emplace_back([this, i, nice, &prepare, &prepared] {
+      if (prepare) prepare();
+      prepared.DecrementCount();
       // Linux: a thread's nice value is per thread (its tid).
       if (nice != 0 && setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice) != 0) {
         const absl::Status s =
@@ -28,6 +33,7 @@ WriterPool::WriterPool(int threads, unsigned max_batch, int nice) : max_batch_(m
       Run(*queues_[i]);
     });
   }
+  prepared.Wait();
 }
 
 WriterPool::~WriterPool() {

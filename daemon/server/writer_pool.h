@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -56,7 +57,10 @@ class WriterPool {
   // `nice` lowers the writers' CPU priority: persisting is background work,
   // and on a busy host the ranks' snapshot copies (what the trainer waits
   // for) should win the cores.
-  WriterPool(int threads, unsigned max_batch, int nice = 0);
+  // `prepare` runs first on every writer (the storage's per-thread set-up,
+  // Backend::PrepareThread); the constructor returns once all have run it.
+  WriterPool(int threads, unsigned max_batch, int nice = 0,
+             std::function<void()> prepare = nullptr);
   ~WriterPool();  // drains nothing: sinks must not be waiting on it
   int threads() const { return static_cast<int>(workers_.size()); }
   void Submit(int writer, std::vector<WriteTask> tasks);

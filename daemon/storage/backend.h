@@ -99,6 +99,10 @@ class Backend {
   // a backend that can pre-register it with the kernel does so once
   // (io_uring fixed buffers). Optional; the default does nothing.
   virtual absl::Status RegisterMemory(void* base, size_t bytes) { return absl::OkStatus(); }
+  // Called once by each thread that will move data (writers, readers), after
+  // RegisterMemory: sets up that thread's I/O now, so the first save or load
+  // does not wait for it. Optional; the default does nothing.
+  virtual void PrepareThread() {}
 };
 
 // Relative file names read from untrusted input: non-empty, at most

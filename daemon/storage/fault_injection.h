@@ -83,6 +83,10 @@ class FaultInjectionBackend : public Backend {
   absl::Status RemoveAll(const std::string& path) override;
   absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override;
   absl::StatusOr<bool> Exists(const std::string& path) override;
+  absl::Status RegisterMemory(void* base, size_t bytes) override {
+    return target_->RegisterMemory(base, bytes);
+  }
+  void PrepareThread() override { target_->PrepareThread(); }
 
  private:
   friend class internal::FaultWritableFile;

@@ -33,6 +33,7 @@ class PosixBackend : public Backend {
   std::string Name() const override { return "posix"; }
   // The engine in use, after any fallback: engine().Name() says which.
   const IoEngine& engine() const { return *engine_; }
+  void PrepareThread() override { engine_->PrepareThread(); }
 
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
       const std::string& path) override;

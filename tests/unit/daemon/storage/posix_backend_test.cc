@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -281,6 +282,7 @@ TEST_CASE("posix backend writes and reads registered memory with fixed buffers",
   char* plain = static_cast<char*>(std::aligned_alloc(4096, kBytes));
   for (size_t i = 0; i < kBytes; ++i) registered[i] = static_cast<char>(i * 7 + 3);
   REQUIRE(backend->RegisterMemory(registered, 2 * kBytes).ok());
+  backend->PrepareThread();  // this thread moves pool data, as a writer does
 
   const uint64_t before = FixedBufferTransfers();
   {
@@ -300,9 +302,17 @@ TEST_CASE("posix backend writes and reads registered memory with fixed buffers",
   const uint64_t fixed = FixedBufferTransfers();
   REQUIRE((*file)->ReadBatch(std::vector<IoOp>{{0, plain, kBytes}}).ok());
   CHECK(std::memcmp(registered, plain, kBytes) == 0);
+  // A thread that was not prepared (a request handler) never registers the
+  // memory, even to read into it.
+  std::thread handler([&] {
+    std::memset(registered + kBytes, 0, kBytes);
+    REQUIRE((*file)->ReadBatch(std::vector<IoOp>{{0, registered + kBytes, kBytes}}).ok());
+  });
+  handler.join();
+  CHECK(std::memcmp(registered, registered + kBytes, kBytes) == 0);
   if (std::string(static_cast<PosixBackend&>(*backend).engine().Name()) == "io_uring") {
     CHECK(fixed - before >= 3);                  // two writes and a read went fixed
-    CHECK(FixedBufferTransfers() == fixed);      // the plain read did not
+    CHECK(FixedBufferTransfers() == fixed);      // the plain and the handler's reads did not
   } else {
     WARN("io_uring unavailable: fixed buffers not exercised");
   }
