@@ -29,6 +29,9 @@ ABSL_FLAG(uint64_t, chunk_bytes, 4 << 20, "Checksum and write unit (multiple of 
 ABSL_FLAG(uint64_t, batch_bytes, 32 << 20,
           "Pool room a rank copies into at a time, and a load's read-ahead unit: saves and "
           "loads of any size stream through the pool this much at a time");
+ABSL_FLAG(uint64_t, save_batch_bytes, 0,
+          "Pool room a saving rank copies into at a time (0: a sixteenth of the pool, between "
+          "--batch_bytes and 256 MiB)");
 ABSL_FLAG(double, job_pool_share, 0,
           "Most of the pool one job may hold while others wait, as a fraction (0: fair share "
           "among the jobs that want room)");
@@ -90,6 +93,7 @@ int main(int argc, char** argv) {
   o.writer_nice = absl::GetFlag(FLAGS_writer_nice);
   o.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   o.batch_bytes = absl::GetFlag(FLAGS_batch_bytes);
+  o.save_batch_bytes = absl::GetFlag(FLAGS_save_batch_bytes);
   o.job_pool_share = absl::GetFlag(FLAGS_job_pool_share);
   o.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   ckpt::RequestLimits& l = o.limits;

@@ -2,6 +2,7 @@
 #ifndef CKPT_DAEMON_SERVER_DAEMON_OPTIONS_H_
 #define CKPT_DAEMON_SERVER_DAEMON_OPTIONS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -29,6 +30,11 @@ struct DaemonOptions {
   // Pool room handed to a rank at a time for its copies, and read ahead per
   // load: the unit of streaming through the pool.
   uint64_t batch_bytes = 32 << 20;
+  // Pool room a save's rank copies into at a time; 0: sized from the pool
+  // (SaveBatchBytes). Every batch costs two round trips to the daemon and a
+  // hand-off to the copy threads, which a large pool need not pay 32 MiB at
+  // a time; loads keep batch_bytes so delivery overlaps reading finely.
+  uint64_t save_batch_bytes = 0;
   // The most of the pool one job may hold while others want room (0: a
   // fair share, the pool divided among the jobs that want it).
   double job_pool_share = 0;
@@ -46,6 +52,15 @@ struct DaemonOptions {
   // How long a save or load may wait for room in the pool.
   absl::Duration pool_wait_timeout = absl::Seconds(60);
 };
+
+// The save batch in effect: save_batch_bytes if set, else a sixteenth of the
+// pool between batch_bytes and 256 MiB (a job still streams through a pool
+// smaller than its state, at least 8 batches of room at its share).
+inline uint64_t SaveBatchBytes(const DaemonOptions& o) {
+  if (o.save_batch_bytes > 0) return o.save_batch_bytes;
+  constexpr uint64_t kMost = 256ull << 20;
+  return std::max(o.batch_bytes, std::min(o.pool_bytes / 16, kMost));
+}
 
 }  // namespace ckpt::server
 

@@ -194,7 +194,7 @@ absl::StatusOr<v1::SaveBatch> SaveSession::NextBatch(const RankSession& rank) {
           kMaxOpenBatches));
     }
     layout = NextBatchLayout(state.items, state.cursor, assignment_.chunk_bytes(),
-                             context_.options.batch_bytes, context_.pool.alignment());
+                             SaveBatchBytes(context_.options), context_.pool.alignment());
     batch_id = next_batch_++;
     Room& room = rooms_[batch_id];
     room.rank = rank.rank;

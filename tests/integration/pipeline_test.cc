@@ -100,6 +100,7 @@ struct InProcessDaemon {
     o.pool_bytes = pool_bytes;
     o.chunk_bytes = 64 << 10;
     o.batch_bytes = batch_bytes;
+    o.save_batch_bytes = batch_bytes;  // exactly these batches, whatever the pool
     o.writer_threads = 1;
     o.host_name = "testhost";
     auto owned = std::make_unique<GatedBackend>(gate_open);
