@@ -26,6 +26,31 @@ v1::Delivery FromRun(const v1::CopyRun& run, uint64_t room_offset) {
   return d;
 }
 
+// Reorders groups (each within one file, in file order) so that neighbours
+// come from different files, round robin: the readers then stream several
+// files at once, which this disk serves 1.5x faster than the same number
+// of reads in flight on one file (fio, 4 files at queue depth 16 each).
+void InterleaveFiles(std::vector<LoadGroup>& groups) {
+  std::map<std::string, std::vector<size_t>> by_file;
+  std::vector<std::string> files;  // in order of first appearance
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const std::string& file = groups[i].chunks.front().chunk->file();
+    auto [it, added] = by_file.try_emplace(file);
+    if (added) files.push_back(file);
+    it->second.push_back(i);
+  }
+  if (files.size() < 2) return;
+  std::vector<LoadGroup> out;
+  out.reserve(groups.size());
+  for (size_t round = 0; out.size() < groups.size(); ++round) {
+    for (const std::string& file : files) {
+      const std::vector<size_t>& list = by_file[file];
+      if (round < list.size()) out.push_back(std::move(groups[list[round]]));
+    }
+  }
+  groups = std::move(out);
+}
+
 }  // namespace
 
 std::vector<LoadGroup> GroupLoadReads(const v1::LoadAssignment& assignment, int world_size,
@@ -43,7 +68,8 @@ std::vector<LoadGroup> GroupLoadReads(const v1::LoadAssignment& assignment, int 
   };
   // In file order: each group is then a run of neighbouring blocks of one
   // file, which the device reads as fast as a sequential stream (random
-  // 4 MiB reads were 25% slower here), whatever order the tensors come in.
+  // 4 MiB reads were 25% slower here), whatever order the tensors come in;
+  // then the files take turns (InterleaveFiles).
   std::vector<const v1::ChunkRead*> reads;
   reads.reserve(assignment.reads_size());
   for (const v1::ChunkRead& read : assignment.reads()) reads.push_back(&read);
@@ -67,6 +93,7 @@ std::vector<LoadGroup> GroupLoadReads(const v1::LoadAssignment& assignment, int 
       }
     }
   }
+  InterleaveFiles(groups);
   // A global object several ranks want is one stored chunk: read it once.
   // Keyed by the whole chunk, not just its place: a hostile manifest may
   // name two different-sized objects at one offset, and each rank must get

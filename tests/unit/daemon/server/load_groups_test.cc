@@ -12,6 +12,7 @@
 // everything else.
 #include "daemon/server/load_groups.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <map>
@@ -131,6 +132,35 @@ void CheckGroups(const Saved& saved, const v1::NodeLoadPlan& node,
   }
   std::set<std::pair<std::string, uint64_t>> read_once;
   size_t tensor_reads_seen = 0;
+  bool objects_begun = false;
+  std::map<const v1::StoredChunk*, const v1::ChunkRead*> read_of;
+  for (const v1::ChunkRead& read : assignment.reads()) read_of[&read.chunk()] = &read;
+  // Packing order (file, then offset of each group's first chunk): no group
+  // was cut short, i.e. the next one's first chunk did not fit.
+  std::vector<size_t> packed;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (read_of.count(groups[g].chunks.front().chunk) > 0) packed.push_back(g);
+  }
+  auto first = [&](size_t g) {
+    const v1::StoredChunk& c = *groups[g].chunks.front().chunk;
+    return std::make_pair(c.file(), c.file_offset());
+  };
+  std::sort(packed.begin(), packed.end(), [&](size_t a, size_t b) { return first(a) < first(b); });
+  for (size_t i = 0; i + 1 < packed.size(); ++i) {
+    const LoadGroup& group = groups[packed[i]];
+    CHECK(group.room_bytes +
+              RoundUp(groups[packed[i + 1]].chunks[0].chunk->length(), alignment) >
+          batch_bytes);
+  }
+  // Files take turns: the tensor groups come first, and the first round of
+  // them starts in every file that starts a group, one each.
+  std::set<std::string> starting;
+  for (size_t g : packed) starting.insert(groups[g].chunks.front().chunk->file());
+  std::set<std::string> first_round;
+  for (size_t g = 0; g < starting.size(); ++g) {
+    first_round.insert(groups[g].chunks.front().chunk->file());
+  }
+  CHECK(first_round == starting);
 
   for (size_t g = 0; g < groups.size(); ++g) {
     const LoadGroup& group = groups[g];
@@ -146,11 +176,6 @@ void CheckGroups(const Saved& saved, const v1::NodeLoadPlan& node,
     }
     CHECK(group.room_bytes == room);
     CHECK((group.room_bytes <= batch_bytes || group.chunks.size() == 1));
-    if (g + 1 < groups.size()) {
-      // Not cut short: the next group's first chunk did not fit here.
-      CHECK(group.room_bytes + RoundUp(groups[g + 1].chunks[0].chunk->length(), alignment) >
-            batch_bytes);
-    }
 
     // Read: each chunk's file bytes at its room offset; the pad stays junk.
     std::string pool(group.room_bytes, '\x5a');
@@ -159,12 +184,14 @@ void CheckGroups(const Saved& saved, const v1::NodeLoadPlan& node,
       CHECK(c.chunk->length() > 0);
       REQUIRE(read_once.insert({c.chunk->file(), c.chunk->file_offset()}).second);
       CHECK(must_read.count({c.chunk->file(), c.chunk->file_offset()}) == 1);
-      // Tensor chunks first, in the assignment's order; then objects.
-      if (tensor_reads_seen < static_cast<size_t>(assignment.reads_size())) {
-        const v1::ChunkRead& read = assignment.reads(static_cast<int>(tensor_reads_seen++));
-        CHECK(c.chunk == &read.chunk());
-        CHECK(c.owner == "tensor " + read.fqn());
+      // Tensor chunks first, then objects.
+      auto read = read_of.find(c.chunk);
+      if (read != read_of.end()) {
+        CHECK_FALSE(objects_begun);
+        ++tensor_reads_seen;
+        CHECK(c.owner == "tensor " + read->second->fqn());
       } else {
+        objects_begun = true;
         CHECK(c.owner.rfind("object ", 0) == 0);
       }
       const std::string& file = saved.files.at(c.chunk->file());
