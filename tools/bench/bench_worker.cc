@@ -181,8 +181,15 @@ int RunWorker(const WorkerOptions& options) {
       }
       std::cout << "ok " << seconds << std::endl;
     } else if (command == "load") {
+      // "load [STEP]", latest without one. The shards are cleared first so
+      // that the check below sees this load's bytes, not an earlier one's.
+      int64_t wanted = kLatestStep;
+      if (!(in >> wanted)) wanted = kLatestStep;
+      for (const HostTensor& t : shards) {
+        std::memset(t.data, 0, static_cast<size_t>(t.region.lengths[0] * kColumns * kElement));
+      }
       const auto start = Clock::now();
-      absl::StatusOr<int64_t> step = (*client)->Load(kLatestStep, shards);
+      absl::StatusOr<int64_t> step = (*client)->Load(wanted, shards);
       if (!step.ok()) {
         std::cout << Reply(step.status()) << std::endl;
         continue;

@@ -4,9 +4,11 @@
 #include <liburing.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -200,6 +202,62 @@ absl::StatusOr<DiskFigures> MeasureDisk(const std::string& dir, uint64_t bytes,
   }
   for (const std::string& p : paths) unlink(p.c_str());
   if (!status.ok()) return status;
+  figures.direct = direct;
+  return figures;
+}
+
+absl::StatusOr<DiskFigures> MeasureReads(const ReadSets& sets, const std::string& label,
+                                         const DiskOptions& options) {
+  DiskFigures figures;
+  const unsigned depth = std::max(1u, options.queue_depth);
+  bool direct = true;
+  // Each way reads its own files, whole blocks of them: data read once is
+  // served faster the second time, which would flatter the later ways.
+  auto measure = [&](const std::string& way, const std::vector<std::string>& files,
+                     bool parallel) -> absl::Status {
+    std::vector<uint64_t> sizes;
+    uint64_t total = 0;
+    for (const std::string& f : files) {
+      std::error_code ec;
+      const uint64_t size = std::filesystem::file_size(f, ec);
+      if (ec) return absl::NotFoundError(absl::StrCat("size of ", f, ": ", ec.message()));
+      sizes.push_back(size / kSingleBlock * kSingleBlock);
+      total += sizes.back();
+    }
+    if (total == 0) return absl::FailedPreconditionError("no whole blocks to read");
+    std::vector<absl::Status> results(files.size());
+    const auto start = std::chrono::steady_clock::now();
+    if (parallel) {
+      std::vector<std::thread> threads;
+      for (size_t i = 0; i < files.size(); ++i) {
+        threads.emplace_back([&, i] {
+          results[i] = UringStream(files[i], sizes[i], /*write=*/false, direct, depth);
+        });
+      }
+      for (std::thread& t : threads) t.join();
+    } else {
+      for (size_t i = 0; i < files.size(); ++i) {
+        results[i] = way == "single" ? SingleStream(files[i], sizes[i], /*write=*/false, &direct)
+                                     : UringStream(files[i], sizes[i], /*write=*/false, direct,
+                                                   depth);
+        if (!results[i].ok()) break;
+      }
+    }
+    const double seconds = Since(start);
+    for (const absl::Status& s : results) {
+      if (!s.ok()) return s;
+    }
+    const double gbps = total / seconds / 1e9;
+    figures.ways[absl::StrCat("disk_read_", label, way, "_gbps")] = gbps;
+    figures.read_gbps = std::max(figures.read_gbps, gbps);
+    return absl::OkStatus();
+  };
+  const std::pair<const char*, const std::vector<std::string>*> ways[] = {
+      {"single", &sets.single}, {"uring", &sets.uring}, {"parallel", &sets.parallel}};
+  for (const auto& [way, files] : ways) {
+    if (files->empty()) continue;
+    if (absl::Status s = measure(way, *files, files == &sets.parallel); !s.ok()) return s;
+  }
   figures.direct = direct;
   return figures;
 }

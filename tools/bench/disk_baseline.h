@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -36,6 +37,17 @@ struct DiskOptions {
 
 absl::StatusOr<DiskFigures> MeasureDisk(const std::string& dir, uint64_t bytes,
                                         const DiskOptions& options = {});
+
+// Reads existing files the same ways (those with files), e.g. checkpoints' own data
+// files: bytes written as long ago as the ones a load reads, which this disk
+// serves more slowly than bytes just written. Each way reads its own set
+// (whole 8 MiB blocks of each file), since data read once comes back faster
+// the second time. Keys are "disk_read_<label><way>_gbps".
+struct ReadSets {  // an empty set skips its way
+  std::vector<std::string> single, uring, parallel;
+};
+absl::StatusOr<DiskFigures> MeasureReads(const ReadSets& sets, const std::string& label,
+                                         const DiskOptions& options = {});
 
 }  // namespace ckpt::bench
 
