@@ -54,12 +54,15 @@ struct DaemonOptions {
 };
 
 // The save batch in effect: save_batch_bytes if set, else a sixteenth of the
-// pool between batch_bytes and 256 MiB (a job still streams through a pool
-// smaller than its state, at least 8 batches of room at its share).
+// pool between batch_bytes and 256 MiB; never more than half the pool, so
+// that a rank can copy one batch while another is written (a batch is at
+// least one chunk whatever this says).
 inline uint64_t SaveBatchBytes(const DaemonOptions& o) {
-  if (o.save_batch_bytes > 0) return o.save_batch_bytes;
   constexpr uint64_t kMost = 256ull << 20;
-  return std::max(o.batch_bytes, std::min(o.pool_bytes / 16, kMost));
+  const uint64_t wanted = o.save_batch_bytes > 0
+                              ? o.save_batch_bytes
+                              : std::max(o.batch_bytes, std::min(o.pool_bytes / 16, kMost));
+  return std::min(wanted, o.pool_bytes / 2);
 }
 
 }  // namespace ckpt::server
