@@ -1,0 +1,227 @@
+"""Checkpointer: one rank's connection to its host's ckptd."""
+import functools
+import os
+import queue
+import threading
+from typing import Any, Dict, List, Optional, Union
+
+import torch
+
+from . import _ckpt
+from .sharding import Shard
+from .state import leaves, rebuild
+from .values import decode, encode
+
+# torch dtype -> ckpt.v1.DType (the on-disk numbering).
+_DTYPES = {
+    torch.float32: 1, torch.float16: 2, torch.bfloat16: 3, torch.float64: 4, torch.int8: 5,
+    torch.uint8: 6, torch.int16: 7, torch.int32: 8, torch.int64: 9, torch.bool: 10,
+}
+for _name, _code in (("float8_e4m3fn", 11), ("float8_e5m2", 12)):
+    if hasattr(torch, _name):
+        _DTYPES[getattr(torch, _name)] = _code
+
+
+def _is_leaf(node) -> bool:
+    return isinstance(node, (torch.Tensor, Shard))
+
+
+def _describe(name: str, leaf, keep: list) -> tuple:
+    """The client's description of a tensor leaf; keep collects what must
+    stay alive (and unchanged) until the snapshot is taken."""
+    if isinstance(leaf, Shard):
+        tensor, global_shape = leaf.tensor, list(leaf.global_shape)
+        kind, offsets, lengths, flat_begin, flat_end = leaf.describe()
+    else:
+        tensor, global_shape = leaf, list(leaf.shape)
+        kind, offsets, lengths, flat_begin, flat_end = "whole", [], [], 0, 0
+    if tensor.dtype not in _DTYPES:
+        raise TypeError(f"{name}: dtype {tensor.dtype} is not one ckpt stores")
+    if tensor.layout != torch.strided:
+        raise TypeError(f"{name}: a {tensor.layout} tensor; only dense tensors are stored")
+    tensor = tensor.detach()
+    if not tensor.is_contiguous():
+        tensor = tensor.contiguous()  # the region's elements, packed
+    keep.append(tensor)
+    nbytes = tensor.numel() * tensor.element_size()
+    return (name, _DTYPES[tensor.dtype], global_shape, kind, offsets, lengths, flat_begin,
+            flat_end, tensor.data_ptr() if nbytes else 0, nbytes, tensor.is_cuda)
+
+
+class SaveHandle:
+    """A save in flight. wait_snapshot(): the tensors may change again.
+    wait_persisted(): the checkpoint is committed. Both raise
+    CheckpointError if the save failed."""
+
+    def __init__(self, handle, keep: list):
+        self._handle = handle
+        self._keep = keep  # the tensors (or copies) the daemon copies from
+
+    @property
+    def step(self) -> int:
+        return self._handle.step
+
+    def wait_snapshot(self) -> None:
+        try:
+            self._handle.wait_snapshot()
+        finally:
+            self._keep = None
+
+    def wait_persisted(self) -> None:
+        try:
+            self._handle.wait_persisted()
+        finally:
+            self._keep = None
+
+
+class Checkpointer:
+    """Attaches to the local ckptd as one rank of a job.
+
+    socket_path defaults to $CKPTD_SOCKET, else /run/ckptd/ckptd.sock.
+    """
+
+    def __init__(self, job: str, rank: int = 0, world_size: int = 1, *,
+                 socket_path: Optional[str] = None, local_rank: Optional[int] = None,
+                 copy_threads: int = 4, gpu_transfer: str = "pull"):
+        if gpu_transfer not in ("pull", "push"):
+            raise ValueError(f"gpu_transfer is 'pull' or 'push', not {gpu_transfer!r}")
+        socket_path = socket_path or os.environ.get("CKPTD_SOCKET", "/run/ckptd/ckptd.sock")
+        self._client = _ckpt.Client(socket_path, job, rank, world_size,
+                                    rank if local_rank is None else local_rank, copy_threads,
+                                    gpu_transfer == "push")
+        self._last: Optional[SaveHandle] = None
+        self._watcher = _PersistWatcher()
+
+    def __enter__(self) -> "Checkpointer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        watcher = getattr(self, "_watcher", None)
+        if watcher is not None:
+            watcher.stop()
+
+    def save(self, step: int, state: Union[Dict[str, Any], List[Any]], *,
+             blocking: bool = False, allow_pickle: bool = False, partial: bool = False,
+             metadata: Optional[Dict[str, str]] = None) -> SaveHandle:
+        """Starts a checkpoint of state (nested dicts and lists of tensors,
+        Shards and values). Returns at once unless blocking; the tensors must
+        not change until the handle's wait_snapshot() (wrap_optimizer does it
+        for you). Raises the previous save's failure if it failed since."""
+        self._watcher.raise_failure()
+        tensors, objects, keep = [], [], []
+        for name, leaf, _ in leaves(state, _is_leaf):
+            if _is_leaf(leaf):
+                tensors.append(_describe(name, leaf, keep))
+            else:
+                objects.append((name, encode(name, leaf, allow_pickle), False))
+        stream = 0
+        if any(t[-1] for t in tensors):
+            stream = torch.cuda.current_stream().cuda_stream
+        handle = SaveHandle(
+            self._client.save(int(step), tensors, objects, blocking, partial, stream,
+                              dict(metadata or {})), keep)
+        self._last = handle
+        self._watcher.watch(handle)
+        return handle
+
+    def wait_snapshot(self) -> None:
+        """Waits for the last save's snapshot (nothing to do without one)."""
+        if self._last is not None:
+            self._last.wait_snapshot()
+
+    def load(self, step: Union[int, str], state: Union[Dict[str, Any], List[Any]], *,
+             allow_pickle: bool = False):
+        """Fills state from a checkpoint ("latest" or a step): tensors in
+        place, in their current sharding; values replaced in their dicts and
+        lists. Returns the step loaded. (Tuples cannot change in place: use
+        load_state() to get a state with them rebuilt.)"""
+        return self.load_state(step, state, allow_pickle=allow_pickle)[0]
+
+    def load_state(self, step, state, *, allow_pickle: bool = False):
+        """load(), returning (step loaded, state with tuples rebuilt)."""
+        want = _ckpt.LATEST if step == "latest" else int(step)
+        tensors, targets, keys, setters, keep = [], [], [], [], []
+        for name, leaf, setter in leaves(state, _is_leaf):
+            if _is_leaf(leaf):
+                target = leaf.tensor if isinstance(leaf, Shard) else leaf
+                desc = _describe(name, leaf, keep)
+                tensors.append(desc)
+                # A copy was described when the tensor is not contiguous: copy back.
+                targets.append((target, keep[-1]))
+            else:
+                keys.append(name)
+                setters.append(setter)
+        loaded, values = self._client.load(want, tensors, keys)
+        with torch.no_grad():
+            for target, filled in targets:
+                if filled.data_ptr() != target.data_ptr():  # a packed copy was filled
+                    target.copy_(filled)
+        for name, setter in zip(keys, setters):
+            setter(decode(name, values[name], allow_pickle))
+        return loaded, rebuild(state)
+
+    def wrap_optimizer(self, optimizer: "torch.optim.Optimizer") -> "torch.optim.Optimizer":
+        """From now on optimizer.step() first waits for the last save's
+        snapshot, so a lazy save never captures half-updated weights."""
+        if hasattr(optimizer, "register_step_pre_hook"):
+            optimizer.register_step_pre_hook(lambda *_: self.wait_snapshot())
+            return optimizer
+        step = optimizer.step
+
+        @functools.wraps(step)
+        def waiting_step(*args, **kwargs):
+            self.wait_snapshot()
+            return step(*args, **kwargs)
+        optimizer.step = waiting_step
+        return optimizer
+
+    def close(self) -> None:
+        """Waits for the saves in flight to commit (raising the first failure
+        not raised yet) and detaches from the daemon."""
+        self._watcher.stop()
+        self._watcher.join()
+        self._client = None
+        self._watcher.raise_failure()
+
+
+class _PersistWatcher:
+    """Waits for each save to commit, in order (saves commit in order), so a
+    background failure surfaces at the next save. Holds no reference to the
+    Checkpointer: dropping that detaches from the daemon."""
+
+    def __init__(self):
+        self._queue: "queue.Queue[Optional[SaveHandle]]" = queue.Queue()
+        self._failure: Optional[BaseException] = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="ckpt-persist", daemon=True)
+        self._thread.start()
+
+    def watch(self, handle: SaveHandle) -> None:
+        self._queue.put(handle)
+
+    def stop(self) -> None:
+        self._queue.put(None)
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def raise_failure(self) -> None:
+        with self._lock:
+            failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+
+    def _run(self) -> None:
+        while True:
+            handle = self._queue.get()
+            if handle is None:
+                return
+            try:
+                handle._handle.wait_persisted()
+            except _ckpt.CheckpointError as e:
+                with self._lock:
+                    if self._failure is None:
+                        self._failure = e

@@ -1,0 +1,66 @@
+"""One rank of a multi-process test: save or load its shards of a job.
+
+    python rank_worker.py save|load SOCKET JOB RANK WORLD
+
+Global tensors are known to every rank (built from arange), so each rank
+checks what it loaded against its own slice of them, byte for byte.
+"""
+import sys
+
+import torch
+
+import ckpt
+
+ROWS, COLS = 37, 11
+
+
+def global_tensors():
+    w = torch.arange(ROWS * COLS, dtype=torch.float32).reshape(ROWS, COLS) * 0.5
+    flat = torch.arange(1000, dtype=torch.int64) * 3 - 7
+    emb = torch.arange(ROWS * 4, dtype=torch.float32).reshape(ROWS, 4).to(torch.bfloat16)
+    return w, flat, emb
+
+
+def main():
+    mode, socket, job, rank, world = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+    w, flat, emb = global_tensors()
+    with ckpt.Checkpointer(job, rank=rank, world_size=world, socket_path=socket) as cp:
+        if mode == "save":
+            # Rows of w, a flat range of flat (FSDP style), emb replicated.
+            rb, re = ckpt.split_range(ROWS, rank, world)
+            fb, fe = ckpt.split_range(flat.numel(), rank, world)
+            state = {
+                "w": ckpt.shard_rows(w[rb:re].clone(), w.shape, rank, world),
+                "flat": ckpt.shard_flat(flat[fb:fe].clone(), flat.shape, fb),
+                "emb": emb.clone(),
+                "rank_info": {"rank": rank},
+            }
+            cp.save(10, state).wait_persisted()
+        else:
+            # Columns of w, rows of flat reshaped as a box, emb as a flat range.
+            cb, ce = ckpt.split_range(COLS, rank, world)
+            fb, fe = ckpt.split_range(flat.numel(), world - 1 - rank, world)
+            eb, ee = ckpt.split_range(emb.numel(), rank, world)
+            state = {
+                "w": ckpt.shard_columns(torch.zeros(ROWS, ce - cb), w.shape, rank, world),
+                "flat": ckpt.shard_box(torch.zeros(fe - fb, dtype=torch.int64), flat.shape, [fb]),
+                "emb": ckpt.shard_flat(torch.zeros(ee - eb, dtype=torch.bfloat16), emb.shape, eb),
+            }
+            step = cp.load("latest", state)
+            checks = {
+                "w": (state["w"].tensor, w[:, cb:ce]),
+                "flat": (state["flat"].tensor, flat[fb:fe]),
+                "emb": (state["emb"].tensor, emb.reshape(-1)[eb:ee]),
+            }
+            for name, (got, want) in checks.items():
+                if got.contiguous().view(torch.uint8).tolist() != want.contiguous().view(torch.uint8).tolist():
+                    print(f"rank {rank}: {name} differs", file=sys.stderr)
+                    return 1
+            if step != 10:
+                print(f"rank {rank}: loaded step {step}", file=sys.stderr)
+                return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
