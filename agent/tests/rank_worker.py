@@ -21,11 +21,33 @@ def global_tensors():
     return w, flat, emb
 
 
+def export_state(rank, world):
+    """Mixed shardings and dtypes for the export test."""
+    w, flat, emb = global_tensors()
+    mask = (torch.arange(ROWS * COLS).reshape(ROWS, COLS) % 3) == 0
+    rb, re = ckpt.split_range(ROWS, rank, world)
+    eb, ee = ckpt.split_range(emb.numel(), rank, world)
+    cb, ce = ckpt.split_range(COLS, rank, world)
+    return {
+        "model": {
+            "w": ckpt.shard_rows(w[rb:re].clone(), w.shape, rank, world),             # TP rows
+            "emb": ckpt.shard_flat(emb.reshape(-1)[eb:ee].clone(), emb.shape, eb),    # FSDP flat
+            "mask": ckpt.shard_columns(mask[:, cb:ce].clone(), mask.shape, rank, world),
+            "ids": flat.clone(),                                                      # replicated
+            "scale": torch.tensor(0.125),                                             # 0-d
+            "empty": torch.zeros(0, 3),                                               # zero-size
+        },
+        "optim": {"step": torch.tensor(3)},
+    }
+
+
 def main():
     mode, socket, job, rank, world = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
     w, flat, emb = global_tensors()
     with ckpt.Checkpointer(job, rank=rank, world_size=world, socket_path=socket) as cp:
-        if mode == "save":
+        if mode == "save_export":
+            cp.save(20, export_state(rank, world)).wait_persisted()
+        elif mode == "save":
             # Rows of w, a flat range of flat (FSDP style), emb replicated.
             rb, re = ckpt.split_range(ROWS, rank, world)
             fb, fe = ckpt.split_range(flat.numel(), rank, world)

@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "tools/ckptctl/commands.h"
+#include "tools/ckptctl/export.h"
 
 namespace {
 
@@ -79,6 +80,33 @@ int main(int argc, char** argv) {
   verify->add_option("step", step_text, "step number or 'latest'")
       ->capture_default_str();
 
+  ckpt::ctl::ExportOptions export_options;
+  std::string format = "safetensors";
+  std::string max_shard_size = "5GB";
+  CLI::App* export_command = app.add_subcommand(
+      "export", "write a checkpoint as a safetensors model (reads the storage root directly)");
+  export_command->add_option("job", job, "job name")->required();
+  export_command->add_option("step", step_text, "step number or 'latest'")
+      ->capture_default_str();
+  export_command->add_option("--format", format, "only safetensors")
+      ->check(CLI::IsMember({"safetensors"}))
+      ->capture_default_str();
+  export_command->add_option("--out", export_options.out_dir, "directory to write")
+      ->required();
+  export_command->add_option("--storage-root", export_options.storage_root,
+                             "ckptd's --storage_root")
+      ->capture_default_str();
+  export_command->add_option("--tensors", export_options.tensors_regex,
+                             "only tensors whose name this regex finds");
+  export_command->add_option("--rename", export_options.rename_file,
+                             "JSON file {\"regex\": \"replacement\"} renaming tensors");
+  export_command->add_option("--max-shard-size", max_shard_size, "largest file, e.g. 5GB")
+      ->capture_default_str();
+  std::string buffer_size = "64MiB";
+  export_command->add_option("--buffer-size", buffer_size,
+                             "memory for a piece of a tensor: larger tensors stream through it")
+      ->capture_default_str();
+
   CLI::App* cancel = app.add_subcommand("cancel", "cancel a save in flight");
   cancel->add_option("job", job, "job name")->required();
   cancel->add_option("step", step_text, "step number")->required();
@@ -99,11 +127,28 @@ int main(int argc, char** argv) {
   const std::string name = command->get_name();
 
   int64_t step = -1;
-  if (command == inspect || command == verify || command == cancel) {
+  if (command == inspect || command == verify || command == cancel || command == export_command) {
     auto parsed = ckpt::ctl::ParseStep(step_text,
                                        /*allow_latest=*/command != cancel);
     if (!parsed.ok()) return UsageError(name, parsed.status().message());
     step = *parsed;
+  }
+
+  if (command == export_command) {
+    absl::StatusOr<uint64_t> size = ckpt::ctl::ParseSize(max_shard_size);
+    if (!size.ok()) return UsageError(name, size.status().message());
+    export_options.max_shard_bytes = *size;
+    absl::StatusOr<uint64_t> buffer = ckpt::ctl::ParseSize(buffer_size);
+    if (!buffer.ok()) return UsageError(name, buffer.status().message());
+    export_options.piece_bytes = *buffer;
+    export_options.job = job;
+    export_options.step = step;
+    absl::Status s = ckpt::ctl::ExportSafetensors(export_options, std::cout);
+    if (!s.ok()) {
+      std::cerr << "ckptctl export: " << s.ToString() << "\n";
+      return 1;
+    }
+    return 0;
   }
 
   const std::chrono::seconds default_timeout =

@@ -1,0 +1,106 @@
+"""ckptctl export: a sharded checkpoint as safetensors, read back by a reader
+written here from the format's specification (not the project's code)."""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import torch
+
+from test_multirank import run_ranks
+import rank_worker
+
+CKPTCTL = os.environ.get("CKPTCTL", os.path.join(os.path.dirname(__file__), "../../build/tools/ckptctl/ckptctl"))
+
+# safetensors dtype -> torch dtype
+DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
+          "I8": torch.int8, "U8": torch.uint8, "I16": torch.int16, "I32": torch.int32,
+          "I64": torch.int64, "BOOL": torch.bool}
+
+
+def read_safetensors(path):
+    """{name: tensor} and the metadata, checking the layout rules."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    assert n % 8 == 0, "header not padded to 8 bytes"
+    header = json.loads(data[8:8 + n])
+    metadata = header.pop("__metadata__")
+    body = data[8 + n:]
+    tensors, end = {}, 0
+    for name, info in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        begin, stop = info["data_offsets"]
+        assert begin == end, f"{name}: a hole or overlap before it"
+        end = stop
+        raw = bytearray(body[begin:stop])
+        dtype = DTYPES[info["dtype"]]
+        t = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8)
+        tensors[name] = t.view(dtype).reshape(info["shape"])
+    assert end == len(body), "bytes after the last tensor"
+    return tensors, metadata
+
+
+def expected():
+    w, flat, emb = rank_worker.global_tensors()
+    mask = (torch.arange(rank_worker.ROWS * rank_worker.COLS).reshape(rank_worker.ROWS, rank_worker.COLS) % 3) == 0
+    return {"model.w": w, "model.emb": emb, "model.mask": mask, "model.ids": flat,
+            "model.scale": torch.tensor(0.125), "model.empty": torch.zeros(0, 3),
+            "optim.step": torch.tensor(3)}
+
+
+def export(daemon, out, *extra):
+    proc = subprocess.run([CKPTCTL, "export", "exp", "--storage-root", daemon.storage, "--out",
+                           str(out), *extra], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_export_assembles_every_sharding_bit_exact(daemon, tmp_path):
+    run_ranks("save_export", daemon.socket, "exp", 2)
+    # A 64-byte buffer: every tensor streams through it in many pieces.
+    export(daemon, tmp_path, "--max-shard-size", "1KB", "--buffer-size", "64B")
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    want = expected()
+    assert set(index["weight_map"]) == set(want)
+    files = sorted(p.name for p in tmp_path.glob("*.safetensors"))
+    assert len(files) > 1 and all(f.endswith(f"-of-{len(files):05d}.safetensors") for f in files)
+    got, total = {}, 0
+    for name in files:
+        tensors, metadata = read_safetensors(tmp_path / name)
+        assert metadata == {"format": "pt"}
+        for k, t in tensors.items():
+            assert index["weight_map"][k] == name
+            total += t.numel() * t.element_size()
+        got.update(tensors)
+    assert index["metadata"]["total_size"] == total
+    for name, t in want.items():
+        assert got[name].dtype == t.dtype and list(got[name].shape) == list(t.shape), name
+        assert torch.equal(got[name].reshape(-1).view(torch.uint8), t.reshape(-1).view(torch.uint8)), name
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_export_filters_and_renames(daemon, tmp_path):
+    run_ranks("save_export", daemon.socket, "exp", 2)
+    rename = tmp_path / "rename.json"
+    rename.write_text(json.dumps({"^model\\.": "", "^w$": "lm_head.weight"}))
+    out = tmp_path / "out"
+    export(daemon, out, "latest", "--tensors", "^model\\.(w|emb)$", "--rename", str(rename))
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"]) == {"lm_head.weight", "emb"}
+    tensors, _ = read_safetensors(out / index["weight_map"]["emb"])
+    assert torch.equal(tensors["emb"], expected()["model.emb"])
+
+
+def test_export_refuses_what_it_cannot_do(daemon, tmp_path):
+    run_ranks("save_export", daemon.socket, "exp", 2)
+    for extra, message in ((["99"], "99"), (["--tensors", "nothing-matches"], "no tensor"),
+                           (["--max-shard-size", "lots"], "size")):
+        proc = subprocess.run([CKPTCTL, "export", "exp", *extra, "--storage-root", daemon.storage,
+                               "--out", str(tmp_path / "x")], capture_output=True, text=True)
+        assert proc.returncode != 0 and message in proc.stderr, (extra, proc.stderr)
+    rename = tmp_path / "clash.json"
+    rename.write_text(json.dumps({".*": "same"}))
+    proc = subprocess.run([CKPTCTL, "export", "exp", "--storage-root", daemon.storage, "--out",
+                           str(tmp_path / "y"), "--rename", str(rename)], capture_output=True, text=True)
+    assert proc.returncode != 0 and "both named same" in proc.stderr, proc.stderr

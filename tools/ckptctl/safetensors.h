@@ -1,0 +1,38 @@
+// The safetensors format (Hugging Face), as ckptctl export writes it:
+//   u64 little-endian N, then N bytes of JSON (padded with spaces to a
+//   multiple of 8), then the tensors' bytes back to back, row-major, in the
+//   order of their data_offsets (relative to the end of the header).
+// The JSON maps each name to {"dtype", "shape", "data_offsets": [begin,
+// end]} and "__metadata__" to {"format": "pt"}.
+#ifndef CKPT_TOOLS_CKPTCTL_SAFETENSORS_H_
+#define CKPT_TOOLS_CKPTCTL_SAFETENSORS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ckpt/v1/common.pb.h"
+
+namespace ckpt::ctl {
+
+// "F32", "BF16", "BOOL", "F8_E4M3", ...: safetensors' name of a dtype.
+absl::StatusOr<std::string> SafetensorsDType(v1::DType dtype);
+
+struct SafetensorsEntry {
+  std::string name;
+  std::string dtype;  // SafetensorsDType
+  std::vector<int64_t> shape;
+  uint64_t begin = 0;  // data_offsets
+  uint64_t end = 0;
+};
+
+// The whole header: the 8-byte length and the padded JSON.
+std::string SafetensorsHeader(const std::vector<SafetensorsEntry>& entries);
+
+// A JSON string literal of s (quotes included).
+std::string JsonString(const std::string& s);
+
+}  // namespace ckpt::ctl
+
+#endif  // CKPT_TOOLS_CKPTCTL_SAFETENSORS_H_
