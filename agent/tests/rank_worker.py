@@ -45,7 +45,28 @@ def main():
     mode, socket, job, rank, world = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
     w, flat, emb = global_tensors()
     with ckpt.Checkpointer(job, rank=rank, world_size=world, socket_path=socket) as cp:
-        if mode == "save_export":
+        if mode == "save_tpdp":
+            # World of 4: rows split over 2 tensor-parallel ranks, the two
+            # halves replicated over 2 data-parallel groups.
+            tp, tp_world = rank % 2, 2
+            rb, re = ckpt.split_range(ROWS, tp, tp_world)
+            cp.save(30, {"w": ckpt.shard_rows(w[rb:re].clone(), w.shape, tp, tp_world),
+                         "emb": emb.clone()}).wait_persisted()
+        elif mode in ("load_columns", "load_flat"):
+            if mode == "load_columns":
+                cb, ce = ckpt.split_range(COLS, rank, world)
+                state = {"w": ckpt.shard_columns(torch.zeros(ROWS, ce - cb), w.shape, rank, world)}
+                want = w[:, cb:ce]
+            else:
+                fb, fe = ckpt.split_range(w.numel(), rank, world)
+                state = {"w": ckpt.shard_flat(torch.zeros(fe - fb), w.shape, fb)}
+                want = w.reshape(-1)[fb:fe]
+            state["emb"] = torch.zeros_like(emb)
+            cp.load(30, state)
+            if not (torch.equal(state["w"].tensor, want) and torch.equal(state["emb"], emb)):
+                print(f"rank {rank}: {mode} differs", file=sys.stderr)
+                return 1
+        elif mode == "save_export":
             cp.save(20, export_state(rank, world)).wait_persisted()
         elif mode == "save":
             # Rows of w, a flat range of flat (FSDP style), emb replicated.

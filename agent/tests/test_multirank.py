@@ -19,6 +19,12 @@ def test_two_ranks_save_three_ranks_load_resharded(daemon):
     run_ranks("load", daemon.socket, "reshard", 3)
 
 
+def test_tp_and_dp_saved_then_loaded_by_columns_and_fsdp_flat(daemon):
+    run_ranks("save_tpdp", daemon.socket, "tpdp", 4)
+    run_ranks("load_columns", daemon.socket, "tpdp", 3)
+    run_ranks("load_flat", daemon.socket, "tpdp", 2)
+
+
 def test_a_rank_that_never_arrives_fails_the_others_not_hangs(daemon):
     # World of 2, only rank 0 runs: its save fails once the daemon's plan
     # time limit passes (5 s here), with an error naming the missing rank;

@@ -1,0 +1,132 @@
+"""A small transformer language model on synthetic data, trained by several
+CPU processes (gloo all-reduce), checkpointing every k steps through ckpt,
+resumable from the latest checkpoint.
+
+    PYTHONPATH=build/agent/python python3 agent/examples/train_lm.py \
+        --socket /run/ckptd/ckptd.sock --job tiny-lm --world 2 --steps 40 --every 10
+    # kill it at any moment, then add --resume: it goes on from the latest
+    # checkpoint and ends with the same weights and loss as a run never killed.
+"""
+import argparse
+import hashlib
+import json
+import os
+import tempfile
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import ckpt
+
+VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH = 64, 32, 2, 2, 16, 8
+
+
+class TinyLM(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB, DIM)
+        self.position = torch.nn.Parameter(torch.randn(SEQ, DIM) * 0.02)
+        layer = torch.nn.TransformerEncoderLayer(DIM, HEADS, dim_feedforward=4 * DIM, dropout=0.1,
+                                                 batch_first=True)
+        self.blocks = torch.nn.TransformerEncoder(layer, LAYERS)
+        self.head = torch.nn.Linear(DIM, VOCAB)
+        self.register_buffer("causal", torch.triu(torch.full((SEQ, SEQ), float("-inf")), 1))
+
+    def forward(self, tokens):
+        x = self.embed(tokens) + self.position[: tokens.shape[1]]
+        return self.head(self.blocks(x, mask=self.causal[: tokens.shape[1], : tokens.shape[1]]))
+
+
+def batch(step, rank):
+    """The data of a step: a function of (step, rank), so resuming at step s
+    sees exactly what an uninterrupted run saw."""
+    g = torch.Generator().manual_seed(1_000_003 * step + rank)
+    return torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g)
+
+
+def training_state(model, opt, rank, step):
+    """What a checkpoint holds: weights, Adam's moments, this rank's RNG and
+    where the data is. The model is replicated, so its tensors are saved
+    once; the RNG differs per rank, so it is named per rank."""
+    params = list(model.parameters())
+    return {
+        "model": model.state_dict(),
+        "optim": {str(i): opt.state[p] for i, p in enumerate(params)},
+        "rng": {f"rank{rank}": torch.get_rng_state()},
+        "data": {"step": step},
+    }
+
+
+def empty_adam_state(model, opt):
+    # Adam creates its state on the first step; a resumed run needs the
+    # tensors to load into before that.
+    for p in model.parameters():
+        opt.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p),
+                        "exp_avg_sq": torch.zeros_like(p)}
+
+
+def fingerprint(model):
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def run(rank, args, init_file):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=args.world)
+    torch.manual_seed(args.seed)  # same initial weights on every rank
+    model = TinyLM()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    torch.manual_seed(args.seed + 1 + rank)  # each rank its own dropout
+    cp = ckpt.Checkpointer(args.job, rank=rank, world_size=args.world, socket_path=args.socket)
+    cp.wrap_optimizer(opt)
+    start = 0
+    if args.resume:
+        empty_adam_state(model, opt)
+        state = training_state(model, opt, rank, 0)
+        step = cp.load("latest", state)
+        torch.set_rng_state(state["rng"][f"rank{rank}"])
+        start = state["data"]["step"]
+        print(f"rank {rank} resumed from step {step}", flush=True)
+    loss = torch.tensor(0.0)
+    for step in range(start, args.steps):
+        tokens = batch(step, rank)
+        logits = model(tokens[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= args.world
+        opt.step()  # waits for the last checkpoint's snapshot first
+        print(f"rank {rank} step {step + 1} loss {loss.item():.6f}", flush=True)
+        if (step + 1) % args.every == 0:
+            cp.save(step + 1, training_state(model, opt, rank, step + 1))  # lazy
+    cp.close()
+    if rank == 0 and args.out:
+        with open(args.out, "w") as f:
+            json.dump({"loss": loss.item(), "weights": fingerprint(model)}, f)
+    dist.destroy_process_group()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--socket", default=os.environ.get("CKPTD_SOCKET", "/run/ckptd/ckptd.sock"))
+    parser.add_argument("--job", default="tiny-lm")
+    parser.add_argument("--world", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--every", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--out", help="write the final loss and a hash of the weights here")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(run, args=(args, os.path.join(tmp, "init")), nprocs=args.world)
+
+
+if __name__ == "__main__":
+    main()
