@@ -21,10 +21,14 @@ def global_tensors():
     return w, flat, emb
 
 
+def full_mask():
+    return (torch.arange(ROWS * COLS).reshape(ROWS, COLS) % 3) == 0
+
+
 def export_state(rank, world):
     """Mixed shardings and dtypes for the export test."""
     w, flat, emb = global_tensors()
-    mask = (torch.arange(ROWS * COLS).reshape(ROWS, COLS) % 3) == 0
+    mask = full_mask()
     rb, re = ckpt.split_range(ROWS, rank, world)
     eb, ee = ckpt.split_range(emb.numel(), rank, world)
     cb, ce = ckpt.split_range(COLS, rank, world)
@@ -65,6 +69,28 @@ def main():
             cp.load(30, state)
             if not (torch.equal(state["w"].tensor, want) and torch.equal(state["emb"], emb)):
                 print(f"rank {rank}: {mode} differs", file=sys.stderr)
+                return 1
+        elif mode == "load_imported":
+            # The export test's tensors, imported back, resharded: rows, a
+            # flat range, whole.
+            mask = full_mask()
+            rb, re = ckpt.split_range(ROWS, rank, world)
+            eb, ee = ckpt.split_range(emb.numel(), rank, world)
+            state = {"model": {
+                "w": ckpt.shard_rows(torch.zeros(re - rb, COLS), w.shape, rank, world),
+                "emb": ckpt.shard_flat(torch.zeros(ee - eb, dtype=torch.bfloat16), emb.shape, eb),
+                "mask": torch.zeros_like(mask),
+                "ids": torch.zeros_like(flat),
+                "scale": torch.tensor(0.0),
+            }}
+            cp.load(1, state)
+            got = state["model"]
+            ok = (torch.equal(got["w"].tensor, w[rb:re]) and
+                  torch.equal(got["emb"].tensor, emb.reshape(-1)[eb:ee]) and
+                  torch.equal(got["mask"], mask) and
+                  torch.equal(got["ids"], flat) and torch.equal(got["scale"], torch.tensor(0.125)))
+            if not ok:
+                print(f"rank {rank}: imported tensors differ", file=sys.stderr)
                 return 1
         elif mode == "save_export":
             cp.save(20, export_state(rank, world)).wait_persisted()

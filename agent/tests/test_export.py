@@ -80,6 +80,42 @@ def test_export_assembles_every_sharding_bit_exact(daemon, tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
 
 
+def test_import_of_an_export_loads_resharded(daemon, tmp_path):
+    run_ranks("save_export", daemon.socket, "exp", 2)
+    export(daemon, tmp_path / "model", "--max-shard-size", "1KB")
+    proc = subprocess.run([CKPTCTL, "--socket", daemon.socket, "import", str(tmp_path / "model"),
+                           "imported", "1"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "imported 7 tensors" in proc.stdout, proc.stdout
+    run_ranks("load_imported", daemon.socket, "imported", 3)
+
+
+def test_import_refuses_damaged_files(daemon, tmp_path):
+    run_ranks("save_export", daemon.socket, "exp", 2)
+    model = tmp_path / "model"
+    export(daemon, model)
+    (path,) = list(model.glob("*.safetensors"))
+    data = bytearray(path.read_bytes())
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    cases = {
+        "runs past the file": struct.pack("<Q", len(data)) + data[8:],
+        "outside": None,  # an offset beyond the data, below
+        "not a JSON object": data[:8] + b"[" + data[9:],
+    }
+    header["model.w"]["data_offsets"][1] += 4
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    cases["outside"] = struct.pack("<Q", len(text)) + text + data[8 + n:]
+    for why, damaged in cases.items():
+        bad = tmp_path / f"bad-{len(why)}"
+        bad.mkdir()
+        (bad / "model.safetensors").write_bytes(damaged)
+        proc = subprocess.run([CKPTCTL, "--socket", daemon.socket, "import", str(bad), "bad", "1"],
+                              capture_output=True, text=True)
+        assert proc.returncode != 0 and "not a safetensors file" in proc.stderr, (why, proc.stderr)
+
+
 def test_export_filters_and_renames(daemon, tmp_path):
     run_ranks("save_export", daemon.socket, "exp", 2)
     rename = tmp_path / "rename.json"

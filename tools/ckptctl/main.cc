@@ -11,6 +11,7 @@
 
 #include "tools/ckptctl/commands.h"
 #include "tools/ckptctl/export.h"
+#include "tools/ckptctl/import_safetensors.h"
 
 namespace {
 
@@ -107,6 +108,14 @@ int main(int argc, char** argv) {
                              "memory for a piece of a tensor: larger tensors stream through it")
       ->capture_default_str();
 
+  ckpt::ctl::ImportOptions import_options;
+  CLI::App* import_command = app.add_subcommand(
+      "import", "save a directory of safetensors files as a checkpoint step (through ckptd)");
+  import_command->add_option("dir", import_options.in_dir, "directory of *.safetensors")
+      ->required();
+  import_command->add_option("job", job, "job name")->required();
+  import_command->add_option("step", step_text, "step number")->required();
+
   CLI::App* cancel = app.add_subcommand("cancel", "cancel a save in flight");
   cancel->add_option("job", job, "job name")->required();
   cancel->add_option("step", step_text, "step number")->required();
@@ -127,9 +136,10 @@ int main(int argc, char** argv) {
   const std::string name = command->get_name();
 
   int64_t step = -1;
-  if (command == inspect || command == verify || command == cancel || command == export_command) {
-    auto parsed = ckpt::ctl::ParseStep(step_text,
-                                       /*allow_latest=*/command != cancel);
+  if (command == inspect || command == verify || command == cancel || command == export_command ||
+      command == import_command) {
+    auto parsed = ckpt::ctl::ParseStep(
+        step_text, /*allow_latest=*/command != cancel && command != import_command);
     if (!parsed.ok()) return UsageError(name, parsed.status().message());
     step = *parsed;
   }
@@ -146,6 +156,18 @@ int main(int argc, char** argv) {
     absl::Status s = ckpt::ctl::ExportSafetensors(export_options, std::cout);
     if (!s.ok()) {
       std::cerr << "ckptctl export: " << s.ToString() << "\n";
+      return 1;
+    }
+    return 0;
+  }
+
+  if (command == import_command) {
+    import_options.socket_path = socket_path;
+    import_options.job = job;
+    import_options.step = step;
+    absl::Status s = ckpt::ctl::ImportSafetensors(import_options, std::cout);
+    if (!s.ok()) {
+      std::cerr << "ckptctl import: " << s.ToString() << "\n";
       return 1;
     }
     return 0;

@@ -33,6 +33,25 @@ std::string SafetensorsHeader(const std::vector<SafetensorsEntry>& entries);
 // A JSON string literal of s (quotes included).
 std::string JsonString(const std::string& s);
 
+// One tensor of a parsed safetensors header; offsets are from the file's
+// start (header included).
+struct SafetensorsTensor {
+  std::string name;
+  v1::DType dtype = v1::DTYPE_UNSPECIFIED;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0;
+  uint64_t end = 0;
+};
+
+// Parses and checks the header of a file of `file_size` bytes whose first
+// bytes are `head` (at least 8, and the whole header when it fits).
+absl::StatusOr<std::vector<SafetensorsTensor>> ParseSafetensorsHeader(const std::string& head,
+                                                                      uint64_t file_size,
+                                                                      const std::string& path);
+
+// The most header a file may have (the format's own readers cap it at 100 MB).
+inline constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
+
 }  // namespace ckpt::ctl
 
 #endif  // CKPT_TOOLS_CKPTCTL_SAFETENSORS_H_
