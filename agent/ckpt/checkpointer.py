@@ -56,20 +56,24 @@ class SaveHandle:
     def __init__(self, handle, keep: list):
         self._handle = handle
         self._keep = keep  # the tensors (or copies) the daemon copies from
+        self.reported = False  # its failure reached the caller once
 
     @property
     def step(self) -> int:
         return self._handle.step
 
     def wait_snapshot(self) -> None:
-        try:
-            self._handle.wait_snapshot()
-        finally:
-            self._keep = None
+        self._wait(self._handle.wait_snapshot)
 
     def wait_persisted(self) -> None:
+        self._wait(self._handle.wait_persisted)
+
+    def _wait(self, wait) -> None:
         try:
-            self._handle.wait_persisted()
+            wait()
+        except _ckpt.CheckpointError:
+            self.reported = True
+            raise
         finally:
             self._keep = None
 
@@ -110,6 +114,11 @@ class Checkpointer:
         Shards and values). Returns at once unless blocking; the tensors must
         not change until the handle's wait_snapshot() (wrap_optimizer does it
         for you). Raises the previous save's failure if it failed since."""
+        last, self._last = self._last, None
+        if last is not None and not last.reported:
+            # Saves run in order: the previous one's snapshot precedes this
+            # one's anyway, and waiting for it here raises its failure now.
+            last.wait_snapshot()
         self._watcher.raise_failure()
         tensors, objects, keep = [], [], []
         for name, leaf, _ in leaves(state, _is_leaf):
@@ -194,7 +203,7 @@ class _PersistWatcher:
 
     def __init__(self):
         self._queue: "queue.Queue[Optional[SaveHandle]]" = queue.Queue()
-        self._failure: Optional[BaseException] = None
+        self._failed: List[tuple] = []  # (handle, error), in save order
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="ckpt-persist", daemon=True)
         self._thread.start()
@@ -209,10 +218,15 @@ class _PersistWatcher:
         self._thread.join()
 
     def raise_failure(self) -> None:
+        """Raises the first failure the caller has not seen yet, once."""
         with self._lock:
-            failure, self._failure = self._failure, None
-        if failure is not None:
-            raise failure
+            while self._failed and self._failed[0][0].reported:
+                self._failed.pop(0)
+            if not self._failed:
+                return
+            handle, error = self._failed.pop(0)
+            handle.reported = True
+        raise error
 
     def _run(self) -> None:
         while True:
@@ -223,5 +237,4 @@ class _PersistWatcher:
                 handle._handle.wait_persisted()
             except _ckpt.CheckpointError as e:
                 with self._lock:
-                    if self._failure is None:
-                        self._failure = e
+                    self._failed.append((handle, e))

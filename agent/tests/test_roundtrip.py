@@ -156,10 +156,24 @@ def test_errors_carry_the_daemons_message(daemon):
     with pytest.raises(ckpt.CheckpointError) as e:
         cp.load(99, {"w": torch.zeros(4)})
     assert "99" in str(e.value)
-    with pytest.raises(ckpt.CheckpointError):
+    with pytest.raises(ckpt.CheckpointError) as e:
         cp.load(1, {"w": torch.zeros(5)})  # a shape the checkpoint does not have
+    assert "w" in str(e.value) and e.value.code == "INVALID_ARGUMENT"
+    with pytest.raises(ckpt.CheckpointError) as e:
+        cp.load(1, {"w": torch.zeros(4, dtype=torch.float64)})  # another dtype
+    assert "w" in str(e.value) and e.value.code == "INVALID_ARGUMENT"
     with pytest.raises(ValueError, match="both named"):
         cp.save(2, {"a.b": torch.ones(1), "a": {"b": torch.ones(1)}})
+
+
+def test_a_failed_background_save_raises_from_the_next_save(daemon):
+    cp = ckpt.Checkpointer("background", socket_path=daemon.socket)
+    cp.save(1, {"w": torch.ones(4)}).wait_persisted()
+    cp.save(1, {"w": torch.ones(4)})  # lazy, and step 1 is committed already: it fails
+    with pytest.raises(ckpt.CheckpointError) as e:
+        cp.save(2, {"w": torch.ones(4)})
+    assert e.value.code == "ALREADY_EXISTS" and "step 1" in str(e.value)
+    cp.save(3, {"w": torch.ones(4)}).wait_persisted()  # and the next one works
 
 
 def test_no_daemon_fails_instead_of_hanging(tmp_path):
