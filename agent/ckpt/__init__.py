@@ -9,7 +9,7 @@ a second, survive crashes and load into a different sharding.
     cp.load("latest", state)              # fills the tensors in place
 """
 from ._ckpt import CheckpointError
-from .checkpointer import Checkpointer, SaveHandle
+from .checkpointer import Checkpointer, SaveHandle, init_optimizer_state
 from .sharding import Shard, shard_box, shard_flat, shard_rows, shard_columns, split_range
 from .values import PickleRefused
 
@@ -18,6 +18,7 @@ __all__ = [
     "Checkpointer",
     "PickleRefused",
     "SaveHandle",
+    "init_optimizer_state",
     "Shard",
     "shard_box",
     "shard_columns",

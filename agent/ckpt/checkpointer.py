@@ -238,3 +238,22 @@ class _PersistWatcher:
             except _ckpt.CheckpointError as e:
                 with self._lock:
                     self._failed.append((handle, e))
+
+
+def init_optimizer_state(optimizer: "torch.optim.Optimizer") -> None:
+    """Creates an optimizer's state before its first step, so that a fresh
+    optimizer's state_dict() has the tensors a load fills: one step with
+    zero gradients at learning rate 0 (the parameters do not change; what
+    the step sets, the load then overwrites)."""
+    rates = [group["lr"] for group in optimizer.param_groups]
+    try:
+        for group in optimizer.param_groups:
+            group["lr"] = 0.0
+            for p in group["params"]:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+        optimizer.step()
+    finally:
+        for group, lr in zip(optimizer.param_groups, rates):
+            group["lr"] = lr
+        optimizer.zero_grad(set_to_none=True)

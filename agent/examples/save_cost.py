@@ -30,7 +30,7 @@ def main():
     torch.manual_seed(0)
     model = train_lm.TinyLM()
     opt = torch.optim.Adam(model.parameters())
-    train_lm.empty_adam_state(model, opt)
+    ckpt.init_optimizer_state(opt)
     state = train_lm.training_state(model, opt, 0, 0)
     nbytes = sum(t.numel() * t.element_size() for t in model.state_dict().values()) * 3
     cp = ckpt.Checkpointer(f"save-cost-{os.getpid()}", socket_path=args.socket)

@@ -46,24 +46,16 @@ def batch(step, rank):
 
 
 def training_state(model, opt, rank, step):
-    """What a checkpoint holds: weights, Adam's moments, this rank's RNG and
-    where the data is. The model is replicated, so its tensors are saved
-    once; the RNG differs per rank, so it is named per rank."""
-    params = list(model.parameters())
+    """What a checkpoint holds: weights, the optimizer (Adam's moments and
+    settings), this rank's RNG and where the data is. The model is
+    replicated, so its tensors are saved once; the RNG differs per rank, so
+    it is named per rank."""
     return {
         "model": model.state_dict(),
-        "optim": {str(i): opt.state[p] for i, p in enumerate(params)},
+        "optim": opt.state_dict(),
         "rng": {f"rank{rank}": torch.get_rng_state()},
         "data": {"step": step},
     }
-
-
-def empty_adam_state(model, opt):
-    # Adam creates its state on the first step; a resumed run needs the
-    # tensors to load into before that.
-    for p in model.parameters():
-        opt.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p),
-                        "exp_avg_sq": torch.zeros_like(p)}
 
 
 def fingerprint(model):
@@ -85,9 +77,11 @@ def run(rank, args, init_file):
     cp.wrap_optimizer(opt)
     start = 0
     if args.resume:
-        empty_adam_state(model, opt)
+        # Adam makes its state on its first step; the load needs it now.
+        ckpt.init_optimizer_state(opt)
         state = training_state(model, opt, rank, 0)
         step = cp.load("latest", state)
+        opt.load_state_dict(state["optim"])  # the settings; the moments are in place already
         torch.set_rng_state(state["rng"][f"rank{rank}"])
         start = state["data"]["step"]
         print(f"rank {rank} resumed from step {step}", flush=True)

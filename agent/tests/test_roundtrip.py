@@ -188,3 +188,27 @@ def test_a_daemon_that_dies_fails_the_next_save(daemon):
     daemon.kill()
     with pytest.raises(ckpt.CheckpointError):
         cp.save(2, {"w": torch.ones(4)}).wait_persisted()
+
+
+def test_optimizer_state_dict_round_trips_into_a_fresh_optimizer(daemon):
+    torch.manual_seed(3)
+    model = torch.nn.Linear(8, 4)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)
+    for _ in range(3):
+        model(torch.randn(5, 8)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    cp = ckpt.Checkpointer("optimizer", socket_path=daemon.socket)
+    cp.save(1, {"model": model.state_dict(), "optim": opt.state_dict()}).wait_persisted()
+
+    fresh_model = torch.nn.Linear(8, 4)
+    before = {k: v.clone() for k, v in fresh_model.state_dict().items()}
+    fresh = torch.optim.AdamW(fresh_model.parameters(), lr=0.5, weight_decay=0.0)
+    ckpt.init_optimizer_state(fresh)
+    for k, v in fresh_model.state_dict().items():
+        assert torch.equal(v, before[k]), f"init changed {k}"  # lr 0: nothing moves
+    state = {"model": fresh_model.state_dict(), "optim": fresh.state_dict()}
+    cp.load(1, state)
+    fresh.load_state_dict(state["optim"])
+    same(opt.state_dict(), fresh.state_dict())
+    same(model.state_dict(), fresh_model.state_dict())
