@@ -153,7 +153,8 @@ class Checkpointer:
         """load(), returning (step loaded, state with tuples rebuilt)."""
         want = _ckpt.LATEST if step == "latest" else int(step)
         tensors, targets, keys, setters, keep = [], [], [], [], []
-        for name, leaf, setter in leaves(state, _is_leaf):
+        found = leaves(state, _is_leaf)
+        for name, leaf, setter in found:
             if _is_leaf(leaf):
                 target = leaf.tensor if isinstance(leaf, Shard) else leaf
                 desc = _describe(name, leaf, keep)
@@ -170,7 +171,7 @@ class Checkpointer:
                     target.copy_(filled)
         for name, setter in zip(keys, setters):
             setter(decode(name, values[name], allow_pickle))
-        return loaded, rebuild(state)
+        return loaded, rebuild(state, found)
 
     def wrap_optimizer(self, optimizer: "torch.optim.Optimizer") -> "torch.optim.Optimizer":
         """From now on optimizer.step() first waits for the last save's

@@ -20,63 +20,79 @@ def escape(key) -> str:
 Leaf = Tuple[str, Any, Callable[[Any], None]]  # name, value, setter
 
 
-def leaves(state, is_leaf: Callable[[Any], bool]) -> List[Leaf]:
-    """Every leaf with its name and a setter that replaces it in its parent
-    (tuples are rebuilt by rebuild(), so their setters record instead)."""
-    out: List[Leaf] = []
-    seen = {}
+class Leaves(list):
+    """The leaves, plus each tuple met on the way (its path from the root and
+    the replacements its items' setters recorded): tuples cannot change in
+    place, so rebuild() makes new ones. By path, not by identity: one tuple
+    object may sit at several places (an optimizer's param_groups share
+    their betas), each with its own values."""
 
-    def walk(node, name, setter):
+    def __init__(self):
+        super().__init__()
+        self.tuples: List[Tuple[tuple, dict]] = []
+
+
+def leaves(state, is_leaf: Callable[[Any], bool]) -> Leaves:
+    """Every leaf with its name and a setter that replaces it in its parent."""
+    out = Leaves()
+    seen = set()
+
+    def walk(node, name, path, setter):
         if not is_leaf(node) and isinstance(node, dict):
             for k, v in node.items():
-                walk(v, f"{name}.{escape(k)}" if name else escape(k), _item_setter(node, k))
+                walk(v, f"{name}.{escape(k)}" if name else escape(k), path + (k,),
+                     _item_setter(node, k))
         elif not is_leaf(node) and isinstance(node, (list, tuple)):
+            updates = None
+            if isinstance(node, tuple):
+                updates = {}
+                out.tuples.append((path, updates))
             for i, v in enumerate(node):
-                walk(v, f"{name}.{i}" if name else str(i), _item_setter(node, i))
+                walk(v, f"{name}.{i}" if name else str(i), path + (i,),
+                     _item_setter(node, i, updates))
         elif not name:
             raise ValueError("the state must be a dict or list, not a single value")
         elif name in seen:
             raise ValueError(f"two leaves of the state are both named {name!r}")
         else:
-            seen[name] = True
+            seen.add(name)
             out.append((name, node, setter))
 
-    walk(state, "", None)
+    walk(state, "", (), None)
     return out
 
 
-_tuple_updates: "dict[int, dict]" = {}
+def _item_setter(parent, key, updates=None):
+    if updates is not None:
+        return lambda value: updates.__setitem__(key, value)
 
-
-def _item_setter(parent, key):
-    if isinstance(parent, tuple):
-        def record(value, parent=parent, key=key):
-            _tuple_updates.setdefault(id(parent), {})[key] = value
-        return record
-
-    def assign(value, parent=parent, key=key):
+    def assign(value):
         parent[key] = value
     return assign
 
 
-def rebuild(state):
-    """state with the recorded tuple replacements applied (new tuples; dicts
-    and lists were updated in place)."""
-    def walk(node):
-        if isinstance(node, dict):
-            for k in list(node):
-                node[k] = walk(node[k])
-            return node
-        if isinstance(node, list):
-            for i in range(len(node)):
-                node[i] = walk(node[i])
-            return node
-        if isinstance(node, tuple):
-            updates = _tuple_updates.pop(id(node), {})
-            items = [walk(updates.get(i, v)) for i, v in enumerate(node)]
-            return type(node)(*items) if hasattr(node, "_fields") else tuple(items)
+def rebuild(state, found: Leaves):
+    """state with new tuples where their items were replaced (dicts and lists
+    were updated in place); deepest tuples first, so nested ones compose."""
+    updates_at = {path: updates for path, updates in found.tuples}
+
+    def get(path):
+        node = state
+        for k in path:
+            node = node[k]
         return node
-    try:
-        return walk(state)
-    finally:
-        _tuple_updates.clear()
+
+    for path, updates in sorted(found.tuples, key=lambda t: -len(t[0])):
+        if not updates:
+            continue
+        old = get(path)
+        items = [updates.get(i, v) for i, v in enumerate(old)]
+        new = type(old)(*items) if hasattr(old, "_fields") else type(old)(items)
+        if not path:
+            return new
+        parent_path, key = path[:-1], path[-1]
+        if parent_path in updates_at:
+            updates_at[parent_path][key] = new  # the parent tuple is rebuilt next
+        else:
+            get(parent_path)[key] = new
+    return state

@@ -10,7 +10,7 @@ import io
 import json
 import pickle
 
-_JSON, _BYTES, _NUMPY, _PICKLE = b"J", b"B", b"N", b"P"
+_JSON, _BYTES, _NUMPY, _PICKLE, _INT = b"J", b"B", b"N", b"P", b"I"
 
 
 class PickleRefused(TypeError):
@@ -18,8 +18,12 @@ class PickleRefused(TypeError):
 
 
 def encode(path: str, value, allow_pickle: bool) -> bytes:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        # json writes floats with repr (exact) and NaN/Infinity; ints of any size.
+    if isinstance(value, int) and not isinstance(value, bool):
+        # Two's complement bytes: any size (Python caps int<->str at 4300
+        # digits, so not as JSON).
+        return _INT + value.to_bytes(value.bit_length() // 8 + 1, "little", signed=True)
+    if value is None or isinstance(value, (bool, float, str)):
+        # json writes floats with repr (exact) and NaN/Infinity.
         return _JSON + json.dumps(value).encode()
     if isinstance(value, (bytes, bytearray, memoryview)):
         return _BYTES + bytes(value)
@@ -44,6 +48,8 @@ def decode(path: str, data: bytes, allow_pickle: bool):
         return json.loads(body)
     if tag == _BYTES:
         return body
+    if tag == _INT:
+        return int.from_bytes(body, "little", signed=True)
     if tag == _NUMPY:
         import numpy
         return numpy.load(io.BytesIO(body), allow_pickle=False)

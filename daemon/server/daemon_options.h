@@ -65,6 +65,13 @@ inline uint64_t SaveBatchBytes(const DaemonOptions& o) {
   return std::min(wanted, o.pool_bytes / 2);
 }
 
+// A load's read group: batch_bytes, never more than half the pool (a group
+// larger than the pool could never get its room; a save of the same state
+// through the same pool succeeded, so its load must too).
+inline uint64_t LoadGroupBytes(const DaemonOptions& o) {
+  return std::min(o.batch_bytes, o.pool_bytes / 2);
+}
+
 }  // namespace ckpt::server
 
 #endif  // CKPT_DAEMON_SERVER_DAEMON_OPTIONS_H_

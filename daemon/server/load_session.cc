@@ -120,7 +120,7 @@ absl::Status LoadSession::Plan() {
     object_bytes_[sizes.rank()].assign(sizes.object_bytes().begin(), sizes.object_bytes().end());
   }
   std::vector<LoadGroup> planned =
-      GroupLoadReads(assignment_, world_size_, on_device, context_.options.batch_bytes,
+      GroupLoadReads(assignment_, world_size_, on_device, LoadGroupBytes(context_.options),
                      context_.pool.alignment());
   groups_.resize(planned.size());
   for (size_t g = 0; g < planned.size(); ++g) {

@@ -32,5 +32,10 @@ TEST_CASE("save batches: the flag wins, but never beyond half the pool", "[save_
   CHECK(SaveBatchBytes(Pool(8 * kMiB)) == 4 * kMiB);
 }
 
+TEST_CASE("load groups: batch_bytes, never beyond half the pool", "[save_batch_bytes]") {
+  CHECK(LoadGroupBytes(Pool(4608 * kMiB)) == 32 * kMiB);
+  CHECK(LoadGroupBytes(Pool(8 * kMiB)) == 4 * kMiB);
+}
+
 }  // namespace
 }  // namespace ckpt::server

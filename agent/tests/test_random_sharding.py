@@ -1,0 +1,197 @@
+"""Randomized resharding: seeded cases saved by 1-4 rank processes in one
+random sharding and loaded by another number of ranks in another.
+
+Each seed (printed, and in the test id) decides everything; random_worker.py
+says what. To replay one case by hand:
+
+    python random_worker.py save SOCKET JOB SEED RANK   # for each save rank
+    python random_worker.py load SOCKET JOB SEED RANK   # for each load rank
+
+CKPT_RANDOM_SEEDS="1 2 3" runs those seeds instead of the fixed ones (to
+explore; a failure prints the case).
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+import torch
+
+import ckpt
+import random_worker
+from conftest import CKPTD
+
+WORKER = os.path.join(os.path.dirname(__file__), "random_worker.py")
+
+# Daemon settings the cases run under: the fixture's defaults (4 MiB
+# chunks), and small chunks and batches so that shards straddle chunks and
+# loads and saves stream through many pool batches.
+DAEMONS = {
+    "default": [],
+    "small_chunks": ["--chunk_bytes=4096", "--batch_bytes=8192", "--save_batch_bytes=8192"],
+}
+
+SEEDS = {
+    "default": [101, 202, 303, 404, 505, 606, 707, 5],
+    "small_chunks": [11, 22, 33, 44, 55, 16],
+}
+if os.environ.get("CKPT_RANDOM_SEEDS"):
+    chosen = [int(s) for s in os.environ["CKPT_RANDOM_SEEDS"].split()]
+    SEEDS = {"default": chosen, "small_chunks": chosen}
+
+# Seeds that fail because of a bug outside this test: (daemon, seed) -> reason.
+KNOWN_BUGS = {}
+
+
+class RandomDaemon:
+    """A ckptd with its own storage root, socket and pool, and extra flags."""
+
+    def __init__(self, root, flags, pool_bytes=16 << 20):
+        self.root = root
+        self.pool_bytes = pool_bytes
+        self.socket = os.path.join(root, "ckptd.sock")
+        self.storage = os.path.join(root, "storage")
+        self.pool = f"/dev/shm/ckpt-random-test-{os.getpid()}-{id(self)}.pool"
+        self.flags = flags
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [CKPTD, f"--storage_root={self.storage}", f"--socket_path={self.socket}",
+             f"--pool_bytes={self.pool_bytes}", f"--pool_path={self.pool}", "--writer_threads=2",
+             "--reader_threads=2", "--plan_timeout_s=10", *self.flags],
+            stderr=subprocess.PIPE, text=True)
+        for line in self.proc.stderr:  # the line comes once the socket listens
+            if "ckptd: serving" in line:
+                break
+        else:
+            raise RuntimeError(f"ckptd exited with {self.proc.wait()} before serving")
+        self.log = []
+        self._drain = __import__("threading").Thread(
+            target=lambda: [self.log.append(line) for line in self.proc.stderr], daemon=True)
+        self._drain.start()
+        return self
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if os.path.exists(self.pool):
+            os.remove(self.pool)
+
+
+def run_phase(mode, daemon, job, seed, world, *extra):
+    procs = [subprocess.Popen([sys.executable, WORKER, mode, daemon.socket, job, str(seed), str(r),
+                               *extra],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(world)]
+    failures = []
+    for rank, p in enumerate(procs):
+        out, _ = p.communicate(timeout=120)
+        if p.returncode != 0:
+            failures.append(f"--- {mode} rank {rank} of {world}: exit {p.returncode}\n{out}")
+    return failures
+
+
+def cases():
+    for kind, seeds in SEEDS.items():
+        for seed in seeds:
+            reason = KNOWN_BUGS.get((kind, seed))
+            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+            yield pytest.param(kind, seed, id=f"{kind}-seed{seed}", marks=marks)
+
+
+@pytest.mark.parametrize("kind,seed", list(cases()))
+def test_random_resharding_round_trip(kind, seed):
+    case = random_worker.Case(seed)
+    print(f"seed {seed} ({kind} daemon)\n{case.describe()}")
+    with tempfile.TemporaryDirectory(prefix="ckpt-random-") as root:
+        daemon = RandomDaemon(root, DAEMONS[kind]).start()
+        try:
+            job = f"random{seed}"
+            failures = run_phase("save", daemon, job, seed, case.save_world)
+            if not failures:
+                failures = run_phase("load", daemon, job, seed, case.load_world)
+        finally:
+            daemon.stop()
+        assert not failures, f"seed {seed} ({kind} daemon):\n" + "\n".join(failures)
+
+
+@pytest.fixture
+def random_daemon():
+    with tempfile.TemporaryDirectory(prefix="ckpt-random-") as root:
+        daemon = RandomDaemon(root, []).start()
+        try:
+            yield daemon
+        finally:
+            daemon.stop()
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "values are saved per rank (checkpointer.py passes global=False for every object), so a "
+    "rank beyond the saved world finds none: PlanLoad answers NOT_FOUND 'object extra.epoch "
+    "(rank 2 or global) is not in checkpoint' and the load fails on every rank"))
+@pytest.mark.parametrize("seed", [7])
+def test_common_values_load_into_a_larger_world(random_daemon, seed):
+    # Two ranks save a flat-sharded tensor and the values a trainer has
+    # (epoch, param_groups), three load them: the tensor reshards, the
+    # values should come back on every rank.
+    print(f"seed {seed}")
+    failures = run_phase("save_common", random_daemon, "grow", seed, 2, "2")
+    assert not failures, "\n".join(failures)
+    failures = run_phase("load_common", random_daemon, "grow", seed, 3, "3")
+    if failures and not all("NOT_FOUND" in f for f in failures):
+        raise RuntimeError("not the known bug:\n" + "\n".join(failures))
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_a_tuple_shared_by_two_places_loads_into_both(random_daemon, seed):
+    print(f"seed {seed}")
+    rng = __import__("random").Random(seed)
+    saved = {"groups": [{"lr": rng.random(), "betas": (rng.random(), rng.random())}
+                        for _ in range(3)]}
+    # As torch.optim.Adam([{...}, {...}, {...}]).state_dict()["param_groups"]
+    # holds them: every group's "betas" is the one tuple of the defaults.
+    betas = (0.9, 0.999)
+    target = {"groups": [{"lr": 0.0, "betas": betas} for _ in range(3)]}
+    with ckpt.Checkpointer("shared", socket_path=random_daemon.socket) as cp:
+        cp.save(1, saved).wait_persisted()
+        _, loaded = cp.load_state(1, target)
+    assert loaded == saved, f"loaded {loaded}, saved {saved}"
+
+
+def test_a_pool_smaller_than_batch_bytes_loads_what_it_saved():
+    with tempfile.TemporaryDirectory(prefix="ckpt-random-") as root:
+        daemon = RandomDaemon(root, [], pool_bytes=8 << 20).start()  # --batch_bytes: 32 MiB
+        try:
+            with ckpt.Checkpointer("pool", socket_path=daemon.socket) as cp:
+                w = torch.arange(3 << 20, dtype=torch.float32)  # 12 MiB: 3 chunks
+                cp.save(1, {"w": w}).wait_persisted()
+                out = {"w": torch.zeros_like(w)}
+                try:
+                    cp.load(1, out)
+                except ckpt.CheckpointError as e:
+                    if e.code != "RESOURCE_EXHAUSTED" or "exceeds the pool capacity" not in str(e):
+                        raise RuntimeError(f"not the known bug: {e}") from e
+                    raise
+                assert torch.equal(out["w"], w)
+        finally:
+            daemon.stop()
+
+
+@pytest.mark.parametrize("seed", [5])
+def test_an_int_of_any_size_round_trips(random_daemon, seed):
+    rng = __import__("random").Random(seed)
+    big = {"big": rng.choice([1, -1]) * 2 ** rng.randint(15000, 40000) + rng.randint(0, 99)}
+    print(f"seed {seed}: an int of {big['big'].bit_length()} bits")
+    with ckpt.Checkpointer("bigint", socket_path=random_daemon.socket) as cp:
+        cp.save(1, big).wait_persisted()
+        state = {"big": None}
+        cp.load(1, state)
+    assert state == big
