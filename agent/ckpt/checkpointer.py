@@ -93,6 +93,7 @@ class Checkpointer:
         self._client = _ckpt.Client(socket_path, job, rank, world_size,
                                     rank if local_rank is None else local_rank, copy_threads,
                                     gpu_transfer == "push")
+        self._rank = rank
         self._last: Optional[SaveHandle] = None
         self._watcher = _PersistWatcher()
 
@@ -125,7 +126,10 @@ class Checkpointer:
             if _is_leaf(leaf):
                 tensors.append(_describe(name, leaf, keep))
             else:
-                objects.append((name, encode(name, leaf, allow_pickle), False))
+                # Rank 0's values are the job's (global), the others' their
+                # own: a load by a rank that did not save (a larger world)
+                # then gets rank 0's, and every other rank its own.
+                objects.append((name, encode(name, leaf, allow_pickle), self._rank == 0))
         stream = 0
         if any(t[-1] for t in tensors):
             stream = torch.cuda.current_stream().cuda_stream

@@ -468,6 +468,8 @@ def make_values(seed, rank):
         "text": text,
         "blob": blob,
         "list": [rng.randint(-5, 5) for _ in range(rng.randint(0, 5))],
+        # Loaded into one tuple object shared by every place (see load()).
+        "betas": [(rng.random(), rng.random()) for _ in range(rng.randint(2, 4))],
         "keys needing escape": {"a b": 1, "ü": 2, "-": 3, "x-2e": 4},
         "arrays": {
             "f32": array(numpy.float32, (rng.randint(0, 5), 3)),
@@ -618,6 +620,10 @@ def load(case, socket, job, rank):
     if rank < case.save_world:  # values are per rank: only saved ranks have them
         want_values = make_values(case.seed, rank)
         state["v"] = placeholders(want_values)
+        # As an optimizer's param_groups hold their betas: one tuple object
+        # at several places, each to be given its own values.
+        shared = state["v"]["betas"][0]
+        state["v"]["betas"] = [shared] * len(state["v"]["betas"])
     with ckpt.Checkpointer(job, rank=rank, world_size=case.load_world, socket_path=socket) as cp:
         step, loaded = cp.load_state("latest" if case.load_by == "latest" else case.step, state)
     errors = []
