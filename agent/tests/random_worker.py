@@ -616,14 +616,13 @@ def load(case, socket, job, rank):
         tensors[tc.name] = leaf
         checks.append((tc, leaf, local, base, want_base))
     state = {"t": tensors}
-    want_values = None
-    if rank < case.save_world:  # values are per rank: only saved ranks have them
-        want_values = make_values(case.seed, rank)
-        state["v"] = placeholders(want_values)
-        # As an optimizer's param_groups hold their betas: one tuple object
-        # at several places, each to be given its own values.
-        shared = state["v"]["betas"][0]
-        state["v"]["betas"] = [shared] * len(state["v"]["betas"])
+    # Each rank gets its own values back; a rank beyond the saved world gets
+    # rank 0's (the job's).
+    want_values = make_values(case.seed, rank if rank < case.save_world else 0)
+    state["v"] = placeholders(want_values)
+    # As an optimizer's param_groups hold their betas: one tuple object at
+    # several places, each to be given its own values.
+    state["v"]["betas"] = [state["v"]["betas"][0]] * len(state["v"]["betas"])
     with ckpt.Checkpointer(job, rank=rank, world_size=case.load_world, socket_path=socket) as cp:
         step, loaded = cp.load_state("latest" if case.load_by == "latest" else case.step, state)
     errors = []
@@ -636,10 +635,9 @@ def load(case, socket, job, rank):
         diff = first_difference(base, want_base)
         if diff:
             errors.append(f"{tc.name} ({fmt(tc.load[rank])}, {tc.load_layouts[rank]}): {diff}")
-    if want_values is not None:
-        diff = value_difference(want_values, loaded["v"])
-        if diff:
-            errors.append(f"values: {diff}")
+    diff = value_difference(want_values, loaded["v"])
+    if diff:
+        errors.append(f"values: {diff}")
     if errors:
         print(f"rank {rank} of {case.load_world}: " + "\n".join(errors), file=sys.stderr)
         print(case.describe(), file=sys.stderr)
