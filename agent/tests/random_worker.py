@@ -455,6 +455,8 @@ def make_values(seed, rank):
         "nested": (rank, ("a", (b"\x00\xff", (None, (2.5, [True, {"k": (False, -1)}])))), []),
         "big": big,
         "big_neg": -(2 ** 127),
+        "huge": rng.choice([1, -1]) * 2 ** rng.randint(14300, 30000) - rng.randint(0, 9),
+        "ints": [0, -1, 127, -128, 255, -256, 2 ** 63 - 1, -2 ** 63, 2 ** 64],
         "nan": float("nan"),
         "neg_zero": -0.0,
         "inf": float("inf"),
