@@ -10,20 +10,21 @@ CKPTD = os.environ.get("CKPTD", os.path.join(os.path.dirname(__file__), "../../b
 
 
 class Daemon:
-    def __init__(self, root: str, pool_bytes: int = 64 << 20):
+    def __init__(self, root: str, pool_bytes: int = 64 << 20, flags=()):
         self.root = root
+        self.flags = list(flags)  # after the defaults: the last of a flag wins
         self.socket = os.path.join(root, "ckptd.sock")
         self.storage = os.path.join(root, "storage")
         self.pool_bytes = pool_bytes
         self.proc = None
 
     def start(self):
-        pool = f"/dev/shm/ckpt-agent-test-{os.getpid()}-{id(self)}.pool"
+        self.pool = pool = f"/dev/shm/ckpt-agent-test-{os.getpid()}-{id(self)}.pool"
         self.proc = subprocess.Popen(
             [CKPTD, f"--storage_root={self.storage}", f"--socket_path={self.socket}",
              f"--pool_bytes={self.pool_bytes}", f"--pool_path={pool}", "--writer_threads=2",
              # A rank that never arrives fails the others in seconds, not 2 min.
-             "--reader_threads=1", "--plan_timeout_s=5"],
+             "--reader_threads=1", "--plan_timeout_s=5", *self.flags],
             stderr=subprocess.PIPE, text=True)
         # Started once it says so (not a sleep): the line is printed after
         # the socket listens.
@@ -50,6 +51,8 @@ class Daemon:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.kill()
+        if os.path.exists(self.pool):
+            os.remove(self.pool)
 
 
 @pytest.fixture

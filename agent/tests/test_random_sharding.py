@@ -20,7 +20,7 @@ import torch
 
 import ckpt
 import random_worker
-from conftest import CKPTD
+from conftest import CKPTD, Daemon
 
 WORKER = os.path.join(os.path.dirname(__file__), "random_worker.py")
 
@@ -44,45 +44,12 @@ if os.environ.get("CKPT_RANDOM_SEEDS"):
 KNOWN_BUGS = {}
 
 
-class RandomDaemon:
-    """A ckptd with its own storage root, socket and pool, and extra flags."""
+class RandomDaemon(Daemon):
+    """The fixture's ckptd with extra flags and a 16 MiB pool by default."""
 
     def __init__(self, root, flags, pool_bytes=16 << 20):
-        self.root = root
-        self.pool_bytes = pool_bytes
-        self.socket = os.path.join(root, "ckptd.sock")
-        self.storage = os.path.join(root, "storage")
-        self.pool = f"/dev/shm/ckpt-random-test-{os.getpid()}-{id(self)}.pool"
-        self.flags = flags
-        self.proc = None
-
-    def start(self):
-        self.proc = subprocess.Popen(
-            [CKPTD, f"--storage_root={self.storage}", f"--socket_path={self.socket}",
-             f"--pool_bytes={self.pool_bytes}", f"--pool_path={self.pool}", "--writer_threads=2",
-             "--reader_threads=2", "--plan_timeout_s=10", *self.flags],
-            stderr=subprocess.PIPE, text=True)
-        for line in self.proc.stderr:  # the line comes once the socket listens
-            if "ckptd: serving" in line:
-                break
-        else:
-            raise RuntimeError(f"ckptd exited with {self.proc.wait()} before serving")
-        self.log = []
-        self._drain = __import__("threading").Thread(
-            target=lambda: [self.log.append(line) for line in self.proc.stderr], daemon=True)
-        self._drain.start()
-        return self
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if os.path.exists(self.pool):
-            os.remove(self.pool)
+        super().__init__(root, pool_bytes,
+                         ["--reader_threads=2", "--plan_timeout_s=10", *flags])
 
 
 def run_phase(mode, daemon, job, seed, world, *extra):
