@@ -20,7 +20,7 @@ import torch
 
 import ckpt
 import random_worker
-from conftest import CKPTD, Daemon
+from conftest import Daemon
 
 WORKER = os.path.join(os.path.dirname(__file__), "random_worker.py")
 
