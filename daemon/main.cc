@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -63,6 +65,26 @@ ABSL_FLAG(uint64_t, max_manifest_chunk_bytes, uint64_t{1} << 32, "One stored chu
 ABSL_FLAG(int32_t, plan_timeout_s, 120, "Abort a save or load whose ranks do not all arrive in time");
 ABSL_FLAG(int32_t, snapshot_timeout_s, 300, "Abort a save whose ranks do not all snapshot in time");
 ABSL_FLAG(int32_t, pool_wait_timeout_s, 60, "How long a save or load may wait for pool room");
+// Who may call (daemon/auth/access_policy.h). The daemon's own user and
+// root may always do everything.
+ABSL_FLAG(std::vector<std::string>, allow_users, {},
+          "Users (names or uids) who may attach ranks and save/load the jobs they own, over the Unix socket");
+ABSL_FLAG(std::vector<std::string>, allow_groups, {}, "Groups whose members may do what --allow_users may");
+ABSL_FLAG(std::vector<std::string>, read_users, {},
+          "Operators who may also see every job: status, list, inspect, verify");
+ABSL_FLAG(std::vector<std::string>, read_groups, {}, "Groups whose members may do what --read_users may");
+ABSL_FLAG(std::vector<std::string>, admin_users, {},
+          "Operators who may also cancel and gc every job");
+ABSL_FLAG(std::vector<std::string>, admin_groups, {}, "Groups whose members may do what --admin_users may");
+ABSL_FLAG(std::string, tls_cert_file, "", "TCP: the server certificate chain (PEM)");
+ABSL_FLAG(std::string, tls_key_file, "", "TCP: the server's private key (PEM)");
+ABSL_FLAG(std::string, tls_client_ca_file, "",
+          "TCP: if set, peers must present a certificate signed by this CA (PEM)");
+ABSL_FLAG(std::string, token_file, "",
+          "TCP: file holding the admin bearer token (mode 0600). TCP serves only with TLS and a "
+          "token; without both it binds loopback only and refuses every call");
+ABSL_FLAG(std::string, read_token_file, "",
+          "TCP: file holding a read-only bearer token (status, list, inspect, verify)");
 ABSL_FLAG(std::string, fault_kill_at, "", "Testing: SIGKILL this process at the named fault point");
 
 int main(int argc, char** argv) {
@@ -122,6 +144,17 @@ int main(int argc, char** argv) {
   // from disk.
   m.max_object_bytes = static_cast<uint64_t>(l.max_object_bytes);
   m.max_dims = static_cast<int>(std::min<int64_t>(l.max_dims, 1 << 20));
+  o.access.use_users = absl::GetFlag(FLAGS_allow_users);
+  o.access.use_groups = absl::GetFlag(FLAGS_allow_groups);
+  o.access.read_users = absl::GetFlag(FLAGS_read_users);
+  o.access.read_groups = absl::GetFlag(FLAGS_read_groups);
+  o.access.admin_users = absl::GetFlag(FLAGS_admin_users);
+  o.access.admin_groups = absl::GetFlag(FLAGS_admin_groups);
+  o.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  o.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
+  o.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
+  o.token_file = absl::GetFlag(FLAGS_token_file);
+  o.read_token_file = absl::GetFlag(FLAGS_read_token_file);
   o.plan_timeout = absl::Seconds(absl::GetFlag(FLAGS_plan_timeout_s));
   o.snapshot_timeout = absl::Seconds(absl::GetFlag(FLAGS_snapshot_timeout_s));
   o.pool_wait_timeout = absl::Seconds(absl::GetFlag(FLAGS_pool_wait_timeout_s));
@@ -139,10 +172,11 @@ int main(int argc, char** argv) {
   const auto& opts = (*daemon)->options();
   absl::FPrintF(stderr,
                 "ckptd: serving on unix:%s%s%s; storage %s (%s); pool %d bytes at %s; %s; "
-                "removed %d stale partial directories\n",
+                "removed %d stale partial directories; access: %s\n",
                 opts.socket_path, opts.listen_address.empty() ? "" : " and ", opts.listen_address,
                 opts.storage_root, opts.storage_backend, opts.pool_bytes, opts.pool_path,
-                (*daemon)->DescribeDevice(), (*daemon)->removed_partials());
+                (*daemon)->DescribeDevice(), (*daemon)->removed_partials(),
+                (*daemon)->DescribeAccess());
   std::thread signal_thread([&] {
     int sig = 0;
     sigwait(&signals, &sig);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "daemon/auth/access_policy.h"
 #include "daemon/coordinator/manifest_check.h"
 #include "proto/lib/request_limits.h"
 
@@ -51,6 +52,16 @@ struct DaemonOptions {
   absl::Duration snapshot_timeout = absl::Seconds(300);
   // How long a save or load may wait for room in the pool.
   absl::Duration pool_wait_timeout = absl::Seconds(60);
+  // Who may use the Unix socket, and operators (daemon/auth/access_policy.h).
+  auth::AccessLists access;
+  // TCP: TLS (PEM files) and bearer tokens (files holding one line). TCP
+  // serves only with a certificate, key and token; without them it binds
+  // loopback only, and refuses every call until they are set.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;  // if set, TCP peers must present a certificate it signed
+  std::string token_file;           // admin token
+  std::string read_token_file;      // read-only token (status, list, inspect, verify)
 };
 
 // The save batch in effect: save_batch_bytes if set, else a sixteenth of the

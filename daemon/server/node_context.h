@@ -9,6 +9,8 @@
 #include <cstdint>
 
 #include "ckpt/v1/common.pb.h"
+#include "daemon/auth/caller.h"
+#include "daemon/auth/job_owners.h"
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/gpu/device_runtime.h"
 #include "daemon/gpu/ipc_mapping_cache.h"
@@ -35,6 +37,8 @@ struct NodeContext {
   std::atomic<uint64_t>& bytes_written;
   std::atomic<uint64_t>& bytes_read;
   std::atomic<uint64_t>& commits;
+  const auth::Authenticator& auth;  // who may call, and for what
+  auth::JobOwners& owners;
 };
 
 }  // namespace ckpt::server

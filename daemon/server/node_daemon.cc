@@ -7,9 +7,13 @@
 
 #include <climits>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
+#include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -88,6 +92,33 @@ std::string DefaultHostName() {
     if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
   }
   return host;
+}
+
+// A PEM file named by a flag, bounded (certificates and keys are small).
+absl::StatusOr<std::string> ReadPemFile(const std::string& path, const char* flag) {
+  constexpr std::streamsize kMaxPemBytes = 1 << 20;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot open ", path, ": ", strerror(errno)));
+  std::string text(static_cast<size_t>(kMaxPemBytes) + 1, '\0');
+  in.read(text.data(), kMaxPemBytes + 1);
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (static_cast<std::streamsize>(text.size()) > kMaxPemBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is larger than 1 MiB"));
+  }
+  if (!absl::StrContains(text, "-----BEGIN ")) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a PEM file"));
+  }
+  return text;
+}
+
+// "host:port" with its host replaced by 127.0.0.1 unless it is loopback
+// already: a listener without TLS and a token must not face the network.
+std::string LoopbackOnly(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  const std::string host = colon == std::string::npos ? "" : address.substr(0, colon);
+  const std::string port = colon == std::string::npos ? address : address.substr(colon + 1);
+  if (host == "localhost" || host == "[::1]" || absl::StartsWith(host, "127.")) return address;
+  return absl::StrCat("127.0.0.1:", port);
 }
 
 }  // namespace
@@ -170,6 +201,27 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   if (!removed.ok()) return removed.status();
   d->removed_partials_ = *removed;
 
+  absl::StatusOr<auth::AccessPolicy> policy = auth::AccessPolicy::Create(o.access, geteuid());
+  if (!policy.ok()) return policy.status();
+  std::string admin_token, read_token;
+  if (!o.token_file.empty()) {
+    absl::StatusOr<std::string> token = auth::ReadTokenFile(o.token_file, "--token_file");
+    if (!token.ok()) return token.status();
+    admin_token = *token;
+  }
+  if (!o.read_token_file.empty()) {
+    absl::StatusOr<std::string> token = auth::ReadTokenFile(o.read_token_file, "--read_token_file");
+    if (!token.ok()) return token.status();
+    read_token = *token;
+  }
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("--tls_cert_file and --tls_key_file go together");
+  }
+  d->access_note_ = absl::StrCat("unix socket for ", policy->Describe());
+  d->auth_ = std::make_unique<auth::Authenticator>(
+      *std::move(policy), auth::BearerTokens(std::move(admin_token), std::move(read_token)));
+  d->owners_ = std::make_unique<auth::JobOwners>(*d->backend_, o.storage_root);
+
   d->sessions_ = std::make_unique<RankSessions>(SessionLimits{o.max_sessions, static_cast<int>(o.limits.max_world_size)});
   // Each writer and reader sets up its I/O (io_uring ring, pool pinned as
   // fixed buffers) before the daemon serves, not inside the first save or
@@ -183,37 +235,64 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   host.set_address(o.listen_address);
   d->context_.reset(new NodeContext{d->options_, *d->gpu_, *d->ipc_, host, *d->coordinator_, *d->backend_, *d->pool_,
                                     *d->writers_, *d->readers_, *d->sessions_, d->bytes_written_,
-                                    d->bytes_read_, d->commits_});
+                                    d->bytes_read_, d->commits_, *d->auth_, *d->owners_});
   d->service_ = std::make_unique<NodeService>(*d->context_, d->gpu_->HasDevice(), o.limits);
   return d;
 }
 
 absl::Status NodeDaemon::Start() {
-  unlink(options_.socket_path.c_str());  // a stale socket of a killed daemon
   grpc::ServerBuilder builder;
   // Plans of large models are big, but a request is bounded before it is
   // parsed.
   const int max_message = static_cast<int>(std::min<int64_t>(options_.limits.max_message_bytes, INT_MAX));
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
-  builder.AddListeningPort(absl::StrCat("unix:", options_.socket_path),
-                           grpc::InsecureServerCredentials());
   int tcp_port = 0;
-  if (!options_.listen_address.empty()) {
-    builder.AddListeningPort(options_.listen_address, grpc::InsecureServerCredentials(), &tcp_port);
+  std::string tcp_address = options_.listen_address;
+  if (!tcp_address.empty()) {
+    const bool tls = !options_.tls_cert_file.empty();
+    std::shared_ptr<grpc::ServerCredentials> credentials;
+    if (tls && auth_->tokens().configured()) {
+      absl::StatusOr<std::string> cert = ReadPemFile(options_.tls_cert_file, "--tls_cert_file");
+      if (!cert.ok()) return cert.status();
+      absl::StatusOr<std::string> key = ReadPemFile(options_.tls_key_file, "--tls_key_file");
+      if (!key.ok()) return key.status();
+      grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+      ssl.pem_key_cert_pairs.push_back({*key, *cert});
+      if (!options_.tls_client_ca_file.empty()) {
+        absl::StatusOr<std::string> ca = ReadPemFile(options_.tls_client_ca_file, "--tls_client_ca_file");
+        if (!ca.ok()) return ca.status();
+        ssl.pem_root_certs = *ca;
+        ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+      }
+      credentials = grpc::SslServerCredentials(ssl);
+      // Calls without a valid token end before their request is read.
+      credentials->SetAuthMetadataProcessor(
+          std::make_shared<auth::TokenAuthProcessor>(auth_->tokens()));
+      absl::StrAppend(&access_note_, "; TCP ", tcp_address, " with TLS and a bearer token");
+    } else {
+      tcp_address = LoopbackOnly(tcp_address);
+      credentials = grpc::InsecureServerCredentials();
+      absl::StrAppend(&access_note_, "; TCP bound to ", tcp_address,
+                      " only and every TCP call refused: it needs --tls_cert_file, --tls_key_file "
+                      "and --token_file");
+    }
+    builder.AddListeningPort(tcp_address, credentials, &tcp_port);
   }
   builder.RegisterService(service_.get());
-  // The socket must not be reachable by other users while it is created.
-  const mode_t old_umask = umask(0077);
   server_ = builder.BuildAndStart();
-  umask(old_umask);
   if (server_ == nullptr) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on unix:", options_.socket_path,
-                                               options_.listen_address.empty() ? "" : " or ",
-                                               options_.listen_address));
+    return absl::UnavailableError(absl::StrCat("cannot start the gRPC server",
+                                               tcp_address.empty() ? "" : " on ", tcp_address));
   }
-  if (!options_.listen_address.empty() && tcp_port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen_address));
+  if (!tcp_address.empty() && tcp_port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", tcp_address));
+  }
+  // The Unix socket is accepted by us, so handlers learn each peer's uid.
+  if (absl::Status s = unix_listener_.Start(options_.socket_path, auth_->policy().AdmitsOthers(),
+                                            server_.get());
+      !s.ok()) {
+    return s;
   }
   reaper_ = std::thread([this] {
     while (!stop_.WaitForNotificationWithTimeout(kReapInterval)) service_->Reap(absl::Now());
@@ -238,6 +317,7 @@ NodeDaemon::~NodeDaemon() {
     while (service_->InFlight() > 0 && absl::Now() < grace_end) absl::SleepFor(absl::Milliseconds(20));
     service_->AbortAll(absl::UnavailableError("ckptd is shutting down"));
   }
+  unix_listener_.Stop();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   writers_.reset();
   if (readers_) readers_->Stop();

@@ -15,6 +15,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
+#include "daemon/auth/caller.h"
+#include "daemon/auth/job_owners.h"
+#include "daemon/auth/unix_listener.h"
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/gpu/device_runtime.h"
 #include "daemon/gpu/ipc_mapping_cache.h"
@@ -46,6 +49,8 @@ class NodeDaemon {
   const DaemonOptions& options() const { return options_; }
   int removed_partials() const { return removed_partials_; }
   std::string DescribeDevice() const { return gpu_->Describe(); }
+  // Who may call, as the start-up line says it.
+  std::string DescribeAccess() const { return access_note_; }
 
  private:
   explicit NodeDaemon(DaemonOptions options);
@@ -63,9 +68,13 @@ class NodeDaemon {
   std::atomic<uint64_t> bytes_written_{0};
   std::atomic<uint64_t> bytes_read_{0};
   std::atomic<uint64_t> commits_{0};
+  std::unique_ptr<auth::Authenticator> auth_;
+  std::unique_ptr<auth::JobOwners> owners_;
+  std::string access_note_;
   std::unique_ptr<NodeContext> context_;
   std::unique_ptr<NodeService> service_;
   std::unique_ptr<grpc::Server> server_;
+  auth::UnixListener unix_listener_;  // stopped before server_ shuts down
   int removed_partials_ = 0;
   absl::Notification stop_;
   std::thread reaper_;

@@ -1,5 +1,7 @@
 #include "daemon/server/node_service.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
@@ -50,6 +52,10 @@ std::string QuoteId(const std::string& id) {
   return absl::StrCat(id.substr(0, kQuoted), "... (", id.size(), " bytes)");
 }
 
+// The user a caller acts as: its own for local callers; TCP callers hold a
+// token the daemon's operator gave them and act as the daemon's user.
+uid_t CallerUid(const auth::Caller& caller) { return caller.local ? caller.user.uid : geteuid(); }
+
 }  // namespace
 
 // One rank's Watch stream. It never writes until shutdown; its end is the
@@ -99,11 +105,49 @@ NodeService::NodeService(NodeContext& context, bool gpu_available, RequestLimits
 
 NodeService::~NodeService() = default;
 
-grpc::Status NodeService::Attach(grpc::ServerContext*, const v1::AttachRequest* request,
+absl::StatusOr<auth::Caller> NodeService::Authorize(const grpc::ServerContextBase* context,
+                                                    auth::Permission needed) {
+  return context_.auth.Authorize(*context, needed);
+}
+
+absl::StatusOr<RankSession> NodeService::CallerSession(const grpc::ServerContextBase* context,
+                                                       const std::string& session_id) {
+  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kUse);
+  if (!caller.ok()) return caller.status();
+  absl::StatusOr<RankSession> rank = context_.sessions.Find(session_id);
+  if (!rank.ok()) return rank.status();
+  if (rank->uid != CallerUid(*caller)) {
+    return absl::PermissionDeniedError(absl::StrCat("session ", QuoteId(session_id), " of job ",
+                                                    rank->job, " belongs to another user, not to ",
+                                                    caller->peer));
+  }
+  return rank;
+}
+
+absl::Status NodeService::AuthorizeJob(const auth::Caller& caller, const std::string& job,
+                                       auth::Permission operator_needs) {
+  if (static_cast<int>(caller.permission) >= static_cast<int>(operator_needs)) return absl::OkStatus();
+  if (absl::Status s = ValidateName("job", job); !s.ok()) return s;
+  absl::StatusOr<std::optional<uid_t>> owner = context_.owners.Owner(job);
+  if (!owner.ok()) return owner.status();
+  if (owner->has_value() && **owner == CallerUid(caller)) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      caller.peer, " may not ", operator_needs == auth::Permission::kAdmin ? "change" : "read",
+      " job ", job, ": it belongs to ",
+      owner->has_value() ? auth::DescribeUid(**owner) : std::string("nobody yet"),
+      ", and operators need ", auth::PermissionName(operator_needs)));
+}
+
+grpc::Status NodeService::Attach(grpc::ServerContext* context, const v1::AttachRequest* request,
                                  v1::AttachResponse* response) {
+  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kUse);
+  if (!caller.ok()) return ToGrpc(caller.status());
   if (absl::Status s = ValidateAttachRequest(*request, limits_); !s.ok()) return ToGrpc(s);
+  // The first user to attach a job owns it; nobody else may join it.
+  const uid_t uid = CallerUid(*caller);
+  if (absl::Status s = context_.owners.Claim(request->job(), uid); !s.ok()) return ToGrpc(s);
   absl::StatusOr<RankSession> session = context_.sessions.Attach(
-      request->job(), request->rank(), request->world_size(), request->local_rank());
+      request->job(), request->rank(), request->world_size(), request->local_rank(), uid);
   if (!session.ok()) return ToGrpc(session.status());
   response->set_session_id(session->id);
   response->set_pool_path(context_.pool.path());
@@ -116,17 +160,17 @@ grpc::Status NodeService::Attach(grpc::ServerContext*, const v1::AttachRequest* 
   return grpc::Status::OK;
 }
 
-grpc::Status NodeService::Detach(grpc::ServerContext*, const v1::DetachRequest* request,
+grpc::Status NodeService::Detach(grpc::ServerContext* context, const v1::DetachRequest* request,
                                  v1::DetachResponse*) {
-  absl::StatusOr<RankSession> rank = context_.sessions.Find(request->session_id());
+  absl::StatusOr<RankSession> rank = CallerSession(context, request->session_id());
   if (!rank.ok()) return ToGrpc(rank.status());
   RankGone(*rank);
   return grpc::Status::OK;
 }
 
-grpc::ServerWriteReactor<v1::WatchEvent>* NodeService::Watch(grpc::CallbackServerContext*,
+grpc::ServerWriteReactor<v1::WatchEvent>* NodeService::Watch(grpc::CallbackServerContext* context,
                                                             const v1::WatchRequest* request) {
-  absl::StatusOr<RankSession> rank = context_.sessions.Find(request->session_id());
+  absl::StatusOr<RankSession> rank = CallerSession(context, request->session_id());
   if (!rank.ok()) {
     auto* reactor = new WatchReactor(this, RankSession{});
     {
@@ -176,9 +220,9 @@ void NodeService::RankGone(const RankSession& rank) {
   context_.ipc.ReleaseOwner(rank.id);
 }
 
-grpc::Status NodeService::PlanSave(grpc::ServerContext*, const v1::PlanSaveRequest* request,
+grpc::Status NodeService::PlanSave(grpc::ServerContext* context, const v1::PlanSaveRequest* request,
                                    v1::PlanSaveResponse* response) {
-  absl::StatusOr<RankSession> rank = context_.sessions.Find(request->session_id());
+  absl::StatusOr<RankSession> rank = CallerSession(context, request->session_id());
   if (!rank.ok()) return ToGrpc(rank.status());
   if (request->step() < 0) {
     return ToGrpc(absl::InvalidArgumentError(absl::StrCat("step ", request->step(), " is negative")));
@@ -237,10 +281,10 @@ std::shared_ptr<LoadSession> NodeService::FindLoad(const std::string& load_id) {
   return it == loads_.end() ? nullptr : it->second;
 }
 
-grpc::Status NodeService::NextSaveBatch(grpc::ServerContext*,
+grpc::Status NodeService::NextSaveBatch(grpc::ServerContext* context,
                                         const v1::NextSaveBatchRequest* request,
                                         v1::SaveBatch* response) {
-  absl::StatusOr<RankSession> rank = context_.sessions.Find(request->session_id());
+  absl::StatusOr<RankSession> rank = CallerSession(context, request->session_id());
   if (!rank.ok()) return ToGrpc(rank.status());
   std::shared_ptr<SaveSession> save = FindSave(request->save_id());
   if (save == nullptr) {
@@ -251,10 +295,10 @@ grpc::Status NodeService::NextSaveBatch(grpc::ServerContext*,
   return Reply(std::move(batch), response);
 }
 
-grpc::Status NodeService::SubmitSnapshot(grpc::ServerContext*,
+grpc::Status NodeService::SubmitSnapshot(grpc::ServerContext* context,
                                          const v1::SubmitSnapshotRequest* request,
                                          v1::SubmitSnapshotResponse*) {
-  absl::StatusOr<RankSession> rank = context_.sessions.Find(request->session_id());
+  absl::StatusOr<RankSession> rank = CallerSession(context, request->session_id());
   if (!rank.ok()) return ToGrpc(rank.status());
   std::shared_ptr<SaveSession> save = FindSave(request->save_id());
   if (save == nullptr) {
@@ -264,9 +308,9 @@ grpc::Status NodeService::SubmitSnapshot(grpc::ServerContext*,
   return ToGrpc(save->SubmitSnapshot(*rank, *request));
 }
 
-grpc::Status NodeService::WaitSave(grpc::ServerContext*, const v1::WaitSaveRequest* request,
+grpc::Status NodeService::WaitSave(grpc::ServerContext* context, const v1::WaitSaveRequest* request,
                                    v1::WaitSaveResponse* response) {
-  absl::StatusOr<RankSession> rank = context_.sessions.Find(request->session_id());
+  absl::StatusOr<RankSession> rank = CallerSession(context, request->session_id());
   if (!rank.ok()) return ToGrpc(rank.status());
   std::shared_ptr<SaveSession> save = FindSave(request->save_id());
   if (save == nullptr || save->job() != rank->job) {
@@ -281,9 +325,9 @@ grpc::Status NodeService::WaitSave(grpc::ServerContext*, const v1::WaitSaveReque
   return Reply(std::move(result), response);
 }
 
-grpc::Status NodeService::Load(grpc::ServerContext*, const v1::LoadRequest* request,
+grpc::Status NodeService::Load(grpc::ServerContext* context, const v1::LoadRequest* request,
                                v1::LoadResponse* response) {
-  absl::StatusOr<RankSession> rank = context_.sessions.Find(request->session_id());
+  absl::StatusOr<RankSession> rank = CallerSession(context, request->session_id());
   if (!rank.ok()) return ToGrpc(rank.status());
   if (request->step() < -1) {
     return ToGrpc(absl::InvalidArgumentError(absl::StrCat("step ", request->step(), " is negative")));
@@ -311,10 +355,10 @@ grpc::Status NodeService::Load(grpc::ServerContext*, const v1::LoadRequest* requ
   return Reply(std::move(loaded), response);
 }
 
-grpc::Status NodeService::NextLoadBatch(grpc::ServerContext*,
+grpc::Status NodeService::NextLoadBatch(grpc::ServerContext* context,
                                         const v1::NextLoadBatchRequest* request,
                                         v1::LoadBatch* response) {
-  absl::StatusOr<RankSession> rank = context_.sessions.Find(request->session_id());
+  absl::StatusOr<RankSession> rank = CallerSession(context, request->session_id());
   if (!rank.ok()) return ToGrpc(rank.status());
   std::shared_ptr<LoadSession> load = FindLoad(request->load_id());
   if (load == nullptr) {
@@ -326,8 +370,12 @@ grpc::Status NodeService::NextLoadBatch(grpc::ServerContext*,
   return Reply(std::move(batch), response);
 }
 
-grpc::Status NodeService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
+grpc::Status NodeService::GetStatus(grpc::ServerContext* context, const v1::GetStatusRequest*,
                                     v1::GetStatusResponse* response) {
+  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kUse);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  // Users see the daemon's totals and their own jobs' saves; operators see all.
+  const bool all_jobs = caller->permission >= auth::Permission::kRead;
   const pool::PoolStats pool = context_.pool.Stats();
   response->set_version(kVersion);
   response->set_host(context_.host.host());
@@ -342,20 +390,33 @@ grpc::Status NodeService::GetStatus(grpc::ServerContext*, const v1::GetStatusReq
   response->set_storage_bytes_read(context_.bytes_read.load());
   response->set_checkpoints_committed(context_.commits.load());
   response->set_uptime_seconds(absl::ToInt64Seconds(absl::Now() - started_));
-  absl::MutexLock lock(&mu_);
-  for (const auto& [key, save] : saves_) {
-    if (!save->finished()) *response->add_saves() = save->Progress();
-  }
+  std::vector<std::shared_ptr<SaveSession>> saves;
   int loads = 0;
-  for (const auto& [key, load] : load_barriers_) loads += load->finished() ? 0 : 1;
-  for (const auto& [id, load] : loads_) loads += load->finished() ? 0 : 1;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, save] : saves_) {
+      if (!save->finished()) saves.push_back(save);
+    }
+    for (const auto& [key, load] : load_barriers_) loads += load->finished() ? 0 : 1;
+    for (const auto& [id, load] : loads_) loads += load->finished() ? 0 : 1;
+  }
+  // Outside mu_: ownership may be read from storage.
+  for (const auto& save : saves) {
+    if (!all_jobs && !AuthorizeJob(*caller, save->job(), auth::Permission::kRead).ok()) continue;
+    *response->add_saves() = save->Progress();
+  }
   response->set_loads_in_flight(loads);
   return grpc::Status::OK;
 }
 
-grpc::Status NodeService::ListCheckpoints(grpc::ServerContext*,
+grpc::Status NodeService::ListCheckpoints(grpc::ServerContext* context,
                                           const v1::ListCheckpointsRequest* request,
                                           v1::ListCheckpointsResponse* response) {
+  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kUse);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  if (absl::Status s = AuthorizeJob(*caller, request->job(), auth::Permission::kRead); !s.ok()) {
+    return ToGrpc(s);
+  }
   absl::StatusOr<std::vector<v1::CheckpointSummary>> summaries =
       context_.coordinator.catalog().ListCheckpoints(request->job());
   if (!summaries.ok()) return ToGrpc(summaries.status());
@@ -365,9 +426,14 @@ grpc::Status NodeService::ListCheckpoints(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status NodeService::InspectCheckpoint(grpc::ServerContext*,
+grpc::Status NodeService::InspectCheckpoint(grpc::ServerContext* context,
                                             const v1::InspectCheckpointRequest* request,
                                             v1::InspectCheckpointResponse* response) {
+  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kUse);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  if (absl::Status s = AuthorizeJob(*caller, request->job(), auth::Permission::kRead); !s.ok()) {
+    return ToGrpc(s);
+  }
   absl::StatusOr<v1::CheckpointManifest> manifest =
       context_.coordinator.catalog().ReadManifest(request->job(), request->step());
   if (!manifest.ok()) return ToGrpc(manifest.status());
@@ -375,9 +441,14 @@ grpc::Status NodeService::InspectCheckpoint(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status NodeService::VerifyCheckpoint(grpc::ServerContext*,
+grpc::Status NodeService::VerifyCheckpoint(grpc::ServerContext* context,
                                            const v1::VerifyCheckpointRequest* request,
                                            v1::VerifyCheckpointResponse* response) {
+  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kUse);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  if (absl::Status s = AuthorizeJob(*caller, request->job(), auth::Permission::kRead); !s.ok()) {
+    return ToGrpc(s);
+  }
   absl::StatusOr<coordinator::VerifyResult> result = coordinator::VerifyCheckpoint(
       context_.backend, context_.coordinator.catalog(), request->job(), request->step());
   if (!result.ok()) return ToGrpc(result.status());
@@ -387,9 +458,14 @@ grpc::Status NodeService::VerifyCheckpoint(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status NodeService::CancelSave(grpc::ServerContext*, const v1::CancelSaveRequest* request,
+grpc::Status NodeService::CancelSave(grpc::ServerContext* context, const v1::CancelSaveRequest* request,
                                      v1::CancelSaveResponse*) {
+  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kUse);
+  if (!caller.ok()) return ToGrpc(caller.status());
   if (absl::Status s = ValidateName("job", request->job()); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = AuthorizeJob(*caller, request->job(), auth::Permission::kAdmin); !s.ok()) {
+    return ToGrpc(s);
+  }
   std::shared_ptr<SaveSession> save;
   {
     absl::MutexLock lock(&mu_);

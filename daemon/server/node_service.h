@@ -82,6 +82,19 @@ class NodeService final
   // RESOURCE_EXHAUSTED past kMaxBarrierCallsPerSession. LeaveBarrier undoes it.
   absl::Status EnterBarrier(const std::string& session_id);
   void LeaveBarrier(const std::string& session_id);
+  // The caller, if it holds `needed` (UNAUTHENTICATED or PERMISSION_DENIED
+  // naming it otherwise).
+  absl::StatusOr<auth::Caller> Authorize(const grpc::ServerContextBase* context,
+                                         auth::Permission needed);
+  // The session named by a call, if the caller's user attached it: NOT_FOUND
+  // for an unknown id, PERMISSION_DENIED for another user's session (ids
+  // are not secrets to rely on).
+  absl::StatusOr<RankSession> CallerSession(const grpc::ServerContextBase* context,
+                                            const std::string& session_id);
+  // OK when the caller may act on `job`'s checkpoints: an operator holding
+  // `operator_needs`, or the user that owns the job.
+  absl::Status AuthorizeJob(const auth::Caller& caller, const std::string& job,
+                            auth::Permission operator_needs);
   std::shared_ptr<SaveSession> FindSave(const std::string& save_id);
   std::shared_ptr<LoadSession> FindLoad(const std::string& load_id);
   void WatchEnded(WatchReactor* watch);

@@ -19,7 +19,7 @@ absl::Status CheckMember(const RankSession& rank, const std::string& job, int wo
 }
 
 absl::StatusOr<RankSession> RankSessions::Attach(const std::string& job, int rank,
-                                                 int world_size, int local_rank) {
+                                                 int world_size, int local_rank, uid_t uid) {
   if (absl::Status s = ValidateName("job", job); !s.ok()) return s;
   if (world_size > limits_.max_world_size) {
     return absl::ResourceExhaustedError(absl::StrCat("world size ", world_size, " exceeds the limit ",
@@ -33,7 +33,7 @@ absl::StatusOr<RankSession> RankSessions::Attach(const std::string& job, int ran
     return absl::InvalidArgumentError(absl::StrCat("local rank ", local_rank, " is negative"));
   }
   static thread_local std::mt19937_64 rng{std::random_device{}()};
-  RankSession session{absl::StrFormat("%016x%016x", rng(), rng()), job, rank, world_size,
+  RankSession session{absl::StrFormat("%016x%016x", rng(), rng()), uid, job, rank, world_size,
                       local_rank};
   absl::MutexLock lock(&mu_);
   if (static_cast<int>(sessions_.size()) >= limits_.max_sessions) {

@@ -6,6 +6,8 @@
 #ifndef CKPT_DAEMON_SERVER_RANK_SESSIONS_H_
 #define CKPT_DAEMON_SERVER_RANK_SESSIONS_H_
 
+#include <sys/types.h>
+
 #include <map>
 #include <string>
 
@@ -17,6 +19,9 @@ namespace ckpt::server {
 
 struct RankSession {
   std::string id;
+  // The local user that attached it: only that user may act through it
+  // (TCP operators count as the daemon's own user).
+  uid_t uid = 0;
   std::string job;
   int rank = 0;
   int world_size = 0;
@@ -41,7 +46,7 @@ class RankSessions {
   // INVALID_ARGUMENT for a bad job name or rank; RESOURCE_EXHAUSTED naming
   // the bound for a world or a session count beyond the limits.
   absl::StatusOr<RankSession> Attach(const std::string& job, int rank, int world_size,
-                                     int local_rank);
+                                     int local_rank, uid_t uid = 0);
   // NOT_FOUND for an unknown session.
   absl::Status Detach(const std::string& id);
   // NOT_FOUND ("unknown session; attach first") for an unknown id.

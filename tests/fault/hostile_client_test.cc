@@ -76,7 +76,7 @@ class Target {
     const absl::Status started = transport.tcp ? daemon_.StartWithTcp(flags) : daemon_.Start(flags);
     INFO(started.ToString());
     REQUIRE(started.ok());
-    stub_ = TestDaemon::StubFor(target());
+    stub_ = daemon_.StubFor(target());
   }
 
   std::string target() const {
@@ -296,8 +296,11 @@ void HostilePlans(Target& t) {
   // Nothing was created for any of it: the root holds no job but this one,
   // and that no step, the test directory nothing new.
   CHECK(ListDir(t.daemon().root()) == std::vector<std::string>({job}));
-  CHECK(ListDir(t.daemon().job_dir(job)) == std::vector<std::string>{});
-  CHECK(ListDir(t.daemon().dir()) == std::vector<std::string>({"ckptd.sock", "root"}));
+  // (Its owner record, from the attach, is all the job directory holds.)
+  CHECK(ListDir(t.daemon().job_dir(job)) == std::vector<std::string>{"OWNER"});
+  std::vector<std::string> test_dir = {"ckptd.sock", "root"};
+  if (t.daemon().tcp_address() != "") test_dir.push_back("tls");  // StartWithTcp's certificate
+  CHECK(ListDir(t.daemon().dir()) == test_dir);
 
   CHECK(DetachRaw(stub, session).ok());
   t.RequireAlive("hostile plans");
@@ -670,7 +673,7 @@ void GarbageBytes(Target& t) {
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(256 << 20);
   grpc::GenericStub generic(
-      grpc::CreateCustomChannel(t.target(), grpc::InsecureChannelCredentials(), args));
+      grpc::CreateCustomChannel(t.target(), t.daemon().CredentialsFor(t.target()), args));
   auto call = [&](const std::string& method, const std::string& bytes) {
     grpc::Slice slice(bytes);
     grpc::ByteBuffer request(&slice, 1);

@@ -8,12 +8,16 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <random>
 
 #include <grpcpp/grpcpp.h>
 
 #include <catch2/catch.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace ckpt::testing {
 namespace {
@@ -89,6 +93,9 @@ absl::Status TestDaemon::StartWithTcp(const std::vector<std::string>& extra_flag
     std::vector<std::string> flags = extra_flags;
     tcp_address_ = absl::StrCat("127.0.0.1:", port);
     flags.push_back("--listen_address=" + tcp_address_);
+    if (absl::Status s = MakeTlsFiles(); !s.ok()) return s;
+    flags.insert(flags.begin(), {"--tls_cert_file=" + tls_cert_file(), "--tls_key_file=" + tls_key_file(),
+                                 "--token_file=" + token_file(), "--read_token_file=" + read_token_file()});
     status = Start(flags);
     if (status.ok()) return status;
     tcp_address_.clear();
@@ -143,12 +150,58 @@ std::unique_ptr<Subprocess> TestDaemon::StartRank(const std::string& job, const 
   return std::move(*p);
 }
 
-std::unique_ptr<v1::NodeService::Stub> TestDaemon::StubFor(const std::string& target) {
+absl::Status TestDaemon::MakeTlsFiles() {
+  if (tls_files_made_) return absl::OkStatus();
+  std::filesystem::create_directories(dir_ + "/tls");
+  // A throwaway self-signed certificate for the loopback address.
+  absl::StatusOr<std::unique_ptr<Subprocess>> openssl = Subprocess::Start(
+      {"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+       "-nodes", "-keyout", tls_key_file(), "-out", tls_cert_file(), "-days", "2", "-subj",
+       "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"});
+  if (!openssl.ok()) return openssl.status();
+  const ExitInfo made = (*openssl)->Wait();
+  if (!made.ok()) {
+    return absl::InternalError(absl::StrCat("openssl could not make a certificate: ", made.output));
+  }
+  std::mt19937_64 rng{std::random_device{}()};
+  for (const std::string& path : {token_file(), read_token_file()}) {
+    std::ofstream(path) << absl::StrFormat("%016x%016x\n", rng(), rng());
+    std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  }
+  tls_files_made_ = true;
+  return absl::OkStatus();
+}
+
+std::string TestDaemon::ReadToken(const std::string& path) {
+  std::ifstream in(path);
+  std::string token;
+  std::getline(in, token);
+  return token;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> TestDaemon::CredentialsFor(const std::string& target,
+                                                                     const std::string& token) const {
+  if (absl::StartsWith(target, "unix:")) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  std::ifstream cert(tls_cert_file());
+  ssl.pem_root_certs.assign(std::istreambuf_iterator<char>(cert), std::istreambuf_iterator<char>());
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::SslCredentials(ssl);
+  if (token == "none") return credentials;
+  return grpc::CompositeChannelCredentials(
+      credentials, grpc::AccessTokenCredentials(token.empty() ? ReadToken(token_file()) : token));
+}
+
+std::unique_ptr<v1::NodeService::Stub> TestDaemon::StubFor(const std::string& target,
+                                                           const std::string& token) const {
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(256 << 20);
   args.SetMaxReceiveMessageSize(256 << 20);
   return v1::NodeService::NewStub(
-      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+      grpc::CreateCustomChannel(target, CredentialsFor(target, token), args));
+}
+
+std::unique_ptr<v1::NodeService::Stub> TestDaemon::PlaintextStubFor(const std::string& target) {
+  return v1::NodeService::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
 }
 
 std::vector<ExitInfo> TestDaemon::RunRanks(const std::string& job, const std::string& mode,

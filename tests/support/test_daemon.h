@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/security/credentials.h>
+
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -31,8 +33,18 @@ class TestDaemon {
   // Starts ckptd with the test defaults plus `extra_flags` (later flags win).
   absl::Status Start(const std::vector<std::string>& extra_flags = {});
   // Start() also listening on TCP at 127.0.0.1 on a free port (tried again
-  // on another port if one was taken in between).
+  // on another port if one was taken in between), with TLS (a self-signed
+  // certificate for 127.0.0.1 made here) and an admin bearer token: TCP
+  // serves nothing without both.
   absl::Status StartWithTcp(const std::vector<std::string>& extra_flags = {});
+  // The files StartWithTcp made: certificate (also the client's CA), key,
+  // admin token and read-only token.
+  std::string tls_cert_file() const { return dir_ + "/tls/cert.pem"; }
+  std::string tls_key_file() const { return dir_ + "/tls/key.pem"; }
+  std::string token_file() const { return dir_ + "/tls/admin.token"; }
+  std::string read_token_file() const { return dir_ + "/tls/read.token"; }
+  // Makes those files (once; StartWithTcp calls it).
+  absl::Status MakeTlsFiles();
   // SIGKILL and reap; returns how it ended.
   ExitInfo Kill();
   // Waits for the daemon to end by itself (e.g. at a fault point).
@@ -53,7 +65,17 @@ class TestDaemon {
   const std::string& tcp_address() const { return tcp_address_; }
   // A stub for a gRPC target ("unix:<path>" or "host:port") whose channel
   // sends and receives messages up to 256 MiB, beyond the daemon's limit.
-  static std::unique_ptr<v1::NodeService::Stub> StubFor(const std::string& target);
+  // A TCP target gets TLS with this daemon's certificate and `token` (the
+  // admin token if empty; "none" for no token at all).
+  std::unique_ptr<v1::NodeService::Stub> StubFor(const std::string& target,
+                                                 const std::string& token = "") const;
+  // The channel credentials StubFor uses.
+  std::shared_ptr<grpc::ChannelCredentials> CredentialsFor(const std::string& target,
+                                                           const std::string& token = "") const;
+  // A plaintext TCP stub: for tests that the daemon refuses it.
+  static std::unique_ptr<v1::NodeService::Stub> PlaintextStubFor(const std::string& target);
+  // The contents of a token file.
+  static std::string ReadToken(const std::string& path);
   // The daemon process: alive (not merely answering), and its pid.
   bool Running() const { return process_ != nullptr && process_->Running(); }
   pid_t pid() const { return process_ ? process_->pid() : -1; }
@@ -76,6 +98,7 @@ class TestDaemon {
   std::string pool_path_;
   std::string tcp_address_;
   std::unique_ptr<Subprocess> process_;
+  bool tls_files_made_ = false;
 };
 
 // Asks the daemon's status again and again (an RPC each time, no sleeping)

@@ -1,0 +1,110 @@
+#include "daemon/auth/caller.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "daemon/auth/job_owners.h"
+
+namespace ckpt::auth {
+namespace {
+
+constexpr char kFdPeerPrefix[] = "fd:";
+constexpr size_t kMaxGroups = 65536;
+
+// Supplementary groups of the peer process, from /proc: SO_PEERCRED gives
+// only the primary gid. A process that is gone (or a /proc we cannot read)
+// leaves the primary group alone, which can only deny, never grant more.
+std::vector<gid_t> PeerGroups(pid_t pid) {
+  std::vector<gid_t> groups;
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    absl::string_view rest(line);
+    if (!absl::ConsumePrefix(&rest, "Groups:")) continue;
+    for (absl::string_view g : absl::StrSplit(rest, absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
+      uint32_t id = 0;
+      if (absl::SimpleAtoi(g, &id) && groups.size() < kMaxGroups) groups.push_back(id);
+    }
+    break;
+  }
+  return groups;
+}
+
+}  // namespace
+
+absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContextBase& context) const {
+  Caller caller;
+  const std::string peer = context.peer();
+  absl::string_view fd_text(peer);
+  if (absl::ConsumePrefix(&fd_text, kFdPeerPrefix)) {
+    int fd = -1;
+    ucred cred{};
+    socklen_t length = sizeof(cred);
+    if (!absl::SimpleAtoi(fd_text, &fd) ||
+        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0 || length != sizeof(cred)) {
+      return absl::UnauthenticatedError(
+          absl::StrCat("ckptd cannot tell who is calling on ", peer, ": ", strerror(errno)));
+    }
+    caller.local = true;
+    caller.pid = cred.pid;
+    caller.user.uid = cred.uid;
+    caller.user.gid = cred.gid;
+    caller.user.groups = PeerGroups(cred.pid);
+    caller.permission = policy_.Of(caller.user);
+    caller.peer = absl::StrCat(DescribeUid(cred.uid), ", pid ", cred.pid);
+    return caller;
+  }
+  // TCP. The TLS listener's processor already refused calls without a
+  // valid token; a plaintext listener (loopback only) has no processor, so
+  // both are checked here for every call.
+  caller.peer = peer;
+  const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  bool tls = false;
+  if (auth != nullptr) {
+    for (const grpc::string_ref& type : auth->FindPropertyValues("transport_security_type")) {
+      if (type == "ssl") tls = true;
+    }
+  }
+  if (!tls) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "ckptd refuses TCP calls without TLS (from ", peer,
+        "); start it with --tls_cert_file, --tls_key_file and --token_file, or use the Unix socket"));
+  }
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kAuthorizationKey);
+  if (it == metadata.end()) {
+    return absl::UnauthenticatedError(absl::StrCat("a TCP call from ", peer, " carries no bearer token"));
+  }
+  caller.permission = tokens_.Check(absl::string_view(it->second.data(), it->second.size()));
+  if (caller.permission == Permission::kNone) {
+    return absl::UnauthenticatedError(absl::StrCat("ckptd refused the bearer token of ", peer));
+  }
+  caller.peer = absl::StrCat("TCP ", peer);
+  return caller;
+}
+
+absl::StatusOr<Caller> Authenticator::Authorize(const grpc::ServerContextBase& context,
+                                                Permission needed) const {
+  absl::StatusOr<Caller> caller = Identify(context);
+  if (!caller.ok()) return caller.status();
+  if (static_cast<int>(caller->permission) < static_cast<int>(needed)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        caller->peer, " may not ",
+        needed == Permission::kUse ? "use ckptd" : absl::StrCat("do this: it needs ", PermissionName(needed)),
+        caller->permission == Permission::kNone ? "; ckptd admits " : "; ckptd's lists: ",
+        policy_.Describe()));
+  }
+  return caller;
+}
+
+}  // namespace ckpt::auth
