@@ -1,8 +1,10 @@
 #include "tools/ckptctl/commands.h"
 
+
 #include <algorithm>
 #include <charconv>
 #include <ctime>
+#include <fstream>
 #include <functional>
 #include <ostream>
 #include <vector>
@@ -13,6 +15,8 @@
 #include <grpcpp/support/channel_arguments.h>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
@@ -123,11 +127,45 @@ std::string TargetFor(absl::string_view socket_path, absl::string_view address) 
   return absl::StrCat("unix:", socket_path);
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
+namespace {
+
+// A small file named by a flag (a CA bundle, a token), read whole.
+absl::StatusOr<std::string> ReadFlagFile(const std::string& path, const char* flag) {
+  constexpr std::streamsize kMaxBytes = 4 << 20;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot open ", path));
+  std::string text(static_cast<size_t>(kMaxBytes) + 1, '\0');
+  in.read(text.data(), kMaxBytes + 1);
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (static_cast<std::streamsize>(text.size()) > kMaxBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is larger than 4 MiB"));
+  }
+  return text;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& target,
+                                                           const TcpCredentials& tcp) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
-                                   args);
+  if (absl::StartsWith(target, "unix:")) {
+    return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  }
+  grpc::SslCredentialsOptions ssl;
+  if (!tcp.tls_ca_file.empty()) {
+    absl::StatusOr<std::string> ca = ReadFlagFile(tcp.tls_ca_file, "--tls-ca");
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+  }
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::SslCredentials(ssl);
+  if (!tcp.token_file.empty()) {
+    absl::StatusOr<std::string> token = ReadFlagFile(tcp.token_file, "--token-file");
+    if (!token.ok()) return token.status();
+    credentials = grpc::CompositeChannelCredentials(
+        credentials, grpc::AccessTokenCredentials(std::string(absl::StripAsciiWhitespace(*token))));
+  }
+  return grpc::CreateCustomChannel(target, credentials, args);
 }
 
 absl::StatusOr<int64_t> ParseStep(absl::string_view text, bool allow_latest) {

@@ -43,9 +43,19 @@ inline constexpr std::chrono::seconds kDefaultVerifyTimeout{3600};
 // "host:port" when address is set, "unix:<socket>" otherwise.
 std::string TargetFor(absl::string_view socket_path, absl::string_view address);
 
-// An insecure channel to target that accepts answers of any size (a large
-// model's manifest passes gRPC's 4 MiB default). Nothing is dialled yet.
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target);
+// How to reach ckptd over TCP: TLS, checked against `tls_ca_file` (PEM; the
+// system's roots when empty), with the bearer token in `token_file`.
+struct TcpCredentials {
+  std::string tls_ca_file;
+  std::string token_file;
+};
+
+// A channel to target that accepts answers of any size (a large model's
+// manifest passes gRPC's 4 MiB default): plaintext for a unix: target,
+// TLS with the token for TCP. Nothing is dialled yet. INVALID_ARGUMENT
+// naming the file when the CA or token file cannot be read.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& target,
+                                                           const TcpCredentials& tcp = {});
 
 // "latest" -> -1, a non-negative decimal step -> itself; anything else is
 // INVALID_ARGUMENT. allow_latest = false rejects "latest" too.

@@ -3,6 +3,7 @@
 // and in the --help footer: 0 success, 1 the operation failed, 2 usage error,
 // 3 ckptd unreachable.
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -53,7 +54,13 @@ int main(int argc, char** argv) {
   app.add_option("--socket", socket_path, "ckptd's Unix socket")
       ->capture_default_str();
   app.add_option("--address", address,
-                 "ckptd's TCP address HOST:PORT; wins over --socket");
+                 "ckptd's TCP address HOST:PORT (TLS and a token); wins over --socket");
+  ckpt::ctl::TcpCredentials tcp;
+  tcp.token_file = std::getenv("CKPT_TOKEN_FILE") != nullptr ? std::getenv("CKPT_TOKEN_FILE") : "";
+  app.add_option("--token-file", tcp.token_file,
+                 "with --address: file holding ckptd's bearer token (default $CKPT_TOKEN_FILE)");
+  app.add_option("--tls-ca", tcp.tls_ca_file,
+                 "with --address: CA certificate (PEM) that signed ckptd's (default: system roots)");
   app.add_option("--timeout", timeout_s,
                  "seconds to wait for an answer (default 30; 3600 for verify)")
       ->check(kTimeoutValidator);
@@ -182,7 +189,9 @@ int main(int argc, char** argv) {
                 : std::chrono::milliseconds(default_timeout);
 
   const std::string target = ckpt::ctl::TargetFor(socket_path, address);
-  auto channel = ckpt::ctl::MakeChannel(target);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> made = ckpt::ctl::MakeChannel(target, tcp);
+  if (!made.ok()) return UsageError(name, made.status().message());
+  std::shared_ptr<grpc::Channel> channel = *made;
   auto stub = ckpt::v1::NodeService::NewStub(channel);
 
   ckpt::ctl::Call call;

@@ -124,7 +124,7 @@ class FakeDaemon {
     builder.RegisterService(&node);
     server_ = builder.BuildAndStart();
     REQUIRE(server_ != nullptr);
-    channel_ = MakeChannel(target_);
+    channel_ = *MakeChannel(target_);
     stub_ = v1::NodeService::NewStub(channel_);
   }
   ~FakeDaemon() {
@@ -441,7 +441,7 @@ TEST_CASE("cancel", "[ckptctl]") {
 TEST_CASE("nothing listening on the socket is exit 3", "[ckptctl]") {
   TempDir dir;
   const std::string target = "unix:" + dir.path() + "/nobody.sock";
-  auto channel = MakeChannel(target);
+  auto channel = *MakeChannel(target);
   auto stub = v1::NodeService::NewStub(channel);
   std::ostringstream out, err;
   Call call;
@@ -482,7 +482,7 @@ TEST_CASE("a socket that accepts but never speaks gRPC is exit 3",
   REQUIRE(listen(fd, 16) == 0);
 
   const std::string target = "unix:" + path;
-  auto channel = MakeChannel(target);
+  auto channel = *MakeChannel(target);
   auto stub = v1::NodeService::NewStub(channel);
   std::ostringstream out, err;
   Call call;

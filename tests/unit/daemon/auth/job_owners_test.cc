@@ -1,0 +1,46 @@
+#include "daemon/auth/job_owners.h"
+
+#include <catch2/catch.hpp>
+
+#include "daemon/storage/backend_factory.h"
+
+namespace ckpt::auth {
+namespace {
+
+TEST_CASE("the first uid to claim a job owns it, and the record outlives the daemon", "[auth]") {
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
+  REQUIRE(backend->CreateDirs("/root").ok());
+  {
+    JobOwners owners(*backend, "/root");
+    absl::StatusOr<std::optional<uid_t>> none = owners.Owner("job");
+    REQUIRE(none.ok());
+    CHECK_FALSE(none->has_value());
+    REQUIRE(owners.Claim("job", 1001).ok());
+    CHECK(owners.Claim("job", 1001).ok());
+    const absl::Status other = owners.Claim("job", 1002);
+    CHECK(absl::IsPermissionDenied(other));
+    CHECK(other.message().find("belongs to uid 1001") != absl::string_view::npos);
+  }
+  // A new daemon on the same root reads the record.
+  JobOwners again(*backend, "/root");
+  absl::StatusOr<std::optional<uid_t>> owner = again.Owner("job");
+  REQUIRE(owner.ok());
+  REQUIRE(owner->has_value());
+  CHECK(**owner == 1001);
+  CHECK(absl::IsPermissionDenied(again.Claim("job", 1002)));
+}
+
+TEST_CASE("a damaged owner record is an error, never an unowned job", "[auth]") {
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
+  REQUIRE(backend->CreateDirs("/root/job").ok());
+  auto file = backend->NewWritableFile("/root/job/OWNER");
+  REQUIRE(file.ok());
+  REQUIRE((*file)->WriteAt(0, "uid x\n", 6).ok());
+  REQUIRE((*file)->Close().ok());
+  JobOwners owners(*backend, "/root");
+  CHECK(absl::IsDataLoss(owners.Owner("job").status()));
+  CHECK(absl::IsDataLoss(owners.Claim("job", 1001)));
+}
+
+}  // namespace
+}  // namespace ckpt::auth
