@@ -294,16 +294,33 @@ absl::Status NodeDaemon::Start() {
       !s.ok()) {
     return s;
   }
+  notifier_.Ready(StatusLine());
   reaper_ = std::thread([this] {
-    while (!stop_.WaitForNotificationWithTimeout(kReapInterval)) service_->Reap(absl::Now());
+    while (!stop_.WaitForNotificationWithTimeout(kReapInterval)) {
+      const absl::Time now = absl::Now();
+      service_->Reap(now);
+      notifier_.Tick(now, StatusLine());
+    }
   });
   return absl::OkStatus();
 }
 
 void NodeDaemon::Wait() { stop_.WaitForNotification(); }
 
+std::string NodeDaemon::StatusLine() const {
+  const pool::PoolStats pool = pool_->Stats();
+  return absl::StrFormat("serving: %d ranks attached, %d saves/loads in flight, pool %.0f%% used",
+                         sessions_->attached(), service_->InFlight(),
+                         pool.capacity == 0 ? 0.0 : 100.0 * pool.used / pool.capacity);
+}
+
 void NodeDaemon::Shutdown() {
-  if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (stop_.HasBeenNotified()) return;
+  if (service_ != nullptr) {
+    notifier_.Stopping(absl::StrCat("stopping: finishing or aborting ", service_->InFlight(),
+                                    " saves/loads in flight"));
+  }
+  stop_.Notify();
 }
 
 NodeDaemon::~NodeDaemon() {

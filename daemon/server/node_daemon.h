@@ -25,6 +25,7 @@
 #include "daemon/server/daemon_options.h"
 #include "daemon/server/node_service.h"
 #include "daemon/server/rank_sessions.h"
+#include "daemon/server/service_notifier.h"
 #include "daemon/server/writer_pool.h"
 #include "daemon/storage/backend.h"
 
@@ -54,6 +55,8 @@ class NodeDaemon {
 
  private:
   explicit NodeDaemon(DaemonOptions options);
+  // One line for systemd's STATUS=: what is attached and in flight.
+  std::string StatusLine() const;
 
   DaemonOptions options_;
   std::unique_ptr<storage::Backend> backend_;
@@ -76,6 +79,7 @@ class NodeDaemon {
   std::unique_ptr<grpc::Server> server_;
   auth::UnixListener unix_listener_;  // stopped before server_ shuts down
   int removed_partials_ = 0;
+  ServiceNotifier notifier_;  // READY/STATUS/WATCHDOG/STOPPING to systemd
   absl::Notification stop_;
   std::thread reaper_;
 };

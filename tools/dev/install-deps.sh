@@ -7,6 +7,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev liburing-dev libisal-dev catch2 libcli11-dev
   clang libclang-rt-14-dev fio openssl
+  libsystemd-dev
   python3-dev pybind11-dev python3-pytest python3-torch
 )
 
