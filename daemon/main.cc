@@ -85,12 +85,16 @@ ABSL_FLAG(std::string, token_file, "",
           "token; without both it binds loopback only and refuses every call");
 ABSL_FLAG(std::string, read_token_file, "",
           "TCP: file holding a read-only bearer token (status, list, inspect, verify)");
+#ifdef CKPT_FAULT_INJECTION
 ABSL_FLAG(std::string, fault_kill_at, "", "Testing: SIGKILL this process at the named fault point");
+#endif
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("ckptd: the ckpt node daemon (with the embedded coordinator)");
   absl::ParseCommandLine(argc, argv);
+#ifdef CKPT_FAULT_INJECTION
   ckpt::ArmFaultPoint(absl::GetFlag(FLAGS_fault_kill_at));
+#endif
 
   // Signals are taken by one thread with sigwait; block them everywhere else.
   sigset_t signals;

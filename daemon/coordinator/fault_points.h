@@ -1,7 +1,9 @@
 // Named crash points for fault tests. `ckptd --fault_kill_at=NAME` makes the
 // daemon SIGKILL itself when execution reaches FaultPoint(NAME), so a test
 // kills a real process at an exact protocol step without racing a timer.
-// With no point armed, FaultPoint is one relaxed atomic load.
+// With no point armed, FaultPoint is one relaxed atomic load. Compiled in
+// only with CKPT_FAULT_INJECTION (test builds); otherwise both are no-ops
+// and ckptd has no --fault_kill_at.
 #ifndef CKPT_DAEMON_COORDINATOR_FAULT_POINTS_H_
 #define CKPT_DAEMON_COORDINATOR_FAULT_POINTS_H_
 

@@ -11,5 +11,5 @@ if command -v ccache >/dev/null; then
   export CCACHE_BASEDIR="$PWD"
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 fi
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" "$@" >/dev/null
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_BUILD_TESTS=ON "${launcher[@]}" "$@" >/dev/null
 ninja -C "$build_dir" -j"$(nproc)"
