@@ -34,6 +34,20 @@ std::string LoadSession::Name() const {
 
 std::string LoadSession::Who() const { return absl::StrCat(Name(), ": "); }
 
+v1::LoadProgress LoadSession::Progress() const {
+  absl::MutexLock lock(&mu_);
+  v1::LoadProgress p;
+  p.set_job(job_);
+  p.set_step(step_);
+  p.set_phase(planned_ ? "reading" : "waiting for ranks");
+  p.set_bytes_total(bytes_to_read_);
+  p.set_bytes_read(bytes_read_.load(std::memory_order_relaxed));
+  p.set_ranks_arrived(arrived_);
+  p.set_world_size(world_size_);
+  p.set_elapsed_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(absl::Now() - created_)));
+  return p;
+}
+
 std::string LoadSession::load_id() const {
   absl::MutexLock lock(&mu_);
   return load_id_;
@@ -124,6 +138,7 @@ absl::Status LoadSession::Plan() {
                      context_.pool.alignment());
   groups_.resize(planned.size());
   for (size_t g = 0; g < planned.size(); ++g) {
+    for (const GroupChunk& chunk : planned[g].chunks) bytes_to_read_ += chunk.chunk->length();
     groups_[g].plan = std::move(planned[g]);
     for (int r = 0; r < world_size_; ++r) {
       if (groups_[g].plan.host[r].empty()) continue;

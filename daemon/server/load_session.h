@@ -56,6 +56,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   bool finished() const;
   const std::string& job() const { return job_; }
   std::string load_id() const;
+  // For GetStatus: phase, bytes read of the total, time so far.
+  v1::LoadProgress Progress() const;
 
  private:
   enum class GroupState { kWaiting, kReading, kReady, kReleased };
@@ -92,6 +94,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   const std::string job_;
   const int64_t step_;
   const int world_size_;
+  const absl::Time created_ = absl::Now();
 
   mutable absl::Mutex mu_;
   // Only the ranks that arrived: a world of 65536 with one rank present
@@ -118,6 +121,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   } times_;
   absl::Time planned_at_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> bytes_read_{0};
+  uint64_t bytes_to_read_ ABSL_GUARDED_BY(mu_) = 0;  // set when planned
 };
 
 }  // namespace ckpt::server

@@ -391,21 +391,30 @@ grpc::Status NodeService::GetStatus(grpc::ServerContext* context, const v1::GetS
   response->set_checkpoints_committed(context_.commits.load());
   response->set_uptime_seconds(absl::ToInt64Seconds(absl::Now() - started_));
   std::vector<std::shared_ptr<SaveSession>> saves;
-  int loads = 0;
+  std::vector<std::shared_ptr<LoadSession>> loads;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [key, save] : saves_) {
       if (!save->finished()) saves.push_back(save);
     }
-    for (const auto& [key, load] : load_barriers_) loads += load->finished() ? 0 : 1;
-    for (const auto& [id, load] : loads_) loads += load->finished() ? 0 : 1;
+    for (const auto& [key, load] : load_barriers_) {
+      if (!load->finished()) loads.push_back(load);
+    }
+    for (const auto& [id, load] : loads_) {
+      if (!load->finished()) loads.push_back(load);
+    }
   }
+  response->set_loads_in_flight(static_cast<int>(loads.size()));
   // Outside mu_: ownership may be read from storage.
+  const auto visible = [&](const std::string& job) {
+    return all_jobs || AuthorizeJob(*caller, job, auth::Permission::kRead).ok();
+  };
   for (const auto& save : saves) {
-    if (!all_jobs && !AuthorizeJob(*caller, save->job(), auth::Permission::kRead).ok()) continue;
-    *response->add_saves() = save->Progress();
+    if (visible(save->job())) *response->add_saves() = save->Progress();
   }
-  response->set_loads_in_flight(loads);
+  for (const auto& load : loads) {
+    if (visible(load->job())) *response->add_loads() = load->Progress();
+  }
   return grpc::Status::OK;
 }
 

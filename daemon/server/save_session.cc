@@ -706,6 +706,7 @@ v1::SaveProgress SaveSession::Progress() const {
   p.set_bytes_written(bytes_written_);
   p.set_ranks_snapshotted(snapshotted_);
   p.set_world_size(world_size_);
+  p.set_elapsed_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(absl::Now() - created_)));
   return p;
 }
 

@@ -134,6 +134,7 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   const std::string job_;
   const int64_t step_;
   const int world_size_;
+  const absl::Time created_ = absl::Now();  // for the rate and ETA in Progress
 
   mutable absl::Mutex mu_;
   Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kPlanning;

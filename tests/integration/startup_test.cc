@@ -39,7 +39,7 @@ TEST_CASE("ckptd removes its host's stale partial directories and keeps committe
   }
   d.Kill();
   const std::string job = d.root() + "/job";
-  REQUIRE(ListDir(job) == std::vector<std::string>{"LATEST", "step-1"});
+  REQUIRE(ListDir(job) == std::vector<std::string>{"LATEST", "OWNER", "step-1"});
   // What an earlier ckptd on this host (--host_name=testhost) left, a live
   // save of another host on the shared root, and one of an older version
   // that does not say whose it is.
@@ -52,7 +52,7 @@ TEST_CASE("ckptd removes its host's stale partial directories and keeps committe
   }
   REQUIRE(d.Start().ok());
   CHECK(d.Output().find("removed 1 stale partial") != std::string::npos);
-  CHECK(ListDir(job) == std::vector<std::string>{other, legacy, "LATEST", "step-1"});
+  CHECK(ListDir(job) == std::vector<std::string>{other, legacy, "LATEST", "OWNER", "step-1"});
   CHECK(ListDir(job + "/" + other + "/data") == std::vector<std::string>{"x-0.bin"});
   // The committed step survived, whole.
   for (const ExitInfo& r : d.RunRanks("job", "load", 2, -1, 1)) {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <ostream>
+#include <thread>
 #include <vector>
 
 #include <google/protobuf/util/json_util.h>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
 #include "proto/lib/grpc_status.h"
 
 namespace ckpt::ctl {
@@ -225,6 +227,49 @@ std::string FormatUtcMillis(int64_t unix_ms) {
                          tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
 }
 
+namespace {
+
+// "12.3 MB/s, ETA 4 s" from bytes done of a total over the time so far.
+std::string RateAndEta(uint64_t done, uint64_t total, uint64_t elapsed_ms) {
+  if (elapsed_ms == 0 || done == 0) return "rate -, ETA -";
+  const double rate = done * 1000.0 / elapsed_ms;  // bytes per second
+  std::string eta = "-";
+  if (total >= done) eta = FormatSeconds(std::chrono::milliseconds(static_cast<int64_t>((total - done) / rate * 1000)));
+  return absl::StrCat(FormatBytes(static_cast<uint64_t>(rate)), "/s, ETA ", eta);
+}
+
+}  // namespace
+
+void PrintInFlight(std::ostream& out, const v1::GetStatusResponse& response) {
+  if (response.saves().empty()) {
+    out << "saves in flight: none\n";
+  } else {
+    out << "saves in flight: " << response.saves_size() << "\n";
+  }
+  for (const v1::SaveProgress& save : response.saves()) {
+    out << absl::StrFormat(
+        "  save job %s step %d: %s, %s / %s (%s), %s, ranks %d/%d snapshotted\n",
+        save.job(), save.step(), save.phase().empty() ? "?" : save.phase(),
+        FormatBytes(save.bytes_written()), FormatBytes(save.bytes_total()),
+        Percent(save.bytes_written(), save.bytes_total()),
+        RateAndEta(save.bytes_written(), save.bytes_total(), save.elapsed_ms()),
+        save.ranks_snapshotted(), save.world_size());
+  }
+  if (response.loads().empty()) {
+    out << "loads in flight: " << (response.loads_in_flight() == 0 ? "none" : absl::StrCat(response.loads_in_flight())) << "\n";
+  } else {
+    out << "loads in flight: " << response.loads_size() << "\n";
+  }
+  for (const v1::LoadProgress& load : response.loads()) {
+    out << absl::StrFormat("  load job %s step %s: %s, %s / %s read (%s), %s, ranks %d/%d arrived\n",
+                           load.job(), load.step() < 0 ? std::string("latest") : absl::StrCat(load.step()),
+                           load.phase(), FormatBytes(load.bytes_read()), FormatBytes(load.bytes_total()),
+                           Percent(load.bytes_read(), load.bytes_total()),
+                           RateAndEta(load.bytes_read(), load.bytes_total(), load.elapsed_ms()),
+                           load.ranks_arrived(), load.world_size());
+  }
+}
+
 int RunStatus(const Call& call, bool json) {
   v1::GetStatusRequest request;
   v1::GetStatusResponse response;
@@ -253,20 +298,34 @@ int RunStatus(const Call& call, bool json) {
   line("bytes written", FormatBytes(response.storage_bytes_written()));
   line("bytes read", FormatBytes(response.storage_bytes_read()));
   line("checkpoints committed", absl::StrCat(response.checkpoints_committed()));
-  if (response.saves().empty()) {
-    out << "saves in flight: none\n";
-    return kExitOk;
-  }
-  out << "saves in flight: " << response.saves_size() << "\n";
-  for (const v1::SaveProgress& save : response.saves()) {
-    out << absl::StrFormat(
-        "  job %s step %d: %s, %s / %s (%s), ranks %d/%d snapshotted\n",
-        save.job(), save.step(), save.phase().empty() ? "?" : save.phase(),
-        FormatBytes(save.bytes_written()), FormatBytes(save.bytes_total()),
-        Percent(save.bytes_written(), save.bytes_total()),
-        save.ranks_snapshotted(), save.world_size());
-  }
+  PrintInFlight(out, response);
   return kExitOk;
+}
+
+int RunWatch(const Call& call, std::chrono::milliseconds interval, bool json) {
+  for (;;) {
+    v1::GetStatusRequest request;
+    v1::GetStatusResponse response;
+    const grpc::Status rpc = Invoke(call, [&](grpc::ClientContext* context) {
+      return call.stub->GetStatus(context, request, &response);
+    });
+    if (!rpc.ok()) return Fail(call, "watch", rpc);
+    if (json) {
+      // One object per line (JSON Lines), for scripts that follow along.
+      std::string line;
+      google::protobuf::util::JsonPrintOptions options;
+      options.always_print_primitive_fields = true;
+      options.preserve_proto_field_names = true;  // as PrintJson
+      (void)google::protobuf::util::MessageToJsonString(response, &line, options);
+      *call.out << line << "\n";
+    } else {
+      *call.out << FormatUtcMillis(absl::ToUnixMillis(absl::Now())) << "\n";
+      PrintInFlight(*call.out, response);
+    }
+    call.out->flush();
+    if (response.saves().empty() && response.loads().empty()) return kExitOk;
+    std::this_thread::sleep_for(interval);
+  }
 }
 
 int RunList(const Call& call, const std::string& job, bool json) {
@@ -328,7 +387,7 @@ int RunInspect(const Call& call, const std::string& job, int64_t step) {
   return PrintJson(call, "inspect", response.manifest());
 }
 
-int RunVerify(const Call& call, const std::string& job, int64_t step) {
+int RunVerify(const Call& call, const std::string& job, int64_t step, bool json) {
   v1::VerifyCheckpointRequest request;
   request.set_job(job);
   request.set_step(step);
@@ -337,6 +396,7 @@ int RunVerify(const Call& call, const std::string& job, int64_t step) {
     return call.stub->VerifyCheckpoint(context, request, &response);
   });
   if (!rpc.ok()) return Fail(call, "verify", rpc);
+  if (json) return PrintJson(call, "verify", response);
   *call.out << "OK: " << response.chunks_checked() << " chunks, "
             << response.bytes_checked() << " bytes verified\n";
   return kExitOk;

@@ -81,10 +81,14 @@ struct Call {
 
 // Each returns an exit code from the table above.
 int RunStatus(const Call& call, bool json);
+// The saves and loads in flight with phase, bytes, rate and ETA.
+void PrintInFlight(std::ostream& out, const v1::GetStatusResponse& response);
+// Status every `interval` until no save or load is in flight (exit 0).
+int RunWatch(const Call& call, std::chrono::milliseconds interval, bool json);
 int RunList(const Call& call, const std::string& job, bool json);
 // Prints the manifest as pretty JSON.
 int RunInspect(const Call& call, const std::string& job, int64_t step);
-int RunVerify(const Call& call, const std::string& job, int64_t step);
+int RunVerify(const Call& call, const std::string& job, int64_t step, bool json = false);
 int RunCancel(const Call& call, const std::string& job, int64_t step);
 
 }  // namespace ckpt::ctl

@@ -72,6 +72,14 @@ int main(int argc, char** argv) {
   CLI::App* status = app.add_subcommand("status", "show the daemon's state");
   status->add_flag("--json", json, "print the answer as JSON");
 
+  double watch_interval_s = 1.0;
+  CLI::App* watch = app.add_subcommand(
+      "watch", "show the saves and loads in flight every --interval seconds until none are left");
+  watch->add_option("--interval", watch_interval_s, "seconds between refreshes")
+      ->check(kTimeoutValidator)
+      ->capture_default_str();
+  watch->add_flag("--json", json, "one JSON status per line");
+
   CLI::App* list = app.add_subcommand("list", "list a job's checkpoints");
   list->add_option("job", job, "job name")->required();
   list->add_flag("--json", json, "print the answer as JSON");
@@ -87,6 +95,7 @@ int main(int argc, char** argv) {
   verify->add_option("job", job, "job name")->required();
   verify->add_option("step", step_text, "step number or 'latest'")
       ->capture_default_str();
+  verify->add_flag("--json", json, "print the answer as JSON");
 
   ckpt::ctl::ExportOptions export_options;
   std::string format = "safetensors";
@@ -205,6 +214,10 @@ int main(int argc, char** argv) {
   if (command == status) return ckpt::ctl::RunStatus(call, json);
   if (command == list) return ckpt::ctl::RunList(call, job, json);
   if (command == inspect) return ckpt::ctl::RunInspect(call, job, step);
-  if (command == verify) return ckpt::ctl::RunVerify(call, job, step);
+  if (command == verify) return ckpt::ctl::RunVerify(call, job, step, json);
+  if (command == watch) {
+    return ckpt::ctl::RunWatch(
+        call, std::chrono::milliseconds(static_cast<int64_t>(watch_interval_s * 1000)), json);
+  }
   return ckpt::ctl::RunCancel(call, job, step);
 }

@@ -222,6 +222,17 @@ v1::GetStatusResponse CannedStatus() {
   save->set_bytes_written(kGiB);
   save->set_ranks_snapshotted(6);
   save->set_world_size(8);
+  save->set_elapsed_ms(2000);  // 1 GiB in 2 s: 512 MiB/s, 3 GiB left: 6 s
+  v1::LoadProgress* load = s.add_loads();
+  load->set_job("gpt");
+  load->set_step(-1);
+  load->set_phase("reading");
+  load->set_bytes_total(2 * kGiB);
+  load->set_bytes_read(kGiB / 2);
+  load->set_ranks_arrived(4);
+  load->set_world_size(4);
+  load->set_elapsed_ms(1000);
+  s.set_loads_in_flight(1);
   return s;
 }
 
@@ -243,8 +254,20 @@ TEST_CASE("status prints every field in human units", "[ckptctl]") {
   CHECK_THAT(out, Catch::Matches(R"((.|\n)*bytes read +512 B\n(.|\n)*)"));
   CHECK_THAT(out, Catch::Matches(R"((.|\n)*checkpoints committed +42\n(.|\n)*)"));
   CHECK_THAT(out, Catch::Contains("saves in flight: 1"));
-  CHECK_THAT(out, Catch::Contains("job llama step 1000: writing, 1.0 GiB / "
-                                  "4.0 GiB (25.0%), ranks 6/8 snapshotted"));
+  CHECK_THAT(out, Catch::Contains("save job llama step 1000: writing, 1.0 GiB / "
+                                  "4.0 GiB (25.0%), 512.0 MiB/s, ETA 6s, ranks 6/8 snapshotted"));
+  CHECK_THAT(out, Catch::Contains("loads in flight: 1"));
+  CHECK_THAT(out, Catch::Contains("load job gpt step latest: reading, 512.0 MiB / 2.0 GiB read "
+                                  "(25.0%), 512.0 MiB/s, ETA 3s, ranks 4/4 arrived"));
+}
+
+TEST_CASE("watch prints status until nothing is in flight", "[ckptctl]") {
+  FakeDaemon daemon;
+  daemon.node.status.set_version("0.1.0");  // idle: one round, then done
+  REQUIRE(RunWatch(daemon.MakeCall(), std::chrono::milliseconds(1), /*json=*/true) == kExitOk);
+  const std::string out = daemon.out.str();
+  CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+  CHECK_THAT(out, Catch::Contains("\"version\":\"0.1.0\""));
 }
 
 TEST_CASE("status with nothing in flight and no pool", "[ckptctl]") {
