@@ -31,8 +31,10 @@ quiet() {
 # 1. Install.
 prefix=$work/prefix
 quiet "$CMAKE" --install "$CKPT_BUILD_DIR" --prefix "$prefix"
-libdir=$(sed -n 's/^libdir=\${prefix}\///p' "$prefix"/lib*/pkgconfig/ckpt.pc 2>/dev/null || true)
-[ -n "$libdir" ] || fail "no ckpt.pc under $prefix/lib*/pkgconfig"
+# lib, or lib/<multiarch> where the build was configured for /usr.
+pc=$(find "$prefix" -path '*/pkgconfig/ckpt.pc' | head -n 1)
+[ -n "$pc" ] || fail "cmake --install did not install ckpt.pc"
+libdir=$(sed -n 's/^libdir=\${prefix}\///p' "$pc")
 for f in bin/ckptd bin/ckptctl bin/ckpt-bench "$libdir"/libckpt_client.so \
     include/ckpt/client.h include/ckpt/types.h \
     "$libdir"/cmake/ckpt/ckptConfig.cmake "$libdir"/cmake/ckpt/ckptConfigVersion.cmake \
@@ -104,10 +106,10 @@ fi
 quiet "$CPACK" -G DEB --config "$CKPT_BUILD_DIR/CPackConfig.cmake" -B "$work/pkg"
 deb=$(ls "$work"/pkg/ckpt_*.deb)
 dpkg -c "$deb" | awk '{print $6}' | sed 's/^\.//' >"$work/deb.list"
-for f in /usr/bin/ckptd /usr/bin/ckptctl /usr/bin/ckpt-bench /usr/lib/libckpt_client.so \
+for f in /usr/bin/ckptd /usr/bin/ckptctl /usr/bin/ckpt-bench /usr/"$libdir"/libckpt_client.so \
     /usr/include/ckpt/client.h /usr/include/ckpt/types.h \
-    /usr/lib/cmake/ckpt/ckptConfig.cmake /usr/lib/cmake/ckpt/ckptTargets.cmake \
-    /usr/lib/pkgconfig/ckpt.pc /usr/lib/systemd/system/ckptd.service /etc/ckpt/ckptd.flags \
+    /usr/"$libdir"/cmake/ckpt/ckptConfig.cmake /usr/"$libdir"/cmake/ckpt/ckptTargets.cmake \
+    /usr/"$libdir"/pkgconfig/ckpt.pc /usr/lib/systemd/system/ckptd.service /etc/ckpt/ckptd.flags \
     /usr/lib/sysusers.d/ckptd.conf /usr/lib/tmpfiles.d/ckptd.conf; do
   grep -qx "$f" "$work/deb.list" || fail "the .deb lacks $f"
 done
