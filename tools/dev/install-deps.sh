@@ -9,6 +9,7 @@ packages=(
   clang libclang-rt-14-dev fio openssl
   libsystemd-dev
   python3-dev pybind11-dev python3-pytest python3-torch
+  dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps, and file to find the binaries
 )
 
 missing=()
