@@ -8,6 +8,7 @@
 
 #include "absl/time/time.h"
 #include "daemon/coordinator/manifest_check.h"
+#include "daemon/coordinator/retention_policy.h"
 #include "proto/lib/request_limits.h"
 
 namespace ckpt::server {
@@ -51,6 +52,9 @@ struct DaemonOptions {
   absl::Duration snapshot_timeout = absl::Seconds(300);
   // How long a save or load may wait for room in the pool.
   absl::Duration pool_wait_timeout = absl::Seconds(60);
+  // Checkpoints kept after each commit (--retain_*, --retention); the
+  // default keeps every step.
+  coordinator::RetentionConfig retention;
 };
 
 // The save batch in effect: save_batch_bytes if set, else a sixteenth of the

@@ -169,6 +169,7 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   absl::StatusOr<int> removed = d->coordinator_->catalog().RemoveStalePartials();
   if (!removed.ok()) return removed.status();
   d->removed_partials_ = *removed;
+  d->coordinator_->EnableRetention(o.retention);
 
   d->sessions_ = std::make_unique<RankSessions>(SessionLimits{o.max_sessions, static_cast<int>(o.limits.max_world_size)});
   // Each writer and reader sets up its I/O (io_uring ring, pool pinned as

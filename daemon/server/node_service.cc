@@ -12,6 +12,7 @@
 #include "daemon/coordinator/save_planner.h"
 #include "daemon/coordinator/verify.h"
 #include "daemon/server/chunk_reader.h"
+#include "daemon/server/collect_garbage.h"
 #include "proto/lib/grpc_status.h"
 #include "proto/lib/request_limits.h"
 #include "proto/lib/validation.h"
@@ -403,6 +404,12 @@ grpc::Status NodeService::CancelSave(grpc::ServerContext*, const v1::CancelSaveR
   save->Fail(absl::CancelledError(absl::StrCat("save of job ", request->job(), " step ",
                                                request->step(), " cancelled by operator")));
   return grpc::Status::OK;
+}
+
+grpc::Status NodeService::CollectGarbage(grpc::ServerContext*,
+                                         const v1::CollectGarbageRequest* request,
+                                         v1::CollectGarbageResponse* response) {
+  return Reply(server::CollectGarbage(context_.coordinator, *request), response);
 }
 
 void NodeService::Reap(absl::Time now) {
