@@ -63,6 +63,15 @@ ABSL_FLAG(uint64_t, max_manifest_chunk_bytes, uint64_t{1} << 32, "One stored chu
 ABSL_FLAG(int32_t, plan_timeout_s, 120, "Abort a save or load whose ranks do not all arrive in time");
 ABSL_FLAG(int32_t, snapshot_timeout_s, 300, "Abort a save whose ranks do not all snapshot in time");
 ABSL_FLAG(int32_t, pool_wait_timeout_s, 60, "How long a save or load may wait for pool room");
+// Retention after each commit (ckptctl gc does the same on demand).
+ABSL_FLAG(int64_t, retain_last, 0,
+          "Keep the newest N valid steps of each job, delete older ones after each commit "
+          "(0: keep every step)");
+ABSL_FLAG(int64_t, retain_every, 0, "Also keep the steps that are multiples of K (0: none)");
+ABSL_FLAG(int64_t, retain_grace_s, 60,
+          "Never delete a step committed less than this many seconds ago (also ckptctl gc's default)");
+ABSL_FLAG(std::string, retention, "",
+          "Per-job overrides, e.g. jobA:last=3:every=100,jobB:last=10:grace_s=0");
 ABSL_FLAG(std::string, fault_kill_at, "", "Testing: SIGKILL this process at the named fault point");
 
 int main(int argc, char** argv) {
@@ -125,6 +134,16 @@ int main(int argc, char** argv) {
   o.plan_timeout = absl::Seconds(absl::GetFlag(FLAGS_plan_timeout_s));
   o.snapshot_timeout = absl::Seconds(absl::GetFlag(FLAGS_snapshot_timeout_s));
   o.pool_wait_timeout = absl::Seconds(absl::GetFlag(FLAGS_pool_wait_timeout_s));
+
+  absl::StatusOr<ckpt::coordinator::RetentionConfig> retention =
+      ckpt::coordinator::ParseRetentionConfig(
+          absl::GetFlag(FLAGS_retain_last), absl::GetFlag(FLAGS_retain_every),
+          absl::GetFlag(FLAGS_retain_grace_s), absl::GetFlag(FLAGS_retention));
+  if (!retention.ok()) {
+    absl::FPrintF(stderr, "ckptd: cannot start: %s\n", retention.status().ToString());
+    return 1;
+  }
+  o.retention = *retention;
 
   absl::StatusOr<std::unique_ptr<ckpt::server::NodeDaemon>> daemon =
       ckpt::server::NodeDaemon::Create(o);
