@@ -142,9 +142,9 @@ absl::StatusOr<GcResult> GarbageCollector::Collect(const std::string& job,
     if (pin.ok()) {
       locks[c.step()] = std::move(*pin);
     } else if (absl::IsUnavailable(pin.status())) {
-      f.in_use = "in use (a load or an export holds it)";
+      f.in_use = "in use: a load or an export holds its pin";
     } else if (!absl::IsNotFound(pin.status())) {
-      f.in_use = absl::StrCat("cannot tell whether it is in use (", pin.status().message(), ")");
+      f.in_use = absl::StrCat("cannot tell whether it is in use: ", pin.status().message());
     }
   }
 
@@ -164,7 +164,10 @@ absl::StatusOr<GcResult> GarbageCollector::Collect(const std::string& job,
     }
     out.outcome = GcStep::Outcome::kDeleted;
     out.bytes = TreeBytes(backend_, dir, 0);
-    if (dry_run) continue;
+    if (dry_run) {
+      locks.erase(d.step);
+      continue;
+    }
     const std::string trash = TrashDir(catalog_.root(), job, d.step, catalog_.NewPartialId());
     if (absl::Status s = backend_.Rename(dir, trash); !s.ok()) {
       out.outcome = GcStep::Outcome::kFailed;

@@ -172,8 +172,8 @@ TEST_CASE("gc never deletes LATEST after a rollback, a step being loaded or a pi
   REQUIRE(gc.ok());
   CHECK(Contains(gc.output, "step 10: deleted"));
   CHECK(Contains(gc.output, "step 15: kept (latest)"));
-  CHECK(Contains(gc.output, "step 20: kept (in use (a load or an export holds it))"));
-  CHECK(Contains(gc.output, "step 30: kept (in use (a load or an export holds it))"));
+  CHECK(Contains(gc.output, "step 20: kept (in use: a load or an export holds its pin)"));
+  CHECK(Contains(gc.output, "step 30: kept (in use: a load or an export holds its pin)"));
   CHECK(Contains(gc.output, "step 40: kept (one of the newest 1)"));
   CHECK(Entries(d, "pinned") ==
         std::vector<std::string>{"step-15", "step-20", "step-30", "step-40"});

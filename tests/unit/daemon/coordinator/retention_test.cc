@@ -78,7 +78,7 @@ TEST_CASE("policy: the newest N, multiples of K and latest are kept", "[retentio
 TEST_CASE("policy: steps in use, young steps and steps of unknown age are kept", "[retention]") {
   std::vector<StepFacts> steps = {Old(1), Old(2), Old(3), Old(4), Old(5)};
   steps.back().latest = true;
-  steps[0].in_use = "in use (a load or an export holds it)";
+  steps[0].in_use = "in use: a load or an export holds its pin";
   steps[1].committed = kNow - absl::Seconds(10);
   steps[2].committed.reset();
   RetentionPolicy policy;
@@ -86,7 +86,7 @@ TEST_CASE("policy: steps in use, young steps and steps of unknown age are kept",
   policy.grace = absl::Seconds(60);
   auto d = Decide(policy, steps);
   CHECK(Kept(d) == std::vector<int64_t>{1, 2, 3, 5});
-  CHECK(d[1].second == "in use (a load or an export holds it)");
+  CHECK(d[1].second == "in use: a load or an export holds its pin");
   CHECK(d[2].second == "committed 10s ago, within the grace period of 60s");
   CHECK(d[3].second == "its commit time is unknown");
   CHECK_FALSE(d[4].first);
@@ -243,7 +243,7 @@ TEST_CASE("gc deletes what the policy says, keeps LATEST after a rollback and pi
   CKPT_REQUIRE_OK(dry);
   auto steps = ByStep(*dry);
   CHECK(steps[1].outcome == GcStep::Outcome::kKept);
-  CHECK(steps[1].reason == "in use (a load or an export holds it)");
+  CHECK(steps[1].reason == "in use: a load or an export holds its pin");
   CHECK(steps[2].outcome == GcStep::Outcome::kDeleted);
   CHECK(steps[2].bytes > 10);  // data and MANIFEST
   CHECK(steps[3].reason == "latest");
