@@ -2,7 +2,8 @@
 // points of the delete protocol, daemon/coordinator/retention.h) while
 // `ckptctl gc` deletes steps 1 and 2 of four. The deleted steps are never
 // listed again, not even half; the kept ones are listed and load bit-exact;
-// and the restart finishes the delete, leaving no trash.
+// and the restart finishes the delete, leaving no trash. The same when the
+// kill lands in the daemon's own retention run right after a commit.
 #include <signal.h>
 
 #include <grpcpp/grpcpp.h>
@@ -103,6 +104,42 @@ TEST_CASE("SIGKILL during gc leaves no listed half-checkpoint; a restart finishe
   INFO(again.output);
   CHECK(again.ok());
   CHECK(again.output.find("deleted 0 of 2 steps") != std::string::npos);
+}
+
+TEST_CASE("SIGKILL during retention after a commit keeps the commit and the policy",
+          "[fault][crash][gc][retention]") {
+  TestDaemon d;
+  const std::vector<std::string> retain = {"--retain_last=2", "--retain_grace_s=0"};
+  std::vector<std::string> flags = retain;
+  flags.push_back("--fault_kill_at=gc.mid_remove");
+  REQUIRE(d.Start(flags).ok());
+  // Retention after step 2 has nothing to delete; after step 3 it deletes
+  // step 1 and the daemon dies in the middle of removing it. Step 3's
+  // commit came first: whether its rank heard so before the kill is a race
+  // this test does not look at.
+  for (int64_t step = 1; step <= 2; ++step) {
+    for (const ExitInfo& r : d.RunRanks("autocrash", "save", 2, step, 1)) {
+      INFO(r.output);
+      REQUIRE(r.ok());
+    }
+  }
+  d.RunRanks("autocrash", "save", 2, 3, 1);
+  const ExitInfo daemon = d.WaitExit();
+  INFO(daemon.output);
+  REQUIRE(daemon.signal == SIGKILL);
+  REQUIRE(daemon.output.find("fault point gc.mid_remove") != std::string::npos);
+  const std::vector<std::string> trash = Named(d, "autocrash", ".trash-");
+  REQUIRE(trash.size() == 1);
+  CHECK(trash[0].rfind(".step-1.trash-testhost-", 0) == 0);
+
+  REQUIRE(d.Start(retain).ok());
+  CHECK(ListDir(d.job_dir("autocrash")) == std::vector<std::string>{"LATEST", "step-2", "step-3"});
+  CHECK(ListedSteps(d, "autocrash") == std::vector<int64_t>{2, 3});
+  for (const ExitInfo& r : d.RunRanks("autocrash", "load", 3, -1, 1, 2)) {
+    INFO(r.output);
+    CHECK(r.ok());
+    CHECK(r.output.find("loaded step 3:") != std::string::npos);
+  }
 }
 
 }  // namespace ckpt::testing
