@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   app.add_option("--address", address,
                  "ckptd's TCP address HOST:PORT; wins over --socket");
   app.add_option("--timeout", timeout_s,
-                 "seconds to wait for an answer (default 30; 3600 for verify)")
+                 "seconds to wait for an answer (default 30; 3600 for verify and gc)")
       ->check(kTimeoutValidator);
 
   bool json = false;
@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
   }
 
   const std::chrono::seconds default_timeout =
-      command == verify ? ckpt::ctl::kDefaultVerifyTimeout
+      command == verify || command == gc ? ckpt::ctl::kDefaultVerifyTimeout
                         : ckpt::ctl::kDefaultTimeout;
   const std::chrono::milliseconds timeout =
       timeout_s ? std::chrono::milliseconds(
