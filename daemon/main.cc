@@ -85,6 +85,15 @@ ABSL_FLAG(std::string, token_file, "",
           "token; without both it binds loopback only and refuses every call");
 ABSL_FLAG(std::string, read_token_file, "",
           "TCP: file holding a read-only bearer token (status, list, inspect, verify)");
+// Retention after each commit (ckptctl gc does the same on demand).
+ABSL_FLAG(int64_t, retain_last, 0,
+          "Keep the newest N valid steps of each job, delete older ones after each commit "
+          "(0: keep every step)");
+ABSL_FLAG(int64_t, retain_every, 0, "Also keep the steps that are multiples of K (0: none)");
+ABSL_FLAG(int64_t, retain_grace_s, 60,
+          "Never delete a step committed less than this many seconds ago (also ckptctl gc's default)");
+ABSL_FLAG(std::string, retention, "",
+          "Per-job overrides, e.g. jobA:last=3:every=100,jobB:last=10:grace_s=0");
 #ifdef CKPT_FAULT_INJECTION
 ABSL_FLAG(std::string, fault_kill_at, "", "Testing: SIGKILL this process at the named fault point");
 #endif
@@ -162,6 +171,16 @@ int main(int argc, char** argv) {
   o.plan_timeout = absl::Seconds(absl::GetFlag(FLAGS_plan_timeout_s));
   o.snapshot_timeout = absl::Seconds(absl::GetFlag(FLAGS_snapshot_timeout_s));
   o.pool_wait_timeout = absl::Seconds(absl::GetFlag(FLAGS_pool_wait_timeout_s));
+
+  absl::StatusOr<ckpt::coordinator::RetentionConfig> retention =
+      ckpt::coordinator::ParseRetentionConfig(
+          absl::GetFlag(FLAGS_retain_last), absl::GetFlag(FLAGS_retain_every),
+          absl::GetFlag(FLAGS_retain_grace_s), absl::GetFlag(FLAGS_retention));
+  if (!retention.ok()) {
+    absl::FPrintF(stderr, "ckptd: cannot start: %s\n", retention.status().ToString());
+    return 1;
+  }
+  o.retention = *retention;
 
   absl::StatusOr<std::unique_ptr<ckpt::server::NodeDaemon>> daemon =
       ckpt::server::NodeDaemon::Create(o);

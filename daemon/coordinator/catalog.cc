@@ -78,7 +78,14 @@ absl::StatusOr<int> Catalog::RemoveStalePartials() {
     absl::StatusOr<std::vector<std::string>> entries = backend_.ListDir(job_dir);
     if (!entries.ok()) continue;  // a file, not a job directory
     int removed_here = 0;
+    std::vector<std::string> trash;
     for (const std::string& entry : *entries) {
+      // A step an earlier gc of this host renamed to trash and did not
+      // finish removing (retention.h); another host's may be in progress.
+      const std::optional<PartialDirName> deleting = ParseTrashDirName(entry);
+      if (deleting && deleting->host == host_ && deleting->instance != instance_) {
+        trash.push_back(absl::StrCat(job_dir, "/", entry));
+      }
       const std::optional<PartialDirName> partial = ParsePartialDirName(entry);
       // Another host's may be a save in flight on a shared root; an unnamed
       // one (older versions) cannot be told apart from one: both stay.
@@ -87,8 +94,16 @@ absl::StatusOr<int> Catalog::RemoveStalePartials() {
       if (absl::Status s = backend_.RemoveAll(path); !s.ok()) return s;
       ++removed_here;
     }
-    if (removed_here > 0) {
+    if (removed_here > 0 || !trash.empty()) {
+      // Also makes the renames to trash durable before their files go.
       if (absl::Status s = backend_.SyncDir(job_dir); !s.ok()) return s;
+    }
+    for (const std::string& path : trash) {
+      if (absl::Status s = backend_.RemoveAll(path); !s.ok()) return s;
+    }
+    if (!trash.empty()) {
+      Log(absl::StrCat("job ", job, ": finished deleting ", trash.size(),
+                       " steps an interrupted gc had moved to trash"));
     }
     removed += removed_here;
     absl::StatusOr<std::optional<int64_t>> repaired = RepairLatest(backend_, root_, job);

@@ -52,8 +52,10 @@ class Catalog {
   // Start-up clean-up: removes the partial directories this host's earlier
   // daemon instances left (never another host's, which may be saving right
   // now on a shared root, nor this instance's own), and repairs LATEST from
-  // a LATEST.next a crash left (commit.h). Returns how many directories it
-  // removed. Logs what it repaired.
+  // a LATEST.next a crash left (commit.h), and finishes the deletes of
+  // steps this host's earlier instances had moved to trash (retention.h).
+  // Returns how many partial directories it removed. Logs what it repaired
+  // and the trash it removed.
   absl::StatusOr<int> RemoveStalePartials();
   // Committed step directories of a job, ascending; empty when the job has
   // none. Broken ones included.

@@ -1,6 +1,7 @@
 #include "daemon/coordinator/coordinator.h"
 
 #include <chrono>
+#include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,7 +15,15 @@
 namespace ckpt::coordinator {
 Coordinator::Coordinator(storage::Backend& backend, std::string root, SavePlannerOptions options,
                          CatalogOptions catalog)
-    : backend_(backend), catalog_(backend, std::move(root), std::move(catalog)), options_(options) {}
+    : backend_(backend),
+      catalog_(backend, std::move(root), std::move(catalog)),
+      options_(options),
+      gc_(backend, catalog_) {}
+
+void Coordinator::EnableRetention(RetentionConfig config) {
+  retention_config_ = config;
+  retention_ = std::make_unique<RetentionRunner>(gc_, std::move(config));
+}
 
 absl::StatusOr<v1::SaveAssignment> Coordinator::PlanSave(const v1::NodeSavePlan& node) {
   absl::StatusOr<v1::SaveAssignment> assignment = coordinator::PlanSave({node}, options_);
@@ -93,6 +102,7 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(
     absl::MutexLock lock(&mu_);
     saves_.erase(report.save_id());
   }
+  if (retention_ != nullptr) retention_->Committed(manifest.job());
   v1::CommitResult result;
   result.set_step(manifest.step());
   result.set_path(StepDir(root(), manifest.job(), manifest.step()));
@@ -112,9 +122,47 @@ void Coordinator::AbortSave(const std::string& save_id, const std::string& reaso
   (void)backend_.RemoveAll(partial);
 }
 
-absl::StatusOr<v1::LoadAssignment> Coordinator::PlanLoad(const v1::NodeLoadPlan& node) {
-  absl::StatusOr<v1::CheckpointManifest> manifest = catalog_.ReadManifest(node.job(), node.step());
-  if (!manifest.ok()) return manifest.status();
+absl::StatusOr<v1::LoadAssignment> Coordinator::PlanLoad(
+    const v1::NodeLoadPlan& node, std::unique_ptr<storage::FileLock>* pin) {
+  // Pinned before the manifest is read. "latest" may move on between the
+  // pin and the read (a commit): then the pin is taken again.
+  constexpr int kPinAttempts = 3;
+  absl::StatusOr<v1::CheckpointManifest> manifest;
+  for (int attempt = 1;; ++attempt) {
+    std::unique_ptr<storage::FileLock> held;
+    int64_t pinned_step = -1;
+    bool unpinnable = false;
+    if (pin != nullptr) {
+      absl::StatusOr<int64_t> step = catalog_.ResolveStep(node.job(), node.step());
+      if (!step.ok()) return step.status();
+      absl::StatusOr<std::unique_ptr<storage::FileLock>> pinned =
+          PinStep(backend_, root(), node.job(), *step);
+      if (pinned.ok()) {
+        held = std::move(*pinned);
+        pinned_step = *step;
+      } else if (!absl::IsNotFound(pinned.status())) {
+        // Locks do not work here (a filesystem without flock): gc cannot
+        // lock the step either, so it keeps it; load unpinned.
+        unpinnable = true;
+        std::fprintf(stderr, "ckptd: load of job %s step %lld goes on unpinned: %s\n",
+                     node.job().c_str(), static_cast<long long>(*step),
+                     std::string(pinned.status().message()).c_str());
+      }
+      // NOT_FOUND: deleted meanwhile, or no MANIFEST; the read says which.
+    }
+    manifest = catalog_.ReadManifest(node.job(), node.step());
+    if (!manifest.ok()) return manifest.status();
+    if (pin == nullptr || unpinnable) break;
+    if (held != nullptr && manifest->step() == pinned_step) {
+      *pin = std::move(held);
+      break;
+    }
+    if (attempt >= kPinAttempts) {
+      return absl::AbortedError(absl::StrCat("the latest step of job ", node.job(),
+                                             " changed ", kPinAttempts,
+                                             " times while the load pinned it; try again"));
+    }
+  }
   absl::StatusOr<v1::LoadAssignment> assignment = coordinator::PlanLoad(*manifest, {node}, options_.limits);
   if (!assignment.ok()) return assignment.status();
   assignment->set_checkpoint_path(StepDir(root(), node.job(), manifest->step()));

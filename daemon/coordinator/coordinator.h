@@ -11,6 +11,7 @@
 #define CKPT_DAEMON_COORDINATOR_COORDINATOR_H_
 
 #include <map>
+#include <memory>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -18,6 +19,9 @@
 #include "absl/synchronization/mutex.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "daemon/coordinator/catalog.h"
+#include "daemon/coordinator/retention.h"
+#include "daemon/coordinator/retention_policy.h"
+#include "daemon/coordinator/retention_runner.h"
 #include "daemon/coordinator/save_planner.h"
 #include "daemon/storage/backend.h"
 
@@ -32,6 +36,7 @@ class Coordinator {
               CatalogOptions catalog = {});
 
   Catalog& catalog() { return catalog_; }
+  GarbageCollector& garbage_collector() { return gc_; }
   const std::string& root() const { return catalog_.root(); }
 
   // Plans a save of the single host this embedded coordinator serves and
@@ -45,7 +50,16 @@ class Coordinator {
   absl::StatusOr<v1::CommitResult> ReportPersisted(const v1::NodePersistReport& report);
   // Forgets the save and removes its partial directory. Idempotent.
   void AbortSave(const std::string& save_id, const std::string& reason);
-  absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::NodeLoadPlan& node);
+  // With `pin`, the step is pinned (retention.h PinStep) before its
+  // manifest is read, and *pin holds the pin: gc does not delete the step
+  // while the caller keeps it.
+  absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::NodeLoadPlan& node,
+                                              std::unique_ptr<storage::FileLock>* pin = nullptr);
+
+  // Retention after each commit (retention_runner.h), and the grace period
+  // of a `ckptctl gc` that names none. Call once, before serving.
+  void EnableRetention(RetentionConfig config);
+  const RetentionConfig& retention() const { return retention_config_; }
 
  private:
   struct ActiveSave {
@@ -61,6 +75,9 @@ class Coordinator {
   // Commits run one at a time: LATEST and LATEST.next of a job are written
   // by one commit at a time (commit.h).
   absl::Mutex commit_mu_;
+  GarbageCollector gc_;
+  RetentionConfig retention_config_;
+  std::unique_ptr<RetentionRunner> retention_;  // last: stops before gc_ goes
 };
 
 }  // namespace ckpt::coordinator

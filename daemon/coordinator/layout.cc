@@ -23,16 +23,20 @@ std::optional<int64_t> ParseLatestContents(absl::string_view contents) {
   return ParseStepDirName(absl::StrCat("step-", contents));
 }
 
-std::optional<PartialDirName> ParsePartialDirName(absl::string_view name) {
+namespace {
+
+// ".step-<N><marker><host>-<instance>-<seq>", marker ".partial-" or ".trash-".
+std::optional<PartialDirName> ParseOwnedDirName(absl::string_view name,
+                                                absl::string_view marker) {
   absl::string_view rest = name;
   if (!absl::ConsumePrefix(&rest, ".step-")) return std::nullopt;
-  const size_t dot = rest.find(".partial-");
+  const size_t dot = rest.find(marker);
   if (dot == absl::string_view::npos) return std::nullopt;
   PartialDirName out;
   const absl::string_view digits = rest.substr(0, dot);
   if (!ParseStepDirName(absl::StrCat("step-", digits)).has_value()) return std::nullopt;
   out.step = *ParseStepDirName(absl::StrCat("step-", digits));
-  rest.remove_prefix(dot + std::string_view(".partial-").size());
+  rest.remove_prefix(dot + marker.size());
   const size_t seq_dash = rest.rfind('-');
   if (seq_dash == absl::string_view::npos || seq_dash + 1 == rest.size()) return std::nullopt;
   for (char c : rest.substr(seq_dash + 1)) {
@@ -50,6 +54,16 @@ std::optional<PartialDirName> ParsePartialDirName(absl::string_view name) {
   out.host = std::string(rest.substr(0, rest.size() - kInstanceIdLength - 1));
   out.instance = std::string(instance);
   return out;
+}
+
+}  // namespace
+
+std::optional<PartialDirName> ParsePartialDirName(absl::string_view name) {
+  return ParseOwnedDirName(name, ".partial-");
+}
+
+std::optional<PartialDirName> ParseTrashDirName(absl::string_view name) {
+  return ParseOwnedDirName(name, ".trash-");
 }
 
 bool IsPartialDirName(absl::string_view name) {

@@ -4,6 +4,9 @@
 //   <root>/<job>/.step-<N>.partial-<host>-<instance>-<seq>/
 //                                          (in progress or abandoned; named by
 //                                          the daemon that writes it)
+//   <root>/<job>/.step-<N>.trash-<host>-<instance>-<seq>/
+//                                          (a step gc is deleting: see
+//                                          retention.h; never listed)
 //   <root>/<job>/LATEST                    (latest committed step, decimal)
 //   <root>/<job>/LATEST.next               (the step being committed: see commit.h)
 #ifndef CKPT_DAEMON_COORDINATOR_LAYOUT_H_
@@ -28,6 +31,12 @@ inline std::string StepDir(absl::string_view root, absl::string_view job, int64_
 inline std::string PartialDir(absl::string_view root, absl::string_view job, int64_t step,
                               absl::string_view id) {
   return absl::StrCat(JobDir(root, job), "/.step-", step, ".partial-", id);
+}
+// Where gc renames step N before removing it: named like a partial
+// directory (same id), so it is never listed and a restart knows whose it is.
+inline std::string TrashDir(absl::string_view root, absl::string_view job, int64_t step,
+                            absl::string_view id) {
+  return absl::StrCat(JobDir(root, job), "/.step-", step, ".trash-", id);
 }
 inline constexpr char kManifestName[] = "MANIFEST";
 inline constexpr char kLatestName[] = "LATEST";
@@ -56,6 +65,8 @@ struct PartialDirName {
 // nullopt for anything else, including partial directories of older
 // versions that did not name their owner.
 std::optional<PartialDirName> ParsePartialDirName(absl::string_view name);
+// The same for ".step-<N>.trash-<host>-<instance>-<seq>" (TrashDir).
+std::optional<PartialDirName> ParseTrashDirName(absl::string_view name);
 
 // The step of a "step-<N>" entry name, or nullopt for anything else.
 std::optional<int64_t> ParseStepDirName(absl::string_view name);

@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "daemon/auth/access_policy.h"
 #include "daemon/coordinator/manifest_check.h"
+#include "daemon/coordinator/retention_policy.h"
 #include "proto/lib/request_limits.h"
 
 namespace ckpt::server {
@@ -62,6 +63,10 @@ struct DaemonOptions {
   std::string tls_client_ca_file;  // if set, TCP peers must present a certificate it signed
   std::string token_file;           // admin token
   std::string read_token_file;      // read-only token (status, list, inspect, verify)
+
+  // Checkpoints kept after each commit (--retain_*, --retention); the
+  // default keeps every step.
+  coordinator::RetentionConfig retention;
 };
 
 // The save batch in effect: save_batch_bytes if set, else a sixteenth of the

@@ -120,13 +120,15 @@ absl::Status LoadSession::Plan() {
       }
     }
   }
-  absl::StatusOr<v1::LoadAssignment> assignment = context_.coordinator.PlanLoad(plan);
+  std::unique_ptr<storage::FileLock> pin;
+  absl::StatusOr<v1::LoadAssignment> assignment = context_.coordinator.PlanLoad(plan, &pin);
   if (!assignment.ok()) return WithContext(assignment.status(), Name());
 
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   absl::MutexLock lock(&mu_);
   if (!error_.ok()) return error_;
   assignment_ = std::move(*assignment);
+  pin_ = std::move(pin);
   load_id_ = absl::StrFormat("load-%016x", rng());
   object_bytes_.assign(world_size_, {});
   for (const v1::LoadAssignment::RankSizes& sizes : assignment_.sizes()) {
@@ -317,7 +319,10 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
   if (state.next >= state.groups.size()) {
     if (!state.done) {
       state.done = true;
-      if (++done_ranks_ == world_size_) LogSummaryLocked();
+      if (++done_ranks_ == world_size_) {
+        LogSummaryLocked();
+        pin_.reset();  // every byte is delivered: gc may have the step
+      }
     }
     batch.set_last(true);
     return batch;
@@ -386,6 +391,7 @@ void LoadSession::FailLocked(const absl::Status& status) {
   if (!error_.ok()) return;
   error_ = status;
   failed_.store(true, std::memory_order_release);
+  pin_.reset();  // nothing more will be delivered: gc may have the step
   FreeReadyRoomsLocked();
 }
 

@@ -108,6 +108,9 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   absl::Time deadline_ ABSL_GUARDED_BY(mu_);
   std::string load_id_ ABSL_GUARDED_BY(mu_);
   v1::LoadAssignment assignment_ ABSL_GUARDED_BY(mu_);
+  // The step's pin (coordinator/retention.h): gc keeps the step until every
+  // rank is done or the session is gone.
+  std::unique_ptr<storage::FileLock> pin_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<uint64_t>> object_bytes_ ABSL_GUARDED_BY(mu_);
   std::vector<Group> groups_ ABSL_GUARDED_BY(mu_);
   size_t next_to_read_ ABSL_GUARDED_BY(mu_) = 0;

@@ -200,6 +200,7 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   absl::StatusOr<int> removed = d->coordinator_->catalog().RemoveStalePartials();
   if (!removed.ok()) return removed.status();
   d->removed_partials_ = *removed;
+  d->coordinator_->EnableRetention(o.retention);
 
   absl::StatusOr<auth::AccessPolicy> policy = auth::AccessPolicy::Create(o.access, geteuid());
   if (!policy.ok()) return policy.status();

@@ -14,6 +14,7 @@
 #include "daemon/coordinator/save_planner.h"
 #include "daemon/coordinator/verify.h"
 #include "daemon/server/chunk_reader.h"
+#include "daemon/server/collect_garbage.h"
 #include "proto/lib/grpc_status.h"
 #include "proto/lib/request_limits.h"
 #include "proto/lib/validation.h"
@@ -488,6 +489,18 @@ grpc::Status NodeService::CancelSave(grpc::ServerContext* context, const v1::Can
   save->Fail(absl::CancelledError(absl::StrCat("save of job ", request->job(), " step ",
                                                request->step(), " cancelled by operator")));
   return grpc::Status::OK;
+}
+
+grpc::Status NodeService::CollectGarbage(grpc::ServerContext* context,
+                                         const v1::CollectGarbageRequest* request,
+                                         v1::CollectGarbageResponse* response) {
+  // Deleting checkpoints: the job's owner, or an admin operator.
+  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kUse);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  if (absl::Status s = AuthorizeJob(*caller, request->job(), auth::Permission::kAdmin); !s.ok()) {
+    return ToGrpc(s);
+  }
+  return Reply(server::CollectGarbage(context_.coordinator, *request), response);
 }
 
 void NodeService::Reap(absl::Time now) {

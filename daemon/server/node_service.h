@@ -74,6 +74,8 @@ class NodeService final
                                 v1::VerifyCheckpointResponse*) override;
   grpc::Status CancelSave(grpc::ServerContext*, const v1::CancelSaveRequest*,
                           v1::CancelSaveResponse*) override;
+  grpc::Status CollectGarbage(grpc::ServerContext*, const v1::CollectGarbageRequest*,
+                              v1::CollectGarbageResponse*) override;
 
  private:
   friend class WatchReactor;

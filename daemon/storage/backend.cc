@@ -13,13 +13,109 @@
 // On failure the temporary file is removed (best effort) and path is untouched.
 #include "daemon/storage/backend.h"
 
+#include <map>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/lib/status_context.h"
 
 namespace ckpt::storage {
+namespace {
+
+// The default LockFile: locks of this process, by path. Backends that live
+// in this process only (memory) need no more; the others override it.
+class ProcessLocks {
+ public:
+  static ProcessLocks& Get() {
+    static ProcessLocks* locks = new ProcessLocks;  // never destroyed: locks may outlive main
+    return *locks;
+  }
+  // False when !wait and the lock is taken in a conflicting mode.
+  bool Acquire(const std::string& path, LockMode mode, bool wait) {
+    absl::MutexLock lock(&mu_);
+    struct Args {
+      ProcessLocks* self;
+      const std::string* path;
+      LockMode mode;
+    } args{this, &path, mode};
+    const absl::Condition free(
+        +[](Args* a) ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->self->FreeLocked(*a->path, a->mode); },
+        &args);
+    if (!wait && !free.Eval()) return false;
+    mu_.Await(free);
+    Holders& h = held_[path];
+    if (mode == LockMode::kExclusive) {
+      h.exclusive = true;
+    } else {
+      ++h.shared;
+    }
+    return true;
+  }
+  void Release(const std::string& path, LockMode mode) {
+    absl::MutexLock lock(&mu_);
+    auto it = held_.find(path);
+    if (it == held_.end()) return;
+    if (mode == LockMode::kExclusive) {
+      it->second.exclusive = false;
+    } else if (it->second.shared > 0) {
+      --it->second.shared;
+    }
+    if (!it->second.exclusive && it->second.shared == 0) held_.erase(it);
+  }
+
+ private:
+  struct Holders {
+    int shared = 0;
+    bool exclusive = false;
+  };
+  bool FreeLocked(const std::string& path, LockMode mode) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = held_.find(path);
+    if (it == held_.end()) return true;
+    return mode == LockMode::kShared ? !it->second.exclusive
+                                     : !it->second.exclusive && it->second.shared == 0;
+  }
+  absl::Mutex mu_;
+  std::map<std::string, Holders> held_ ABSL_GUARDED_BY(mu_);
+};
+
+class ProcessFileLock : public FileLock {
+ public:
+  ProcessFileLock(std::string path, LockMode mode) : path_(std::move(path)), mode_(mode) {}
+  ~ProcessFileLock() override { ProcessLocks::Get().Release(path_, mode_); }
+
+ private:
+  const std::string path_;
+  const LockMode mode_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FileLock>> Backend::LockFile(const std::string& path,
+                                                           LockMode mode, bool wait) {
+  const auto missing = [&] {
+    return absl::NotFoundError(absl::StrCat("lock ", path, ": No such file or directory"));
+  };
+  absl::StatusOr<bool> exists = Exists(path);
+  if (!exists.ok()) return exists.status();
+  if (!*exists) return missing();
+  if (!ProcessLocks::Get().Acquire(path, mode, wait)) {
+    return absl::UnavailableError(absl::StrCat("lock ", path, ": locked by another holder"));
+  }
+  auto held = std::make_unique<ProcessFileLock>(path, mode);
+  // Renamed or removed while this waited: the path no longer names it.
+  exists = Exists(path);
+  if (!exists.ok()) return exists.status();
+  if (!*exists) return missing();
+  return held;
+}
+
+absl::StatusOr<absl::Time> Backend::ModifiedTime(const std::string& path) {
+  return absl::UnimplementedError(
+      absl::StrCat("modification time of ", path, ": the ", Name(), " backend keeps none"));
+}
 
 absl::Status WritableFile::WriteBatch(absl::Span<const IoOp> ops) {
   for (const IoOp& op : ops) {

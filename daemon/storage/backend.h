@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 
 namespace ckpt::storage {
@@ -61,6 +62,13 @@ class ReadableFile {
   virtual absl::StatusOr<uint64_t> Size() = 0;
 };
 
+// An advisory lock on a file (Backend::LockFile), held until destroyed.
+class FileLock {
+ public:
+  virtual ~FileLock() = default;
+};
+enum class LockMode { kShared, kExclusive };
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -94,6 +102,23 @@ class Backend {
   // Names (not paths) of the entries of a directory, sorted. NOT_FOUND if absent.
   virtual absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) = 0;
   virtual absl::StatusOr<bool> Exists(const std::string& path) = 0;
+
+  // Locks an existing file, shared (any number of holders) or exclusive (one
+  // holder, no shared ones), until the FileLock is destroyed: loads and
+  // exports pin a checkpoint with it, and garbage collection never deletes a
+  // pinned one (daemon/coordinator/retention.h). Locks exclude each other
+  // across processes where the backend can (POSIX: flock(2), which also
+  // excludes two opens of one process) and within the process on every
+  // backend (the default: a table in this process, right for memory).
+  // wait = false: UNAVAILABLE when the file is locked in a conflicting mode.
+  // NOT_FOUND when the file does not exist, or no longer does under that
+  // path once the lock is held (renamed or removed meanwhile), so a holder
+  // knows the path still names what it locked.
+  virtual absl::StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path,
+                                                            LockMode mode, bool wait);
+  // When the file or directory was last modified. UNIMPLEMENTED where the
+  // backend does not keep it (the default, memory).
+  virtual absl::StatusOr<absl::Time> ModifiedTime(const std::string& path);
 
   // Memory that most transfers will come from or go to (the daemon's pool):
   // a backend that can pre-register it with the kernel does so once

@@ -83,6 +83,13 @@ class FaultInjectionBackend : public Backend {
   absl::Status RemoveAll(const std::string& path) override;
   absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override;
   absl::StatusOr<bool> Exists(const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path, LockMode mode,
+                                                    bool wait) override {
+    return target_->LockFile(path, mode, wait);
+  }
+  absl::StatusOr<absl::Time> ModifiedTime(const std::string& path) override {
+    return target_->ModifiedTime(path);
+  }
   absl::Status RegisterMemory(void* base, size_t bytes) override {
     return target_->RegisterMemory(base, bytes);
   }

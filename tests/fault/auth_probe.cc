@@ -70,6 +70,14 @@ int main(int argc, char** argv) {
     report("cancel_foreign_job", stub->CancelSave(context().get(), request, &response));
   }
   {
+    ckpt::v1::CollectGarbageRequest request;
+    request.set_job(job);
+    request.set_keep_last(1);
+    request.set_dry_run(true);
+    ckpt::v1::CollectGarbageResponse response;
+    report("gc_foreign_job", stub->CollectGarbage(context().get(), request, &response));
+  }
+  {
     ckpt::v1::GetStatusRequest request;
     ckpt::v1::GetStatusResponse response;
     const grpc::Status s = stub->GetStatus(context().get(), request, &response);

@@ -55,6 +55,7 @@ std::map<std::string, grpc::Status> CallEveryMethod(NodeStub& stub) {
   { v1::InspectCheckpointResponse r; out["InspectCheckpoint"] = stub.InspectCheckpoint(Context().get(), {}, &r); }
   { v1::VerifyCheckpointResponse r; out["VerifyCheckpoint"] = stub.VerifyCheckpoint(Context().get(), {}, &r); }
   { v1::CancelSaveResponse r; out["CancelSave"] = stub.CancelSave(Context().get(), {}, &r); }
+  { v1::CollectGarbageResponse r; out["CollectGarbage"] = stub.CollectGarbage(Context().get(), {}, &r); }
   {
     auto context = Context();
     auto reader = stub.Watch(context.get(), v1::WatchRequest());
@@ -68,7 +69,7 @@ std::map<std::string, grpc::Status> CallEveryMethod(NodeStub& stub) {
 
 void RequireAllRefused(NodeStub& stub, StatusCode code, const std::string& says) {
   const auto results = CallEveryMethod(stub);
-  REQUIRE(results.size() == 14);
+  REQUIRE(results.size() == 15);
   for (const auto& [method, status] : results) {
     INFO(method << ": " << status.error_code() << " " << status.error_message());
     CHECK(status.error_code() == code);
@@ -251,6 +252,7 @@ TEST_CASE("other local users: refused unless allow-listed, and never on another 
     CHECK(codes.at("list_foreign_job") == denied);
     CHECK(codes.at("inspect_foreign_job") == denied);
     CHECK(codes.at("cancel_foreign_job") == denied);
+    CHECK(codes.at("gc_foreign_job") == denied);
     CHECK(codes.at("status") == 0);
     CHECK(codes.at("attach_own_job") == 0);
     CHECK(absl::StrContains(probe.output, "belongs to uid 0"));

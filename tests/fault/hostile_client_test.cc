@@ -709,7 +709,7 @@ void GarbageBytes(Target& t) {
   for (const char* method :
        {"Attach", "Detach", "Watch", "PlanSave", "NextSaveBatch", "SubmitSnapshot", "WaitSave",
         "Load", "NextLoadBatch", "GetStatus", "ListCheckpoints", "InspectCheckpoint",
-        "VerifyCheckpoint", "CancelSave"}) {
+        "VerifyCheckpoint", "CancelSave", "CollectGarbage"}) {
     const std::string path = absl::StrCat("/ckpt.v1.NodeService/", method);
     for (size_t i = 0; i < payloads.size(); ++i) {
       const grpc::Status s = call(path, payloads[i]);

@@ -80,6 +80,11 @@ class TestDaemon {
   bool Running() const { return process_ != nullptr && process_->Running(); }
   pid_t pid() const { return process_ ? process_->pid() : -1; }
   std::string Output() const { return process_ ? process_->Output() : ""; }
+  // Blocks until the daemon's output contains `text` (true), or it exited or
+  // `timeout` passed (false): for work it does in the background.
+  bool WaitForOutput(const std::string& text, absl::Duration timeout = absl::Seconds(30)) const {
+    return process_ != nullptr && process_->WaitForOutput(text, timeout);
+  }
 
   // Starts one demo rank (tools/demo/demo_rank.cc) of `job` in `mode`
   // ("save", "load" or "attach") and returns at once; `saved_world` as for

@@ -415,4 +415,13 @@ int RunCancel(const Call& call, const std::string& job, int64_t step) {
   return kExitOk;
 }
 
+grpc::Status InvokeRpc(const Call& call,
+                       const std::function<grpc::Status(grpc::ClientContext*)>& rpc) {
+  return Invoke(call, rpc);
+}
+
+int FailedRpc(const Call& call, absl::string_view command, const grpc::Status& rpc) {
+  return Fail(call, command, rpc);
+}
+
 }  // namespace ckpt::ctl

@@ -8,11 +8,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
 
 #include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -90,6 +92,12 @@ int RunList(const Call& call, const std::string& job, bool json);
 int RunInspect(const Call& call, const std::string& job, int64_t step);
 int RunVerify(const Call& call, const std::string& job, int64_t step, bool json = false);
 int RunCancel(const Call& call, const std::string& job, int64_t step);
+
+// For commands in other files (gc.h): one RPC with the call's deadline, and
+// the exit code and error line of a failed one.
+grpc::Status InvokeRpc(const Call& call,
+                       const std::function<grpc::Status(grpc::ClientContext*)>& rpc);
+int FailedRpc(const Call& call, absl::string_view command, const grpc::Status& rpc);
 
 }  // namespace ckpt::ctl
 

@@ -23,6 +23,7 @@
 #include "daemon/coordinator/catalog.h"
 #include "daemon/coordinator/load_planner.h"
 #include "daemon/coordinator/layout.h"
+#include "daemon/coordinator/retention.h"
 #include "daemon/server/chunk_reader.h"
 #include "daemon/storage/backend_factory.h"
 #include "google/protobuf/struct.pb.h"
@@ -193,6 +194,15 @@ absl::Status ExportSafetensors(const ExportOptions& o, std::ostream& log) {
   coordinator::Catalog catalog(*backend, o.storage_root);
   absl::StatusOr<int64_t> step = catalog.ResolveStep(o.job, o.step);
   if (!step.ok()) return step.status();
+  // ckptd's gc keeps a pinned step (coordinator/retention.h) until this
+  // returns. Pinned before the manifest is read: a step deleted meanwhile
+  // reads as not found, never as half a checkpoint.
+  absl::StatusOr<std::unique_ptr<storage::FileLock>> pin =
+      coordinator::PinStep(*backend, o.storage_root, o.job, *step);
+  if (!pin.ok() && !absl::IsNotFound(pin.status())) {
+    // Without working locks gc cannot lock the step either, and keeps it.
+    log << "warning: reading step " << *step << " unpinned: " << pin.status().message() << "\n";
+  }
   absl::StatusOr<v1::CheckpointManifest> manifest = catalog.ReadManifest(o.job, *step);
   if (!manifest.ok()) return manifest.status();
 

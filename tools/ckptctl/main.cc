@@ -12,6 +12,7 @@
 
 #include "tools/ckptctl/commands.h"
 #include "tools/ckptctl/export.h"
+#include "tools/ckptctl/gc.h"
 #include "tools/ckptctl/import_safetensors.h"
 
 namespace {
@@ -62,7 +63,7 @@ int main(int argc, char** argv) {
   app.add_option("--tls-ca", tcp.tls_ca_file,
                  "with --address: CA certificate (PEM) that signed ckptd's (default: system roots)");
   app.add_option("--timeout", timeout_s,
-                 "seconds to wait for an answer (default 30; 3600 for verify)")
+                 "seconds to wait for an answer (default 30; 3600 for verify and gc)")
       ->check(kTimeoutValidator);
 
   bool json = false;
@@ -136,6 +137,22 @@ int main(int argc, char** argv) {
   cancel->add_option("job", job, "job name")->required();
   cancel->add_option("step", step_text, "step number")->required();
 
+  ckpt::ctl::GcOptions gc_options;
+  CLI::App* gc = app.add_subcommand(
+      "gc", "delete old checkpoints of a job, keeping LATEST and steps in use (through ckptd)");
+  gc->add_option("job", gc_options.job, "job name")->required();
+  gc->add_option("--keep-last", gc_options.keep_last, "keep the newest N steps that are not broken")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  gc->add_option("--keep-every", gc_options.keep_every, "also keep steps that are multiples of K")
+      ->check(CLI::NonNegativeNumber);
+  gc->add_option("--grace-s", gc_options.grace_s,
+                 "keep steps committed less than S seconds ago (default: ckptd's --retain_grace_s)")
+      ->check(CLI::NonNegativeNumber);
+  gc->add_flag("--dry-run", gc_options.dry_run, "say what would be deleted; delete nothing");
+  gc->add_flag("--delete-broken", gc_options.delete_broken,
+               "delete broken steps too (kept by default: broken may mean unreadable right now)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -190,7 +207,7 @@ int main(int argc, char** argv) {
   }
 
   const std::chrono::seconds default_timeout =
-      command == verify ? ckpt::ctl::kDefaultVerifyTimeout
+      command == verify || command == gc ? ckpt::ctl::kDefaultVerifyTimeout
                         : ckpt::ctl::kDefaultTimeout;
   const std::chrono::milliseconds timeout =
       timeout_s ? std::chrono::milliseconds(
@@ -219,5 +236,6 @@ int main(int argc, char** argv) {
     return ckpt::ctl::RunWatch(
         call, std::chrono::milliseconds(static_cast<int64_t>(watch_interval_s * 1000)), json);
   }
+  if (command == gc) return ckpt::ctl::RunGc(call, gc_options);
   return ckpt::ctl::RunCancel(call, job, step);
 }

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -363,6 +364,61 @@ absl::StatusOr<bool> PosixBackend::Exists(const std::string& path) {
   if (::stat(path.c_str(), &st) == 0) return true;
   if (errno == ENOENT || errno == ENOTDIR) return false;
   return ErrnoStatus(errno, absl::StrCat("stat ", path));
+}
+
+namespace {
+
+class FlockFileLock : public FileLock {
+ public:
+  explicit FlockFileLock(int fd) : fd_(fd) {}
+  ~FlockFileLock() override { ::close(fd_); }  // closing the last fd drops the lock
+
+ private:
+  const int fd_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FileLock>> PosixBackend::LockFile(const std::string& path,
+                                                                LockMode mode, bool wait) {
+  const bool exclusive = mode == LockMode::kExclusive;
+  // O_NONBLOCK: a FIFO planted under the name cannot hang the open. An
+  // exclusive lock opens for writing where it may: NFS emulates flock with
+  // byte-range locks, whose exclusive kind needs a writable fd.
+  int fd = -1;
+  if (exclusive) fd = ::open(path.c_str(), O_RDWR | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open ", path, " to lock it"));
+  const int operation = (exclusive ? LOCK_EX : LOCK_SH) | (wait ? 0 : LOCK_NB);
+  int rc;
+  do {
+    rc = ::flock(fd, operation);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    const int err = errno;
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      return absl::UnavailableError(absl::StrCat("lock ", path, ": locked by another holder"));
+    }
+    return ErrnoStatus(err, absl::StrCat("lock ", path));
+  }
+  auto held = std::make_unique<FlockFileLock>(fd);
+  // Renamed or removed while this waited: the path no longer names it.
+  struct stat locked, named;
+  if (::fstat(fd, &locked) != 0) return ErrnoStatus(errno, absl::StrCat("stat ", path));
+  if (::stat(path.c_str(), &named) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("lock ", path, ": gone once locked"));
+  }
+  if (named.st_ino != locked.st_ino || named.st_dev != locked.st_dev) {
+    return absl::NotFoundError(absl::StrCat("lock ", path, ": replaced while being locked"));
+  }
+  return held;
+}
+
+absl::StatusOr<absl::Time> PosixBackend::ModifiedTime(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, absl::StrCat("stat ", path));
+  return absl::TimeFromTimespec(st.st_mtim);
 }
 
 absl::Status PosixBackend::RegisterMemory(void* base, size_t bytes) {

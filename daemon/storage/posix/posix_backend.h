@@ -47,6 +47,11 @@ class PosixBackend : public Backend {
   absl::Status RemoveAll(const std::string& path) override;
   absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override;
   absl::StatusOr<bool> Exists(const std::string& path) override;
+  // flock(2) on the file, so loads, exports and gc of different processes
+  // see each other's locks.
+  absl::StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path, LockMode mode,
+                                                    bool wait) override;
+  absl::StatusOr<absl::Time> ModifiedTime(const std::string& path) override;
   // Registers the memory as io_uring fixed buffers (RegisterFixedBuffers).
   absl::Status RegisterMemory(void* base, size_t bytes) override;
 

@@ -457,5 +457,40 @@ TEST_CASE("threads write their own files concurrently", "[storage]") {
   }
 }
 
+
+// Garbage collection relies on these (daemon/coordinator/retention.h): a
+// shared lock (a load's pin) keeps an exclusive try-lock (gc) out, and a
+// holder whose file was renamed away while it waited learns so.
+TEST_CASE("LockFile: shared locks exclude an exclusive one; missing and moved files", "[storage]") {
+  FOR_EACH_BACKEND();
+  const std::string path = root + "/MANIFEST";
+  WriteFile(backend, path, "m");
+  CHECK(backend.LockFile(root + "/none", LockMode::kShared, true).status().code() ==
+        absl::StatusCode::kNotFound);
+  {
+    auto a = backend.LockFile(path, LockMode::kShared, true);
+    auto b = backend.LockFile(path, LockMode::kShared, false);
+    CKPT_REQUIRE_OK(a);
+    CKPT_REQUIRE_OK(b);
+    auto busy = backend.LockFile(path, LockMode::kExclusive, false);
+    CHECK(busy.status().code() == absl::StatusCode::kUnavailable);
+    CHECK_THAT(std::string(busy.status().message()), Catch::Contains(path));
+  }
+  {
+    auto x = backend.LockFile(path, LockMode::kExclusive, false);
+    CKPT_REQUIRE_OK(x);
+    CHECK(backend.LockFile(path, LockMode::kShared, false).status().code() ==
+          absl::StatusCode::kUnavailable);
+    // A reader waits for the exclusive holder, which renames the file away.
+    absl::StatusOr<std::unique_ptr<FileLock>> waited;
+    std::thread reader([&] { waited = backend.LockFile(path, LockMode::kShared, true); });
+    CKPT_REQUIRE_OK(backend.Rename(path, root + "/moved"));
+    x->reset();
+    reader.join();
+    CHECK(waited.status().code() == absl::StatusCode::kNotFound);
+  }
+  CKPT_REQUIRE_OK(backend.LockFile(root + "/moved", LockMode::kExclusive, false));
+}
+
 }  // namespace
 }  // namespace ckpt::storage
