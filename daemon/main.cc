@@ -34,6 +34,12 @@ ABSL_FLAG(uint64_t, batch_bytes, 32 << 20,
 ABSL_FLAG(uint64_t, save_batch_bytes, 0,
           "Pool room a saving rank copies into at a time (0: a sixteenth of the pool, between "
           "--batch_bytes and 256 MiB)");
+ABSL_FLAG(int32_t, job_max_saves_in_flight, 4,
+          "Saves of one job in flight at once (planning, snapshotting or persisting); a save of "
+          "another step beyond it is refused");
+ABSL_FLAG(uint64_t, job_max_disk_bytes, 0,
+          "Bytes of one job's committed checkpoints plus the save being planned (0: no limit); "
+          "a save beyond it is refused before anything is written");
 ABSL_FLAG(double, job_pool_share, 0,
           "Most of the pool one job may hold while others wait, as a fraction (0: fair share "
           "among the jobs that want room)");
@@ -130,6 +136,8 @@ int main(int argc, char** argv) {
   o.batch_bytes = absl::GetFlag(FLAGS_batch_bytes);
   o.save_batch_bytes = absl::GetFlag(FLAGS_save_batch_bytes);
   o.job_pool_share = absl::GetFlag(FLAGS_job_pool_share);
+  o.job_max_saves_in_flight = absl::GetFlag(FLAGS_job_max_saves_in_flight);
+  o.job_max_disk_bytes = absl::GetFlag(FLAGS_job_max_disk_bytes);
   o.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   ckpt::RequestLimits& l = o.limits;
   l.max_world_size = absl::GetFlag(FLAGS_max_world_size);

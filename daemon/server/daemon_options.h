@@ -40,6 +40,12 @@ struct DaemonOptions {
   // The most of the pool one job may hold while others want room (0: a
   // fair share, the pool divided among the jobs that want it).
   double job_pool_share = 0;
+  // Per-job quotas: saves of one job in flight at once (a new step beyond
+  // it is refused), and bytes of its committed checkpoints on disk plus the
+  // save being planned (0: no limit). Refusals are RESOURCE_EXHAUSTED
+  // naming the quota and its flag.
+  int job_max_saves_in_flight = 4;
+  uint64_t job_max_disk_bytes = 0;
   int max_sessions = 4096;
   // Bounds on what one request may ask (checked before anything is
   // allocated) and on what a MANIFEST read from disk may contain.

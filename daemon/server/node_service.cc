@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <memory>
 
@@ -235,6 +236,21 @@ grpc::Status NodeService::PlanSave(grpc::ServerContext* context, const v1::PlanS
   std::shared_ptr<SaveSession> save;
   {
     absl::MutexLock lock(&mu_);
+    auto existing = saves_.find({rank->job, request->step()});
+    if (existing == saves_.end() || existing->second->finished()) {
+      // A new save of this job: within its quota of saves in flight?
+      int in_flight = 0;
+      for (auto it = saves_.lower_bound({rank->job, INT64_MIN});
+           it != saves_.end() && it->first.first == rank->job; ++it) {
+        in_flight += it->second->finished() ? 0 : 1;
+      }
+      if (in_flight >= context_.options.job_max_saves_in_flight) {
+        return ToGrpc(absl::ResourceExhaustedError(absl::StrCat(
+            "job ", rank->job, " has ", in_flight, " saves in flight; its quota is ",
+            context_.options.job_max_saves_in_flight, " (--job_max_saves_in_flight): step ",
+            request->step(), " must wait for one to finish")));
+      }
+    }
     std::shared_ptr<SaveSession>& slot = saves_[{rank->job, request->step()}];
     if (slot == nullptr || slot->finished()) {
       if (slot != nullptr) finished_saves_.push_back(slot);

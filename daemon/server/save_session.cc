@@ -137,6 +137,18 @@ void SaveSession::PlanAllRanks() {
       files.push_back(std::move(*file));
     }
   }
+  // The job's disk quota counts what it holds already (read before taking
+  // mu_: it lists the job's checkpoints) plus this save.
+  uint64_t disk_used = 0;
+  if (status.ok() && context_.options.job_max_disk_bytes > 0) {
+    absl::StatusOr<std::vector<v1::CheckpointSummary>> committed =
+        context_.coordinator.catalog().ListCheckpoints(job_);
+    if (committed.ok()) {
+      for (const v1::CheckpointSummary& c : *committed) disk_used += c.bytes();
+    } else {
+      status = WithContext(committed.status(), "checking the job's disk quota");
+    }
+  }
   bool cleanup = false;
   {
     absl::MutexLock lock(&mu_);
@@ -156,6 +168,13 @@ void SaveSession::PlanAllRanks() {
         rank.writes = std::move((*split)[r].writes);
         for (const v1::SaveItem& item : rank.items) bytes_total_ += item.bytes();
       }
+    }
+    const uint64_t quota = context_.options.job_max_disk_bytes;
+    if (status.ok() && quota > 0 && (bytes_total_ > quota || disk_used > quota - bytes_total_)) {
+      status = absl::ResourceExhaustedError(absl::StrCat(
+          "job ", job_, " holds ", disk_used, " bytes of checkpoints on disk and this save adds ",
+          bytes_total_, "; its quota is ", quota,
+          " (--job_max_disk_bytes): delete old steps (ckptctl gc) or raise the quota"));
     }
     if (!status.ok()) FailLocked(WithContext(status, Who()));
     if (error_.ok()) {
@@ -520,6 +539,18 @@ void SaveSession::Finish() {
   if (status.ok()) {
     result = context_.coordinator.ReportPersisted(report);
     status = result.status();
+  }
+  // The job's disk quota counts what it holds already (read before taking
+  // mu_: it lists the job's checkpoints) plus this save.
+  uint64_t disk_used = 0;
+  if (status.ok() && context_.options.job_max_disk_bytes > 0) {
+    absl::StatusOr<std::vector<v1::CheckpointSummary>> committed =
+        context_.coordinator.catalog().ListCheckpoints(job_);
+    if (committed.ok()) {
+      for (const v1::CheckpointSummary& c : *committed) disk_used += c.bytes();
+    } else {
+      status = WithContext(committed.status(), "checking the job's disk quota");
+    }
   }
   bool cleanup = false;
   {
