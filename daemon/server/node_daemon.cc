@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "daemon/gpu/device_factory.h"
+#include "gpu/device_factory.h"
 #include "daemon/storage/backend_factory.h"
 #include "proto/lib/request_limits.h"
 #include "proto/lib/status_context.h"

@@ -27,9 +27,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "daemon/gpu/device_factory.h"
-#include "daemon/gpu/device_runtime.h"
-#include "daemon/gpu/ipc_mapping_cache.h"
+#include "gpu/device_factory.h"
+#include "gpu/device_runtime.h"
+#include "gpu/ipc_mapping_cache.h"
 #include "tests/catch_skip.h"
 
 #ifdef CKPT_HAVE_CUDA

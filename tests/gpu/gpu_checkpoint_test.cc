@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "ckpt/client.h"
-#include "daemon/gpu/device_factory.h"
+#include "gpu/device_factory.h"
 #include "tests/catch_skip.h"
 #include "tests/support/test_daemon.h"
 #include "tools/demo/tensor_pattern.h"

@@ -7,7 +7,7 @@
 
 #include "ckpt/client.h"
 #include "ckpt/v1/node.grpc.pb.h"
-#include "daemon/gpu/device_factory.h"
+#include "gpu/device_factory.h"
 #include "tests/catch_skip.h"
 #include "tests/support/test_daemon.h"
 #include "tools/demo/tensor_pattern.h"

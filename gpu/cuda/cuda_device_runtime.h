@@ -1,13 +1,13 @@
 // The CUDA device runtime. This header is CUDA-free; only cuda_device_runtime.cc
 // includes the CUDA runtime headers, and it is compiled only when
 // CKPT_HAVE_CUDA is set. Call sites use DetectDeviceRuntime() instead.
-#ifndef CKPT_DAEMON_GPU_CUDA_CUDA_RUNTIME_H_
-#define CKPT_DAEMON_GPU_CUDA_CUDA_RUNTIME_H_
+#ifndef CKPT_GPU_CUDA_CUDA_RUNTIME_H_
+#define CKPT_GPU_CUDA_CUDA_RUNTIME_H_
 
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "daemon/gpu/device_runtime.h"
+#include "gpu/device_runtime.h"
 
 namespace ckpt::gpu {
 
@@ -20,4 +20,4 @@ absl::StatusOr<std::unique_ptr<DeviceRuntime>> NewCudaRuntime();
 
 }  // namespace ckpt::gpu
 
-#endif  // CKPT_DAEMON_GPU_CUDA_CUDA_RUNTIME_H_
+#endif  // CKPT_GPU_CUDA_CUDA_RUNTIME_H_

@@ -17,8 +17,8 @@
 // concurrently (they share the runtime's streams). Registering a range and
 // unregistering it are the caller's pairing: a range is registered once and
 // unregistered once, with no copies into it in flight.
-#ifndef CKPT_DAEMON_GPU_DEVICE_RUNTIME_H_
-#define CKPT_DAEMON_GPU_DEVICE_RUNTIME_H_
+#ifndef CKPT_GPU_DEVICE_RUNTIME_H_
+#define CKPT_GPU_DEVICE_RUNTIME_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -28,7 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "daemon/gpu/ipc_mapping.h"
+#include "gpu/ipc_mapping.h"
 
 namespace ckpt::gpu {
 
@@ -121,4 +121,4 @@ class DeviceRuntime {
 
 }  // namespace ckpt::gpu
 
-#endif  // CKPT_DAEMON_GPU_DEVICE_RUNTIME_H_
+#endif  // CKPT_GPU_DEVICE_RUNTIME_H_

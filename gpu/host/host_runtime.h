@@ -4,8 +4,8 @@
 // "<operation>: no GPU: <why>".
 //
 // Thread-safety: immutable after construction; safe from any thread.
-#ifndef CKPT_DAEMON_GPU_HOST_HOST_RUNTIME_H_
-#define CKPT_DAEMON_GPU_HOST_HOST_RUNTIME_H_
+#ifndef CKPT_GPU_HOST_HOST_RUNTIME_H_
+#define CKPT_GPU_HOST_HOST_RUNTIME_H_
 
 #include <cstdint>
 #include <functional>
@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-#include "daemon/gpu/device_runtime.h"
+#include "gpu/device_runtime.h"
 
 namespace ckpt::gpu {
 
@@ -52,4 +52,4 @@ class HostRuntime : public DeviceRuntime {
 
 }  // namespace ckpt::gpu
 
-#endif  // CKPT_DAEMON_GPU_HOST_HOST_RUNTIME_H_
+#endif  // CKPT_GPU_HOST_HOST_RUNTIME_H_

@@ -14,8 +14,8 @@
 // Thread-safety: all methods are safe from any thread. Opens are
 // serialized (one per allocation per rank over a job's life; it keeps two
 // threads from opening the same handle twice).
-#ifndef CKPT_DAEMON_GPU_IPC_MAPPING_CACHE_H_
-#define CKPT_DAEMON_GPU_IPC_MAPPING_CACHE_H_
+#ifndef CKPT_GPU_IPC_MAPPING_CACHE_H_
+#define CKPT_GPU_IPC_MAPPING_CACHE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -26,8 +26,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "daemon/gpu/device_runtime.h"
-#include "daemon/gpu/ipc_mapping.h"
+#include "gpu/device_runtime.h"
+#include "gpu/ipc_mapping.h"
 
 namespace ckpt::gpu {
 
@@ -64,4 +64,4 @@ class IpcMappingCache {
 
 }  // namespace ckpt::gpu
 
-#endif  // CKPT_DAEMON_GPU_IPC_MAPPING_CACHE_H_
+#endif  // CKPT_GPU_IPC_MAPPING_CACHE_H_

@@ -1,4 +1,4 @@
-#include "daemon/gpu/ipc_mapping.h"
+#include "gpu/ipc_mapping.h"
 
 #include <utility>
 

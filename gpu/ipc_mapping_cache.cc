@@ -1,4 +1,4 @@
-#include "daemon/gpu/ipc_mapping_cache.h"
+#include "gpu/ipc_mapping_cache.h"
 
 #include <utility>
 

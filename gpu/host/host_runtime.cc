@@ -1,4 +1,4 @@
-#include "daemon/gpu/host/host_runtime.h"
+#include "gpu/host/host_runtime.h"
 
 #include <utility>
 

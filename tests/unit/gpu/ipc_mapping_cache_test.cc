@@ -1,4 +1,4 @@
-#include "daemon/gpu/ipc_mapping_cache.h"
+#include "gpu/ipc_mapping_cache.h"
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -15,8 +15,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "daemon/gpu/device_runtime.h"
-#include "daemon/gpu/ipc_mapping.h"
+#include "gpu/device_runtime.h"
+#include "gpu/ipc_mapping.h"
 
 namespace ckpt::gpu {
 namespace {

@@ -1,10 +1,10 @@
 // Explicit construction of the device runtime: no #ifdef chains at call sites.
-#ifndef CKPT_DAEMON_GPU_DEVICE_FACTORY_H_
-#define CKPT_DAEMON_GPU_DEVICE_FACTORY_H_
+#ifndef CKPT_GPU_DEVICE_FACTORY_H_
+#define CKPT_GPU_DEVICE_FACTORY_H_
 
 #include <memory>
 
-#include "daemon/gpu/device_runtime.h"
+#include "gpu/device_runtime.h"
 
 namespace ckpt::gpu {
 
@@ -19,4 +19,4 @@ std::unique_ptr<DeviceRuntime> NewHostRuntime();
 
 }  // namespace ckpt::gpu
 
-#endif  // CKPT_DAEMON_GPU_DEVICE_FACTORY_H_
+#endif  // CKPT_GPU_DEVICE_FACTORY_H_

@@ -1,4 +1,4 @@
-#include "daemon/gpu/device_runtime.h"
+#include "gpu/device_runtime.h"
 
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -9,8 +9,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
-#include "daemon/gpu/device_factory.h"
-#include "daemon/gpu/host/host_runtime.h"
+#include "gpu/device_factory.h"
+#include "gpu/host/host_runtime.h"
 
 namespace ckpt::gpu {
 namespace {

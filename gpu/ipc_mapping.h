@@ -8,8 +8,8 @@
 //
 // Thread-safety: the accessors are safe from any thread; destruction and
 // moves need the usual exclusive ownership.
-#ifndef CKPT_DAEMON_GPU_IPC_MAPPING_H_
-#define CKPT_DAEMON_GPU_IPC_MAPPING_H_
+#ifndef CKPT_GPU_IPC_MAPPING_H_
+#define CKPT_GPU_IPC_MAPPING_H_
 
 #include <cstdint>
 
@@ -48,4 +48,4 @@ class IpcMapping {
 
 }  // namespace ckpt::gpu
 
-#endif  // CKPT_DAEMON_GPU_IPC_MAPPING_H_
+#endif  // CKPT_GPU_IPC_MAPPING_H_

@@ -1,4 +1,4 @@
-#include "daemon/gpu/cuda/cuda_device_runtime.h"
+#include "gpu/cuda/cuda_device_runtime.h"
 
 // cuda.h for the driver API's types only: its functions are reached through
 // cudaGetDriverEntryPointByVersion, never linked, because linking libcuda

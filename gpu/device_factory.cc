@@ -1,13 +1,13 @@
-#include "daemon/gpu/device_factory.h"
+#include "gpu/device_factory.h"
 
 #include <memory>
 #include <utility>
 
-#include "daemon/gpu/host/host_runtime.h"
+#include "gpu/host/host_runtime.h"
 
 #ifdef CKPT_HAVE_CUDA
 #include "absl/status/statusor.h"
-#include "daemon/gpu/cuda/cuda_device_runtime.h"
+#include "gpu/cuda/cuda_device_runtime.h"
 #endif
 
 namespace ckpt::gpu {
