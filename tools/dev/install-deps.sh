@@ -8,6 +8,7 @@ packages=(
   libabsl-dev liburing-dev libisal-dev catch2 libcli11-dev
   clang libclang-rt-14-dev fio
   python3-dev pybind11-dev python3-pytest python3-torch
+  prometheus-cpp-dev prometheus
 )
 
 missing=()
