@@ -63,6 +63,13 @@ ABSL_FLAG(uint64_t, max_manifest_chunk_bytes, uint64_t{1} << 32, "One stored chu
 ABSL_FLAG(int32_t, plan_timeout_s, 120, "Abort a save or load whose ranks do not all arrive in time");
 ABSL_FLAG(int32_t, snapshot_timeout_s, 300, "Abort a save whose ranks do not all snapshot in time");
 ABSL_FLAG(int32_t, pool_wait_timeout_s, 60, "How long a save or load may wait for pool room");
+ABSL_FLAG(std::string, metrics_address, "",
+          "Serve Prometheus metrics on http://<this>/metrics, e.g. 0.0.0.0:9470 (empty: no "
+          "listener; the event log lines are written either way)");
+ABSL_FLAG(int32_t, metrics_max_jobs, 50,
+          "Jobs whose metrics carry their own job label: the first this many distinct jobs "
+          "seen; later ones are reported together as ckpt_job=\"_other\", which bounds the series "
+          "a daemon serving many jobs exports");
 ABSL_FLAG(std::string, fault_kill_at, "", "Testing: SIGKILL this process at the named fault point");
 
 int main(int argc, char** argv) {
@@ -125,6 +132,8 @@ int main(int argc, char** argv) {
   o.plan_timeout = absl::Seconds(absl::GetFlag(FLAGS_plan_timeout_s));
   o.snapshot_timeout = absl::Seconds(absl::GetFlag(FLAGS_snapshot_timeout_s));
   o.pool_wait_timeout = absl::Seconds(absl::GetFlag(FLAGS_pool_wait_timeout_s));
+  o.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  o.metrics_max_jobs = absl::GetFlag(FLAGS_metrics_max_jobs);
 
   absl::StatusOr<std::unique_ptr<ckpt::server::NodeDaemon>> daemon =
       ckpt::server::NodeDaemon::Create(o);

@@ -51,6 +51,11 @@ struct DaemonOptions {
   absl::Duration snapshot_timeout = absl::Seconds(300);
   // How long a save or load may wait for room in the pool.
   absl::Duration pool_wait_timeout = absl::Seconds(60);
+  // Prometheus /metrics listener (host:port); empty: none. The metrics and
+  // the event log lines exist either way.
+  std::string metrics_address;
+  // Jobs with a job label of their own; later ones share job="_other".
+  int metrics_max_jobs = 50;
 };
 
 // The save batch in effect: save_batch_bytes if set, else a sixteenth of the

@@ -12,6 +12,7 @@
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/gpu/device_runtime.h"
 #include "daemon/gpu/ipc_mapping_cache.h"
+#include "daemon/metrics/metrics.h"
 #include "daemon/pool/shm_pool.h"
 #include "daemon/server/daemon_options.h"
 #include "daemon/server/rank_sessions.h"
@@ -35,6 +36,7 @@ struct NodeContext {
   std::atomic<uint64_t>& bytes_written;
   std::atomic<uint64_t>& bytes_read;
   std::atomic<uint64_t>& commits;
+  metrics::Metrics& metrics;  // events and byte counters (daemon/metrics)
 };
 
 }  // namespace ckpt::server

@@ -18,6 +18,8 @@
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/gpu/device_runtime.h"
 #include "daemon/gpu/ipc_mapping_cache.h"
+#include "daemon/metrics/metrics.h"
+#include "daemon/metrics/metrics_server.h"
 #include "daemon/pool/shm_pool.h"
 #include "daemon/server/daemon_options.h"
 #include "daemon/server/node_service.h"
@@ -63,6 +65,9 @@ class NodeDaemon {
   std::atomic<uint64_t> bytes_written_{0};
   std::atomic<uint64_t> bytes_read_{0};
   std::atomic<uint64_t> commits_{0};
+  // Before the context and the service: sessions report to it to their end.
+  std::unique_ptr<metrics::Metrics> metrics_;
+  std::unique_ptr<metrics::MetricsServer> metrics_server_;
   std::unique_ptr<NodeContext> context_;
   std::unique_ptr<NodeService> service_;
   std::unique_ptr<grpc::Server> server_;

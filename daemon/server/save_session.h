@@ -127,6 +127,9 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   // up: finished saves are kept a while for late WaitSave calls, and must
   // not keep their plans (up to 64 MiB a rank) with them.
   void ReleaseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The save's end for the metrics and the log: once, after commit or
+  // clean-up, without mu_.
+  void ReportEnd() ABSL_LOCKS_EXCLUDED(mu_);
   std::string Who() const;
   static const char* PhaseName(Phase phase);
 
@@ -162,6 +165,13 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   std::vector<v1::ChunkChecksum> checksums_ ABSL_GUARDED_BY(mu_);
   std::string committed_path_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> abandoned_{false};
+  // When each stage ended, for metrics::SaveStages.
+  struct StageTimes {
+    absl::Time created, planned, snapshotted, written;
+    absl::Duration fsync, commit;
+  };
+  StageTimes times_ ABSL_GUARDED_BY(mu_);
+  prometheus::Counter& written_metric_;  // the job's ckpt_written_bytes_total
 };
 
 }  // namespace ckpt::server
