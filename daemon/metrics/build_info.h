@@ -1,5 +1,5 @@
-// What ckpt_build_info reports. The revision is the commit CMake was
-// configured at ("unknown" outside a git checkout).
+// What ckpt_build_info reports. The revision is `git describe` of the tree
+// CMake was configured from ("unknown" outside a git checkout).
 #ifndef CKPT_DAEMON_METRICS_BUILD_INFO_H_
 #define CKPT_DAEMON_METRICS_BUILD_INFO_H_
 
