@@ -12,4 +12,9 @@ std::string JobLabels::LabelFor(const std::string& job) {
   return job;
 }
 
+std::string JobLabels::ExistingLabel(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  return named_.count(job) > 0 ? job : std::string(kOtherJobs);
+}
+
 }  // namespace ckpt::metrics

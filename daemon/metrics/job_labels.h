@@ -25,6 +25,10 @@ class JobLabels {
 
   // The label value for `job`; the first call for a new job decides it.
   std::string LabelFor(const std::string& job) ABSL_LOCKS_EXCLUDED(mu_);
+  // The label `job` already has, or "_other", without taking a slot: for
+  // jobs merely found on disk, which on a shared root may be any number of
+  // other hosts' jobs and must not crowd out the jobs this daemon serves.
+  std::string ExistingLabel(const std::string& job) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const size_t max_jobs_;

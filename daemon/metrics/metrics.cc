@@ -195,10 +195,11 @@ class Metrics::Sampled : public prometheus::Collectable {
           static_cast<double>(s.writer_queue_chunks));
     gauge("ckpt_attached_ranks", "Ranks attached to this daemon", s.attached_ranks);
     std::map<std::string, int64_t> by_label;
-    for (const auto& [job, count] : s.checkpoints) by_label[jobs_.LabelFor(job)] += count;
+    for (const auto& [job, count] : s.checkpoints) by_label[jobs_.ExistingLabel(job)] += count;
     prometheus::MetricFamily& f = out.emplace_back();
     f.name = "ckpt_checkpoints";
-    f.help = "Committed checkpoints (step directories) on disk, by job";
+    f.help = "Committed checkpoints (step directories) on disk, by job; jobs not saved or "
+             "loaded since ckptd started count under _other";
     f.type = prometheus::MetricType::Gauge;
     for (const auto& [label, count] : by_label) {
       prometheus::ClientMetric& m = f.metric.emplace_back();

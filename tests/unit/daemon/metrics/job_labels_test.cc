@@ -21,6 +21,14 @@ TEST_CASE("a job called _other takes no slot", "[metrics]") {
   CHECK(labels.LabelFor("a") == "a");
 }
 
+TEST_CASE("ExistingLabel takes no slot", "[metrics]") {
+  JobLabels labels(1);
+  CHECK(labels.ExistingLabel("a") == kOtherJobs);
+  CHECK(labels.LabelFor("b") == "b");
+  CHECK(labels.ExistingLabel("b") == "b");
+  CHECK(labels.LabelFor("a") == kOtherJobs);
+}
+
 TEST_CASE("max_jobs 0 puts every job in _other", "[metrics]") {
   JobLabels labels(0);
   CHECK(labels.LabelFor("a") == kOtherJobs);
