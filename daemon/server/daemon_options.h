@@ -54,7 +54,7 @@ struct DaemonOptions {
   // Prometheus /metrics listener (host:port); empty: none. The metrics and
   // the event log lines exist either way.
   std::string metrics_address;
-  // Jobs with a job label of their own; later ones share job="_other".
+  // Jobs with a ckpt_job label of their own; later ones share "_other".
   int metrics_max_jobs = 50;
 };
 
