@@ -290,6 +290,30 @@ TEST_CASE("Prometheus scrapes a save's and a load's metrics with the right value
   }
 }
 
+TEST_CASE("a save that times out is logged and counted as aborted", "[integration][metrics]") {
+  TestDaemon d;
+  const std::string target = StartWithMetrics(d, {"--plan_timeout_s=1"});
+  // Rank 0 of a world of 2: rank 1 never comes, the plan barrier times out.
+  const ExitInfo rank = d.StartRank("lonely", "save", 0, 2, 5)->Wait();
+  INFO(rank.output);
+  CHECK_FALSE(rank.ok());
+  const std::string line = "ckptd: save job=lonely step=5 bytes=0 ";
+  REQUIRE(Eventually([&] { return d.Output().find(line) != std::string::npos; }));
+  const std::string out = d.Output();
+  INFO(out);
+  const size_t at = out.find(line);
+  const std::string logged = out.substr(at, out.find('\n', at) - at);
+  CHECK(logged.find(" outcome=aborted code=DEADLINE_EXCEEDED error=\"") != std::string::npos);
+  CHECK(logged.find("did not ask to save within") != std::string::npos);
+  absl::StatusOr<HttpReply> scrape = HttpGet(target, "/metrics");
+  REQUIRE(scrape.ok());
+  INFO(scrape->body);
+  CHECK(scrape->body.find("ckpt_saves_total{ckpt_job=\"lonely\",code=\"DEADLINE_EXCEEDED\","
+                          "outcome=\"aborted\"} 1") != std::string::npos);
+  CHECK(scrape->body.find("ckpt_save_stage_duration_seconds_count{ckpt_job=\"lonely\"") ==
+        std::string::npos);
+}
+
 TEST_CASE("refused calls are counted, and their log lines rate-limited",
           "[integration][metrics]") {
   TestDaemon d;
