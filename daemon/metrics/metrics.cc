@@ -238,7 +238,6 @@ void Metrics::SaveEnded(const SaveReport& r) {
   const std::string job = jobs_.LabelFor(r.job);
   const char* outcome = OutcomeOf(r.status);
   const std::string code = absl::StatusCodeToString(r.status.code());
-  families_->saves.Add({{"ckpt_job", job}, {"outcome", outcome}, {"code", code}}).Increment();
   std::string line = absl::StrFormat("ckptd: save job=%s step=%d bytes=%d duration_s=%.3f outcome=%s code=%s",
                                      r.job, r.step, r.bytes, Seconds(r.duration), outcome, code);
   if (r.status.ok()) {
@@ -254,6 +253,8 @@ void Metrics::SaveEnded(const SaveReport& r) {
   } else {
     absl::StrAppend(&line, " error=", QuoteValue(r.status.message()));
   }
+  // Counted last: a scrape that sees the count sees the observations.
+  families_->saves.Add({{"ckpt_job", job}, {"outcome", outcome}, {"code", code}}).Increment();
   log_.Event(line);
 }
 
@@ -261,7 +262,6 @@ void Metrics::LoadEnded(const LoadReport& r) {
   const std::string job = jobs_.LabelFor(r.job);
   const char* outcome = OutcomeOf(r.status);
   const std::string code = absl::StatusCodeToString(r.status.code());
-  families_->loads.Add({{"ckpt_job", job}, {"outcome", outcome}, {"code", code}}).Increment();
   std::string line = absl::StrFormat("ckptd: load job=%s step=%s bytes=%d duration_s=%.3f outcome=%s code=%s",
                                      r.job, StepText(r.step), r.bytes, Seconds(r.duration), outcome, code);
   if (r.status.ok()) {
@@ -277,6 +277,7 @@ void Metrics::LoadEnded(const LoadReport& r) {
   } else {
     absl::StrAppend(&line, " error=", QuoteValue(r.status.message()));
   }
+  families_->loads.Add({{"ckpt_job", job}, {"outcome", outcome}, {"code", code}}).Increment();
   log_.Event(line);
 }
 

@@ -551,6 +551,7 @@ void SaveSession::Finish() {
       committed_path_ = result->path();
       times_.fsync = commit_start - sync_start;
       times_.commit = commit_end - commit_start;
+      ReportEndLocked();
       context_.commits.fetch_add(1, std::memory_order_relaxed);
       files_.clear();
       for (auto& [id, room] : rooms_) {
@@ -565,7 +566,6 @@ void SaveSession::Finish() {
       cleanup = ReadyToCleanUpLocked();
     }
   }
-  if (status.ok()) ReportEnd();
   if (cleanup) CleanUp();
 }
 
@@ -635,27 +635,24 @@ void SaveSession::CleanUp() {
   for (auto& file : files_) (void)file->Close();
   files_.clear();
   if (!save_id.empty()) context_.coordinator.AbortSave(save_id, reason);
-  ReportEnd();
   absl::MutexLock lock(&mu_);
+  ReportEndLocked();
   cleanup_done_ = true;
   ReleaseLocked();
 }
 
-void SaveSession::ReportEnd() {
+void SaveSession::ReportEndLocked() {
   metrics::SaveReport report;
-  {
-    absl::MutexLock lock(&mu_);
-    report.job = job_;
-    report.step = step_;
-    report.status = phase_ == Phase::kDone ? absl::OkStatus() : error_;
-    report.bytes = bytes_written_;
-    report.duration = absl::Now() - times_.created;
-    report.stages.plan = times_.planned - times_.created;
-    report.stages.snapshot = times_.snapshotted - times_.planned;
-    report.stages.write = times_.written - times_.planned;
-    report.stages.fsync = times_.fsync;
-    report.stages.commit = times_.commit;
-  }
+  report.job = job_;
+  report.step = step_;
+  report.status = phase_ == Phase::kDone ? absl::OkStatus() : error_;
+  report.bytes = bytes_written_;
+  report.duration = absl::Now() - times_.created;
+  report.stages.plan = times_.planned - times_.created;
+  report.stages.snapshot = times_.snapshotted - times_.planned;
+  report.stages.write = times_.written - times_.planned;
+  report.stages.fsync = times_.fsync;
+  report.stages.commit = times_.commit;
   context_.metrics.SaveEnded(report);
 }
 

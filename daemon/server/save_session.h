@@ -127,9 +127,11 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   // up: finished saves are kept a while for late WaitSave calls, and must
   // not keep their plans (up to 64 MiB a rank) with them.
   void ReleaseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The save's end for the metrics and the log: once, after commit or
-  // clean-up, without mu_.
-  void ReportEnd() ABSL_LOCKS_EXCLUDED(mu_);
+  // The save's end for the metrics and the log: once, at commit or at the
+  // end of clean-up, before any WaitSave can see the outcome (so a rank
+  // that saw it finds it in the metrics). Metrics never call back into a
+  // session, so reporting under mu_ cannot deadlock.
+  void ReportEndLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string Who() const;
   static const char* PhaseName(Phase phase);
 
