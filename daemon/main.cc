@@ -100,6 +100,13 @@ ABSL_FLAG(int64_t, retain_grace_s, 60,
           "Never delete a step committed less than this many seconds ago (also ckptctl gc's default)");
 ABSL_FLAG(std::string, retention, "",
           "Per-job overrides, e.g. jobA:last=3:every=100,jobB:last=10:grace_s=0");
+ABSL_FLAG(std::string, metrics_address, "",
+          "Serve Prometheus metrics on http://<this>/metrics, e.g. 0.0.0.0:9470 (empty: no "
+          "listener; the event log lines are written either way)");
+ABSL_FLAG(int32_t, metrics_max_jobs, 50,
+          "Jobs whose metrics carry their own job label: the first this many distinct jobs "
+          "seen; later ones are reported together as ckpt_job=\"_other\", which bounds the series "
+          "a daemon serving many jobs exports");
 #ifdef CKPT_FAULT_INJECTION
 ABSL_FLAG(std::string, fault_kill_at, "", "Testing: SIGKILL this process at the named fault point");
 #endif
@@ -179,6 +186,8 @@ int main(int argc, char** argv) {
   o.plan_timeout = absl::Seconds(absl::GetFlag(FLAGS_plan_timeout_s));
   o.snapshot_timeout = absl::Seconds(absl::GetFlag(FLAGS_snapshot_timeout_s));
   o.pool_wait_timeout = absl::Seconds(absl::GetFlag(FLAGS_pool_wait_timeout_s));
+  o.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  o.metrics_max_jobs = absl::GetFlag(FLAGS_metrics_max_jobs);
 
   absl::StatusOr<ckpt::coordinator::RetentionConfig> retention =
       ckpt::coordinator::ParseRetentionConfig(

@@ -73,6 +73,11 @@ struct DaemonOptions {
   // Checkpoints kept after each commit (--retain_*, --retention); the
   // default keeps every step.
   coordinator::RetentionConfig retention;
+  // Prometheus /metrics listener (host:port); empty: none. The metrics and
+  // the event log lines exist either way.
+  std::string metrics_address;
+  // Jobs with a ckpt_job label of their own; later ones share "_other".
+  int metrics_max_jobs = 50;
 };
 
 // The save batch in effect: save_batch_bytes if set, else a sixteenth of the

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <random>
 
+#include <prometheus/counter.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -15,8 +17,13 @@
 namespace ckpt::server {
 
 LoadSession::LoadSession(NodeContext& context, std::string job, int64_t step, int world_size)
-    : context_(context), job_(std::move(job)), step_(step), world_size_(world_size) {
+    : context_(context),
+      job_(std::move(job)),
+      step_(step),
+      world_size_(world_size),
+      read_metric_(context.metrics.ReadBytes(job_)) {
   absl::MutexLock lock(&mu_);
+  created_at_ = absl::Now();
   deadline_ = absl::Now() + context_.options.plan_timeout;
 }
 
@@ -213,6 +220,7 @@ void LoadSession::ReadNextGroup() {
   if (status.ok()) status = ReadGroup(index, reader);
   context_.bytes_read.fetch_add(reader.bytes_read(), std::memory_order_relaxed);
   bytes_read_.fetch_add(reader.bytes_read(), std::memory_order_relaxed);
+  read_metric_.Increment(static_cast<double>(reader.bytes_read()));
   times_.io.fetch_add(absl::ToInt64Nanoseconds(reader.io_time()), std::memory_order_relaxed);
   times_.verify.fetch_add(absl::ToInt64Nanoseconds(reader.verify_time()),
                           std::memory_order_relaxed);
@@ -254,8 +262,16 @@ absl::Status LoadSession::ReadGroup(size_t index, ChunkReader& reader) {
   for (const GroupChunk& chunk : group->chunks) {
     targets.push_back({chunk.chunk, chunk.owner, room + chunk.room_offset});
   }
-  if (absl::Status s = reader.ReadAll(targets); !s.ok()) return WithContext(s, Name());
-  return DeliverToDevices(*group, room);
+  if (absl::Status s = reader.ReadAll(targets); !s.ok()) {
+    // A load that failed elsewhere cancels its reads: not a storage error.
+    if (!absl::IsCancelled(s)) context_.metrics.IoError(metrics::IoOp::kRead);
+    return WithContext(s, Name());
+  }
+  const absl::Time deliver_start = absl::Now();
+  absl::Status delivered = DeliverToDevices(*group, room);
+  times_.deliver.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - deliver_start),
+                           std::memory_order_relaxed);
+  return delivered;
 }
 
 absl::Status LoadSession::DeliverToDevices(const LoadGroup& group, const char* room) {
@@ -313,6 +329,8 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
           Who(), "rank ", rank.rank, " holds batch ", held + 1, " but released ", done_batch_id));
     }
     state.holding = false;
+    times_.deliver.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - state.handed_at),
+                             std::memory_order_relaxed);
     ReleaseLocked(held);
   }
   v1::LoadBatch batch;
@@ -320,7 +338,7 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
     if (!state.done) {
       state.done = true;
       if (++done_ranks_ == world_size_) {
-        LogSummaryLocked();
+        ReportEndLocked();
         pin_.reset();  // every byte is delivered: gc may have the step
       }
     }
@@ -342,6 +360,7 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
   const Group& group = groups_[index];
   ++state.next;
   state.holding = true;
+  state.handed_at = absl::Now();
   batch.set_batch_id(index + 1);
   batch.set_last(state.next >= state.groups.size());
   for (v1::Delivery d : group.plan.host[rank.rank]) {
@@ -351,19 +370,28 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
   return batch;
 }
 
-void LoadSession::LogSummaryLocked() {
-  // Operators see each load's rate and where its readers spent their time
-  // (waiting for pool room means the ranks or other jobs held it; I/O the
-  // disk; verify the CPU), which is what tuning --reader_threads and
-  // --batch_bytes needs.
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - planned_at_);
-  const uint64_t bytes = bytes_read_.load(std::memory_order_relaxed);
-  auto s = [](const std::atomic<int64_t>& ns) { return ns.load(std::memory_order_relaxed) / 1e9; };
-  absl::FPrintF(stderr,
-                "ckptd: %sread %d bytes in %d groups in %.3f s (%.2f GB/s) for %d ranks; "
-                "reader threads: pool room wait %.3f s, I/O %.3f s, verify %.3f s\n",
-                Who(), bytes, groups_.size(), seconds, seconds > 0 ? bytes / seconds / 1e9 : 0.0,
-                world_size_, s(times_.room_wait), s(times_.io), s(times_.verify));
+void LoadSession::ReportEndLocked() {
+  // Operators see each load's outcome and where its time went (plan: the
+  // ranks' barrier and the coordinator; read: the disk; verify: the CPU;
+  // deliver: the copies into the ranks' tensors), which is what tuning
+  // --reader_threads and --batch_bytes needs. Metrics never call back into
+  // a session, so reporting under mu_ cannot deadlock.
+  if (reported_) return;
+  reported_ = true;
+  auto ns = [](const std::atomic<int64_t>& t) {
+    return absl::Nanoseconds(t.load(std::memory_order_relaxed));
+  };
+  metrics::LoadReport report;
+  report.job = job_;
+  report.step = planned_ ? assignment_.step() : step_;
+  report.status = error_;
+  report.bytes = bytes_read_.load(std::memory_order_relaxed);
+  report.duration = absl::Now() - created_at_;
+  report.stages.plan = planned_at_ - created_at_;
+  report.stages.read = ns(times_.io);
+  report.stages.verify = ns(times_.verify);
+  report.stages.deliver = ns(times_.deliver);
+  context_.metrics.LoadEnded(report);
 }
 
 void LoadSession::ReleaseLocked(size_t index) {
@@ -393,6 +421,7 @@ void LoadSession::FailLocked(const absl::Status& status) {
   failed_.store(true, std::memory_order_release);
   pin_.reset();  // nothing more will be delivered: gc may have the step
   FreeReadyRoomsLocked();
+  ReportEndLocked();
 }
 
 void LoadSession::Fail(const absl::Status& status) {

@@ -74,6 +74,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     std::vector<size_t> groups;  // the groups with deliveries for this rank, in order
     size_t next = 0;             // index into groups of the one to hand out next
     bool holding = false;        // groups[next - 1] was handed out, not released
+    absl::Time handed_at;        // when it was handed out (delivery time)
     bool done = false;
   };
 
@@ -83,7 +84,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   absl::Status ReadGroup(size_t index, class ChunkReader& reader);
   absl::Status DeliverToDevices(const LoadGroup& group, const char* room);
   void ReleaseLocked(size_t group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void LogSummaryLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The load's end for the metrics and the log line; once.
+  void ReportEndLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeReadyRoomsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRankLocked(const RankSession& rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -117,12 +119,16 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   size_t next_to_allocate_ ABSL_GUARDED_BY(mu_) = 0;  // rooms go in group order
   int readers_running_ ABSL_GUARDED_BY(mu_) = 0;  // reader tasks queued or running
   std::atomic<bool> failed_{false};
-  // Where the readers' time went, for the summary line a finished load
-  // logs (nanoseconds, summed over the reader threads).
+  // Where the time went, for the line a finished load logs and its stage
+  // metrics (nanoseconds, summed over the reader threads; deliver also over
+  // the ranks' hold of their batches).
   struct ReaderTimes {
-    std::atomic<int64_t> room_wait{0}, io{0}, verify{0};
+    std::atomic<int64_t> room_wait{0}, io{0}, verify{0}, deliver{0};
   } times_;
+  absl::Time created_at_ ABSL_GUARDED_BY(mu_);
   absl::Time planned_at_ ABSL_GUARDED_BY(mu_);
+  bool reported_ ABSL_GUARDED_BY(mu_) = false;
+  prometheus::Counter& read_metric_;  // the job's ckpt_read_bytes_total
   std::atomic<uint64_t> bytes_read_{0};
   uint64_t bytes_to_read_ ABSL_GUARDED_BY(mu_) = 0;  // set when planned
 };

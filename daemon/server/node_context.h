@@ -14,6 +14,7 @@
 #include "daemon/coordinator/coordinator.h"
 #include "gpu/device_runtime.h"
 #include "gpu/ipc_mapping_cache.h"
+#include "daemon/metrics/metrics.h"
 #include "daemon/pool/shm_pool.h"
 #include "daemon/server/daemon_options.h"
 #include "daemon/server/rank_sessions.h"
@@ -39,6 +40,7 @@ struct NodeContext {
   std::atomic<uint64_t>& commits;
   const auth::Authenticator& auth;  // who may call, and for what
   auth::JobOwners& owners;
+  metrics::Metrics& metrics;  // events and byte counters (daemon/metrics)
 };
 
 }  // namespace ckpt::server

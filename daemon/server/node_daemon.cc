@@ -18,6 +18,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "gpu/device_factory.h"
+#include "daemon/server/metrics_sampler.h"
+#include "daemon/server/refusal_interceptor.h"
 #include "daemon/storage/backend_factory.h"
 #include "proto/lib/request_limits.h"
 #include "proto/lib/status_context.h"
@@ -231,17 +233,31 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   d->writers_ = std::make_unique<WriterPool>(o.writer_threads, std::max(1u, o.queue_depth),
                                               o.writer_nice, prepare);
   d->readers_ = std::make_unique<ReaderPool>(o.reader_threads, prepare);
+  metrics::MetricsOptions metrics_options;
+  metrics_options.max_jobs = o.metrics_max_jobs;
+  d->metrics_ = std::make_unique<metrics::Metrics>(metrics_options);
   v1::HostIdentity host;
   host.set_host(o.host_name);
   host.set_address(o.listen_address);
   d->context_.reset(new NodeContext{d->options_, *d->gpu_, *d->ipc_, host, *d->coordinator_, *d->backend_, *d->pool_,
                                     *d->writers_, *d->readers_, *d->sessions_, d->bytes_written_,
-                                    d->bytes_read_, d->commits_, *d->auth_, *d->owners_});
+                                    d->bytes_read_, d->commits_, *d->auth_, *d->owners_, *d->metrics_});
   d->service_ = std::make_unique<NodeService>(*d->context_, d->gpu_->HasDevice(), o.limits);
   return d;
 }
 
 absl::Status NodeDaemon::Start() {
+  // First, so a metrics address that cannot be served fails the start
+  // before any rank is admitted.
+  if (!options_.metrics_address.empty()) {
+    metrics_->SetSampler([context = context_.get()] { return SampleNode(*context); });
+    absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> metrics_server =
+        metrics::MetricsServer::Start(options_.metrics_address, *metrics_);
+    if (!metrics_server.ok()) return metrics_server.status();
+    metrics_server_ = std::move(*metrics_server);
+    absl::FPrintF(stderr, "ckptd: metrics on http://%s/metrics (port %d)\n",
+                  options_.metrics_address, metrics_server_->port());
+  }
   grpc::ServerBuilder builder;
   // Plans of large models are big, but a request is bounded before it is
   // parsed.
@@ -281,6 +297,9 @@ absl::Status NodeDaemon::Start() {
     builder.AddListeningPort(tcp_address, credentials, &tcp_port);
   }
   builder.RegisterService(service_.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<RefusalInterceptorFactory>(*metrics_));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server_ = builder.BuildAndStart();
   if (server_ == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot start the gRPC server",
@@ -300,6 +319,7 @@ absl::Status NodeDaemon::Start() {
     while (!stop_.WaitForNotificationWithTimeout(kReapInterval)) {
       const absl::Time now = absl::Now();
       service_->Reap(now);
+      metrics_->Tick(now);
       notifier_.Tick(now, StatusLine());
     }
   });
@@ -325,6 +345,9 @@ void NodeDaemon::Shutdown() {
 }
 
 NodeDaemon::~NodeDaemon() {
+  // No scrape may read the parts below once they start going.
+  metrics_server_.reset();
+  if (metrics_) metrics_->SetSampler(nullptr);
   Shutdown();
   if (reaper_.joinable()) reaper_.join();
   if (service_) {

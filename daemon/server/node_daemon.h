@@ -21,6 +21,8 @@
 #include "daemon/coordinator/coordinator.h"
 #include "gpu/device_runtime.h"
 #include "gpu/ipc_mapping_cache.h"
+#include "daemon/metrics/metrics.h"
+#include "daemon/metrics/metrics_server.h"
 #include "daemon/pool/shm_pool.h"
 #include "daemon/server/daemon_options.h"
 #include "daemon/server/node_service.h"
@@ -74,6 +76,9 @@ class NodeDaemon {
   std::unique_ptr<auth::Authenticator> auth_;
   std::unique_ptr<auth::JobOwners> owners_;
   std::string access_note_;
+  // Before the context and the service: sessions report to it to their end.
+  std::unique_ptr<metrics::Metrics> metrics_;
+  std::unique_ptr<metrics::MetricsServer> metrics_server_;
   std::unique_ptr<NodeContext> context_;
   std::unique_ptr<NodeService> service_;
   std::unique_ptr<grpc::Server> server_;

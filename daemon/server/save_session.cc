@@ -4,6 +4,8 @@
 #include <cstring>
 #include <utility>
 
+#include <prometheus/counter.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -36,8 +38,13 @@ absl::Status ValidateRankRequest(const v1::PlanSaveRequest& request) {
 }  // namespace
 
 SaveSession::SaveSession(NodeContext& context, std::string job, int64_t step, int world_size)
-    : context_(context), job_(std::move(job)), step_(step), world_size_(world_size) {
+    : context_(context),
+      job_(std::move(job)),
+      step_(step),
+      world_size_(world_size),
+      written_metric_(context.metrics.WrittenBytes(job_)) {
   absl::MutexLock lock(&mu_);
+  times_.created = absl::Now();
   event_waited_.assign(world_size, false);
   deadline_ = absl::Now() + context_.options.plan_timeout;
 }
@@ -179,6 +186,7 @@ void SaveSession::PlanAllRanks() {
     if (!status.ok()) FailLocked(WithContext(status, Who()));
     if (error_.ok()) {
       phase_ = Phase::kSnapshot;
+      times_.planned = absl::Now();
       deadline_ = absl::Now() + context_.options.snapshot_timeout;
     }
     cleanup = ReadyToCleanUpLocked();
@@ -370,7 +378,7 @@ void SaveSession::MarkSubmittedLocked(RankState& state, uint64_t batch_id) {
   --state.open_batches;
   if (room.last && !state.snapshotted) {
     state.snapshotted = true;
-    ++snapshotted_;
+    if (++snapshotted_ == world_size_) times_.snapshotted = absl::Now();
   }
   FreeRoomIfDoneLocked(batch_id);
 }
@@ -493,16 +501,22 @@ void SaveSession::OnChunksWritten(absl::Span<const WrittenChunk> chunks, absl::S
       }
     }
     if (status.ok()) {
+      uint64_t bytes = 0;
       for (const WrittenChunk& c : chunks) {
         v1::ChunkChecksum* sum = &checksums_.emplace_back();
         sum->set_file(assignment_.hosts(0).files(c.file));
         sum->set_file_offset(c.file_offset);
         sum->set_crc32c(c.crc32c);
-        bytes_written_ += c.payload;
-        context_.bytes_written.fetch_add(c.payload, std::memory_order_relaxed);
+        bytes += c.payload;
       }
-    } else if (error_.ok()) {
-      FailLocked(WithContext(status, Who()));
+      bytes_written_ += bytes;
+      context_.bytes_written.fetch_add(bytes, std::memory_order_relaxed);
+      written_metric_.Increment(static_cast<double>(bytes));
+    } else {
+      // ABORTED is the writers' "save abandoned": chunks skipped, not a
+      // failed write.
+      if (!absl::IsAborted(status)) context_.metrics.IoError(metrics::IoOp::kWrite);
+      if (error_.ok()) FailLocked(WithContext(status, Who()));
     }
     finish = ReadyToFinishLocked();
     cleanup = ReadyToCleanUpLocked();
@@ -515,6 +529,7 @@ bool SaveSession::ReadyToFinishLocked() {
   if (phase_ != Phase::kSnapshot || !error_.ok()) return false;
   if (snapshotted_ != world_size_ || pending_chunks_ != 0 || busy_ != 0) return false;
   phase_ = Phase::kCommitting;
+  times_.written = absl::Now();
   ++busy_;
   return true;
 }
@@ -530,28 +545,20 @@ void SaveSession::Finish() {
     for (const v1::ChunkChecksum& c : checksums_) *report.add_checksums() = c;
   }
   // Durable data first: the manifest must never point at unsynced chunks.
+  const absl::Time sync_start = absl::Now();
   for (auto& file : files_) {
     if (status.ok()) status = file->Sync();
     if (status.ok()) status = file->Close();
   }
+  if (!status.ok()) context_.metrics.IoError(metrics::IoOp::kSync);
   FaultPoint("save.data_synced");
+  const absl::Time commit_start = absl::Now();
   absl::StatusOr<v1::CommitResult> result;
   if (status.ok()) {
     result = context_.coordinator.ReportPersisted(report);
     status = result.status();
   }
-  // The job's disk quota counts what it holds already (read before taking
-  // mu_: it lists the job's checkpoints) plus this save.
-  uint64_t disk_used = 0;
-  if (status.ok() && context_.options.job_max_disk_bytes > 0) {
-    absl::StatusOr<std::vector<v1::CheckpointSummary>> committed =
-        context_.coordinator.catalog().ListCheckpoints(job_);
-    if (committed.ok()) {
-      for (const v1::CheckpointSummary& c : *committed) disk_used += c.bytes();
-    } else {
-      status = WithContext(committed.status(), "checking the job's disk quota");
-    }
-  }
+  const absl::Time commit_end = absl::Now();
   bool cleanup = false;
   {
     absl::MutexLock lock(&mu_);
@@ -561,6 +568,9 @@ void SaveSession::Finish() {
       error_ = absl::OkStatus();
       phase_ = Phase::kDone;
       committed_path_ = result->path();
+      times_.fsync = commit_start - sync_start;
+      times_.commit = commit_end - commit_start;
+      ReportEndLocked();
       context_.commits.fetch_add(1, std::memory_order_relaxed);
       files_.clear();
       for (auto& [id, room] : rooms_) {
@@ -645,8 +655,24 @@ void SaveSession::CleanUp() {
   files_.clear();
   if (!save_id.empty()) context_.coordinator.AbortSave(save_id, reason);
   absl::MutexLock lock(&mu_);
+  ReportEndLocked();
   cleanup_done_ = true;
   ReleaseLocked();
+}
+
+void SaveSession::ReportEndLocked() {
+  metrics::SaveReport report;
+  report.job = job_;
+  report.step = step_;
+  report.status = phase_ == Phase::kDone ? absl::OkStatus() : error_;
+  report.bytes = bytes_written_;
+  report.duration = absl::Now() - times_.created;
+  report.stages.plan = times_.planned - times_.created;
+  report.stages.snapshot = times_.snapshotted - times_.planned;
+  report.stages.write = times_.written - times_.planned;
+  report.stages.fsync = times_.fsync;
+  report.stages.commit = times_.commit;
+  context_.metrics.SaveEnded(report);
 }
 
 void SaveSession::ReleaseLocked() {

@@ -127,6 +127,11 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   // up: finished saves are kept a while for late WaitSave calls, and must
   // not keep their plans (up to 64 MiB a rank) with them.
   void ReleaseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The save's end for the metrics and the log: once, at commit or at the
+  // end of clean-up, before any WaitSave can see the outcome (so a rank
+  // that saw it finds it in the metrics). Metrics never call back into a
+  // session, so reporting under mu_ cannot deadlock.
+  void ReportEndLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string Who() const;
   static const char* PhaseName(Phase phase);
 
@@ -163,6 +168,13 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   std::vector<v1::ChunkChecksum> checksums_ ABSL_GUARDED_BY(mu_);
   std::string committed_path_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> abandoned_{false};
+  // When each stage ended, for metrics::SaveStages.
+  struct StageTimes {
+    absl::Time created, planned, snapshotted, written;
+    absl::Duration fsync, commit;
+  };
+  StageTimes times_ ABSL_GUARDED_BY(mu_);
+  prometheus::Counter& written_metric_;  // the job's ckpt_written_bytes_total
 };
 
 }  // namespace ckpt::server

@@ -46,6 +46,7 @@ WriterPool::~WriterPool() {
 
 void WriterPool::Submit(int writer, std::vector<WriteTask> tasks) {
   Queue& queue = *queues_[writer % queues_.size()];
+  queued_.fetch_add(tasks.size(), std::memory_order_relaxed);
   absl::MutexLock lock(&queue.mu);
   for (WriteTask& task : tasks) queue.tasks.push_back(std::move(task));
 }
@@ -74,7 +75,9 @@ void WriterPool::Run(Queue& queue) {
       }
       std::vector<WriteTask> group(std::make_move_iterator(batch.begin() + begin),
                                    std::make_move_iterator(batch.begin() + end));
+      const size_t written = group.size();
       WriteGroup(group);
+      queued_.fetch_sub(written, std::memory_order_relaxed);
       begin = end;
     }
   }

@@ -7,6 +7,7 @@
 #ifndef CKPT_DAEMON_SERVER_WRITER_POOL_H_
 #define CKPT_DAEMON_SERVER_WRITER_POOL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -64,6 +65,8 @@ class WriterPool {
   ~WriterPool();  // drains nothing: sinks must not be waiting on it
   int threads() const { return static_cast<int>(workers_.size()); }
   void Submit(int writer, std::vector<WriteTask> tasks);
+  // Chunks submitted and not yet written, over every thread (a metric).
+  uint64_t queued_chunks() const { return queued_.load(std::memory_order_relaxed); }
 
  private:
   struct Queue {
@@ -75,6 +78,7 @@ class WriterPool {
   void WriteGroup(std::vector<WriteTask>& group);
 
   const unsigned max_batch_;
+  std::atomic<uint64_t> queued_{0};
   std::vector<std::unique_ptr<Queue>> queues_;
   std::vector<std::thread> workers_;
 };

@@ -1,0 +1,146 @@
+// ckptd's Prometheus metrics and per-event log lines, behind one small
+// interface: the sessions report their events (a save or load ended, bytes
+// moved, an I/O error, a refused call) and the daemon provides a sampler for
+// what is read at scrape time (pool, writer queue, checkpoints on disk).
+// prometheus-cpp's registry is the store; MetricsServer serves it over HTTP.
+// README.md ("Metrics") lists every metric.
+//
+// Per-job series carry a ckpt_job label of bounded cardinality (JobLabels).
+// Not "job": Prometheus gives every scraped series job=<scrape job>, and
+// renames a target's own job label to exported_job.
+// Stage durations are observed for saves and loads that succeeded: a failed
+// one's stages did not all run, and its outcome is in the counters and the
+// log line.
+//
+// Thread-safety: safe from any thread.
+#ifndef CKPT_DAEMON_METRICS_METRICS_H_
+#define CKPT_DAEMON_METRICS_METRICS_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "daemon/metrics/event_log.h"
+#include "daemon/metrics/job_labels.h"
+
+namespace prometheus {
+class Collectable;
+class Counter;
+class Registry;
+}  // namespace prometheus
+
+namespace ckpt::metrics {
+
+// A save's stages (DESIGN.md §4). plan: first rank's request to the
+// assignment (the barrier included); snapshot: assignment to every rank's
+// last batch submitted; write: assignment to the last chunk written
+// (overlaps snapshot); fsync: syncing the data files; commit: manifest,
+// rename, LATEST.
+struct SaveStages {
+  absl::Duration plan, snapshot, write, fsync, commit;
+};
+
+struct SaveReport {
+  std::string job;
+  int64_t step = 0;
+  absl::Status status;       // OK: committed
+  uint64_t bytes = 0;        // payload written
+  absl::Duration duration;   // first rank's request to commit or clean-up
+  SaveStages stages;         // observed only when status is OK
+};
+
+// A load's stages (DESIGN.md §5). plan: first rank's request to the plan;
+// read and verify: the reader threads' time in I/O and in CRC checks,
+// summed over threads; deliver: device copies by the daemon plus the time
+// ranks held their batches (their copies out of the pool), summed.
+struct LoadStages {
+  absl::Duration plan, read, verify, deliver;
+};
+
+struct LoadReport {
+  std::string job;
+  int64_t step = -1;  // -1: latest, not resolved (the load failed first)
+  absl::Status status;
+  uint64_t bytes = 0;  // read from storage
+  absl::Duration duration;
+  LoadStages stages;   // observed only when status is OK
+};
+
+// What the daemon's parts say at scrape time.
+struct NodeSample {
+  uint64_t pool_capacity_bytes = 0;
+  uint64_t pool_used_bytes = 0;
+  int pool_waiters = 0;
+  absl::Duration pool_stall;  // summed over every wait since start
+  uint64_t writer_queue_chunks = 0;
+  int attached_ranks = 0;
+  std::map<std::string, int64_t> checkpoints;  // committed steps on disk, by job
+};
+
+enum class IoOp { kWrite, kSync, kRead };
+
+struct MetricsOptions {
+  int max_jobs = 50;               // JobLabels
+  EventLog::Sink log_sink;         // default: stderr
+  int refusals_logged_per_second = 10;
+};
+
+// "ok", "aborted" (cancelled, a rank gone, a deadline, shutdown: stopped
+// from outside) or "failed" (anything else: storage, bad input, no room).
+const char* OutcomeOf(const absl::Status& status);
+// Refusal codes: the call was turned away for what it asked or who asked.
+bool IsRefusal(absl::StatusCode code);
+
+class Metrics {
+ public:
+  explicit Metrics(MetricsOptions options = {});
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // The job's byte counters, to add to as bytes move; stable for the
+  // Metrics' life, so a session looks them up once.
+  prometheus::Counter& WrittenBytes(const std::string& job);
+  prometheus::Counter& ReadBytes(const std::string& job);
+
+  // Counts, observes and logs the end of a save or a load (one line each).
+  void SaveEnded(const SaveReport& report);
+  void LoadEnded(const LoadReport& report);
+  // A call answered with a refusal code (IsRefusal); others are ignored.
+  // `method` is the gRPC method's name; the line is rate-limited.
+  void Refused(absl::string_view method, absl::StatusCode code, absl::string_view message,
+               absl::string_view peer);
+  void IoError(IoOp op);
+  // Periodic: reports suppressed refusal lines.
+  void Tick(absl::Time now);
+
+  // Read at every scrape; nullptr: none (the gauges read 0). Setting it
+  // waits for a scrape in progress, so the daemon can clear it before its
+  // parts go.
+  void SetSampler(std::function<NodeSample()> sampler);
+
+  // What /metrics serves, and the same in Prometheus' text format.
+  std::vector<std::weak_ptr<prometheus::Collectable>> Collectables() const;
+  std::string TextFormat() const;
+
+ private:
+  struct Families;
+  class Sampled;
+
+  const absl::Time started_;
+  JobLabels jobs_;
+  EventLog log_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<Families> families_;
+  std::shared_ptr<Sampled> sampled_;
+};
+
+}  // namespace ckpt::metrics
+
+#endif  // CKPT_DAEMON_METRICS_METRICS_H_

@@ -1,0 +1,38 @@
+#include "daemon/server/metrics_sampler.h"
+
+#include "proto/lib/validation.h"
+
+namespace ckpt::server {
+namespace {
+
+// A scrape lists the storage root and each job's directory. Bounded, so a
+// root holding a huge number of entries cannot make every scrape slow;
+// jobs past the bound are not counted.
+constexpr size_t kMaxJobsListed = 10'000;
+
+}  // namespace
+
+metrics::NodeSample SampleNode(NodeContext& context) {
+  metrics::NodeSample s;
+  const pool::PoolStats pool = context.pool.Stats();
+  s.pool_capacity_bytes = pool.capacity;
+  s.pool_used_bytes = pool.used;
+  s.pool_waiters = pool.waiters;
+  s.pool_stall = pool.total_stall;
+  s.writer_queue_chunks = context.writers.queued_chunks();
+  s.attached_ranks = context.sessions.attached();
+  coordinator::Catalog& catalog = context.coordinator.catalog();
+  absl::StatusOr<std::vector<std::string>> entries = context.backend.ListDir(catalog.root());
+  if (!entries.ok()) return s;  // the gauge goes missing rather than lying
+  size_t listed = 0;
+  for (const std::string& job : *entries) {
+    // Not every entry of the root is a job (a file, a name no job may have).
+    if (!ValidateName("job", job).ok()) continue;
+    if (++listed > kMaxJobsListed) break;
+    absl::StatusOr<std::vector<int64_t>> steps = catalog.ListSteps(job);
+    if (steps.ok() && !steps->empty()) s.checkpoints[job] = static_cast<int64_t>(steps->size());
+  }
+  return s;
+}
+
+}  // namespace ckpt::server
