@@ -3,6 +3,8 @@
 // real processes, /metrics read over HTTP.
 #include <unistd.h>
 
+#include <grpcpp/grpcpp.h>
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <string>
@@ -93,6 +95,22 @@ TEST_CASE("a failed fsync and a corrupt read are counted as I/O errors and faile
           "[integration][metrics]") {
   FaultyDaemon d;
   CHECK(Has(d.Scrape(), "ckpt_io_errors_total{op=\"sync\"} 0"));
+  // The job's first attach records its owner (an fsync): done before the
+  // fault, so the failing fsync is the save's.
+  {
+    auto stub = TestDaemon::PlaintextStubFor("unix:" + d.dir + "/ckptd.sock");
+    grpc::ClientContext attach_context;
+    v1::AttachRequest attach;
+    attach.set_job(kJob);
+    attach.set_world_size(1);
+    v1::AttachResponse attached;
+    REQUIRE(stub->Attach(&attach_context, attach, &attached).ok());
+    grpc::ClientContext detach_context;
+    v1::DetachRequest detach;
+    detach.set_session_id(attached.session_id());
+    v1::DetachResponse detached;
+    REQUIRE(stub->Detach(&detach_context, detach, &detached).ok());
+  }
 
   d.faults->FailAllSyncs(true);
   CHECK_FALSE(d.Rank("save", 1));
