@@ -19,14 +19,16 @@ ABSL_FLAG(std::string, storage_backend, "posix", "posix or memory (memory: testi
 ABSL_FLAG(bool, io_uring, true, "Write and read through io_uring (else pread/pwrite)");
 ABSL_FLAG(bool, o_direct, true, "Bypass the page cache where the filesystem allows");
 ABSL_FLAG(uint32_t, queue_depth, 32, "I/O operations in flight per writer thread");
-ABSL_FLAG(std::string, pool_path, "", "Shared-memory file of the pool (default: /dev/shm/ckptd-<hash of socket path>.pool)");
+ABSL_FLAG(std::string, pool_path, "",
+          "Shared-memory file of the pool (default: /dev/shm/ckptd-<hash of socket path>.pool)");
 ABSL_FLAG(uint64_t, pool_bytes, 1ull << 30, "Pinned staging memory, allocated at start-up");
 ABSL_FLAG(std::string, socket_path, "/run/ckptd/ckptd.sock", "Unix socket for ranks and ckptctl");
 ABSL_FLAG(std::string, listen_address, "", "TCP address for ckptctl and peers, e.g. 0.0.0.0:7470");
 ABSL_FLAG(std::string, host_name, "", "Name of this host in data files (default: hostname)");
 ABSL_FLAG(int32_t, writer_threads, 4, "Writer threads (one data file and one io_uring each)");
 ABSL_FLAG(int32_t, writer_nice, 10, "Nice value of writer threads (0: same priority as ranks)");
-ABSL_FLAG(int32_t, reader_threads, 2, "Reader threads, shared by every load (each reads a group at a time)");
+ABSL_FLAG(int32_t, reader_threads, 2,
+          "Reader threads, shared by every load (each reads a group at a time)");
 ABSL_FLAG(uint64_t, chunk_bytes, 4 << 20, "Checksum and write unit (multiple of 4096)");
 ABSL_FLAG(uint64_t, batch_bytes, 32 << 20,
           "Pool room a rank copies into at a time, and a load's read-ahead unit: saves and "
@@ -47,17 +49,21 @@ ABSL_FLAG(int32_t, max_sessions, 4096, "Attached ranks at once, over all jobs");
 ABSL_FLAG(int64_t, max_world_size, 65536, "Ranks in one job");
 // What one request may ask, checked before anything is allocated
 // (proto/lib/request_limits.h says what each bounds).
-ABSL_FLAG(int64_t, max_tensors_per_plan, 100'000, "Tensor shards in one rank's save or load request");
+ABSL_FLAG(int64_t, max_tensors_per_plan, 100'000,
+          "Tensor shards in one rank's save or load request");
 ABSL_FLAG(int64_t, max_objects_per_plan, 10'000, "Objects in one rank's save or load request");
 ABSL_FLAG(int64_t, max_dims, 64, "Dimensions of a tensor");
 ABSL_FLAG(int64_t, max_runs_per_shard, int64_t{1} << 20, "Strided copy runs one shard may need");
 ABSL_FLAG(int64_t, max_regions_per_tensor, 16'384, "Distinct regions of one tensor in one save");
 ABSL_FLAG(int64_t, max_user_metadata_entries, 1'024, "User metadata entries of a save");
-ABSL_FLAG(int64_t, max_user_metadata_bytes, int64_t{1} << 20, "User metadata bytes (keys + values)");
-ABSL_FLAG(int64_t, max_name_bytes, 255, "Job, tensor, object and session names (jobs: at most 255)");
+ABSL_FLAG(int64_t, max_user_metadata_bytes, int64_t{1} << 20,
+          "User metadata bytes (keys + values)");
+ABSL_FLAG(int64_t, max_name_bytes, 255,
+          "Job, tensor, object and session names (jobs: at most 255)");
 ABSL_FLAG(int64_t, max_object_bytes, int64_t{64} << 30, "One object");
 ABSL_FLAG(int64_t, max_shard_bytes, int64_t{1} << 40, "The bytes of one tensor shard");
-ABSL_FLAG(int64_t, max_bytes_per_rank, int64_t{16} << 40, "Shards plus objects of one rank's request");
+ABSL_FLAG(int64_t, max_bytes_per_rank, int64_t{16} << 40,
+          "Shards plus objects of one rank's request");
 ABSL_FLAG(int64_t, max_chunks_per_save, int64_t{1} << 22,
           "Chunks (of --chunk_bytes) of one save, all ranks together");
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{64} << 20, "A gRPC message, in either direction");
@@ -68,20 +74,25 @@ ABSL_FLAG(int64_t, max_manifest_shards, 1 << 22, "Shards in one manifest, over a
 ABSL_FLAG(int64_t, max_manifest_chunks, 1 << 24, "Chunks in one manifest");
 ABSL_FLAG(int64_t, max_manifest_objects, 1 << 20, "Objects in one manifest");
 ABSL_FLAG(uint64_t, max_manifest_chunk_bytes, uint64_t{1} << 32, "One stored chunk (a read unit)");
-ABSL_FLAG(int32_t, plan_timeout_s, 120, "Abort a save or load whose ranks do not all arrive in time");
+ABSL_FLAG(int32_t, plan_timeout_s, 120,
+          "Abort a save or load whose ranks do not all arrive in time");
 ABSL_FLAG(int32_t, snapshot_timeout_s, 300, "Abort a save whose ranks do not all snapshot in time");
 ABSL_FLAG(int32_t, pool_wait_timeout_s, 60, "How long a save or load may wait for pool room");
 // Who may call (daemon/auth/access_policy.h). The daemon's own user and
 // root may always do everything.
 ABSL_FLAG(std::vector<std::string>, allow_users, {},
-          "Users (names or uids) who may attach ranks and save/load the jobs they own, over the Unix socket");
-ABSL_FLAG(std::vector<std::string>, allow_groups, {}, "Groups whose members may do what --allow_users may");
+          "Users (names or uids) who may attach ranks and save/load the jobs they own, over the "
+          "Unix socket");
+ABSL_FLAG(std::vector<std::string>, allow_groups, {},
+          "Groups whose members may do what --allow_users may");
 ABSL_FLAG(std::vector<std::string>, read_users, {},
           "Operators who may also see every job: status, list, inspect, verify");
-ABSL_FLAG(std::vector<std::string>, read_groups, {}, "Groups whose members may do what --read_users may");
+ABSL_FLAG(std::vector<std::string>, read_groups, {},
+          "Groups whose members may do what --read_users may");
 ABSL_FLAG(std::vector<std::string>, admin_users, {},
           "Operators who may also cancel and gc every job");
-ABSL_FLAG(std::vector<std::string>, admin_groups, {}, "Groups whose members may do what --admin_users may");
+ABSL_FLAG(std::vector<std::string>, admin_groups, {},
+          "Groups whose members may do what --admin_users may");
 ABSL_FLAG(std::string, tls_cert_file, "", "TCP: the server certificate chain (PEM)");
 ABSL_FLAG(std::string, tls_key_file, "", "TCP: the server's private key (PEM)");
 ABSL_FLAG(std::string, tls_client_ca_file, "",
@@ -96,8 +107,9 @@ ABSL_FLAG(int64_t, retain_last, 0,
           "Keep the newest N valid steps of each job, delete older ones after each commit "
           "(0: keep every step)");
 ABSL_FLAG(int64_t, retain_every, 0, "Also keep the steps that are multiples of K (0: none)");
-ABSL_FLAG(int64_t, retain_grace_s, 60,
-          "Never delete a step committed less than this many seconds ago (also ckptctl gc's default)");
+ABSL_FLAG(
+    int64_t, retain_grace_s, 60,
+    "Never delete a step committed less than this many seconds ago (also ckptctl gc's default)");
 ABSL_FLAG(std::string, retention, "",
           "Per-job overrides, e.g. jobA:last=3:every=100,jobB:last=10:grace_s=0");
 ABSL_FLAG(std::string, metrics_address, "",

@@ -36,10 +36,10 @@ namespace ckpt::gpu {
 // CUDA IPC exports whole allocations, and a tensor usually lives inside a
 // larger one (the caching allocator's blocks), hence the offset.
 struct IpcExport {
-  std::string handle;         // the cudaIpcMemHandle_t bytes, of the allocation base
-  uint64_t offset = 0;        // of the pointer from its allocation base
+  std::string handle;   // the cudaIpcMemHandle_t bytes, of the allocation base
+  uint64_t offset = 0;  // of the pointer from its allocation base
   uint64_t allocation_bytes = 0;
-  int device = -1;            // the exporter's device ordinal
+  int device = -1;  // the exporter's device ordinal
 };
 
 // An event another process can wait for: cudaIpcEventHandle_t bytes.

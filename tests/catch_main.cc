@@ -44,8 +44,7 @@ int main(int argc, char** argv) {
   const int failed = Catch::Session().run(argc, argv);
   // Catch returns the number of failed cases: never let it read as a skip.
   if (failed != 0) return failed == CKPT_SKIP_RETURN_CODE ? 1 : failed;
-  if (ckpt::testing::cases_run > 0 &&
-      ckpt::testing::cases_skipped == ckpt::testing::cases_run) {
+  if (ckpt::testing::cases_run > 0 && ckpt::testing::cases_skipped == ckpt::testing::cases_run) {
     std::printf("every test case skipped: exit %d, which ctest reports as skipped\n",
                 CKPT_SKIP_RETURN_CODE);
     return CKPT_SKIP_RETURN_CODE;

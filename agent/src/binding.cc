@@ -117,7 +117,8 @@ class PyClient {
     o.world_size = world_size;
     o.local_rank = local_rank;
     o.copy_threads = copy_threads;
-    o.gpu_transfer = gpu_push ? ClientOptions::GpuTransfer::kPush : ClientOptions::GpuTransfer::kPull;
+    o.gpu_transfer =
+        gpu_push ? ClientOptions::GpuTransfer::kPush : ClientOptions::GpuTransfer::kPull;
     absl::StatusOr<std::unique_ptr<Client>> client;
     {
       py::gil_scoped_release release;
@@ -188,8 +189,8 @@ PYBIND11_MODULE(_ckpt, m) {
       if (p) std::rethrow_exception(p);
     } catch (const StatusError& e) {
       PyObject* type = error.ptr();
-      py::object exc = py::reinterpret_steal<py::object>(
-          PyObject_CallFunction(type, "s", e.what()));
+      py::object exc =
+          py::reinterpret_steal<py::object>(PyObject_CallFunction(type, "s", e.what()));
       if (exc) {
         exc.attr("code") = e.code();
         PyErr_SetObject(type, exc.ptr());

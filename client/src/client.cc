@@ -10,15 +10,15 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "proto/lib/status_context.h"
 #include "absl/synchronization/mutex.h"
 #include "ckpt/v1/node.grpc.pb.h"
 #include "client/src/parallel_copy.h"
+#include "client/src/pool_mapping.h"
 #include "gpu/device_factory.h"
 #include "gpu/device_runtime.h"
-#include "client/src/pool_mapping.h"
 #include "proto/lib/grpc_status.h"
 #include "proto/lib/region_convert.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt {
 namespace {
@@ -42,9 +42,15 @@ void ToProto(const HostTensor& t, v1::TensorShard* out, const gpu::IpcExport* de
   for (int64_t d : t.global_shape) out->add_global_shape(d);
   geo::Region region;
   switch (t.region.kind) {
-    case Region::Kind::kWhole: region = geo::Region::Whole(); break;
-    case Region::Kind::kBox: region = geo::Region::Box(t.region.offsets, t.region.lengths); break;
-    case Region::Kind::kFlat: region = geo::Region::Flat(t.region.flat_begin, t.region.flat_end); break;
+    case Region::Kind::kWhole:
+      region = geo::Region::Whole();
+      break;
+    case Region::Kind::kBox:
+      region = geo::Region::Box(t.region.offsets, t.region.lengths);
+      break;
+    case Region::Kind::kFlat:
+      region = geo::Region::Flat(t.region.flat_begin, t.region.flat_end);
+      break;
   }
   RegionToProto(region, out->mutable_region());
 }
@@ -167,10 +173,12 @@ class ClientImpl final : public Client {
       // it, or every restart of the daemon would leak a pool's worth of
       // pinned registration in this process.
       std::shared_ptr<Attachment> previous = Current();
-      if (pool_pinned_ && previous != nullptr) (void)gpu_->UnregisterHostMemory(previous->pool->base());
+      if (pool_pinned_ && previous != nullptr)
+        (void)gpu_->UnregisterHostMemory(previous->pool->base());
       pool_pinned_ = false;
       if (gpu_ != nullptr && gpu_->HasDevice()) {
-        pool_pinned_ = gpu_->RegisterHostMemory(attachment->pool->base(), attachment->pool->size()).ok();
+        pool_pinned_ =
+            gpu_->RegisterHostMemory(attachment->pool->base(), attachment->pool->size()).ok();
       }
     }
     watch_context_ = std::make_unique<grpc::ClientContext>();
@@ -271,10 +279,10 @@ class ClientImpl final : public Client {
 
   absl::StatusOr<int64_t> Load(int64_t step, const std::vector<HostTensor>& tensors,
                                const std::vector<LoadObject>& objects) override {
-    const std::string what = absl::StrCat("load of job ", options_.job, " step ",
-                                          step == kLatestStep ? std::string("latest")
-                                                              : absl::StrCat(step),
-                                          " by rank ", options_.rank);
+    const std::string what =
+        absl::StrCat("load of job ", options_.job, " step ",
+                     step == kLatestStep ? std::string("latest") : absl::StrCat(step), " by rank ",
+                     options_.rank);
     if (absl::Status s = EnsureAttached(); !s.ok()) return WithContext(s, what);
     std::shared_ptr<Attachment> attachment = Current();
     v1::NodeService::Stub& stub = *attachment->stub;
@@ -322,7 +330,8 @@ class ClientImpl final : public Client {
     }
     for (size_t i = 0; i < objects.size(); ++i) {
       if (response.object_bytes(static_cast<int>(i)) > (1ull << 40)) {
-        return absl::InternalError(absl::StrCat(what, ": object ", objects[i].key, " is too large"));
+        return absl::InternalError(
+            absl::StrCat(what, ": object ", objects[i].key, " is too large"));
       }
       objects[i].out->assign(response.object_bytes(static_cast<int>(i)), '\0');
     }
@@ -364,7 +373,8 @@ class ClientImpl final : public Client {
           const uint64_t src = d.pool_offset() + i * d.src_stride();
           const uint64_t dst = d.dest_offset() + i * d.dest_stride();
           absl::StatusOr<char*> from = attachment->pool->Range(src, d.length());
-          if (!from.ok() || dst > dest_size || d.length() > dest_size - dst) return BadDelivery(what);
+          if (!from.ok() || dst > dest_size || d.length() > dest_size - dst)
+            return BadDelivery(what);
           if (to_device) {
             // Push: this process copies into its own GPU memory.
             absl::StatusOr<gpu::DeviceRuntime*> gpu = Gpu(tensors[d.request()].fqn);
@@ -395,7 +405,8 @@ class ClientImpl final : public Client {
 
  private:
   static absl::Status BadDelivery(const std::string& what) {
-    return absl::InternalError(absl::StrCat(what, ": daemon sent a copy outside the pool or the buffer"));
+    return absl::InternalError(
+        absl::StrCat(what, ": daemon sent a copy outside the pool or the buffer"));
   }
 
   std::shared_ptr<Attachment> Current() {
@@ -442,9 +453,8 @@ class ClientImpl final : public Client {
       {
         absl::MutexLock lock(&queue_mu_);
         queue_mu_.Await(absl::Condition(
-            +[](ClientImpl* c) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-              return c->stopping_ || !c->saves_.empty();
-            },
+            +[](ClientImpl* c)
+                 ABSL_NO_THREAD_SAFETY_ANALYSIS { return c->stopping_ || !c->saves_.empty(); },
             this));
         if (saves_.empty()) {
           persist_stop_ = true;
@@ -504,8 +514,8 @@ class ClientImpl final : public Client {
   // nullopt once the handle has its error.
   std::optional<std::pair<std::string, std::string>> RunSnapshot(SaveJob& job) {
     SaveState& state = *job.state;
-    const std::string what = absl::StrCat("save of job ", options_.job, " step ", job.step,
-                                          " by rank ", options_.rank);
+    const std::string what =
+        absl::StrCat("save of job ", options_.job, " step ", job.step, " by rank ", options_.rank);
     auto fail = [&](const absl::Status& s) {
       state.PersistDone(WithContext(s, what));
       return std::nullopt;
@@ -571,9 +581,9 @@ class ClientImpl final : public Client {
         if (!dst.ok() || src == nullptr || slice.item_offset() > size ||
             slice.length() > size - slice.item_offset()) {
           copies_.Wait();
-          return fail(absl::InternalError(absl::StrCat(
-              "daemon handed out a slice outside the pool or the item (", slice.kind(), " ",
-              slice.index(), ")")));
+          return fail(absl::InternalError(
+              absl::StrCat("daemon handed out a slice outside the pool or the item (", slice.kind(),
+                           " ", slice.index(), ")")));
         }
         if (device) {
           // Push: device to the pinned pool, in this process, after the

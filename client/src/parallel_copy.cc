@@ -29,7 +29,8 @@ void ParallelCopy(const std::vector<CopyPiece>& pieces, int threads) {
       std::memcpy(split[i].dst, split[i].src, split[i].length);
     }
   };
-  const int n = static_cast<int>(std::clamp<size_t>(std::min<size_t>(threads, split.size()), 1, 64));
+  const int n =
+      static_cast<int>(std::clamp<size_t>(std::min<size_t>(threads, split.size()), 1, 64));
   std::vector<std::thread> pool;
   for (int t = 1; t < n; ++t) pool.emplace_back(worker);
   worker();
@@ -69,9 +70,8 @@ void CopyPool::Run() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](CopyPool* p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return p->stop_ || p->next_ < p->units_.size();
-          },
+          +[](CopyPool* p)
+               ABSL_NO_THREAD_SAFETY_ANALYSIS { return p->stop_ || p->next_ < p->units_.size(); },
           this));
       if (next_ >= units_.size()) return;  // stopping
       piece = units_[next_++];

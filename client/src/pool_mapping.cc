@@ -12,7 +12,7 @@
 namespace ckpt::client {
 
 absl::StatusOr<std::unique_ptr<PoolMapping>> PoolMapping::Open(const std::string& path,
-                                                              uint64_t bytes) {
+                                                               uint64_t bytes) {
   const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("cannot open the daemon's pool ", path));
   // MAP_POPULATE: the page tables are filled once here, not by a fault on
@@ -22,8 +22,8 @@ absl::StatusOr<std::unique_ptr<PoolMapping>> PoolMapping::Open(const std::string
   const int err = errno;
   close(fd);
   if (base == MAP_FAILED) {
-    return ErrnoStatus(err, absl::StrCat("cannot map the daemon's pool ", path, " (", bytes,
-                                         " bytes)"));
+    return ErrnoStatus(err,
+                       absl::StrCat("cannot map the daemon's pool ", path, " (", bytes, " bytes)"));
   }
   return std::unique_ptr<PoolMapping>(new PoolMapping(static_cast<char*>(base), bytes));
 }

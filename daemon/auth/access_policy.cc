@@ -21,7 +21,8 @@ absl::StatusOr<uid_t> ResolveUser(const std::string& name, const char* flag) {
   passwd entry{};
   passwd* found = nullptr;
   std::vector<char> buffer(16384);
-  if (getpwnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 || found == nullptr) {
+  if (getpwnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 ||
+      found == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(flag, ": no user named '", name, "'"));
   }
   return found->pw_uid;
@@ -33,7 +34,8 @@ absl::StatusOr<gid_t> ResolveGroup(const std::string& name, const char* flag) {
   group entry{};
   group* found = nullptr;
   std::vector<char> buffer(65536);
-  if (getgrnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 || found == nullptr) {
+  if (getgrnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 ||
+      found == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(flag, ": no group named '", name, "'"));
   }
   return found->gr_gid;
@@ -43,10 +45,14 @@ absl::StatusOr<gid_t> ResolveGroup(const std::string& name, const char* flag) {
 
 const char* PermissionName(Permission p) {
   switch (p) {
-    case Permission::kNone: return "none";
-    case Permission::kUse: return "use (attach, save and load its own jobs)";
-    case Permission::kRead: return "read (status, list, inspect, verify)";
-    case Permission::kAdmin: return "admin (cancel, gc)";
+    case Permission::kNone:
+      return "none";
+    case Permission::kUse:
+      return "use (attach, save and load its own jobs)";
+    case Permission::kRead:
+      return "read (status, list, inspect, verify)";
+    case Permission::kAdmin:
+      return "admin (cancel, gc)";
   }
   return "?";
 }
@@ -78,12 +84,14 @@ absl::StatusOr<AccessPolicy> AccessPolicy::Create(const AccessLists& lists, uid_
       if (!gid.ok()) return gid.status();
       s.ids->groups.insert(*gid);
     }
-    if (!s.users.empty()) parts.push_back(absl::StrCat(s.user_flag, "=", absl::StrJoin(s.users, ",")));
-    if (!s.groups.empty()) parts.push_back(absl::StrCat(s.group_flag, "=", absl::StrJoin(s.groups, ",")));
+    if (!s.users.empty())
+      parts.push_back(absl::StrCat(s.user_flag, "=", absl::StrJoin(s.users, ",")));
+    if (!s.groups.empty())
+      parts.push_back(absl::StrCat(s.group_flag, "=", absl::StrJoin(s.groups, ",")));
   }
-  policy.description_ = parts.empty() ? std::string("only the daemon's own user and root")
-                                      : absl::StrCat("the daemon's own user, root, ",
-                                                     absl::StrJoin(parts, " "));
+  policy.description_ =
+      parts.empty() ? std::string("only the daemon's own user and root")
+                    : absl::StrCat("the daemon's own user, root, ", absl::StrJoin(parts, " "));
   return policy;
 }
 

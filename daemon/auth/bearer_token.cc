@@ -22,7 +22,8 @@ constexpr size_t kMaxTokenBytes = 4096;
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path, const char* flag) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot open ", path, ": ", strerror(errno)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": cannot open ", path, ": ", strerror(errno)));
   }
   struct stat st {};
   std::string text(kMaxTokenBytes + 1, '\0');
@@ -30,21 +31,26 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path, const char* f
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) n = read(fd, text.data(), text.size());
   const int error = errno;
   close(fd);
-  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a regular file"));
-  if (n < 0) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path, ": ", strerror(error)));
+  if (!S_ISREG(st.st_mode))
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a regular file"));
+  if (n < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": cannot read ", path, ": ", strerror(error)));
   if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        flag, ": ", path, " is open to other users (mode ", absl::StrCat(absl::Hex(st.st_mode & 0777)),
-        "); make it readable by its owner only (chmod 600)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": ", path, " is open to other users (mode ",
+                     absl::StrCat(absl::Hex(st.st_mode & 0777)),
+                     "); make it readable by its owner only (chmod 600)"));
   }
   if (static_cast<size_t>(n) > kMaxTokenBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is longer than ", kMaxTokenBytes, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": ", path, " is longer than ", kMaxTokenBytes, " bytes"));
   }
   text.resize(static_cast<size_t>(n));
   std::string token(absl::StripAsciiWhitespace(text));
   if (token.size() < kMinTokenBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": the token in ", path, " is shorter than ", kMinTokenBytes, " characters"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": the token in ", path, " is shorter than ", kMinTokenBytes, " characters"));
   }
   for (char c : token) {
     // It travels as an HTTP/2 header value.

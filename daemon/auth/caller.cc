@@ -76,14 +76,16 @@ absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContextBase& co
     }
   }
   if (!tls) {
-    return absl::UnauthenticatedError(absl::StrCat(
-        "ckptd refuses TCP calls without TLS (from ", peer,
-        "); start it with --tls_cert_file, --tls_key_file and --token_file, or use the Unix socket"));
+    return absl::UnauthenticatedError(
+        absl::StrCat("ckptd refuses TCP calls without TLS (from ", peer,
+                     "); start it with --tls_cert_file, --tls_key_file and --token_file, or use "
+                     "the Unix socket"));
   }
   const auto& metadata = context.client_metadata();
   auto it = metadata.find(kAuthorizationKey);
   if (it == metadata.end()) {
-    return absl::UnauthenticatedError(absl::StrCat("a TCP call from ", peer, " carries no bearer token"));
+    return absl::UnauthenticatedError(
+        absl::StrCat("a TCP call from ", peer, " carries no bearer token"));
   }
   caller.permission = tokens_.Check(absl::string_view(it->second.data(), it->second.size()));
   if (caller.permission == Permission::kNone) {
@@ -100,7 +102,8 @@ absl::StatusOr<Caller> Authenticator::Authorize(const grpc::ServerContextBase& c
   if (static_cast<int>(caller->permission) < static_cast<int>(needed)) {
     return absl::PermissionDeniedError(absl::StrCat(
         caller->peer, " may not ",
-        needed == Permission::kUse ? "use ckptd" : absl::StrCat("do this: it needs ", PermissionName(needed)),
+        needed == Permission::kUse ? "use ckptd"
+                                   : absl::StrCat("do this: it needs ", PermissionName(needed)),
         caller->permission == Permission::kNone ? "; ckptd admits " : "; ckptd's lists: ",
         policy_.Describe()));
   }

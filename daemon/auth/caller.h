@@ -23,11 +23,11 @@
 namespace ckpt::auth {
 
 struct Caller {
-  bool local = false;   // over the Unix socket, with `user` from the kernel
-  LocalUser user;       // local callers only
-  pid_t pid = 0;        // local callers only
+  bool local = false;  // over the Unix socket, with `user` from the kernel
+  LocalUser user;      // local callers only
+  pid_t pid = 0;       // local callers only
   Permission permission = Permission::kNone;
-  std::string peer;     // for messages: "uid 1001 (alice), pid 77" or the TCP address
+  std::string peer;  // for messages: "uid 1001 (alice), pid 77" or the TCP address
 
   // A job's owner may act on it with kUse; others need `needed`.
   bool IsLocalUser(uid_t uid) const { return local && user.uid == uid; }

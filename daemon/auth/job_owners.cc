@@ -59,7 +59,8 @@ absl::Status JobOwners::WriteRecord(const std::string& job, uid_t uid) {
   if (absl::Status closed = (*file)->Close(); s.ok()) s = closed;
   if (s.ok()) s = backend_.Rename(tmp, path);
   if (s.ok()) s = backend_.SyncDir(dir);
-  if (!s.ok()) return WithContext(s, absl::StrCat("recording the owner of job ", job, " in ", path));
+  if (!s.ok())
+    return WithContext(s, absl::StrCat("recording the owner of job ", job, " in ", path));
   return absl::OkStatus();
 }
 
@@ -96,8 +97,8 @@ absl::Status JobOwners::Claim(const std::string& job, uid_t uid) {
   }
   owners_[job] = *owner;
   if (*owner != uid) {
-    return absl::PermissionDeniedError(absl::StrCat("job ", job, " belongs to ", DescribeUid(*owner),
-                                                    ", not to ", DescribeUid(uid)));
+    return absl::PermissionDeniedError(absl::StrCat(
+        "job ", job, " belongs to ", DescribeUid(*owner), ", not to ", DescribeUid(uid)));
   }
   return absl::OkStatus();
 }

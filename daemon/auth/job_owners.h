@@ -29,7 +29,8 @@ inline constexpr char kOwnerFileName[] = "OWNER";
 
 class JobOwners {
  public:
-  JobOwners(storage::Backend& backend, std::string root) : backend_(backend), root_(std::move(root)) {}
+  JobOwners(storage::Backend& backend, std::string root)
+      : backend_(backend), root_(std::move(root)) {}
 
   // The job's owner, or nullopt when it has none yet. An unreadable or
   // damaged record is an error (DATA_LOSS naming the file), never "no owner":

@@ -20,7 +20,8 @@ constexpr int kBacklog = 1024;
 
 }  // namespace
 
-absl::Status UnixListener::Start(const std::string& path, bool open_to_others, grpc::Server* server) {
+absl::Status UnixListener::Start(const std::string& path, bool open_to_others,
+                                 grpc::Server* server) {
   sockaddr_un address{};
   if (path.size() >= sizeof(address.sun_path)) {
     return absl::InvalidArgumentError(absl::StrCat("socket path ", path, " is longer than ",
@@ -38,7 +39,8 @@ absl::Status UnixListener::Start(const std::string& path, bool open_to_others, g
   umask(old_umask);
   if (bound != 0) {
     close(fd);
-    return absl::UnavailableError(absl::StrCat("cannot bind unix:", path, ": ", strerror(bind_error)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot bind unix:", path, ": ", strerror(bind_error)));
   }
   if (open_to_others && chmod(path.c_str(), 0666) != 0) {
     const int error = errno;
@@ -48,7 +50,8 @@ absl::Status UnixListener::Start(const std::string& path, bool open_to_others, g
   if (listen(fd, kBacklog) != 0) {
     const int error = errno;
     close(fd);
-    return absl::UnavailableError(absl::StrCat("cannot listen on unix:", path, ": ", strerror(error)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on unix:", path, ": ", strerror(error)));
   }
   fd_ = fd;
   thread_ = std::thread([this, server] { Run(server); });

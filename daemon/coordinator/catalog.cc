@@ -34,8 +34,7 @@ std::string SafeHost(std::string host) {
 }
 
 bool IsInstanceId(const std::string& id) {
-  return id.size() == kInstanceIdLength &&
-         std::all_of(id.begin(), id.end(), [](char c) {
+  return id.size() == kInstanceIdLength && std::all_of(id.begin(), id.end(), [](char c) {
            return absl::ascii_isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
          });
 }
@@ -187,10 +186,10 @@ absl::StatusOr<int64_t> Catalog::ResolveLatest(const std::string& job) {
     }
     if (newest_error.ok()) newest_error = manifest.status();
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "job ", job, ": ", latest_path, " ", why, ", and none of its ", steps->size(),
-      " step directories has a valid manifest (step ", steps->back(), ": ",
-      newest_error.message(), ")"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("job ", job, ": ", latest_path, " ", why, ", and none of its ", steps->size(),
+                   " step directories has a valid manifest (step ", steps->back(), ": ",
+                   newest_error.message(), ")"));
 }
 
 absl::StatusOr<v1::CheckpointManifest> Catalog::ReadStepManifest(const std::string& job,
@@ -241,8 +240,7 @@ absl::Status Catalog::VerifiesShallow(const std::string& job, int64_t step) {
   return CheckDataFiles(job, step, *manifest);
 }
 
-absl::StatusOr<v1::CheckpointManifest> Catalog::ReadManifest(const std::string& job,
-                                                             int64_t step) {
+absl::StatusOr<v1::CheckpointManifest> Catalog::ReadManifest(const std::string& job, int64_t step) {
   absl::StatusOr<int64_t> resolved = ResolveStep(job, step);
   if (!resolved.ok()) return resolved.status();
   absl::StatusOr<v1::CheckpointManifest> manifest = ReadStepManifest(job, *resolved);

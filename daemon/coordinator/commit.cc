@@ -143,8 +143,8 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
   }
   if (absl::Status s = backend.RemoveAll(intent_path); !s.ok()) {
     // Harmless: it names the step LATEST names.
-    std::fprintf(stderr, "ckptd: %s: could not remove %s: %s\n", what.c_str(),
-                 intent_path.c_str(), std::string(s.message()).c_str());
+    std::fprintf(stderr, "ckptd: %s: could not remove %s: %s\n", what.c_str(), intent_path.c_str(),
+                 std::string(s.message()).c_str());
   }
   return absl::OkStatus();
 }

@@ -63,8 +63,7 @@ absl::StatusOr<v1::SaveAssignment> Coordinator::PlanSave(const v1::NodeSavePlan&
   return assignment;
 }
 
-absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(
-    const v1::NodePersistReport& report) {
+absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(const v1::NodePersistReport& report) {
   ActiveSave save;
   {
     absl::MutexLock lock(&mu_);
@@ -75,7 +74,8 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(
     save = it->second;
   }
   std::map<std::pair<std::string, uint64_t>, uint32_t> crcs;
-  for (const v1::ChunkChecksum& c : report.checksums()) crcs[{c.file(), c.file_offset()}] = c.crc32c();
+  for (const v1::ChunkChecksum& c : report.checksums())
+    crcs[{c.file(), c.file_offset()}] = c.crc32c();
   v1::CheckpointManifest manifest = save.assignment.manifest_template();
   absl::Status status = ForEachMutableChunk(
       manifest, [&](v1::StoredChunk& chunk, const std::string& owner) -> absl::Status {
@@ -122,8 +122,8 @@ void Coordinator::AbortSave(const std::string& save_id, const std::string& reaso
   (void)backend_.RemoveAll(partial);
 }
 
-absl::StatusOr<v1::LoadAssignment> Coordinator::PlanLoad(
-    const v1::NodeLoadPlan& node, std::unique_ptr<storage::FileLock>* pin) {
+absl::StatusOr<v1::LoadAssignment> Coordinator::PlanLoad(const v1::NodeLoadPlan& node,
+                                                         std::unique_ptr<storage::FileLock>* pin) {
   // Pinned before the manifest is read. "latest" may move on between the
   // pin and the read (a commit): then the pin is taken again.
   constexpr int kPinAttempts = 3;
@@ -158,12 +158,13 @@ absl::StatusOr<v1::LoadAssignment> Coordinator::PlanLoad(
       break;
     }
     if (attempt >= kPinAttempts) {
-      return absl::AbortedError(absl::StrCat("the latest step of job ", node.job(),
-                                             " changed ", kPinAttempts,
+      return absl::AbortedError(absl::StrCat("the latest step of job ", node.job(), " changed ",
+                                             kPinAttempts,
                                              " times while the load pinned it; try again"));
     }
   }
-  absl::StatusOr<v1::LoadAssignment> assignment = coordinator::PlanLoad(*manifest, {node}, options_.limits);
+  absl::StatusOr<v1::LoadAssignment> assignment =
+      coordinator::PlanLoad(*manifest, {node}, options_.limits);
   if (!assignment.ok()) return assignment.status();
   assignment->set_checkpoint_path(StepDir(root(), node.job(), manifest->step()));
   return assignment;

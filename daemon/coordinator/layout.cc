@@ -2,8 +2,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 
 namespace ckpt::coordinator {
 
@@ -26,8 +26,7 @@ std::optional<int64_t> ParseLatestContents(absl::string_view contents) {
 namespace {
 
 // ".step-<N><marker><host>-<instance>-<seq>", marker ".partial-" or ".trash-".
-std::optional<PartialDirName> ParseOwnedDirName(absl::string_view name,
-                                                absl::string_view marker) {
+std::optional<PartialDirName> ParseOwnedDirName(absl::string_view name, absl::string_view marker) {
   absl::string_view rest = name;
   if (!absl::ConsumePrefix(&rest, ".step-")) return std::nullopt;
   const size_t dot = rest.find(marker);

@@ -29,26 +29,25 @@ absl::Status CheckChunksTile(const v1::StoredShard& stored, uint64_t bytes,
                              const std::string& what) {
   uint64_t at = 0;
   for (const v1::StoredChunk& chunk : stored.chunks()) {
-    if (chunk.shard_offset() != at || chunk.length() == 0 ||
-        chunk.length() > bytes - at) {
+    if (chunk.shard_offset() != at || chunk.length() == 0 || chunk.length() > bytes - at) {
       return absl::DataLossError(absl::StrCat(
           what, ": chunk at shard offset ", chunk.shard_offset(), " of ", chunk.length(),
-          " bytes (in ", chunk.file(), ") does not continue the shard's chunks at ", at,
-          " of its ", bytes, " bytes"));
+          " bytes (in ", chunk.file(), ") does not continue the shard's chunks at ", at, " of its ",
+          bytes, " bytes"));
     }
     at += chunk.length();
   }
   if (at != bytes) {
-    return absl::DataLossError(absl::StrCat(what, ": chunks hold ", at, " of the shard's ",
-                                            bytes, " bytes"));
+    return absl::DataLossError(
+        absl::StrCat(what, ": chunks hold ", at, " of the shard's ", bytes, " bytes"));
   }
   return absl::OkStatus();
 }
 
 // Appends one CopyRun (count reps) to the read of `chunk`.
 void Emit(const v1::StoredChunk& chunk, const std::string& fqn, int rank, uint32_t request,
-          uint64_t in_chunk, uint64_t dst, uint64_t length, uint64_t count,
-          uint64_t chunk_stride, uint64_t dest_stride, Reads& reads) {
+          uint64_t in_chunk, uint64_t dst, uint64_t length, uint64_t count, uint64_t chunk_stride,
+          uint64_t dest_stride, Reads& reads) {
   v1::ChunkRead& read = reads[{chunk.file(), chunk.file_offset()}];
   if (!read.has_chunk()) {
     *read.mutable_chunk() = chunk;
@@ -76,10 +75,9 @@ void AddRunToChunks(const v1::StoredShard& stored, const std::string& fqn, int r
                     uint32_t request, const geo::StridedRun& run, Reads& reads) {
   const auto& chunks = stored.chunks();
   auto chunk_at = [&](uint64_t offset) {
-    auto it = std::upper_bound(chunks.begin(), chunks.end(), offset,
-                               [](uint64_t o, const v1::StoredChunk& c) {
-                                 return o < c.shard_offset();
-                               });
+    auto it =
+        std::upper_bound(chunks.begin(), chunks.end(), offset,
+                         [](uint64_t o, const v1::StoredChunk& c) { return o < c.shard_offset(); });
     return it - 1;  // the first chunk starts at 0 <= offset
   };
   const uint64_t n = static_cast<uint64_t>(run.count);
@@ -95,8 +93,8 @@ void AddRunToChunks(const v1::StoredShard& stored, const std::string& fqn, int r
     if (start + length <= chunk_end) {
       const uint64_t last =
           n == 1 ? k : std::min<uint64_t>(n - 1, k + (chunk_end - start - length) / ss);
-      Emit(*it, fqn, rank, request, start - it->shard_offset(), dst, length, last - k + 1, ss,
-           ds, reads);
+      Emit(*it, fqn, rank, request, start - it->shard_offset(), dst, length, last - k + 1, ss, ds,
+           reads);
       k = last + 1;
       continue;
     }
@@ -155,18 +153,17 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
         if (!g.ok()) return g.status();
         auto found = tensors.find(request.fqn());
         if (found == tensors.end()) {
-          return absl::NotFoundError(
-              absl::StrCat("tensor ", request.fqn(), " is not in ", where));
+          return absl::NotFoundError(absl::StrCat("tensor ", request.fqn(), " is not in ", where));
         }
         const v1::TensorEntry& entry = *found->second;
         if (entry.dtype() != request.dtype() ||
             !std::equal(entry.global_shape().begin(), entry.global_shape().end(),
                         request.global_shape().begin(), request.global_shape().end())) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "tensor ", request.fqn(), ": rank ", rank.rank(), " asks for dtype ",
-              DTypeName(request.dtype()), " shape ", ShapeString(request.global_shape()),
-              " but ", where, " holds dtype ", DTypeName(entry.dtype()), " shape ",
-              ShapeString(entry.global_shape())));
+          return absl::InvalidArgumentError(
+              absl::StrCat("tensor ", request.fqn(), ": rank ", rank.rank(), " asks for dtype ",
+                           DTypeName(request.dtype()), " shape ",
+                           ShapeString(request.global_shape()), " but ", where, " holds dtype ",
+                           DTypeName(entry.dtype()), " shape ", ShapeString(entry.global_shape())));
         }
         sizes->add_tensor_bytes(g->bytes);
         int64_t covered = 0;
@@ -198,10 +195,10 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
         }
       }
       if (rank.object_keys_size() > limits.max_objects_per_plan) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "rank ", rank.rank(), ": plan has ", rank.object_keys_size(),
-            " object keys; the limit is ", limits.max_objects_per_plan,
-            " (--max_objects_per_plan)"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat("rank ", rank.rank(), ": plan has ", rank.object_keys_size(),
+                         " object keys; the limit is ", limits.max_objects_per_plan,
+                         " (--max_objects_per_plan)"));
       }
       for (int i = 0; i < rank.object_keys_size(); ++i) {
         const std::string& key = rank.object_keys(i);

@@ -35,10 +35,10 @@ class Checker {
                                kManifestFormatVersion));
     }
     if (m.job() != job || m.step() != step) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          source_, ": the manifest is of job ", Quoted(m.job()), " step ", m.step(),
-          ", not of job ", job, " step ", step,
-          " whose directory holds it (a copied or moved checkpoint directory?)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(source_, ": the manifest is of job ", Quoted(m.job()), " step ", m.step(),
+                       ", not of job ", job, " step ", step,
+                       " whose directory holds it (a copied or moved checkpoint directory?)"));
     }
     if (absl::Status s = CheckCount("tensors", m.tensors_size(), limits_.max_tensors); !s.ok()) {
       return s;
@@ -76,9 +76,8 @@ class Checker {
 
   absl::Status CheckCount(absl::string_view what, int64_t count, int64_t limit) const {
     if (count <= limit) return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat(source_, ": the manifest holds ", count,
-                                                      " ", what, ", more than the limit of ",
-                                                      limit));
+    return absl::FailedPreconditionError(absl::StrCat(source_, ": the manifest holds ", count, " ",
+                                                      what, ", more than the limit of ", limit));
   }
 
   absl::Status CheckMetadata(const v1::CheckpointManifest& m) const {
@@ -90,10 +89,9 @@ class Checker {
     uint64_t bytes = 0;
     for (const auto& [key, value] : m.user_metadata()) bytes += key.size() + value.size();
     if (bytes > limits_.max_metadata_bytes) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(source_, ": the manifest holds ", bytes,
-                       " bytes of user metadata, more than the limit of ",
-                       limits_.max_metadata_bytes));
+      return absl::FailedPreconditionError(absl::StrCat(
+          source_, ": the manifest holds ", bytes,
+          " bytes of user metadata, more than the limit of ", limits_.max_metadata_bytes));
     }
     return absl::OkStatus();
   }
@@ -153,21 +151,21 @@ class Checker {
                                  limits_.max_chunk_bytes));
       }
       if (chunk.shard_offset() != next) {
-        return Lost(absl::StrCat(at, " starts at shard offset ", chunk.shard_offset(),
-                                 " where ", next,
+        return Lost(absl::StrCat(at, " starts at shard offset ", chunk.shard_offset(), " where ",
+                                 next,
                                  " was expected (chunks must be contiguous, in order, "
                                  "without gaps or overlaps)"));
       }
       if (chunk.length() > shard_bytes - next) {
-        return Lost(absl::StrCat(at, " [", next, ", +", chunk.length(),
-                                 ") runs past the shard's ", shard_bytes, " bytes"));
+        return Lost(absl::StrCat(at, " [", next, ", +", chunk.length(), ") runs past the shard's ",
+                                 shard_bytes, " bytes"));
       }
       next += chunk.length();
       if (absl::Status s = CheckPlacement(chunk, at); !s.ok()) return s;
     }
     if (next != shard_bytes) {
-      return Lost(absl::StrCat(where, ": its chunks cover ", next, " of its ", shard_bytes,
-                               " bytes"));
+      return Lost(
+          absl::StrCat(where, ": its chunks cover ", next, " of its ", shard_bytes, " bytes"));
     }
     return absl::OkStatus();
   }
@@ -218,8 +216,8 @@ class Checker {
   }
 
   absl::Status CheckObject(const v1::ObjectEntry& object) {
-    const std::string at = absl::StrCat("object ", Quoted(object.key()), " of rank ",
-                                        object.rank());
+    const std::string at =
+        absl::StrCat("object ", Quoted(object.key()), " of rank ", object.rank());
     if (absl::Status s = ValidateName("object", object.key()); !s.ok()) {
       return Lost(absl::StrCat(at, ": ", s.message()));
     }

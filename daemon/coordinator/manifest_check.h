@@ -28,8 +28,8 @@ namespace ckpt::coordinator {
 struct ManifestLimits {
   uint64_t max_manifest_bytes = uint64_t{256} << 20;  // the MANIFEST file
   int64_t max_tensors = 1 << 20;
-  int64_t max_shards = 1 << 22;   // over all tensors
-  int64_t max_chunks = 1 << 24;   // over all shards and objects
+  int64_t max_shards = 1 << 22;  // over all tensors
+  int64_t max_chunks = 1 << 24;  // over all shards and objects
   int64_t max_objects = 1 << 20;
   int max_dims = 64;
   int64_t max_metadata_entries = 4096;

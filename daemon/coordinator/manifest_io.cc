@@ -19,13 +19,14 @@ std::string EncodeManifest(const v1::CheckpointManifest& manifest) {
 absl::StatusOr<v1::CheckpointManifest> DecodeManifest(absl::string_view bytes,
                                                       absl::string_view source) {
   if (bytes.size() < 4) {
-    return absl::DataLossError(absl::StrCat(source, ": manifest is truncated (", bytes.size(),
-                                            " bytes)"));
+    return absl::DataLossError(
+        absl::StrCat(source, ": manifest is truncated (", bytes.size(), " bytes)"));
   }
   const absl::string_view payload = bytes.substr(0, bytes.size() - 4);
   uint32_t stored = 0;
   for (int i = 0; i < 4; ++i) {
-    stored |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[payload.size() + i])) << (8 * i);
+    stored |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[payload.size() + i]))
+              << (8 * i);
   }
   const uint32_t actual = Crc32c(payload.data(), payload.size());
   if (stored != actual) {

@@ -88,8 +88,8 @@ void GarbageCollector::RemoveLeftoverTrash(const std::string& job) {
   for (size_t i = 0; s.ok() && i < trash.size(); ++i) s = backend_.RemoveAll(trash[i]);
   Log(s.ok() ? absl::StrCat("gc of job ", job, ": removed ", trash.size(),
                             " trash directories an earlier gc left")
-             : absl::StrCat("gc of job ", job, ": cannot remove trash an earlier gc left: ",
-                            s.message()));
+             : absl::StrCat("gc of job ", job,
+                            ": cannot remove trash an earlier gc left: ", s.message()));
 }
 
 absl::StatusOr<GcResult> GarbageCollector::Collect(const std::string& job,
@@ -109,10 +109,10 @@ absl::StatusOr<GcResult> GarbageCollector::Collect(const std::string& job,
 
   absl::StatusOr<std::vector<v1::CheckpointSummary>> summaries = catalog_.ListCheckpoints(job);
   if (!summaries.ok()) return WithContext(summaries.status(), what);
-  const bool any_valid = std::any_of(summaries->begin(), summaries->end(),
-                                     [](const auto& c) { return !c.broken(); });
-  const bool any_latest = std::any_of(summaries->begin(), summaries->end(),
-                                      [](const auto& c) { return c.latest(); });
+  const bool any_valid =
+      std::any_of(summaries->begin(), summaries->end(), [](const auto& c) { return !c.broken(); });
+  const bool any_latest =
+      std::any_of(summaries->begin(), summaries->end(), [](const auto& c) { return c.latest(); });
   if (any_valid && !any_latest) {
     // Deleting without knowing what is latest could delete it.
     return absl::FailedPreconditionError(
@@ -202,13 +202,13 @@ absl::StatusOr<GcResult> GarbageCollector::Collect(const std::string& job,
 
   std::vector<int64_t> deleted, kept, failed;
   for (const GcStep& s : result.steps) {
-    (s.outcome == GcStep::Outcome::kDeleted  ? deleted
-     : s.outcome == GcStep::Outcome::kKept ? kept
+    (s.outcome == GcStep::Outcome::kDeleted ? deleted
+     : s.outcome == GcStep::Outcome::kKept  ? kept
                                             : failed)
         .push_back(s.step);
   }
-  std::string line = absl::StrCat(what, " (", trigger, dry_run ? ", dry run" : "", "): ",
-                                  dry_run ? "would delete" : "deleted", " steps [",
+  std::string line = absl::StrCat(what, " (", trigger, dry_run ? ", dry run" : "",
+                                  "): ", dry_run ? "would delete" : "deleted", " steps [",
                                   StepList(deleted), "], ", result.bytes_freed, " bytes ",
                                   dry_run ? "to free" : "freed", "; kept [", StepList(kept), "]");
   if (!failed.empty()) absl::StrAppend(&line, "; failed [", StepList(failed), "]");

@@ -14,9 +14,7 @@ namespace {
 // Past this a grace period means "forever" and only risks overflow.
 constexpr int64_t kMaxGraceSeconds = int64_t{100} * 365 * 86400;
 
-std::string Seconds(absl::Duration d) {
-  return absl::StrCat(absl::ToInt64Seconds(d), "s");
-}
+std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToInt64Seconds(d), "s"); }
 
 absl::Status CheckPolicy(const RetentionPolicy& p, absl::string_view where) {
   if (p.keep_last < 0) {
@@ -66,19 +64,20 @@ std::vector<StepDecision> DecideRetention(const RetentionPolicy& policy,
     } else if (!f.committed.has_value()) {
       d.reason = "its commit time is unknown";
     } else if (now - *f.committed < policy.grace) {
-      d.reason = absl::StrCat("committed ", Seconds(std::max(now - *f.committed, absl::ZeroDuration())),
-                              " ago, within the grace period of ", Seconds(policy.grace));
+      d.reason =
+          absl::StrCat("committed ", Seconds(std::max(now - *f.committed, absl::ZeroDuration())),
+                       " ago, within the grace period of ", Seconds(policy.grace));
     } else if (f.broken && !policy.delete_broken) {
       d.reason = absl::StrCat("broken (", f.broken_reason,
                               "); only ckptctl gc --delete-broken deletes a broken step");
     } else {
       d.keep = false;
-      d.reason = f.broken ? absl::StrCat("broken (", f.broken_reason, ")")
-                          : absl::StrCat("older than the newest ", policy.keep_last,
-                                         policy.keep_every > 0
-                                             ? absl::StrCat(" and not a multiple of ",
-                                                            policy.keep_every)
-                                             : "");
+      d.reason = f.broken
+                     ? absl::StrCat("broken (", f.broken_reason, ")")
+                     : absl::StrCat("older than the newest ", policy.keep_last,
+                                    policy.keep_every > 0
+                                        ? absl::StrCat(" and not a multiple of ", policy.keep_every)
+                                        : "");
     }
   }
   return out;
@@ -136,8 +135,8 @@ absl::StatusOr<RetentionConfig> ParseRetentionConfig(int64_t retain_last, int64_
         policy.keep_every = value;
       } else if (kv.first == "grace_s") {
         if (value < 0 || value > kMaxGraceSeconds) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              where, "grace_s must be between 0 and ", kMaxGraceSeconds, ", not ", value));
+          return absl::InvalidArgumentError(absl::StrCat(where, "grace_s must be between 0 and ",
+                                                         kMaxGraceSeconds, ", not ", value));
         }
         policy.grace = absl::Seconds(value);
       } else {

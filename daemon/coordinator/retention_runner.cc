@@ -29,9 +29,8 @@ void RetentionRunner::Loop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](RetentionRunner* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) {
-            return r->stop_ || !r->pending_.empty();
-          },
+          +[](RetentionRunner* r)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) { return r->stop_ || !r->pending_.empty(); },
           this));
       if (stop_) return;
       job = *pending_.begin();

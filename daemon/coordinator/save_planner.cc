@@ -59,16 +59,14 @@ struct ShardRef {
   const v1::TensorShard* shard = nullptr;
   ShardGeometry geometry;
   std::pair<int64_t, int64_t> span;  // flattened [first, end); {0, 0} if empty
-  size_t distinct = 0;  // index of its distinct region: the ShardRef that heads it
+  size_t distinct = 0;               // index of its distinct region: the ShardRef that heads it
 };
 
 std::string ShapeString(const geo::Shape& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-absl::Status Invalid(const std::string& message) {
-  return absl::InvalidArgumentError(message);
-}
+absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
 std::string FileName(const std::string& host, int writer) {
   return absl::StrCat("data/", host, "-", writer, ".bin");
@@ -82,9 +80,8 @@ std::string FileName(const std::string& host, int writer) {
 absl::Status GroupRegions(const std::string& fqn, TensorInfo& info, std::vector<ShardRef>& refs,
                           const RequestLimits& limits) {
   std::vector<size_t> order = info.shards;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return refs[a].span < refs[b].span;
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return refs[a].span < refs[b].span; });
   auto region_string = [&](size_t r) { return refs[r].geometry.region.DebugString(); };
   auto twice = [&](size_t r) {
     return Invalid(absl::StrCat("rank ", refs[r].holder.rank, " lists tensor ", fqn, " region ",
@@ -105,10 +102,10 @@ absl::Status GroupRegions(const std::string& fqn, TensorInfo& info, std::vector<
   int64_t distinct = 0;
   auto add_distinct = [&](size_t r) -> absl::Status {
     if (++distinct > limits.max_regions_per_tensor) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "tensor ", fqn, " has more than ", limits.max_regions_per_tensor,
-          " distinct regions in one save; the limit is ", limits.max_regions_per_tensor,
-          " (--max_regions_per_tensor)"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("tensor ", fqn, " has more than ", limits.max_regions_per_tensor,
+                       " distinct regions in one save; the limit is ",
+                       limits.max_regions_per_tensor, " (--max_regions_per_tensor)"));
     }
     info.covered += refs[r].geometry.elements;
     return join(r, r);
@@ -140,10 +137,10 @@ absl::Status GroupRegions(const std::string& fqn, TensorInfo& info, std::vector<
         same = a;
         break;
       }
-      return Invalid(absl::StrCat(
-          "tensor ", fqn, ": region ", region_string(a), " of rank ", refs[a].holder.rank,
-          " overlaps region ", region_string(r), " of rank ", ref.holder.rank,
-          " (distinct regions may not overlap)"));
+      return Invalid(absl::StrCat("tensor ", fqn, ": region ", region_string(a), " of rank ",
+                                  refs[a].holder.rank, " overlaps region ", region_string(r),
+                                  " of rank ", ref.holder.rank,
+                                  " (distinct regions may not overlap)"));
     }
     if (same) {
       if (absl::Status s = join(r, *same); !s.ok()) return s;
@@ -170,9 +167,9 @@ absl::Status ValidateHeader(const v1::NodeSavePlan& first, const SavePlannerOpti
   const int world_size = first.world_size();
   if (world_size <= 0) return Invalid(absl::StrCat("world size ", world_size, " is not positive"));
   if (world_size > options.limits.max_world_size) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("world size ", world_size, "; the limit is ", options.limits.max_world_size,
-                     " (--max_world_size)"));
+    return absl::ResourceExhaustedError(absl::StrCat("world size ", world_size, "; the limit is ",
+                                                     options.limits.max_world_size,
+                                                     " (--max_world_size)"));
   }
   return ValidateUserMetadata(first.user_metadata(), options.limits);
 }
@@ -229,14 +226,14 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
     for (const v1::RankSavePlan& rank : nodes[h].ranks()) {
       const std::string who = absl::StrCat("rank ", rank.rank());
       if (rank.shards_size() > limits.max_tensors_per_plan) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            who, ": plan has ", rank.shards_size(), " tensors; the limit is ",
-            limits.max_tensors_per_plan, " (--max_tensors_per_plan)"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat(who, ": plan has ", rank.shards_size(), " tensors; the limit is ",
+                         limits.max_tensors_per_plan, " (--max_tensors_per_plan)"));
       }
       if (rank.objects_size() > limits.max_objects_per_plan) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            who, ": plan has ", rank.objects_size(), " objects; the limit is ",
-            limits.max_objects_per_plan, " (--max_objects_per_plan)"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat(who, ": plan has ", rank.objects_size(), " objects; the limit is ",
+                         limits.max_objects_per_plan, " (--max_objects_per_plan)"));
       }
       for (int i = 0; i < rank.shards_size(); ++i) {
         const v1::TensorShard& shard = rank.shards(i);
@@ -256,11 +253,11 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
           info.first_rank = rank.rank();
           info.elements = *geo::NumElements(ref.geometry.shape);
         } else if (info.dtype != shard.dtype() || info.shape != ref.geometry.shape) {
-          return Invalid(absl::StrCat(
-              "tensor ", shard.fqn(), ": rank ", rank.rank(), " has dtype ",
-              DTypeName(shard.dtype()), " shape ", ShapeString(ref.geometry.shape),
-              " but rank ", info.first_rank, " has dtype ", DTypeName(info.dtype), " shape ",
-              ShapeString(info.shape)));
+          return Invalid(absl::StrCat("tensor ", shard.fqn(), ": rank ", rank.rank(), " has dtype ",
+                                      DTypeName(shard.dtype()), " shape ",
+                                      ShapeString(ref.geometry.shape), " but rank ",
+                                      info.first_rank, " has dtype ", DTypeName(info.dtype),
+                                      " shape ", ShapeString(info.shape)));
         }
         info.shards.push_back(out.refs.size());
         out.refs.push_back(std::move(ref));
@@ -335,8 +332,8 @@ absl::StatusOr<std::vector<UniqueItem>> CollectItems(absl::Span<const v1::NodeSa
             item.object = &object;
             items.push_back(std::move(item));
           } else if (items[git->second].object->length() != object.length()) {
-            return Invalid(absl::StrCat("global object ", object.key(), " has ",
-                                        object.length(), " bytes on rank ", rank.rank(), " but ",
+            return Invalid(absl::StrCat("global object ", object.key(), " has ", object.length(),
+                                        " bytes on rank ", rank.rank(), " but ",
                                         items[git->second].object->length(), " on rank ",
                                         items[git->second].holders.front().rank));
           }
@@ -385,8 +382,8 @@ std::vector<size_t> AssignWriters(absl::Span<const v1::NodeSavePlan> nodes,
     }
     item.writer = *best;
     std::vector<uint64_t>& writers = writer_load[best->host];
-    item.writer_thread = static_cast<int>(
-        std::min_element(writers.begin(), writers.end()) - writers.begin());
+    item.writer_thread =
+        static_cast<int>(std::min_element(writers.begin(), writers.end()) - writers.begin());
     item.file_offset = writers[item.writer_thread];
     const uint64_t padded = AlignUp(static_cast<uint64_t>(item.bytes), alignment);
     writers[item.writer_thread] += padded;
@@ -409,10 +406,10 @@ absl::StatusOr<uint64_t> CountChunks(const std::vector<UniqueItem>& items,
     chunks += item.is_object ? 1 : (bytes + options.chunk_bytes - 1) / options.chunk_bytes;
   }
   if (chunks > static_cast<uint64_t>(options.limits.max_chunks_per_save)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the save needs ", chunks, " chunks of ", options.chunk_bytes, " bytes; the limit is ",
-        options.limits.max_chunks_per_save,
-        " (--max_chunks_per_save; a larger --chunk_bytes needs fewer)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the save needs ", chunks, " chunks of ", options.chunk_bytes,
+                     " bytes; the limit is ", options.limits.max_chunks_per_save,
+                     " (--max_chunks_per_save; a larger --chunk_bytes needs fewer)"));
   }
   return chunks;
 }
@@ -433,9 +430,9 @@ absl::Status CheckLoadable(const v1::CheckpointManifest& manifest, uint64_t chun
   }
   const uint64_t bytes = manifest.ByteSizeLong() + 6 * chunks;
   if (bytes > options.manifest_limits.max_manifest_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the save needs a manifest of about ", bytes, " bytes; the limit is ",
-        options.manifest_limits.max_manifest_bytes, " (--max_manifest_bytes)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the save needs a manifest of about ", bytes, " bytes; the limit is ",
+                     options.manifest_limits.max_manifest_bytes, " (--max_manifest_bytes)"));
   }
   return absl::OkStatus();
 }

@@ -40,9 +40,8 @@ absl::StatusOr<VerifyResult> VerifyCheckpoint(storage::Backend& backend, Catalog
   std::unique_ptr<char, decltype(&std::free)> buffer(
       static_cast<char*>(std::aligned_alloc(kBlock, piece_bytes)), &std::free);
   if (buffer == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("verify of job ", job, " step ", result.step, ": cannot allocate ",
-                     piece_bytes, " bytes"));
+    return absl::ResourceExhaustedError(absl::StrCat("verify of job ", job, " step ", result.step,
+                                                     ": cannot allocate ", piece_bytes, " bytes"));
   }
   std::map<std::string, OpenFile> files;
 
@@ -65,14 +64,14 @@ absl::StatusOr<VerifyResult> VerifyCheckpoint(storage::Backend& backend, Catalog
         }
         const uint64_t size = it->second.size;
         if (chunk.file_offset() > size || chunk.length() > size - chunk.file_offset()) {
-          return absl::DataLossError(absl::StrCat(path, " at offset ", chunk.file_offset(), " (",
-                                                  owner, "): the file is ", size,
-                                                  " bytes, too short for a ", chunk.length(),
-                                                  "-byte chunk"));
+          return absl::DataLossError(
+              absl::StrCat(path, " at offset ", chunk.file_offset(), " (", owner, "): the file is ",
+                           size, " bytes, too short for a ", chunk.length(), "-byte chunk"));
         }
         uint32_t crc = 0;
         for (uint64_t done = 0; done < chunk.length();) {
-          const size_t piece = static_cast<size_t>(std::min<uint64_t>(piece_bytes, chunk.length() - done));
+          const size_t piece =
+              static_cast<size_t>(std::min<uint64_t>(piece_bytes, chunk.length() - done));
           storage::IoOp op{chunk.file_offset() + done, buffer.get(), piece};
           if (absl::Status s = it->second.file->ReadBatch({&op, 1}); !s.ok()) {
             return WithContext(s, owner);  // names the file and offset

@@ -36,8 +36,9 @@ std::string EventLog::RollLocked(absl::Time now) {
   if (now < window_start_ + kWindow) return "";
   std::string report;
   if (suppressed_ > 0) {
-    report = absl::StrFormat("ckptd: refused: %d more refusals not logged since %s", suppressed_,
-                             absl::FormatTime(absl::RFC3339_sec, window_start_, absl::UTCTimeZone()));
+    report =
+        absl::StrFormat("ckptd: refused: %d more refusals not logged since %s", suppressed_,
+                        absl::FormatTime(absl::RFC3339_sec, window_start_, absl::UTCTimeZone()));
   }
   window_start_ = now;
   written_ = 0;

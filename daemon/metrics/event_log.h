@@ -2,8 +2,8 @@
 // request, as greppable key=value pairs, e.g.
 //
 //   ckptd: save job=llm step=100 bytes=1048576 duration_s=0.412 outcome=ok code=OK ...
-//   ckptd: load job=llm step=100 bytes=1048576 duration_s=0.101 outcome=failed code=DATA_LOSS error="..."
-//   ckptd: refused method=PlanSave code=INVALID_ARGUMENT peer="unix:" error="..."
+//   ckptd: load job=llm step=100 bytes=1048576 duration_s=0.101 outcome=failed code=DATA_LOSS
+//   error="..." ckptd: refused method=PlanSave code=INVALID_ARGUMENT peer="unix:" error="..."
 //
 // Saves and loads come at the ranks' pace; refusals do not: a broken or
 // hostile client can be refused thousands of times a second, and the

@@ -29,16 +29,19 @@ using prometheus::Histogram;
 // Checkpoint stages take from milliseconds (a commit) to many minutes (a
 // terabyte's write); few buckets, since each is a series per job and stage.
 const Histogram::BucketBoundaries& StageBuckets() {
-  static const Histogram::BucketBoundaries buckets = {0.005, 0.025, 0.1, 0.25, 1,  2.5,
+  static const Histogram::BucketBoundaries buckets = {0.005, 0.025, 0.1, 0.25, 1,   2.5,
                                                       10,    30,    60,  300,  1800};
   return buckets;
 }
 
 const char* IoOpName(IoOp op) {
   switch (op) {
-    case IoOp::kWrite: return "write";
-    case IoOp::kSync: return "sync";
-    case IoOp::kRead: return "read";
+    case IoOp::kWrite:
+      return "write";
+    case IoOp::kSync:
+      return "sync";
+    case IoOp::kRead:
+      return "read";
   }
   return "unknown";
 }
@@ -50,8 +53,9 @@ std::string MethodLabel(absl::string_view method) {
   const size_t slash = method.rfind('/');
   if (slash != absl::string_view::npos) method = method.substr(slash + 1);
   const bool plain = !method.empty() && method.size() <= 64 &&
-                     std::all_of(method.begin(), method.end(),
-                                 [](char c) { return absl::ascii_isalnum(static_cast<unsigned char>(c)); });
+                     std::all_of(method.begin(), method.end(), [](char c) {
+                       return absl::ascii_isalnum(static_cast<unsigned char>(c));
+                     });
   return plain ? std::string(method) : std::string(kOtherJobs);
 }
 
@@ -63,20 +67,22 @@ double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
 const char* OutcomeOf(const absl::Status& status) {
   switch (status.code()) {
-    case absl::StatusCode::kOk: return "ok";
+    case absl::StatusCode::kOk:
+      return "ok";
     case absl::StatusCode::kCancelled:
     case absl::StatusCode::kAborted:
     case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kUnavailable: return "aborted";
-    default: return "failed";
+    case absl::StatusCode::kUnavailable:
+      return "aborted";
+    default:
+      return "failed";
   }
 }
 
 bool IsRefusal(absl::StatusCode code) {
   return code == absl::StatusCode::kInvalidArgument ||
          code == absl::StatusCode::kResourceExhausted ||
-         code == absl::StatusCode::kPermissionDenied ||
-         code == absl::StatusCode::kUnauthenticated;
+         code == absl::StatusCode::kPermissionDenied || code == absl::StatusCode::kUnauthenticated;
 }
 
 struct Metrics::Families {
@@ -198,8 +204,9 @@ class Metrics::Sampled : public prometheus::Collectable {
     for (const auto& [job, count] : s.checkpoints) by_label[jobs_.ExistingLabel(job)] += count;
     prometheus::MetricFamily& f = out.emplace_back();
     f.name = "ckpt_checkpoints";
-    f.help = "Committed checkpoints (step directories) on disk, by job; jobs not saved or "
-             "loaded since ckptd started count under _other";
+    f.help =
+        "Committed checkpoints (step directories) on disk, by job; jobs not saved or "
+        "loaded since ckptd started count under _other";
     f.type = prometheus::MetricType::Gauge;
     for (const auto& [label, count] : by_label) {
       prometheus::ClientMetric& m = f.metric.emplace_back();
@@ -238,15 +245,19 @@ void Metrics::SaveEnded(const SaveReport& r) {
   const std::string job = jobs_.LabelFor(r.job);
   const char* outcome = OutcomeOf(r.status);
   const std::string code = absl::StatusCodeToString(r.status.code());
-  std::string line = absl::StrFormat("ckptd: save job=%s step=%d bytes=%d duration_s=%.3f outcome=%s code=%s",
-                                     r.job, r.step, r.bytes, Seconds(r.duration), outcome, code);
+  std::string line =
+      absl::StrFormat("ckptd: save job=%s step=%d bytes=%d duration_s=%.3f outcome=%s code=%s",
+                      r.job, r.step, r.bytes, Seconds(r.duration), outcome, code);
   if (r.status.ok()) {
     families_->save_duration.Add({{"ckpt_job", job}}, StageBuckets()).Observe(Seconds(r.duration));
-    const std::pair<const char*, absl::Duration> stages[] = {
-        {"plan", r.stages.plan},   {"snapshot", r.stages.snapshot}, {"write", r.stages.write},
-        {"fsync", r.stages.fsync}, {"commit", r.stages.commit}};
+    const std::pair<const char*, absl::Duration> stages[] = {{"plan", r.stages.plan},
+                                                             {"snapshot", r.stages.snapshot},
+                                                             {"write", r.stages.write},
+                                                             {"fsync", r.stages.fsync},
+                                                             {"commit", r.stages.commit}};
     for (const auto& [stage, d] : stages) {
-      families_->save_stages.Add({{"ckpt_job", job}, {"stage", stage}}, StageBuckets()).Observe(Seconds(d));
+      families_->save_stages.Add({{"ckpt_job", job}, {"stage", stage}}, StageBuckets())
+          .Observe(Seconds(d));
       absl::StrAppendFormat(&line, " %s_s=%.3f", stage, Seconds(d));
     }
     families_->last_commit.Add({{"ckpt_job", job}}).SetToCurrentTime();
@@ -262,8 +273,9 @@ void Metrics::LoadEnded(const LoadReport& r) {
   const std::string job = jobs_.LabelFor(r.job);
   const char* outcome = OutcomeOf(r.status);
   const std::string code = absl::StatusCodeToString(r.status.code());
-  std::string line = absl::StrFormat("ckptd: load job=%s step=%s bytes=%d duration_s=%.3f outcome=%s code=%s",
-                                     r.job, StepText(r.step), r.bytes, Seconds(r.duration), outcome, code);
+  std::string line =
+      absl::StrFormat("ckptd: load job=%s step=%s bytes=%d duration_s=%.3f outcome=%s code=%s",
+                      r.job, StepText(r.step), r.bytes, Seconds(r.duration), outcome, code);
   if (r.status.ok()) {
     families_->load_duration.Add({{"ckpt_job", job}}, StageBuckets()).Observe(Seconds(r.duration));
     const std::pair<const char*, absl::Duration> stages[] = {{"plan", r.stages.plan},
@@ -271,7 +283,8 @@ void Metrics::LoadEnded(const LoadReport& r) {
                                                              {"verify", r.stages.verify},
                                                              {"deliver", r.stages.deliver}};
     for (const auto& [stage, d] : stages) {
-      families_->load_stages.Add({{"ckpt_job", job}, {"stage", stage}}, StageBuckets()).Observe(Seconds(d));
+      families_->load_stages.Add({{"ckpt_job", job}, {"stage", stage}}, StageBuckets())
+          .Observe(Seconds(d));
       absl::StrAppendFormat(&line, " %s_s=%.3f", stage, Seconds(d));
     }
   } else {
@@ -287,9 +300,9 @@ void Metrics::Refused(absl::string_view method, absl::StatusCode code, absl::str
   const std::string name = MethodLabel(method);
   const std::string code_name = absl::StatusCodeToString(code);
   families_->refusals.Add({{"method", name}, {"code", code_name}}).Increment();
-  log_.Refusal(absl::Now(), absl::StrCat("ckptd: refused method=", name, " code=", code_name,
-                                         " peer=", QuoteValue(peer, 128),
-                                         " error=", QuoteValue(message)));
+  log_.Refusal(absl::Now(),
+               absl::StrCat("ckptd: refused method=", name, " code=", code_name,
+                            " peer=", QuoteValue(peer, 128), " error=", QuoteValue(message)));
 }
 
 void Metrics::IoError(IoOp op) { families_->io_errors.Add({{"op", IoOpName(op)}}).Increment(); }

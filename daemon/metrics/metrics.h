@@ -49,10 +49,10 @@ struct SaveStages {
 struct SaveReport {
   std::string job;
   int64_t step = 0;
-  absl::Status status;       // OK: committed
-  uint64_t bytes = 0;        // payload written
-  absl::Duration duration;   // first rank's request to commit or clean-up
-  SaveStages stages;         // observed only when status is OK
+  absl::Status status;      // OK: committed
+  uint64_t bytes = 0;       // payload written
+  absl::Duration duration;  // first rank's request to commit or clean-up
+  SaveStages stages;        // observed only when status is OK
 };
 
 // A load's stages (DESIGN.md §5). plan: first rank's request to the plan;
@@ -69,7 +69,7 @@ struct LoadReport {
   absl::Status status;
   uint64_t bytes = 0;  // read from storage
   absl::Duration duration;
-  LoadStages stages;   // observed only when status is OK
+  LoadStages stages;  // observed only when status is OK
 };
 
 // What the daemon's parts say at scrape time.
@@ -86,8 +86,8 @@ struct NodeSample {
 enum class IoOp { kWrite, kSync, kRead };
 
 struct MetricsOptions {
-  int max_jobs = 50;               // JobLabels
-  EventLog::Sink log_sink;         // default: stderr
+  int max_jobs = 50;        // JobLabels
+  EventLog::Sink log_sink;  // default: stderr
   int refusals_logged_per_second = 10;
 };
 

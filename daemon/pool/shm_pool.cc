@@ -61,9 +61,8 @@ absl::StatusOr<std::unique_ptr<ShmPool>> ShmPool::Create(const PoolOptions& opti
   if (path.empty()) return absl::InvalidArgumentError("shm pool: empty path");
   const uint64_t alignment = options.alignment;
   if (alignment < kMinAlignment || (alignment & (alignment - 1)) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shm pool ", path, ": alignment ", alignment, " must be a power of two >= ",
-        kMinAlignment));
+    return absl::InvalidArgumentError(absl::StrCat("shm pool ", path, ": alignment ", alignment,
+                                                   " must be a power of two >= ", kMinAlignment));
   }
   // A size that is not a multiple of the alignment is rounded down: the tail
   // could never be handed out. capacity() reports the size actually used.
@@ -78,9 +77,10 @@ absl::StatusOr<std::unique_ptr<ShmPool>> ShmPool::Create(const PoolOptions& opti
   if (fd < 0) {
     const int error = errno;
     if (error == EEXIST) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "cannot create pool ", path, ": file exists (another ckptd running, or a stale file "
-          "from a crashed one: remove it if no ckptd uses it)"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("cannot create pool ", path,
+                       ": file exists (another ckptd running, or a stale file "
+                       "from a crashed one: remove it if no ckptd uses it)"));
     }
     return ErrnoStatus(error, absl::StrCat("cannot create pool ", path));
   }
@@ -108,8 +108,7 @@ absl::StatusOr<std::unique_ptr<ShmPool>> ShmPool::Create(const PoolOptions& opti
     return fail(absl::Status(
         s.code(), absl::StrCat(s.message(), " (",
                                HumanBytes(static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize),
-                               " free; is the filesystem large enough? see `df -h ", path,
-                               "`)")));
+                               " free; is the filesystem large enough? see `df -h ", path, "`)")));
   }
   if (const int error = ::posix_fallocate(fd, 0, static_cast<off_t>(capacity)); error != 0) {
     const absl::Status s = ErrnoStatus(
@@ -117,8 +116,8 @@ absl::StatusOr<std::unique_ptr<ShmPool>> ShmPool::Create(const PoolOptions& opti
     if (error == ENOSPC || error == EFBIG) {
       // The usual cause, and the one the operator can fix: say how to check.
       return fail(absl::Status(
-          s.code(), absl::StrCat(s.message(), " (is the filesystem large enough? see `df -h ",
-                                 path, "`)")));
+          s.code(),
+          absl::StrCat(s.message(), " (is the filesystem large enough? see `df -h ", path, "`)")));
     }
     return fail(s);
   }
@@ -141,9 +140,11 @@ absl::StatusOr<std::unique_ptr<ShmPool>> ShmPool::Create(const PoolOptions& opti
       new ShmPool(path, base, capacity, alignment, std::clamp(options.owner_share, 0.0, 1.0)));
 }
 
-ShmPool::ShmPool(std::string path, char* base, uint64_t capacity, uint64_t alignment,
-                 double share)
-    : path_(std::move(path)), base_(base), capacity_(capacity), alignment_(alignment),
+ShmPool::ShmPool(std::string path, char* base, uint64_t capacity, uint64_t alignment, double share)
+    : path_(std::move(path)),
+      base_(base),
+      capacity_(capacity),
+      alignment_(alignment),
       share_(share) {
   absl::MutexLock lock(&mu_);
   free_.emplace(0, capacity_);
@@ -249,8 +250,8 @@ absl::StatusOr<Allocation> ShmPool::Allocate(uint64_t bytes, absl::Time deadline
                                              " abandoned after ", absl::FormatDuration(waited)));
   }
   return absl::ResourceExhaustedError(absl::StrCat(
-      "pool ", path_, ": cannot allocate ", HumanBytes(length), " (", length, " bytes): ",
-      HumanBytes(used_), " of ", HumanBytes(capacity_), " in use, largest free range ",
+      "pool ", path_, ": cannot allocate ", HumanBytes(length), " (", length,
+      " bytes): ", HumanBytes(used_), " of ", HumanBytes(capacity_), " in use, largest free range ",
       HumanBytes(LargestFreeLocked()), ", after waiting ", absl::FormatDuration(waited)));
 }
 

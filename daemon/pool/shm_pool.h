@@ -39,8 +39,8 @@ struct PoolOptions {
 
 // Who asks, for the per-owner share, and when to stop waiting early.
 struct Claim {
-  std::string owner;                  // empty: not counted against any share
-  std::function<bool()> cancelled;    // polled while waiting; true ends the wait
+  std::string owner;                // empty: not counted against any share
+  std::function<bool()> cancelled;  // polled while waiting; true ends the wait
 };
 
 struct Allocation {
@@ -75,8 +75,7 @@ class ShmPool {
   // until a contiguous range is free or the deadline passes
   // (RESOURCE_EXHAUSTED, naming the size and pool use). More than the
   // capacity fails at once.
-  absl::StatusOr<Allocation> Allocate(uint64_t bytes, absl::Time deadline,
-                                      const Claim& claim = {});
+  absl::StatusOr<Allocation> Allocate(uint64_t bytes, absl::Time deadline, const Claim& claim = {});
   // What one owner holds now.
   uint64_t OwnerUsed(const std::string& owner) const;
   // Returns an allocation made by Allocate; wakes waiters. Anything else
@@ -105,7 +104,7 @@ class ShmPool {
   const double share_;
 
   mutable absl::Mutex mu_;
-  absl::CondVar freed_;  // signalled by Free
+  absl::CondVar freed_;                                     // signalled by Free
   std::map<uint64_t, uint64_t> free_ ABSL_GUARDED_BY(mu_);  // offset -> length, coalesced
   // offset -> (length, owner), to check Free and return the owner's share.
   std::map<uint64_t, std::pair<uint64_t, std::string>> live_ ABSL_GUARDED_BY(mu_);

@@ -11,9 +11,10 @@
 
 namespace ckpt::server {
 
-ChunkReader::ChunkReader(storage::Backend& backend, std::string checkpoint_dir,
-                         uint64_t alignment)
-    : backend_(backend), dir_(std::move(checkpoint_dir)), alignment_(std::max<uint64_t>(1, alignment)) {}
+ChunkReader::ChunkReader(storage::Backend& backend, std::string checkpoint_dir, uint64_t alignment)
+    : backend_(backend),
+      dir_(std::move(checkpoint_dir)),
+      alignment_(std::max<uint64_t>(1, alignment)) {}
 
 absl::StatusOr<ChunkReader::OpenFile*> ChunkReader::Open(const std::string& name,
                                                          absl::string_view owner) {
@@ -35,10 +36,9 @@ absl::StatusOr<uint64_t> ChunkReader::ReadLength(const ChunkTarget& target,
                                                  uint64_t file_size) const {
   const v1::StoredChunk& chunk = *target.chunk;
   if (chunk.file_offset() > file_size || chunk.length() > file_size - chunk.file_offset()) {
-    return absl::DataLossError(absl::StrCat(dir_, "/", chunk.file(), " at offset ",
-                                            chunk.file_offset(), " (", target.owner, "): the file is ",
-                                            file_size, " bytes, too short for a ", chunk.length(),
-                                            "-byte chunk"));
+    return absl::DataLossError(absl::StrCat(
+        dir_, "/", chunk.file(), " at offset ", chunk.file_offset(), " (", target.owner,
+        "): the file is ", file_size, " bytes, too short for a ", chunk.length(), "-byte chunk"));
   }
   // The writers pad the file to a block boundary after every chunk; a file
   // that was not (a foreign or cut one) is read exactly. (The manifest was
@@ -74,8 +74,8 @@ absl::Status ChunkReader::ReadAll(absl::Span<const ChunkTarget> targets) {
     absl::StatusOr<OpenFile*> open = Open(name, first_owner[name]);
     if (!open.ok()) return open.status();
     if (absl::Status s = (*open)->file->ReadBatch(ops); !s.ok()) {
-      return WithContext(s, absl::StrCat("reading ", ops.size(), " chunks (", first_owner[name],
-                                         ", ...)"));
+      return WithContext(
+          s, absl::StrCat("reading ", ops.size(), " chunks (", first_owner[name], ", ...)"));
     }
     for (const storage::IoOp& op : ops) bytes_read_ += op.length;
   }

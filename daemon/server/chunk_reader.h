@@ -1,10 +1,9 @@
 // Reading stored chunks back: a load group's chunks are read in one batch per
 // file (the io_uring engine keeps them in flight together, as the writers
-// do), and each chunk's CRC32C is checked before a byte is used. Fails closed: a mismatch is DATA_LOSS naming the file, the
-// offset and the tensor or object, never silently delivered, and never
-// echoing the checksum of the bytes that did not verify (that would make
-// the error an oracle for the contents of whatever file a hostile manifest
-// points at).
+// do), and each chunk's CRC32C is checked before a byte is used. Fails closed: a mismatch is
+// DATA_LOSS naming the file, the offset and the tensor or object, never silently delivered, and
+// never echoing the checksum of the bytes that did not verify (that would make the error an oracle
+// for the contents of whatever file a hostile manifest points at).
 //
 // Chunk file names come from the manifest, so files are opened with
 // Backend::OpenReadOnlyBeneath (inside the checkpoint directory, no links

@@ -29,9 +29,9 @@ absl::StatusOr<v1::CollectGarbageResponse> CollectGarbage(
   const std::string what = absl::StrCat("gc of job ", request.job(), ": ");
   if (absl::Status s = ValidateName("job", request.job()); !s.ok()) return s;
   if (request.keep_last() < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, "keep-last must be at least 1 (the newest step is never deleted), not ",
-        request.keep_last()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "keep-last must be at least 1 (the newest step is never deleted), not ",
+                     request.keep_last()));
   }
   if (request.keep_every() < 0) {
     return absl::InvalidArgumentError(
@@ -44,9 +44,8 @@ absl::StatusOr<v1::CollectGarbageResponse> CollectGarbage(
   policy.grace = coordinator.retention().defaults.grace;
   if (request.has_grace_s()) {
     if (request.grace_s() < 0 || request.grace_s() > kMaxGraceSeconds) {
-      return absl::InvalidArgumentError(absl::StrCat(what, "grace must be between 0 and ",
-                                                     kMaxGraceSeconds, " s, not ",
-                                                     request.grace_s()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, "grace must be between 0 and ", kMaxGraceSeconds, " s, not ", request.grace_s()));
     }
     policy.grace = absl::Seconds(request.grace_s());
   }

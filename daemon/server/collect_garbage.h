@@ -11,8 +11,8 @@ namespace ckpt::server {
 
 // INVALID_ARGUMENT for keep_last < 1, keep_every < 0, a negative grace or a
 // bad job name; NOT_FOUND for a job with no checkpoints.
-absl::StatusOr<v1::CollectGarbageResponse> CollectGarbage(
-    coordinator::Coordinator& coordinator, const v1::CollectGarbageRequest& request);
+absl::StatusOr<v1::CollectGarbageResponse> CollectGarbage(coordinator::Coordinator& coordinator,
+                                                          const v1::CollectGarbageRequest& request);
 
 }  // namespace ckpt::server
 

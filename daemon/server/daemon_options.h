@@ -67,8 +67,8 @@ struct DaemonOptions {
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string tls_client_ca_file;  // if set, TCP peers must present a certificate it signed
-  std::string token_file;           // admin token
-  std::string read_token_file;      // read-only token (status, list, inspect, verify)
+  std::string token_file;          // admin token
+  std::string read_token_file;     // read-only token (status, list, inspect, verify)
 
   // Checkpoints kept after each commit (--retain_*, --retention); the
   // default keeps every step.

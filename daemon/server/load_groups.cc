@@ -59,8 +59,8 @@ std::vector<LoadGroup> GroupLoadReads(const v1::LoadAssignment& assignment, int 
   std::vector<LoadGroup> groups;
   auto room_for = [&](uint64_t length) -> LoadGroup& {
     const uint64_t aligned = AlignUp(length, alignment);
-    if (groups.empty() || (groups.back().room_bytes > 0 &&
-                           groups.back().room_bytes + aligned > batch_bytes)) {
+    if (groups.empty() ||
+        (groups.back().room_bytes > 0 && groups.back().room_bytes + aligned > batch_bytes)) {
       groups.emplace_back();
       groups.back().host.resize(world_size);
     }

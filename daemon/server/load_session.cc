@@ -88,9 +88,8 @@ absl::StatusOr<v1::LoadResponse> LoadSession::Load(const RankSession& rank,
   }
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
-      +[](LoadSession* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-        return s->planned_ || !s->error_.ok();
-      },
+      +[](LoadSession* s)
+           ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->planned_ || !s->error_.ok(); },
       this));
   if (!error_.ok()) return error_;
   v1::LoadResponse response;
@@ -121,9 +120,9 @@ absl::Status LoadSession::Plan() {
   for (int r = 0; r < world_size_; ++r) {
     for (const v1::TensorShard& t : plan.ranks(r).tensors()) {
       if (t.has_device_buffer() && !context_.gpu.HasDevice()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            Who(), "tensor ", t.fqn(), " of rank ", r, " is on a GPU but ckptd has ",
-            context_.gpu.Describe(), "; use the push path or host tensors"));
+        return absl::FailedPreconditionError(
+            absl::StrCat(Who(), "tensor ", t.fqn(), " of rank ", r, " is on a GPU but ckptd has ",
+                         context_.gpu.Describe(), "; use the push path or host tensors"));
       }
     }
   }
@@ -160,8 +159,8 @@ absl::Status LoadSession::Plan() {
   deadline_ = absl::InfiniteFuture();  // liveness, not a timer, ends a stuck load now
   if (groups_.empty()) return absl::OkStatus();
   // As many groups in flight as there are reader threads.
-  const int tasks = std::max(
-      1, std::min<int>(context_.readers.threads(), static_cast<int>(groups_.size())));
+  const int tasks =
+      std::max(1, std::min<int>(context_.readers.threads(), static_cast<int>(groups_.size())));
   std::shared_ptr<LoadSession> self = shared_from_this();
   for (int t = 0; t < tasks; ++t) {
     if (!context_.readers.Submit([self] { self->ReadNextGroup(); })) {
@@ -286,7 +285,8 @@ absl::Status LoadSession::DeliverToDevices(const LoadGroup& group, const char* r
     const v1::DeviceBuffer& target = request.device_buffer();
     absl::StatusOr<std::shared_ptr<gpu::IpcMapping>> mapping =
         context_.ipc.Get(session, target.ipc_handle(), target.device(), target.allocation_bytes());
-    if (!mapping.ok()) return WithContext(mapping.status(), absl::StrCat(Name(), ": tensor ", request.fqn()));
+    if (!mapping.ok())
+      return WithContext(mapping.status(), absl::StrCat(Name(), ": tensor ", request.fqn()));
     const v1::Delivery& d = copy.delivery;
     const uint64_t count = std::max<uint64_t>(d.count(), 1);
     const uint64_t bytes = (*mapping)->bytes();
@@ -294,10 +294,10 @@ absl::Status LoadSession::DeliverToDevices(const LoadGroup& group, const char* r
       const uint64_t dest = d.dest_offset() + i * d.dest_stride();
       if (target.offset() > bytes || dest > bytes - target.offset() ||
           d.length() > bytes - target.offset() - dest) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            Who(), "tensor ", request.fqn(), " of rank ", copy.rank, ": device buffer [",
-            target.offset(), ", +", dest + d.length(), ") lies outside its allocation of ", bytes,
-            " bytes"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(Who(), "tensor ", request.fqn(), " of rank ", copy.rank,
+                         ": device buffer [", target.offset(), ", +", dest + d.length(),
+                         ") lies outside its allocation of ", bytes, " bytes"));
       }
       char* device = static_cast<char*>((*mapping)->device_ptr()) + target.offset() + dest;
       if (absl::Status s = context_.gpu.CopyHostToDevice(
@@ -311,22 +311,21 @@ absl::Status LoadSession::DeliverToDevices(const LoadGroup& group, const char* r
 }
 
 absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
-                                                     uint64_t done_batch_id,
-                                                     absl::Duration wait) {
+                                                     uint64_t done_batch_id, absl::Duration wait) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckRankLocked(rank); !s.ok()) return s;
   if (!error_.ok()) return error_;
   if (!planned_) {
-    return absl::FailedPreconditionError(absl::StrCat(Who(), "rank ", rank.rank,
-                                                      " asked for a batch before the plan"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(Who(), "rank ", rank.rank, " asked for a batch before the plan"));
   }
   RankState& state = ranks_[rank.rank];
   if (state.holding) {
     // Batch ids are group index + 1.
     const size_t held = state.groups[state.next - 1];
     if (done_batch_id != held + 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Who(), "rank ", rank.rank, " holds batch ", held + 1, " but released ", done_batch_id));
+      return absl::InvalidArgumentError(absl::StrCat(Who(), "rank ", rank.rank, " holds batch ",
+                                                     held + 1, " but released ", done_batch_id));
     }
     state.holding = false;
     times_.deliver.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - state.handed_at),
@@ -347,14 +346,13 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
   }
   const size_t index = state.groups[state.next];
   std::pair<LoadSession*, size_t> wanted(this, index);
-  mu_.AwaitWithTimeout(
-      absl::Condition(
-          +[](std::pair<LoadSession*, size_t>* p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return p->first->groups_[p->second].state == GroupState::kReady ||
-                   !p->first->error_.ok();
-          },
-          &wanted),
-      wait);
+  mu_.AwaitWithTimeout(absl::Condition(
+                           +[](std::pair<LoadSession*, size_t>* p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                             return p->first->groups_[p->second].state == GroupState::kReady ||
+                                    !p->first->error_.ok();
+                           },
+                           &wanted),
+                       wait);
   if (!error_.ok()) return error_;
   if (groups_[index].state != GroupState::kReady) return batch;  // not yet: ask again
   const Group& group = groups_[index];

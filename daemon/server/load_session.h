@@ -2,12 +2,11 @@
 // their requests; the last to arrive batches them into one NodeLoadPlan and
 // gets the chunk reads from the coordinator. The reads are cut into groups
 // of about --batch_bytes; the daemon's reader threads (ReaderPool) take the
-// groups in order, a task per group, read each into pool room (waiting while the job's share is full), verify every CRC,
-// deliver GPU destinations themselves, and hand the group to the ranks that
-// need some of it. A rank copies its part straight from the pool into its
-// tensors (one host copy) while the readers go on with the next groups, and
-// asking for its next batch releases the previous one. A chunk several
-// ranks need is read once.
+// groups in order, a task per group, read each into pool room (waiting while the job's share is
+// full), verify every CRC, deliver GPU destinations themselves, and hand the group to the ranks
+// that need some of it. A rank copies its part straight from the pool into its tensors (one host
+// copy) while the readers go on with the next groups, and asking for its next batch releases the
+// previous one. A chunk several ranks need is read once.
 //
 // Rooms are allocated in group order, so the room held is always for the
 // oldest groups not yet consumed, and each of those is the next one its
@@ -117,7 +116,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   std::vector<Group> groups_ ABSL_GUARDED_BY(mu_);
   size_t next_to_read_ ABSL_GUARDED_BY(mu_) = 0;
   size_t next_to_allocate_ ABSL_GUARDED_BY(mu_) = 0;  // rooms go in group order
-  int readers_running_ ABSL_GUARDED_BY(mu_) = 0;  // reader tasks queued or running
+  int readers_running_ ABSL_GUARDED_BY(mu_) = 0;      // reader tasks queued or running
   std::atomic<bool> failed_{false};
   // Where the time went, for the line a finished load logs and its stage
   // metrics (nanoseconds, summed over the reader threads; deliver also over

@@ -12,8 +12,6 @@
 #include "daemon/auth/caller.h"
 #include "daemon/auth/job_owners.h"
 #include "daemon/coordinator/coordinator.h"
-#include "gpu/device_runtime.h"
-#include "gpu/ipc_mapping_cache.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/pool/shm_pool.h"
 #include "daemon/server/daemon_options.h"
@@ -21,6 +19,8 @@
 #include "daemon/server/reader_pool.h"
 #include "daemon/server/writer_pool.h"
 #include "daemon/storage/backend.h"
+#include "gpu/device_runtime.h"
+#include "gpu/ipc_mapping_cache.h"
 
 namespace ckpt::server {
 

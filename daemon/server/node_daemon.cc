@@ -17,10 +17,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "gpu/device_factory.h"
 #include "daemon/server/metrics_sampler.h"
 #include "daemon/server/refusal_interceptor.h"
 #include "daemon/storage/backend_factory.h"
+#include "gpu/device_factory.h"
 #include "proto/lib/request_limits.h"
 #include "proto/lib/status_context.h"
 
@@ -54,13 +54,15 @@ absl::Status CheckLimits(const RequestLimits& l, const coordinator::ManifestLimi
       {"--max_manifest_objects", m.max_objects},
   };
   for (const auto& [flag, value] : bounds) {
-    if (value <= 0) return absl::InvalidArgumentError(absl::StrCat(flag, " must be positive, not ", value));
+    if (value <= 0)
+      return absl::InvalidArgumentError(absl::StrCat(flag, " must be positive, not ", value));
   }
   if (l.max_world_size > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat("--max_world_size must be at most ", INT_MAX));
   }
   if (m.max_manifest_bytes == 0 || m.max_chunk_bytes == 0) {
-    return absl::InvalidArgumentError("--max_manifest_bytes and --max_manifest_chunk_bytes must be positive");
+    return absl::InvalidArgumentError(
+        "--max_manifest_bytes and --max_manifest_chunk_bytes must be positive");
   }
   return absl::OkStatus();
 }
@@ -100,7 +102,9 @@ std::string DefaultHostName() {
 absl::StatusOr<std::string> ReadPemFile(const std::string& path, const char* flag) {
   constexpr std::streamsize kMaxPemBytes = 1 << 20;
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot open ", path, ": ", strerror(errno)));
+  if (!in)
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": cannot open ", path, ": ", strerror(errno)));
   std::string text(static_cast<size_t>(kMaxPemBytes) + 1, '\0');
   in.read(text.data(), kMaxPemBytes + 1);
   text.resize(static_cast<size_t>(in.gcount()));
@@ -185,7 +189,8 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   }
 
   // Writes come from the pool and reads land in it: register it once.
-  if (absl::Status s = d->backend_->RegisterMemory(d->pool_->base(), d->pool_->capacity()); !s.ok()) {
+  if (absl::Status s = d->backend_->RegisterMemory(d->pool_->base(), d->pool_->capacity());
+      !s.ok()) {
     return s;
   }
 
@@ -197,8 +202,8 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   coordinator::CatalogOptions catalog;
   catalog.host = o.host_name;  // the instance id is chosen here, once per start
   catalog.limits = o.manifest_limits;
-  d->coordinator_ = std::make_unique<coordinator::Coordinator>(*d->backend_, o.storage_root,
-                                                               planner, catalog);
+  d->coordinator_ =
+      std::make_unique<coordinator::Coordinator>(*d->backend_, o.storage_root, planner, catalog);
   absl::StatusOr<int> removed = d->coordinator_->catalog().RemoveStalePartials();
   if (!removed.ok()) return removed.status();
   d->removed_partials_ = *removed;
@@ -225,13 +230,14 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
       *std::move(policy), auth::BearerTokens(std::move(admin_token), std::move(read_token)));
   d->owners_ = std::make_unique<auth::JobOwners>(*d->backend_, o.storage_root);
 
-  d->sessions_ = std::make_unique<RankSessions>(SessionLimits{o.max_sessions, static_cast<int>(o.limits.max_world_size)});
+  d->sessions_ = std::make_unique<RankSessions>(
+      SessionLimits{o.max_sessions, static_cast<int>(o.limits.max_world_size)});
   // Each writer and reader sets up its I/O (io_uring ring, pool pinned as
   // fixed buffers) before the daemon serves, not inside the first save or
   // load: 0.2 s per thread for a 4.5 GiB pool here, seconds for large ones.
   auto prepare = [storage = d->backend_.get()] { storage->PrepareThread(); };
   d->writers_ = std::make_unique<WriterPool>(o.writer_threads, std::max(1u, o.queue_depth),
-                                              o.writer_nice, prepare);
+                                             o.writer_nice, prepare);
   d->readers_ = std::make_unique<ReaderPool>(o.reader_threads, prepare);
   metrics::MetricsOptions metrics_options;
   metrics_options.max_jobs = o.metrics_max_jobs;
@@ -239,9 +245,10 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   v1::HostIdentity host;
   host.set_host(o.host_name);
   host.set_address(o.listen_address);
-  d->context_.reset(new NodeContext{d->options_, *d->gpu_, *d->ipc_, host, *d->coordinator_, *d->backend_, *d->pool_,
-                                    *d->writers_, *d->readers_, *d->sessions_, d->bytes_written_,
-                                    d->bytes_read_, d->commits_, *d->auth_, *d->owners_, *d->metrics_});
+  d->context_.reset(new NodeContext{d->options_, *d->gpu_, *d->ipc_, host, *d->coordinator_,
+                                    *d->backend_, *d->pool_, *d->writers_, *d->readers_,
+                                    *d->sessions_, d->bytes_written_, d->bytes_read_, d->commits_,
+                                    *d->auth_, *d->owners_, *d->metrics_});
   d->service_ = std::make_unique<NodeService>(*d->context_, d->gpu_->HasDevice(), o.limits);
   return d;
 }
@@ -261,7 +268,8 @@ absl::Status NodeDaemon::Start() {
   grpc::ServerBuilder builder;
   // Plans of large models are big, but a request is bounded before it is
   // parsed.
-  const int max_message = static_cast<int>(std::min<int64_t>(options_.limits.max_message_bytes, INT_MAX));
+  const int max_message =
+      static_cast<int>(std::min<int64_t>(options_.limits.max_message_bytes, INT_MAX));
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
   int tcp_port = 0;
@@ -277,7 +285,8 @@ absl::Status NodeDaemon::Start() {
       grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
       ssl.pem_key_cert_pairs.push_back({*key, *cert});
       if (!options_.tls_client_ca_file.empty()) {
-        absl::StatusOr<std::string> ca = ReadPemFile(options_.tls_client_ca_file, "--tls_client_ca_file");
+        absl::StatusOr<std::string> ca =
+            ReadPemFile(options_.tls_client_ca_file, "--tls_client_ca_file");
         if (!ca.ok()) return ca.status();
         ssl.pem_root_certs = *ca;
         ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
@@ -309,8 +318,8 @@ absl::Status NodeDaemon::Start() {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", tcp_address));
   }
   // The Unix socket is accepted by us, so handlers learn each peer's uid.
-  if (absl::Status s = unix_listener_.Start(options_.socket_path, auth_->policy().AdmitsOthers(),
-                                            server_.get());
+  if (absl::Status s =
+          unix_listener_.Start(options_.socket_path, auth_->policy().AdmitsOthers(), server_.get());
       !s.ok()) {
     return s;
   }
@@ -355,7 +364,8 @@ NodeDaemon::~NodeDaemon() {
     // in flight a moment to finish, then abort the rest, well inside the
     // systemd stop timeout.
     const absl::Time grace_end = absl::Now() + kShutdownGrace;
-    while (service_->InFlight() > 0 && absl::Now() < grace_end) absl::SleepFor(absl::Milliseconds(20));
+    while (service_->InFlight() > 0 && absl::Now() < grace_end)
+      absl::SleepFor(absl::Milliseconds(20));
     service_->AbortAll(absl::UnavailableError("ckptd is shutting down"));
   }
   unix_listener_.Stop();

@@ -19,8 +19,6 @@
 #include "daemon/auth/job_owners.h"
 #include "daemon/auth/unix_listener.h"
 #include "daemon/coordinator/coordinator.h"
-#include "gpu/device_runtime.h"
-#include "gpu/ipc_mapping_cache.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/pool/shm_pool.h"
@@ -30,6 +28,8 @@
 #include "daemon/server/service_notifier.h"
 #include "daemon/server/writer_pool.h"
 #include "daemon/storage/backend.h"
+#include "gpu/device_runtime.h"
+#include "gpu/ipc_mapping_cache.h"
 
 namespace ckpt::server {
 

@@ -5,8 +5,8 @@
 
 namespace ckpt::server {
 
-v1::NodeSavePlan BatchRankPlans(const v1::HostIdentity& host, const std::string& job,
-                                int64_t step, int writer_threads,
+v1::NodeSavePlan BatchRankPlans(const v1::HostIdentity& host, const std::string& job, int64_t step,
+                                int writer_threads,
                                 absl::Span<const v1::PlanSaveRequest* const> requests) {
   v1::NodeSavePlan plan;
   *plan.mutable_host() = host;
@@ -38,10 +38,9 @@ absl::StatusOr<std::vector<RankItems>> SplitByRank(
     const v1::PlanSaveRequest& request = *requests[write.rank()];
     const int listed = write.is_object() ? request.objects_size() : request.shards_size();
     if (write.index() >= static_cast<uint32_t>(listed)) {
-      return absl::InternalError(absl::StrCat("the assignment names ",
-                                              write.is_object() ? "object " : "shard ",
-                                              write.index(), " of rank ", write.rank(),
-                                              ", which lists ", listed));
+      return absl::InternalError(
+          absl::StrCat("the assignment names ", write.is_object() ? "object " : "shard ",
+                       write.index(), " of rank ", write.rank(), ", which lists ", listed));
     }
     if (write.writer() < 0 || write.writer() >= host.files_size()) {
       return absl::InternalError(absl::StrCat("the assignment names writer ", write.writer(),

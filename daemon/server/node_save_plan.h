@@ -23,8 +23,8 @@ namespace ckpt::server {
 // requests[r] is rank r's; the world size is their number. The save is
 // partial as rank 0 asked; user metadata is merged, a later rank's value
 // winning for a key two ranks set.
-v1::NodeSavePlan BatchRankPlans(const v1::HostIdentity& host, const std::string& job,
-                                int64_t step, int writer_threads,
+v1::NodeSavePlan BatchRankPlans(const v1::HostIdentity& host, const std::string& job, int64_t step,
+                                int writer_threads,
                                 absl::Span<const v1::PlanSaveRequest* const> requests);
 
 // What one rank copies: its items in assignment order, each with the write

@@ -64,7 +64,8 @@ uid_t CallerUid(const auth::Caller& caller) { return caller.local ? caller.user.
 // news. Deleted by gRPC (OnDone) after Finish.
 class WatchReactor : public grpc::ServerWriteReactor<v1::WatchEvent> {
  public:
-  WatchReactor(NodeService* service, RankSession rank) : service_(service), rank_(std::move(rank)) {}
+  WatchReactor(NodeService* service, RankSession rank)
+      : service_(service), rank_(std::move(rank)) {}
 
   void OnCancel() override {
     // The rank's process died or its connection broke (or it detached).
@@ -128,7 +129,8 @@ absl::StatusOr<RankSession> NodeService::CallerSession(const grpc::ServerContext
 
 absl::Status NodeService::AuthorizeJob(const auth::Caller& caller, const std::string& job,
                                        auth::Permission operator_needs) {
-  if (static_cast<int>(caller.permission) >= static_cast<int>(operator_needs)) return absl::OkStatus();
+  if (static_cast<int>(caller.permission) >= static_cast<int>(operator_needs))
+    return absl::OkStatus();
   if (absl::Status s = ValidateName("job", job); !s.ok()) return s;
   absl::StatusOr<std::optional<uid_t>> owner = context_.owners.Owner(job);
   if (!owner.ok()) return owner.status();
@@ -171,7 +173,7 @@ grpc::Status NodeService::Detach(grpc::ServerContext* context, const v1::DetachR
 }
 
 grpc::ServerWriteReactor<v1::WatchEvent>* NodeService::Watch(grpc::CallbackServerContext* context,
-                                                            const v1::WatchRequest* request) {
+                                                             const v1::WatchRequest* request) {
   absl::StatusOr<RankSession> rank = CallerSession(context, request->session_id());
   if (!rank.ok()) {
     auto* reactor = new WatchReactor(this, RankSession{});
@@ -227,7 +229,8 @@ grpc::Status NodeService::PlanSave(grpc::ServerContext* context, const v1::PlanS
   absl::StatusOr<RankSession> rank = CallerSession(context, request->session_id());
   if (!rank.ok()) return ToGrpc(rank.status());
   if (request->step() < 0) {
-    return ToGrpc(absl::InvalidArgumentError(absl::StrCat("step ", request->step(), " is negative")));
+    return ToGrpc(
+        absl::InvalidArgumentError(absl::StrCat("step ", request->step(), " is negative")));
   }
   // Bounded before anything is allocated for it.
   if (absl::Status s = ValidatePlanSaveRequest(*request, limits_); !s.ok()) return ToGrpc(s);
@@ -266,9 +269,9 @@ absl::Status NodeService::EnterBarrier(const std::string& session_id) {
   absl::MutexLock lock(&mu_);
   int& calls = barrier_calls_[session_id];
   if (calls >= kMaxBarrierCallsPerSession) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the session already has ", calls, " PlanSave or Load calls waiting; the limit is ",
-        kMaxBarrierCallsPerSession));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the session already has ", calls,
+                     " PlanSave or Load calls waiting; the limit is ", kMaxBarrierCallsPerSession));
   }
   ++calls;
   return absl::OkStatus();
@@ -347,7 +350,8 @@ grpc::Status NodeService::Load(grpc::ServerContext* context, const v1::LoadReque
   absl::StatusOr<RankSession> rank = CallerSession(context, request->session_id());
   if (!rank.ok()) return ToGrpc(rank.status());
   if (request->step() < -1) {
-    return ToGrpc(absl::InvalidArgumentError(absl::StrCat("step ", request->step(), " is negative")));
+    return ToGrpc(
+        absl::InvalidArgumentError(absl::StrCat("step ", request->step(), " is negative")));
   }
   if (absl::Status s = ValidateLoadRequest(*request, limits_); !s.ok()) return ToGrpc(s);
   if (absl::Status s = EnterBarrier(rank->id); !s.ok()) return ToGrpc(s);
@@ -484,7 +488,8 @@ grpc::Status NodeService::VerifyCheckpoint(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status NodeService::CancelSave(grpc::ServerContext* context, const v1::CancelSaveRequest* request,
+grpc::Status NodeService::CancelSave(grpc::ServerContext* context,
+                                     const v1::CancelSaveRequest* request,
                                      v1::CancelSaveResponse*) {
   absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kUse);
   if (!caller.ok()) return ToGrpc(caller.status());

@@ -10,7 +10,8 @@ namespace ckpt::server {
 
 absl::Status CheckMember(const RankSession& rank, const std::string& job, int world_size,
                          const std::string& who) {
-  if (rank.job == job && rank.world_size == world_size && rank.rank >= 0 && rank.rank < world_size) {
+  if (rank.job == job && rank.world_size == world_size && rank.rank >= 0 &&
+      rank.rank < world_size) {
     return absl::OkStatus();
   }
   return absl::PermissionDeniedError(absl::StrCat(who, "the caller (job ", rank.job, ", rank ",
@@ -18,12 +19,13 @@ absl::Status CheckMember(const RankSession& rank, const std::string& job, int wo
                                                   ") is not one of its ", world_size, " ranks"));
 }
 
-absl::StatusOr<RankSession> RankSessions::Attach(const std::string& job, int rank,
-                                                 int world_size, int local_rank, uid_t uid) {
+absl::StatusOr<RankSession> RankSessions::Attach(const std::string& job, int rank, int world_size,
+                                                 int local_rank, uid_t uid) {
   if (absl::Status s = ValidateName("job", job); !s.ok()) return s;
   if (world_size > limits_.max_world_size) {
-    return absl::ResourceExhaustedError(absl::StrCat("world size ", world_size, " exceeds the limit ",
-                                                     limits_.max_world_size, " (--max_world_size)"));
+    return absl::ResourceExhaustedError(absl::StrCat("world size ", world_size,
+                                                     " exceeds the limit ", limits_.max_world_size,
+                                                     " (--max_world_size)"));
   }
   if (world_size <= 0 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
@@ -33,11 +35,12 @@ absl::StatusOr<RankSession> RankSessions::Attach(const std::string& job, int ran
     return absl::InvalidArgumentError(absl::StrCat("local rank ", local_rank, " is negative"));
   }
   static thread_local std::mt19937_64 rng{std::random_device{}()};
-  RankSession session{absl::StrFormat("%016x%016x", rng(), rng()), uid, job, rank, world_size,
-                      local_rank};
+  RankSession session{
+      absl::StrFormat("%016x%016x", rng(), rng()), uid, job, rank, world_size, local_rank};
   absl::MutexLock lock(&mu_);
   if (static_cast<int>(sessions_.size()) >= limits_.max_sessions) {
-    return absl::ResourceExhaustedError(absl::StrCat(sessions_.size(), " ranks are attached; the limit is ",
+    return absl::ResourceExhaustedError(absl::StrCat(sessions_.size(),
+                                                     " ranks are attached; the limit is ",
                                                      limits_.max_sessions, " (--max_sessions)"));
   }
   sessions_[session.id] = session;

@@ -35,8 +35,8 @@ absl::Status CheckMember(const RankSession& rank, const std::string& job, int wo
                          const std::string& who);
 
 struct SessionLimits {
-  int max_sessions = 4096;      // attached ranks at once (--max_sessions)
-  int max_world_size = 65536;   // ranks in one job (--max_world_size)
+  int max_sessions = 4096;     // attached ranks at once (--max_sessions)
+  int max_world_size = 65536;  // ranks in one job (--max_world_size)
 };
 
 class RankSessions {

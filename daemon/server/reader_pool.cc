@@ -53,9 +53,8 @@ void ReaderPool::Run() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](ReaderPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
-            return p->stop_ || !p->tasks_.empty();
-          },
+          +[](ReaderPool* p)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->stop_ || !p->tasks_.empty(); },
           this));
       if (stop_) return;
       task = std::move(tasks_.front());

@@ -17,8 +17,7 @@
 
 namespace ckpt::server {
 
-class RefusalInterceptorFactory
-    : public grpc::experimental::ServerInterceptorFactoryInterface {
+class RefusalInterceptorFactory : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
   explicit RefusalInterceptorFactory(metrics::Metrics& metrics) : metrics_(metrics) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(

@@ -25,7 +25,8 @@ BatchLayout NextBatchLayout(absl::Span<const v1::SaveItem> items, BatchCursor& c
       if (payload > 0 && left > batch_bytes - payload) break;  // alone, next batch
       take = left;
     } else {
-      const uint64_t room = (batch_bytes - std::min(payload, batch_bytes)) / chunk_bytes * chunk_bytes;
+      const uint64_t room =
+          (batch_bytes - std::min(payload, batch_bytes)) / chunk_bytes * chunk_bytes;
       if (room == 0) break;
       take = std::min(left, room);
     }

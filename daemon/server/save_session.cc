@@ -101,9 +101,8 @@ absl::StatusOr<v1::PlanSaveResponse> SaveSession::Plan(const RankSession& rank,
 
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
-      +[](SaveSession* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-        return s->phase_ != Phase::kPlanning;
-      },
+      +[](SaveSession* s)
+           ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->phase_ != Phase::kPlanning; },
       this));
   if (!error_.ok()) return error_;
   auto it = ranks_.find(rank.rank);
@@ -123,20 +122,20 @@ void SaveSession::PlanAllRanks() {
   v1::NodeSavePlan plan;
   {
     absl::MutexLock lock(&mu_);
-    plan = BatchRankPlans(context_.host, job_, step_, context_.writers.threads(),
-                          RequestsLocked());
+    plan = BatchRankPlans(context_.host, job_, step_, context_.writers.threads(), RequestsLocked());
   }
   absl::StatusOr<v1::SaveAssignment> assignment = context_.coordinator.PlanSave(plan);
   absl::Status status = assignment.status();
   if (status.ok() && assignment->hosts_size() != 1) {
-    status = absl::InternalError(absl::StrCat("the assignment is for ", assignment->hosts_size(),
-                                              " hosts, not this one"));
+    status = absl::InternalError(
+        absl::StrCat("the assignment is for ", assignment->hosts_size(), " hosts, not this one"));
   }
   std::vector<std::unique_ptr<storage::WritableFile>> files;
   if (status.ok()) {
     for (const std::string& name : assignment->hosts(0).files()) {
-      absl::StatusOr<std::unique_ptr<storage::WritableFile>> file = context_.backend.NewWritableFile(
-          absl::StrCat(context_.coordinator.root(), "/", assignment->partial_dir(), "/", name));
+      absl::StatusOr<std::unique_ptr<storage::WritableFile>> file =
+          context_.backend.NewWritableFile(
+              absl::StrCat(context_.coordinator.root(), "/", assignment->partial_dir(), "/", name));
       if (!file.ok()) {
         status = file.status();
         break;
@@ -208,17 +207,17 @@ absl::StatusOr<v1::SaveBatch> SaveSession::NextBatch(const RankSession& rank) {
     if (absl::Status s = CheckRankLocked(rank); !s.ok()) return s;
     if (!error_.ok()) return error_;
     if (phase_ != Phase::kSnapshot) {
-      return absl::FailedPreconditionError(absl::StrCat(who, ": asked for a batch in phase ",
-                                                        PhaseName(phase_)));
+      return absl::FailedPreconditionError(
+          absl::StrCat(who, ": asked for a batch in phase ", PhaseName(phase_)));
     }
     RankState& state = ranks_[rank.rank];
     if (state.handed_last) {
       return absl::FailedPreconditionError(absl::StrCat(who, ": all its batches were handed out"));
     }
     if (state.open_batches >= kMaxOpenBatches) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          who, ": holds ", state.open_batches, " batches not yet submitted; the limit is ",
-          kMaxOpenBatches));
+      return absl::FailedPreconditionError(absl::StrCat(who, ": holds ", state.open_batches,
+                                                        " batches not yet submitted; the limit is ",
+                                                        kMaxOpenBatches));
     }
     layout = NextBatchLayout(state.items, state.cursor, assignment_.chunk_bytes(),
                              SaveBatchBytes(context_.options), context_.pool.alignment());
@@ -284,7 +283,7 @@ absl::StatusOr<v1::SaveBatch> SaveSession::NextBatch(const RankSession& rank) {
 }
 
 std::map<int, std::vector<WriteTask>> SaveSession::TasksFor(uint64_t batch_id, Room& room,
-                                                             bool pulled) {
+                                                            bool pulled) {
   const RankState& state = ranks_[room.rank];
   const uint64_t alignment = context_.pool.alignment();
   const uint64_t chunk = std::max<uint64_t>(assignment_.chunk_bytes(), 1);
@@ -305,10 +304,9 @@ std::map<int, std::vector<WriteTask>> SaveSession::TasksFor(uint64_t batch_id, R
     const uint64_t step = item.kind() == v1::SaveItem::OBJECT ? slice.length : chunk;
     for (uint64_t off = 0; off < slice.length; off += step) {
       const uint64_t payload = std::min(step, slice.length - off);
-      tasks[write.writer()].push_back(WriteTask{self, write.writer(),
-                                                write.file_offset() + slice.item_offset + off,
-                                                data + off, AlignUp(payload, alignment), payload,
-                                                batch_id});
+      tasks[write.writer()].push_back(
+          WriteTask{self, write.writer(), write.file_offset() + slice.item_offset + off, data + off,
+                    AlignUp(payload, alignment), payload, batch_id});
       ++count;
     }
   }
@@ -330,8 +328,8 @@ absl::Status SaveSession::SubmitSnapshot(const RankSession& rank,
     auto it = rooms_.find(request.batch_id());
     if (phase_ != Phase::kSnapshot || it == rooms_.end() || it->second.rank != rank.rank ||
         it->second.submitted) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          who, ": batch ", request.batch_id(), " is not an open batch of this rank"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": batch ", request.batch_id(), " is not an open batch of this rank"));
     }
     Room& room = it->second;
     tasks = TasksFor(request.batch_id(), room, /*pulled=*/false);
@@ -354,16 +352,16 @@ absl::Status SaveSession::SubmitSnapshot(const RankSession& rank,
     absl::Status error;
     bool cleanup = false;
     {
-    absl::MutexLock lock(&mu_);
-    --busy_;
-    if (!s.ok()) {
-      FailLocked(WithContext(s, who));
-    } else if (error_.ok()) {
-      MarkSubmittedLocked(ranks_[rank.rank], request.batch_id());
-      finish = ReadyToFinishLocked();
-    }
-    error = error_;
-    if (!error.ok()) cleanup = ReadyToCleanUpLocked();
+      absl::MutexLock lock(&mu_);
+      --busy_;
+      if (!s.ok()) {
+        FailLocked(WithContext(s, who));
+      } else if (error_.ok()) {
+        MarkSubmittedLocked(ranks_[rank.rank], request.batch_id());
+        finish = ReadyToFinishLocked();
+      }
+      error = error_;
+      if (!error.ok()) cleanup = ReadyToCleanUpLocked();
     }
     if (cleanup) CleanUp();
     if (!error.ok()) return error;
@@ -412,9 +410,9 @@ absl::Status SaveSession::WaitReadyEvent(int rank) {
 
 absl::Status SaveSession::RunPulls(const RankSession& rank, uint64_t batch_id) {
   if (!context_.gpu.HasDevice()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "pull over CUDA IPC: ckptd has ", context_.gpu.Describe(),
-        "; use the push path or host tensors"));
+    return absl::FailedPreconditionError(absl::StrCat("pull over CUDA IPC: ckptd has ",
+                                                      context_.gpu.Describe(),
+                                                      "; use the push path or host tensors"));
   }
   if (absl::Status s = WaitReadyEvent(rank.rank); !s.ok()) return s;
   struct Pull {
@@ -458,8 +456,8 @@ absl::Status SaveSession::RunPulls(const RankSession& rank, uint64_t batch_id) {
           pull.item_offset + pull.length, ") lies outside its allocation of ", bytes, " bytes"));
     }
     std::memset(pull.destination + pull.length, 0, AlignUp(pull.length, alignment) - pull.length);
-    const char* source =
-        static_cast<const char*>((*mapping)->device_ptr()) + pull.source.offset() + pull.item_offset;
+    const char* source = static_cast<const char*>((*mapping)->device_ptr()) + pull.source.offset() +
+                         pull.item_offset;
     absl::Status s = context_.gpu.CopyDeviceToHost(
         source, pull.destination, pull.length, chunk, [&](uint64_t offset, uint64_t length) {
           // Each landed chunk is written at once: copying overlaps writing.
@@ -603,10 +601,10 @@ void SaveSession::RankGone(int rank) {
     const bool planned = it != ranks_.end() && it->second.request.has_value();
     if (rank < 0 || rank >= world_size_ || (it != ranks_.end() && it->second.snapshotted)) return;
     if (phase_ == Phase::kPlanning && !planned && arrived_ == 0) return;
-    FailLocked(absl::AbortedError(absl::StrCat(
-        Who(), ": rank ", rank,
-        " went away (its process exited or its connection closed) before its snapshot "
-        "completed; aborted")));
+    FailLocked(absl::AbortedError(
+        absl::StrCat(Who(), ": rank ", rank,
+                     " went away (its process exited or its connection closed) before its snapshot "
+                     "completed; aborted")));
   }
   CleanUpIfDue();
 }
@@ -715,10 +713,10 @@ void SaveSession::CheckDeadlines(absl::Time now) {
         auto it = ranks_.find(r);
         if (it == ranks_.end() || !it->second.request.has_value()) missing.push_back(r);
       }
-      timeout = absl::DeadlineExceededError(absl::StrCat(
-          Who(), ": ranks [", absl::StrJoin(missing, ", "),
-          world_size_ - arrived_ > 16 ? ", ..." : "", "] did not ask to save within ", absl::FormatDuration(context_.options.plan_timeout),
-          "; aborted"));
+      timeout = absl::DeadlineExceededError(
+          absl::StrCat(Who(), ": ranks [", absl::StrJoin(missing, ", "),
+                       world_size_ - arrived_ > 16 ? ", ..." : "", "] did not ask to save within ",
+                       absl::FormatDuration(context_.options.plan_timeout), "; aborted"));
     } else if (phase_ == Phase::kSnapshot) {
       std::vector<int> missing;
       for (int r = 0; r < world_size_ && missing.size() < 16; ++r) {
@@ -744,11 +742,16 @@ bool SaveSession::finished() const {
 
 const char* SaveSession::PhaseName(Phase phase) {
   switch (phase) {
-    case Phase::kPlanning: return "planning";
-    case Phase::kSnapshot: return "snapshot";
-    case Phase::kCommitting: return "committing";
-    case Phase::kDone: return "done";
-    case Phase::kFailed: return "failed";
+    case Phase::kPlanning:
+      return "planning";
+    case Phase::kSnapshot:
+      return "snapshot";
+    case Phase::kCommitting:
+      return "committing";
+    case Phase::kDone:
+      return "done";
+    case Phase::kFailed:
+      return "failed";
   }
   return "unknown";
 }

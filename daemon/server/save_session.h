@@ -103,8 +103,7 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
 
   void PlanAllRanks();  // run by the last rank to arrive, without mu_
   // Every rank's request, by rank; only once all have arrived.
-  std::vector<const v1::PlanSaveRequest*> RequestsLocked() const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<const v1::PlanSaveRequest*> RequestsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Write tasks for the host-copied slices of a submitted room.
   std::map<int, std::vector<WriteTask>> TasksFor(uint64_t batch_id, Room& room, bool pulled)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -144,8 +143,8 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   mutable absl::Mutex mu_;
   Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kPlanning;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
-  int busy_ ABSL_GUARDED_BY(mu_) = 0;  // calls working outside mu_ on the save's memory
-  bool cleaned_ ABSL_GUARDED_BY(mu_) = false;       // clean-up claimed
+  int busy_ ABSL_GUARDED_BY(mu_) = 0;          // calls working outside mu_ on the save's memory
+  bool cleaned_ ABSL_GUARDED_BY(mu_) = false;  // clean-up claimed
   bool cleanup_done_ ABSL_GUARDED_BY(mu_) = false;  // room freed, directory removed
   // By rank, for the ranks that have planned: a map, not a vector of the
   // world's size, so a world of 65536 with one rank present costs one entry

@@ -57,7 +57,8 @@ void WriterPool::Run(Queue& queue) {
     {
       absl::MutexLock lock(&queue.mu);
       queue.mu.Await(absl::Condition(
-          +[](Queue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) { return q->stop || !q->tasks.empty(); },
+          +[](Queue* q)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu) { return q->stop || !q->tasks.empty(); },
           &queue));
       if (queue.tasks.empty()) return;  // stopping
       while (!queue.tasks.empty() && batch.size() < max_batch_) {
@@ -90,14 +91,15 @@ void WriterPool::WriteGroup(std::vector<WriteTask>& group) {
   absl::Status status;
   if (sink.Abandoned()) {
     // Still reported, without CRCs, so the save's count of chunks in flight drains.
-    for (const WriteTask& task : group) written.push_back({task.tag, task.file, task.file_offset, 0, 0});
+    for (const WriteTask& task : group)
+      written.push_back({task.tag, task.file, task.file_offset, 0, 0});
     status = absl::AbortedError("save abandoned");
   } else {
     std::vector<storage::IoOp> ops;
     ops.reserve(group.size());
     for (const WriteTask& task : group) {
-      written.push_back({task.tag, task.file, task.file_offset, task.payload,
-                         Crc32c(task.data, task.payload)});
+      written.push_back(
+          {task.tag, task.file, task.file_offset, task.payload, Crc32c(task.data, task.payload)});
       ops.push_back({task.file_offset, const_cast<char*>(task.data), task.length});
     }
     status = sink.File(group.front().file)->WriteBatch(ops);

@@ -42,7 +42,8 @@ class ProcessLocks {
       LockMode mode;
     } args{this, &path, mode};
     const absl::Condition free(
-        +[](Args* a) ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->self->FreeLocked(*a->path, a->mode); },
+        +[](Args* a)
+             ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->self->FreeLocked(*a->path, a->mode); },
         &args);
     if (!wait && !free.Eval()) return false;
     mu_.Await(free);
@@ -93,8 +94,8 @@ class ProcessFileLock : public FileLock {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<FileLock>> Backend::LockFile(const std::string& path,
-                                                           LockMode mode, bool wait) {
+absl::StatusOr<std::unique_ptr<FileLock>> Backend::LockFile(const std::string& path, LockMode mode,
+                                                            bool wait) {
   const auto missing = [&] {
     return absl::NotFoundError(absl::StrCat("lock ", path, ": No such file or directory"));
   };
@@ -130,9 +131,9 @@ absl::Status ReadableFile::ReadBatch(absl::Span<const IoOp> ops) {
     absl::StatusOr<size_t> n = ReadAt(op.offset, op.buffer, op.length);
     if (!n.ok()) return n.status();
     if (*n != op.length) {
-      return absl::DataLossError(absl::StrFormat(
-          "short read at offset %d: wanted %d bytes, the file ends after %d", op.offset,
-          op.length, *n));
+      return absl::DataLossError(
+          absl::StrFormat("short read at offset %d: wanted %d bytes, the file ends after %d",
+                          op.offset, op.length, *n));
     }
   }
   return absl::OkStatus();
@@ -149,9 +150,9 @@ absl::StatusOr<std::unique_ptr<ReadableFile>> Backend::OpenReadOnlyBeneath(
 absl::Status ValidateConfinedName(absl::string_view name) {
   if (name.empty()) return absl::InvalidArgumentError("file name is empty");
   if (name.size() > kMaxConfinedNameBytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "file name of %d bytes is longer than the limit of %d", name.size(),
-        kMaxConfinedNameBytes));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("file name of %d bytes is longer than the limit of %d", name.size(),
+                        kMaxConfinedNameBytes));
   }
   // Printed with %s only once it is known to be short; its characters are
   // checked before anything else, so a hostile name cannot forge the message.
@@ -161,26 +162,25 @@ absl::Status ValidateConfinedName(absl::string_view name) {
     const absl::string_view part = rest.substr(0, slash);
     ++components;
     if (part.empty() || part == "." || part == "..") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "file name \"", absl::CHexEscape(name),
-          "\" leaves its directory or has an empty component (it must be relative, "
-          "without \".\" or \"..\")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("file name \"", absl::CHexEscape(name),
+                       "\" leaves its directory or has an empty component (it must be relative, "
+                       "without \".\" or \"..\")"));
     }
     for (char c : part) {
-      if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' &&
-          c != '-') {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "file name \"", absl::CHexEscape(name),
-            "\" has a character outside [A-Za-z0-9._-] in a component"));
+      if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
+        return absl::InvalidArgumentError(
+            absl::StrCat("file name \"", absl::CHexEscape(name),
+                         "\" has a character outside [A-Za-z0-9._-] in a component"));
       }
     }
     if (slash == absl::string_view::npos) break;
     rest.remove_prefix(slash + 1);
   }
   if (components > kMaxConfinedNameComponents) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "file name \"%s\" has %d components, more than the limit of %d", name, components,
-        kMaxConfinedNameComponents));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("file name \"%s\" has %d components, more than the limit of %d", name,
+                        components, kMaxConfinedNameComponents));
   }
   return absl::OkStatus();
 }

@@ -114,8 +114,8 @@ class Backend {
   // NOT_FOUND when the file does not exist, or no longer does under that
   // path once the lock is held (renamed or removed meanwhile), so a holder
   // knows the path still names what it locked.
-  virtual absl::StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path,
-                                                            LockMode mode, bool wait);
+  virtual absl::StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path, LockMode mode,
+                                                             bool wait);
   // When the file or directory was last modified. UNIMPLEMENTED where the
   // backend does not keep it (the default, memory).
   virtual absl::StatusOr<absl::Time> ModifiedTime(const std::string& path);

@@ -43,7 +43,9 @@ class FaultWritableFile : public WritableFile {
   FaultWritableFile(FaultInjectionBackend* owner, std::string path,
                     std::unique_ptr<WritableFile> target,
                     std::shared_ptr<FaultInjectionBackend::TrackedFile> tracked)
-      : owner_(owner), path_(std::move(path)), target_(std::move(target)),
+      : owner_(owner),
+        path_(std::move(path)),
+        target_(std::move(target)),
         tracked_(std::move(tracked)) {}
 
   absl::Status WriteAt(uint64_t offset, const void* data, size_t length) override {
@@ -263,7 +265,9 @@ absl::Status FaultInjectionBackend::DropUnsyncedData() {
   return result;
 }
 
-std::string FaultInjectionBackend::Name() const { return absl::StrCat("fault(", target_->Name(), ")"); }
+std::string FaultInjectionBackend::Name() const {
+  return absl::StrCat("fault(", target_->Name(), ")");
+}
 
 absl::StatusOr<std::unique_ptr<WritableFile>> FaultInjectionBackend::NewWritableFile(
     const std::string& path) {

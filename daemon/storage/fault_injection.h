@@ -71,10 +71,8 @@ class FaultInjectionBackend : public Backend {
   absl::Status DropUnsyncedData();
 
   std::string Name() const override;
-  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
-      const std::string& path) override;
-  absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(
-      const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override;
   absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadOnlyBeneath(
       const std::string& dir, const std::string& name) override;
   absl::Status CreateDirs(const std::string& path) override;
@@ -84,7 +82,7 @@ class FaultInjectionBackend : public Backend {
   absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override;
   absl::StatusOr<bool> Exists(const std::string& path) override;
   absl::StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path, LockMode mode,
-                                                    bool wait) override {
+                                                     bool wait) override {
     return target_->LockFile(path, mode, wait);
   }
   absl::StatusOr<absl::Time> ModifiedTime(const std::string& path) override {

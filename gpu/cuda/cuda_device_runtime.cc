@@ -22,11 +22,11 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/lib/status_context.h"
 
 namespace ckpt::gpu {
@@ -88,8 +88,8 @@ std::string DescribeDevices(const std::vector<std::string>& names) {
     groups.push_back(j - i == 1 ? names[i] : absl::StrCat(j - i, "x ", names[i]));
     i = j;
   }
-  return absl::StrCat(names.size(), names.size() == 1 ? " device: " : " devices: ",
-                      absl::StrJoin(groups, ", "));
+  return absl::StrCat(names.size(),
+                      names.size() == 1 ? " device: " : " devices: ", absl::StrJoin(groups, ", "));
 }
 
 // Streams a copy call spreads its chunks over, per device; chunks of a call
@@ -132,8 +132,8 @@ absl::Status AddressRange(const DriverApi& driver, const void* ptr, uintptr_t* b
   }
   CUdeviceptr range_base = 0;
   size_t range_size = 0;
-  CUresult result = driver.mem_get_address_range(&range_base, &range_size,
-                                                 reinterpret_cast<CUdeviceptr>(ptr));
+  CUresult result =
+      driver.mem_get_address_range(&range_base, &range_size, reinterpret_cast<CUdeviceptr>(ptr));
   if (result != CUDA_SUCCESS) {
     const char* text = nullptr;
     if (driver.get_error_string == nullptr ||
@@ -200,8 +200,8 @@ void CloseIpcMapping(void* device_ptr, int device) {
   if (!set.ok() || err != cudaSuccess) {
     // A destructor cannot return it; a leaked mapping is only address space.
     std::string why(set.ok() ? CudaError(err, "cudaIpcCloseMemHandle").message() : set.message());
-    std::fprintf(stderr, "ckpt gpu: closing the IPC mapping at %p on device %d: %s\n",
-                 device_ptr, device, why.c_str());
+    std::fprintf(stderr, "ckpt gpu: closing the IPC mapping at %p on device %d: %s\n", device_ptr,
+                 device, why.c_str());
   }
 }
 
@@ -293,8 +293,8 @@ class CudaRuntime : public DeviceRuntime {
     cudaIpcMemHandle_t handle;
     cudaError_t err = cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base));
     if (err != cudaSuccess) {
-      return CudaError(err, absl::StrFormat("%s: cudaIpcGetMemHandle of its allocation at %#x",
-                                            context, base));
+      return CudaError(
+          err, absl::StrFormat("%s: cudaIpcGetMemHandle of its allocation at %#x", context, base));
     }
     IpcExport out;
     out.handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
@@ -344,8 +344,8 @@ class CudaRuntime : public DeviceRuntime {
                                                      " bytes, not ", sizeof(cudaIpcEventHandle_t)));
     }
     if (device < 0 || device >= device_count_) {
-      return absl::InvalidArgumentError(absl::StrCat(context, ": no such device (", device_count_,
-                                                     " present)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(context, ": no such device (", device_count_, " present)"));
     }
     ScopedDevice scoped;
     if (absl::Status set = scoped.Set(device); !set.ok()) return WithContext(set, context);
@@ -353,21 +353,21 @@ class CudaRuntime : public DeviceRuntime {
     std::memcpy(&ipc, handle.data(), sizeof(ipc));
     cudaEvent_t event = nullptr;
     cudaError_t err = cudaIpcOpenEventHandle(&event, ipc);
-    if (err != cudaSuccess) return CudaError(err, absl::StrCat(context, ": cudaIpcOpenEventHandle"));
+    if (err != cudaSuccess)
+      return CudaError(err, absl::StrCat(context, ": cudaIpcOpenEventHandle"));
     err = cudaEventSynchronize(event);
     (void)cudaEventDestroy(event);
     if (err != cudaSuccess) return CudaError(err, absl::StrCat(context, ": cudaEventSynchronize"));
     return absl::OkStatus();
   }
 
-  absl::StatusOr<std::unique_ptr<IpcMapping>> OpenIpcHandle(const std::string& handle,
-                                                            int device,
+  absl::StatusOr<std::unique_ptr<IpcMapping>> OpenIpcHandle(const std::string& handle, int device,
                                                             uint64_t allocation_bytes) override {
     const std::string context = absl::StrFormat("open IPC handle of %s on device %d",
                                                 FormatBytes(allocation_bytes), device);
     if (handle.size() != sizeof(cudaIpcMemHandle_t)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: handle is %u bytes, not %u", context, handle.size(), sizeof(cudaIpcMemHandle_t)));
+      return absl::InvalidArgumentError(absl::StrFormat("%s: handle is %u bytes, not %u", context,
+                                                        handle.size(), sizeof(cudaIpcMemHandle_t)));
     }
     if (device < 0 || device >= device_count_) {
       return absl::InvalidArgumentError(
@@ -406,8 +406,8 @@ class CudaRuntime : public DeviceRuntime {
   absl::Status CopyDeviceToHost(
       const void* src, void* dst, uint64_t bytes, uint64_t chunk_bytes,
       const std::function<void(uint64_t offset, uint64_t length)>& on_chunk) override {
-    const std::string context = absl::StrFormat("copy %s device to host from %p to %p",
-                                                FormatBytes(bytes), src, dst);
+    const std::string context =
+        absl::StrFormat("copy %s device to host from %p to %p", FormatBytes(bytes), src, dst);
     if (bytes == 0) return absl::OkStatus();
     if (src == nullptr || dst == nullptr || chunk_bytes == 0) {
       return absl::InvalidArgumentError(
@@ -420,16 +420,16 @@ class CudaRuntime : public DeviceRuntime {
   }
 
   absl::Status CopyHostToDevice(const void* src, void* dst, uint64_t bytes) override {
-    const std::string context = absl::StrFormat("copy %s host to device from %p to %p",
-                                                FormatBytes(bytes), src, dst);
+    const std::string context =
+        absl::StrFormat("copy %s host to device from %p to %p", FormatBytes(bytes), src, dst);
     if (bytes == 0) return absl::OkStatus();
     if (src == nullptr || dst == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(context, ": null pointer"));
     }
     absl::StatusOr<int> device = DeviceOf(dst, /*allow_managed=*/true, context);
     if (!device.ok()) return device.status();
-    return CopyChunked(context, cudaMemcpyHostToDevice, *device, src, dst, bytes,
-                       kLoadChunkBytes, nullptr);
+    return CopyChunked(context, cudaMemcpyHostToDevice, *device, src, dst, bytes, kLoadChunkBytes,
+                       nullptr);
   }
 
  private:
@@ -477,8 +477,8 @@ class CudaRuntime : public DeviceRuntime {
 
     const uint64_t chunks = (bytes + chunk_bytes - 1) / chunk_bytes;
     EventRing events;
-    if (absl::Status made = events.Create(static_cast<int>(
-            std::min<uint64_t>(chunks, kChunksInFlight)));
+    if (absl::Status made =
+            events.Create(static_cast<int>(std::min<uint64_t>(chunks, kChunksInFlight)));
         !made.ok()) {
       return WithContext(made, context);
     }
@@ -489,8 +489,7 @@ class CudaRuntime : public DeviceRuntime {
     auto chunk_error = [&](cudaError_t err, uint64_t chunk, absl::string_view call) {
       auto [offset, length] = range_of(chunk);
       return CudaError(err, absl::StrFormat("%s, chunk %u of %u (%s at offset %u): %s", context,
-                                            chunk + 1, chunks, FormatBytes(length), offset,
-                                            call));
+                                            chunk + 1, chunks, FormatBytes(length), offset, call));
     };
 
     uint64_t issued = 0;

@@ -15,8 +15,8 @@ std::string HostRuntime::Describe() const { return absl::StrCat("no GPU: ", why_
 // machines without a GPU too.
 absl::Status HostRuntime::RegisterHostMemory(void* ptr, size_t bytes) {
   if (ptr == nullptr || bytes == 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "register host memory: empty range (%u bytes at %p)", bytes, ptr));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("register host memory: empty range (%u bytes at %p)", bytes, ptr));
   }
   return absl::OkStatus();
 }
@@ -48,8 +48,9 @@ absl::Status HostRuntime::WaitIpcEvent(const std::string& handle, int device) {
   return NoGpu(absl::StrCat("wait for an IPC event on device ", device));
 }
 
-absl::StatusOr<std::unique_ptr<IpcMapping>> HostRuntime::OpenIpcHandle(
-    const std::string& handle, int device, uint64_t allocation_bytes) {
+absl::StatusOr<std::unique_ptr<IpcMapping>> HostRuntime::OpenIpcHandle(const std::string& handle,
+                                                                       int device,
+                                                                       uint64_t allocation_bytes) {
   return NoGpu(absl::StrFormat("open IPC handle on device %d", device));
 }
 

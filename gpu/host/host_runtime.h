@@ -35,8 +35,7 @@ class HostRuntime : public DeviceRuntime {
   absl::StatusOr<IpcEvent> RecordIpcEvent(void* stream) override;
   absl::Status SynchronizeStream(void* stream) override;
   absl::Status WaitIpcEvent(const std::string& handle, int device) override;
-  absl::StatusOr<std::unique_ptr<IpcMapping>> OpenIpcHandle(const std::string& handle,
-                                                            int device,
+  absl::StatusOr<std::unique_ptr<IpcMapping>> OpenIpcHandle(const std::string& handle, int device,
                                                             uint64_t allocation_bytes) override;
   absl::Status CopyDeviceToHost(
       const void* src, void* dst, uint64_t bytes, uint64_t chunk_bytes,

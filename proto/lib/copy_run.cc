@@ -16,14 +16,13 @@ bool Fits(uint64_t offset, uint64_t n, uint64_t stride, uint64_t length, uint64_
 
 }  // namespace
 
-absl::Status CheckCopyRun(const v1::CopyRun& run, uint64_t chunk_length,
-                          uint64_t dest_length) {
+absl::Status CheckCopyRun(const v1::CopyRun& run, uint64_t chunk_length, uint64_t dest_length) {
   const uint64_t n = CopyRunRepetitions(run);
   auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(
         "copy run (chunk offset ", run.chunk_offset(), ", dest offset ", run.dest_offset(),
-        ", length ", run.length(), ", count ", run.count(), ", strides ", run.chunk_stride(),
-        "/", run.dest_stride(), ") of rank ", run.rank(), " request ", run.request(), " ", why));
+        ", length ", run.length(), ", count ", run.count(), ", strides ", run.chunk_stride(), "/",
+        run.dest_stride(), ") of rank ", run.rank(), " request ", run.request(), " ", why));
   };
   if (n > 1 && (run.chunk_stride() < run.length() || run.dest_stride() < run.length())) {
     return bad("has repetitions that overlap");

@@ -24,8 +24,7 @@ inline uint64_t CopyRunRepetitions(const v1::CopyRun& run) {
 // [0, dest_length) of the destination, strides do not make repetitions
 // overlap, and no offset wraps; INVALID_ARGUMENT naming the run otherwise.
 // O(1): the last repetition is the farthest on both sides.
-absl::Status CheckCopyRun(const v1::CopyRun& run, uint64_t chunk_length,
-                          uint64_t dest_length);
+absl::Status CheckCopyRun(const v1::CopyRun& run, uint64_t chunk_length, uint64_t dest_length);
 
 // Calls fn(chunk_offset, dest_offset, length) for every repetition, in
 // order. The run must have passed CheckCopyRun.

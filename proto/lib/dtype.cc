@@ -23,8 +23,7 @@ absl::StatusOr<int64_t> DTypeSize(v1::DType dtype) {
     case v1::FLOAT8_E5M2:
       return 1;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unsupported dtype ", DTypeName(dtype)));
+      return absl::InvalidArgumentError(absl::StrCat("unsupported dtype ", DTypeName(dtype)));
   }
 }
 

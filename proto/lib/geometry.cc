@@ -18,8 +18,7 @@ std::string ShapeString(const Shape& shape) {
 // "(region ..., shape [...])": appended to region errors so that one line
 // says which region of which tensor shape was rejected.
 std::string Context(const Shape& shape, const Region& region) {
-  return absl::StrCat(" (region ", region.DebugString(), ", shape ",
-                      ShapeString(shape), ")");
+  return absl::StrCat(" (region ", region.DebugString(), ", shape ", ShapeString(shape), ")");
 }
 
 // Product of non-negative factors. A zero factor makes the product zero even
@@ -42,50 +41,44 @@ absl::Status ValidateBox(const Shape& shape, const Region& region) {
   const size_t rank = shape.size();
   if (region.offsets.size() != rank || region.lengths.size() != rank) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "region box has ", region.offsets.size(), " offsets and ",
-        region.lengths.size(), " lengths but the shape has rank ", rank,
-        Context(shape, region)));
+        "region box has ", region.offsets.size(), " offsets and ", region.lengths.size(),
+        " lengths but the shape has rank ", rank, Context(shape, region)));
   }
   for (size_t d = 0; d < rank; ++d) {
     const int64_t offset = region.offsets[d];
     const int64_t length = region.lengths[d];
     if (offset < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "region box offset ", offset, " in dimension ", d, " is negative",
-          Context(shape, region)));
+      return absl::InvalidArgumentError(absl::StrCat("region box offset ", offset, " in dimension ",
+                                                     d, " is negative", Context(shape, region)));
     }
     if (length < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "region box length ", length, " in dimension ", d, " is negative",
-          Context(shape, region)));
+      return absl::InvalidArgumentError(absl::StrCat("region box length ", length, " in dimension ",
+                                                     d, " is negative", Context(shape, region)));
     }
     int64_t end;
     if (__builtin_add_overflow(offset, length, &end) || end > shape[d]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "region box offset ", offset, " + length ", length,
-          " exceeds dimension ", d, " of size ", shape[d],
-          Context(shape, region)));
+      return absl::InvalidArgumentError(absl::StrCat("region box offset ", offset, " + length ",
+                                                     length, " exceeds dimension ", d, " of size ",
+                                                     shape[d], Context(shape, region)));
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status ValidateFlat(const Shape& shape, const Region& region,
-                          int64_t num_elements) {
+absl::Status ValidateFlat(const Shape& shape, const Region& region, int64_t num_elements) {
   if (region.flat_begin < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("region flat begin ", region.flat_begin, " is negative",
-                     Context(shape, region)));
+    return absl::InvalidArgumentError(absl::StrCat("region flat begin ", region.flat_begin,
+                                                   " is negative", Context(shape, region)));
   }
   if (region.flat_begin > region.flat_end) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "region flat begin ", region.flat_begin, " is after its end ",
-        region.flat_end, Context(shape, region)));
+    return absl::InvalidArgumentError(absl::StrCat("region flat begin ", region.flat_begin,
+                                                   " is after its end ", region.flat_end,
+                                                   Context(shape, region)));
   }
   if (region.flat_end > num_elements) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "region flat end ", region.flat_end, " exceeds the ", num_elements,
-        " elements of the tensor", Context(shape, region)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("region flat end ", region.flat_end, " exceeds the ", num_elements,
+                     " elements of the tensor", Context(shape, region)));
   }
   return absl::OkStatus();
 }
@@ -171,7 +164,7 @@ void FlatPieces(int64_t begin, int64_t end, Pieces* p) {
       continue;
     }
     const int64_t next = (b / up + 1) * up;  // <= the element count
-    if (next > end) break;  // [b, end) lies inside one index of dimension d - 1
+    if (next > end) break;                   // [b, end) lies inside one index of dimension d - 1
     emit(b, d, p->dims[d] - index_of(b, d));
     b = next;
     --d;
@@ -262,9 +255,8 @@ absl::StatusOr<int64_t> CommonElementsOfPieces(const Pieces& a, const Pieces& b)
 
 absl::Status ValidateElementSize(const Shape& shape, int64_t element_size) {
   if (element_size <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "element size ", element_size, " for shape ", ShapeString(shape),
-        " is not positive"));
+    return absl::InvalidArgumentError(absl::StrCat("element size ", element_size, " for shape ",
+                                                   ShapeString(shape), " is not positive"));
   }
   return absl::OkStatus();
 }
@@ -281,19 +273,18 @@ absl::Status CheckPackedBytes(const Shape& shape, int64_t element_size, const Re
   int64_t bytes;
   if (__builtin_mul_overflow(*elements, element_size, &bytes)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        role, " region ", region.DebugString(), " of shape ", ShapeString(shape),
-        " has ", *elements, " elements of ", element_size,
-        " bytes: more than 2^63-1 bytes"));
+        role, " region ", region.DebugString(), " of shape ", ShapeString(shape), " has ",
+        *elements, " elements of ", element_size, " bytes: more than 2^63-1 bytes"));
   }
   return absl::OkStatus();
 }
 
 absl::Status TooManyRuns(const Shape& shape, const Region& stored, const Region& requested,
                          const std::string& count, int64_t max_runs) {
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "copying region ", requested.DebugString(), " from region ", stored.DebugString(),
-      " of shape ", ShapeString(shape), " needs ", count, " runs; the limit is ", max_runs,
-      " (--max_runs_per_shard)"));
+  return absl::ResourceExhaustedError(
+      absl::StrCat("copying region ", requested.DebugString(), " from region ",
+                   stored.DebugString(), " of shape ", ShapeString(shape), " needs ", count,
+                   " runs; the limit is ", max_runs, " (--max_runs_per_shard)"));
 }
 
 // One level of a nested copy: `count` repetitions `src`/`dst` elements apart.
@@ -318,8 +309,7 @@ CopyShape PairCopyShape(const Piece& ps, const Piece& pd, const std::vector<int6
   // The contiguous inner run: levels contiguous on both sides.
   CopyShape out;
   size_t first = 0;
-  while (first < levels.size() && levels[first].src == out.run &&
-         levels[first].dst == out.run) {
+  while (first < levels.size() && levels[first].src == out.run && levels[first].dst == out.run) {
     out.run *= levels[first].count;
     ++first;
   }
@@ -370,47 +360,43 @@ std::string Region::DebugString() const {
     case Kind::kWhole:
       return "whole";
     case Kind::kBox:
-      return absl::StrCat("box{offsets=[", absl::StrJoin(offsets, ","),
-                          "],lengths=[", absl::StrJoin(lengths, ","), "]}");
+      return absl::StrCat("box{offsets=[", absl::StrJoin(offsets, ","), "],lengths=[",
+                          absl::StrJoin(lengths, ","), "]}");
     case Kind::kFlat:
       return absl::StrCat("flat[", flat_begin, ",", flat_end, ")");
   }
   return absl::StrCat("unknown-kind(", static_cast<int>(kind), ")");
 }
 
-absl::Status ValidateShape(const Shape& shape) {
-  return NumElements(shape).status();
-}
+absl::Status ValidateShape(const Shape& shape) { return NumElements(shape).status(); }
 
 absl::StatusOr<int64_t> NumElements(const Shape& shape) {
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("shape ", ShapeString(shape), " has negative dimension ",
-                       d, " (", shape[d], ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shape ", ShapeString(shape), " has negative dimension ", d, " (", shape[d], ")"));
     }
   }
   int64_t n;
   if (!CheckedProduct(shape, &n)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shape ", ShapeString(shape), " has more than 2^63-1 elements"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shape ", ShapeString(shape), " has more than 2^63-1 elements"));
   }
   return n;
 }
 
 absl::StatusOr<int64_t> NumBytes(const Shape& shape, int64_t element_size) {
   if (element_size <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "element size ", element_size, " for shape ", ShapeString(shape),
-        " is not positive"));
+    return absl::InvalidArgumentError(absl::StrCat("element size ", element_size, " for shape ",
+                                                   ShapeString(shape), " is not positive"));
   }
   absl::StatusOr<int64_t> n = NumElements(shape);
   if (!n.ok()) return n.status();
   int64_t bytes;
   if (__builtin_mul_overflow(*n, element_size, &bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shape ", ShapeString(shape), " with element size ", element_size,
-        " has more than 2^63-1 bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("shape ", ShapeString(shape),
+                                                   " with element size ", element_size,
+                                                   " has more than 2^63-1 bytes"));
   }
   return bytes;
 }
@@ -426,9 +412,8 @@ absl::Status ValidateRegion(const Shape& shape, const Region& region) {
     case Region::Kind::kFlat:
       return ValidateFlat(shape, region, *n);
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("region has unknown kind ", static_cast<int>(region.kind),
-                   Context(shape, region)));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "region has unknown kind ", static_cast<int>(region.kind), Context(shape, region)));
 }
 
 absl::StatusOr<int64_t> RegionNumElements(const Shape& shape, const Region& region) {
@@ -449,8 +434,7 @@ absl::StatusOr<int64_t> RegionNumElements(const Shape& shape, const Region& regi
   return absl::InternalError("unreachable: region kind validated");
 }
 
-absl::StatusOr<std::pair<int64_t, int64_t>> RegionSpan(const Shape& shape,
-                                                       const Region& region) {
+absl::StatusOr<std::pair<int64_t, int64_t>> RegionSpan(const Shape& shape, const Region& region) {
   if (absl::Status s = ValidateRegion(shape, region); !s.ok()) return s;
   const Pieces p = RegionPieces(shape, region);
   if (p.pieces.empty()) return std::pair<int64_t, int64_t>{0, 0};
@@ -465,17 +449,18 @@ absl::StatusOr<std::pair<int64_t, int64_t>> RegionSpan(const Shape& shape,
                                      flat(p.pieces.back(), true) + 1};
 }
 
-absl::StatusOr<std::vector<StridedRun>> IntersectRegionsStrided(
-    const Shape& shape, int64_t element_size, const Region& stored,
-    const Region& requested, int64_t max_runs) {
+absl::StatusOr<std::vector<StridedRun>> IntersectRegionsStrided(const Shape& shape,
+                                                                int64_t element_size,
+                                                                const Region& stored,
+                                                                const Region& requested,
+                                                                int64_t max_runs) {
   if (absl::Status s = ValidateElementSize(shape, element_size); !s.ok()) return s;
   // Only the two shards' packed sizes must fit in int64, not the whole
   // tensor's: a small box of a tensor with 2^62 elements is still readable.
   if (absl::Status s = CheckPackedBytes(shape, element_size, stored, "stored"); !s.ok()) {
     return s;
   }
-  if (absl::Status s = CheckPackedBytes(shape, element_size, requested, "requested");
-      !s.ok()) {
+  if (absl::Status s = CheckPackedBytes(shape, element_size, requested, "requested"); !s.ok()) {
     return s;
   }
   const Pieces src = RegionPieces(shape, stored);
@@ -528,9 +513,8 @@ absl::StatusOr<std::vector<StridedRun>> IntersectRegionsStrided(
       }
     }
   }
-  std::sort(out.begin(), out.end(), [](const StridedRun& a, const StridedRun& b) {
-    return a.dst_offset < b.dst_offset;
-  });
+  std::sort(out.begin(), out.end(),
+            [](const StridedRun& a, const StridedRun& b) { return a.dst_offset < b.dst_offset; });
   // Flat pieces split contiguous ranges: join single runs that continue
   // each other on both sides.
   std::vector<StridedRun> joined;
@@ -580,22 +564,21 @@ absl::StatusOr<int64_t> StridedRunCount(const Shape& shape, const Region& stored
 namespace {
 
 // Expands strided runs into contiguous ones, sorted by dst and coalesced.
-absl::StatusOr<std::vector<ByteRun>> Expand(const std::vector<StridedRun>& runs,
-                                            int64_t max_runs, const Shape& shape,
-                                            const Region& stored, const Region& requested) {
+absl::StatusOr<std::vector<ByteRun>> Expand(const std::vector<StridedRun>& runs, int64_t max_runs,
+                                            const Shape& shape, const Region& stored,
+                                            const Region& requested) {
   int64_t total = 0;
   for (const StridedRun& r : runs) {
     if (__builtin_add_overflow(total, r.count, &total) || total > max_runs) {
-      return TooManyRuns(shape, stored, requested, absl::StrCat("more than ", max_runs),
-                         max_runs);
+      return TooManyRuns(shape, stored, requested, absl::StrCat("more than ", max_runs), max_runs);
     }
   }
   std::vector<ByteRun> out;
   out.reserve(static_cast<size_t>(total));
   for (const StridedRun& r : runs) {
     for (int64_t k = 0; k < r.count; ++k) {
-      out.push_back(ByteRun{r.src_offset + k * r.src_stride, r.dst_offset + k * r.dst_stride,
-                            r.length});
+      out.push_back(
+          ByteRun{r.src_offset + k * r.src_stride, r.dst_offset + k * r.dst_stride, r.length});
     }
   }
   std::sort(out.begin(), out.end(),
@@ -631,10 +614,8 @@ absl::StatusOr<std::vector<ElementRun>> RegionRuns(const Shape& shape, const Reg
   return out;
 }
 
-absl::StatusOr<std::vector<ByteRun>> IntersectRegions(const Shape& shape,
-                                                      int64_t element_size,
-                                                      const Region& stored,
-                                                      const Region& requested,
+absl::StatusOr<std::vector<ByteRun>> IntersectRegions(const Shape& shape, int64_t element_size,
+                                                      const Region& stored, const Region& requested,
                                                       int64_t max_runs) {
   absl::StatusOr<std::vector<StridedRun>> strided =
       IntersectRegionsStrided(shape, element_size, stored, requested, max_runs);
@@ -648,8 +629,7 @@ absl::StatusOr<int64_t> CommonElements(const Shape& shape, const Region& a, cons
   return CommonElementsOfPieces(RegionPieces(shape, a), RegionPieces(shape, b));
 }
 
-absl::StatusOr<bool> SameElements(const Shape& shape, const Region& a,
-                                  const Region& b) {
+absl::StatusOr<bool> SameElements(const Shape& shape, const Region& a, const Region& b) {
   absl::StatusOr<int64_t> na = RegionNumElements(shape, a);
   if (!na.ok()) return na.status();
   absl::StatusOr<int64_t> nb = RegionNumElements(shape, b);

@@ -101,8 +101,7 @@ absl::StatusOr<int64_t> RegionNumElements(const Shape& shape, const Region& regi
 // [first, end) of the region in flattened element space: its first element
 // and one past its last ({0, 0} for an empty region). Regions whose spans do
 // not intersect cannot overlap.
-absl::StatusOr<std::pair<int64_t, int64_t>> RegionSpan(const Shape& shape,
-                                                       const Region& region);
+absl::StatusOr<std::pair<int64_t, int64_t>> RegionSpan(const Shape& shape, const Region& region);
 
 // The bytes of requested ∩ stored as strided runs, sorted by dst_offset,
 // neighbouring single runs coalesced. Cost: O(pieces^2 * rank) plus the runs
@@ -110,9 +109,11 @@ absl::StatusOr<std::pair<int64_t, int64_t>> RegionSpan(const Shape& shape,
 // `max_runs` runs would be needed (an intersection whose structure has more
 // than one strided level, e.g. a 3-d box cut in its two inner dimensions,
 // needs one run per outer index).
-absl::StatusOr<std::vector<StridedRun>> IntersectRegionsStrided(
-    const Shape& shape, int64_t element_size, const Region& stored,
-    const Region& requested, int64_t max_runs = kDefaultMaxRuns);
+absl::StatusOr<std::vector<StridedRun>> IntersectRegionsStrided(const Shape& shape,
+                                                                int64_t element_size,
+                                                                const Region& stored,
+                                                                const Region& requested,
+                                                                int64_t max_runs = kDefaultMaxRuns);
 
 // How many strided runs IntersectRegionsStrided would produce before
 // coalescing (an upper bound), without producing them; saturates at
@@ -123,18 +124,15 @@ absl::StatusOr<int64_t> StridedRunCount(const Shape& shape, const Region& stored
 // The region's elements as sorted, coalesced, non-empty runs. Empty for an
 // empty region. Validates first. Expands: RESOURCE_EXHAUSTED beyond
 // `max_runs` runs.
-absl::StatusOr<std::vector<ElementRun>> RegionRuns(const Shape& shape,
-                                                   const Region& region,
+absl::StatusOr<std::vector<ElementRun>> RegionRuns(const Shape& shape, const Region& region,
                                                    int64_t max_runs = kDefaultMaxRuns);
 
 // IntersectRegionsStrided expanded to contiguous runs: sorted by dst_offset,
 // adjacent runs coalesced (a run is merged with the previous one when both
 // its src and dst continue it). Empty when they do not overlap.
 // RESOURCE_EXHAUSTED beyond `max_runs` expanded runs.
-absl::StatusOr<std::vector<ByteRun>> IntersectRegions(const Shape& shape,
-                                                      int64_t element_size,
-                                                      const Region& stored,
-                                                      const Region& requested,
+absl::StatusOr<std::vector<ByteRun>> IntersectRegions(const Shape& shape, int64_t element_size,
+                                                      const Region& stored, const Region& requested,
                                                       int64_t max_runs = kDefaultMaxRuns);
 
 // True when the two regions cover exactly the same elements (a box and a

@@ -42,18 +42,17 @@ absl::Status AddRankBytes(uint64_t bytes, absl::string_view role, uint64_t* tota
                           const RequestLimits& limits) {
   *total += bytes;
   if (Above(*total, limits.max_bytes_per_rank)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        role, " has at least ", *total, " bytes of shards and objects; the limit is ",
-        limits.max_bytes_per_rank, " (--max_bytes_per_rank)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(role, " has at least ", *total, " bytes of shards and objects; the limit is ",
+                     limits.max_bytes_per_rank, " (--max_bytes_per_rank)"));
   }
   return absl::OkStatus();
 }
 
-absl::Status CheckCount(absl::string_view what, int count, int64_t limit,
-                        absl::string_view flag) {
+absl::Status CheckCount(absl::string_view what, int count, int64_t limit, absl::string_view flag) {
   if (!Above(static_cast<uint64_t>(count), limit)) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat("plan has ", count, " ", what,
-                                                   "; the limit is ", limit, " (--", flag, ")"));
+  return absl::ResourceExhaustedError(
+      absl::StrCat("plan has ", count, " ", what, "; the limit is ", limit, " (--", flag, ")"));
 }
 
 absl::Status CheckSessionId(absl::string_view id, const RequestLimits& limits) {
@@ -69,9 +68,9 @@ absl::Status CheckSessionId(absl::string_view id, const RequestLimits& limits) {
 absl::Status ValidateBoundedName(absl::string_view what, absl::string_view name,
                                  const RequestLimits& limits) {
   if (Above(name.size(), limits.max_name_bytes)) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(what, " name is ", name.size(), " bytes; the limit is ",
-                     limits.max_name_bytes, " (--max_name_bytes)"));
+    return absl::ResourceExhaustedError(absl::StrCat(what, " name is ", name.size(),
+                                                     " bytes; the limit is ", limits.max_name_bytes,
+                                                     " (--max_name_bytes)"));
   }
   // ValidateName holds every name to NAME_MAX as well.
   return ValidateName(what, name);
@@ -83,13 +82,13 @@ absl::StatusOr<int64_t> ValidateShardRequest(const v1::TensorShard& shard,
   const std::string who = absl::StrCat("tensor ", shard.fqn());
   // Before anything copies the shape or the box.
   if (Above(shard.global_shape_size(), limits.max_dims)) {
-    return WithContext(Exhausted("shape has dimensions", shard.global_shape_size(),
-                                 limits.max_dims, "max_dims"),
-                       who);
+    return WithContext(
+        Exhausted("shape has dimensions", shard.global_shape_size(), limits.max_dims, "max_dims"),
+        who);
   }
   if (shard.region().has_box()) {
-    const int n = std::max(shard.region().box().offsets_size(),
-                           shard.region().box().lengths_size());
+    const int n =
+        std::max(shard.region().box().offsets_size(), shard.region().box().lengths_size());
     if (Above(n, limits.max_dims)) {
       return WithContext(Exhausted("region box has dimensions", n, limits.max_dims, "max_dims"),
                          who);
@@ -98,24 +97,24 @@ absl::StatusOr<int64_t> ValidateShardRequest(const v1::TensorShard& shard,
   absl::StatusOr<ShardGeometry> g = ValidateShard(shard);
   if (!g.ok()) return g.status();
   if (g->bytes > limits.max_shard_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        who, ": region ", g->region.DebugString(), " has ", g->bytes, " bytes; the limit is ",
-        limits.max_shard_bytes, " (--max_shard_bytes)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(who, ": region ", g->region.DebugString(), " has ", g->bytes,
+                     " bytes; the limit is ", limits.max_shard_bytes, " (--max_shard_bytes)"));
   }
   absl::StatusOr<int64_t> runs = geo::StridedRunCount(g->shape, g->region, geo::Region::Whole());
   if (!runs.ok()) return WithContext(runs.status(), who);
   if (*runs > limits.max_runs_per_shard) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        who, ": region ", g->region.DebugString(), " needs ", *runs,
-        " strided runs; the limit is ", limits.max_runs_per_shard, " (--max_runs_per_shard)"));
+        who, ": region ", g->region.DebugString(), " needs ", *runs, " strided runs; the limit is ",
+        limits.max_runs_per_shard, " (--max_runs_per_shard)"));
   }
   if (shard.has_device_buffer()) {
     const v1::DeviceBuffer& buffer = shard.device_buffer();
     if (buffer.offset() > buffer.allocation_bytes() ||
         static_cast<uint64_t>(g->bytes) > buffer.allocation_bytes() - buffer.offset()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          who, ": device buffer [", buffer.offset(), ", +", g->bytes,
-          ") lies outside its allocation of ", buffer.allocation_bytes(), " bytes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": device buffer [", buffer.offset(), ", +", g->bytes,
+                       ") lies outside its allocation of ", buffer.allocation_bytes(), " bytes"));
     }
   }
   return g->bytes;
@@ -124,35 +123,32 @@ absl::StatusOr<int64_t> ValidateShardRequest(const v1::TensorShard& shard,
 absl::Status ValidateUserMetadata(const google::protobuf::Map<std::string, std::string>& metadata,
                                   const RequestLimits& limits) {
   if (Above(metadata.size(), limits.max_user_metadata_entries)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "user metadata has ", metadata.size(), " entries; the limit is ",
-        limits.max_user_metadata_entries, " (--max_user_metadata_entries)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("user metadata has ", metadata.size(), " entries; the limit is ",
+                     limits.max_user_metadata_entries, " (--max_user_metadata_entries)"));
   }
   uint64_t bytes = 0;
   for (const auto& [key, value] : metadata) bytes += key.size() + value.size();
   if (Above(bytes, limits.max_user_metadata_bytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "user metadata has ", bytes, " bytes of keys and values; the limit is ",
-        limits.max_user_metadata_bytes, " (--max_user_metadata_bytes)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("user metadata has ", bytes, " bytes of keys and values; the limit is ",
+                     limits.max_user_metadata_bytes, " (--max_user_metadata_bytes)"));
   }
   return absl::OkStatus();
 }
 
-absl::Status ValidateAttachRequest(const v1::AttachRequest& request,
-                                   const RequestLimits& limits) {
+absl::Status ValidateAttachRequest(const v1::AttachRequest& request, const RequestLimits& limits) {
   if (absl::Status s = ValidateBoundedName("job", request.job(), limits); !s.ok()) return s;
   if (request.world_size() <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("world size ", request.world_size(), " is not positive"));
   }
   if (Above(request.world_size(), limits.max_world_size)) {
-    return Exhausted("world size", request.world_size(), limits.max_world_size,
-                     "max_world_size");
+    return Exhausted("world size", request.world_size(), limits.max_world_size, "max_world_size");
   }
   if (request.rank() < 0 || request.rank() >= request.world_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(),
-                                                   " is outside world size ",
-                                                   request.world_size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", request.rank(), " is outside world size ", request.world_size()));
   }
   if (request.local_rank() < 0) {
     return absl::InvalidArgumentError(
@@ -167,13 +163,13 @@ absl::Status ValidatePlanSaveRequest(const v1::PlanSaveRequest& request,
   if (request.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step ", request.step(), " is negative"));
   }
-  if (absl::Status s = CheckCount("tensors", request.shards_size(),
-                                  limits.max_tensors_per_plan, "max_tensors_per_plan");
+  if (absl::Status s = CheckCount("tensors", request.shards_size(), limits.max_tensors_per_plan,
+                                  "max_tensors_per_plan");
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = CheckCount("objects", request.objects_size(),
-                                  limits.max_objects_per_plan, "max_objects_per_plan");
+  if (absl::Status s = CheckCount("objects", request.objects_size(), limits.max_objects_per_plan,
+                                  "max_objects_per_plan");
       !s.ok()) {
     return s;
   }
@@ -188,8 +184,7 @@ absl::Status ValidatePlanSaveRequest(const v1::PlanSaveRequest& request,
   for (const v1::ObjectDesc& object : request.objects()) {
     if (absl::Status s = ValidateObject(object, limits); !s.ok()) return s;
     if (!keys.insert(object.key()).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("plan lists object ", object.key(), " twice"));
+      return absl::InvalidArgumentError(absl::StrCat("plan lists object ", object.key(), " twice"));
     }
     if (absl::Status s = AddRankBytes(object.length(), "the plan", &total, limits); !s.ok()) {
       return s;
@@ -204,8 +199,8 @@ absl::Status ValidateLoadRequest(const v1::LoadRequest& request, const RequestLi
     return absl::InvalidArgumentError(
         absl::StrCat("step ", request.step(), " is neither a step nor -1 (latest)"));
   }
-  if (absl::Status s = CheckCount("tensors", request.tensors_size(),
-                                  limits.max_tensors_per_plan, "max_tensors_per_plan");
+  if (absl::Status s = CheckCount("tensors", request.tensors_size(), limits.max_tensors_per_plan,
+                                  "max_tensors_per_plan");
       !s.ok()) {
     return s;
   }

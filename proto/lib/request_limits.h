@@ -85,8 +85,7 @@ absl::Status ValidateUserMetadata(const google::protobuf::Map<std::string, std::
 
 // Job name, rank in [0, world_size), world_size in [1, --max_world_size],
 // local_rank >= 0.
-absl::Status ValidateAttachRequest(const v1::AttachRequest& request,
-                                   const RequestLimits& limits);
+absl::Status ValidateAttachRequest(const v1::AttachRequest& request, const RequestLimits& limits);
 
 // Step >= 0, counts of shards and objects, every shard and object, distinct
 // object keys, per-rank bytes, user metadata. World size and the session's

@@ -8,8 +8,8 @@ namespace {
 constexpr size_t kMaxNameBytes = 255;  // NAME_MAX
 
 bool IsNameChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         c == '.' || c == '_' || c == '-';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
 }
 
 }  // namespace
@@ -25,9 +25,8 @@ absl::Status ValidateName(absl::string_view what, absl::string_view name) {
   }
   for (char c : name) {
     if (!IsNameChar(c)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " name '", name,
-                       "' contains a character outside [A-Za-z0-9._-] (no paths)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " name '", name, "' contains a character outside [A-Za-z0-9._-] (no paths)"));
     }
   }
   return absl::OkStatus();

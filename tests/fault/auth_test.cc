@@ -42,20 +42,62 @@ std::unique_ptr<grpc::ClientContext> Context() {
 // One call of every unary method with an empty (valid) request, by name.
 std::map<std::string, grpc::Status> CallEveryMethod(NodeStub& stub) {
   std::map<std::string, grpc::Status> out;
-  { v1::AttachResponse r; out["Attach"] = stub.Attach(Context().get(), {}, &r); }
-  { v1::DetachResponse r; out["Detach"] = stub.Detach(Context().get(), {}, &r); }
-  { v1::PlanSaveResponse r; out["PlanSave"] = stub.PlanSave(Context().get(), {}, &r); }
-  { v1::SaveBatch r; out["NextSaveBatch"] = stub.NextSaveBatch(Context().get(), {}, &r); }
-  { v1::SubmitSnapshotResponse r; out["SubmitSnapshot"] = stub.SubmitSnapshot(Context().get(), {}, &r); }
-  { v1::WaitSaveResponse r; out["WaitSave"] = stub.WaitSave(Context().get(), {}, &r); }
-  { v1::LoadResponse r; out["Load"] = stub.Load(Context().get(), {}, &r); }
-  { v1::LoadBatch r; out["NextLoadBatch"] = stub.NextLoadBatch(Context().get(), {}, &r); }
-  { v1::GetStatusResponse r; out["GetStatus"] = stub.GetStatus(Context().get(), {}, &r); }
-  { v1::ListCheckpointsResponse r; out["ListCheckpoints"] = stub.ListCheckpoints(Context().get(), {}, &r); }
-  { v1::InspectCheckpointResponse r; out["InspectCheckpoint"] = stub.InspectCheckpoint(Context().get(), {}, &r); }
-  { v1::VerifyCheckpointResponse r; out["VerifyCheckpoint"] = stub.VerifyCheckpoint(Context().get(), {}, &r); }
-  { v1::CancelSaveResponse r; out["CancelSave"] = stub.CancelSave(Context().get(), {}, &r); }
-  { v1::CollectGarbageResponse r; out["CollectGarbage"] = stub.CollectGarbage(Context().get(), {}, &r); }
+  {
+    v1::AttachResponse r;
+    out["Attach"] = stub.Attach(Context().get(), {}, &r);
+  }
+  {
+    v1::DetachResponse r;
+    out["Detach"] = stub.Detach(Context().get(), {}, &r);
+  }
+  {
+    v1::PlanSaveResponse r;
+    out["PlanSave"] = stub.PlanSave(Context().get(), {}, &r);
+  }
+  {
+    v1::SaveBatch r;
+    out["NextSaveBatch"] = stub.NextSaveBatch(Context().get(), {}, &r);
+  }
+  {
+    v1::SubmitSnapshotResponse r;
+    out["SubmitSnapshot"] = stub.SubmitSnapshot(Context().get(), {}, &r);
+  }
+  {
+    v1::WaitSaveResponse r;
+    out["WaitSave"] = stub.WaitSave(Context().get(), {}, &r);
+  }
+  {
+    v1::LoadResponse r;
+    out["Load"] = stub.Load(Context().get(), {}, &r);
+  }
+  {
+    v1::LoadBatch r;
+    out["NextLoadBatch"] = stub.NextLoadBatch(Context().get(), {}, &r);
+  }
+  {
+    v1::GetStatusResponse r;
+    out["GetStatus"] = stub.GetStatus(Context().get(), {}, &r);
+  }
+  {
+    v1::ListCheckpointsResponse r;
+    out["ListCheckpoints"] = stub.ListCheckpoints(Context().get(), {}, &r);
+  }
+  {
+    v1::InspectCheckpointResponse r;
+    out["InspectCheckpoint"] = stub.InspectCheckpoint(Context().get(), {}, &r);
+  }
+  {
+    v1::VerifyCheckpointResponse r;
+    out["VerifyCheckpoint"] = stub.VerifyCheckpoint(Context().get(), {}, &r);
+  }
+  {
+    v1::CancelSaveResponse r;
+    out["CancelSave"] = stub.CancelSave(Context().get(), {}, &r);
+  }
+  {
+    v1::CollectGarbageResponse r;
+    out["CollectGarbage"] = stub.CollectGarbage(Context().get(), {}, &r);
+  }
   {
     auto context = Context();
     auto reader = stub.Watch(context.get(), v1::WatchRequest());
@@ -122,8 +164,9 @@ TEST_CASE("TCP serves only TLS callers with a valid token, and read tokens only 
     CHECK(absl::StrContains(s.error_message(), "admin"));
   }
   SECTION("ckptctl over TCP needs the CA and the token") {
-    const ExitInfo with = RunCommand({CkptctlPath(), "--address=" + target, "--tls-ca=" + d.tls_cert_file(),
-                                      "--token-file=" + d.token_file(), "status"});
+    const ExitInfo with =
+        RunCommand({CkptctlPath(), "--address=" + target, "--tls-ca=" + d.tls_cert_file(),
+                    "--token-file=" + d.token_file(), "status"});
     INFO(with.output);
     CHECK(with.ok());
     const ExitInfo without = RunCommand(
@@ -139,7 +182,9 @@ TEST_CASE("without TLS the TCP listener binds loopback only and refuses every ca
   // Asked for every address, with a token but no certificate.
   REQUIRE(d.MakeTlsFiles().ok());
   const int port = 20000 + static_cast<int>(getpid() % 20000);
-  REQUIRE(d.Start({absl::StrCat("--listen_address=0.0.0.0:", port), "--token_file=" + d.token_file()}).ok());
+  REQUIRE(
+      d.Start({absl::StrCat("--listen_address=0.0.0.0:", port), "--token_file=" + d.token_file()})
+          .ok());
   INFO(d.Output());
   CHECK(absl::StrContains(d.Output(), absl::StrCat("TCP bound to 127.0.0.1:", port, " only")));
   auto stub = TestDaemon::PlaintextStubFor(absl::StrCat("127.0.0.1:", port));
@@ -156,7 +201,8 @@ class LocalUser {
       REQUIRE(RunCommand({"/usr/sbin/groupadd", group_}).ok());
     }
     RunCommand({"/usr/sbin/userdel", name_});  // left by a killed run
-    std::vector<std::string> add = {"/usr/sbin/useradd", "--no-create-home", "--shell", "/usr/sbin/nologin"};
+    std::vector<std::string> add = {"/usr/sbin/useradd", "--no-create-home", "--shell",
+                                    "/usr/sbin/nologin"};
     if (!group_.empty()) add.insert(add.end(), {"-G", group_});
     add.push_back(name_);
     const ExitInfo made = RunCommand(add);
@@ -206,7 +252,8 @@ std::string ProbeValue(const std::string& output, const std::string& key) {
   return "";
 }
 
-TEST_CASE("other local users: refused unless allow-listed, and never on another user's job", "[auth]") {
+TEST_CASE("other local users: refused unless allow-listed, and never on another user's job",
+          "[auth]") {
   if (geteuid() != 0) {
     SkipTestCase("needs root to create users");
     return;
@@ -267,14 +314,16 @@ TEST_CASE("other local users: refused unless allow-listed, and never on another 
 
     // Root's staged bytes are not the other user's to read: the pool file
     // opens for its owner only.
-    const ExitInfo read_pool = user.Run({"/usr/bin/head", "-c", "1", ProbeValue(probe.output, "pool_path")});
+    const ExitInfo read_pool =
+        user.Run({"/usr/bin/head", "-c", "1", ProbeValue(probe.output, "pool_path")});
     INFO(read_pool.output);
     CHECK(!read_pool.ok());
     CHECK(absl::StrContains(read_pool.output, "Permission denied"));
 
     // And the job it made is its own: root (an operator) sees it, the user
     // lists it.
-    const ExitInfo mine = user.Run({CkptctlPath(), "--socket=" + d.socket(), "list", "rootjob-mine"});
+    const ExitInfo mine =
+        user.Run({CkptctlPath(), "--socket=" + d.socket(), "list", "rootjob-mine"});
     INFO(mine.output);
     CHECK(mine.ok());
   }
@@ -286,7 +335,8 @@ TEST_CASE("other local users: refused unless allow-listed, and never on another 
     INFO(list.output);
     CHECK(list.ok());
     CHECK(absl::StrContains(list.output, "5"));
-    const ExitInfo cancel = user.Run({CkptctlPath(), "--socket=" + d.socket(), "cancel", "rootjob", "6"});
+    const ExitInfo cancel =
+        user.Run({CkptctlPath(), "--socket=" + d.socket(), "cancel", "rootjob", "6"});
     INFO(cancel.output);
     CHECK(cancel.exit_code == 1);
     CHECK(absl::StrContains(cancel.output, "PERMISSION_DENIED"));

@@ -36,8 +36,8 @@ using Stub = NodeStub;
 void RequireIdleAndServing(const TestDaemon& d) {
   auto stub = d.Stub();
   v1::GetStatusResponse status;
-  const grpc::Status s =
-      Rpc([&](grpc::ClientContext* c) { return stub->GetStatus(c, v1::GetStatusRequest(), &status); });
+  const grpc::Status s = Rpc(
+      [&](grpc::ClientContext* c) { return stub->GetStatus(c, v1::GetStatusRequest(), &status); });
   INFO("GetStatus: " << s.error_message() << "\nckptd output:\n" << d.Output());
   REQUIRE(s.ok());
   CHECK(status.pool_used_bytes() == 0);
@@ -178,12 +178,12 @@ TEST_CASE("PlanSave rejects shapes whose size overflows", "[bad_input]") {
   v1::PlanSaveResponse planned;
 
   // 2^80 elements.
-  CheckError(Plan(*stub, session, 4, {Whole("w", v1::FLOAT32, {int64_t{1} << 40, int64_t{1} << 40})},
-                  &planned),
+  CheckError(Plan(*stub, session, 4,
+                  {Whole("w", v1::FLOAT32, {int64_t{1} << 40, int64_t{1} << 40})}, &planned),
              grpc::StatusCode::INVALID_ARGUMENT, "more than 2^63-1 elements");
   // 2^62 elements fit, 2^64 bytes do not.
-  CheckError(Plan(*stub, session, 4, {Whole("w", v1::FLOAT32, {int64_t{1} << 31, int64_t{1} << 31})},
-                  &planned),
+  CheckError(Plan(*stub, session, 4,
+                  {Whole("w", v1::FLOAT32, {int64_t{1} << 31, int64_t{1} << 31})}, &planned),
              grpc::StatusCode::INVALID_ARGUMENT, "more than 2^63-1 bytes");
 
   RequireStillServes(d, "overflow", 4);
@@ -197,10 +197,11 @@ TEST_CASE("PlanSave rejects regions outside the tensor", "[bad_input]") {
   v1::PlanSaveResponse planned;
 
   CheckError(Plan(*stub, session, 5, {Boxed("w", v1::FLOAT32, {4, 8}, {2, 0}, {3, 8})}, &planned),
-             grpc::StatusCode::INVALID_ARGUMENT, "offset 2 + length 3 exceeds dimension 0 of size 4");
-  CheckError(Plan(*stub, session, 5,
-                  {Boxed("w", v1::FLOAT32, {4, 8}, {0, INT64_MAX}, {4, 1})}, &planned),
-             grpc::StatusCode::INVALID_ARGUMENT, "exceeds dimension 1 of size 8");
+             grpc::StatusCode::INVALID_ARGUMENT,
+             "offset 2 + length 3 exceeds dimension 0 of size 4");
+  CheckError(
+      Plan(*stub, session, 5, {Boxed("w", v1::FLOAT32, {4, 8}, {0, INT64_MAX}, {4, 1})}, &planned),
+      grpc::StatusCode::INVALID_ARGUMENT, "exceeds dimension 1 of size 8");
   CheckError(Plan(*stub, session, 5, {Boxed("w", v1::FLOAT32, {4, 8}, {-1, 0}, {1, 8})}, &planned),
              grpc::StatusCode::INVALID_ARGUMENT, "offset -1 in dimension 0 is negative");
   CheckError(Plan(*stub, session, 5, {Boxed("w", v1::FLOAT32, {4, 8}, {0}, {4})}, &planned),
@@ -296,20 +297,25 @@ TEST_CASE("SubmitSnapshot takes only batches the daemon handed to the caller", "
   request.set_save_id(planned.save_id());
   request.set_batch_id(batch.batch_id());
   v1::SubmitSnapshotResponse submitted;
-  CheckError(Rpc([&](grpc::ClientContext* c) { return stub->SubmitSnapshot(c, request, &submitted); }),
-             grpc::StatusCode::PERMISSION_DENIED, "intruder");
+  CheckError(
+      Rpc([&](grpc::ClientContext* c) { return stub->SubmitSnapshot(c, request, &submitted); }),
+      grpc::StatusCode::PERMISSION_DENIED, "intruder");
 
   // A batch id it was never given.
   request.set_session_id(session);
   request.set_batch_id(uint64_t{1} << 62);
-  CheckError(Rpc([&](grpc::ClientContext* c) { return stub->SubmitSnapshot(c, request, &submitted); }),
-             grpc::StatusCode::INVALID_ARGUMENT, "not an open batch");
+  CheckError(
+      Rpc([&](grpc::ClientContext* c) { return stub->SubmitSnapshot(c, request, &submitted); }),
+      grpc::StatusCode::INVALID_ARGUMENT, "not an open batch");
 
   // The right one, then the same one again.
   request.set_batch_id(batch.batch_id());
-  REQUIRE(Rpc([&](grpc::ClientContext* c) { return stub->SubmitSnapshot(c, request, &submitted); }).ok());
-  CheckError(Rpc([&](grpc::ClientContext* c) { return stub->SubmitSnapshot(c, request, &submitted); }),
-             grpc::StatusCode::INVALID_ARGUMENT, "not an open batch");
+  REQUIRE(Rpc([&](grpc::ClientContext* c) {
+            return stub->SubmitSnapshot(c, request, &submitted);
+          }).ok());
+  CheckError(
+      Rpc([&](grpc::ClientContext* c) { return stub->SubmitSnapshot(c, request, &submitted); }),
+      grpc::StatusCode::INVALID_ARGUMENT, "not an open batch");
   // None of that harmed the save: it commits with the rank's own bytes.
   CHECK(WaitSaveRaw(*stub, session, planned.save_id()).ok());
   RequireIdleAndServing(d);
@@ -450,8 +456,9 @@ TEST_CASE("Unsupported dtype values are refused", "[bad_input]") {
              grpc::StatusCode::INVALID_ARGUMENT, "unsupported dtype dtype(-7)");
 
   SaveValid(d, job, 18);
-  CheckError(LoadRaw(*stub, session, 18, {Whole("optimizer.loss_scale", static_cast<v1::DType>(99), {})}),
-             grpc::StatusCode::INVALID_ARGUMENT, "unsupported dtype dtype(99)");
+  CheckError(
+      LoadRaw(*stub, session, 18, {Whole("optimizer.loss_scale", static_cast<v1::DType>(99), {})}),
+      grpc::StatusCode::INVALID_ARGUMENT, "unsupported dtype dtype(99)");
 
   RequireIdleAndServing(d);
   LoadAndCompare(d, job, 18);

@@ -76,8 +76,8 @@ std::string ReadText(const std::string& path) {
 }  // namespace
 
 TEST_CASE("SIGKILL during a save leaves the previous checkpoint intact", "[fault][crash]") {
-  const std::string point = GENERATE("save.planned", "save.chunk_written", "save.data_synced",
-                                     "commit.before_rename");
+  const std::string point =
+      GENERATE("save.planned", "save.chunk_written", "save.data_synced", "commit.before_rename");
   INFO("fault point " << point);
   TestDaemon d;
   REQUIRE(d.Start().ok());

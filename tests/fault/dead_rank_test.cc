@@ -27,7 +27,8 @@ std::pair<ExitInfo, absl::Duration> KillPeerDuring(TestDaemon& d, const std::str
   if (mode == "save") {
     REQUIRE(AwaitStatus(d, [](const v1::GetStatusResponse& s) { return s.saves_size() == 1; }));
   } else {
-    REQUIRE(AwaitStatus(d, [](const v1::GetStatusResponse& s) { return s.loads_in_flight() == 1; }));
+    REQUIRE(
+        AwaitStatus(d, [](const v1::GetStatusResponse& s) { return s.loads_in_flight() == 1; }));
   }
   const absl::Time killed = absl::Now();
   hanging->Signal(SIGKILL);

@@ -90,7 +90,8 @@ TEST_CASE("SIGKILL during gc leaves no listed half-checkpoint; a restart finishe
   CHECK(d.Output().find("finished deleting 2 steps an interrupted gc had moved to trash") !=
         std::string::npos);
   CHECK(Named(d, "gccrash", "trash").empty());
-  CHECK(ListDir(d.job_dir("gccrash")) == std::vector<std::string>{"LATEST", "OWNER", "step-3", "step-4"});
+  CHECK(ListDir(d.job_dir("gccrash")) ==
+        std::vector<std::string>{"LATEST", "OWNER", "step-3", "step-4"});
   CHECK(ListedSteps(d, "gccrash") == std::vector<int64_t>{3, 4});
   for (int64_t step : {int64_t{-1}, int64_t{3}}) {
     for (const ExitInfo& r : d.RunRanks("gccrash", "load", 3, step, 1, 2)) {
@@ -133,7 +134,8 @@ TEST_CASE("SIGKILL during retention after a commit keeps the commit and the poli
   CHECK(trash[0].rfind(".step-1.trash-testhost-", 0) == 0);
 
   REQUIRE(d.Start(retain).ok());
-  CHECK(ListDir(d.job_dir("autocrash")) == std::vector<std::string>{"LATEST", "OWNER", "step-2", "step-3"});
+  CHECK(ListDir(d.job_dir("autocrash")) ==
+        std::vector<std::string>{"LATEST", "OWNER", "step-2", "step-3"});
   CHECK(ListedSteps(d, "autocrash") == std::vector<int64_t>{2, 3});
   for (const ExitInfo& r : d.RunRanks("autocrash", "load", 3, -1, 1, 2)) {
     INFO(r.output);

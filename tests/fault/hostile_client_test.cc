@@ -179,9 +179,9 @@ void HostilePlans(Target& t) {
              StatusCode::RESOURCE_EXHAUSTED, "--max_shard_bytes");
   CheckError(Plan(stub, session, 1, {Whole("w", v1::UINT8, {kInt64Max, 2})}, &planned),
              StatusCode::INVALID_ARGUMENT, "more than 2^63-1 elements");
-  CheckError(Plan(stub, session, 1,
-                  {Boxed("w", v1::UINT8, {kInt64Max}, {kInt64Max - 1}, {2})}, &planned),
-             StatusCode::INVALID_ARGUMENT, "exceeds dimension 0");
+  CheckError(
+      Plan(stub, session, 1, {Boxed("w", v1::UINT8, {kInt64Max}, {kInt64Max - 1}, {2})}, &planned),
+      StatusCode::INVALID_ARGUMENT, "exceeds dimension 0");
   CheckError(Plan(stub, session, 1, {Flat("w", v1::UINT8, {kInt64Max}, 0, kInt64Max)}, &planned),
              StatusCode::RESOURCE_EXHAUSTED, "--max_shard_bytes");
 
@@ -195,11 +195,10 @@ void HostilePlans(Target& t) {
              StatusCode::RESOURCE_EXHAUSTED, "--max_shard_bytes");
   {
     const absl::Time start = absl::Now();
-    CheckError(
-        Plan(stub, session, 2,
-             {Boxed("tall", v1::FLOAT32, {rows / 4, 1 << 20}, {0, 5}, {rows / 4, 1})},
-             &planned, {}, /*partial=*/true),
-        StatusCode::RESOURCE_EXHAUSTED, "needs 16777216 chunks of 65536 bytes");
+    CheckError(Plan(stub, session, 2,
+                    {Boxed("tall", v1::FLOAT32, {rows / 4, 1 << 20}, {0, 5}, {rows / 4, 1})},
+                    &planned, {}, /*partial=*/true),
+               StatusCode::RESOURCE_EXHAUSTED, "needs 16777216 chunks of 65536 bytes");
     CHECK(absl::Now() - start < absl::Seconds(5));
     t.RequireAlive("a plan of a 1 TiB column");
   }
@@ -251,13 +250,13 @@ void HostilePlans(Target& t) {
     std::vector<int64_t> shape(1'000'000, 1);
     CheckError(Plan(stub, session, 5, {Whole("w", v1::UINT8, shape)}, &planned),
                StatusCode::RESOURCE_EXHAUSTED, "shape has dimensions 1000000; the limit is 64");
-    CheckError(Plan(stub, session, 5, {Whole("w", v1::UINT8, std::vector<int64_t>(65, 1))},
-                    &planned),
-               StatusCode::RESOURCE_EXHAUSTED, "--max_dims");
-    CheckError(Plan(stub, session, 5,
-                    {Boxed("w", v1::UINT8, {4, 4}, std::vector<int64_t>(1'000'000, 0), {4, 4})},
-                    &planned),
-               StatusCode::RESOURCE_EXHAUSTED, "region box has dimensions 1000000");
+    CheckError(
+        Plan(stub, session, 5, {Whole("w", v1::UINT8, std::vector<int64_t>(65, 1))}, &planned),
+        StatusCode::RESOURCE_EXHAUSTED, "--max_dims");
+    CheckError(
+        Plan(stub, session, 5,
+             {Boxed("w", v1::UINT8, {4, 4}, std::vector<int64_t>(1'000'000, 0), {4, 4})}, &planned),
+        StatusCode::RESOURCE_EXHAUSTED, "region box has dimensions 1000000");
   }
 
   // User metadata: one huge value, very many entries.
@@ -564,12 +563,12 @@ void ForeignIds(Target& t) {
       return Rpc(
           [&](grpc::ClientContext* c) { return stub.NextLoadBatch(c, next_request, &batch_out); });
     };
-    CheckError(next_load(attacker.session(), response.load_id(), 0),
-               StatusCode::PERMISSION_DENIED, "job attacker");
+    CheckError(next_load(attacker.session(), response.load_id(), 0), StatusCode::PERMISSION_DENIED,
+               "job attacker");
     CheckError(next_load(stranger, response.load_id(), 0), StatusCode::PERMISSION_DENIED,
                "rank 3 of 4");
-    for (const std::string& id : {std::string(), std::string(1 << 20, 'l'),
-                                  response.load_id() + "x"}) {
+    for (const std::string& id :
+         {std::string(), std::string(1 << 20, 'l'), response.load_id() + "x"}) {
       CheckError(next_load(victim.session(), id, 0), StatusCode::NOT_FOUND, "unknown");
     }
     // Releasing batches never handed out, then finishing the load properly.
@@ -717,8 +716,8 @@ void GarbageBytes(Target& t) {
       // The daemon could not parse it: gRPC answers for it before any
       // handler runs (INTERNAL; UNIMPLEMENTED with no message for a callback
       // method, Watch). An empty message is valid protobuf; these are not.
-      const StatusCode expected = std::string(method) == "Watch" ? StatusCode::UNIMPLEMENTED
-                                                                 : StatusCode::INTERNAL;
+      const StatusCode expected =
+          std::string(method) == "Watch" ? StatusCode::UNIMPLEMENTED : StatusCode::INTERNAL;
       CHECK(s.error_code() == expected);
     }
   }
@@ -764,8 +763,7 @@ void RealSaveAndLoad(Target& t, const Transport& transport) {
     wanted[0] = {"scalar", DType::kFloat64, {}, Region::Whole(), scalar_out.data()};
     wanted[1] = {"empty", DType::kFloat32, {0, 5}, Region::Whole(), &nothing};
     // Another sharding: the last 20 rows.
-    wanted[2] = {"cells", DType::kInt16, matrix, Region::Box({13, 0}, {20, 7}),
-                 cells_out.data()};
+    wanted[2] = {"cells", DType::kInt16, matrix, Region::Box({13, 0}, {20, 7}), cells_out.data()};
     std::string rng_out = "x";
     std::string none_out = "x";
     absl::StatusOr<int64_t> loaded =

@@ -59,8 +59,7 @@ std::unique_ptr<Client> AttachRank(const TestDaemon& d, const std::string& job) 
   return std::move(*client);
 }
 
-void SaveAndCommit(Client& client, int64_t step, const RankState& state,
-                   const std::string& note) {
+void SaveAndCommit(Client& client, int64_t step, const RankState& state, const std::string& note) {
   absl::StatusOr<std::shared_ptr<SaveHandle>> handle =
       client.Save(step, state.tensors, {{"note", false, note}});
   INFO("save of step " << step << ": " << handle.status().ToString());
@@ -71,8 +70,8 @@ void SaveAndCommit(Client& client, int64_t step, const RankState& state,
 }
 
 // Loads `step` into zeroed buffers and checks every byte against `expected`.
-void LoadAndCompare(Client& client, int64_t step, int64_t expected_step,
-                    const RankState& expected, const std::string& expected_note) {
+void LoadAndCompare(Client& client, int64_t step, int64_t expected_step, const RankState& expected,
+                    const std::string& expected_note) {
   RankState into;
   into.Zero();
   std::string note;

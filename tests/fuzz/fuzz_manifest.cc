@@ -24,8 +24,8 @@ namespace ckpt::fuzz {
 namespace {
 
 constexpr int kLoadWorld = 3;
-constexpr int kMaxTensors = 32;          // tensors asked for, per rank
-constexpr int kMaxShardsPerTensor = 8;   // stored regions asked for, per tensor
+constexpr int kMaxTensors = 32;         // tensors asked for, per rank
+constexpr int kMaxShardsPerTensor = 8;  // stored regions asked for, per tensor
 
 // Adds `shard` to the request when it passes the daemon's checks on its own,
 // so one odd tensor does not stop the whole rank's load from being planned.
@@ -66,8 +66,7 @@ v1::Region Picked(const v1::TensorEntry& tensor, uint64_t pick) {
 // every stored shard's region and its own objects; rank 2 for a picked
 // region of every tensor, on a GPU (the daemon's device path), and its own
 // objects. Of a partial tensor, only the stored regions.
-std::vector<v1::LoadRequest> DeriveRequests(const v1::CheckpointManifest& manifest,
-                                            uint64_t pick) {
+std::vector<v1::LoadRequest> DeriveRequests(const v1::CheckpointManifest& manifest, uint64_t pick) {
   std::vector<v1::LoadRequest> ranks(kLoadWorld);
   for (v1::LoadRequest& r : ranks) r.set_step(manifest.step());
   for (int t = 0; t < manifest.tensors_size() && t < kMaxTensors; ++t) {

@@ -38,8 +38,7 @@ bool Mul(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_mul_overflow
 
 // One past the last byte a strided copy touches on one side, or false when
 // it wraps: offset + (reps - 1) * stride + length.
-bool StridedEnd(uint64_t offset, uint64_t reps, uint64_t stride, uint64_t length,
-                uint64_t* end) {
+bool StridedEnd(uint64_t offset, uint64_t reps, uint64_t stride, uint64_t length, uint64_t* end) {
   uint64_t last = 0;
   return Mul(reps - 1, stride, &last) && Add(offset, last, &last) && Add(last, length, end);
 }
@@ -55,7 +54,7 @@ v1::HostIdentity FuzzHost() {
 // inside their item and the batch's room, and progress on every call.
 void CheckBatches(const std::vector<v1::SaveItem>& items, uint64_t chunk_bytes) {
   server::BatchCursor cursor;
-  size_t item = 0;       // where the stream stands
+  size_t item = 0;  // where the stream stands
   uint64_t offset = 0;
   auto skip_done = [&] {
     while (item < items.size() && offset >= items[item].bytes()) {
@@ -76,9 +75,9 @@ void CheckBatches(const std::vector<v1::SaveItem>& items, uint64_t chunk_bytes) 
                       absl::StrCat("slice of item ", slice.item, " at ", slice.item_offset,
                                    " where the stream stands at item ", item, " offset ", offset));
       const uint64_t bytes = items[item].bytes();
-      CKPT_FUZZ_CHECK(slice.length > 0 && slice.length <= bytes - offset,
-                      absl::StrCat("slice of ", slice.length, " bytes at ", offset,
-                                   " of an item of ", bytes));
+      CKPT_FUZZ_CHECK(
+          slice.length > 0 && slice.length <= bytes - offset,
+          absl::StrCat("slice of ", slice.length, " bytes at ", offset, " of an item of ", bytes));
       CKPT_FUZZ_CHECK(offset + slice.length == bytes || slice.length % chunk_bytes == 0,
                       "a slice that is not an item's last is not whole chunks");
       CKPT_FUZZ_CHECK(slice.room_offset % kPoolAlignment == 0 && slice.room_offset >= room_end,
@@ -117,12 +116,12 @@ void CheckDelivery(const v1::Delivery& d, const server::LoadGroup& group, uint64
   CKPT_FUZZ_CHECK(from != nullptr,
                   absl::StrCat(who, ": pool offset ", d.pool_offset(), " is in no chunk"));
   uint64_t src_end = 0;
-  CKPT_FUZZ_CHECK(StridedEnd(d.pool_offset(), reps, d.src_stride(), d.length(), &src_end) &&
-                      src_end <= from->room_offset + from->chunk->length(),
-                  absl::StrCat(who, ": copies past its chunk (", from->owner, ", ",
-                               from->chunk->length(), " bytes at room offset ",
-                               from->room_offset, ") from ", d.pool_offset(), " x", reps,
-                               " stride ", d.src_stride(), " length ", d.length()));
+  CKPT_FUZZ_CHECK(
+      StridedEnd(d.pool_offset(), reps, d.src_stride(), d.length(), &src_end) &&
+          src_end <= from->room_offset + from->chunk->length(),
+      absl::StrCat(who, ": copies past its chunk (", from->owner, ", ", from->chunk->length(),
+                   " bytes at room offset ", from->room_offset, ") from ", d.pool_offset(), " x",
+                   reps, " stride ", d.src_stride(), " length ", d.length()));
   uint64_t dest_end = 0;
   CKPT_FUZZ_CHECK(StridedEnd(d.dest_offset(), reps, d.dest_stride(), d.length(), &dest_end) &&
                       dest_end <= dest_bytes,
@@ -181,9 +180,9 @@ v1::CheckpointManifest CheckSaveAssignment(const v1::SaveAssignment& assignment,
   // Items are aligned and do not overlap in their files.
   std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> extents;
   for (const v1::WriteItem& item : host.items()) {
-    CKPT_FUZZ_CHECK(std::find(host.files().begin(), host.files().end(), item.file()) !=
-                        host.files().end(),
-                    absl::StrCat("item in ", item.file(), ", not one of the host's files"));
+    CKPT_FUZZ_CHECK(
+        std::find(host.files().begin(), host.files().end(), item.file()) != host.files().end(),
+        absl::StrCat("item in ", item.file(), ", not one of the host's files"));
     CKPT_FUZZ_CHECK(item.file_offset() % kPoolAlignment == 0, "item not aligned in its file");
     extents[item.file()].push_back({item.file_offset(), item.bytes()});
   }
@@ -200,24 +199,23 @@ v1::CheckpointManifest CheckSaveAssignment(const v1::SaveAssignment& assignment,
   for (const v1::PlanSaveRequest& request : requests) ranks.push_back(&request);
   absl::StatusOr<std::vector<server::RankItems>> split =
       server::SplitByRank(host, ranks, kPoolAlignment);
-  CKPT_FUZZ_CHECK(split.ok(), absl::StrCat("the node cannot split its own plan: ",
-                                           split.status().ToString()));
+  CKPT_FUZZ_CHECK(split.ok(),
+                  absl::StrCat("the node cannot split its own plan: ", split.status().ToString()));
   for (const server::RankItems& items : *split) CheckBatches(items.items, assignment.chunk_bytes());
 
   // What the commit writes (checksums filled in) and the catalog reads back.
   v1::CheckpointManifest manifest = assignment.manifest_template();
-  (void)coordinator::ForEachMutableChunk(
-      manifest, [](v1::StoredChunk& chunk, const std::string&) {
-        if (coordinator::SaveChunkNeedsChecksum(chunk)) {
-          chunk.set_crc32c(static_cast<uint32_t>(chunk.file_offset() * 2654435761u));
-        }
-        return absl::OkStatus();
-      });
+  (void)coordinator::ForEachMutableChunk(manifest, [](v1::StoredChunk& chunk, const std::string&) {
+    if (coordinator::SaveChunkNeedsChecksum(chunk)) {
+      chunk.set_crc32c(static_cast<uint32_t>(chunk.file_offset() * 2654435761u));
+    }
+    return absl::OkStatus();
+  });
   const std::string bytes = coordinator::EncodeManifest(manifest);
   const coordinator::ManifestLimits manifest_limits;
-  CKPT_FUZZ_CHECK(bytes.size() <= manifest_limits.max_manifest_bytes,
-                  absl::StrCat("the MANIFEST of ", bytes.size(),
-                               " bytes is larger than the catalog reads"));
+  CKPT_FUZZ_CHECK(
+      bytes.size() <= manifest_limits.max_manifest_bytes,
+      absl::StrCat("the MANIFEST of ", bytes.size(), " bytes is larger than the catalog reads"));
   absl::StatusOr<v1::CheckpointManifest> read = coordinator::DecodeManifest(bytes, "MANIFEST");
   CKPT_FUZZ_CHECK(read.ok(), read.status().ToString());
   const absl::Status valid = coordinator::ValidateManifest(*read, manifest.job(), manifest.step(),
@@ -269,15 +267,16 @@ void CheckLoadAssignment(const v1::LoadAssignment& assignment,
       const absl::Status s =
           CheckCopyRun(run, read.chunk().length(),
                        assignment.sizes(run.rank()).tensor_bytes(static_cast<int>(run.request())));
-      CKPT_FUZZ_CHECK(s.ok(), absl::StrCat("read of ", read.chunk().file(), " at ",
-                                           read.chunk().file_offset(), " (", read.fqn(),
-                                           "): ", s.ToString()));
+      CKPT_FUZZ_CHECK(
+          s.ok(), absl::StrCat("read of ", read.chunk().file(), " at ", read.chunk().file_offset(),
+                               " (", read.fqn(), "): ", s.ToString()));
     }
   }
   for (const v1::ObjectRead& read : assignment.objects()) {
-    CKPT_FUZZ_CHECK(read.rank() >= 0 && read.rank() < world &&
-                        read.request() < static_cast<uint32_t>(ranks[read.rank()].object_keys_size()),
-                    absl::StrCat("object read for rank ", read.rank(), " request ", read.request()));
+    CKPT_FUZZ_CHECK(
+        read.rank() >= 0 && read.rank() < world &&
+            read.request() < static_cast<uint32_t>(ranks[read.rank()].object_keys_size()),
+        absl::StrCat("object read for rank ", read.rank(), " request ", read.request()));
     CKPT_FUZZ_CHECK(assignment.sizes(read.rank()).object_bytes(static_cast<int>(read.request())) ==
                         read.chunk().length(),
                     "object size differs from its chunk");
@@ -286,7 +285,8 @@ void CheckLoadAssignment(const v1::LoadAssignment& assignment,
   // The groups the daemon reads and hands out (LoadSession::Plan).
   std::vector<std::vector<bool>> on_device(world);
   for (int r = 0; r < world; ++r) {
-    for (const v1::TensorShard& t : ranks[r].tensors()) on_device[r].push_back(t.has_device_buffer());
+    for (const v1::TensorShard& t : ranks[r].tensors())
+      on_device[r].push_back(t.has_device_buffer());
   }
   const std::vector<server::LoadGroup> groups =
       server::GroupLoadReads(assignment, world, on_device, kBatchBytes, kPoolAlignment);
@@ -337,7 +337,8 @@ void CheckLoadAssignment(const v1::LoadAssignment& assignment,
       }
     }
     for (const server::DeviceCopy& copy : group.device) {
-      CKPT_FUZZ_CHECK(copy.rank >= 0 && copy.rank < world && on_device[copy.rank].size() > copy.request &&
+      CKPT_FUZZ_CHECK(copy.rank >= 0 && copy.rank < world &&
+                          on_device[copy.rank].size() > copy.request &&
                           on_device[copy.rank][copy.request],
                       absl::StrCat(who, ": a device copy to a host request"));
       CheckDelivery(copy.delivery, group, dest_bytes(copy.rank, copy.delivery),
@@ -347,8 +348,8 @@ void CheckLoadAssignment(const v1::LoadAssignment& assignment,
   }
   // Every byte asked for arrives, once.
   auto check_tiled = [&](int rank, bool object, int i, uint64_t bytes) {
-    const std::string who = absl::StrCat("rank ", rank, object ? " object " : " tensor ",
-                                         "request ", i);
+    const std::string who =
+        absl::StrCat("rank ", rank, object ? " object " : " tensor ", "request ", i);
     const Copies& c = copies[{rank, object, static_cast<uint32_t>(i)}];
     if (c.repetitions > kMaxExpandedCopies) return;
     std::vector<std::pair<uint64_t, uint64_t>> pieces;  // [begin, end) in the request
@@ -361,9 +362,9 @@ void CheckLoadAssignment(const v1::LoadAssignment& assignment,
     std::sort(pieces.begin(), pieces.end());
     uint64_t at = 0;
     for (const auto& [begin, end] : pieces) {
-      CKPT_FUZZ_CHECK(begin == at, absl::StrCat(who, ": bytes [", std::min(at, begin), ", ",
-                                                std::max(at, begin), ") of ", bytes,
-                                                begin < at ? " arrive twice" : " never arrive"));
+      CKPT_FUZZ_CHECK(begin == at,
+                      absl::StrCat(who, ": bytes [", std::min(at, begin), ", ", std::max(at, begin),
+                                   ") of ", bytes, begin < at ? " arrive twice" : " never arrive"));
       at = end;
     }
     CKPT_FUZZ_CHECK(at == bytes, absl::StrCat(who, ": gets ", at, " of its ", bytes, " bytes"));

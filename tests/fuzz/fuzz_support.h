@@ -23,8 +23,8 @@ namespace ckpt::fuzz {
 
 // Prints the broken invariant and aborts.
 [[noreturn]] void Fail(const char* file, int line, const char* condition, const std::string& why);
-#define CKPT_FUZZ_CHECK(condition, why)                                      \
-  do {                                                                       \
+#define CKPT_FUZZ_CHECK(condition, why)                                        \
+  do {                                                                         \
     if (!(condition)) ::ckpt::fuzz::Fail(__FILE__, __LINE__, #condition, why); \
   } while (0)
 

@@ -237,9 +237,8 @@ TEST_CASE("cuda runtime exports the allocation of an inner pointer", "[gpu]") {
   // Argument checks on the open side, and CUDA's refusal of our own handle.
   CHECK(runtime->OpenIpcHandle("short", current, 64 * kMiB).status().code() ==
         absl::StatusCode::kInvalidArgument);
-  CHECK(runtime->OpenIpcHandle(inner->handle, runtime->DeviceCount(), 64 * kMiB)
-            .status()
-            .code() == absl::StatusCode::kInvalidArgument);
+  CHECK(runtime->OpenIpcHandle(inner->handle, runtime->DeviceCount(), 64 * kMiB).status().code() ==
+        absl::StatusCode::kInvalidArgument);
   absl::Status own =
       runtime->OpenIpcHandle(inner->handle, current, inner->allocation_bytes).status();
   INFO("opening our own handle: " << own.ToString());
@@ -260,8 +259,7 @@ TEST_CASE("cuda runtime copies device to host in ordered chunks, bit-exact", "[g
   const uint64_t chunk_bytes = 4 * kMiB;
   std::vector<Chunk> chunks;
   absl::Status copied = runtime->CopyDeviceToHost(
-      device.data, pinned.data(), device.bytes, chunk_bytes,
-      [&](uint64_t offset, uint64_t length) {
+      device.data, pinned.data(), device.bytes, chunk_bytes, [&](uint64_t offset, uint64_t length) {
         // The chunk has landed when it is reported.
         if (std::memcmp(pinned.data() + offset,
                         reinterpret_cast<const char*>(pattern.data()) + offset, length) != 0) {
@@ -280,7 +278,9 @@ TEST_CASE("cuda runtime copies device to host in ordered chunks, bit-exact", "[g
     std::memset(pinned.data(), 0, device.bytes);
     chunks.clear();
     copied = runtime->CopyDeviceToHost(device.base() + offset, pinned.data(), bytes, chunk_bytes,
-                                       [&](uint64_t o, uint64_t l) { chunks.push_back({o, l}); });
+                                       [&](uint64_t o, uint64_t l) {
+                                         chunks.push_back({o, l});
+                                       });
     INFO(copied.ToString());
     REQUIRE(copied.ok());
     CheckChunks(chunks, bytes, chunk_bytes);
@@ -289,8 +289,9 @@ TEST_CASE("cuda runtime copies device to host in ordered chunks, bit-exact", "[g
     CHECK(pinned.data()[bytes] == 0);
   }
   SECTION("zero bytes is a no-op; bad arguments are refused") {
-    CHECK(runtime->CopyDeviceToHost(device.data, pinned.data(), 0, chunk_bytes,
-                                    [&](uint64_t, uint64_t) { FAIL("called"); })
+    CHECK(runtime
+              ->CopyDeviceToHost(device.data, pinned.data(), 0, chunk_bytes,
+                                 [&](uint64_t, uint64_t) { FAIL("called"); })
               .ok());
     CHECK(runtime->CopyDeviceToHost(device.data, pinned.data(), kMiB, 0, nullptr).code() ==
           absl::StatusCode::kInvalidArgument);
@@ -366,9 +367,10 @@ TEST_CASE("cuda ipc child", "[.ipc_child]") {
 
   PinnedBuffer pinned(*runtime, bytes);
   std::vector<Chunk> chunks;
-  absl::Status pulled = runtime->CopyDeviceToHost(
-      tensor, pinned.data(), bytes, 4 * kMiB,
-      [&](uint64_t o, uint64_t l) { chunks.push_back({o, l}); });
+  absl::Status pulled = runtime->CopyDeviceToHost(tensor, pinned.data(), bytes, 4 * kMiB,
+                                                  [&](uint64_t o, uint64_t l) {
+                                                    chunks.push_back({o, l});
+                                                  });
   INFO(pulled.ToString());
   REQUIRE(pulled.ok());
   CheckChunks(chunks, bytes, 4 * kMiB);

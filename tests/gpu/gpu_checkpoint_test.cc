@@ -40,7 +40,8 @@ TEST_CASE("GPU tensors save and load, pull and push", "[gpu]") {
   void* loaded_buffer = nullptr;
   REQUIRE(cudaMalloc(&saved_buffer, host.size()) == cudaSuccess);
   REQUIRE(cudaMalloc(&loaded_buffer, host.size()) == cudaSuccess);
-  REQUIRE(cudaMemcpy(saved_buffer, host.data(), host.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(saved_buffer, host.data(), host.size(), cudaMemcpyHostToDevice) ==
+          cudaSuccess);
   t.location = Location::kCudaDevice;
 
   TestDaemon d;
@@ -69,7 +70,8 @@ TEST_CASE("GPU tensors save and load, pull and push", "[gpu]") {
   INFO(step.status().ToString());
   REQUIRE(step.ok());
   std::vector<char> back(host.size());
-  REQUIRE(cudaMemcpy(back.data(), loaded_buffer, back.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+  REQUIRE(cudaMemcpy(back.data(), loaded_buffer, back.size(), cudaMemcpyDeviceToHost) ==
+          cudaSuccess);
   CHECK(std::memcmp(back.data(), host.data(), host.size()) == 0);
   cudaFree(saved_buffer);
   cudaFree(loaded_buffer);

@@ -69,8 +69,7 @@ class ForeignPin {
 
 }  // namespace
 
-TEST_CASE("ckptctl gc keeps the newest N and multiples of K; a dry run deletes nothing",
-          "[gc]") {
+TEST_CASE("ckptctl gc keeps the newest N and multiples of K; a dry run deletes nothing", "[gc]") {
   TestDaemon d;
   REQUIRE(d.Start().ok());
   for (int64_t step = 1; step <= 6; ++step) Save(d, "gcjob", step);
@@ -86,8 +85,8 @@ TEST_CASE("ckptctl gc keeps the newest N and multiples of K; a dry run deletes n
   CHECK(Contains(young.output, "deleted 0 of 6 steps"));
   CHECK(Entries(d, "gcjob") == all);
 
-  ExitInfo dry = d.Ckptctl({"gc", "gcjob", "--keep-last", "2", "--keep-every", "3", "--grace-s",
-                            "0", "--dry-run"});
+  ExitInfo dry = d.Ckptctl(
+      {"gc", "gcjob", "--keep-last", "2", "--keep-every", "3", "--grace-s", "0", "--dry-run"});
   INFO(dry.output);
   REQUIRE(dry.ok());
   CHECK(Contains(dry.output,
@@ -98,8 +97,8 @@ TEST_CASE("ckptctl gc keeps the newest N and multiples of K; a dry run deletes n
   CHECK(Contains(dry.output, "dry run: would delete 3 of 6 steps"));
   CHECK(Entries(d, "gcjob") == all);
 
-  ExitInfo gc = d.Ckptctl({"gc", "gcjob", "--keep-last", "2", "--keep-every", "3", "--grace-s",
-                           "0"});
+  ExitInfo gc =
+      d.Ckptctl({"gc", "gcjob", "--keep-last", "2", "--keep-every", "3", "--grace-s", "0"});
   INFO(gc.output);
   REQUIRE(gc.ok());
   CHECK(Contains(gc.output, "step 4: deleted (older than the newest 2 and not a multiple of 3)"));

@@ -41,19 +41,25 @@ class GatedBackend final : public storage::Backend {
   }
 
   std::string Name() const override { return "gated-memory"; }
-  absl::StatusOr<std::unique_ptr<storage::WritableFile>> NewWritableFile(const std::string& path) override {
+  absl::StatusOr<std::unique_ptr<storage::WritableFile>> NewWritableFile(
+      const std::string& path) override {
     auto file = inner_->NewWritableFile(path);
     if (!file.ok() || path.find("/data/") == std::string::npos) return file;
     return std::unique_ptr<storage::WritableFile>(new GatedFile(this, std::move(*file)));
   }
-  absl::StatusOr<std::unique_ptr<storage::ReadableFile>> NewReadableFile(const std::string& path) override {
+  absl::StatusOr<std::unique_ptr<storage::ReadableFile>> NewReadableFile(
+      const std::string& path) override {
     return inner_->NewReadableFile(path);
   }
   absl::Status CreateDirs(const std::string& p) override { return inner_->CreateDirs(p); }
   absl::Status SyncDir(const std::string& p) override { return inner_->SyncDir(p); }
-  absl::Status Rename(const std::string& a, const std::string& b) override { return inner_->Rename(a, b); }
+  absl::Status Rename(const std::string& a, const std::string& b) override {
+    return inner_->Rename(a, b);
+  }
   absl::Status RemoveAll(const std::string& p) override { return inner_->RemoveAll(p); }
-  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& p) override { return inner_->ListDir(p); }
+  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& p) override {
+    return inner_->ListDir(p);
+  }
   absl::StatusOr<bool> Exists(const std::string& p) override { return inner_->Exists(p); }
 
  private:
@@ -293,7 +299,8 @@ TEST_CASE("batches split items only at chunk boundaries", "[pipeline]") {
     t.data = buffers.back().data();
     tensors.push_back(t);
   }
-  auto saved = (*client)->Save(1, tensors, {{"small", false, "x"}, {"odd", true, std::string(70000, 'y')}});
+  auto saved =
+      (*client)->Save(1, tensors, {{"small", false, "x"}, {"odd", true, std::string(70000, 'y')}});
   REQUIRE(saved.ok());
   INFO((*saved)->WaitPersisted().ToString());
   REQUIRE((*saved)->WaitPersisted().ok());

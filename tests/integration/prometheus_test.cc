@@ -96,7 +96,8 @@ class PrometheusServer {
         return (r.ok() && r->status == 200) || !process_->Running();
       });
       if (!ready || !process_->Running()) {
-        UNSCOPED_INFO("prometheus on " << address_ << " did not get ready:\n" << process_->Output());
+        UNSCOPED_INFO("prometheus on " << address_ << " did not get ready:\n"
+                                       << process_->Output());
         process_.reset();
       }
     }
@@ -185,8 +186,7 @@ std::optional<double> LoggedValue(const std::string& output, const std::string& 
 TEST_CASE("Prometheus scrapes a save's and a load's metrics with the right values",
           "[integration][metrics]") {
   TestDaemon d;
-  const std::string target =
-      StartWithMetrics(d, {absl::StrCat("--pool_bytes=", kPoolBytes)});
+  const std::string target = StartWithMetrics(d, {absl::StrCat("--pool_bytes=", kPoolBytes)});
   PrometheusServer prometheus(d.dir() + "/prometheus", target);
 
   REQUIRE(Eventually([&] { return prometheus.Query("up{job=\"ckptd\"}") == 1.0; }));
@@ -219,7 +219,8 @@ TEST_CASE("Prometheus scrapes a save's and a load's metrics with the right value
     INFO("save stage " << stage);
     const std::string labels = absl::StrCat("{", job, ",stage=\"", stage, "\"}");
     CHECK(prometheus.Query("ckpt_save_stage_duration_seconds_count" + labels) == 1.0);
-    const std::optional<double> sum = prometheus.Query("ckpt_save_stage_duration_seconds_sum" + labels);
+    const std::optional<double> sum =
+        prometheus.Query("ckpt_save_stage_duration_seconds_sum" + labels);
     const std::optional<double> logged = LoggedValue(out, save_line, absl::StrCat(stage, "_s"));
     REQUIRE(sum.has_value());
     REQUIRE(logged.has_value());
@@ -238,7 +239,8 @@ TEST_CASE("Prometheus scrapes a save's and a load's metrics with the right value
     INFO("load stage " << stage);
     const std::string labels = absl::StrCat("{", job, ",stage=\"", stage, "\"}");
     CHECK(prometheus.Query("ckpt_load_stage_duration_seconds_count" + labels) == 1.0);
-    const std::optional<double> sum = prometheus.Query("ckpt_load_stage_duration_seconds_sum" + labels);
+    const std::optional<double> sum =
+        prometheus.Query("ckpt_load_stage_duration_seconds_sum" + labels);
     REQUIRE(sum.has_value());
     CHECK(std::abs(*sum - *LoggedValue(out, load_line, absl::StrCat(stage, "_s"))) <= 0.0006);
   }
@@ -258,9 +260,8 @@ TEST_CASE("Prometheus scrapes a save's and a load's metrics with the right value
   CHECK(prometheus.Query("ckpt_pool_waiters") == 0.0);
   CHECK(prometheus.Query("ckpt_pool_stall_seconds_total").has_value());
   CHECK(prometheus.Query("ckpt_writer_queue_chunks") == 0.0);
-  CHECK(Eventually([&] {
-    return prometheus.Query(absl::StrCat("ckpt_checkpoints{", job, "}")) == 1.0;
-  }));
+  CHECK(Eventually(
+      [&] { return prometheus.Query(absl::StrCat("ckpt_checkpoints{", job, "}")) == 1.0; }));
   CHECK(prometheus.Query("ckpt_up") == 1.0);
   CHECK(prometheus.Query("count(ckpt_build_info{version!=\"\"})") == 1.0);
   CHECK(prometheus.Query(absl::StrCat("ckpt_last_commit_timestamp_seconds{", job, "}")) > 0);
@@ -275,7 +276,8 @@ TEST_CASE("Prometheus scrapes a save's and a load's metrics with the right value
            rules.find("\"health\":\"unknown\"") == std::string::npos;
   }));
   const std::string names = prometheus.Api("/api/v1/label/__name__/values");
-  const std::string alerts = ReadFile(std::string(CKPT_SOURCE_DIR) + "/deploy/prometheus-alerts.yml");
+  const std::string alerts =
+      ReadFile(std::string(CKPT_SOURCE_DIR) + "/deploy/prometheus-alerts.yml");
   std::set<std::string> used;
   const std::regex metric("ckpt_[a-z_]+");
   for (auto it = std::sregex_iterator(alerts.begin(), alerts.end(), metric);
@@ -313,8 +315,7 @@ TEST_CASE("a save that times out is logged and counted as aborted", "[integratio
         std::string::npos);
 }
 
-TEST_CASE("refused calls are counted, and their log lines rate-limited",
-          "[integration][metrics]") {
+TEST_CASE("refused calls are counted, and their log lines rate-limited", "[integration][metrics]") {
   TestDaemon d;
   const std::string target = StartWithMetrics(d);
   constexpr int kCalls = 200;

@@ -11,7 +11,8 @@
 namespace ckpt::testing {
 namespace {
 
-TEST_CASE("a job may have --job_max_saves_in_flight saves at once; the next step is refused", "[quota]") {
+TEST_CASE("a job may have --job_max_saves_in_flight saves at once; the next step is refused",
+          "[quota]") {
   TestDaemon d;
   REQUIRE(d.Start({"--job_max_saves_in_flight=1"}).ok());
   // Rank 0 of 2 plans step 1 and waits for rank 1 at the barrier: in flight.

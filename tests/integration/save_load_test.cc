@@ -57,8 +57,8 @@ TEST_CASE("4 ranks save, 3 ranks load with another sharding, bit-exact", "[integ
   REQUIRE(tensors.size() == 6);
 
   SECTION("replicas are written once, distinct shards each once") {
-    CHECK(tensors["model.embed.weight"]->shards_size() == 1);          // DP replicas x4
-    CHECK(tensors["model.layers.0.norm.state"]->shards_size() == 2);   // TP=2 halves x2
+    CHECK(tensors["model.embed.weight"]->shards_size() == 1);         // DP replicas x4
+    CHECK(tensors["model.layers.0.norm.state"]->shards_size() == 2);  // TP=2 halves x2
     CHECK(tensors["model.layers.0.attn.qkv.weight"]->shards_size() == kSaveWorld);
     CHECK(tensors["model.layers.0.mlp.w1.weight"]->shards_size() == kSaveWorld);
     CHECK(tensors["optimizer.loss_scale"]->shards_size() == 1);
@@ -70,8 +70,8 @@ TEST_CASE("4 ranks save, 3 ranks load with another sharding, bit-exact", "[integ
       }
     }
     // Each tensor's full size, once (the demo model's shapes).
-    const uint64_t unique = 256 * kScale * 1024 * 4 + 128 * kScale * 512 * 2 + 300 * kScale * 257 * 2 +
-             7 * 3 * 5 * 8 + 8 + 100003 * kScale;
+    const uint64_t unique = 256 * kScale * 1024 * 4 + 128 * kScale * 512 * 2 +
+                            300 * kScale * 257 * 2 + 7 * 3 * 5 * 8 + 8 + 100003 * kScale;
     CHECK(stored == unique);
     int global = 0, per_rank = 0;
     for (const v1::ObjectEntry& o : manifest.objects()) (o.rank() == -1 ? global : per_rank)++;
@@ -83,7 +83,8 @@ TEST_CASE("4 ranks save, 3 ranks load with another sharding, bit-exact", "[integ
     uint64_t stored_aligned = 0;
     for (const v1::TensorEntry& t : manifest.tensors()) {
       for (const v1::StoredShard& s : t.shards()) {
-        for (const v1::StoredChunk& c : s.chunks()) stored_aligned += (c.length() + 4095) / 4096 * 4096;
+        for (const v1::StoredChunk& c : s.chunks())
+          stored_aligned += (c.length() + 4095) / 4096 * 4096;
       }
     }
     for (const v1::ObjectEntry& o : manifest.objects()) {
@@ -96,7 +97,8 @@ TEST_CASE("4 ranks save, 3 ranks load with another sharding, bit-exact", "[integ
     // neighbouring column boxes share stored rows: reading per rank would
     // exceed the stored size. Reading once per host cannot.
     CHECK(read <= stored_aligned);
-    CHECK(read >= stored_aligned - 4096 * static_cast<uint64_t>(kSaveWorld));  // unneeded rng objects
+    CHECK(read >=
+          stored_aligned - 4096 * static_cast<uint64_t>(kSaveWorld));  // unneeded rng objects
   }
 
   SECTION("ckptctl sees, inspects and verifies the checkpoint") {

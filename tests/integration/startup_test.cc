@@ -70,9 +70,9 @@ namespace ckpt::testing {
 TEST_CASE("a second ckptd on the same socket refuses to start", "[integration][startup]") {
   TestDaemon first;
   REQUIRE(first.Start().ok());
-  const ExitInfo second = RunCommand({CkptdPath(), "--storage_root=" + first.root(),
-                                      "--socket_path=" + first.socket(),
-                                      "--pool_bytes=" + std::to_string(16 << 20)});
+  const ExitInfo second =
+      RunCommand({CkptdPath(), "--storage_root=" + first.root(), "--socket_path=" + first.socket(),
+                  "--pool_bytes=" + std::to_string(16 << 20)});
   CHECK(second.exit_code == 1);
   CHECK(second.output.find("another ckptd is serving") != std::string::npos);
   // The first one still serves.

@@ -62,14 +62,17 @@ class NotifySocket {
 // Sets an environment variable for the daemons this test starts.
 class ScopedEnv {
  public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 1); }
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    setenv(name, value.c_str(), 1);
+  }
   ~ScopedEnv() { unsetenv(name_); }
 
  private:
   const char* name_;
 };
 
-TEST_CASE("ckptd tells systemd it is ready, feeds the watchdog and says when it stops", "[systemd]") {
+TEST_CASE("ckptd tells systemd it is ready, feeds the watchdog and says when it stops",
+          "[systemd]") {
   TestDaemon d;
   NotifySocket notify(d.dir() + "/notify.sock");
   ScopedEnv socket_env("NOTIFY_SOCKET", d.dir() + "/notify.sock");

@@ -43,7 +43,8 @@ absl::StatusOr<HttpReply> HttpGet(const std::string& host_port, const std::strin
   int port = 0;
   sockaddr_in address{};
   address.sin_family = AF_INET;
-  if (!absl::SimpleAtoi(hp.second, &port) || inet_pton(AF_INET, hp.first.c_str(), &address.sin_addr) != 1) {
+  if (!absl::SimpleAtoi(hp.second, &port) ||
+      inet_pton(AF_INET, hp.first.c_str(), &address.sin_addr) != 1) {
     return absl::InvalidArgumentError(absl::StrCat("bad address ", host_port));
   }
   address.sin_port = htons(static_cast<uint16_t>(port));
@@ -51,13 +52,15 @@ absl::StatusOr<HttpReply> HttpGet(const std::string& host_port, const std::strin
   if (s.fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
   if (connect(s.fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
     if (errno != EINPROGRESS || !WaitFd(s.fd, POLLOUT, deadline)) {
-      return absl::UnavailableError(absl::StrCat("connect ", host_port, ": ", std::strerror(errno)));
+      return absl::UnavailableError(
+          absl::StrCat("connect ", host_port, ": ", std::strerror(errno)));
     }
     int error = 0;
     socklen_t length = sizeof(error);
     getsockopt(s.fd, SOL_SOCKET, SO_ERROR, &error, &length);
     if (error != 0) {
-      return absl::UnavailableError(absl::StrCat("connect ", host_port, ": ", std::strerror(error)));
+      return absl::UnavailableError(
+          absl::StrCat("connect ", host_port, ": ", std::strerror(error)));
     }
   }
   const std::string request =

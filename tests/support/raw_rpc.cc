@@ -118,8 +118,8 @@ RawRank::RawRank(NodeStub& stub, const std::string& job, int rank, int world) : 
 RawRank::~RawRank() { (void)DetachRaw(stub_, session_); }
 
 grpc::Status RawRank::PlanSave(int64_t step, const std::vector<RawTensor>& tensors,
-                               const std::vector<RawObject>& objects,
-                               v1::PlanSaveResponse* planned, bool partial) {
+                               const std::vector<RawObject>& objects, v1::PlanSaveResponse* planned,
+                               bool partial) {
   v1::PlanSaveRequest request;
   request.set_session_id(session_);
   request.set_step(step);

@@ -17,7 +17,8 @@ extern char** environ;
 
 namespace ckpt::testing {
 
-absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const std::vector<std::string>& argv) {
+absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
+    const std::vector<std::string>& argv) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe2");
   posix_spawn_file_actions_t actions;

@@ -94,8 +94,9 @@ absl::Status TestDaemon::StartWithTcp(const std::vector<std::string>& extra_flag
     tcp_address_ = absl::StrCat("127.0.0.1:", port);
     flags.push_back("--listen_address=" + tcp_address_);
     if (absl::Status s = MakeTlsFiles(); !s.ok()) return s;
-    flags.insert(flags.begin(), {"--tls_cert_file=" + tls_cert_file(), "--tls_key_file=" + tls_key_file(),
-                                 "--token_file=" + token_file(), "--read_token_file=" + read_token_file()});
+    flags.insert(flags.begin(),
+                 {"--tls_cert_file=" + tls_cert_file(), "--tls_key_file=" + tls_key_file(),
+                  "--token_file=" + token_file(), "--read_token_file=" + read_token_file()});
     status = Start(flags);
     if (status.ok()) return status;
     tcp_address_.clear();
@@ -154,10 +155,11 @@ absl::Status TestDaemon::MakeTlsFiles() {
   if (tls_files_made_) return absl::OkStatus();
   std::filesystem::create_directories(dir_ + "/tls");
   // A throwaway self-signed certificate for the loopback address.
-  absl::StatusOr<std::unique_ptr<Subprocess>> openssl = Subprocess::Start(
-      {"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-       "-nodes", "-keyout", tls_key_file(), "-out", tls_cert_file(), "-days", "2", "-subj",
-       "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"});
+  absl::StatusOr<std::unique_ptr<Subprocess>> openssl =
+      Subprocess::Start({"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                         "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", tls_key_file(),
+                         "-out", tls_cert_file(), "-days", "2", "-subj", "/CN=localhost", "-addext",
+                         "subjectAltName=IP:127.0.0.1,DNS:localhost"});
   if (!openssl.ok()) return openssl.status();
   const ExitInfo made = (*openssl)->Wait();
   if (!made.ok()) {
@@ -166,7 +168,8 @@ absl::Status TestDaemon::MakeTlsFiles() {
   std::mt19937_64 rng{std::random_device{}()};
   for (const std::string& path : {token_file(), read_token_file()}) {
     std::ofstream(path) << absl::StrFormat("%016x%016x\n", rng(), rng());
-    std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    std::filesystem::permissions(
+        path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   }
   tls_files_made_ = true;
   return absl::OkStatus();
@@ -179,8 +182,8 @@ std::string TestDaemon::ReadToken(const std::string& path) {
   return token;
 }
 
-std::shared_ptr<grpc::ChannelCredentials> TestDaemon::CredentialsFor(const std::string& target,
-                                                                     const std::string& token) const {
+std::shared_ptr<grpc::ChannelCredentials> TestDaemon::CredentialsFor(
+    const std::string& target, const std::string& token) const {
   if (absl::StartsWith(target, "unix:")) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions ssl;
   std::ifstream cert(tls_cert_file());
@@ -212,9 +215,8 @@ std::vector<ExitInfo> TestDaemon::RunRanks(const std::string& job, const std::st
   for (int r = 0; r < world; ++r) {
     absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
         {DemoRankPath(), "--socket=" + socket(), "--job=" + job, "--mode=" + mode,
-         absl::StrCat("--rank=", r), absl::StrCat("--world=", world),
-         absl::StrCat("--step=", step), absl::StrCat("--scale=", scale),
-         absl::StrCat("--saved_world=", saved_world)});
+         absl::StrCat("--rank=", r), absl::StrCat("--world=", world), absl::StrCat("--step=", step),
+         absl::StrCat("--scale=", scale), absl::StrCat("--saved_world=", saved_world)});
     if (!p.ok()) {
       out[r].output = p.status().ToString();
       ranks.emplace_back();

@@ -27,7 +27,7 @@ std::string CkptctlPath();
 
 class TestDaemon {
  public:
-  TestDaemon();  // creates the temporary directory
+  TestDaemon();   // creates the temporary directory
   ~TestDaemon();  // kills the daemon, removes the directory and the pool
 
   // Starts ckptd with the test defaults plus `extra_flags` (later flags win).

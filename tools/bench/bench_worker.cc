@@ -133,7 +133,10 @@ int RunWorker(const WorkerOptions& options) {
           const auto start = Clock::now();
           auto handle = (*client)->Save(step0 + i, shards, {});
           stall += Since(start);
-          if (!handle.ok()) status = handle.status(); else pending = *handle;
+          if (!handle.ok())
+            status = handle.status();
+          else
+            pending = *handle;
         }
         // The forward and backward pass: the GPU computes, the host waits.
         std::this_thread::sleep_for(std::chrono::milliseconds(compute_ms));
@@ -176,7 +179,8 @@ int RunWorker(const WorkerOptions& options) {
       const double seconds = Since(start);
       unlink(path.c_str());
       if (!ok) {
-        std::cout << "error baseline write to " << path << ": " << std::strerror(errno) << std::endl;
+        std::cout << "error baseline write to " << path << ": " << std::strerror(errno)
+                  << std::endl;
         continue;
       }
       std::cout << "ok " << seconds << std::endl;

@@ -74,7 +74,8 @@ absl::Status ChildProcess::WaitFor(const std::string& text) {
   std::string seen;
   for (;;) {
     absl::StatusOr<std::string> line = ReadLine();
-    if (!line.ok()) return absl::UnavailableError(absl::StrCat(line.status().message(), "\n", seen));
+    if (!line.ok())
+      return absl::UnavailableError(absl::StrCat(line.status().message(), "\n", seen));
     seen += *line + "\n";
     if (line->find(text) != std::string::npos) return absl::OkStatus();
   }

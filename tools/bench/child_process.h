@@ -20,7 +20,7 @@ class ChildProcess {
   // stdin and stdout are pipes to this process; stderr is inherited, or
   // merged into stdout when merge_stderr.
   static absl::StatusOr<std::unique_ptr<ChildProcess>> Start(const std::vector<std::string>& argv,
-                                                            bool merge_stderr);
+                                                             bool merge_stderr);
   ~ChildProcess();  // SIGKILLs and reaps a child still running
 
   absl::Status Send(const std::string& line);

@@ -85,8 +85,10 @@ double MaxOver(const std::vector<std::vector<double>>& answers, size_t col) {
   return m;
 }
 
-absl::StatusOr<std::vector<std::unique_ptr<ChildProcess>>> StartWorkers(
-    const Config& c, const std::string& socket, int world, bool load, uint64_t bytes) {
+absl::StatusOr<std::vector<std::unique_ptr<ChildProcess>>> StartWorkers(const Config& c,
+                                                                        const std::string& socket,
+                                                                        int world, bool load,
+                                                                        uint64_t bytes) {
   std::vector<std::unique_ptr<ChildProcess>> workers;
   for (int r = 0; r < world; ++r) {
     auto w = ChildProcess::Start(
@@ -155,9 +157,9 @@ int Run(const Config& c) {
   for (const auto& [way, gbps] : disk->ways) f[way] = gbps;
 
   // By default room for two snapshots (one fills while the other drains).
-  const uint64_t pool =
-      c.pool_gib > 0 ? static_cast<uint64_t>(c.pool_gib * (1ull << 30)) / 4096 * 4096
-                     : (2 * bytes + (512ull << 20)) / 4096 * 4096;
+  const uint64_t pool = c.pool_gib > 0
+                            ? static_cast<uint64_t>(c.pool_gib * (1ull << 30)) / 4096 * 4096
+                            : (2 * bytes + (512ull << 20)) / 4096 * 4096;
   f["pool_gib"] = pool / double(1ull << 30);
   auto daemon = ChildProcess::Start(
       {c.ckptd, "--storage_root=" + work + "/root", "--socket_path=" + socket,
@@ -194,16 +196,18 @@ int Run(const Config& c) {
     f["persist_s"] = Median(persists);
     f["persist_gbps"] = bytes / f["persist_s"] / 1e9;
 
-    absl::FPrintF(stderr, "ckpt-bench: training loop, %d ms compute, a lazy checkpoint every %d steps...\n",
+    absl::FPrintF(stderr,
+                  "ckpt-bench: training loop, %d ms compute, a lazy checkpoint every %d steps...\n",
                   c.compute_ms, c.every);
-    auto lazy = Broadcast(*workers, absl::StrCat("lazy 1000 ", c.checkpoints, " ", c.every, " ",
-                                                 c.compute_ms));
+    auto lazy = Broadcast(
+        *workers, absl::StrCat("lazy 1000 ", c.checkpoints, " ", c.every, " ", c.compute_ms));
     if (!lazy.ok()) return fail(lazy.status());
     std::vector<double> lazy_stalls;
     for (int k = 0; k < c.checkpoints; ++k) lazy_stalls.push_back(MaxOver(*lazy, k));
     f["stall_lazy_s"] = Median(lazy_stalls);
 
-    absl::FPrintF(stderr, "ckpt-bench: the plain way (write + fsync per rank, in the trainer)...\n");
+    absl::FPrintF(stderr,
+                  "ckpt-bench: the plain way (write + fsync per rank, in the trainer)...\n");
     auto baseline = Broadcast(*workers, "baseline " + work);
     if (!baseline.ok()) return fail(baseline.status());
     f["sync_baseline_s"] = MaxOver(*baseline, 0);
@@ -281,8 +285,8 @@ int Run(const Config& c) {
   // part that does not fit has been written: the floor is the larger of
   // the memcpy and of writing that part at the disk's speed.
   const bool streaming = pool < 2 * bytes;
-  f["stall_floor_s"] = std::max(
-      f["memcpy_floor_s"], (double(bytes) - double(pool)) / (f["disk_write_gbps"] * 1e9));
+  f["stall_floor_s"] =
+      std::max(f["memcpy_floor_s"], (double(bytes) - double(pool)) / (f["disk_write_gbps"] * 1e9));
   const Check checks[] = {
       {"stall_blocking / stall_floor", f["stall_blocking_s"] / f["stall_floor_s"], 1.25, true},
       {"stall_lazy / stall_blocking", f["stall_lazy_s"] / f["stall_blocking_s"], 0.1, true},
@@ -291,14 +295,15 @@ int Run(const Config& c) {
       {"sync_baseline / stall_blocking", f["sync_baseline_s"] / f["stall_blocking_s"], 10, false},
       {"daemon_heap_mib", f["daemon_heap_mib"], 128, true},
   };
-  absl::PrintF("ckpt-bench: %.2f GiB, %d ranks, %d ms compute, checkpoint every %d steps, dir %s%s\n",
-               c.state_gib, c.ranks, c.compute_ms, c.every, c.dir,
-               disk->direct ? "" : " (O_DIRECT refused: disk figures are buffered)");
+  absl::PrintF(
+      "ckpt-bench: %.2f GiB, %d ranks, %d ms compute, checkpoint every %d steps, dir %s%s\n",
+      c.state_gib, c.ranks, c.compute_ms, c.every, c.dir,
+      disk->direct ? "" : " (O_DIRECT refused: disk figures are buffered)");
   for (const auto& [k, v] : f) absl::PrintF("  %-20s %10.3f\n", k, v);
   for (const Check& ch : checks) {
     const bool pass = ch.at_most ? ch.value <= ch.limit : ch.value >= ch.limit;
-    absl::PrintF("  %-32s %8.3f  (%s %.2f)  %s\n", ch.name, ch.value, ch.at_most ? "<=" : ">=",
-                 ch.limit, pass ? "ok" : "MISSED");
+    absl::PrintF("  %-32s %8.3f  (%s %.2f)  %s\n", ch.name, ch.value,
+                 ch.at_most ? "<=" : ">=", ch.limit, pass ? "ok" : "MISSED");
   }
   if (c.json) {
     std::string line = absl::StrFormat(
@@ -323,12 +328,17 @@ int main(int argc, char** argv) {
   app.add_option("--dir", c.dir, "Storage directory: tmpfs, a local disk or a mount");
   app.add_option("--state-gib", c.state_gib, "GiB of model state in total")->capture_default_str();
   app.add_option("--ranks", c.ranks, "Rank processes")->capture_default_str();
-  app.add_option("--compute-ms", c.compute_ms, "Compute time per training step")->capture_default_str();
+  app.add_option("--compute-ms", c.compute_ms, "Compute time per training step")
+      ->capture_default_str();
   app.add_option("--every", c.every, "Checkpoint every K steps")->capture_default_str();
-  app.add_option("--checkpoints", c.checkpoints, "Checkpoints per measurement")->capture_default_str();
-  app.add_option("--writer-threads", c.writer_threads, "ckptd writer threads")->capture_default_str();
-  app.add_option("--reader-threads", c.reader_threads, "ckptd reader threads")->capture_default_str();
-  app.add_option("--writer-nice", c.writer_nice, "ckptd writer threads' nice value")->capture_default_str();
+  app.add_option("--checkpoints", c.checkpoints, "Checkpoints per measurement")
+      ->capture_default_str();
+  app.add_option("--writer-threads", c.writer_threads, "ckptd writer threads")
+      ->capture_default_str();
+  app.add_option("--reader-threads", c.reader_threads, "ckptd reader threads")
+      ->capture_default_str();
+  app.add_option("--writer-nice", c.writer_nice, "ckptd writer threads' nice value")
+      ->capture_default_str();
   app.add_option("--batch-mib", c.batch_mib, "ckptd --batch_bytes in MiB")->capture_default_str();
   app.add_option("--copy-threads", c.copy_threads, "Copy threads per rank")->capture_default_str();
   app.add_option("--pool-gib", c.pool_gib, "ckptd's pool in GiB (default: room for two snapshots)");
@@ -352,8 +362,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ckpt-bench: --dir is required\n%s", app.help().c_str());
     return 2;
   }
-  if (c.ranks < 1 || c.state_gib <= 0 || c.pool_gib < 0 || c.every < 1 || c.checkpoints < 1 || c.compute_ms < 0) {
-    std::fprintf(stderr, "ckpt-bench: --ranks, --state-gib, --every, --checkpoints must be positive\n");
+  if (c.ranks < 1 || c.state_gib <= 0 || c.pool_gib < 0 || c.every < 1 || c.checkpoints < 1 ||
+      c.compute_ms < 0) {
+    std::fprintf(stderr,
+                 "ckpt-bench: --ranks, --state-gib, --every, --checkpoints must be positive\n");
     return 2;
   }
   if (c.ckptd.empty()) {

@@ -54,8 +54,8 @@ absl::Status SingleStream(const std::string& path, uint64_t bytes, bool write, b
   Buffer block = AlignedBuffer(kSingleBlock);
   absl::Status status;
   for (uint64_t done = 0; done < bytes && status.ok(); done += kSingleBlock) {
-    const ssize_t n = write ? ::write(*fd, block.get(), kSingleBlock)
-                            : ::read(*fd, block.get(), kSingleBlock);
+    const ssize_t n =
+        write ? ::write(*fd, block.get(), kSingleBlock) : ::read(*fd, block.get(), kSingleBlock);
     if (n != static_cast<ssize_t>(kSingleBlock)) {
       status = n < 0 ? Errno(errno, (write ? "write " : "read ") + path)
                      : absl::InternalError(absl::StrCat("short transfer on ", path));
@@ -135,9 +135,8 @@ absl::StatusOr<double> Parallel(const std::vector<std::string>& paths, uint64_t 
   std::vector<std::thread> threads;
   const auto start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < paths.size(); ++i) {
-    threads.emplace_back([&, i] {
-      results[i] = UringStream(paths[i], bytes_each, write, direct, queue_depth);
-    });
+    threads.emplace_back(
+        [&, i] { results[i] = UringStream(paths[i], bytes_each, write, direct, queue_depth); });
   }
   for (std::thread& t : threads) t.join();
   const double seconds = Since(start);
@@ -237,9 +236,9 @@ absl::StatusOr<DiskFigures> MeasureReads(const ReadSets& sets, const std::string
       for (std::thread& t : threads) t.join();
     } else {
       for (size_t i = 0; i < files.size(); ++i) {
-        results[i] = way == "single" ? SingleStream(files[i], sizes[i], /*write=*/false, &direct)
-                                     : UringStream(files[i], sizes[i], /*write=*/false, direct,
-                                                   depth);
+        results[i] = way == "single"
+                         ? SingleStream(files[i], sizes[i], /*write=*/false, &direct)
+                         : UringStream(files[i], sizes[i], /*write=*/false, direct, depth);
         if (!results[i].ok()) break;
       }
     }

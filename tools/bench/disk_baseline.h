@@ -31,7 +31,7 @@ struct DiskFigures {
 };
 
 struct DiskOptions {
-  int streams = 4;          // threads (files) of the parallel way
+  int streams = 4;  // threads (files) of the parallel way
   unsigned queue_depth = 16;
 };
 

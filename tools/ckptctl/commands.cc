@@ -1,6 +1,5 @@
 #include "tools/ckptctl/commands.h"
 
-
 #include <algorithm>
 #include <charconv>
 #include <ctime>
@@ -48,16 +47,12 @@ std::string FormatSeconds(std::chrono::milliseconds ms) {
 
 std::string Percent(uint64_t part, uint64_t whole) {
   if (whole == 0) return "-";
-  return absl::StrFormat("%.1f%%", 100.0 * static_cast<double>(part) /
-                                       static_cast<double>(whole));
+  return absl::StrFormat("%.1f%%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
 }
 
-std::string StepText(int64_t step) {
-  return step < 0 ? "latest" : absl::StrCat(step);
-}
+std::string StepText(int64_t step) { return step < 0 ? "latest" : absl::StrCat(step); }
 
-void PrintError(const Call& call, absl::string_view command,
-                absl::string_view message) {
+void PrintError(const Call& call, absl::string_view command, absl::string_view message) {
   *call.err << "ckptctl: " << command << ": " << OneLine(message) << "\n";
 }
 
@@ -67,28 +62,24 @@ int Fail(const Call& call, absl::string_view command, const grpc::Status& rpc) {
   switch (status.code()) {
     case absl::StatusCode::kUnavailable:
       PrintError(call, command,
-                 absl::StrCat("cannot reach ckptd at ", call.target, ": ",
-                              status.message()));
+                 absl::StrCat("cannot reach ckptd at ", call.target, ": ", status.message()));
       return kExitUnreachable;
     case absl::StatusCode::kDeadlineExceeded:
       // A READY channel means the daemon took the call but did not finish
       // in time; anything else means we never got through to it.
-      if (call.channel != nullptr &&
-          call.channel->GetState(false) == GRPC_CHANNEL_READY) {
+      if (call.channel != nullptr && call.channel->GetState(false) == GRPC_CHANNEL_READY) {
         PrintError(call, command,
-                   absl::StrCat("no answer from ckptd within ",
-                                FormatSeconds(call.timeout),
+                   absl::StrCat("no answer from ckptd within ", FormatSeconds(call.timeout),
                                 " (raise --timeout to wait longer)"));
         return kExitFailed;
       }
       PrintError(call, command,
-                 absl::StrCat("cannot reach ckptd at ", call.target,
-                              " within ", FormatSeconds(call.timeout)));
+                 absl::StrCat("cannot reach ckptd at ", call.target, " within ",
+                              FormatSeconds(call.timeout)));
       return kExitUnreachable;
     default:
       PrintError(call, command,
-                 absl::StrCat(absl::StatusCodeToString(status.code()), ": ",
-                              status.message()));
+                 absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message()));
       return kExitFailed;
   }
 }
@@ -109,12 +100,10 @@ int PrintJson(const Call& call, absl::string_view command,
   // field names rather than the lowerCamelCase of the JSON mapping.
   options.preserve_proto_field_names = true;
   std::string json;
-  const auto status =
-      google::protobuf::util::MessageToJsonString(message, &json, options);
+  const auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
   if (!status.ok()) {
     PrintError(call, command,
-               absl::StrCat("cannot render the answer as JSON: ",
-                            status.ToString()));
+               absl::StrCat("cannot render the answer as JSON: ", status.ToString()));
     return kExitFailed;
   }
   *call.out << json;
@@ -172,24 +161,21 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ta
 
 absl::StatusOr<int64_t> ParseStep(absl::string_view text, bool allow_latest) {
   if (allow_latest && text == "latest") return -1;
-  const bool digits_only =
-      !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
-        return c >= '0' && c <= '9';
-      });
+  const bool digits_only = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+    return c >= '0' && c <= '9';
+  });
   int64_t step = 0;
   if (digits_only) {
-    const auto [end, ec] =
-        std::from_chars(text.data(), text.data() + text.size(), step);
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), step);
     if (ec == std::errc() && end == text.data() + text.size()) return step;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "invalid step \"", text, "\": want a non-negative integer",
-      allow_latest ? " or \"latest\"" : ""));
+  return absl::InvalidArgumentError(absl::StrCat("invalid step \"", text,
+                                                 "\": want a non-negative integer",
+                                                 allow_latest ? " or \"latest\"" : ""));
 }
 
 std::string FormatBytes(uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB",
-                                           "TiB", "PiB", "EiB"};
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   if (bytes < 1024) return absl::StrCat(bytes, " B");
   double value = static_cast<double>(bytes) / 1024.0;
   size_t unit = 0;
@@ -222,9 +208,8 @@ std::string FormatUtcMillis(int64_t unix_ms) {
   const std::time_t t = static_cast<std::time_t>(secs);
   std::tm tm{};
   if (gmtime_r(&t, &tm) == nullptr) return absl::StrCat(unix_ms, "ms");
-  return absl::StrFormat("%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
-                         tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                         tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
+  return absl::StrFormat("%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                         tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
 }
 
 namespace {
@@ -234,7 +219,9 @@ std::string RateAndEta(uint64_t done, uint64_t total, uint64_t elapsed_ms) {
   if (elapsed_ms == 0 || done == 0) return "rate -, ETA -";
   const double rate = done * 1000.0 / elapsed_ms;  // bytes per second
   std::string eta = "-";
-  if (total >= done) eta = FormatSeconds(std::chrono::milliseconds(static_cast<int64_t>((total - done) / rate * 1000)));
+  if (total >= done)
+    eta = FormatSeconds(
+        std::chrono::milliseconds(static_cast<int64_t>((total - done) / rate * 1000)));
   return absl::StrCat(FormatBytes(static_cast<uint64_t>(rate)), "/s, ETA ", eta);
 }
 
@@ -247,26 +234,28 @@ void PrintInFlight(std::ostream& out, const v1::GetStatusResponse& response) {
     out << "saves in flight: " << response.saves_size() << "\n";
   }
   for (const v1::SaveProgress& save : response.saves()) {
-    out << absl::StrFormat(
-        "  save job %s step %d: %s, %s / %s (%s), %s, ranks %d/%d snapshotted\n",
-        save.job(), save.step(), save.phase().empty() ? "?" : save.phase(),
-        FormatBytes(save.bytes_written()), FormatBytes(save.bytes_total()),
-        Percent(save.bytes_written(), save.bytes_total()),
-        RateAndEta(save.bytes_written(), save.bytes_total(), save.elapsed_ms()),
-        save.ranks_snapshotted(), save.world_size());
+    out << absl::StrFormat("  save job %s step %d: %s, %s / %s (%s), %s, ranks %d/%d snapshotted\n",
+                           save.job(), save.step(), save.phase().empty() ? "?" : save.phase(),
+                           FormatBytes(save.bytes_written()), FormatBytes(save.bytes_total()),
+                           Percent(save.bytes_written(), save.bytes_total()),
+                           RateAndEta(save.bytes_written(), save.bytes_total(), save.elapsed_ms()),
+                           save.ranks_snapshotted(), save.world_size());
   }
   if (response.loads().empty()) {
-    out << "loads in flight: " << (response.loads_in_flight() == 0 ? "none" : absl::StrCat(response.loads_in_flight())) << "\n";
+    out << "loads in flight: "
+        << (response.loads_in_flight() == 0 ? "none" : absl::StrCat(response.loads_in_flight()))
+        << "\n";
   } else {
     out << "loads in flight: " << response.loads_size() << "\n";
   }
   for (const v1::LoadProgress& load : response.loads()) {
-    out << absl::StrFormat("  load job %s step %s: %s, %s / %s read (%s), %s, ranks %d/%d arrived\n",
-                           load.job(), load.step() < 0 ? std::string("latest") : absl::StrCat(load.step()),
-                           load.phase(), FormatBytes(load.bytes_read()), FormatBytes(load.bytes_total()),
-                           Percent(load.bytes_read(), load.bytes_total()),
-                           RateAndEta(load.bytes_read(), load.bytes_total(), load.elapsed_ms()),
-                           load.ranks_arrived(), load.world_size());
+    out << absl::StrFormat(
+        "  load job %s step %s: %s, %s / %s read (%s), %s, ranks %d/%d arrived\n", load.job(),
+        load.step() < 0 ? std::string("latest") : absl::StrCat(load.step()), load.phase(),
+        FormatBytes(load.bytes_read()), FormatBytes(load.bytes_total()),
+        Percent(load.bytes_read(), load.bytes_total()),
+        RateAndEta(load.bytes_read(), load.bytes_total(), load.elapsed_ms()), load.ranks_arrived(),
+        load.world_size());
   }
 }
 
@@ -286,11 +275,9 @@ int RunStatus(const Call& call, bool json) {
   out << "ckptd " << response.version() << " on " << response.host() << "\n";
   line("storage root", response.storage_root());
   line("uptime", FormatDuration(response.uptime_seconds()));
-  line("pool", absl::StrFormat("%s / %s used (%s)",
-                               FormatBytes(response.pool_used_bytes()),
+  line("pool", absl::StrFormat("%s / %s used (%s)", FormatBytes(response.pool_used_bytes()),
                                FormatBytes(response.pool_bytes()),
-                               Percent(response.pool_used_bytes(),
-                                       response.pool_bytes())));
+                               Percent(response.pool_used_bytes(), response.pool_bytes())));
   line("pool stall", absl::StrFormat("%.1f s waited in all, %d waiting now",
                                      response.pool_stall_ms() / 1000.0, response.pool_waiters()));
   line("gpu", response.gpu_available() ? "yes" : "no");
@@ -345,14 +332,11 @@ int RunList(const Call& call, const std::string& job, bool json) {
   }
   std::vector<const v1::CheckpointSummary*> rows;
   for (const auto& summary : response.checkpoints()) rows.push_back(&summary);
-  std::stable_sort(rows.begin(), rows.end(), [](const auto* a, const auto* b) {
-    return a->step() < b->step();
-  });
-  const auto columns = [](absl::string_view step, absl::string_view created,
-                            absl::string_view size, absl::string_view tensors,
-                            absl::string_view objects) {
-    return absl::StrFormat("%12s  %-24s  %10s  %8s  %8s", step, created, size,
-                           tensors, objects);
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const auto* a, const auto* b) { return a->step() < b->step(); });
+  const auto columns = [](absl::string_view step, absl::string_view created, absl::string_view size,
+                          absl::string_view tensors, absl::string_view objects) {
+    return absl::StrFormat("%12s  %-24s  %10s  %8s  %8s", step, created, size, tensors, objects);
   };
   out << columns("STEP", "CREATED (UTC)", "SIZE", "TENSORS", "OBJECTS") << "\n";
   for (const v1::CheckpointSummary* row : rows) {
@@ -364,12 +348,10 @@ int RunList(const Call& call, const std::string& job, bool json) {
           << (row->latest() ? "  latest" : "") << "  " << reason << "\n";
       continue;
     }
-    out << columns(
-        absl::StrCat(row->step()),
-        row->created_unix_ms() == 0 ? "-"
-                                    : FormatUtcMillis(row->created_unix_ms()),
-        FormatBytes(row->bytes()), absl::StrCat(row->tensors()),
-        absl::StrCat(row->objects()));
+    out << columns(absl::StrCat(row->step()),
+                   row->created_unix_ms() == 0 ? "-" : FormatUtcMillis(row->created_unix_ms()),
+                   FormatBytes(row->bytes()), absl::StrCat(row->tensors()),
+                   absl::StrCat(row->objects()));
     out << (row->latest() ? "  latest\n" : "\n");
   }
   return kExitOk;
@@ -397,8 +379,8 @@ int RunVerify(const Call& call, const std::string& job, int64_t step, bool json)
   });
   if (!rpc.ok()) return Fail(call, "verify", rpc);
   if (json) return PrintJson(call, "verify", response);
-  *call.out << "OK: " << response.chunks_checked() << " chunks, "
-            << response.bytes_checked() << " bytes verified\n";
+  *call.out << "OK: " << response.chunks_checked() << " chunks, " << response.bytes_checked()
+            << " bytes verified\n";
   return kExitOk;
 }
 

@@ -61,8 +61,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ta
 
 // "latest" -> -1, a non-negative decimal step -> itself; anything else is
 // INVALID_ARGUMENT. allow_latest = false rejects "latest" too.
-absl::StatusOr<int64_t> ParseStep(absl::string_view text,
-                                  bool allow_latest = true);
+absl::StatusOr<int64_t> ParseStep(absl::string_view text, bool allow_latest = true);
 
 // Human units: "512 B", "1.5 GiB"; "1d 2h 3m 4s"; "2024-05-01T12:00:00.123Z".
 std::string FormatBytes(uint64_t bytes);

@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <optional>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -21,8 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "daemon/coordinator/catalog.h"
-#include "daemon/coordinator/load_planner.h"
 #include "daemon/coordinator/layout.h"
+#include "daemon/coordinator/load_planner.h"
 #include "daemon/coordinator/retention.h"
 #include "daemon/server/chunk_reader.h"
 #include "daemon/storage/backend_factory.h"
@@ -117,7 +117,8 @@ struct AlignedFree {
 using Buffer = std::unique_ptr<char, AlignedFree>;
 
 Buffer Allocate(uint64_t bytes) {
-  const uint64_t rounded = std::max<uint64_t>((bytes + kAlignment - 1) / kAlignment, 1) * kAlignment;
+  const uint64_t rounded =
+      std::max<uint64_t>((bytes + kAlignment - 1) / kAlignment, 1) * kAlignment;
   return Buffer(static_cast<char*>(std::aligned_alloc(kAlignment, rounded)));
 }
 
@@ -137,7 +138,8 @@ absl::Status WritePiece(const v1::CheckpointManifest& manifest, server::ChunkRea
   want->mutable_region()->mutable_flat()->set_begin(begin);
   want->mutable_region()->mutable_flat()->set_end(end);
   absl::StatusOr<v1::LoadAssignment> assignment = coordinator::PlanLoad(manifest, {plan});
-  if (!assignment.ok()) return WithContext(assignment.status(), absl::StrCat("tensor ", t.entry->fqn()));
+  if (!assignment.ok())
+    return WithContext(assignment.status(), absl::StrCat("tensor ", t.entry->fqn()));
   const uint64_t length = static_cast<uint64_t>(end - begin) * t.element_size;
   uint64_t covered = 0;
   for (const v1::ChunkRead& read : assignment->reads()) {
@@ -170,9 +172,13 @@ absl::Status WritePiece(const v1::CheckpointManifest& manifest, server::ChunkRea
 
 absl::StatusOr<uint64_t> ParseSize(const std::string& text) {
   std::string t = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(text));
-  const std::pair<const char*, uint64_t> units[] = {
-      {"GIB", 1ull << 30}, {"MIB", 1ull << 20}, {"KIB", 1ull << 10}, {"GB", 1000000000ull},
-      {"MB", 1000000ull},  {"KB", 1000ull},     {"B", 1}};
+  const std::pair<const char*, uint64_t> units[] = {{"GIB", 1ull << 30},
+                                                    {"MIB", 1ull << 20},
+                                                    {"KIB", 1ull << 10},
+                                                    {"GB", 1000000000ull},
+                                                    {"MB", 1000000ull},
+                                                    {"KB", 1000ull},
+                                                    {"B", 1}};
   uint64_t unit = 1;
   for (const auto& [suffix, value] : units) {
     if (absl::EndsWith(t, suffix)) {
@@ -211,7 +217,8 @@ absl::Status ExportSafetensors(const ExportOptions& o, std::ostream& log) {
     try {
       filter.emplace(o.tensors_regex);
     } catch (const std::regex_error& e) {
-      return absl::InvalidArgumentError(absl::StrCat("--tensors ", o.tensors_regex, ": ", e.what()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tensors ", o.tensors_regex, ": ", e.what()));
     }
   }
   absl::StatusOr<std::vector<Rule>> rules = ReadRenameRules(o.rename_file);
@@ -222,8 +229,8 @@ absl::Status ExportSafetensors(const ExportOptions& o, std::ostream& log) {
   for (const v1::TensorEntry& entry : manifest->tensors()) {
     if (filter && !std::regex_search(entry.fqn(), *filter)) continue;
     if (entry.partial()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("tensor ", entry.fqn(), " was saved partially: it cannot be exported whole"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tensor ", entry.fqn(), " was saved partially: it cannot be exported whole"));
     }
     Selected t;
     t.entry = &entry;
@@ -233,11 +240,13 @@ absl::Status ExportSafetensors(const ExportOptions& o, std::ostream& log) {
         t.name = std::regex_replace(t.name, rule.regex, rule.replacement);
       }
     }
-    if (t.name.empty()) return absl::InvalidArgumentError(absl::StrCat("tensor ", entry.fqn(), " is renamed to nothing"));
+    if (t.name.empty())
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", entry.fqn(), " is renamed to nothing"));
     auto [it, added] = named.emplace(t.name, entry.fqn());
     if (!added) {
-      return absl::InvalidArgumentError(absl::StrCat("tensors ", it->second, " and ", entry.fqn(),
-                                                     " are both named ", t.name));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensors ", it->second, " and ", entry.fqn(), " are both named ", t.name));
     }
     absl::StatusOr<int64_t> element = DTypeSize(entry.dtype());
     if (!element.ok()) return WithContext(element.status(), absl::StrCat("tensor ", entry.fqn()));
@@ -281,8 +290,11 @@ absl::Status ExportSafetensors(const ExportOptions& o, std::ostream& log) {
     for (const Selected* t : files[f]) {
       absl::StatusOr<std::string> dtype = SafetensorsDType(t->entry->dtype());
       if (!dtype.ok()) return WithContext(dtype.status(), absl::StrCat("tensor ", t->entry->fqn()));
-      entries.push_back({t->name, *dtype, {t->entry->global_shape().begin(), t->entry->global_shape().end()},
-                         offset, offset + t->bytes});
+      entries.push_back({t->name,
+                         *dtype,
+                         {t->entry->global_shape().begin(), t->entry->global_shape().end()},
+                         offset,
+                         offset + t->bytes});
       offset += t->bytes;
       weight_map[t->name] = name;
     }
@@ -293,8 +305,10 @@ absl::Status ExportSafetensors(const ExportOptions& o, std::ostream& log) {
     absl::Status s = WriteAll(fd, header.data(), header.size(), 0, tmp);
     uint64_t at = header.size();
     for (const Selected* t : files[f]) {
-      const int64_t elements = static_cast<int64_t>(t->bytes / std::max<uint64_t>(t->element_size, 1));
-      const int64_t per_piece = static_cast<int64_t>(std::max<uint64_t>(o.piece_bytes / t->element_size, 1));
+      const int64_t elements =
+          static_cast<int64_t>(t->bytes / std::max<uint64_t>(t->element_size, 1));
+      const int64_t per_piece =
+          static_cast<int64_t>(std::max<uint64_t>(o.piece_bytes / t->element_size, 1));
       for (int64_t begin = 0; s.ok() && begin < elements; begin += per_piece) {
         const int64_t end = std::min(elements, begin + per_piece);
         s = WritePiece(*manifest, reader, *t, begin, end, fd,

@@ -39,7 +39,8 @@ absl::Status ImportSafetensors(const ImportOptions& o, std::ostream& log) {
     }
   }
   if (ec) return absl::NotFoundError(absl::StrCat("list ", o.in_dir, ": ", ec.message()));
-  if (paths.empty()) return absl::NotFoundError(absl::StrCat("no *.safetensors file in ", o.in_dir));
+  if (paths.empty())
+    return absl::NotFoundError(absl::StrCat("no *.safetensors file in ", o.in_dir));
   std::sort(paths.begin(), paths.end());
 
   std::vector<std::unique_ptr<Mapping>> mappings;
@@ -59,14 +60,19 @@ absl::Status ImportSafetensors(const ImportOptions& o, std::ostream& log) {
     mapping->length = size;
     if (size > 0) mapping->base = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     ::close(fd);
-    if (size > 0 && mapping->base == MAP_FAILED) return ErrnoStatus(errno, absl::StrCat("mmap ", path));
+    if (size > 0 && mapping->base == MAP_FAILED)
+      return ErrnoStatus(errno, absl::StrCat("mmap ", path));
     const char* base = static_cast<const char*>(mapping->base);
     uint64_t n = 0;
     if (size >= 8) {
       for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(base[i]);
     }
-    const std::string head = size >= 8 ? std::string(base, std::min<uint64_t>(size, 8 + std::min(n, kMaxSafetensorsHeader))) : std::string();
-    absl::StatusOr<std::vector<SafetensorsTensor>> parsed = ParseSafetensorsHeader(head, size, path);
+    const std::string head =
+        size >= 8
+            ? std::string(base, std::min<uint64_t>(size, 8 + std::min(n, kMaxSafetensorsHeader)))
+            : std::string();
+    absl::StatusOr<std::vector<SafetensorsTensor>> parsed =
+        ParseSafetensorsHeader(head, size, path);
     if (!parsed.ok()) return parsed.status();
     for (const SafetensorsTensor& t : *parsed) {
       auto [it, added] = seen.emplace(t.name, path);

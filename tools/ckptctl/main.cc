@@ -31,8 +31,7 @@ int UsageError(absl::string_view command, absl::string_view message) {
 const CLI::Validator kTimeoutValidator(
     [](std::string& text) -> std::string {
       double seconds = 0;
-      if (!CLI::detail::lexical_cast(text, seconds) || !(seconds > 0) ||
-          seconds > 365.0 * 86400) {
+      if (!CLI::detail::lexical_cast(text, seconds) || !(seconds > 0) || seconds > 365.0 * 86400) {
         return "want seconds, more than 0 and at most a year: " + text;
       }
       return "";
@@ -42,8 +41,7 @@ const CLI::Validator kTimeoutValidator(
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ckptctl: inspect and control a ckptd checkpoint daemon",
-               "ckptctl"};
+  CLI::App app{"ckptctl: inspect and control a ckptd checkpoint daemon", "ckptctl"};
   app.footer(ckpt::ctl::kExitCodesHelp);
   app.require_subcommand(1);
   // Global options may also follow the subcommand.
@@ -52,16 +50,16 @@ int main(int argc, char** argv) {
   std::string socket_path(ckpt::ctl::kDefaultSocket);
   std::string address;
   std::optional<double> timeout_s;
-  app.add_option("--socket", socket_path, "ckptd's Unix socket")
-      ->capture_default_str();
+  app.add_option("--socket", socket_path, "ckptd's Unix socket")->capture_default_str();
   app.add_option("--address", address,
                  "ckptd's TCP address HOST:PORT (TLS and a token); wins over --socket");
   ckpt::ctl::TcpCredentials tcp;
   tcp.token_file = std::getenv("CKPT_TOKEN_FILE") != nullptr ? std::getenv("CKPT_TOKEN_FILE") : "";
   app.add_option("--token-file", tcp.token_file,
                  "with --address: file holding ckptd's bearer token (default $CKPT_TOKEN_FILE)");
-  app.add_option("--tls-ca", tcp.tls_ca_file,
-                 "with --address: CA certificate (PEM) that signed ckptd's (default: system roots)");
+  app.add_option(
+      "--tls-ca", tcp.tls_ca_file,
+      "with --address: CA certificate (PEM) that signed ckptd's (default: system roots)");
   app.add_option("--timeout", timeout_s,
                  "seconds to wait for an answer (default 30; 3600 for verify and gc)")
       ->check(kTimeoutValidator);
@@ -85,17 +83,13 @@ int main(int argc, char** argv) {
   list->add_option("job", job, "job name")->required();
   list->add_flag("--json", json, "print the answer as JSON");
 
-  CLI::App* inspect =
-      app.add_subcommand("inspect", "print a checkpoint's manifest as JSON");
+  CLI::App* inspect = app.add_subcommand("inspect", "print a checkpoint's manifest as JSON");
   inspect->add_option("job", job, "job name")->required();
-  inspect->add_option("step", step_text, "step number or 'latest'")
-      ->capture_default_str();
+  inspect->add_option("step", step_text, "step number or 'latest'")->capture_default_str();
 
-  CLI::App* verify =
-      app.add_subcommand("verify", "re-read a checkpoint and check every CRC");
+  CLI::App* verify = app.add_subcommand("verify", "re-read a checkpoint and check every CRC");
   verify->add_option("job", job, "job name")->required();
-  verify->add_option("step", step_text, "step number or 'latest'")
-      ->capture_default_str();
+  verify->add_option("step", step_text, "step number or 'latest'")->capture_default_str();
   verify->add_flag("--json", json, "print the answer as JSON");
 
   ckpt::ctl::ExportOptions export_options;
@@ -104,15 +98,13 @@ int main(int argc, char** argv) {
   CLI::App* export_command = app.add_subcommand(
       "export", "write a checkpoint as a safetensors model (reads the storage root directly)");
   export_command->add_option("job", job, "job name")->required();
-  export_command->add_option("step", step_text, "step number or 'latest'")
-      ->capture_default_str();
+  export_command->add_option("step", step_text, "step number or 'latest'")->capture_default_str();
   export_command->add_option("--format", format, "only safetensors")
       ->check(CLI::IsMember({"safetensors"}))
       ->capture_default_str();
-  export_command->add_option("--out", export_options.out_dir, "directory to write")
-      ->required();
-  export_command->add_option("--storage-root", export_options.storage_root,
-                             "ckptd's --storage_root")
+  export_command->add_option("--out", export_options.out_dir, "directory to write")->required();
+  export_command
+      ->add_option("--storage-root", export_options.storage_root, "ckptd's --storage_root")
       ->capture_default_str();
   export_command->add_option("--tensors", export_options.tensors_regex,
                              "only tensors whose name this regex finds");
@@ -121,8 +113,9 @@ int main(int argc, char** argv) {
   export_command->add_option("--max-shard-size", max_shard_size, "largest file, e.g. 5GB")
       ->capture_default_str();
   std::string buffer_size = "64MiB";
-  export_command->add_option("--buffer-size", buffer_size,
-                             "memory for a piece of a tensor: larger tensors stream through it")
+  export_command
+      ->add_option("--buffer-size", buffer_size,
+                   "memory for a piece of a tensor: larger tensors stream through it")
       ->capture_default_str();
 
   ckpt::ctl::ImportOptions import_options;
@@ -161,8 +154,7 @@ int main(int argc, char** argv) {
       return app.exit(e);
     }
     const auto parsed = app.get_subcommands();
-    return UsageError(parsed.empty() ? "" : parsed.front()->get_name(),
-                      e.what());
+    return UsageError(parsed.empty() ? "" : parsed.front()->get_name(), e.what());
   }
 
   CLI::App* command = app.get_subcommands().front();
@@ -206,12 +198,11 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  const std::chrono::seconds default_timeout =
-      command == verify || command == gc ? ckpt::ctl::kDefaultVerifyTimeout
-                        : ckpt::ctl::kDefaultTimeout;
+  const std::chrono::seconds default_timeout = command == verify || command == gc
+                                                   ? ckpt::ctl::kDefaultVerifyTimeout
+                                                   : ckpt::ctl::kDefaultTimeout;
   const std::chrono::milliseconds timeout =
-      timeout_s ? std::chrono::milliseconds(
-                      static_cast<int64_t>(*timeout_s * 1000.0))
+      timeout_s ? std::chrono::milliseconds(static_cast<int64_t>(*timeout_s * 1000.0))
                 : std::chrono::milliseconds(default_timeout);
 
   const std::string target = ckpt::ctl::TargetFor(socket_path, address);

@@ -14,11 +14,18 @@ namespace ckpt::ctl {
 namespace {
 
 absl::StatusOr<v1::DType> DTypeOf(const std::string& name) {
-  static const auto* names = new std::map<std::string, v1::DType>{
-      {"F32", v1::FLOAT32}, {"F16", v1::FLOAT16},        {"BF16", v1::BFLOAT16},
-      {"F64", v1::FLOAT64}, {"I8", v1::INT8},            {"U8", v1::UINT8},
-      {"I16", v1::INT16},   {"I32", v1::INT32},          {"I64", v1::INT64},
-      {"BOOL", v1::BOOL},   {"F8_E4M3", v1::FLOAT8_E4M3}, {"F8_E5M2", v1::FLOAT8_E5M2}};
+  static const auto* names = new std::map<std::string, v1::DType>{{"F32", v1::FLOAT32},
+                                                                  {"F16", v1::FLOAT16},
+                                                                  {"BF16", v1::BFLOAT16},
+                                                                  {"F64", v1::FLOAT64},
+                                                                  {"I8", v1::INT8},
+                                                                  {"U8", v1::UINT8},
+                                                                  {"I16", v1::INT16},
+                                                                  {"I32", v1::INT32},
+                                                                  {"I64", v1::INT64},
+                                                                  {"BOOL", v1::BOOL},
+                                                                  {"F8_E4M3", v1::FLOAT8_E4M3},
+                                                                  {"F8_E5M2", v1::FLOAT8_E5M2}};
   auto it = names->find(name);
   if (it == names->end()) return absl::InvalidArgumentError(absl::StrCat("unknown dtype ", name));
   return it->second;
@@ -28,7 +35,8 @@ absl::StatusOr<v1::DType> DTypeOf(const std::string& name) {
 absl::StatusOr<uint64_t> Whole(const google::protobuf::Value& v, const std::string& what) {
   constexpr double kExact = 9007199254740992.0;  // 2^53
   if (v.kind_case() != google::protobuf::Value::kNumberValue || v.number_value() < 0 ||
-      v.number_value() > kExact || v.number_value() != static_cast<double>(static_cast<uint64_t>(v.number_value()))) {
+      v.number_value() > kExact ||
+      v.number_value() != static_cast<double>(static_cast<uint64_t>(v.number_value()))) {
     return absl::InvalidArgumentError(absl::StrCat(what, " is not a whole number in [0, 2^53]"));
   }
   return static_cast<uint64_t>(v.number_value());
@@ -36,21 +44,32 @@ absl::StatusOr<uint64_t> Whole(const google::protobuf::Value& v, const std::stri
 
 }  // namespace
 
-
 absl::StatusOr<std::string> SafetensorsDType(v1::DType dtype) {
   switch (dtype) {
-    case v1::FLOAT32: return std::string("F32");
-    case v1::FLOAT16: return std::string("F16");
-    case v1::BFLOAT16: return std::string("BF16");
-    case v1::FLOAT64: return std::string("F64");
-    case v1::INT8: return std::string("I8");
-    case v1::UINT8: return std::string("U8");
-    case v1::INT16: return std::string("I16");
-    case v1::INT32: return std::string("I32");
-    case v1::INT64: return std::string("I64");
-    case v1::BOOL: return std::string("BOOL");
-    case v1::FLOAT8_E4M3: return std::string("F8_E4M3");
-    case v1::FLOAT8_E5M2: return std::string("F8_E5M2");
+    case v1::FLOAT32:
+      return std::string("F32");
+    case v1::FLOAT16:
+      return std::string("F16");
+    case v1::BFLOAT16:
+      return std::string("BF16");
+    case v1::FLOAT64:
+      return std::string("F64");
+    case v1::INT8:
+      return std::string("I8");
+    case v1::UINT8:
+      return std::string("U8");
+    case v1::INT16:
+      return std::string("I16");
+    case v1::INT32:
+      return std::string("I32");
+    case v1::INT64:
+      return std::string("I64");
+    case v1::BOOL:
+      return std::string("BOOL");
+    case v1::FLOAT8_E4M3:
+      return std::string("F8_E4M3");
+    case v1::FLOAT8_E5M2:
+      return std::string("F8_E5M2");
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("dtype ", v1::DType_Name(dtype), " has no safetensors name"));
@@ -76,8 +95,7 @@ std::string SafetensorsHeader(const std::vector<SafetensorsEntry>& entries) {
   std::string json = R"({"__metadata__":{"format":"pt"})";
   for (const SafetensorsEntry& e : entries) {
     absl::StrAppend(&json, ",", JsonString(e.name), ":{\"dtype\":\"", e.dtype, "\",\"shape\":[",
-                    absl::StrJoin(e.shape, ","), "],\"data_offsets\":[", e.begin, ",", e.end,
-                    "]}");
+                    absl::StrJoin(e.shape, ","), "],\"data_offsets\":[", e.begin, ",", e.end, "]}");
   }
   json += "}";
   // Padded with spaces so the data starts 8-byte aligned.
@@ -112,7 +130,8 @@ absl::StatusOr<std::vector<SafetensorsTensor>> ParseSafetensorsHeader(const std:
   for (const auto& [name, value] : header.fields()) {
     if (name == "__metadata__") continue;
     const std::string who = absl::StrCat("tensor ", name);
-    if (value.kind_case() != google::protobuf::Value::kStructValue) return bad(absl::StrCat(who, " is not an object"));
+    if (value.kind_case() != google::protobuf::Value::kStructValue)
+      return bad(absl::StrCat(who, " is not an object"));
     const auto& fields = value.struct_value().fields();
     auto dtype_it = fields.find("dtype");
     auto shape_it = fields.find("shape");
@@ -122,7 +141,8 @@ absl::StatusOr<std::vector<SafetensorsTensor>> ParseSafetensorsHeader(const std:
         shape_it->second.kind_case() != google::protobuf::Value::kListValue ||
         offsets_it->second.kind_case() != google::protobuf::Value::kListValue ||
         offsets_it->second.list_value().values_size() != 2) {
-      return bad(absl::StrCat(who, " needs dtype (string), shape (list), data_offsets (2 numbers)"));
+      return bad(
+          absl::StrCat(who, " needs dtype (string), shape (list), data_offsets (2 numbers)"));
     }
     SafetensorsTensor t;
     t.name = name;
@@ -141,7 +161,8 @@ absl::StatusOr<std::vector<SafetensorsTensor>> ParseSafetensorsHeader(const std:
       t.shape.push_back(static_cast<int64_t>(*dim));
     }
     if (t.shape.size() > 64) return bad(absl::StrCat(who, ": more than 64 dimensions"));
-    absl::StatusOr<uint64_t> begin = Whole(offsets_it->second.list_value().values(0), who + ": begin");
+    absl::StatusOr<uint64_t> begin =
+        Whole(offsets_it->second.list_value().values(0), who + ": begin");
     absl::StatusOr<uint64_t> end = Whole(offsets_it->second.list_value().values(1), who + ": end");
     if (!begin.ok()) return bad(std::string(begin.status().message()));
     if (!end.ok()) return bad(std::string(end.status().message()));
@@ -153,11 +174,13 @@ absl::StatusOr<std::vector<SafetensorsTensor>> ParseSafetensorsHeader(const std:
     t.end = data_start + *end;
     tensors.push_back(std::move(t));
   }
-  std::sort(tensors.begin(), tensors.end(),
-            [](const auto& a, const auto& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
+  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) {
+    return a.begin < b.begin || (a.begin == b.begin && a.end < b.end);
+  });
   for (size_t i = 1; i < tensors.size(); ++i) {
     if (tensors[i].begin < tensors[i - 1].end) {
-      return bad(absl::StrCat("tensors ", tensors[i - 1].name, " and ", tensors[i].name, " overlap"));
+      return bad(
+          absl::StrCat("tensors ", tensors[i - 1].name, " and ", tensors[i].name, " overlap"));
     }
   }
   return tensors;

@@ -61,9 +61,8 @@ int main(int argc, char** argv) {
     for (;;) pause();
   }
 
-  std::vector<HostTensor> tensors =
-      mode == "save" ? ckpt::testing::SaveLayout(rank, world, scale)
-                     : ckpt::testing::LoadLayout(rank, world, scale);
+  std::vector<HostTensor> tensors = mode == "save" ? ckpt::testing::SaveLayout(rank, world, scale)
+                                                   : ckpt::testing::LoadLayout(rank, world, scale);
   std::vector<std::vector<char>> buffers;
   int64_t bytes = 0;
   for (HostTensor& t : tensors) {
@@ -77,15 +76,15 @@ int main(int argc, char** argv) {
 
   if (mode == "save") {
     const absl::Time start = absl::Now();
-    absl::StatusOr<std::shared_ptr<ckpt::SaveHandle>> handle = (*client)->Save(
-        absl::GetFlag(FLAGS_step), tensors, ckpt::testing::SaveObjects(rank));
+    absl::StatusOr<std::shared_ptr<ckpt::SaveHandle>> handle =
+        (*client)->Save(absl::GetFlag(FLAGS_step), tensors, ckpt::testing::SaveObjects(rank));
     if (!handle.ok()) return Fail("save", handle.status());
     if (absl::Status s = (*handle)->WaitSnapshot(); !s.ok()) return Fail("snapshot", s);
     const absl::Duration snapshot = absl::Now() - start;
     if (absl::Status s = (*handle)->WaitPersisted(); !s.ok()) return Fail("persist", s);
     const absl::Duration persisted = absl::Now() - start;
-    absl::PrintF("rank %d saved step %d: %.1f MiB held, snapshot %.1f ms, committed %.1f ms\n", rank,
-                 (*handle)->step(), bytes / 1048576.0, Ms(snapshot), Ms(persisted));
+    absl::PrintF("rank %d saved step %d: %.1f MiB held, snapshot %.1f ms, committed %.1f ms\n",
+                 rank, (*handle)->step(), bytes / 1048576.0, Ms(snapshot), Ms(persisted));
     return 0;
   }
 
@@ -99,11 +98,12 @@ int main(int argc, char** argv) {
   const absl::Duration loaded = absl::Now() - start;
   for (const HostTensor& t : tensors) {
     int64_t first = -1;
-    absl::StatusOr<int64_t> bad = ckpt::testing::CountMismatches(t, static_cast<char*>(t.data), &first);
+    absl::StatusOr<int64_t> bad =
+        ckpt::testing::CountMismatches(t, static_cast<char*>(t.data), &first);
     if (!bad.ok()) return Fail("check", bad.status());
     if (*bad != 0) {
-      absl::FPrintF(stderr, "rank %d: tensor %s: %d bytes differ, first at packed offset %d\n", rank,
-                    t.fqn, *bad, first);
+      absl::FPrintF(stderr, "rank %d: tensor %s: %d bytes differ, first at packed offset %d\n",
+                    rank, t.fqn, *bad, first);
       return 1;
     }
   }

@@ -37,25 +37,28 @@ std::vector<HostTensor> SaveLayout(int rank, int world, int scale) {
   out.push_back(Tensor("model.layers.0.attn.qkv.weight", DType::kFloat32, qkv,
                        Region::Box({r0, 0}, {r1 - r0, qkv[1]})));
   // DP: every rank holds the whole embedding (replicas, written once).
-  out.push_back(Tensor("model.embed.weight", DType::kBFloat16, {128 * scale, 512}, Region::Whole()));
+  out.push_back(
+      Tensor("model.embed.weight", DType::kBFloat16, {128 * scale, 512}, Region::Whole()));
   // FSDP: uneven flat ranges that cut rows in the middle.
   const std::vector<int64_t> w1 = {300 * scale, 257};
   const int64_t n = Numel(w1);
   const int64_t begin = rank == 0 ? 0 : n * rank / world + 37;
   const int64_t end = rank == world - 1 ? n : n * (rank + 1) / world + 37;
-  out.push_back(Tensor("model.layers.0.mlp.w1.weight", DType::kFloat16, w1, Region::Flat(begin, end)));
+  out.push_back(
+      Tensor("model.layers.0.mlp.w1.weight", DType::kFloat16, w1, Region::Flat(begin, end)));
   // TP=2 inside DP groups: dim 1 split in two, each half replicated.
   const std::vector<int64_t> norm = {7, 3, 5};
   if (world >= 2) {
     const bool first_half = rank % 2 == 0;
-    out.push_back(Tensor("model.layers.0.norm.state", DType::kInt64, norm,
-                         first_half ? Region::Box({0, 0, 0}, {7, 2, 5})
-                                    : Region::Box({0, 2, 0}, {7, 1, 5})));
+    out.push_back(
+        Tensor("model.layers.0.norm.state", DType::kInt64, norm,
+               first_half ? Region::Box({0, 0, 0}, {7, 2, 5}) : Region::Box({0, 2, 0}, {7, 1, 5})));
   } else {
     out.push_back(Tensor("model.layers.0.norm.state", DType::kInt64, norm, Region::Whole()));
   }
   // A 0-d scalar only rank 0 holds.
-  if (rank == 0) out.push_back(Tensor("optimizer.loss_scale", DType::kFloat64, {}, Region::Whole()));
+  if (rank == 0)
+    out.push_back(Tensor("optimizer.loss_scale", DType::kFloat64, {}, Region::Whole()));
   // Bytes, flat-split evenly.
   const int64_t bytes = 100003 * scale;
   auto [b0, b1] = Split(bytes, world, rank);

@@ -12,9 +12,12 @@ int64_t ElementSize(DType dtype) { return DTypeSize(static_cast<v1::DType>(dtype
 
 geo::Region ToGeo(const Region& r) {
   switch (r.kind) {
-    case Region::Kind::kBox: return geo::Region::Box(r.offsets, r.lengths);
-    case Region::Kind::kFlat: return geo::Region::Flat(r.flat_begin, r.flat_end);
-    default: return geo::Region::Whole();
+    case Region::Kind::kBox:
+      return geo::Region::Box(r.offsets, r.lengths);
+    case Region::Kind::kFlat:
+      return geo::Region::Flat(r.flat_begin, r.flat_end);
+    default:
+      return geo::Region::Whole();
   }
 }
 
@@ -37,7 +40,8 @@ inline char PatternByte(uint64_t seed, uint64_t index) {
 template <typename Fn>
 absl::Status ForEachRun(const HostTensor& t, Fn fn) {
   const int64_t esz = ElementSize(t.dtype);
-  absl::StatusOr<std::vector<geo::ElementRun>> runs = geo::RegionRuns(t.global_shape, ToGeo(t.region));
+  absl::StatusOr<std::vector<geo::ElementRun>> runs =
+      geo::RegionRuns(t.global_shape, ToGeo(t.region));
   if (!runs.ok()) return runs.status();
   int64_t packed = 0;
   for (const geo::ElementRun& run : *runs) {
@@ -67,7 +71,8 @@ absl::StatusOr<std::vector<char>> PatternShard(const HostTensor& tensor) {
   return out;
 }
 
-absl::StatusOr<int64_t> CountMismatches(const HostTensor& tensor, const char* data, int64_t* first) {
+absl::StatusOr<int64_t> CountMismatches(const HostTensor& tensor, const char* data,
+                                        int64_t* first) {
   const uint64_t seed = Seed(tensor.fqn);
   int64_t bad = 0;
   if (first != nullptr) *first = -1;

@@ -60,8 +60,8 @@ class MemoryWritableFile : public WritableFile {
     }
     if (offset > kMaxFileSize || length > kMaxFileSize - offset) {
       return absl::ResourceExhaustedError(absl::StrFormat(
-          "write %s at offset %d: %d bytes would pass the memory backend's file size limit",
-          path_, offset, length));
+          "write %s at offset %d: %d bytes would pass the memory backend's file size limit", path_,
+          offset, length));
     }
     if (length == 0) return absl::OkStatus();
     absl::MutexLock lock(&inode_->mu);
@@ -109,9 +109,9 @@ class MemoryReadableFile : public ReadableFile {
       absl::StatusOr<size_t> n = ReadAt(op.offset, op.buffer, op.length);
       if (!n.ok()) return n.status();
       if (*n != op.length) {
-        return absl::DataLossError(absl::StrFormat(
-            "short read %s at offset %d: wanted %d bytes, the file ends after %d", path_,
-            op.offset, op.length, *n));
+        return absl::DataLossError(
+            absl::StrFormat("short read %s at offset %d: wanted %d bytes, the file ends after %d",
+                            path_, op.offset, op.length, *n));
       }
     }
     return absl::OkStatus();

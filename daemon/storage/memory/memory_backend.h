@@ -33,10 +33,8 @@ class MemoryBackend : public Backend {
   ~MemoryBackend() override;
 
   std::string Name() const override { return "memory"; }
-  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
-      const std::string& path) override;
-  absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(
-      const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override;
   absl::Status CreateDirs(const std::string& path) override;
   absl::Status SyncDir(const std::string& path) override;
   absl::Status Rename(const std::string& from, const std::string& to) override;

@@ -56,8 +56,8 @@ absl::Status TransferError(int err, std::string_view op_name, std::string_view p
 
 absl::Status ZeroWriteError(std::string_view op_name, std::string_view path, uint64_t offset,
                             size_t wanted) {
-  return absl::UnknownError(absl::StrFormat("%s %s at offset %d: wrote 0 of %d bytes", op_name,
-                                            path, offset, wanted));
+  return absl::UnknownError(
+      absl::StrFormat("%s %s at offset %d: wrote 0 of %d bytes", op_name, path, offset, wanted));
 }
 
 class SyncEngine : public IoEngine {
@@ -185,9 +185,9 @@ class ThreadRing {
     }
     static std::once_flag once;
     std::call_once(once, [rc] {
-      const std::string line = absl::StrFormat(
-          "ckpt storage: %s; plain io_uring ops (raise LimitMEMLOCK to register)\n",
-          ErrnoStatus(-rc, "io_uring_register_buffers").message());
+      const std::string line =
+          absl::StrFormat("ckpt storage: %s; plain io_uring ops (raise LimitMEMLOCK to register)\n",
+                          ErrnoStatus(-rc, "io_uring_register_buffers").message());
       std::fputs(line.c_str(), stderr);
     });
   }
@@ -218,9 +218,8 @@ ThreadRing& CurrentThreadRing() {
 void LogUringFallbackOnce(int err) {
   static std::once_flag once;
   std::call_once(once, [err] {
-    const std::string line = absl::StrFormat(
-        "ckpt storage: %s; using pread/pwrite\n",
-        ErrnoStatus(err, "io_uring_queue_init").message());
+    const std::string line = absl::StrFormat("ckpt storage: %s; using pread/pwrite\n",
+                                             ErrnoStatus(err, "io_uring_queue_init").message());
     std::fputs(line.c_str(), stderr);
   });
 }
@@ -270,7 +269,7 @@ class UringEngine : public IoEngine {
     std::vector<size_t> retry;  // ops with a remainder to resubmit
     size_t next = 0;            // first op never submitted
     unsigned in_flight = 0;
-    absl::Status error;         // the first one; stops new submissions
+    absl::Status error;  // the first one; stops new submissions
 
     auto complete = [&](size_t i, int res) {
       EngineOp& op = ops[i];
@@ -323,8 +322,8 @@ class UringEngine : public IoEngine {
         if (fixed >= 0) {
           fixed_transfers.fetch_add(1, std::memory_order_relaxed);
           if (kind == IoKind::kWrite) {
-            io_uring_prep_write_fixed(sqe, t.fd, t.buffer, static_cast<unsigned>(t.length), t.offset,
-                                      fixed);
+            io_uring_prep_write_fixed(sqe, t.fd, t.buffer, static_cast<unsigned>(t.length),
+                                      t.offset, fixed);
           } else {
             io_uring_prep_read_fixed(sqe, t.fd, t.buffer, static_cast<unsigned>(t.length), t.offset,
                                      fixed);
@@ -366,9 +365,9 @@ class UringEngine : public IoEngine {
         if (wrc < 0 && wrc != -EINTR && wrc != -EAGAIN) {
           // Cannot learn when the kernel is done with the buffers: going on
           // would let it write into memory the caller has reused.
-          const std::string line = absl::StrFormat(
-              "ckpt storage: io_uring unusable with %d ops in flight on %s: %s\n", in_flight,
-              path, ErrnoStatus(-wrc, "io_uring_wait_cqe").message());
+          const std::string line =
+              absl::StrFormat("ckpt storage: io_uring unusable with %d ops in flight on %s: %s\n",
+                              in_flight, path, ErrnoStatus(-wrc, "io_uring_wait_cqe").message());
           std::fputs(line.c_str(), stderr);
           std::abort();
         }

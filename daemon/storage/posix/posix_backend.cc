@@ -112,9 +112,9 @@ class PosixReadableFile : public ReadableFile {
     if (!s.ok()) return s;
     for (const EngineOp& op : engine_ops) {
       if (op.done != op.length) {
-        return absl::DataLossError(absl::StrFormat(
-            "short read %s at offset %d: wanted %d bytes, the file ends after %d", path_,
-            op.offset, op.length, op.done));
+        return absl::DataLossError(
+            absl::StrFormat("short read %s at offset %d: wanted %d bytes, the file ends after %d",
+                            path_, op.offset, op.length, op.done));
       }
     }
     return absl::OkStatus();
@@ -180,8 +180,8 @@ absl::Status OpenBeneathError(int err, const std::string& component, const std::
         "open ", path, ": ", component, " is a symbolic link, which is not followed here"));
   }
   if (err == ENOTDIR) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("open ", path, ": ", component, " is not a directory (or is a symbolic link)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "open ", path, ": ", component, " is not a directory (or is a symbolic link)"));
   }
   return ErrnoStatus(err, absl::StrCat("open ", path));
 }
@@ -189,8 +189,7 @@ absl::Status OpenBeneathError(int err, const std::string& component, const std::
 }  // namespace
 
 PosixBackend::PosixBackend(const PosixBackendOptions& options)
-    : options_(options),
-      engine_(NewIoEngine({options.use_io_uring, options.queue_depth})) {}
+    : options_(options), engine_(NewIoEngine({options.use_io_uring, options.queue_depth})) {}
 
 absl::StatusOr<std::unique_ptr<WritableFile>> PosixBackend::NewWritableFile(
     const std::string& path) {
@@ -250,10 +249,9 @@ absl::StatusOr<std::unique_ptr<ReadableFile>> PosixBackend::OpenReadOnlyBeneath(
     ::close(dir_fd);
     return OpenBeneathError(err, path, path);
   }
-  absl::StatusOr<std::unique_ptr<ReadableFile>> file =
-      FinishReadable(path, fd, /*regular_only=*/true, [&](int flags) {
-        return ::openat(dir_fd, leaf.c_str(), flags | O_NOFOLLOW | O_NONBLOCK);
-      });
+  absl::StatusOr<std::unique_ptr<ReadableFile>> file = FinishReadable(
+      path, fd, /*regular_only=*/true,
+      [&](int flags) { return ::openat(dir_fd, leaf.c_str(), flags | O_NOFOLLOW | O_NONBLOCK); });
   ::close(dir_fd);
   return file;
 }
@@ -271,9 +269,9 @@ absl::StatusOr<std::unique_ptr<ReadableFile>> PosixBackend::FinishReadable(
     ::close(fd);
     return ErrnoStatus(err, absl::StrCat("fstat ", path));
   }
-  const bool refused = regular_only ? !S_ISREG(st.st_mode)
-                                    : S_ISDIR(st.st_mode) || S_ISFIFO(st.st_mode) ||
-                                          S_ISSOCK(st.st_mode);
+  const bool refused = regular_only
+                           ? !S_ISREG(st.st_mode)
+                           : S_ISDIR(st.st_mode) || S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode);
   if (refused) {
     ::close(fd);
     if (S_ISDIR(st.st_mode)) return ErrnoStatus(EISDIR, absl::StrCat("open ", path));
@@ -289,8 +287,8 @@ absl::StatusOr<std::unique_ptr<ReadableFile>> PosixBackend::FinishReadable(
       return ErrnoStatus(err, absl::StrCat("open ", path, " with O_DIRECT"));
     }
     struct stat direct_st;
-    if (direct_fd >= 0 && (::fstat(direct_fd, &direct_st) != 0 ||
-                           direct_st.st_ino != st.st_ino || direct_st.st_dev != st.st_dev)) {
+    if (direct_fd >= 0 && (::fstat(direct_fd, &direct_st) != 0 || direct_st.st_ino != st.st_ino ||
+                           direct_st.st_dev != st.st_dev)) {
       ::close(direct_fd);
       ::close(fd);
       return absl::FailedPreconditionError(
@@ -380,7 +378,7 @@ class FlockFileLock : public FileLock {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<FileLock>> PosixBackend::LockFile(const std::string& path,
-                                                                LockMode mode, bool wait) {
+                                                                 LockMode mode, bool wait) {
   const bool exclusive = mode == LockMode::kExclusive;
   // O_NONBLOCK: a FIFO planted under the name cannot hang the open. An
   // exclusive lock opens for writing where it may: NFS emulates flock with

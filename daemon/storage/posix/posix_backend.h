@@ -35,10 +35,8 @@ class PosixBackend : public Backend {
   const IoEngine& engine() const { return *engine_; }
   void PrepareThread() override { engine_->PrepareThread(); }
 
-  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
-      const std::string& path) override;
-  absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(
-      const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override;
   absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadOnlyBeneath(
       const std::string& dir, const std::string& name) override;
   absl::Status CreateDirs(const std::string& path) override;
@@ -50,15 +48,14 @@ class PosixBackend : public Backend {
   // flock(2) on the file, so loads, exports and gc of different processes
   // see each other's locks.
   absl::StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path, LockMode mode,
-                                                    bool wait) override;
+                                                     bool wait) override;
   absl::StatusOr<absl::Time> ModifiedTime(const std::string& path) override;
   // Registers the memory as io_uring fixed buffers (RegisterFixedBuffers).
   absl::Status RegisterMemory(void* base, size_t bytes) override;
 
  private:
   absl::StatusOr<std::unique_ptr<ReadableFile>> FinishReadable(
-      const std::string& path, int fd, bool regular_only,
-      const std::function<int(int)>& reopen);
+      const std::string& path, int fd, bool regular_only, const std::function<int(int)>& reopen);
 
   const PosixBackendOptions options_;
   const std::shared_ptr<IoEngine> engine_;

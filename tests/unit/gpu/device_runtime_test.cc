@@ -27,10 +27,8 @@ void CheckCommonContract(DeviceRuntime& runtime) {
   REQUIRE(runtime.RegisterHostMemory(buffer.data(), buffer.size()).ok());
   CHECK(runtime.UnregisterHostMemory(buffer.data()).ok());
 
-  CHECK(runtime.RegisterHostMemory(nullptr, 4096).code() ==
-        absl::StatusCode::kInvalidArgument);
-  CHECK(runtime.RegisterHostMemory(buffer.data(), 0).code() ==
-        absl::StatusCode::kInvalidArgument);
+  CHECK(runtime.RegisterHostMemory(nullptr, 4096).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(runtime.RegisterHostMemory(buffer.data(), 0).code() == absl::StatusCode::kInvalidArgument);
   CHECK(runtime.UnregisterHostMemory(nullptr).code() == absl::StatusCode::kInvalidArgument);
 }
 

@@ -35,7 +35,9 @@ class CountingRuntime : public DeviceRuntime {
   absl::StatusOr<IpcExport> ExportIpcHandle(const void*) override {
     return absl::UnimplementedError("fake");
   }
-  absl::StatusOr<IpcEvent> RecordIpcEvent(void*) override { return absl::UnimplementedError("fake"); }
+  absl::StatusOr<IpcEvent> RecordIpcEvent(void*) override {
+    return absl::UnimplementedError("fake");
+  }
   absl::Status SynchronizeStream(void*) override { return absl::UnimplementedError("fake"); }
   absl::Status WaitIpcEvent(const std::string&, int) override {
     return absl::UnimplementedError("fake");
@@ -48,8 +50,7 @@ class CountingRuntime : public DeviceRuntime {
     return absl::UnimplementedError("fake");
   }
 
-  absl::StatusOr<std::unique_ptr<IpcMapping>> OpenIpcHandle(const std::string& handle,
-                                                            int device,
+  absl::StatusOr<std::unique_ptr<IpcMapping>> OpenIpcHandle(const std::string& handle, int device,
                                                             uint64_t allocation_bytes) override {
     if (absl::StartsWith(handle, "bad")) {
       return absl::InvalidArgumentError(absl::StrCat("cannot open ", handle));
@@ -59,8 +60,8 @@ class CountingRuntime : public DeviceRuntime {
       absl::MutexLock lock(&mu_);
       open_.insert(address);
     }
-    return std::make_unique<IpcMapping>(reinterpret_cast<void*>(address), allocation_bytes,
-                                        device, [this](void* ptr, int) {
+    return std::make_unique<IpcMapping>(reinterpret_cast<void*>(address), allocation_bytes, device,
+                                        [this](void* ptr, int) {
                                           closes_.fetch_add(1);
                                           absl::MutexLock lock(&mu_);
                                           open_.erase(reinterpret_cast<uintptr_t>(ptr));
@@ -151,8 +152,7 @@ TEST_CASE("IpcMappingCache caches no failed open and names the owner", "[gpu_run
   CHECK(runtime.opens() == 0);
 }
 
-TEST_CASE("IpcMappingCache::ReleaseOwner closes exactly that owner's mappings",
-          "[gpu_runtime]") {
+TEST_CASE("IpcMappingCache::ReleaseOwner closes exactly that owner's mappings", "[gpu_runtime]") {
   CountingRuntime runtime;
   IpcMappingCache cache(&runtime);
   std::vector<void*> rank0;
@@ -215,8 +215,8 @@ TEST_CASE("IpcMappingCache is safe from many threads", "[gpu_runtime]") {
             const int owner = key % kOwners;
             const int handle = key / kOwners;
             absl::StatusOr<std::shared_ptr<IpcMapping>> got =
-                cache.Get(absl::StrCat("rank", owner),
-                          absl::StrCat("handle-", owner, "-", handle), owner % 2, kBytes);
+                cache.Get(absl::StrCat("rank", owner), absl::StrCat("handle-", owner, "-", handle),
+                          owner % 2, kBytes);
             if (!got.ok() || (*got)->device() != owner % 2 || (*got)->bytes() != kBytes ||
                 !runtime.IsOpen((*got)->device_ptr())) {
               failures.fetch_add(1);

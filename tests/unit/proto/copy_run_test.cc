@@ -45,10 +45,8 @@ TEST_CASE("copy run: single and strided copies", "[copy_run]") {
 TEST_CASE("copy run: bounds are checked without iterating", "[copy_run]") {
   const uint64_t kMax = std::numeric_limits<uint64_t>::max();
   CHECK(CheckCopyRun(Run(3, 2, 1, 4, 4, 1), 16, 6).ok());
-  CHECK(CheckCopyRun(Run(3, 2, 1, 4, 4, 1), 15, 6).code() ==
-        absl::StatusCode::kInvalidArgument);
-  CHECK(CheckCopyRun(Run(3, 2, 1, 4, 4, 1), 16, 5).code() ==
-        absl::StatusCode::kInvalidArgument);
+  CHECK(CheckCopyRun(Run(3, 2, 1, 4, 4, 1), 15, 6).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(CheckCopyRun(Run(3, 2, 1, 4, 4, 1), 16, 5).code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(CheckCopyRun(Run(0, 0, 4, 3, 2, 4), 64, 64).message()),
              Catch::Contains("overlap"));
   // Wrapping offsets and counts are refused, not iterated.

@@ -117,9 +117,8 @@ void CheckWellFormed(const std::vector<ByteRun>& runs, int64_t es) {
                    p.dst_offset + p.length == runs[k].dst_offset));
   }
   std::vector<ByteRun> by_src = runs;
-  std::sort(by_src.begin(), by_src.end(), [](const ByteRun& a, const ByteRun& b) {
-    return a.src_offset < b.src_offset;
-  });
+  std::sort(by_src.begin(), by_src.end(),
+            [](const ByteRun& a, const ByteRun& b) { return a.src_offset < b.src_offset; });
   for (size_t k = 1; k < by_src.size(); ++k) {
     REQUIRE(by_src[k - 1].src_offset + by_src[k - 1].length <= by_src[k].src_offset);
   }
@@ -129,9 +128,8 @@ void CheckWellFormed(const std::vector<ByteRun>& runs, int64_t es) {
 // the reference, byte for byte, including which bytes were written at all.
 void CheckIntersection(const Shape& shape, int64_t es, const Region& stored,
                        const Region& requested) {
-  INFO("shape size " << shape.size() << " es " << es << " stored "
-                     << stored.DebugString() << " requested "
-                     << requested.DebugString());
+  INFO("shape size " << shape.size() << " es " << es << " stored " << stored.DebugString()
+                     << " requested " << requested.DebugString());
   const std::vector<uint8_t> src = NaivePacked(shape, es, stored);
   std::vector<uint8_t> expected;
   std::vector<bool> expected_written;
@@ -145,8 +143,7 @@ void CheckIntersection(const Shape& shape, int64_t es, const Region& stored,
     }
   }
 
-  absl::StatusOr<std::vector<ByteRun>> runs =
-      IntersectRegions(shape, es, stored, requested);
+  absl::StatusOr<std::vector<ByteRun>> runs = IntersectRegions(shape, es, stored, requested);
   REQUIRE(runs.ok());
   CheckWellFormed(*runs, es);
 
@@ -284,8 +281,7 @@ TEST_CASE("shape errors: negative dims and overflow", "[geometry]") {
   REQUIRE_FALSE(b.ok());
   CHECK(b.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(b.status().message()),
-             Catch::Contains("[2305843009213693952]") &&
-                 Catch::Contains("more than 2^63-1 bytes"));
+             Catch::Contains("[2305843009213693952]") && Catch::Contains("more than 2^63-1 bytes"));
   CHECK_FALSE(NumBytes({int64_t{1} << 61}, 4).ok());
   CHECK_FALSE(NumBytes({kMax}, 2).ok());
   CHECK_FALSE(NumBytes({int64_t{1} << 32, int64_t{1} << 32}, 1).ok());
@@ -335,8 +331,7 @@ TEST_CASE("ValidateRegion rejects bad regions with a precise message", "[geometr
   };
   CHECK_THAT(message({8, 4}, Region::Box({5, 0}, {4, 4})),
              Catch::Contains("region box offset 5 + length 4 exceeds dimension 0 of size 8") &&
-                 Catch::Contains("box{offsets=[5,0],lengths=[4,4]}") &&
-                 Catch::Contains("[8, 4]"));
+                 Catch::Contains("box{offsets=[5,0],lengths=[4,4]}") && Catch::Contains("[8, 4]"));
   CHECK_THAT(message({8, 4}, Region::Box({0, 1}, {8, 4})),
              Catch::Contains("offset 1 + length 4 exceeds dimension 1 of size 4"));
   CHECK_THAT(message({8, 4}, Region::Box({-1, 0}, {1, 1})),
@@ -349,18 +344,15 @@ TEST_CASE("ValidateRegion rejects bad regions with a precise message", "[geometr
              Catch::Contains("2 offsets and 3 lengths"));
   CHECK_THAT(message({}, Region::Box({0}, {1})), Catch::Contains("rank 0"));
   // offset + length overflows int64: must be an error, not a wrap-around.
-  CHECK_THAT(message({kMax}, Region::Box({kMax}, {1})),
-             Catch::Contains("exceeds dimension 0"));
-  CHECK_THAT(message({kMax}, Region::Box({1}, {kMax})),
-             Catch::Contains("exceeds dimension 0"));
+  CHECK_THAT(message({kMax}, Region::Box({kMax}, {1})), Catch::Contains("exceeds dimension 0"));
+  CHECK_THAT(message({kMax}, Region::Box({1}, {kMax})), Catch::Contains("exceeds dimension 0"));
 
-  CHECK_THAT(message({8, 4}, Region::Flat(0, 33)),
-             Catch::Contains("flat end 33 exceeds the 32 elements") &&
-                 Catch::Contains("flat[0,33)"));
+  CHECK_THAT(
+      message({8, 4}, Region::Flat(0, 33)),
+      Catch::Contains("flat end 33 exceeds the 32 elements") && Catch::Contains("flat[0,33)"));
   CHECK_THAT(message({8, 4}, Region::Flat(5, 3)),
              Catch::Contains("flat begin 5 is after its end 3"));
-  CHECK_THAT(message({8, 4}, Region::Flat(-1, 3)),
-             Catch::Contains("flat begin -1 is negative"));
+  CHECK_THAT(message({8, 4}, Region::Flat(-1, 3)), Catch::Contains("flat begin -1 is negative"));
   CHECK_THAT(message({}, Region::Flat(0, 2)), Catch::Contains("exceeds the 1 elements"));
   CHECK_THAT(message({3, 0}, Region::Flat(0, 1)), Catch::Contains("exceeds the 0 elements"));
 
@@ -451,20 +443,17 @@ TEST_CASE("RegionRuns: dims near 2^63 never enumerate elements", "[geometry]") {
   const auto start = std::chrono::steady_clock::now();
 
   CHECK(*RegionRuns(shape, Region::Whole()) == Runs{{0, 2 * m}});
-  CHECK(*RegionRuns(shape, Region::Box({m - 3, 0, 0, 0, 0, 0, 0, 1},
-                                       {2, 1, 1, 1, 1, 1, 1, 1})) ==
+  CHECK(*RegionRuns(shape, Region::Box({m - 3, 0, 0, 0, 0, 0, 0, 1}, {2, 1, 1, 1, 1, 1, 1, 1})) ==
         Runs{{(m - 3) * 2 + 1, 1}, {(m - 2) * 2 + 1, 1}});
-  CHECK(*RegionRuns(shape, Region::Box({m - 3, 0, 0, 0, 0, 0, 0, 0},
-                                       {3, 1, 1, 1, 1, 1, 1, 2})) ==
+  CHECK(*RegionRuns(shape, Region::Box({m - 3, 0, 0, 0, 0, 0, 0, 0}, {3, 1, 1, 1, 1, 1, 1, 2})) ==
         Runs{{(m - 3) * 2, 6}});
-  CHECK(*RegionRuns(shape, Region::Box({0, 0, 0, 0, 0, 0, 0, 0},
-                                       {m, 1, 1, 1, 1, 1, 1, 2})) == Runs{{0, 2 * m}});
+  CHECK(*RegionRuns(shape, Region::Box({0, 0, 0, 0, 0, 0, 0, 0}, {m, 1, 1, 1, 1, 1, 1, 2})) ==
+        Runs{{0, 2 * m}});
   CHECK(*RegionRuns(shape, Region::Flat(2 * m - 5, 2 * m)) == Runs{{2 * m - 5, 5}});
 
   // 2^60 elements: whole slabs collapse to a single run.
   const int64_t k = int64_t{1} << 20;
-  CHECK(*RegionRuns({k, k, k}, Region::Box({5, 0, 0}, {3, k, k})) ==
-        Runs{{5 * k * k, 3 * k * k}});
+  CHECK(*RegionRuns({k, k, k}, Region::Box({5, 0, 0}, {3, k, k})) == Runs{{5 * k * k, 3 * k * k}});
   CHECK(*RegionRuns({k, k, k}, Region::Box({5, 7, 0}, {2, 3, k})) ==
         Runs{{5 * k * k + 7 * k, 3 * k}, {6 * k * k + 7 * k, 3 * k}});
 
@@ -529,12 +518,9 @@ TEST_CASE("IntersectRegions: hand-written cases", "[geometry]") {
           Runs{{2, 3, 2}, {4, 9, 1}});
   }
   SECTION("flat vs flat") {
-    CHECK(*IntersectRegions({10}, 8, Region::Flat(2, 7), Region::Flat(5, 9)) ==
-          Runs{{24, 0, 16}});
-    CHECK(*IntersectRegions({10}, 8, Region::Flat(5, 9), Region::Flat(2, 7)) ==
-          Runs{{0, 24, 16}});
-    CHECK(*IntersectRegions({10}, 4, Region::Flat(0, 10), Region::Flat(3, 4)) ==
-          Runs{{12, 0, 4}});
+    CHECK(*IntersectRegions({10}, 8, Region::Flat(2, 7), Region::Flat(5, 9)) == Runs{{24, 0, 16}});
+    CHECK(*IntersectRegions({10}, 8, Region::Flat(5, 9), Region::Flat(2, 7)) == Runs{{0, 24, 16}});
+    CHECK(*IntersectRegions({10}, 4, Region::Flat(0, 10), Region::Flat(3, 4)) == Runs{{12, 0, 4}});
   }
   SECTION("whole") {
     CHECK(*IntersectRegions(s46, 1, Region::Whole(), Region::Box({1, 2}, {2, 3})) ==
@@ -577,8 +563,7 @@ TEST_CASE("IntersectRegions: hand-written cases", "[geometry]") {
     CHECK(IntersectRegions({0}, 1, Region::Flat(0, 0), Region::Box({0}, {0}))->empty());
   }
   SECTION("errors") {
-    absl::StatusOr<Runs> r =
-        IntersectRegions(s46, 4, Region::Box({3, 0}, {2, 6}), Region::Whole());
+    absl::StatusOr<Runs> r = IntersectRegions(s46, 4, Region::Box({3, 0}, {2, 6}), Region::Whole());
     REQUIRE_FALSE(r.ok());
     CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
     CHECK_THAT(std::string(r.status().message()),
@@ -793,8 +778,7 @@ TEST_CASE("compact: a flat range is at most 2 * rank - 1 pieces", "[geometry]") 
   CHECK(*RegionNumElements(huge, Region::Flat(5, big * big * 4 - 7)) == big * big * 4 - 12);
 }
 
-TEST_CASE("compact: 3-d box cut in its two inner dims needs a run per outer index",
-          "[geometry]") {
+TEST_CASE("compact: 3-d box cut in its two inner dims needs a run per outer index", "[geometry]") {
   const Shape shape = {1000, 1000, 4};
   const Region box = Region::Box({0, 0, 1}, {1000, 999, 2});
   CHECK(*StridedRunCount(shape, box, Region::Whole()) == 1000);

@@ -146,9 +146,9 @@ TEST_CASE("limits: objects and bytes per rank", "[limits]") {
   CHECK(ValidatePlanSaveRequest(r, limits).ok());
   // Near 2^64: the length that once wrapped the padding.
   r.mutable_objects(0)->set_length(std::numeric_limits<uint64_t>::max() - 5);
-  RequireError(ValidatePlanSaveRequest(r, limits), kExhausted,
-               {"object o0 has 18446744073709551610 bytes; the limit is 100",
-                "(--max_object_bytes)"});
+  RequireError(
+      ValidatePlanSaveRequest(r, limits), kExhausted,
+      {"object o0 has 18446744073709551610 bytes; the limit is 100", "(--max_object_bytes)"});
   r.mutable_objects(0)->set_length(10);
   *r.add_objects() = r.objects(0);
   RequireError(ValidatePlanSaveRequest(r, limits), kInvalid, {"lists object o0 twice"});

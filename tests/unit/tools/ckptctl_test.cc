@@ -66,16 +66,14 @@ class FakeNode final : public v1::NodeService::Service {
     *response = status;
     return grpc::Status::OK;
   }
-  grpc::Status ListCheckpoints(grpc::ServerContext*,
-                               const v1::ListCheckpointsRequest* request,
+  grpc::Status ListCheckpoints(grpc::ServerContext*, const v1::ListCheckpointsRequest* request,
                                v1::ListCheckpointsResponse* response) override {
     Record(request->job(), 0);
     *response = list;
     return grpc::Status::OK;
   }
-  grpc::Status InspectCheckpoint(
-      grpc::ServerContext*, const v1::InspectCheckpointRequest* request,
-      v1::InspectCheckpointResponse* response) override {
+  grpc::Status InspectCheckpoint(grpc::ServerContext*, const v1::InspectCheckpointRequest* request,
+                                 v1::InspectCheckpointResponse* response) override {
     Record(request->job(), request->step());
     *response = inspect;
     return inspect_status;
@@ -91,8 +89,7 @@ class FakeNode final : public v1::NodeService::Service {
     *response = verify;
     return verify_status;
   }
-  grpc::Status CancelSave(grpc::ServerContext*,
-                          const v1::CancelSaveRequest* request,
+  grpc::Status CancelSave(grpc::ServerContext*, const v1::CancelSaveRequest* request,
                           v1::CancelSaveResponse*) override {
     Record(request->job(), request->step());
     return grpc::Status::OK;
@@ -127,9 +124,7 @@ class FakeDaemon {
     channel_ = *MakeChannel(target_);
     stub_ = v1::NodeService::NewStub(channel_);
   }
-  ~FakeDaemon() {
-    server_->Shutdown(std::chrono::system_clock::now() + 1s);
-  }
+  ~FakeDaemon() { server_->Shutdown(std::chrono::system_clock::now() + 1s); }
 
   Call MakeCall(std::chrono::milliseconds timeout = 5s) {
     Call call;
@@ -155,20 +150,17 @@ class FakeDaemon {
 };
 
 bool OneLine(const std::string& text) {
-  return !text.empty() && text.back() == '\n' &&
-         text.find('\n') == text.size() - 1;
+  return !text.empty() && text.back() == '\n' && text.find('\n') == text.size() - 1;
 }
 
-TEST_CASE("ParseStep accepts latest and non-negative integers only",
-          "[ckptctl]") {
+TEST_CASE("ParseStep accepts latest and non-negative integers only", "[ckptctl]") {
   CHECK(ParseStep("latest").value() == -1);
   CHECK(ParseStep("0").value() == 0);
   CHECK(ParseStep("1234").value() == 1234);
   CHECK(ParseStep("9223372036854775807").value() == INT64_MAX);
 
-  for (const char* bad : {"", "-1", "-0", "+5", " 5", "5 ", "12x", "1e3",
-                          "0x10", "LATEST", "9223372036854775808",
-                          "99999999999999999999"}) {
+  for (const char* bad : {"", "-1", "-0", "+5", " 5", "5 ", "12x", "1e3", "0x10", "LATEST",
+                          "9223372036854775808", "99999999999999999999"}) {
     INFO("step text: \"" << bad << "\"");
     const auto parsed = ParseStep(bad);
     REQUIRE_FALSE(parsed.ok());
@@ -287,12 +279,10 @@ TEST_CASE("status --json round-trips", "[ckptctl]") {
   CHECK_THAT(out, Catch::Contains("\"storage_root\": \"/var/lib/ckpt\""));
   v1::GetStatusResponse parsed;
   REQUIRE(google::protobuf::util::JsonStringToMessage(out, &parsed).ok());
-  CHECK(google::protobuf::util::MessageDifferencer::Equals(
-      parsed, daemon.node.status));
+  CHECK(google::protobuf::util::MessageDifferencer::Equals(parsed, daemon.node.status));
 }
 
-TEST_CASE("list prints a table sorted by step with the latest marked",
-          "[ckptctl]") {
+TEST_CASE("list prints a table sorted by step with the latest marked", "[ckptctl]") {
   FakeDaemon daemon;
   auto add = [&](int64_t step, int64_t ms, uint64_t bytes, bool latest) {
     v1::CheckpointSummary* c = daemon.node.list.add_checkpoints();
@@ -319,12 +309,10 @@ TEST_CASE("list prints a table sorted by step with the latest marked",
   CHECK_THAT(header, Catch::Contains("STEP") && Catch::Contains("CREATED") &&
                          Catch::Contains("SIZE") && Catch::Contains("TENSORS") &&
                          Catch::Contains("OBJECTS"));
-  CHECK_THAT(first, Catch::Contains("1000") &&
-                        Catch::Contains("2024-05-01T11:00:00.000Z") &&
+  CHECK_THAT(first, Catch::Contains("1000") && Catch::Contains("2024-05-01T11:00:00.000Z") &&
                         Catch::Contains("1.0 GiB") && Catch::Contains("1234"));
   CHECK_THAT(first, !Catch::Contains("latest"));
-  CHECK_THAT(second, Catch::Contains("2000") &&
-                         Catch::Contains("2024-05-01T12:00:00.123Z") &&
+  CHECK_THAT(second, Catch::Contains("2000") && Catch::Contains("2024-05-01T12:00:00.123Z") &&
                          Catch::Contains("1.5 GiB") && Catch::EndsWith("latest"));
 }
 
@@ -349,8 +337,8 @@ TEST_CASE("list shows broken checkpoints with their reason", "[ckptctl]") {
   REQUIRE(std::getline(lines, first));
   REQUIRE(std::getline(lines, second));
   CHECK_FALSE(std::getline(lines, extra));  // the reason stays on its line
-  CHECK_THAT(first, Catch::Contains("100") && Catch::Contains("1.0 GiB") &&
-                        !Catch::Contains("BROKEN"));
+  CHECK_THAT(first,
+             Catch::Contains("100") && Catch::Contains("1.0 GiB") && !Catch::Contains("BROKEN"));
   CHECK_THAT(second, Catch::Contains("200") && Catch::Contains("BROKEN") &&
                          Catch::Contains("latest") &&
                          Catch::Contains("manifest checksum mismatch second line"));
@@ -359,8 +347,8 @@ TEST_CASE("list shows broken checkpoints with their reason", "[ckptctl]") {
   Call call = daemon.MakeCall();
   call.out = &json;
   REQUIRE(RunList(call, "j", /*json=*/true) == kExitOk);
-  CHECK_THAT(json.str(), Catch::Contains("\"broken\": true") &&
-                             Catch::Contains("\"broken_reason\""));
+  CHECK_THAT(json.str(),
+             Catch::Contains("\"broken\": true") && Catch::Contains("\"broken_reason\""));
 }
 
 TEST_CASE("list of a job without checkpoints", "[ckptctl]") {
@@ -406,12 +394,10 @@ TEST_CASE("inspect prints the manifest as JSON", "[ckptctl]") {
 
 TEST_CASE("inspect of a missing checkpoint fails with exit 1", "[ckptctl]") {
   FakeDaemon daemon;
-  daemon.node.inspect_status =
-      grpc::Status(grpc::StatusCode::NOT_FOUND, "job llama has no step 7");
+  daemon.node.inspect_status = grpc::Status(grpc::StatusCode::NOT_FOUND, "job llama has no step 7");
   CHECK(RunInspect(daemon.MakeCall(), "llama", 7) == kExitFailed);
   CHECK(daemon.out.str().empty());
-  CHECK(daemon.err.str() ==
-        "ckptctl: inspect: NOT_FOUND: job llama has no step 7\n");
+  CHECK(daemon.err.str() == "ckptctl: inspect: NOT_FOUND: job llama has no step 7\n");
 }
 
 TEST_CASE("verify reports the chunks it checked", "[ckptctl]") {
@@ -419,19 +405,17 @@ TEST_CASE("verify reports the chunks it checked", "[ckptctl]") {
   daemon.node.verify.set_chunks_checked(12);
   daemon.node.verify.set_bytes_checked(49152);
   REQUIRE(RunVerify(daemon.MakeCall(), "llama", 2000) == kExitOk);
-  CHECK(daemon.node.last_request() ==
-        std::pair<std::string, int64_t>("llama", 2000));
+  CHECK(daemon.node.last_request() == std::pair<std::string, int64_t>("llama", 2000));
   CHECK(daemon.out.str() == "OK: 12 chunks, 49152 bytes verified\n");
   CHECK(daemon.err.str().empty());
 }
 
-TEST_CASE("verify prints the daemon's DATA_LOSS message and exits 1",
-          "[ckptctl]") {
+TEST_CASE("verify prints the daemon's DATA_LOSS message and exits 1", "[ckptctl]") {
   FakeDaemon daemon;
-  daemon.node.verify_status = grpc::Status(
-      grpc::StatusCode::DATA_LOSS,
-      "crc mismatch in step-2000/data/node-17-0.bin at offset 8192 "
-      "(tensor layers.0.attn.wq):\nwant 0x1234abcd got 0x00000000");
+  daemon.node.verify_status =
+      grpc::Status(grpc::StatusCode::DATA_LOSS,
+                   "crc mismatch in step-2000/data/node-17-0.bin at offset 8192 "
+                   "(tensor layers.0.attn.wq):\nwant 0x1234abcd got 0x00000000");
   CHECK(RunVerify(daemon.MakeCall(), "llama", -1) == kExitFailed);
   CHECK(daemon.out.str().empty());
   const std::string err = daemon.err.str();
@@ -439,12 +423,10 @@ TEST_CASE("verify prints the daemon's DATA_LOSS message and exits 1",
   CHECK(OneLine(err));
   CHECK_THAT(err, Catch::StartsWith("ckptctl: verify: DATA_LOSS: "));
   CHECK_THAT(err, Catch::Contains("data/node-17-0.bin at offset 8192") &&
-                      Catch::Contains("layers.0.attn.wq") &&
-                      Catch::Contains("want 0x1234abcd"));
+                      Catch::Contains("layers.0.attn.wq") && Catch::Contains("want 0x1234abcd"));
 }
 
-TEST_CASE("a daemon that is reachable but too slow is a failure, not exit 3",
-          "[ckptctl]") {
+TEST_CASE("a daemon that is reachable but too slow is a failure, not exit 3", "[ckptctl]") {
   FakeDaemon daemon;
   daemon.node.verify_delay = 5s;
   CHECK(RunVerify(daemon.MakeCall(200ms), "llama", -1) == kExitFailed);
@@ -456,8 +438,7 @@ TEST_CASE("a daemon that is reachable but too slow is a failure, not exit 3",
 TEST_CASE("cancel", "[ckptctl]") {
   FakeDaemon daemon;
   REQUIRE(RunCancel(daemon.MakeCall(), "llama", 3000) == kExitOk);
-  CHECK(daemon.node.last_request() ==
-        std::pair<std::string, int64_t>("llama", 3000));
+  CHECK(daemon.node.last_request() == std::pair<std::string, int64_t>("llama", 3000));
   CHECK(daemon.out.str() == "cancelled job llama step 3000\n");
 }
 
@@ -481,8 +462,7 @@ TEST_CASE("nothing listening on the socket is exit 3", "[ckptctl]") {
   CHECK(std::chrono::steady_clock::now() - start < 4s);
   CHECK(out.str().empty());
   CHECK(OneLine(err.str()));
-  CHECK_THAT(err.str(),
-             Catch::StartsWith("ckptctl: status: cannot reach ckptd at " + target));
+  CHECK_THAT(err.str(), Catch::StartsWith("ckptctl: status: cannot reach ckptd at " + target));
 
   std::ostringstream err2;
   call.err = &err2;
@@ -490,8 +470,7 @@ TEST_CASE("nothing listening on the socket is exit 3", "[ckptctl]") {
   CHECK_THAT(err2.str(), Catch::StartsWith("ckptctl: verify: cannot reach"));
 }
 
-TEST_CASE("a socket that accepts but never speaks gRPC is exit 3",
-          "[ckptctl]") {
+TEST_CASE("a socket that accepts but never speaks gRPC is exit 3", "[ckptctl]") {
   // The kernel completes the connection from the backlog, the HTTP/2
   // handshake never does: the call times out before the channel is READY.
   TempDir dir;
@@ -516,8 +495,8 @@ TEST_CASE("a socket that accepts but never speaks gRPC is exit 3",
   call.out = &out;
   call.err = &err;
   CHECK(RunStatus(call, /*json=*/false) == kExitUnreachable);
-  CHECK_THAT(err.str(), Catch::StartsWith("ckptctl: status: cannot reach ckptd at " +
-                                          target + " within 0.3s"));
+  CHECK_THAT(err.str(), Catch::StartsWith("ckptctl: status: cannot reach ckptd at " + target +
+                                          " within 0.3s"));
   close(fd);
 }
 

@@ -13,15 +13,19 @@ namespace ckpt::ctl {
 namespace {
 
 TEST_CASE("safetensors header: length, JSON, padding to 8", "[safetensors]") {
-  const std::string header = SafetensorsHeader(
-      {{"a.weight", "BF16", {2, 3}, 0, 12}, {"quote\"d\n", "BOOL", {}, 12, 13}});
+  const std::string header =
+      SafetensorsHeader({{"a.weight", "BF16", {2, 3}, 0, 12}, {"quote\"d\n", "BOOL", {}, 12, 13}});
   REQUIRE(header.size() % 8 == 0);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(header[i]);
   REQUIRE(n == header.size() - 8);
   const std::string json = header.substr(8);
-  CHECK(json.rfind(R"({"__metadata__":{"format":"pt"},"a.weight":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,12]},)", 0) == 0);
-  CHECK(json.find(R"("quote\"d\u000a":{"dtype":"BOOL","shape":[],"data_offsets":[12,13]}})") != std::string::npos);
+  CHECK(
+      json.rfind(
+          R"({"__metadata__":{"format":"pt"},"a.weight":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,12]},)",
+          0) == 0);
+  CHECK(json.find(R"("quote\"d\u000a":{"dtype":"BOOL","shape":[],"data_offsets":[12,13]}})") !=
+        std::string::npos);
   CHECK(json.find_last_not_of(' ') == json.find_last_of('}'));
 }
 

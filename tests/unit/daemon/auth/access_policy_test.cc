@@ -30,8 +30,8 @@ TEST_CASE("lists grant by uid, primary group or supplementary group", "[auth]") 
   lists.admin_groups = {"3000"};
   const AccessPolicy policy = Make(lists);
   CHECK(policy.Of({1001, 1001, {}}) == Permission::kUse);
-  CHECK(policy.Of({1003, 2000, {}}) == Permission::kUse);          // primary group
-  CHECK(policy.Of({1004, 1004, {7, 2000}}) == Permission::kUse);   // supplementary
+  CHECK(policy.Of({1003, 2000, {}}) == Permission::kUse);         // primary group
+  CHECK(policy.Of({1004, 1004, {7, 2000}}) == Permission::kUse);  // supplementary
   CHECK(policy.Of({1002, 1002, {}}) == Permission::kRead);
   CHECK(policy.Of({1005, 1005, {3000}}) == Permission::kAdmin);
   // The highest grant wins.

@@ -81,10 +81,12 @@ v1::CheckpointManifest ManifestOf(const std::string& job, int64_t step, const st
 // A committed step through the real commit protocol.
 void CommitStep(Backend& backend, const std::string& root, const std::string& job, int64_t step,
                 const std::string& data = "0123456789", uint64_t chunk_bytes = 4) {
-  const std::string partial = PartialDir(root, job, step, absl::StrCat("h0-00000000000000aa-", step));
+  const std::string partial =
+      PartialDir(root, job, step, absl::StrCat("h0-00000000000000aa-", step));
   CKPT_REQUIRE_OK(backend.CreateDirs(partial + "/data"));
   Write(backend, partial + "/data/h0-0.bin", data);
-  CKPT_REQUIRE_OK(CommitCheckpoint(backend, root, partial, ManifestOf(job, step, data, chunk_bytes)));
+  CKPT_REQUIRE_OK(
+      CommitCheckpoint(backend, root, partial, ManifestOf(job, step, data, chunk_bytes)));
 }
 
 int64_t Latest(Catalog& catalog, const std::string& job) {
@@ -368,8 +370,7 @@ TEST_CASE("chunk reads refuse what a hostile step directory holds", "[catalog][c
     std::ofstream(file, std::ios::binary | std::ios::trunc) << bad;
     const uint32_t computed = Crc32c(bad.data() + 8192, 4096);
     REQUIRE(computed != chunk.crc32c());
-    for (const absl::Status& s :
-         {read(), VerifyCheckpoint(*backend, catalog, "job", 1).status()}) {
+    for (const absl::Status& s : {read(), VerifyCheckpoint(*backend, catalog, "job", 1).status()}) {
       INFO(s.ToString());
       CHECK(absl::IsDataLoss(s));
       CHECK(s.message().find("checksum mismatch") != absl::string_view::npos);
@@ -403,8 +404,7 @@ TEST_CASE("verify reads a chunk of any size in bounded pieces", "[catalog][verif
                      absl::StatusCode::kDataLoss, "checksum mismatch", "offset 0", "tensor w");
 }
 
-TEST_CASE("verify uses the directory asked for, not one the manifest names",
-          "[catalog][verify]") {
+TEST_CASE("verify uses the directory asked for, not one the manifest names", "[catalog][verify]") {
   TempRoot root;
   std::unique_ptr<Backend> backend = storage::NewPosixBackend();
   CommitStep(*backend, root.path(), "good", 1, Pattern(4096), 4096);

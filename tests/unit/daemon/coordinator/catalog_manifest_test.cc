@@ -112,8 +112,8 @@ TEST_CASE("ValidateManifest refuses hostile manifests", "[manifest_check]") {
        StatusCode::kDataLoss, "object \"rng\""},
       {"copied from another job", [](auto& m) { m.set_job("other"); },
        StatusCode::kFailedPrecondition, "not of job job step 5"},
-      {"copied from another step", [](auto& m) { m.set_step(4); },
-       StatusCode::kFailedPrecondition, "copied"},
+      {"copied from another step", [](auto& m) { m.set_step(4); }, StatusCode::kFailedPrecondition,
+       "copied"},
       {"format version", [](auto& m) { m.set_format_version(7); }, StatusCode::kDataLoss,
        "format version 7"},
       {"shard with no chunks",
@@ -123,7 +123,9 @@ TEST_CASE("ValidateManifest refuses hostile manifests", "[manifest_check]") {
        [](auto& m) { m.mutable_tensors(0)->mutable_shards(1)->mutable_chunks(0)->set_length(100); },
        StatusCode::kDataLoss, "cover 100 of its 8192 bytes"},
       {"chunk longer than its shard",
-       [](auto& m) { m.mutable_tensors(0)->mutable_shards(1)->mutable_chunks(0)->set_length(8193); },
+       [](auto& m) {
+         m.mutable_tensors(0)->mutable_shards(1)->mutable_chunks(0)->set_length(8193);
+       },
        StatusCode::kDataLoss, "runs past the shard"},
       {"huge chunk", [](auto& m) { FirstChunk(m).set_length(uint64_t{1} << 63); },
        StatusCode::kDataLoss, "more than the limit"},
@@ -149,14 +151,15 @@ TEST_CASE("ValidateManifest refuses hostile manifests", "[manifest_check]") {
          c->set_shard_offset(8192);
        },
        StatusCode::kDataLoss, "is empty"},
-      {"file offset wraps",
-       [](auto& m) { FirstChunk(m).set_file_offset(UINT64_MAX - 10); }, StatusCode::kDataLoss,
-       "beyond any file"},
-      {"unknown dtype", [](auto& m) { m.mutable_tensors(0)->set_dtype(static_cast<v1::DType>(999)); },
+      {"file offset wraps", [](auto& m) { FirstChunk(m).set_file_offset(UINT64_MAX - 10); },
+       StatusCode::kDataLoss, "beyond any file"},
+      {"unknown dtype",
+       [](auto& m) { m.mutable_tensors(0)->set_dtype(static_cast<v1::DType>(999)); },
        StatusCode::kDataLoss, "tensor w"},
       {"region outside the tensor",
        [](auto& m) {
-         m.mutable_tensors(0)->mutable_shards(1)->mutable_region()->mutable_box()->set_offsets(0, 3);
+         m.mutable_tensors(0)->mutable_shards(1)->mutable_region()->mutable_box()->set_offsets(0,
+                                                                                               3);
        },
        StatusCode::kDataLoss, "shard 1"},
       {"shape overflows",

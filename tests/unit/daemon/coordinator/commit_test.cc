@@ -198,8 +198,7 @@ TEST_CASE("catalog reports a corrupt manifest as DATA_LOSS naming it", "[catalog
                      "/ckpt/job/step-2/MANIFEST");
 }
 
-TEST_CASE("RemoveStalePartials removes only this host's earlier instances' partials",
-          "[catalog]") {
+TEST_CASE("RemoveStalePartials removes only this host's earlier instances' partials", "[catalog]") {
   std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
   CatalogOptions options;
   options.host = "h-0";  // a '-' in the host name must not confuse the parse
@@ -213,12 +212,15 @@ TEST_CASE("RemoveStalePartials removes only this host's earlier instances' parti
   CHECK(catalog.NewPartialId() == "h-0-00000000000000aa-1");
   CKPT_REQUIRE_OK(backend->CreateDirs(PartialDir(kRoot, "jobA", 3, earlier) + "/data"));
   WriteFile(*backend, PartialDir(kRoot, "jobA", 3, earlier) + "/data/h-0-0.bin", "x");
-  CKPT_REQUIRE_OK(backend->CreateDirs(PartialDir(kRoot, "jobB", 1, PartialId("h-0", "fedcba9876543210", 7))));
+  CKPT_REQUIRE_OK(
+      backend->CreateDirs(PartialDir(kRoot, "jobB", 1, PartialId("h-0", "fedcba9876543210", 7))));
   // This instance's own save in flight, other hosts' saves on the shared
   // root, and partials of older versions that do not name their owner.
   CKPT_REQUIRE_OK(backend->CreateDirs(PartialDir(kRoot, "jobA", 4, mine)));
-  CKPT_REQUIRE_OK(backend->CreateDirs(PartialDir(kRoot, "jobA", 5, PartialId("h", "0123456789abcdef", 0))));
-  CKPT_REQUIRE_OK(backend->CreateDirs(PartialDir(kRoot, "jobA", 6, PartialId("h-00", "0123456789abcdef", 0))));
+  CKPT_REQUIRE_OK(
+      backend->CreateDirs(PartialDir(kRoot, "jobA", 5, PartialId("h", "0123456789abcdef", 0))));
+  CKPT_REQUIRE_OK(
+      backend->CreateDirs(PartialDir(kRoot, "jobA", 6, PartialId("h-00", "0123456789abcdef", 0))));
   CKPT_REQUIRE_OK(backend->CreateDirs(PartialDir(kRoot, "jobA", 7, "deadbeef")));
   const std::string committed = MakePartial(*backend, "jobA", 2, "p", "keep");
   CKPT_REQUIRE_OK(CommitCheckpoint(*backend, kRoot, committed, ManifestFor("jobA", 2, 9)));
@@ -232,11 +234,10 @@ TEST_CASE("RemoveStalePartials removes only this host's earlier instances' parti
   CKPT_REQUIRE_OK(removed);
   CHECK(*removed == 2);
   CHECK(List(*backend, "/ckpt/jobA") ==
-        std::vector<std::string>{".step-3.tmp", ".step-4.partial-" + mine,
-                                 ".step-5.partial-h-0123456789abcdef-0",
-                                 ".step-6.partial-h-00-0123456789abcdef-0",
-                                 ".step-7.partial-deadbeef", "LATEST", "step-2",
-                                 "step-5.partial-" + earlier});
+        std::vector<std::string>{
+            ".step-3.tmp", ".step-4.partial-" + mine, ".step-5.partial-h-0123456789abcdef-0",
+            ".step-6.partial-h-00-0123456789abcdef-0", ".step-7.partial-deadbeef", "LATEST",
+            "step-2", "step-5.partial-" + earlier});
   CHECK(List(*backend, "/ckpt/jobB").empty());
   CHECK(Exists(*backend, "/ckpt/jobA/step-2/.step-9.partial-" + earlier));
   CHECK(ReadFile(*backend, "/ckpt/jobA/step-2/data/h0-0.bin") == "keep");
@@ -280,11 +281,11 @@ TEST_CASE("layout names", "[catalog]") {
   CHECK(parsed->step == 12);
   CHECK(parsed->host == "host-a.b");
   CHECK(parsed->instance == "0123456789abcdef");
-  for (const char* bad : {".step-7.partial-x", ".step-7.partial-h-0123456789abcdef",
-                          ".step-7.partial--0123456789abcdef-1",
-                          ".step-7.partial-h-0123456789ABCDEF-1",
-                          ".step-7.partial-h-0123456789abcdef-", ".step-07.partial-h-0123456789abcdef-1",
-                          ".step-7.partial-h-0123456789abcdef-1x", "step-7.partial-h-0123456789abcdef-1"}) {
+  for (const char* bad :
+       {".step-7.partial-x", ".step-7.partial-h-0123456789abcdef",
+        ".step-7.partial--0123456789abcdef-1", ".step-7.partial-h-0123456789ABCDEF-1",
+        ".step-7.partial-h-0123456789abcdef-", ".step-07.partial-h-0123456789abcdef-1",
+        ".step-7.partial-h-0123456789abcdef-1x", "step-7.partial-h-0123456789abcdef-1"}) {
     INFO(bad);
     CHECK_FALSE(ParsePartialDirName(bad).has_value());
   }
@@ -328,7 +329,8 @@ v1::NodePersistReport WriteItems(Backend& backend, const v1::SaveAssignment& a,
     }
     REQUIRE(bytes.size() == item.bytes());
     std::string& file = files[item.file()];
-    if (file.size() < item.file_offset() + bytes.size()) file.resize(item.file_offset() + bytes.size());
+    if (file.size() < item.file_offset() + bytes.size())
+      file.resize(item.file_offset() + bytes.size());
     file.replace(item.file_offset(), bytes.size(), bytes);
   }
   v1::NodePersistReport report;
@@ -416,11 +418,13 @@ TEST_CASE("coordinator: plan, write, report, commit, load", "[coordinator]") {
   CKPT_REQUIRE_OK(m);
   CHECK(m->step() == 5);
   std::map<std::pair<std::string, uint64_t>, uint32_t> reported;
-  for (const v1::ChunkChecksum& c : report.checksums()) reported[{c.file(), c.file_offset()}] = c.crc32c();
+  for (const v1::ChunkChecksum& c : report.checksums())
+    reported[{c.file(), c.file_offset()}] = c.crc32c();
   v1::CheckpointManifest expected = a->manifest_template();
   for (v1::TensorEntry& t : *expected.mutable_tensors()) {
     for (v1::StoredShard& s : *t.mutable_shards()) {
-      for (v1::StoredChunk& c : *s.mutable_chunks()) c.set_crc32c(reported.at({c.file(), c.file_offset()}));
+      for (v1::StoredChunk& c : *s.mutable_chunks())
+        c.set_crc32c(reported.at({c.file(), c.file_offset()}));
     }
   }
   for (v1::ObjectEntry& o : *expected.mutable_objects()) {
@@ -525,7 +529,7 @@ class RecordingBackend : public Backend {
   explicit RecordingBackend(Backend& target) : target_(target) {}
 
   std::vector<std::string> log;
-  std::string fail_sync_dir;  // SyncDir of exactly this path fails,
+  std::string fail_sync_dir;   // SyncDir of exactly this path fails,
   int fail_sync_dir_from = 1;  // from its n-th call on
 
   std::string Name() const override { return "recording(" + target_.Name() + ")"; }
@@ -678,7 +682,8 @@ TEST_CASE("commit faults: a failed fsync of the job directory after the rename",
   const v1::NodeSavePlan node = TwoRankPlan(5);
   absl::StatusOr<v1::SaveAssignment> a = coord.PlanSave(node);
   CKPT_REQUIRE_OK(a);
-  const absl::StatusOr<v1::CommitResult> result = coord.ReportPersisted(WriteItems(*inner, *a, node));
+  const absl::StatusOr<v1::CommitResult> result =
+      coord.ReportPersisted(WriteItems(*inner, *a, node));
   CKPT_REQUIRE_ERROR(result, absl::StatusCode::kUnknown, "commit: ", "/ckpt/job");
   CHECK(std::find(faulty.log.begin(), faulty.log.end(),
                   "rename /ckpt/job/step-5 " + absl::StrCat(kRoot, "/", a->partial_dir())) !=

@@ -40,8 +40,9 @@ LoadStats LoadAndCheck(const Saved& saved, const std::vector<v1::NodeLoadPlan>& 
   for (const v1::TensorEntry& t : saved.manifest.tensors()) {
     for (const v1::StoredShard& s : t.shards()) {
       for (const v1::StoredChunk& c : s.chunks()) {
-        REQUIRE(chunks.emplace(std::make_pair(c.file(), c.file_offset()), std::make_pair(t.fqn(), c))
-                    .second);
+        REQUIRE(
+            chunks.emplace(std::make_pair(c.file(), c.file_offset()), std::make_pair(t.fqn(), c))
+                .second);
       }
     }
   }
@@ -66,8 +67,9 @@ LoadStats LoadAndCheck(const Saved& saved, const std::vector<v1::NodeLoadPlan>& 
   // Sizes, per rank in request order.
   std::map<int, std::vector<uint64_t>> sizes;
   for (const v1::LoadAssignment::RankSizes& s : plan->sizes()) {
-    REQUIRE(sizes.emplace(s.rank(), std::vector<uint64_t>(s.tensor_bytes().begin(),
-                                                          s.tensor_bytes().end()))
+    REQUIRE(sizes
+                .emplace(s.rank(),
+                         std::vector<uint64_t>(s.tensor_bytes().begin(), s.tensor_bytes().end()))
                 .second);
   }
   for (const auto& [key, buffer] : dest) {
@@ -150,7 +152,8 @@ std::vector<v1::NodeSavePlan> FourRankSave() {
              BoxShard("t4", v1::INT8, {6, 10, 14, 22}, {0, 5 * (r / 2), 0, 11 * (r % 2)},
                       {6, 5, 14, 11}));
     // [3000, 7] int16 flat, DP=2 replicas of two halves.
-    AddShard(node(r), r, FlatShard("i16", v1::INT16, {3000, 7}, (r % 2) * 10500, (r % 2 + 1) * 10500));
+    AddShard(node(r), r,
+             FlatShard("i16", v1::INT16, {3000, 7}, (r % 2) * 10500, (r % 2 + 1) * 10500));
     // fp64 [40, 50]: TP=2 over columns, replicated twice.
     AddShard(node(r), r, BoxShard("d", v1::FLOAT64, {40, 50}, {0, 25 * (r % 2)}, {40, 25}));
   }
@@ -160,37 +163,41 @@ std::vector<v1::NodeSavePlan> FourRankSave() {
 TEST_CASE("load: box-saved fp32 read back as flat ranges, boxes and whole", "[load_planner]") {
   const Saved saved = Save(FourRankSave());
   SECTION("three uneven flat ranges") {
-    LoadAndCheck(saved, {LoadNode("a", {{0, {FlatShard("w", v1::FLOAT32, {256, 96}, 0, 5000)}},
-                                        {1, {FlatShard("w", v1::FLOAT32, {256, 96}, 5000, 17001)}},
-                                        {2, {FlatShard("w", v1::FLOAT32, {256, 96}, 17001, 24576)}}})});
+    LoadAndCheck(saved,
+                 {LoadNode("a", {{0, {FlatShard("w", v1::FLOAT32, {256, 96}, 0, 5000)}},
+                                 {1, {FlatShard("w", v1::FLOAT32, {256, 96}, 5000, 17001)}},
+                                 {2, {FlatShard("w", v1::FLOAT32, {256, 96}, 17001, 24576)}}})});
   }
   SECTION("column boxes on two ranks") {
-    LoadAndCheck(saved,
-                 {LoadNode("a", {{0, {BoxShard("w", v1::FLOAT32, {256, 96}, {0, 0}, {256, 37})}},
-                                 {1, {BoxShard("w", v1::FLOAT32, {256, 96}, {0, 37}, {256, 59})}}})});
+    LoadAndCheck(
+        saved, {LoadNode("a", {{0, {BoxShard("w", v1::FLOAT32, {256, 96}, {0, 0}, {256, 37})}},
+                               {1, {BoxShard("w", v1::FLOAT32, {256, 96}, {0, 37}, {256, 59})}}})});
   }
   SECTION("an interior box straddling stored shards and chunks") {
-    LoadAndCheck(saved,
-                 {LoadNode("a", {{0, {BoxShard("w", v1::FLOAT32, {256, 96}, {30, 5}, {170, 83})}}})});
+    LoadAndCheck(
+        saved, {LoadNode("a", {{0, {BoxShard("w", v1::FLOAT32, {256, 96}, {30, 5}, {170, 83})}}})});
   }
   SECTION("whole, on hosts of 1 and 3 ranks") {
     const v1::TensorShard whole = Whole("w", v1::FLOAT32, {256, 96});
-    LoadAndCheck(saved, {LoadNode("a", {{0, {whole}}}),
-                         LoadNode("b", {{1, {BoxShard("w", v1::FLOAT32, {256, 96}, {0, 0}, {128, 96})}},
-                                        {2, {BoxShard("w", v1::FLOAT32, {256, 96}, {128, 0}, {128, 96})}},
-                                        {3, {FlatShard("w", v1::FLOAT32, {256, 96}, 12345, 12346)}}})});
+    LoadAndCheck(saved,
+                 {LoadNode("a", {{0, {whole}}}),
+                  LoadNode("b", {{1, {BoxShard("w", v1::FLOAT32, {256, 96}, {0, 0}, {128, 96})}},
+                                 {2, {BoxShard("w", v1::FLOAT32, {256, 96}, {128, 0}, {128, 96})}},
+                                 {3, {FlatShard("w", v1::FLOAT32, {256, 96}, 12345, 12346)}}})});
   }
 }
 
 TEST_CASE("load: flat-saved bf16 read back as boxes", "[load_planner]") {
   const Saved saved = Save(FourRankSave());
   const std::vector<int64_t> shape = {100, 130};
-  LoadAndCheck(saved, {LoadNode("a", {{0, {BoxShard("emb", v1::BFLOAT16, shape, {0, 0}, {50, 65})}},
-                                      {1, {BoxShard("emb", v1::BFLOAT16, shape, {0, 65}, {50, 65})}},
-                                      {2, {BoxShard("emb", v1::BFLOAT16, shape, {50, 0}, {50, 65})}},
-                                      {3, {BoxShard("emb", v1::BFLOAT16, shape, {50, 65}, {50, 65})}},
-                                      {4, {BoxShard("emb", v1::BFLOAT16, shape, {13, 7}, {71, 111}),
-                                           FlatShard("emb", v1::BFLOAT16, shape, 3999, 9002)}}})});
+  LoadAndCheck(saved,
+               {LoadNode("a", {{0, {BoxShard("emb", v1::BFLOAT16, shape, {0, 0}, {50, 65})}},
+                               {1, {BoxShard("emb", v1::BFLOAT16, shape, {0, 65}, {50, 65})}},
+                               {2, {BoxShard("emb", v1::BFLOAT16, shape, {50, 0}, {50, 65})}},
+                               {3, {BoxShard("emb", v1::BFLOAT16, shape, {50, 65}, {50, 65})}},
+                               {4,
+                                {BoxShard("emb", v1::BFLOAT16, shape, {13, 7}, {71, 111}),
+                                 FlatShard("emb", v1::BFLOAT16, shape, 3999, 9002)}}})});
 }
 
 TEST_CASE("load: 4-d int8 boxes resharded along other dimensions", "[load_planner]") {
@@ -226,8 +233,7 @@ TEST_CASE("load: flat int16 with replicas, read as boxes of a different world", 
   LoadAndCheck(saved, {LoadNode("a", requests)});
 }
 
-TEST_CASE("load: three ranks asking for the whole tensor read each chunk once",
-          "[load_planner]") {
+TEST_CASE("load: three ranks asking for the whole tensor read each chunk once", "[load_planner]") {
   const Saved saved = Save(FourRankSave());
   size_t w_chunks = 0;
   for (const v1::TensorEntry& e : saved.manifest.tensors()) {
@@ -240,8 +246,8 @@ TEST_CASE("load: three ranks asking for the whole tensor read each chunk once",
   LoadStats one = LoadAndCheck(saved, {LoadNode("a", {{0, {whole}}, {1, {whole}}, {2, {whole}}})});
   CHECK(one.reads == 24);
   CHECK(one.runs == 72);  // one run per rank per chunk
-  LoadStats two = LoadAndCheck(saved, {LoadNode("a", {{0, {whole}}, {1, {whole}}}),
-                                       LoadNode("b", {{2, {whole}}})});
+  LoadStats two = LoadAndCheck(
+      saved, {LoadNode("a", {{0, {whole}}, {1, {whole}}}), LoadNode("b", {{2, {whole}}})});
   CHECK(two.reads == 24);
   CHECK(two.runs == 72);
   // The same rank asking twice is two requests, still one read per chunk.
@@ -257,9 +263,9 @@ TEST_CASE("load: only the chunks a request touches are read", "[load_planner]") 
       saved, {LoadNode("a", {{0, {BoxShard("w", v1::FLOAT32, {256, 96}, {64, 0}, {2, 96})}}})});
   CHECK(stats.reads == 1);
   CHECK(stats.runs == 1);
-  absl::StatusOr<v1::LoadAssignment> plan = PlanLoad(
-      saved.manifest,
-      {LoadNode("a", {{0, {BoxShard("w", v1::FLOAT32, {256, 96}, {64, 0}, {2, 96})}}})});
+  absl::StatusOr<v1::LoadAssignment> plan =
+      PlanLoad(saved.manifest,
+               {LoadNode("a", {{0, {BoxShard("w", v1::FLOAT32, {256, 96}, {64, 0}, {2, 96})}}})});
   CKPT_REQUIRE_OK(plan);
   REQUIRE(plan->reads_size() == 1);
   const v1::CopyRun& run = plan->reads(0).runs(0);
@@ -290,9 +296,10 @@ TEST_CASE("load: only the chunks a request touches are read", "[load_planner]") 
 
 TEST_CASE("load: larger chunks and a single writer give the same bytes", "[load_planner]") {
   const Saved saved = Save(FourRankSave(), 1 << 20);
-  LoadAndCheck(saved, {LoadNode("a", {{0, {FlatShard("w", v1::FLOAT32, {256, 96}, 7, 24000)}},
-                                      {1, {BoxShard("emb", v1::BFLOAT16, {100, 130}, {1, 2}, {98, 127})}},
-                                      {2, {Whole("t4", v1::INT8, {6, 10, 14, 22})}}})});
+  LoadAndCheck(saved,
+               {LoadNode("a", {{0, {FlatShard("w", v1::FLOAT32, {256, 96}, 7, 24000)}},
+                               {1, {BoxShard("emb", v1::BFLOAT16, {100, 130}, {1, 2}, {98, 127})}},
+                               {2, {Whole("t4", v1::INT8, {6, 10, 14, 22})}}})});
 }
 
 TEST_CASE("load: mixed box and flat stored shards of one tensor", "[load_planner]") {
@@ -301,9 +308,10 @@ TEST_CASE("load: mixed box and flat stored shards of one tensor", "[load_planner
   AddShard(node, 1, FlatShard("m", v1::FLOAT16, {64, 100}, 3000, 4567));
   AddShard(node, 2, FlatShard("m", v1::FLOAT16, {64, 100}, 4567, 6400));
   const Saved saved = Save({node});
-  LoadAndCheck(saved, {LoadNode("a", {{0, {BoxShard("m", v1::FLOAT16, {64, 100}, {0, 33}, {64, 34})}},
-                                      {1, {FlatShard("m", v1::FLOAT16, {64, 100}, 2999, 4568)}},
-                                      {2, {Whole("m", v1::FLOAT16, {64, 100})}}})});
+  LoadAndCheck(saved,
+               {LoadNode("a", {{0, {BoxShard("m", v1::FLOAT16, {64, 100}, {0, 33}, {64, 34})}},
+                               {1, {FlatShard("m", v1::FLOAT16, {64, 100}, 2999, 4568)}},
+                               {2, {Whole("m", v1::FLOAT16, {64, 100})}}})});
 }
 
 TEST_CASE("load: 0-d and zero-size tensors", "[load_planner]") {
@@ -316,8 +324,9 @@ TEST_CASE("load: 0-d and zero-size tensors", "[load_planner]") {
   v1::TensorShard scalar_box = Whole("scalar", v1::FLOAT32, {});
   scalar_box.mutable_region()->mutable_box();
   LoadStats stats = LoadAndCheck(
-      saved, {LoadNode("a", {{0, {Whole("scalar", v1::FLOAT32, {}), Whole("empty", v1::FLOAT32, {3, 0})}},
-                             {1, {scalar_box, BoxShard("empty", v1::FLOAT32, {3, 0}, {1, 0}, {2, 0})}}})});
+      saved,
+      {LoadNode("a", {{0, {Whole("scalar", v1::FLOAT32, {}), Whole("empty", v1::FLOAT32, {3, 0})}},
+                      {1, {scalar_box, BoxShard("empty", v1::FLOAT32, {3, 0}, {1, 0}, {2, 0})}}})});
   CHECK(stats.reads == 1);
   CHECK(stats.runs == 2);
   absl::StatusOr<v1::LoadAssignment> plan =
@@ -337,7 +346,8 @@ TEST_CASE("load: objects, per rank preferred over global", "[load_planner]") {
   for (int r = 0; r < 3; ++r) *RankOf(node, r).add_objects() = Object("rng", false, 40 + r);
   const Saved saved = Save({node});
   absl::StatusOr<v1::LoadAssignment> plan =
-      PlanLoad(saved.manifest, {LoadNode("a", {}, {{0, {"cfg", "rng"}}, {1, {"rng", "cfg"}}, {2, {"cfg"}}})});
+      PlanLoad(saved.manifest,
+               {LoadNode("a", {}, {{0, {"cfg", "rng"}}, {1, {"rng", "cfg"}}, {2, {"cfg"}}})});
   CKPT_REQUIRE_OK(plan);
   CHECK(plan->reads_size() == 0);
   REQUIRE(plan->objects_size() == 5);
@@ -363,7 +373,8 @@ TEST_CASE("load: objects, per rank preferred over global", "[load_planner]") {
     }
   }
   std::map<int, std::vector<uint64_t>> sizes;
-  for (const auto& s : plan->sizes()) sizes[s.rank()] = {s.object_bytes().begin(), s.object_bytes().end()};
+  for (const auto& s : plan->sizes())
+    sizes[s.rank()] = {s.object_bytes().begin(), s.object_bytes().end()};
   CHECK(sizes == std::map<int, std::vector<uint64_t>>{{0, {300, 40}}, {1, {41, 17}}, {2, {300}}});
 
   CKPT_REQUIRE_ERROR(PlanLoad(saved.manifest, {LoadNode("a", {}, {{0, {"nope"}}})}),
@@ -380,12 +391,12 @@ TEST_CASE("load errors", "[load_planner]") {
   };
   CKPT_REQUIRE_ERROR(plan(Whole("nope", v1::FLOAT32, {4})), absl::StatusCode::kNotFound,
                      "tensor nope", "job step 5");
-  CKPT_REQUIRE_ERROR(plan(Whole("w", v1::FLOAT16, {256, 96})),
-                     absl::StatusCode::kInvalidArgument, "tensor w", "rank 0");
-  CKPT_REQUIRE_ERROR(plan(Whole("w", v1::FLOAT32, {96, 256})),
-                     absl::StatusCode::kInvalidArgument, "tensor w", "[96, 256]", "[256, 96]");
-  CKPT_REQUIRE_ERROR(plan(Whole("w", v1::FLOAT32, {256 * 96})),
-                     absl::StatusCode::kInvalidArgument, "tensor w");
+  CKPT_REQUIRE_ERROR(plan(Whole("w", v1::FLOAT16, {256, 96})), absl::StatusCode::kInvalidArgument,
+                     "tensor w", "rank 0");
+  CKPT_REQUIRE_ERROR(plan(Whole("w", v1::FLOAT32, {96, 256})), absl::StatusCode::kInvalidArgument,
+                     "tensor w", "[96, 256]", "[256, 96]");
+  CKPT_REQUIRE_ERROR(plan(Whole("w", v1::FLOAT32, {256 * 96})), absl::StatusCode::kInvalidArgument,
+                     "tensor w");
   CKPT_REQUIRE_ERROR(plan(Whole("w", v1::FLOAT32, {256, 96, 1})),
                      absl::StatusCode::kInvalidArgument, "tensor w");
   CKPT_REQUIRE_ERROR(plan(BoxShard("w", v1::FLOAT32, {256, 96}, {200, 0}, {57, 96})),
@@ -395,9 +406,10 @@ TEST_CASE("load errors", "[load_planner]") {
   CKPT_REQUIRE_ERROR(plan(Whole("w/../x", v1::FLOAT32, {256, 96})),
                      absl::StatusCode::kInvalidArgument);
   // An error in a later node is still reported.
-  CKPT_REQUIRE_ERROR(PlanLoad(saved.manifest, {LoadNode("a", {{0, {Whole("w", v1::FLOAT32, {256, 96})}}}),
-                                              LoadNode("b", {{1, {Whole("x", v1::FLOAT32, {1})}}})}),
-                     absl::StatusCode::kNotFound, "tensor x");
+  CKPT_REQUIRE_ERROR(
+      PlanLoad(saved.manifest, {LoadNode("a", {{0, {Whole("w", v1::FLOAT32, {256, 96})}}}),
+                                LoadNode("b", {{1, {Whole("x", v1::FLOAT32, {1})}}})}),
+      absl::StatusCode::kNotFound, "tensor x");
 }
 
 TEST_CASE("load of a partial save: only the stored coverage", "[load_planner]") {
@@ -412,8 +424,8 @@ TEST_CASE("load of a partial save: only the stored coverage", "[load_planner]") 
   auto plan = [&](const v1::TensorShard& s) {
     return PlanLoad(saved.manifest, {LoadNode("a", {{0, {s}}})});
   };
-  CKPT_REQUIRE_ERROR(plan(Whole("p", v1::FLOAT32, {40, 64})),
-                     absl::StatusCode::kFailedPrecondition, "tensor p", "5120 of the 10240 bytes");
+  CKPT_REQUIRE_ERROR(plan(Whole("p", v1::FLOAT32, {40, 64})), absl::StatusCode::kFailedPrecondition,
+                     "tensor p", "5120 of the 10240 bytes");
   CKPT_REQUIRE_ERROR(plan(BoxShard("p", v1::FLOAT32, {40, 64}, {9, 0}, {2, 64})),
                      absl::StatusCode::kFailedPrecondition, "tensor p");
   // One element past the stored flat coverage.
@@ -429,8 +441,7 @@ namespace {
 
 using namespace testing;  // NOLINT
 
-TEST_CASE("load: one column of a tall tensor is a run per chunk, not per row",
-          "[load_planner]") {
+TEST_CASE("load: one column of a tall tensor is a run per chunk, not per row", "[load_planner]") {
   // [2^24, 2] fp32 saved whole: 128 MiB in 32 chunks of 4 MiB. One column:
   // 2^24 elements 8 bytes apart.
   const int64_t rows = int64_t{1} << 24;
@@ -470,16 +481,16 @@ TEST_CASE("load: runs that straddle chunk boundaries are cut", "[load_planner]")
   const Saved saved = Save({node});
   for (int64_t col = 0; col < 3; ++col) {
     LoadStats stats = LoadAndCheck(
-        saved, {LoadNode("a", {{0, {BoxShard("w", v1::FLOAT32, {1000, 3}, {0, col}, {1000, 1})}}})});
+        saved,
+        {LoadNode("a", {{0, {BoxShard("w", v1::FLOAT32, {1000, 3}, {0, col}, {1000, 1})}}})});
     CHECK(stats.copies == 1000);
     CHECK(stats.runs <= 3 * 3 + 3);  // 3 chunks: a block and a straddler each at most
   }
-  LoadAndCheck(saved, {LoadNode("a", {{0, {BoxShard("w", v1::FLOAT32, {1000, 3}, {1, 1},
-                                                     {998, 2})}}})});
+  LoadAndCheck(saved,
+               {LoadNode("a", {{0, {BoxShard("w", v1::FLOAT32, {1000, 3}, {1, 1}, {998, 2})}}})});
 }
 
-TEST_CASE("load: a manifest whose chunks do not tile their shard is DATA_LOSS",
-          "[load_planner]") {
+TEST_CASE("load: a manifest whose chunks do not tile their shard is DATA_LOSS", "[load_planner]") {
   v1::NodeSavePlan node = SingleHost(1);
   AddShard(node, 0, Whole("w", v1::FLOAT32, {4096}));
   const Saved saved = Save({node});

@@ -81,7 +81,8 @@ TEST_CASE("every single corrupted byte is DATA_LOSS", "[manifest_io]") {
     for (uint8_t mask : {0x01, 0x80, 0x5a, 0xff}) {
       std::string bad = encoded;
       bad[pos] = static_cast<char>(bad[pos] ^ mask);
-      absl::StatusOr<v1::CheckpointManifest> decoded = DecodeManifest(bad, "/r/job/step-42/MANIFEST");
+      absl::StatusOr<v1::CheckpointManifest> decoded =
+          DecodeManifest(bad, "/r/job/step-42/MANIFEST");
       INFO("position " << pos << " mask " << int{mask});
       REQUIRE(decoded.status().code() == absl::StatusCode::kDataLoss);
       CHECK(std::string(decoded.status().message()).find("/r/job/step-42/MANIFEST") !=

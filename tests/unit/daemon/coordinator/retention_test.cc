@@ -37,7 +37,7 @@ StepFacts Old(int64_t step) {
 
 // step -> (keep, reason) of each decision.
 std::map<int64_t, std::pair<bool, std::string>> Decide(const RetentionPolicy& policy,
-                                                      const std::vector<StepFacts>& steps) {
+                                                       const std::vector<StepFacts>& steps) {
   std::map<int64_t, std::pair<bool, std::string>> out;
   for (const StepDecision& d : DecideRetention(policy, steps, kNow)) {
     out[d.step] = {d.keep, d.reason};
@@ -167,7 +167,8 @@ void Write(Backend& backend, const std::string& path, const std::string& content
 // 1970, so older than any grace period.
 void CommitStep(Backend& backend, const std::string& root, int64_t step) {
   const std::string data = "0123456789";
-  const std::string partial = PartialDir(root, kJob, step, absl::StrCat("h0-00000000000000aa-", step));
+  const std::string partial =
+      PartialDir(root, kJob, step, absl::StrCat("h0-00000000000000aa-", step));
   CKPT_REQUIRE_OK(backend.CreateDirs(partial + "/data"));
   Write(backend, partial + "/data/h0-0.bin", data);
   v1::CheckpointManifest m;
@@ -212,8 +213,7 @@ struct Fixture {
       backend = storage::NewMemoryBackend();
     }
     catalog = std::make_unique<Catalog>(
-        *backend, root,
-        CatalogOptions{.host = "h0", .instance = "00000000000000bb", .limits = {}});
+        *backend, root, CatalogOptions{.host = "h0", .instance = "00000000000000bb", .limits = {}});
     gc = std::make_unique<GarbageCollector>(*backend, *catalog);
   }
   ~Fixture() {
@@ -257,7 +257,8 @@ TEST_CASE("gc deletes what the policy says, keeps LATEST after a rollback and pi
   CHECK(done->bytes_freed == dry->bytes_freed);
   CHECK(f.Steps() == std::vector<int64_t>{1, 3, 5, 6});
   CHECK(f.catalog->ResolveStep(kJob, -1).value() == 3);
-  for (const std::string& name : Entries(*f.backend, f.root)) CHECK(name.find("trash") == std::string::npos);
+  for (const std::string& name : Entries(*f.backend, f.root))
+    CHECK(name.find("trash") == std::string::npos);
 
   // Unpinned, step 1 goes too.
   pin->reset();
@@ -278,8 +279,8 @@ TEST_CASE("gc keeps a broken step unless asked, and refuses an unknown job", "[r
   policy.grace = absl::ZeroDuration();
   absl::StatusOr<GcResult> r = f.gc->Collect(kJob, policy, false, absl::Now(), "test");
   CKPT_REQUIRE_OK(r);
-  CHECK_THAT(ByStep(*r)[1].reason, Catch::Contains("broken (") &&
-                                       Catch::Contains("--delete-broken"));
+  CHECK_THAT(ByStep(*r)[1].reason,
+             Catch::Contains("broken (") && Catch::Contains("--delete-broken"));
   CHECK(f.Steps() == std::vector<int64_t>{1, 3});
   policy.delete_broken = true;
   r = f.gc->Collect(kJob, policy, false, absl::Now(), "test");

@@ -3,8 +3,8 @@
 // and the manifest agree on, and every way a plan can be wrong.
 #include "daemon/coordinator/save_planner.h"
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -71,7 +71,8 @@ void CheckLayout(const v1::SaveAssignment& a) {
     const v1::HostAssignment& host = a.hosts(static_cast<int>(h));
     for (const v1::WriteItem& item : host.items()) {
       INFO("item " << item.ShortDebugString());
-      CHECK(item.file() == "data/" + host.host().host() + "-" + std::to_string(item.writer()) + ".bin");
+      CHECK(item.file() ==
+            "data/" + host.host().host() + "-" + std::to_string(item.writer()) + ".bin");
       CHECK(std::find(host.files().begin(), host.files().end(), item.file()) != host.files().end());
       by_file[item.file()].push_back(item);
     }
@@ -288,7 +289,9 @@ TEST_CASE("FSDP flat ranges: one item per range, chunked", "[save_planner]") {
     REQUIRE(s.chunks_size() == 3);
     const uint64_t bytes = 4 * (s.region().flat().end() - s.region().flat().begin());
     CHECK(s.chunks(2).length() == bytes - 8192);
-    CHECK(s.writer_rank() == (s.region().flat().begin() == 0 ? 0 : s.region().flat().begin() == 2401 ? 1 : 2));
+    CHECK(s.writer_rank() == (s.region().flat().begin() == 0      ? 0
+                              : s.region().flat().begin() == 2401 ? 1
+                                                                  : 2));
   }
   CheckLayout(*a);
 }
@@ -301,7 +304,9 @@ TEST_CASE("mixed shards: boxes, flat ranges and replicas in one save", "[save_pl
   AddShard(node, 1, BoxShard("w", v1::FLOAT32, {64, 64}, {0, 32}, {64, 32}));
   AddShard(node, 2, BoxShard("w", v1::FLOAT32, {64, 64}, {0, 0}, {64, 32}));
   AddShard(node, 3, BoxShard("w", v1::FLOAT32, {64, 64}, {0, 32}, {64, 32}));
-  for (int r = 0; r < 4; ++r) AddShard(node, r, FlatShard("p", v1::INT8, {3, 3333}, 2500 * r, std::min(9999, 2500 * (r + 1))));
+  for (int r = 0; r < 4; ++r)
+    AddShard(node, r,
+             FlatShard("p", v1::INT8, {3, 3333}, 2500 * r, std::min(9999, 2500 * (r + 1))));
   // One tensor where a box on rank 0 and a flat range on rank 1 are the same
   // elements (rows 1-2 of [4, 6] = [6, 18)): replicas, written once. Rank 2
   // holds the rest as a flat range and a box.
@@ -394,7 +399,8 @@ TEST_CASE("worst-fit: uneven sizes stay within the largest item", "[save_planner
   CHECK(total == expected_total);
   // In pages: 77777 -> r0 (19); 20000 -> r1 (5); 12345 -> r2 (4); 9999 -> r3 (3);
   // 5000 -> r3 (5); 4097 -> r2 (6); 1000 -> r1 (6); 300 -> r3 (6).
-  CHECK(loads == std::map<int, uint64_t>{{0, 19 * 4096}, {1, 6 * 4096}, {2, 6 * 4096}, {3, 6 * 4096}});
+  CHECK(loads ==
+        std::map<int, uint64_t>{{0, 19 * 4096}, {1, 6 * 4096}, {2, 6 * 4096}, {3, 6 * 4096}});
   CheckLayout(*a);
 }
 
@@ -431,9 +437,7 @@ TEST_CASE("writer file layout: aligned, disjoint, chunked", "[save_planner]") {
   // Odd sizes, several writers, two hosts, objects mixed in, small chunks.
   v1::NodeSavePlan h0 = Node("h0", 4, 3, {0, 1});
   v1::NodeSavePlan h1 = Node("h1", 4, 2, {2, 3});
-  auto add = [&](int rank, const v1::TensorShard& s) {
-    AddShard(rank < 2 ? h0 : h1, rank, s);
-  };
+  auto add = [&](int rank, const v1::TensorShard& s) { AddShard(rank < 2 ? h0 : h1, rank, s); };
   for (int r = 0; r < 4; ++r) {
     add(r, FlatShard("emb", v1::BFLOAT16, {5003, 7}, r * 8755, r == 3 ? 35021 : (r + 1) * 8755));
     add(r, BoxShard("w", v1::FLOAT32, {33, 40}, {0, r * 10}, {33, 10}));
@@ -501,10 +505,10 @@ TEST_CASE("global objects are de-duplicated, per-rank objects kept", "[save_plan
     CHECK(objects.emplace(std::make_pair(o.key(), o.rank()), o.chunk().length()).second);
   }
   CHECK(objects == std::map<std::pair<std::string, int>, uint64_t>{{{"hparams", -1}, 100},
-                                                                  {{"loader", 0}, 10},
-                                                                  {{"loader", 1}, 11},
-                                                                  {{"loader", 2}, 12},
-                                                                  {{"loader", 3}, 13}});
+                                                                   {{"loader", 0}, 10},
+                                                                   {{"loader", 1}, 11},
+                                                                   {{"loader", 2}, 12},
+                                                                   {{"loader", 3}, 13}});
   // Per-rank objects are written by their own rank, at their own index.
   for (const v1::WriteItem& item : items) {
     if (item.bytes() != 100) {
@@ -583,14 +587,14 @@ TEST_CASE("shard errors name the tensor", "[save_planner]") {
   SECTION("dtype mismatch between ranks") {
     AddShard(node, 0, Whole("layer.w", v1::FLOAT32, {4, 4}));
     AddShard(node, 1, Whole("layer.w", v1::FLOAT16, {4, 4}));
-    CKPT_REQUIRE_ERROR(Plan({node}), absl::StatusCode::kInvalidArgument, "tensor layer.w",
-                       "rank 1", "rank 0");
+    CKPT_REQUIRE_ERROR(Plan({node}), absl::StatusCode::kInvalidArgument, "tensor layer.w", "rank 1",
+                       "rank 0");
   }
   SECTION("shape mismatch between ranks") {
     AddShard(node, 0, BoxShard("layer.w", v1::FLOAT32, {4, 4}, {0, 0}, {2, 4}));
     AddShard(node, 1, BoxShard("layer.w", v1::FLOAT32, {4, 5}, {2, 0}, {2, 5}));
-    CKPT_REQUIRE_ERROR(Plan({node}), absl::StatusCode::kInvalidArgument, "tensor layer.w",
-                       "[4, 5]", "[4, 4]");
+    CKPT_REQUIRE_ERROR(Plan({node}), absl::StatusCode::kInvalidArgument, "tensor layer.w", "[4, 5]",
+                       "[4, 4]");
   }
   SECTION("overlapping boxes") {
     AddShard(node, 0, BoxShard("layer.w", v1::FLOAT32, {4, 4}, {0, 0}, {3, 4}));
@@ -657,8 +661,9 @@ TEST_CASE("shard errors name the tensor", "[save_planner]") {
   }
   SECTION("byte count overflows") {
     // 2^62 elements fit in int64; 2^62 * 4 bytes do not.
-    AddShard(node, 0, BoxShard("layer.w", v1::FLOAT32, {int64_t{1} << 31, int64_t{1} << 31},
-                               {0, 0}, {1, 1}));
+    AddShard(
+        node, 0,
+        BoxShard("layer.w", v1::FLOAT32, {int64_t{1} << 31, int64_t{1} << 31}, {0, 0}, {1, 1}));
     CKPT_REQUIRE_ERROR(Plan({node}), absl::StatusCode::kInvalidArgument, "tensor layer.w");
   }
   SECTION("unspecified dtype") {
@@ -714,14 +719,12 @@ TEST_CASE("plan errors: ranks, hosts, job", "[save_planner]") {
     CKPT_REQUIRE_ERROR(Plan({Node("h0", 1, 0, {0})}), absl::StatusCode::kInvalidArgument, "h0");
   }
   SECTION("negative step, zero world") {
-    CKPT_REQUIRE_ERROR(Plan({Node("h0", 1, 1, {0}, "job", -1)}),
-                       absl::StatusCode::kInvalidArgument, "step -1");
+    CKPT_REQUIRE_ERROR(Plan({Node("h0", 1, 1, {0}, "job", -1)}), absl::StatusCode::kInvalidArgument,
+                       "step -1");
     CKPT_REQUIRE_ERROR(Plan({Node("h0", 0, 1, {})}), absl::StatusCode::kInvalidArgument,
                        "world size 0");
   }
-  SECTION("no hosts") {
-    CKPT_REQUIRE_ERROR(Plan({}), absl::StatusCode::kInvalidArgument);
-  }
+  SECTION("no hosts") { CKPT_REQUIRE_ERROR(Plan({}), absl::StatusCode::kInvalidArgument); }
   SECTION("chunk size not a multiple of the alignment") {
     v1::NodeSavePlan node = SingleHost(1);
     SavePlannerOptions o = Options();
@@ -786,8 +789,8 @@ TEST_CASE("columns of a tall tensor plan without a run per row", "[save_planner]
   v1::NodeSavePlan mixed = SingleHost(2);
   AddShard(mixed, 0, FlatShard("w", v1::FLOAT32, {rows, 2}, 3, 5));
   AddShard(mixed, 1, BoxShard("w", v1::FLOAT32, {rows, 2}, {0, 1}, {rows, 1}));
-  CKPT_REQUIRE_ERROR(PlanSave({mixed}, SavePlannerOptions{}),
-                     absl::StatusCode::kInvalidArgument, "overlaps");
+  CKPT_REQUIRE_ERROR(PlanSave({mixed}, SavePlannerOptions{}), absl::StatusCode::kInvalidArgument,
+                     "overlaps");
 }
 
 TEST_CASE("save planner bounds", "[save_planner][limits]") {
@@ -799,8 +802,8 @@ TEST_CASE("save planner bounds", "[save_planner][limits]") {
                        "world size 5; the limit is 4 (--max_world_size)");
     // A huge world size is refused before anything is sized by it.
     node.set_world_size(std::numeric_limits<int32_t>::max());
-    CKPT_REQUIRE_ERROR(PlanSave({node}, SavePlannerOptions{}),
-                       absl::StatusCode::kResourceExhausted, "--max_world_size");
+    CKPT_REQUIRE_ERROR(PlanSave({node}, SavePlannerOptions{}), absl::StatusCode::kResourceExhausted,
+                       "--max_world_size");
   }
   SECTION("distinct regions per tensor") {
     options.limits.max_regions_per_tensor = 3;
@@ -808,8 +811,8 @@ TEST_CASE("save planner bounds", "[save_planner][limits]") {
     for (int r = 0; r < 4; ++r) {
       AddShard(node, r, BoxShard("w", v1::FLOAT32, {8, 4}, {0, r}, {8, 1}));
     }
-    CKPT_REQUIRE_ERROR(PlanSave({node}, options), absl::StatusCode::kResourceExhausted,
-                       "tensor w", "the limit is 3 (--max_regions_per_tensor)");
+    CKPT_REQUIRE_ERROR(PlanSave({node}, options), absl::StatusCode::kResourceExhausted, "tensor w",
+                       "the limit is 3 (--max_regions_per_tensor)");
     options.limits.max_regions_per_tensor = 4;
     CKPT_REQUIRE_OK(PlanSave({node}, options));
   }
@@ -837,8 +840,9 @@ TEST_CASE("save planner bounds", "[save_planner][limits]") {
     options.limits.max_chunks_per_save = 4;
     v1::NodeSavePlan node = SingleHost(1);
     AddShard(node, 0, Whole("w", v1::UINT8, {4 * 4096 + 1}));
-    CKPT_REQUIRE_ERROR(PlanSave({node}, options), absl::StatusCode::kResourceExhausted,
-                       "the save needs 5 chunks of 4096 bytes; the limit is 4 (--max_chunks_per_save");
+    CKPT_REQUIRE_ERROR(
+        PlanSave({node}, options), absl::StatusCode::kResourceExhausted,
+        "the save needs 5 chunks of 4096 bytes; the limit is 4 (--max_chunks_per_save");
     options.limits.max_chunks_per_save = 5;
     CKPT_REQUIRE_OK(PlanSave({node}, options));
     // One column of a tensor of 2^38 rows: a short request for 2^28 chunks

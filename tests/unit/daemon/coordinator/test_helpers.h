@@ -25,23 +25,23 @@ absl::Status ToStatus(const absl::StatusOr<T>& s) {
   return s.status();
 }
 
-#define CKPT_REQUIRE_OK(expr)                                                    \
-  do {                                                                           \
+#define CKPT_REQUIRE_OK(expr)                                                       \
+  do {                                                                              \
     const absl::Status ckpt_status_ = ::ckpt::coordinator::testing::ToStatus(expr); \
-    INFO(ckpt_status_.ToString());                                               \
-    REQUIRE(ckpt_status_.ok());                                                  \
+    INFO(ckpt_status_.ToString());                                                  \
+    REQUIRE(ckpt_status_.ok());                                                     \
   } while (0)
 
 // Requires `expr` to fail with `code` and a message containing every part.
-#define CKPT_REQUIRE_ERROR(expr, expected_code, ...)                                      \
-  do {                                                                           \
-    const absl::Status ckpt_status_ = ::ckpt::coordinator::testing::ToStatus(expr); \
-    INFO(ckpt_status_.ToString());                                               \
-    REQUIRE(ckpt_status_.code() == (expected_code));                                      \
-    for (const std::string& ckpt_part_ : std::vector<std::string>{__VA_ARGS__}) { \
-      INFO("expected in message: " << ckpt_part_);                               \
+#define CKPT_REQUIRE_ERROR(expr, expected_code, ...)                                    \
+  do {                                                                                  \
+    const absl::Status ckpt_status_ = ::ckpt::coordinator::testing::ToStatus(expr);     \
+    INFO(ckpt_status_.ToString());                                                      \
+    REQUIRE(ckpt_status_.code() == (expected_code));                                    \
+    for (const std::string& ckpt_part_ : std::vector<std::string>{__VA_ARGS__}) {       \
+      INFO("expected in message: " << ckpt_part_);                                      \
       CHECK(std::string(ckpt_status_.message()).find(ckpt_part_) != std::string::npos); \
-    }                                                                            \
+    }                                                                                   \
   } while (0)
 
 inline int64_t ElementSize(v1::DType dtype) {
@@ -61,8 +61,7 @@ inline int64_t ElementSize(v1::DType dtype) {
   }
 }
 
-inline v1::TensorShard Whole(const std::string& fqn, v1::DType dtype,
-                             std::vector<int64_t> shape) {
+inline v1::TensorShard Whole(const std::string& fqn, v1::DType dtype, std::vector<int64_t> shape) {
   v1::TensorShard s;
   s.set_fqn(fqn);
   s.set_dtype(dtype);
@@ -70,9 +69,8 @@ inline v1::TensorShard Whole(const std::string& fqn, v1::DType dtype,
   return s;
 }
 
-inline v1::TensorShard BoxShard(const std::string& fqn, v1::DType dtype,
-                                std::vector<int64_t> shape, std::vector<int64_t> offsets,
-                                std::vector<int64_t> lengths) {
+inline v1::TensorShard BoxShard(const std::string& fqn, v1::DType dtype, std::vector<int64_t> shape,
+                                std::vector<int64_t> offsets, std::vector<int64_t> lengths) {
   v1::TensorShard s = Whole(fqn, dtype, std::move(shape));
   v1::Box* box = s.mutable_region()->mutable_box();
   for (int64_t o : offsets) box->add_offsets(o);
@@ -177,9 +175,9 @@ inline uint64_t Mix(uint64_t x) {
 
 // Byte b of global element e of the tensor seeded by `seed`.
 inline char PatternByte(uint64_t seed, int64_t e, int64_t b) {
-  return static_cast<char>(Mix(seed * 0x100000001b3ULL + static_cast<uint64_t>(e) * 16 +
-                               static_cast<uint64_t>(b)) &
-                           0xff);
+  return static_cast<char>(
+      Mix(seed * 0x100000001b3ULL + static_cast<uint64_t>(e) * 16 + static_cast<uint64_t>(b)) &
+      0xff);
 }
 
 inline uint64_t SeedOf(const std::string& name) {
@@ -203,7 +201,8 @@ inline std::string PackedBytes(const v1::TensorShard& shard) {
 inline std::string ObjectBytes(const std::string& key, int rank, uint64_t length) {
   std::string out;
   const uint64_t seed = SeedOf(key) + static_cast<uint64_t>(rank + 7);
-  for (uint64_t i = 0; i < length; ++i) out.push_back(PatternByte(seed, static_cast<int64_t>(i), 0));
+  for (uint64_t i = 0; i < length; ++i)
+    out.push_back(PatternByte(seed, static_cast<int64_t>(i), 0));
   return out;
 }
 
@@ -212,7 +211,7 @@ inline std::string ObjectBytes(const std::string& key, int rank, uint64_t length
 // them (each item's pattern bytes at its file offset).
 struct Saved {
   v1::SaveAssignment assignment;
-  v1::CheckpointManifest manifest;          // template with CRCs filled in
+  v1::CheckpointManifest manifest;           // template with CRCs filled in
   std::map<std::string, std::string> files;  // data file -> contents
 };
 

@@ -17,7 +17,8 @@ TEST_CASE("refusal lines are limited per second and the rest counted", "[metrics
   std::vector<std::string> lines;
   EventLog log([&](const std::string& line) { lines.push_back(line); }, 3);
   const absl::Time t0 = absl::FromUnixSeconds(1'000'000);
-  for (int i = 0; i < 100; ++i) log.Refusal(t0 + absl::Milliseconds(i), "refused " + std::to_string(i));
+  for (int i = 0; i < 100; ++i)
+    log.Refusal(t0 + absl::Milliseconds(i), "refused " + std::to_string(i));
   REQUIRE(lines.size() == 3);
   CHECK(lines[2] == "refused 2");
 

@@ -44,8 +44,9 @@ TEST_CASE("a committed save counts, observes every stage and logs one line", "[m
   INFO(text);
   CHECK(Has(text, "ckpt_saves_total{ckpt_job=\"llm\",code=\"OK\",outcome=\"ok\"} 1"));
   for (const char* stage : {"plan", "snapshot", "write", "fsync", "commit"}) {
-    CHECK(Has(text, std::string("ckpt_save_stage_duration_seconds_count{ckpt_job=\"llm\",stage=\"") +
-                        stage + "\"} 1"));
+    CHECK(
+        Has(text, std::string("ckpt_save_stage_duration_seconds_count{ckpt_job=\"llm\",stage=\"") +
+                      stage + "\"} 1"));
   }
   CHECK(Has(text, "ckpt_save_stage_duration_seconds_sum{ckpt_job=\"llm\",stage=\"write\"} 2"));
   CHECK(Has(text, "ckpt_save_duration_seconds_sum{ckpt_job=\"llm\"} 3"));
@@ -111,8 +112,9 @@ TEST_CASE("a load's stages and bytes", "[metrics]") {
   CHECK(Has(text, "ckpt_loads_total{ckpt_job=\"llm\",code=\"DATA_LOSS\",outcome=\"failed\"} 1"));
   CHECK(Has(text, "ckpt_read_bytes_total{ckpt_job=\"llm\"} 8192"));
   for (const char* stage : {"plan", "read", "verify", "deliver"}) {
-    CHECK(Has(text, std::string("ckpt_load_stage_duration_seconds_count{ckpt_job=\"llm\",stage=\"") +
-                        stage + "\"} 1"));
+    CHECK(
+        Has(text, std::string("ckpt_load_stage_duration_seconds_count{ckpt_job=\"llm\",stage=\"") +
+                      stage + "\"} 1"));
   }
   REQUIRE(f.lines.size() == 2);
   CHECK(Has(f.lines[0], "ckptd: load job=llm step=7 bytes=8192 duration_s=1.000 outcome=ok"));
@@ -122,10 +124,11 @@ TEST_CASE("a load's stages and bytes", "[metrics]") {
 
 TEST_CASE("refusals count by method and code; other codes are not refusals", "[metrics]") {
   Fixture f;
-  f.metrics.Refused("/ckpt.v1.NodeService/PlanSave", absl::StatusCode::kInvalidArgument,
-                    "bad name", "unix:");
+  f.metrics.Refused("/ckpt.v1.NodeService/PlanSave", absl::StatusCode::kInvalidArgument, "bad name",
+                    "unix:");
   f.metrics.Refused("/ckpt.v1.NodeService/PlanSave", absl::StatusCode::kNotFound, "no", "unix:");
-  f.metrics.Refused("/x/evil method\n", absl::StatusCode::kPermissionDenied, "no", "ipv4:1.2.3.4:5");
+  f.metrics.Refused("/x/evil method\n", absl::StatusCode::kPermissionDenied, "no",
+                    "ipv4:1.2.3.4:5");
   const std::string text = f.metrics.TextFormat();
   INFO(text);
   CHECK(Has(text, "ckpt_refusals_total{code=\"INVALID_ARGUMENT\",method=\"PlanSave\"} 1"));
@@ -181,7 +184,8 @@ TEST_CASE("sampled gauges are read at collection time", "[metrics]") {
 TEST_CASE("MetricsServer serves /metrics over HTTP and refuses a taken port", "[metrics]") {
   Fixture f;
   f.metrics.SaveEnded(Committed("llm"));
-  absl::StatusOr<std::unique_ptr<MetricsServer>> server = MetricsServer::Start("127.0.0.1:0", f.metrics);
+  absl::StatusOr<std::unique_ptr<MetricsServer>> server =
+      MetricsServer::Start("127.0.0.1:0", f.metrics);
   INFO(server.status());
   REQUIRE(server.ok());
   REQUIRE((*server)->port() > 0);

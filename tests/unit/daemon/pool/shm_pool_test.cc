@@ -109,8 +109,7 @@ TEST_CASE("Create maps a 0600 segment that a second mapping sees, removed on des
   ::munmap(addr, bytes);
 }
 
-TEST_CASE("Create fails with RESOURCE_EXHAUSTED when /dev/shm cannot hold the pool",
-          "[pool]") {
+TEST_CASE("Create fails with RESOURCE_EXHAUSTED when /dev/shm cannot hold the pool", "[pool]") {
   struct statvfs vfs;
   REQUIRE(::statvfs("/dev/shm", &vfs) == 0);
   const uint64_t total = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
@@ -177,12 +176,14 @@ TEST_CASE("Allocate aligns offsets and rounds lengths up", "[pool]") {
   for (uint64_t alignment : {uint64_t{4096}, 64 * kKiB}) {
     auto pool = MakePool(64 * alignment, alignment);
     std::vector<Allocation> held;
-    for (uint64_t bytes : {uint64_t{0}, uint64_t{1}, alignment - 1, alignment, alignment + 1, 3 * alignment}) {
+    for (uint64_t bytes :
+         {uint64_t{0}, uint64_t{1}, alignment - 1, alignment, alignment + 1, 3 * alignment}) {
       auto a = pool->Allocate(bytes, absl::InfinitePast());
       INFO("alignment " << alignment << " bytes " << bytes);
       REQUIRE(a.ok());
       CHECK(a->offset % alignment == 0);
-      const uint64_t want = bytes == 0 ? alignment : (bytes + alignment - 1) / alignment * alignment;
+      const uint64_t want =
+          bytes == 0 ? alignment : (bytes + alignment - 1) / alignment * alignment;
       CHECK(a->length == want);
       CHECK(a->offset + a->length <= pool->capacity());
       held.push_back(*a);
@@ -242,7 +243,8 @@ TEST_CASE("Random alloc/free matches a shadow model and never overlaps", "[pool]
       for (uint64_t u = a.offset / unit; u < (a.offset + a.length) / unit; ++u) taken[u] = false;
     }
     const PoolStats stats = pool->Stats();
-    REQUIRE(stats.used == static_cast<uint64_t>(std::count(taken.begin(), taken.end(), true)) * unit);
+    REQUIRE(stats.used ==
+            static_cast<uint64_t>(std::count(taken.begin(), taken.end(), true)) * unit);
     REQUIRE(stats.allocations == held.size());
     REQUIRE(stats.used <= stats.capacity);
   }
@@ -300,7 +302,7 @@ TEST_CASE("A full pool fails at the deadline, counts the stall, and does not ove
   CHECK(a.status().code() == absl::StatusCode::kResourceExhausted);
   const std::string message(a.status().message());
   CHECK(message.find(pool->path()) != std::string::npos);
-  CHECK(message.find("4.0 KiB") != std::string::npos);     // requested
+  CHECK(message.find("4.0 KiB") != std::string::npos);             // requested
   CHECK(message.find("1.0 MiB of 1.0 MiB") != std::string::npos);  // used of capacity
   CHECK(message.find("after waiting") != std::string::npos);
 
@@ -400,7 +402,8 @@ TEST_CASE("Threads allocating, writing and freeing never overlap or over-commit"
       std::vector<Held> held;
       auto fill = [&](const Held& h) {
         auto* words = reinterpret_cast<uint64_t*>(pool->base() + h.a.offset);
-        for (uint64_t i = 0; i < h.a.length / 8; ++i) words[i] = (uint64_t(t + 1) << 48) ^ h.seq ^ i;
+        for (uint64_t i = 0; i < h.a.length / 8; ++i)
+          words[i] = (uint64_t(t + 1) << 48) ^ h.seq ^ i;
       };
       auto verify_and_free = [&](size_t k) {
         const Held h = held[k];
@@ -409,8 +412,8 @@ TEST_CASE("Threads allocating, writing and freeing never overlap or over-commit"
         const auto* words = reinterpret_cast<const uint64_t*>(pool->base() + h.a.offset);
         for (uint64_t i = 0; i < h.a.length / 8; ++i) {
           if (words[i] != ((uint64_t(t + 1) << 48) ^ h.seq ^ i)) {
-            record("thread " + std::to_string(t) + ": allocation at " +
-                   std::to_string(h.a.offset) + " overwritten at word " + std::to_string(i));
+            record("thread " + std::to_string(t) + ": allocation at " + std::to_string(h.a.offset) +
+                   " overwritten at word " + std::to_string(i));
             break;
           }
         }
@@ -429,8 +432,8 @@ TEST_CASE("Threads allocating, writing and freeing never overlap or over-commit"
           held.push_back({*a, static_cast<uint64_t>(it)});
           fill(held.back());
         } else if (held.empty()) {
-          record("thread " + std::to_string(t) + " holding nothing failed: " +
-                 a.status().ToString());
+          record("thread " + std::to_string(t) +
+                 " holding nothing failed: " + a.status().ToString());
         } else if (a.status().code() != absl::StatusCode::kResourceExhausted) {
           record("unexpected status " + a.status().ToString());
         }

@@ -148,8 +148,7 @@ void CheckGroups(const Saved& saved, const v1::NodeLoadPlan& node,
   std::sort(packed.begin(), packed.end(), [&](size_t a, size_t b) { return first(a) < first(b); });
   for (size_t i = 0; i + 1 < packed.size(); ++i) {
     const LoadGroup& group = groups[packed[i]];
-    CHECK(group.room_bytes +
-              RoundUp(groups[packed[i + 1]].chunks[0].chunk->length(), alignment) >
+    CHECK(group.room_bytes + RoundUp(groups[packed[i + 1]].chunks[0].chunk->length(), alignment) >
           batch_bytes);
   }
   // Files take turns: the tensor groups come first, and the first round of
@@ -214,8 +213,8 @@ void CheckGroups(const Saved& saved, const v1::NodeLoadPlan& node,
         const uint64_t dst = d.dest_offset() + k * d.dest_stride();
         bool inside_a_chunk = false;
         for (const GroupChunk& c : group.chunks) {
-          inside_a_chunk |= src >= c.room_offset &&
-                            src + d.length() <= c.room_offset + c.chunk->length();
+          inside_a_chunk |=
+              src >= c.room_offset && src + d.length() <= c.room_offset + c.chunk->length();
         }
         REQUIRE(inside_a_chunk);
         REQUIRE(dst + d.length() <= b.bytes.size());
@@ -283,7 +282,6 @@ TEST_CASE("load groups: a resharded load through groups of several sizes", "[loa
   }
 }
 
-
 v1::StoredChunk Chunk(uint64_t file_offset, uint64_t length) {
   v1::StoredChunk c;
   c.set_file("data/h0-0.bin");
@@ -308,7 +306,7 @@ TEST_CASE("load groups: exact layout of a small assignment", "[load_groups]") {
   a->set_fqn("a");
   *a->add_runs() = Run(0, 0, 0, 100);
   *a->add_runs() = Run(2, 0, 10, 50);
-  *a->add_runs() = Run(7, 0, 0, 100);  // outside the world: dropped, not a crash
+  *a->add_runs() = Run(7, 0, 0, 100);         // outside the world: dropped, not a crash
   v1::ChunkRead* b = assignment.add_reads();  // 5000 B, one strided run
   *b->mutable_chunk() = Chunk(4096, 5000);
   b->set_fqn("b");

@@ -85,8 +85,7 @@ TEST_CASE("node save plan: the ranks' requests become one plan", "[node_save_pla
   CHECK(BatchRankPlans(Host(), "job", 9, 4, Pointers(partial)).partial());
 }
 
-TEST_CASE("node save plan: the assignment goes back to the ranks that write",
-          "[node_save_plan]") {
+TEST_CASE("node save plan: the assignment goes back to the ranks that write", "[node_save_plan]") {
   const std::vector<v1::PlanSaveRequest> requests = ThreeRanks();
   const v1::NodeSavePlan plan = BatchRankPlans(Host(), "job", 9, 2, Pointers(requests));
   coordinator::SavePlannerOptions options;

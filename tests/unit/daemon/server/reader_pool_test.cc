@@ -3,8 +3,8 @@
 // and refuses later tasks.
 #include "daemon/server/reader_pool.h"
 
-#include <catch2/catch.hpp>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>

@@ -16,9 +16,9 @@ DaemonOptions Pool(uint64_t pool_bytes) {
 
 TEST_CASE("save batches: a sixteenth of the pool, between batch_bytes and 256 MiB",
           "[save_batch_bytes]") {
-  CHECK(SaveBatchBytes(Pool(4608 * kMiB)) == 256 * kMiB);   // capped
-  CHECK(SaveBatchBytes(Pool(1024 * kMiB)) == 64 * kMiB);    // a sixteenth
-  CHECK(SaveBatchBytes(Pool(512 * kMiB)) == 32 * kMiB);     // batch_bytes is the least
+  CHECK(SaveBatchBytes(Pool(4608 * kMiB)) == 256 * kMiB);  // capped
+  CHECK(SaveBatchBytes(Pool(1024 * kMiB)) == 64 * kMiB);   // a sixteenth
+  CHECK(SaveBatchBytes(Pool(512 * kMiB)) == 32 * kMiB);    // batch_bytes is the least
   CHECK(SaveBatchBytes(Pool(128 * kMiB)) == 32 * kMiB);
 }
 

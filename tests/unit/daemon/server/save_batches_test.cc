@@ -202,8 +202,7 @@ TEST_CASE("save batches: a shard larger than a batch goes in whole chunks, tail 
   }
 }
 
-TEST_CASE("save batches: small items share a batch, each aligned in the room",
-          "[save_batches]") {
+TEST_CASE("save batches: small items share a batch, each aligned in the room", "[save_batches]") {
   const uint64_t c = 4 * kKiB;
   const std::vector<BatchLayout> batches =
       RunAndCheck({Shard(100), Object(5), Shard(c + 1)}, c, 4 * c, 4 * kKiB);
@@ -285,8 +284,8 @@ TEST_CASE("save batches: random items, chunk, batch and alignment", "[save_batch
     std::vector<v1::SaveItem> items;
     const int n = static_cast<int>(rng() % 12);
     for (int i = 0; i < n; ++i) {
-      const uint64_t bytes = pick({0, 1, alignment - 1, alignment + 1, chunk - 1, chunk,
-                                   chunk + 1, 3 * chunk + 17, rng() % (9 * chunk)});
+      const uint64_t bytes = pick({0, 1, alignment - 1, alignment + 1, chunk - 1, chunk, chunk + 1,
+                                   3 * chunk + 17, rng() % (9 * chunk)});
       items.push_back(rng() % 3 == 0 ? Object(bytes) : Shard(bytes));
     }
     INFO("round " << round << ": alignment " << alignment << ", chunk " << chunk << ", batch "

@@ -57,14 +57,13 @@ std::unique_ptr<Subject> MakeSubject(const std::string& kind) {
   return s;
 }
 
-#define FOR_EACH_BACKEND()                                                                    \
-  const std::string kind = GENERATE(as<std::string>{}, "memory",                              \
-                                    "posix io_uring+O_DIRECT /tmp", "posix pread/pwrite /tmp", \
-                                    "posix /dev/shm", "fault(memory), no faults",             \
-                                    "fault(posix), no faults");                               \
-  CAPTURE(kind);                                                                              \
-  const std::unique_ptr<Subject> subject = MakeSubject(kind);                                 \
-  Backend& backend = *subject->backend;                                                       \
+#define FOR_EACH_BACKEND()                                                                       \
+  const std::string kind = GENERATE(as<std::string>{}, "memory", "posix io_uring+O_DIRECT /tmp", \
+                                    "posix pread/pwrite /tmp", "posix /dev/shm",                 \
+                                    "fault(memory), no faults", "fault(posix), no faults");      \
+  CAPTURE(kind);                                                                                 \
+  const std::unique_ptr<Subject> subject = MakeSubject(kind);                                    \
+  Backend& backend = *subject->backend;                                                          \
   const std::string& root = subject->root
 
 void WriteFile(Backend& backend, const std::string& path, const std::string& contents) {
@@ -108,13 +107,13 @@ TEST_CASE("round trip with aligned and unaligned offsets, lengths and buffers", 
     size_t buffer_shift;  // 0: 4096-aligned buffer
   };
   const std::vector<Case> cases = {
-      {0, 65536, 0},         // all aligned: O_DIRECT where there is one
-      {65536, 4096, 0},      // one aligned page
-      {69632, 8192, 1},      // aligned offset and length, unaligned buffer
-      {81921, 10000, 0},     // unaligned offset and length
-      {1000000, 123, 3},     // unaligned everything, leaves a hole before it
-      {4096, 4096, 0},       // overwrite inside the file
-      {100, 50, 0},          // small overwrite, unaligned
+      {0, 65536, 0},      // all aligned: O_DIRECT where there is one
+      {65536, 4096, 0},   // one aligned page
+      {69632, 8192, 1},   // aligned offset and length, unaligned buffer
+      {81921, 10000, 0},  // unaligned offset and length
+      {1000000, 123, 3},  // unaligned everything, leaves a hole before it
+      {4096, 4096, 0},    // overwrite inside the file
+      {100, 50, 0},       // small overwrite, unaligned
   };
   std::string model;
   auto file = backend.NewWritableFile(path);
@@ -198,7 +197,8 @@ TEST_CASE("WriteBatch and ReadBatch with many ops are bit-exact", "[storage]") {
   for (size_t k = 0; k < kOps; ++k) {
     CAPTURE(k);
     const IoOp& r = read_ops[k];
-    REQUIRE(std::string(static_cast<char*>(r.buffer), r.length) == model.substr(r.offset, r.length));
+    REQUIRE(std::string(static_cast<char*>(r.buffer), r.length) ==
+            model.substr(r.offset, r.length));
   }
 }
 
@@ -456,7 +456,6 @@ TEST_CASE("threads write their own files concurrently", "[storage]") {
     REQUIRE(ReadFile(backend, root + "/w-" + std::to_string(t)) == Pattern(kLen * kOps, 100 + t));
   }
 }
-
 
 // Garbage collection relies on these (daemon/coordinator/retention.h): a
 // shared lock (a load's pin) keeps an exclusive try-lock (gc) out, and a

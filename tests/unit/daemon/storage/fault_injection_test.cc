@@ -36,12 +36,12 @@ std::unique_ptr<Subject> MakeSubject(const std::string& kind) {
   return s;
 }
 
-#define FOR_EACH_TARGET()                                                        \
-  const std::string kind = GENERATE(as<std::string>{}, "memory", "posix");       \
-  CAPTURE(kind);                                                                 \
-  const std::unique_ptr<Subject> subject = MakeSubject(kind);                    \
-  FaultInjectionBackend& faulty = *subject->faulty;                              \
-  [[maybe_unused]] Backend& inner = *subject->inner;                             \
+#define FOR_EACH_TARGET()                                                  \
+  const std::string kind = GENERATE(as<std::string>{}, "memory", "posix"); \
+  CAPTURE(kind);                                                           \
+  const std::unique_ptr<Subject> subject = MakeSubject(kind);              \
+  FaultInjectionBackend& faulty = *subject->faulty;                        \
+  [[maybe_unused]] Backend& inner = *subject->inner;                       \
   const std::string& root = subject->root
 
 std::string ReadFile(Backend& backend, const std::string& path) {
@@ -61,7 +61,8 @@ void RequireInjected(const absl::Status& s, absl::StatusCode code,
   INFO(s.ToString());
   REQUIRE(s.code() == code);
   REQUIRE_THAT(std::string(s.message()), Catch::Contains("(injected fault)"));
-  for (const std::string& part : parts) REQUIRE_THAT(std::string(s.message()), Catch::Contains(part));
+  for (const std::string& part : parts)
+    REQUIRE_THAT(std::string(s.message()), Catch::Contains(part));
 }
 
 TEST_CASE("fault: with no faults set, everything passes through", "[storage][fault]") {
@@ -126,7 +127,8 @@ TEST_CASE("fault: writes past the byte budget fail with ENOSPC", "[storage][faul
   faulty.SetWriteBudget(10000);
   auto file = Open(faulty, path);
   CKPT_REQUIRE_OK(file->WriteAt(0, data.data(), 8000));
-  RequireInjected(file->WriteAt(8000, data.data() + 8000, 4000), absl::StatusCode::kResourceExhausted,
+  RequireInjected(file->WriteAt(8000, data.data() + 8000, 4000),
+                  absl::StatusCode::kResourceExhausted,
                   {"pwrite " + path + " at offset 8000", "No space left on device"});
   CKPT_REQUIRE_OK(file->WriteAt(8000, data.data() + 8000, 2000));  // exactly what is left
   REQUIRE_FALSE(file->WriteAt(10000, "y", 1).ok());
@@ -138,8 +140,7 @@ TEST_CASE("fault: writes past the byte budget fail with ENOSPC", "[storage][faul
   std::vector<IoOp> ops = {{0, const_cast<char*>(data.data()), 1000},
                            {1000, const_cast<char*>(data.data()) + 1000, 1000},
                            {2000, const_cast<char*>(data.data()) + 2000, 1000}};
-  RequireInjected(batch->WriteBatch(ops), absl::StatusCode::kResourceExhausted,
-                  {"at offset 2000"});
+  RequireInjected(batch->WriteBatch(ops), absl::StatusCode::kResourceExhausted, {"at offset 2000"});
   REQUIRE(ReadFile(inner, root + "/batch.bin") == data.substr(0, 2000));
   faulty.SetWriteBudget(std::nullopt);
   CKPT_REQUIRE_OK(batch->WriteBatch(ops));
@@ -203,7 +204,8 @@ TEST_CASE("fault: reads of a path can return one flipped bit", "[storage][fault]
 
 TEST_CASE("fault: DropUnsyncedData keeps exactly what was synced", "[storage][fault]") {
   FOR_EACH_TARGET();
-  const std::string synced_part = Pattern(4096, 5), tail = Pattern(5000, 6), patch = Pattern(100, 7);
+  const std::string synced_part = Pattern(4096, 5), tail = Pattern(5000, 6),
+                    patch = Pattern(100, 7);
 
   // Synced head, then an unsynced tail and an unsynced overwrite of the head.
   const std::string partial = root + "/partial.bin";

@@ -38,9 +38,9 @@ TEST_CASE("ValidateConfinedName accepts writer file names only", "[storage][conf
     INFO(good);
     CHECK(ValidateConfinedName(good).ok());
   }
-  for (const char* bad : {"", "/etc/passwd", "../x", "data/../../x", "data/..", "./data/x",
-                          "data//x", "data/x/", "data/\\x", "data/x y", "data/\n",
-                          "a/b/c/d/e/f/g/h/i"}) {
+  for (const char* bad :
+       {"", "/etc/passwd", "../x", "data/../../x", "data/..", "./data/x", "data//x", "data/x/",
+        "data/\\x", "data/x y", "data/\n", "a/b/c/d/e/f/g/h/i"}) {
     INFO(bad);
     const absl::Status s = ValidateConfinedName(bad);
     CHECK(absl::IsInvalidArgument(s));
@@ -140,8 +140,7 @@ TEST_CASE("whole-file reads are bounded before they allocate", "[storage][confin
   CHECK(absl::IsFailedPrecondition(big.status()));
   CHECK(big.status().message().find("100 bytes") != absl::string_view::npos);
   CHECK(big.status().message().find("limit of 99") != absl::string_view::npos);
-  CHECK(absl::IsFailedPrecondition(
-      ReadWholeFile(*backend, tmp.path() + "/MANIFEST", 10).status()));
+  CHECK(absl::IsFailedPrecondition(ReadWholeFile(*backend, tmp.path() + "/MANIFEST", 10).status()));
 }
 
 TEST_CASE("the memory backend applies the same name rules", "[storage][confined]") {
@@ -156,8 +155,8 @@ TEST_CASE("the memory backend applies the same name rules", "[storage][confined]
   REQUIRE(backend->CreateDirs("/r/secret").ok());
   REQUIRE(backend->NewWritableFile("/r/secret/key").ok());
   CHECK(backend->OpenReadOnlyBeneath("/r/step-1", "data/h-0.bin").ok());
-  CHECK(absl::IsInvalidArgument(
-      backend->OpenReadOnlyBeneath("/r/step-1", "../secret/key").status()));
+  CHECK(
+      absl::IsInvalidArgument(backend->OpenReadOnlyBeneath("/r/step-1", "../secret/key").status()));
 }
 
 }  // namespace

@@ -115,8 +115,7 @@ TEST_CASE("posix: the io_uring engine is used when the kernel allows it", "[stor
   const int rc = io_uring_queue_init(4, &ring, 0);
   if (rc == 0) io_uring_queue_exit(&ring);
   CAPTURE(rc);
-  REQUIRE(PosixBackend(Options(true)).engine().Name() ==
-          (rc == 0 ? "io_uring" : "pread/pwrite"));
+  REQUIRE(PosixBackend(Options(true)).engine().Name() == (rc == 0 ? "io_uring" : "pread/pwrite"));
 #else
   REQUIRE(PosixBackend(Options(true)).engine().Name() == "pread/pwrite");
 #endif
@@ -261,7 +260,8 @@ TEST_CASE("posix: errors name the operation, path and offset", "[storage][posix]
   const std::string missing = dir.path() + "/nope/x.bin";
   const absl::Status open = backend.NewWritableFile(missing).status();
   REQUIRE(open.code() == absl::StatusCode::kNotFound);
-  REQUIRE(std::string(open.message()) == "open " + missing + " for writing: No such file or directory");
+  REQUIRE(std::string(open.message()) ==
+          "open " + missing + " for writing: No such file or directory");
   const absl::Status mkdir = backend.CreateDirs("/proc/self/ckpt-cannot/x");
   REQUIRE_FALSE(mkdir.ok());
   REQUIRE_THAT(std::string(mkdir.message()), Catch::Contains("mkdir /proc/self/ckpt-cannot"));
@@ -288,7 +288,8 @@ TEST_CASE("posix backend writes and reads registered memory with fixed buffers",
   {
     auto file = backend->NewWritableFile(dir + "/f.bin");
     REQUIRE(file.ok());
-    std::vector<IoOp> ops = {{0, registered, kBytes / 2}, {kBytes / 2, registered + kBytes / 2, kBytes / 2}};
+    std::vector<IoOp> ops = {{0, registered, kBytes / 2},
+                             {kBytes / 2, registered + kBytes / 2, kBytes / 2}};
     REQUIRE((*file)->WriteBatch(ops).ok());
     REQUIRE((*file)->Sync().ok());
     REQUIRE((*file)->Close().ok());
@@ -311,8 +312,8 @@ TEST_CASE("posix backend writes and reads registered memory with fixed buffers",
   handler.join();
   CHECK(std::memcmp(registered, registered + kBytes, kBytes) == 0);
   if (std::string(static_cast<PosixBackend&>(*backend).engine().Name()) == "io_uring") {
-    CHECK(fixed - before >= 3);                  // two writes and a read went fixed
-    CHECK(FixedBufferTransfers() == fixed);      // the plain and the handler's reads did not
+    CHECK(fixed - before >= 3);              // two writes and a read went fixed
+    CHECK(FixedBufferTransfers() == fixed);  // the plain and the handler's reads did not
   } else {
     WARN("io_uring unavailable: fixed buffers not exercised");
   }

@@ -24,11 +24,11 @@ absl::Status ToStatus(const absl::StatusOr<T>& s) {
   return s.status();
 }
 
-#define CKPT_REQUIRE_OK(expr)                                           \
-  do {                                                                  \
+#define CKPT_REQUIRE_OK(expr)                                                   \
+  do {                                                                          \
     const absl::Status ckpt_status_ = ::ckpt::storage::testing::ToStatus(expr); \
-    INFO(ckpt_status_.ToString());                                      \
-    REQUIRE(ckpt_status_.ok());                                         \
+    INFO(ckpt_status_.ToString());                                              \
+    REQUIRE(ckpt_status_.ok());                                                 \
   } while (0)
 
 // Deterministic pseudo-random bytes: a different seed gives different data,
@@ -50,7 +50,8 @@ inline std::string Pattern(size_t n, uint64_t seed) {
 class AlignedBuffer {
  public:
   explicit AlignedBuffer(size_t n)
-      : size_(n), data_(static_cast<char*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096 + 4096))) {
+      : size_(n),
+        data_(static_cast<char*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096 + 4096))) {
     if (data_ == nullptr) std::abort();  // no REQUIRE: used from worker threads
   }
   ~AlignedBuffer() { std::free(data_); }
