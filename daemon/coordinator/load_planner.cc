@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -113,6 +114,48 @@ void AddRunToChunks(const v1::StoredShard& stored, const std::string& fqn, int r
   }
 }
 
+// A tensor's stored shards, for finding those a request meets without
+// trying every one: each shard's region (converted once) and flattened span,
+// sorted by where the span begins. A request's candidates are the shards
+// whose span begins before the request's ends and after the request's
+// begins minus the longest stored span: O(log shards + candidates) for row
+// and flat splits, every shard for column splits (whose spans all meet).
+struct StoredIndex {
+  struct Entry {
+    int64_t begin = 0;
+    int64_t end = 0;
+    int shard = 0;  // index into the TensorEntry's shards
+    geo::Region region;
+  };
+  std::vector<Entry> by_begin;
+  int64_t longest = 0;
+};
+
+absl::StatusOr<StoredIndex> IndexStoredShards(const v1::TensorEntry& entry, const geo::Shape& shape,
+                                              const std::string& where) {
+  StoredIndex index;
+  index.by_begin.reserve(entry.shards_size());
+  for (int k = 0; k < entry.shards_size(); ++k) {
+    StoredIndex::Entry e;
+    e.shard = k;
+    e.region = RegionFromProto(entry.shards(k).region());
+    absl::StatusOr<std::pair<int64_t, int64_t>> span = geo::RegionSpan(shape, e.region);
+    if (!span.ok()) {
+      return WithContext(span.status(), absl::StrCat(where, " tensor ", entry.fqn(), " shard ", k,
+                                                     ", its stored region"));
+    }
+    if (span->first >= span->second) continue;  // empty: meets nothing
+    e.begin = span->first;
+    e.end = span->second;
+    index.longest = std::max(index.longest, e.end - e.begin);
+    index.by_begin.push_back(std::move(e));
+  }
+  std::stable_sort(
+      index.by_begin.begin(), index.by_begin.end(),
+      [](const StoredIndex::Entry& a, const StoredIndex::Entry& b) { return a.begin < b.begin; });
+  return index;
+}
+
 }  // namespace
 
 absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
@@ -134,7 +177,8 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
   v1::LoadAssignment out;
   out.set_step(manifest.step());
   Reads reads;
-  std::map<const v1::StoredShard*, absl::Status> tiles;  // checked once per stored shard
+  std::map<const v1::StoredShard*, absl::Status> tiles;   // checked once per stored shard
+  std::map<const v1::TensorEntry*, StoredIndex> indexes;  // built on a tensor's first request
   for (const v1::NodeLoadPlan& node : nodes) {
     for (const v1::NodeLoadPlan::RankRequests& rank : node.ranks()) {
       v1::LoadAssignment::RankSizes* sizes = out.add_sizes();
@@ -166,21 +210,35 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
                            DTypeName(entry.dtype()), " shape ", ShapeString(entry.global_shape())));
         }
         sizes->add_tensor_bytes(g->bytes);
+        auto [indexed, fresh] = indexes.try_emplace(&entry);
+        if (fresh) {
+          absl::StatusOr<StoredIndex> built = IndexStoredShards(entry, g->shape, where);
+          if (!built.ok()) return built.status();
+          indexed->second = std::move(*built);
+        }
+        const StoredIndex& index = indexed->second;
+        absl::StatusOr<std::pair<int64_t, int64_t>> want = geo::RegionSpan(g->shape, g->region);
+        if (!want.ok()) return want.status();
         int64_t covered = 0;
-        for (int k = 0; k < entry.shards_size(); ++k) {
+        auto first = std::lower_bound(
+            index.by_begin.begin(), index.by_begin.end(), want->first - index.longest,
+            [](const StoredIndex::Entry& e, int64_t at) { return e.begin < at; });
+        for (auto it = first; it != index.by_begin.end() && it->begin < want->second; ++it) {
+          if (it->end <= want->first) continue;
+          const int k = it->shard;
           const v1::StoredShard& stored = entry.shards(k);
-          const std::string what = absl::StrCat(where, " tensor ", entry.fqn(), " shard ", k);
-          const geo::Region stored_region = RegionFromProto(stored.region());
+          const auto what = [&] {
+            return absl::StrCat(where, " tensor ", entry.fqn(), " shard ", k);
+          };
           absl::StatusOr<std::vector<geo::StridedRun>> runs = geo::IntersectRegionsStrided(
-              g->shape, g->element_size, stored_region, g->region, limits.max_runs_per_shard);
-          if (!runs.ok()) return WithContext(runs.status(), what);
+              g->shape, g->element_size, it->region, g->region, limits.max_runs_per_shard);
+          if (!runs.ok()) return WithContext(runs.status(), what());
           if (runs->empty()) continue;
           auto [tile, unchecked] = tiles.try_emplace(&stored);
           if (unchecked) {
             // The region was validated by the intersection, and its bytes fit.
-            const int64_t bytes =
-                *geo::RegionNumElements(g->shape, stored_region) * g->element_size;
-            tile->second = CheckChunksTile(stored, static_cast<uint64_t>(bytes), what);
+            const int64_t bytes = *geo::RegionNumElements(g->shape, it->region) * g->element_size;
+            tile->second = CheckChunksTile(stored, static_cast<uint64_t>(bytes), what());
           }
           if (!tile->second.ok()) return tile->second;
           for (const geo::StridedRun& run : *runs) {
