@@ -51,7 +51,7 @@ v1::LoadProgress LoadSession::Progress() const {
   p.set_bytes_read(bytes_read_.load(std::memory_order_relaxed));
   p.set_ranks_arrived(arrived_);
   p.set_world_size(world_size_);
-  p.set_elapsed_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(absl::Now() - created_)));
+  p.set_elapsed_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(absl::Now() - created_at_)));
   return p;
 }
 

@@ -95,7 +95,6 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   const std::string job_;
   const int64_t step_;
   const int world_size_;
-  const absl::Time created_ = absl::Now();
 
   mutable absl::Mutex mu_;
   // Only the ranks that arrived: a world of 65536 with one rank present

@@ -266,9 +266,10 @@ int Run(const Config& c) {
   f["daemon_heap_mib"] = heap->peak_anon_bytes() / double(1 << 20);
   heap.reset();
   (*daemon)->Stop();
-  // The daemon's summary of each load (where its readers spent the time).
+  // The daemon's line for each load: where its time went (plan, read,
+  // verify, deliver; summed over the reader threads).
   for (absl::StatusOr<std::string> line; (line = (*daemon)->ReadLine()).ok();) {
-    if (line->find("reader threads:") != std::string::npos) {
+    if (line->find("ckptd: load job=") != std::string::npos) {
       absl::FPrintF(stderr, "ckpt-bench: %s\n", *line);
     }
   }

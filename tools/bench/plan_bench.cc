@@ -114,7 +114,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (l.ranks <= 0 || l.shards_per_rank <= 0 || l.replication <= 0 ||
       l.ranks % (2 * l.replication) != 0) {
-    std::fprintf(stderr, "ckpt-plan-bench: --ranks must be a positive multiple of 2 x --replication\n");
+    std::fprintf(stderr,
+                 "ckpt-plan-bench: --ranks must be a positive multiple of 2 x --replication\n");
     return 2;
   }
 
@@ -150,9 +151,11 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  std::printf("save plan: %d ranks x %d shards, replication %d: %llu unique shards on %zu hosts in %.3f s\n",
-              l.ranks, l.shards_per_rank, l.replication, static_cast<unsigned long long>(items),
-              save_nodes.size(), save_plan_s);
+  std::printf(
+      "save plan: %d ranks x %d shards, replication %d: %llu unique shards on %zu hosts in %.3f "
+      "s\n",
+      l.ranks, l.shards_per_rank, l.replication, static_cast<unsigned long long>(items),
+      save_nodes.size(), save_plan_s);
   std::printf("load plan: %d ranks, %d chunk reads: %.3f s\n", l.ranks / 2, loaded->reads_size(),
               load_plan_s);
   if (json) {
