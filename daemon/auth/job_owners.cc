@@ -69,6 +69,8 @@ absl::StatusOr<std::optional<uid_t>> JobOwners::Owner(const std::string& job) {
     absl::MutexLock lock(&mu_);
     auto it = owners_.find(job);
     if (it != owners_.end()) return std::optional<uid_t>(it->second);
+    it = pending_.find(job);
+    if (it != pending_.end()) return std::optional<uid_t>(it->second);
   }
   absl::StatusOr<std::optional<uid_t>> owner = ReadRecord(job);
   if (owner.ok() && owner->has_value()) {
@@ -82,25 +84,42 @@ absl::Status JobOwners::Claim(const std::string& job, uid_t uid) {
   // One claim at a time, so two users attaching a new job at once cannot
   // both become its owner. Claims are rare (first attach of a job).
   absl::MutexLock lock(&mu_);
-  auto it = owners_.find(job);
   std::optional<uid_t> owner;
-  if (it != owners_.end()) {
+  if (auto it = owners_.find(job); it != owners_.end()) {
     owner = it->second;
+  } else if (auto p = pending_.find(job); p != pending_.end()) {
+    owner = p->second;
   } else {
     absl::StatusOr<std::optional<uid_t>> recorded = ReadRecord(job);
     if (!recorded.ok()) return recorded.status();
-    owner = *recorded;
+    if (recorded->has_value()) {
+      owner = **recorded;
+      owners_[job] = *owner;
+    } else {
+      pending_[job] = uid;
+      owner = uid;
+    }
   }
-  if (!owner.has_value()) {
-    if (absl::Status s = WriteRecord(job, uid); !s.ok()) return s;
-    owner = uid;
-  }
-  owners_[job] = *owner;
   if (*owner != uid) {
     return absl::PermissionDeniedError(absl::StrCat(
         "job ", job, " belongs to ", DescribeUid(*owner), ", not to ", DescribeUid(uid)));
   }
   return absl::OkStatus();
+}
+
+absl::Status JobOwners::Persist(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  auto it = pending_.find(job);
+  if (it == pending_.end()) return absl::OkStatus();  // recorded already
+  if (absl::Status s = WriteRecord(job, it->second); !s.ok()) return s;
+  owners_[job] = it->second;
+  pending_.erase(it);
+  return absl::OkStatus();
+}
+
+void JobOwners::Forget(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  pending_.erase(job);
 }
 
 }  // namespace ckpt::auth

@@ -8,6 +8,11 @@
 // after a restart. Jobs saved before ownership existed have no record: the
 // first user to attach claims them, and until then only operators see them.
 //
+// A claim is held in memory until the job's first save (Persist), and
+// forgotten when the job's last rank goes with none made (Forget): an
+// attach alone writes nothing to storage, so attaching many job names
+// cannot fill the root with directories.
+//
 // Thread-safety: all methods are safe from any thread.
 #ifndef CKPT_DAEMON_AUTH_JOB_OWNERS_H_
 #define CKPT_DAEMON_AUTH_JOB_OWNERS_H_
@@ -40,6 +45,10 @@ class JobOwners {
   // when the job has none; PERMISSION_DENIED naming the job and its owner
   // otherwise.
   absl::Status Claim(const std::string& job, uid_t uid);
+  // Records a claim still held in memory (the job is about to save).
+  absl::Status Persist(const std::string& job);
+  // Drops a claim not recorded yet (the job's last rank is gone).
+  void Forget(const std::string& job);
 
  private:
   absl::StatusOr<std::optional<uid_t>> ReadRecord(const std::string& job);
@@ -48,7 +57,8 @@ class JobOwners {
   storage::Backend& backend_;
   const std::string root_;
   absl::Mutex mu_;
-  std::map<std::string, uid_t> owners_ ABSL_GUARDED_BY(mu_);  // known so far
+  std::map<std::string, uid_t> owners_ ABSL_GUARDED_BY(mu_);   // recorded on storage
+  std::map<std::string, uid_t> pending_ ABSL_GUARDED_BY(mu_);  // claimed, not recorded yet
 };
 
 // "uid 1001 (alice)", or "uid 1001" for an id with no account here.

@@ -65,4 +65,12 @@ int RankSessions::attached() const {
   return static_cast<int>(sessions_.size());
 }
 
+bool RankSessions::HasJob(const std::string& job) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, session] : sessions_) {
+    if (session.job == job) return true;
+  }
+  return false;
+}
+
 }  // namespace ckpt::server

@@ -52,6 +52,8 @@ class RankSessions {
   // NOT_FOUND ("unknown session; attach first") for an unknown id.
   absl::StatusOr<RankSession> Find(const std::string& id) const;
   int attached() const;
+  // Whether any rank of `job` is attached.
+  bool HasJob(const std::string& job) const;
 
  private:
   const SessionLimits limits_;

@@ -303,6 +303,9 @@ TEST_CASE("other local users: refused unless allow-listed, and never on another 
     CHECK(codes.at("status") == 0);
     CHECK(codes.at("attach_own_job") == 0);
     CHECK(absl::StrContains(probe.output, "belongs to uid 0"));
+    // An attach alone records nothing on storage (the owner is written at
+    // the job's first save).
+    CHECK_FALSE(std::filesystem::exists(d.job_dir("rootjob-mine")));
     // Root's session survived the attempts: it still loads.
     v1::LoadRequest load;
     load.set_session_id(attached.session_id());

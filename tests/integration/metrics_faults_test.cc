@@ -3,8 +3,6 @@
 // real processes, /metrics read over HTTP.
 #include <unistd.h>
 
-#include <grpcpp/grpcpp.h>
-
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <string>
@@ -95,21 +93,16 @@ TEST_CASE("a failed fsync and a corrupt read are counted as I/O errors and faile
           "[integration][metrics]") {
   FaultyDaemon d;
   CHECK(Has(d.Scrape(), "ckpt_io_errors_total{op=\"sync\"} 0"));
-  // The job's first attach records its owner (an fsync): done before the
-  // fault, so the failing fsync is the save's.
+  // The job's first save records its owner (an fsync): recorded here
+  // before the fault, so the failing fsync is the save's data.
   {
-    auto stub = TestDaemon::PlaintextStubFor("unix:" + d.dir + "/ckptd.sock");
-    grpc::ClientContext attach_context;
-    v1::AttachRequest attach;
-    attach.set_job(kJob);
-    attach.set_world_size(1);
-    v1::AttachResponse attached;
-    REQUIRE(stub->Attach(&attach_context, attach, &attached).ok());
-    grpc::ClientContext detach_context;
-    v1::DetachRequest detach;
-    detach.set_session_id(attached.session_id());
-    v1::DetachResponse detached;
-    REQUIRE(stub->Detach(&detach_context, detach, &detached).ok());
+    const std::string job_dir = absl::StrCat(kRoot, "/", kJob);
+    REQUIRE(d.faults->CreateDirs(job_dir).ok());
+    auto owner = d.faults->NewWritableFile(job_dir + "/OWNER");
+    REQUIRE(owner.ok());
+    const std::string record = absl::StrCat("uid ", geteuid(), "\n");
+    REQUIRE((*owner)->WriteAt(0, record.data(), record.size()).ok());
+    REQUIRE((*owner)->Close().ok());
   }
 
   d.faults->FailAllSyncs(true);
