@@ -36,9 +36,10 @@ ABSL_FLAG(uint64_t, batch_bytes, 32 << 20,
 ABSL_FLAG(uint64_t, save_batch_bytes, 0,
           "Pool room a saving rank copies into at a time (0: a sixteenth of the pool, between "
           "--batch_bytes and 256 MiB)");
-ABSL_FLAG(int32_t, job_max_saves_in_flight, 4,
+ABSL_FLAG(int32_t, job_max_saves_in_flight, 0,
           "Saves of one job in flight at once (planning, snapshotting or persisting); a save of "
-          "another step beyond it is refused");
+          "another step beyond it is refused (0: no limit; the pool bounds their bytes either "
+          "way, and a trainer saving every step on slow storage has many persisting)");
 ABSL_FLAG(uint64_t, job_max_disk_bytes, 0,
           "Bytes of one job's committed checkpoints plus the save being planned (0: no limit); "
           "a save beyond it is refused before anything is written");

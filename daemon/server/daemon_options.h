@@ -44,7 +44,7 @@ struct DaemonOptions {
   // it is refused), and bytes of its committed checkpoints on disk plus the
   // save being planned (0: no limit). Refusals are RESOURCE_EXHAUSTED
   // naming the quota and its flag.
-  int job_max_saves_in_flight = 4;
+  int job_max_saves_in_flight = 0;  // 0: no limit
   uint64_t job_max_disk_bytes = 0;
   int max_sessions = 4096;
   // Bounds on what one request may ask (checked before anything is

@@ -218,6 +218,8 @@ void NodeService::RankGone(const RankSession& rank) {
   }
   // Only if it is still attached: a Detach then the stream's end report once.
   if (!context_.sessions.Detach(rank.id).ok()) return;
+  // A job that never saved leaves no owner behind (job_owners.h).
+  if (!context_.sessions.HasJob(rank.job)) context_.owners.Forget(rank.job);
   for (auto& save : saves) save->RankGone(rank.rank);
   for (auto& load : loads) load->RankGone(rank.rank);
   // Its GPU allocations may be freed once it is gone: close our mappings.
@@ -234,6 +236,8 @@ grpc::Status NodeService::PlanSave(grpc::ServerContext* context, const v1::PlanS
   }
   // Bounded before anything is allocated for it.
   if (absl::Status s = ValidatePlanSaveRequest(*request, limits_); !s.ok()) return ToGrpc(s);
+  // The job's first save records who owns it.
+  if (absl::Status s = context_.owners.Persist(rank->job); !s.ok()) return ToGrpc(s);
   if (absl::Status s = EnterBarrier(rank->id); !s.ok()) return ToGrpc(s);
   absl::Cleanup leave = [&] { LeaveBarrier(rank->id); };
   std::shared_ptr<SaveSession> save;
@@ -247,7 +251,8 @@ grpc::Status NodeService::PlanSave(grpc::ServerContext* context, const v1::PlanS
            it != saves_.end() && it->first.first == rank->job; ++it) {
         in_flight += it->second->finished() ? 0 : 1;
       }
-      if (in_flight >= context_.options.job_max_saves_in_flight) {
+      const int quota = context_.options.job_max_saves_in_flight;
+      if (quota > 0 && in_flight >= quota) {
         return ToGrpc(absl::ResourceExhaustedError(absl::StrCat(
             "job ", rank->job, " has ", in_flight, " saves in flight; its quota is ",
             context_.options.job_max_saves_in_flight, " (--job_max_saves_in_flight): step ",
