@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proto/lib/dtype.h"
@@ -20,7 +21,11 @@ std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-using Reads = std::map<std::pair<std::string, uint64_t>, v1::ChunkRead>;
+// By (file, offset): a chunk read once however many requests need it. The
+// file names are the manifest's own strings, which outlive the planning; a
+// hash map (sorted into the answer at the end) because a cluster-scale load
+// adds runs to a million reads.
+using Reads = absl::flat_hash_map<std::pair<absl::string_view, uint64_t>, v1::ChunkRead>;
 
 // The stored shard's chunks must tile its packed bytes exactly: sorted by
 // shard_offset, contiguous from 0, no gap, no overlap, no wrap. Runs are
@@ -166,7 +171,7 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
 absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
                                             absl::Span<const v1::NodeLoadPlan> nodes,
                                             const RequestLimits& limits) {
-  std::map<std::string, const v1::TensorEntry*> tensors;
+  absl::flat_hash_map<absl::string_view, const v1::TensorEntry*> tensors;
   for (const v1::TensorEntry& entry : manifest.tensors()) tensors[entry.fqn()] = &entry;
   std::map<std::pair<std::string, int>, const v1::ObjectEntry*> objects;  // (key, rank)
   for (const v1::ObjectEntry& entry : manifest.objects()) {
@@ -275,7 +280,13 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
       }
     }
   }
-  for (auto& [key, read] : reads) *out.add_reads() = std::move(read);
+  std::vector<std::pair<std::pair<absl::string_view, uint64_t>, v1::ChunkRead*>> sorted;
+  sorted.reserve(reads.size());
+  for (auto& [key, read] : reads) sorted.emplace_back(key, &read);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  out.mutable_reads()->Reserve(static_cast<int>(sorted.size()));
+  for (auto& [key, read] : sorted) *out.add_reads() = std::move(*read);
   return out;
 }
 
