@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "tests/catch_skip.h"
+#include "tests/support/http_get.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_daemon.h"
 
@@ -181,7 +182,7 @@ TEST_CASE("without TLS the TCP listener binds loopback only and refuses every ca
   TestDaemon d;
   // Asked for every address, with a token but no certificate.
   REQUIRE(d.MakeTlsFiles().ok());
-  const int port = 20000 + static_cast<int>(getpid() % 20000);
+  const int port = FreeTcpPort();
   REQUIRE(
       d.Start({absl::StrCat("--listen_address=0.0.0.0:", port), "--token_file=" + d.token_file()})
           .ok());

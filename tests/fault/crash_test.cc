@@ -28,23 +28,6 @@ std::vector<std::string> PartialDirs(const TestDaemon& d, const std::string& job
   return out;
 }
 
-// The steps the daemon lists, asked over gRPC (not parsed from a table).
-std::vector<int64_t> ListedSteps(const TestDaemon& d, const std::string& job) {
-  grpc::ClientContext context;
-  v1::ListCheckpointsRequest request;
-  request.set_job(job);
-  v1::ListCheckpointsResponse response;
-  const grpc::Status status = d.Stub()->ListCheckpoints(&context, request, &response);
-  INFO(status.error_message());
-  REQUIRE(status.ok());
-  std::vector<int64_t> steps;
-  for (const v1::CheckpointSummary& c : response.checkpoints()) {
-    CHECK_FALSE(c.broken());
-    steps.push_back(c.step());
-  }
-  return steps;
-}
-
 // The first column of each row of `ckptctl list`'s table (after the header).
 std::vector<std::string> TableSteps(const std::string& table) {
   std::istringstream lines(table);

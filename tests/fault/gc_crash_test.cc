@@ -18,24 +18,6 @@
 namespace ckpt::testing {
 namespace {
 
-// The steps the daemon lists, over gRPC; every one must be whole.
-std::vector<int64_t> ListedSteps(const TestDaemon& d, const std::string& job) {
-  grpc::ClientContext context;
-  v1::ListCheckpointsRequest request;
-  request.set_job(job);
-  v1::ListCheckpointsResponse response;
-  const grpc::Status status = d.Stub()->ListCheckpoints(&context, request, &response);
-  INFO(status.error_message());
-  REQUIRE(status.ok());
-  std::vector<int64_t> steps;
-  for (const v1::CheckpointSummary& c : response.checkpoints()) {
-    INFO("step " << c.step() << ": " << c.broken_reason());
-    CHECK_FALSE(c.broken());
-    steps.push_back(c.step());
-  }
-  return steps;
-}
-
 std::vector<std::string> Named(const TestDaemon& d, const std::string& job,
                                const std::string& part) {
   std::vector<std::string> out;

@@ -21,13 +21,6 @@
 namespace ckpt::testing {
 namespace {
 
-void Save(const TestDaemon& d, const std::string& job, int64_t step) {
-  for (const ExitInfo& r : d.RunRanks(job, "save", 1, step, 1)) {
-    INFO(r.output);
-    REQUIRE(r.ok());
-  }
-}
-
 ExitInfo LoadOne(const TestDaemon& d, const std::string& job, int64_t step) {
   return d.RunRanks(job, "load", 1, step, 1, 1).at(0);
 }
@@ -64,10 +57,10 @@ std::string ReadText(const std::string& path) {
 TEST_CASE("a rollback is latest, also after a restart", "[fault][latest]") {
   TestDaemon d;
   REQUIRE(d.Start().ok());
-  Save(d, "roll", 100);
-  Save(d, "roll", 200);
+  SaveStep(d, "roll", 100);
+  SaveStep(d, "roll", 200);
   // Resumed from 100, the job saves 150 while 200 exists.
-  Save(d, "roll", 150);
+  SaveStep(d, "roll", 150);
   ExitInfo load = LoadOne(d, "roll", -1);
   INFO(load.output);
   CHECK(load.output.find("loaded step 150") != std::string::npos);
@@ -99,8 +92,8 @@ TEST_CASE("a rollback is latest, also after a restart", "[fault][latest]") {
 TEST_CASE("a broken latest fails closed and the list still works", "[fault][latest]") {
   TestDaemon d;
   REQUIRE(d.Start().ok());
-  Save(d, "brk", 1);
-  Save(d, "brk", 2);
+  SaveStep(d, "brk", 1);
+  SaveStep(d, "brk", 2);
   std::string manifest = ReadText(d.job_dir("brk") + "/step-2/MANIFEST");
   manifest[manifest.size() / 2] ^= 0x08;
   std::ofstream(d.job_dir("brk") + "/step-2/MANIFEST", std::ios::binary | std::ios::trunc)
@@ -128,8 +121,8 @@ TEST_CASE("a broken latest fails closed and the list still works", "[fault][late
 TEST_CASE("hostile manifests are refused and the daemon keeps serving", "[fault][hostile]") {
   TestDaemon d;
   REQUIRE(d.Start().ok());
-  Save(d, "victim", 1);
-  Save(d, "evil", 1);
+  SaveStep(d, "victim", 1);
+  SaveStep(d, "evil", 1);
   v1::CheckpointManifest m = Inspect(d, "evil", 1);
   REQUIRE(m.tensors_size() > 0);
   const std::string data_file = m.tensors(0).shards(0).chunks(0).file();
@@ -183,7 +176,7 @@ TEST_CASE("hostile manifests are refused and the daemon keeps serving", "[fault]
   }
   // The daemon is alive and still saves and loads bit-exact.
   CHECK(d.Ckptctl({"status"}).ok());
-  Save(d, "after", 1);
+  SaveStep(d, "after", 1);
   const ExitInfo load = LoadOne(d, "after", -1);
   INFO(load.output);
   CHECK(load.ok());

@@ -18,13 +18,6 @@
 namespace ckpt::testing {
 namespace {
 
-void Save(const TestDaemon& d, const std::string& job, int64_t step) {
-  for (const ExitInfo& r : d.RunRanks(job, "save", 1, step, 1)) {
-    INFO(r.output);
-    REQUIRE(r.ok());
-  }
-}
-
 // Loads the step with two ranks (another sharding than the save's),
 // checking every byte, and returns the step loaded.
 void LoadChecked(const TestDaemon& d, const std::string& job, int64_t step, int64_t expected) {
@@ -72,7 +65,7 @@ class ForeignPin {
 TEST_CASE("ckptctl gc keeps the newest N and multiples of K; a dry run deletes nothing", "[gc]") {
   TestDaemon d;
   REQUIRE(d.Start().ok());
-  for (int64_t step = 1; step <= 6; ++step) Save(d, "gcjob", step);
+  for (int64_t step = 1; step <= 6; ++step) SaveStep(d, "gcjob", step);
   const std::vector<std::string> all = Entries(d, "gcjob");
   REQUIRE(all.size() == 6);
 
@@ -132,8 +125,8 @@ TEST_CASE("retention after each commit keeps exactly what the policy says", "[gc
   REQUIRE(d.Start({"--retain_last=2", "--retain_every=4", "--retain_grace_s=0",
                    "--retention=keepall:last=0"})
               .ok());
-  for (int64_t step = 1; step <= 6; ++step) Save(d, "auto", step);
-  for (int64_t step = 1; step <= 3; ++step) Save(d, "keepall", step);
+  for (int64_t step = 1; step <= 6; ++step) SaveStep(d, "auto", step);
+  for (int64_t step = 1; step <= 3; ++step) SaveStep(d, "keepall", step);
   // Runs are in the background, after each commit; only the run after
   // step 6's commit keeps [4, 5, 6].
   REQUIRE(d.WaitForOutput("gc of job auto (retention): deleted steps ["));
@@ -155,8 +148,8 @@ TEST_CASE("gc never deletes LATEST after a rollback, a step being loaded or a pi
           "[gc][pin]") {
   TestDaemon d;
   REQUIRE(d.Start().ok());
-  for (int64_t step : {10, 20, 30, 40}) Save(d, "pinned", step);
-  Save(d, "pinned", 15);  // a rollback: latest is 15, not the highest step
+  for (int64_t step : {10, 20, 30, 40}) SaveStep(d, "pinned", step);
+  SaveStep(d, "pinned", 15);  // a rollback: latest is 15, not the highest step
 
   auto stub = d.Stub();
   auto loading = std::make_unique<RawRank>(*stub, "pinned");

@@ -18,28 +18,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "tests/support/http_get.h"
 
 namespace ckpt::testing {
-namespace {
-
-// A port nothing listens on right now: the kernel's pick for port 0.
-int FreeTcpPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
-}  // namespace
 
 std::string CkptdPath() { return CKPT_TEST_CKPTD_PATH; }
 std::string DemoRankPath() { return CKPT_TEST_DEMO_RANK_PATH; }
@@ -234,6 +215,30 @@ ExitInfo TestDaemon::Ckptctl(const std::vector<std::string>& args) const {
   std::vector<std::string> argv = {CkptctlPath(), "--socket=" + socket()};
   argv.insert(argv.end(), args.begin(), args.end());
   return RunCommand(argv);
+}
+
+std::vector<int64_t> ListedSteps(const TestDaemon& d, const std::string& job) {
+  grpc::ClientContext context;
+  v1::ListCheckpointsRequest request;
+  request.set_job(job);
+  v1::ListCheckpointsResponse response;
+  const grpc::Status status = d.Stub()->ListCheckpoints(&context, request, &response);
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+  std::vector<int64_t> steps;
+  for (const v1::CheckpointSummary& c : response.checkpoints()) {
+    INFO("step " << c.step() << ": " << c.broken_reason());
+    CHECK_FALSE(c.broken());
+    steps.push_back(c.step());
+  }
+  return steps;
+}
+
+void SaveStep(const TestDaemon& d, const std::string& job, int64_t step) {
+  for (const ExitInfo& r : d.RunRanks(job, "save", 1, step, 1)) {
+    INFO(r.output);
+    REQUIRE(r.ok());
+  }
 }
 
 std::vector<std::string> ListDir(const std::string& path) {

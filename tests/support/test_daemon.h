@@ -119,6 +119,11 @@ bool AwaitStatus(const TestDaemon& d, Pred done) {
 
 // Names of the entries of a directory, sorted; empty if it does not exist.
 std::vector<std::string> ListDir(const std::string& path);
+// The steps the daemon lists for `job`, asked over gRPC; every one must be
+// whole (CHECK: not broken).
+std::vector<int64_t> ListedSteps(const TestDaemon& d, const std::string& job);
+// Saves `step` of `job` with one demo rank; REQUIREs that it succeeded.
+void SaveStep(const TestDaemon& d, const std::string& job, int64_t step);
 
 }  // namespace ckpt::testing
 

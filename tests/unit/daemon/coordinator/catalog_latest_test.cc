@@ -52,32 +52,6 @@ bool Exists(Backend& backend, const std::string& path) {
   return *e;
 }
 
-// The manifest of a one-tensor checkpoint: UINT8 [size], in chunks of at
-// most chunk_bytes, in data/h0-0.bin.
-v1::CheckpointManifest ManifestOf(const std::string& job, int64_t step, const std::string& data,
-                                  uint64_t chunk_bytes) {
-  v1::CheckpointManifest m;
-  m.set_format_version(1);
-  m.set_job(job);
-  m.set_step(step);
-  m.set_created_unix_ms(1000 + step);
-  v1::TensorEntry* t = m.add_tensors();
-  t->set_fqn("w");
-  t->set_dtype(v1::UINT8);
-  t->add_global_shape(static_cast<int64_t>(data.size()));
-  v1::StoredShard* shard = t->add_shards();
-  for (uint64_t off = 0; off < data.size(); off += chunk_bytes) {
-    const uint64_t len = std::min<uint64_t>(chunk_bytes, data.size() - off);
-    v1::StoredChunk* c = shard->add_chunks();
-    c->set_file("data/h0-0.bin");
-    c->set_file_offset(off);
-    c->set_shard_offset(off);
-    c->set_length(len);
-    c->set_crc32c(Crc32c(data.data() + off, len));
-  }
-  return m;
-}
-
 // A committed step through the real commit protocol.
 void CommitStep(Backend& backend, const std::string& root, const std::string& job, int64_t step,
                 const std::string& data = "0123456789", uint64_t chunk_bytes = 4) {
@@ -86,7 +60,7 @@ void CommitStep(Backend& backend, const std::string& root, const std::string& jo
   CKPT_REQUIRE_OK(backend.CreateDirs(partial + "/data"));
   Write(backend, partial + "/data/h0-0.bin", data);
   CKPT_REQUIRE_OK(
-      CommitCheckpoint(backend, root, partial, ManifestOf(job, step, data, chunk_bytes)));
+      CommitCheckpoint(backend, root, partial, testing::ManifestOf(job, step, data, chunk_bytes)));
 }
 
 int64_t Latest(Catalog& catalog, const std::string& job) {

@@ -171,19 +171,7 @@ void CommitStep(Backend& backend, const std::string& root, int64_t step) {
       PartialDir(root, kJob, step, absl::StrCat("h0-00000000000000aa-", step));
   CKPT_REQUIRE_OK(backend.CreateDirs(partial + "/data"));
   Write(backend, partial + "/data/h0-0.bin", data);
-  v1::CheckpointManifest m;
-  m.set_format_version(1);
-  m.set_job(kJob);
-  m.set_step(step);
-  m.set_created_unix_ms(1000 + step);
-  v1::TensorEntry* t = m.add_tensors();
-  t->set_fqn("w");
-  t->set_dtype(v1::UINT8);
-  t->add_global_shape(static_cast<int64_t>(data.size()));
-  v1::StoredChunk* c = t->add_shards()->add_chunks();
-  c->set_file("data/h0-0.bin");
-  c->set_length(data.size());
-  c->set_crc32c(Crc32c(data.data(), data.size()));
+  const v1::CheckpointManifest m = testing::ManifestOf(kJob, step, data, data.size());
   CKPT_REQUIRE_OK(CommitCheckpoint(backend, root, partial, m));
 }
 

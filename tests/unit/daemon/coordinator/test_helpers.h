@@ -5,6 +5,7 @@
 #ifndef CKPT_TESTS_UNIT_DAEMON_COORDINATOR_TEST_HELPERS_H_
 #define CKPT_TESTS_UNIT_DAEMON_COORDINATOR_TEST_HELPERS_H_
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <map>
@@ -15,9 +16,37 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ckpt/v1/coordinator.pb.h"
+#include "ckpt/v1/manifest.pb.h"
 #include "daemon/coordinator/save_planner.h"
+#include "proto/lib/crc32c.h"
 
 namespace ckpt::coordinator::testing {
+
+// The manifest of a one-tensor checkpoint: UINT8 [size], in chunks of at
+// most chunk_bytes, in data/h0-0.bin.
+inline v1::CheckpointManifest ManifestOf(const std::string& job, int64_t step,
+                                         const std::string& data, uint64_t chunk_bytes) {
+  v1::CheckpointManifest m;
+  m.set_format_version(1);
+  m.set_job(job);
+  m.set_step(step);
+  m.set_created_unix_ms(1000 + step);
+  v1::TensorEntry* t = m.add_tensors();
+  t->set_fqn("w");
+  t->set_dtype(v1::UINT8);
+  t->add_global_shape(static_cast<int64_t>(data.size()));
+  v1::StoredShard* shard = t->add_shards();
+  for (uint64_t off = 0; off < data.size(); off += chunk_bytes) {
+    const uint64_t len = std::min<uint64_t>(chunk_bytes, data.size() - off);
+    v1::StoredChunk* c = shard->add_chunks();
+    c->set_file("data/h0-0.bin");
+    c->set_file_offset(off);
+    c->set_shard_offset(off);
+    c->set_length(len);
+    c->set_crc32c(Crc32c(data.data() + off, len));
+  }
+  return m;
+}
 
 inline absl::Status ToStatus(const absl::Status& s) { return s; }
 template <typename T>
