@@ -5,11 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build_dir="${CKPT_BUILD_DIR:-build}"
-launcher=()
-if command -v ccache >/dev/null; then
-  # Paths relative to the checkout, so worktrees and fresh clones share hits.
-  export CCACHE_BASEDIR="$PWD"
-  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-fi
+source tools/dev/ccache-launcher.sh
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_BUILD_TESTS=ON "${launcher[@]}" "$@" >/dev/null
 ninja -C "$build_dir" -j"$(nproc)"

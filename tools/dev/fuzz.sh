@@ -21,11 +21,7 @@ jobs="${CKPT_FUZZ_JOBS:-1}"
 build_dir="${CKPT_FUZZ_BUILD_DIR:-build-fuzz}"
 out="$build_dir/fuzz"
 
-launcher=()
-if command -v ccache >/dev/null; then
-  export CCACHE_BASEDIR="$PWD"
-  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-fi
+source tools/dev/ccache-launcher.sh
 # -O1 keeps asserts and builds fast; only the fuzzers and what they link are built.
 CC=clang CXX=clang++ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \

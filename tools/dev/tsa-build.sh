@@ -7,11 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build_dir="${CKPT_TSA_BUILD_DIR:-build-tsa}"
-launcher=()
-if command -v ccache >/dev/null; then
-  export CCACHE_BASEDIR="$PWD"
-  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-fi
+source tools/dev/ccache-launcher.sh
 CC=clang CXX=clang++ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCKPT_THREAD_SAFETY_ANALYSIS=ON -DCKPT_BUILD_TESTS=OFF -DCKPT_BUILD_AGENT=OFF \
   -DCKPT_WITH_CUDA=OFF "${launcher[@]}" >/dev/null
