@@ -53,6 +53,10 @@ class AccessPolicy {
   // socket must then be open to others (the kernel's check on the socket
   // file would refuse them before ours could).
   bool AdmitsOthers() const;
+  // True when any list names a group (supplementary groups then matter).
+  bool NamesGroups() const {
+    return !use_.groups.empty() || !read_.groups.empty() || !admin_.groups.empty();
+  }
   // "users a,b; groups c" for messages and the start-up line.
   std::string Describe() const;
 
