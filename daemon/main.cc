@@ -19,9 +19,10 @@ ABSL_FLAG(std::string, storage_backend, "posix", "posix or memory (memory: testi
 ABSL_FLAG(bool, io_uring, true, "Write and read through io_uring (else pread/pwrite)");
 ABSL_FLAG(bool, o_direct, true, "Bypass the page cache where the filesystem allows");
 ABSL_FLAG(uint32_t, queue_depth, 32, "I/O operations in flight per writer thread");
-ABSL_FLAG(std::string, pool_path, "",
-          "Shared-memory file of the pool (default: /dev/shm/ckptd-<hash of socket path>.pool)");
 ABSL_FLAG(uint64_t, pool_bytes, 1ull << 30, "Pinned staging memory, allocated at start-up");
+ABSL_FLAG(uint64_t, pool_segment_bytes, 0,
+          "Unit in which pool memory passes between jobs; each job's ranks map only its own "
+          "segments (0: from --pool_bytes, 64 MiB where 16 to 256 segments allow)");
 ABSL_FLAG(std::string, socket_path, "/run/ckptd/ckptd.sock", "Unix socket for ranks and ckptctl");
 ABSL_FLAG(std::string, listen_address, "", "TCP address for ckptctl and peers, e.g. 0.0.0.0:7470");
 ABSL_FLAG(std::string, host_name, "", "Name of this host in data files (default: hostname)");
@@ -144,7 +145,7 @@ int main(int argc, char** argv) {
   o.use_io_uring = absl::GetFlag(FLAGS_io_uring);
   o.use_o_direct = absl::GetFlag(FLAGS_o_direct);
   o.queue_depth = absl::GetFlag(FLAGS_queue_depth);
-  o.pool_path = absl::GetFlag(FLAGS_pool_path);
+  o.pool_segment_bytes = absl::GetFlag(FLAGS_pool_segment_bytes);
   o.pool_bytes = absl::GetFlag(FLAGS_pool_bytes);
   o.socket_path = absl::GetFlag(FLAGS_socket_path);
   o.listen_address = absl::GetFlag(FLAGS_listen_address);
@@ -224,12 +225,12 @@ int main(int argc, char** argv) {
   }
   const auto& opts = (*daemon)->options();
   absl::FPrintF(stderr,
-                "ckptd: serving on unix:%s%s%s; storage %s (%s); pool %d bytes at %s; %s; "
+                "ckptd: serving on unix:%s%s%s; storage %s (%s); pool %d bytes in %d segments; %s; "
                 "removed %d stale partial directories; access: %s\n",
                 opts.socket_path, opts.listen_address.empty() ? "" : " and ", opts.listen_address,
-                opts.storage_root, opts.storage_backend, opts.pool_bytes, opts.pool_path,
-                (*daemon)->DescribeDevice(), (*daemon)->removed_partials(),
-                (*daemon)->DescribeAccess());
+                opts.storage_root, opts.storage_backend, opts.pool_bytes,
+                (*daemon)->pool_segments(), (*daemon)->DescribeDevice(),
+                (*daemon)->removed_partials(), (*daemon)->DescribeAccess());
   std::thread signal_thread([&] {
     int sig = 0;
     sigwait(&signals, &sig);

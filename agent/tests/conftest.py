@@ -1,4 +1,4 @@
-"""A real ckptd for the agent's tests: its own storage root, socket and pool."""
+"""A real ckptd for the agent's tests: its own storage root and socket."""
 import gc
 import os
 import subprocess
@@ -19,10 +19,9 @@ class Daemon:
         self.proc = None
 
     def start(self):
-        self.pool = pool = f"/dev/shm/ckpt-agent-test-{os.getpid()}-{id(self)}.pool"
         self.proc = subprocess.Popen(
             [CKPTD, f"--storage_root={self.storage}", f"--socket_path={self.socket}",
-             f"--pool_bytes={self.pool_bytes}", f"--pool_path={pool}", "--writer_threads=2",
+             f"--pool_bytes={self.pool_bytes}", "--writer_threads=2",
              # A rank that never arrives fails the others in seconds, not 2 min.
              "--reader_threads=1", "--plan_timeout_s=5", *self.flags],
             stderr=subprocess.PIPE, text=True)
@@ -51,8 +50,6 @@ class Daemon:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.kill()
-        if os.path.exists(self.pool):
-            os.remove(self.pool)
 
 
 @pytest.fixture

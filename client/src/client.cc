@@ -112,6 +112,16 @@ struct SaveJob {
 // call at once with the old "connection refused", even after the daemon is
 // back. A fresh channel with a local subchannel pool connects on its first
 // call, so re-attaching works as soon as the restarted daemon serves.
+// The daemon names its segment socket; it lies beside the gRPC socket. The
+// directory is taken from our own socket path, so a rank in a container
+// that mounts the daemon's directory elsewhere still finds it.
+std::string SegmentSocket(const std::string& socket_path, const std::string& announced) {
+  const size_t slash = announced.rfind('/');
+  const std::string name = slash == std::string::npos ? announced : announced.substr(slash + 1);
+  const size_t dir = socket_path.rfind('/');
+  return dir == std::string::npos ? name : socket_path.substr(0, dir + 1) + name;
+}
+
 std::shared_ptr<v1::NodeService::Stub> NewStub(const std::string& socket_path) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -159,8 +169,9 @@ class ClientImpl final : public Client {
       return WithContext(s, absl::StrCat("attach to ckptd at ", target));
     }
     absl::StatusOr<std::unique_ptr<PoolMapping>> pool =
-        PoolMapping::Open(response.pool_path(), response.pool_bytes());
-    if (!pool.ok()) return pool.status();
+        PoolMapping::Open(SegmentSocket(options_.socket_path, response.segment_socket()),
+                          response.session_id(), response.pool_bytes());
+    if (!pool.ok()) return WithContext(pool.status(), absl::StrCat("attach to ckptd at ", target));
     StopWatch();
     auto attachment = std::make_shared<Attachment>();
     attachment->stub = std::move(stub);
@@ -173,13 +184,8 @@ class ClientImpl final : public Client {
       // it, or every restart of the daemon would leak a pool's worth of
       // pinned registration in this process.
       std::shared_ptr<Attachment> previous = Current();
-      if (pool_pinned_ && previous != nullptr)
-        (void)gpu_->UnregisterHostMemory(previous->pool->base());
-      pool_pinned_ = false;
-      if (gpu_ != nullptr && gpu_->HasDevice()) {
-        pool_pinned_ =
-            gpu_->RegisterHostMemory(attachment->pool->base(), attachment->pool->size()).ok();
-      }
+      if (previous != nullptr) previous->pool->Unpin();
+      if (gpu_ != nullptr && gpu_->HasDevice()) attachment->pool->Pin(gpu_.get());
     }
     watch_context_ = std::make_unique<grpc::ClientContext>();
     auto watch_request = std::make_shared<v1::WatchRequest>();
@@ -207,10 +213,8 @@ class ClientImpl final : public Client {
     if (worker_.joinable()) worker_.join();
     if (persister_.joinable()) persister_.join();
     std::shared_ptr<Attachment> attachment = Current();
-    {
-      absl::MutexLock lock(&gpu_mu_);
-      if (pool_pinned_ && attachment) (void)gpu_->UnregisterHostMemory(attachment->pool->base());
-    }
+    // Before gpu_ goes (members die after this body).
+    if (attachment != nullptr) attachment->pool->Unpin();
     if (attachment != nullptr && !attachment->gone->load()) {
       grpc::ClientContext context;
       context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -352,6 +356,9 @@ class ClientImpl final : public Client {
       if (batch.batch_id() == 0) {
         if (batch.last()) break;
         continue;  // not read yet
+      }
+      if (absl::Status s = attachment->pool->Refresh(batch.segment_epoch()); !s.ok()) {
+        return WithContext(s, what);
       }
       host.clear();
       for (const v1::Delivery& d : batch.deliveries()) {
@@ -563,6 +570,9 @@ class ClientImpl final : public Client {
     if (absl::Status s = next_batch(&batch); !s.ok()) return fail(s);
     for (;;) {
       // Copy this batch on the copy threads while asking for the next one.
+      if (absl::Status s = attachment->pool->Refresh(batch.segment_epoch()); !s.ok()) {
+        return fail(s);
+      }
       std::vector<CopyPiece> pieces;
       for (const v1::BatchSlice& slice : batch.slices()) {
         if (slice.pull()) continue;  // the daemon copies it from the GPU
@@ -638,11 +648,8 @@ class ClientImpl final : public Client {
     if (gpu_ == nullptr) {
       gpu_ = gpu::DetectDeviceRuntime();
       std::shared_ptr<Attachment> attachment = Current();
-      if (gpu_->HasDevice() && attachment != nullptr) {
-        // Pinned, so pushes from the GPU into the pool run at DMA speed.
-        pool_pinned_ =
-            gpu_->RegisterHostMemory(attachment->pool->base(), attachment->pool->size()).ok();
-      }
+      // Pinned, so pushes from the GPU into the pool run at DMA speed.
+      if (gpu_->HasDevice() && attachment != nullptr) attachment->pool->Pin(gpu_.get());
     }
     if (!gpu_->HasDevice()) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -669,7 +676,6 @@ class ClientImpl final : public Client {
 
   absl::Mutex gpu_mu_;
   std::unique_ptr<gpu::DeviceRuntime> gpu_ ABSL_GUARDED_BY(gpu_mu_);
-  bool pool_pinned_ ABSL_GUARDED_BY(gpu_mu_) = false;
 
   absl::Mutex queue_mu_;
   std::deque<std::unique_ptr<SaveJob>> saves_ ABSL_GUARDED_BY(queue_mu_);

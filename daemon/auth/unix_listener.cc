@@ -20,8 +20,7 @@ constexpr int kBacklog = 1024;
 
 }  // namespace
 
-absl::Status UnixListener::Start(const std::string& path, bool open_to_others,
-                                 grpc::Server* server) {
+absl::StatusOr<int> BindUnixSocket(const std::string& path, int type, bool open_to_others) {
   sockaddr_un address{};
   if (path.size() >= sizeof(address.sun_path)) {
     return absl::InvalidArgumentError(absl::StrCat("socket path ", path, " is longer than ",
@@ -29,7 +28,7 @@ absl::Status UnixListener::Start(const std::string& path, bool open_to_others,
   }
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, path.data(), path.size());
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(absl::StrCat("socket(AF_UNIX): ", strerror(errno)));
   unlink(path.c_str());  // a stale socket of a killed daemon (the caller checked none serves it)
   // No other user may connect while the mode is being set.
@@ -53,7 +52,14 @@ absl::Status UnixListener::Start(const std::string& path, bool open_to_others,
     return absl::UnavailableError(
         absl::StrCat("cannot listen on unix:", path, ": ", strerror(error)));
   }
-  fd_ = fd;
+  return fd;
+}
+
+absl::Status UnixListener::Start(const std::string& path, bool open_to_others,
+                                 grpc::Server* server) {
+  absl::StatusOr<int> fd = BindUnixSocket(path, SOCK_STREAM, open_to_others);
+  if (!fd.ok()) return fd.status();
+  fd_ = *fd;
   thread_ = std::thread([this, server] { Run(server); });
   return absl::OkStatus();
 }

@@ -18,8 +18,14 @@
 #include <grpcpp/server.h>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace ckpt::auth {
+
+// Binds and listens on a Unix socket of `type` (SOCK_STREAM, SOCK_SEQPACKET)
+// at `path`, replacing a stale file, created under umask 0077 and opened to
+// other users (0666) only when asked. Returns the listening descriptor.
+absl::StatusOr<int> BindUnixSocket(const std::string& path, int type, bool open_to_others);
 
 class UnixListener {
  public:

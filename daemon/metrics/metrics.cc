@@ -197,6 +197,13 @@ class Metrics::Sampled : public prometheus::Collectable {
       f.type = prometheus::MetricType::Counter;
       f.metric.emplace_back().counter.value = Seconds(s.pool_stall);
     }
+    {
+      prometheus::MetricFamily& f = out.emplace_back();
+      f.name = "ckpt_pool_segment_renewals_total";
+      f.help = "Pool segments given fresh memory to pass from one job to another";
+      f.type = prometheus::MetricType::Counter;
+      f.metric.emplace_back().counter.value = static_cast<double>(s.pool_segment_renewals);
+    }
     gauge("ckpt_writer_queue_chunks", "Chunks queued to the writer threads, not yet written",
           static_cast<double>(s.writer_queue_chunks));
     gauge("ckpt_attached_ranks", "Ranks attached to this daemon", s.attached_ranks);

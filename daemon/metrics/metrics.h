@@ -78,6 +78,7 @@ struct NodeSample {
   uint64_t pool_used_bytes = 0;
   int pool_waiters = 0;
   absl::Duration pool_stall;  // summed over every wait since start
+  uint64_t pool_segment_renewals = 0;
   uint64_t writer_queue_chunks = 0;
   int attached_ranks = 0;
   std::map<std::string, int64_t> checkpoints;  // committed steps on disk, by job

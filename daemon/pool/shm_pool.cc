@@ -1,36 +1,18 @@
-// Creation protocol (Create):
-//   1. open(O_CREAT|O_EXCL, 0600): an existing file is never reused or
-//      replaced. It may be the live pool of another ckptd whose clients
-//      still map it; a stale file from a crashed daemon is reported with its
-//      path so the operator removes it (ALREADY_EXISTS).
-//   2. fchmod 0600: the umask may have cleared bits of the requested mode.
-//   3. posix_fallocate: reserves every page of the tmpfs now, so a pool that
-//      does not fit fails here with RESOURCE_EXHAUSTED instead of a SIGBUS on
-//      first touch in the middle of a save. The file is unlinked on failure.
-//      A pool larger than the free space is refused before (fstatvfs):
-//      tmpfs would take every free page first.
-//   4. mmap(MAP_SHARED|MAP_POPULATE), then one write per page: MAP_POPULATE
-//      only read-faults a shared mapping; the write makes every PTE
-//      writable, so the first copy into the pool runs at memory speed.
-// The fd is closed after mmap; clients open the path themselves.
-//
-// Allocation: first fit over a map of free ranges kept coalesced, so a
-// failed first fit means no contiguous range is large enough. Waiters sleep
-// on a CondVar that Free signals; there is no FIFO order among waiters.
+// Allocation: first fit over a map of free ranges kept coalesced, limited
+// to the segments the owner may use (segment_memory.h): its own and never
+// used ones first, then, only when nothing fits there, wholly free segments
+// of other owners, which are renewed before the owner gets them. Waiters
+// sleep on a CondVar that Free signals; there is no FIFO order among
+// waiters.
 #include "daemon/pool/shm_pool.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
 #include <utility>
+
+#include <fcntl.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -57,103 +39,83 @@ std::string HumanBytes(uint64_t bytes) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShmPool>> ShmPool::Create(const PoolOptions& options) {
-  const std::string& path = options.path;
-  if (path.empty()) return absl::InvalidArgumentError("shm pool: empty path");
+  const std::string& name = options.name;
   const uint64_t alignment = options.alignment;
   if (alignment < kMinAlignment || (alignment & (alignment - 1)) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("shm pool ", path, ": alignment ", alignment,
+    return absl::InvalidArgumentError(absl::StrCat(name, ": alignment ", alignment,
                                                    " must be a power of two >= ", kMinAlignment));
   }
   // A size that is not a multiple of the alignment is rounded down: the tail
   // could never be handed out. capacity() reports the size actually used.
   const uint64_t capacity = options.bytes / alignment * alignment;
   if (capacity == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("shm pool ", path, ": size of ", options.bytes,
-                                                   " bytes is smaller than the alignment ",
-                                                   alignment));
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": size of ", options.bytes, " bytes is smaller than the alignment ", alignment));
   }
-
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    const int error = errno;
-    if (error == EEXIST) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("cannot create pool ", path,
-                       ": file exists (another ckptd running, or a stale file "
-                       "from a crashed one: remove it if no ckptd uses it)"));
-    }
-    return ErrnoStatus(error, absl::StrCat("cannot create pool ", path));
+  uint64_t segment_bytes = options.segment_bytes == 0
+                               ? DefaultSegmentBytes(capacity, alignment)
+                               : (options.segment_bytes + alignment - 1) / alignment * alignment;
+  segment_bytes = std::min(segment_bytes, capacity);
+  if (capacity / segment_bytes > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": ", capacity / segment_bytes, " segments of ", segment_bytes,
+                     " bytes; at most 4096 (each is a file descriptor)"));
   }
-  // From here on, every failure removes the file we created.
-  auto fail = [&](absl::Status status) {
-    ::close(fd);
-    ::unlink(path.c_str());
-    return status;
-  };
-  if (::fchmod(fd, 0600) != 0) {
-    const int error = errno;
-    return fail(ErrnoStatus(error, absl::StrCat("cannot chmod 0600 pool ", path)));
-  }
-  // tmpfs's fallocate takes real memory page by page and fails only when
-  // the filesystem is full: a pool larger than the free space would first
-  // take all of it, and with /dev/shm sized like RAM (as here: 24 GB of 24)
-  // that sends the whole machine to the OOM killer before ENOSPC comes back.
-  // So a pool that cannot fit is refused before a page is taken; fallocate
-  // below still catches what changes in between.
-  struct statvfs fs {};
-  if (::fstatvfs(fd, &fs) == 0 && fs.f_frsize > 0 &&
-      static_cast<uint64_t>(fs.f_bavail) < capacity / fs.f_frsize) {
-    const absl::Status s = ErrnoStatus(
-        ENOSPC, absl::StrCat("cannot allocate pool of ", HumanBytes(capacity), " at ", path));
-    return fail(absl::Status(
-        s.code(), absl::StrCat(s.message(), " (",
-                               HumanBytes(static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize),
-                               " free; is the filesystem large enough? see `df -h ", path, "`)")));
-  }
-  if (const int error = ::posix_fallocate(fd, 0, static_cast<off_t>(capacity)); error != 0) {
-    const absl::Status s = ErrnoStatus(
-        error, absl::StrCat("cannot allocate pool of ", HumanBytes(capacity), " at ", path));
-    if (error == ENOSPC || error == EFBIG) {
-      // The usual cause, and the one the operator can fix: say how to check.
-      return fail(absl::Status(
-          s.code(),
-          absl::StrCat(s.message(), " (is the filesystem large enough? see `df -h ", path, "`)")));
-    }
-    return fail(s);
-  }
-  void* addr = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  if (addr == MAP_FAILED) {
-    const int error = errno;
-    return fail(ErrnoStatus(
-        error, absl::StrCat("cannot map pool of ", HumanBytes(capacity), " at ", path)));
-  }
-  ::close(fd);
-
-  char* base = static_cast<char*>(addr);
-  const long page = sysconf(_SC_PAGESIZE);
-  const uint64_t step = page > 0 ? static_cast<uint64_t>(page) : kMinAlignment;
-  for (uint64_t off = 0; off < capacity; off += step) {
-    // volatile: the store must not be elided; the page is zero already.
-    *static_cast<volatile char*>(base + off) = 0;
-  }
-  return std::unique_ptr<ShmPool>(
-      new ShmPool(path, base, capacity, alignment, std::clamp(options.owner_share, 0.0, 1.0)));
+  absl::StatusOr<std::unique_ptr<SegmentMemory>> memory =
+      SegmentMemory::Create(name, capacity, segment_bytes);
+  if (!memory.ok()) return memory.status();
+  return std::unique_ptr<ShmPool>(new ShmPool(options, std::move(*memory), alignment,
+                                              std::clamp(options.owner_share, 0.0, 1.0)));
 }
 
-ShmPool::ShmPool(std::string path, char* base, uint64_t capacity, uint64_t alignment, double share)
-    : path_(std::move(path)),
-      base_(base),
-      capacity_(capacity),
+ShmPool::ShmPool(const PoolOptions& options, std::unique_ptr<SegmentMemory> memory,
+                 uint64_t alignment, double share)
+    : name_(options.name),
+      memory_(std::move(memory)),
+      base_(memory_->base()),
+      capacity_(memory_->capacity()),
       alignment_(alignment),
-      share_(share) {
+      segment_bytes_(memory_->segment_bytes()),
+      share_(share),
+      before_renew_(options.before_renew),
+      after_renew_(options.after_renew) {
   absl::MutexLock lock(&mu_);
   free_.emplace(0, capacity_);
+  segment_uses_.resize(memory_->count());
 }
 
-ShmPool::~ShmPool() {
-  ::munmap(base_, capacity_);
-  // Clients that still map the segment keep their mapping; the name goes.
-  ::unlink(path_.c_str());
+// Clients that still map segments keep their mappings; the memory goes
+// when the last of them unmaps.
+ShmPool::~ShmPool() = default;
+
+std::vector<std::pair<char*, uint64_t>> ShmPool::SegmentRanges() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::pair<char*, uint64_t>> ranges;
+  for (size_t i = 0; i < memory_->count(); ++i) {
+    ranges.emplace_back(base_ + memory_->offset(i), memory_->length(i));
+  }
+  return ranges;
+}
+
+absl::StatusOr<OwnerSegments> ShmPool::SegmentsOf(const std::string& owner) const {
+  absl::MutexLock lock(&mu_);
+  OwnerSegments out;
+  auto holding = holdings_.find(owner);
+  if (holding == holdings_.end()) return out;
+  out.epoch = holding->second.epoch;
+  for (size_t i = 0; i < segment_uses_.size(); ++i) {
+    const SegmentUse& use = segment_uses_[i];
+    if (!use.assigned || use.owner != owner) continue;
+    // A duplicate: the segment may be renewed (its descriptor closed) while
+    // this one is on its way to the rank.
+    const int fd = fcntl(memory_->fd(i), F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) {
+      return ErrnoStatus(errno, absl::StrCat(name_, ": cannot duplicate segment ", i));
+    }
+    out.fds.emplace_back(fd);
+    out.ranges.push_back({memory_->offset(i), memory_->length(i), memory_->generation(i)});
+  }
+  return out;
 }
 
 bool ShmPool::WithinShareLocked(uint64_t length, const std::string& owner) const {
@@ -172,21 +134,106 @@ bool ShmPool::WithinShareLocked(uint64_t length, const std::string& owner) const
   return held + length <= cap;
 }
 
-bool ShmPool::TryAllocateLocked(uint64_t length, const std::string& owner, uint64_t* offset) {
-  if (!WithinShareLocked(length, owner)) return false;
-  for (auto it = free_.begin(); it != free_.end(); ++it) {
-    if (it->second < length) continue;
-    const uint64_t start = it->first;
-    const uint64_t rest = it->second - length;
-    free_.erase(it);
-    if (rest > 0) free_.emplace(start + length, rest);
-    live_.emplace(start, std::make_pair(length, owner));
-    used_ += length;
-    if (!owner.empty()) owners_[owner].used += length;
-    *offset = start;
-    return true;
+bool ShmPool::UsableLocked(size_t segment, const std::string& owner, bool take_others) const {
+  const SegmentUse& use = segment_uses_[segment];
+  if (!use.assigned || use.owner == owner) return true;
+  return take_others && use.live == 0;
+}
+
+bool ShmPool::FindRangeLocked(uint64_t length, const std::string& owner, bool take_others,
+                              uint64_t* start) const {
+  for (const auto& [free_start, free_length] : free_) {
+    if (free_length < length) continue;
+    const uint64_t free_end = free_start + free_length;
+    uint64_t at = free_start;
+    while (at + length <= free_end) {
+      // The last segment of [at, at + length) the owner may not use: any
+      // start before its end would still overlap it.
+      const size_t first = static_cast<size_t>(at / segment_bytes_);
+      const size_t last = static_cast<size_t>((at + length - 1) / segment_bytes_);
+      size_t blocked = last + 1;
+      for (size_t k = last + 1; k-- > first;) {
+        if (!UsableLocked(k, owner, take_others)) {
+          blocked = k;
+          break;
+        }
+      }
+      if (blocked > last) {
+        *start = at;
+        return true;
+      }
+      at = (static_cast<uint64_t>(blocked) + 1) * segment_bytes_;
+    }
   }
   return false;
+}
+
+absl::Status ShmPool::TakeSegmentsLocked(uint64_t start, uint64_t length,
+                                         const std::string& owner) {
+  const size_t first = static_cast<size_t>(start / segment_bytes_);
+  const size_t last = static_cast<size_t>((start + length - 1) / segment_bytes_);
+  bool gained = false;
+  for (size_t k = first; k <= last; ++k) {
+    SegmentUse& use = segment_uses_[k];
+    if (use.assigned && use.owner == owner) continue;
+    // A segment another job's ranks were handed gets fresh memory: they may
+    // still map the old one. One only the daemon used ("") needs none.
+    if (use.assigned && !use.owner.empty()) {
+      char* at = base_ + memory_->offset(k);
+      const uint64_t bytes = memory_->length(k);
+      if (before_renew_) before_renew_(at, bytes);
+      const absl::Status renewed = memory_->Renew(k);
+      if (after_renew_) after_renew_(at, bytes);
+      if (!renewed.ok()) return renewed;
+    }
+    if (use.assigned) {
+      auto previous = holdings_.find(use.owner);
+      if (--previous->second.segments == 0) holdings_.erase(previous);
+    }
+    use.assigned = true;
+    use.owner = owner;
+    ++holdings_[owner].segments;
+    gained = true;
+  }
+  if (gained) holdings_[owner].epoch = next_epoch_++;
+  return absl::OkStatus();
+}
+
+void ShmPool::CountLiveLocked(uint64_t start, uint64_t length, bool add) {
+  const uint64_t end = start + length;
+  for (size_t k = static_cast<size_t>(start / segment_bytes_);
+       k < segment_uses_.size() && memory_->offset(k) < end; ++k) {
+    const uint64_t from = std::max(start, memory_->offset(k));
+    const uint64_t to = std::min(end, memory_->offset(k) + memory_->length(k));
+    if (add) {
+      segment_uses_[k].live += to - from;
+    } else {
+      segment_uses_[k].live -= to - from;
+    }
+  }
+}
+
+absl::StatusOr<bool> ShmPool::TryAllocateLocked(uint64_t length, const std::string& owner,
+                                                Allocation* out) {
+  if (!WithinShareLocked(length, owner)) return false;
+  uint64_t start = 0;
+  if (!FindRangeLocked(length, owner, /*take_others=*/false, &start) &&
+      !FindRangeLocked(length, owner, /*take_others=*/true, &start)) {
+    return false;
+  }
+  if (absl::Status s = TakeSegmentsLocked(start, length, owner); !s.ok()) return s;
+  auto it = std::prev(free_.upper_bound(start));
+  const uint64_t free_start = it->first;
+  const uint64_t free_end = it->first + it->second;
+  free_.erase(it);
+  if (start > free_start) free_.emplace(free_start, start - free_start);
+  if (start + length < free_end) free_.emplace(start + length, free_end - start - length);
+  live_.emplace(start, std::make_pair(length, owner));
+  CountLiveLocked(start, length, /*add=*/true);
+  used_ += length;
+  if (!owner.empty()) owners_[owner].used += length;
+  *out = Allocation{start, length, holdings_[owner].epoch};
+  return true;
 }
 
 uint64_t ShmPool::OwnerUsed(const std::string& owner) const {
@@ -206,28 +253,36 @@ absl::StatusOr<Allocation> ShmPool::Allocate(uint64_t bytes, absl::Time deadline
   // Compared before rounding so that a huge request cannot overflow.
   if (bytes > capacity_) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("pool ", path_, ": request of ", bytes, " bytes (", HumanBytes(bytes),
+        absl::StrCat(name_, ": request of ", bytes, " bytes (", HumanBytes(bytes),
                      ") exceeds the pool capacity ", capacity_, " (", HumanBytes(capacity_), ")"));
   }
   const uint64_t length =
       bytes == 0 ? alignment_ : (bytes + alignment_ - 1) / alignment_ * alignment_;
 
   absl::MutexLock lock(&mu_);
-  uint64_t offset = 0;
-  if (TryAllocateLocked(length, claim.owner, &offset)) return Allocation{offset, length};
+  Allocation allocation;
+  absl::StatusOr<bool> fitted = TryAllocateLocked(length, claim.owner, &allocation);
+  if (!fitted.ok()) return fitted.status();
+  if (*fitted) return allocation;
 
   const absl::Time start = absl::Now();
   ++waiters_;
   if (!claim.owner.empty()) ++owners_[claim.owner].waiting;
   bool ok = false;
   bool cancelled = false;
+  absl::Status error;
   for (;;) {
     // Woken by Free; polled too when the caller can be cancelled (a rank
     // died), so a dead save never sits on the queue until its deadline.
     const absl::Time wake =
         claim.cancelled ? std::min(deadline, absl::Now() + absl::Milliseconds(50)) : deadline;
     freed_.WaitWithDeadline(&mu_, wake);
-    ok = TryAllocateLocked(length, claim.owner, &offset);
+    fitted = TryAllocateLocked(length, claim.owner, &allocation);
+    if (!fitted.ok()) {
+      error = fitted.status();
+      break;
+    }
+    ok = *fitted;
     if (ok || absl::Now() >= deadline) break;
     if (claim.cancelled && claim.cancelled()) {
       cancelled = true;
@@ -244,14 +299,15 @@ absl::StatusOr<Allocation> ShmPool::Allocate(uint64_t bytes, absl::Time deadline
   if (!ok && waiters_ > 0) freed_.SignalAll();
   const absl::Duration waited = absl::Now() - start;
   total_stall_ += waited;
-  if (ok) return Allocation{offset, length};
+  if (ok) return allocation;
+  if (!error.ok()) return error;
   if (cancelled) {
-    return absl::CancelledError(absl::StrCat("pool ", path_, ": wait for ", HumanBytes(length),
+    return absl::CancelledError(absl::StrCat(name_, ": wait for ", HumanBytes(length),
                                              " abandoned after ", absl::FormatDuration(waited)));
   }
   return absl::ResourceExhaustedError(absl::StrCat(
-      "pool ", path_, ": cannot allocate ", HumanBytes(length), " (", length,
-      " bytes): ", HumanBytes(used_), " of ", HumanBytes(capacity_), " in use, largest free range ",
+      name_, ": cannot allocate ", HumanBytes(length), " (", length, " bytes): ", HumanBytes(used_),
+      " of ", HumanBytes(capacity_), " in use, largest free range ",
       HumanBytes(LargestFreeLocked()), ", after waiting ", absl::FormatDuration(waited)));
 }
 
@@ -264,7 +320,7 @@ void ShmPool::Free(const Allocation& allocation) {
                  "FATAL: ShmPool::Free(offset=%llu, length=%llu) on pool %s: not a live "
                  "allocation (%s)\n",
                  static_cast<unsigned long long>(allocation.offset),
-                 static_cast<unsigned long long>(allocation.length), path_.c_str(),
+                 static_cast<unsigned long long>(allocation.length), name_.c_str(),
                  live == live_.end()
                      ? "double free or an offset Allocate did not return"
                      : absl::StrCat("allocated length is ", live->second.first).c_str());
@@ -277,6 +333,7 @@ void ShmPool::Free(const Allocation& allocation) {
     if (owner->second.used == 0 && owner->second.waiting == 0) owners_.erase(owner);
   }
   live_.erase(live);
+  CountLiveLocked(allocation.offset, allocation.length, /*add=*/false);
   used_ -= allocation.length;
 
   uint64_t start = allocation.offset;
@@ -307,6 +364,8 @@ PoolStats ShmPool::Stats() const {
   stats.allocations = live_.size();
   stats.waiters = waiters_;
   stats.total_stall = total_stall_;
+  stats.segments = memory_->count();
+  stats.segment_renewals = memory_->renewals();
   return stats;
 }
 

@@ -1,7 +1,13 @@
-// The daemon's staging memory: one shared-memory segment, allocated,
-// faulted in (and pinned by the GPU layer when a GPU is present) once at
-// start-up, then carved into leases. Clients map the same file and copy
-// their tensors into their lease; the daemon writes from there.
+// The daemon's staging memory: one contiguous range, allocated, faulted in
+// (and pinned by the GPU layer when a GPU is present) once at start-up,
+// then carved into leases. The range is made of segments (memfds,
+// segment_memory.h), and a segment serves one owner (a job) at a time: a
+// job's ranks map its segments only (SegmentsOf), never another job's
+// staged bytes. A segment stays with its owner when freed, so a job that
+// saves again reuses the segments its ranks already map; another owner
+// takes a wholly free one only when nothing else fits, and then gets it
+// with fresh memory (Renew), so the previous owner's mappings show nothing
+// of the new owner's bytes.
 //
 // Capacity bounds everything in flight: an allocation that does not fit
 // waits (the wait is counted as stall) until earlier leases are freed, and
@@ -16,18 +22,20 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/pool/segment_memory.h"
+#include "proto/lib/segment_handover.h"
 
 namespace ckpt::pool {
 
 struct PoolOptions {
-  // The segment's file, normally under /dev/shm; created mode 0600 and
-  // removed when the pool is destroyed.
-  std::string path;
+  std::string name = "pool";  // for messages
   uint64_t bytes = 0;
   uint64_t alignment = 4096;  // every allocation's offset and length
   // The most of the pool one owner (a job) may hold while others want room:
@@ -35,6 +43,11 @@ struct PoolOptions {
   // the owners holding or waiting for room). An owner that holds nothing may
   // always take what fits, so no owner waits on itself.
   double owner_share = 0;
+  uint64_t segment_bytes = 0;  // 0: DefaultSegmentBytes
+  // Around a segment's renewal, with its range: the daemon unpins it from
+  // the GPU before and pins it and re-registers io_uring buffers after.
+  std::function<void(char*, uint64_t)> before_renew;
+  std::function<void(char*, uint64_t)> after_renew;
 };
 
 // Who asks, for the per-owner share, and when to stop waiting early.
@@ -44,8 +57,19 @@ struct Claim {
 };
 
 struct Allocation {
-  uint64_t offset = 0;  // from the start of the segment
+  uint64_t offset = 0;  // from the start of the pool
   uint64_t length = 0;  // rounded up to the alignment
+  // The owner's segment epoch once the allocation was made: it changes
+  // whenever the owner gains a segment, so a rank that mapped an older
+  // table knows to fetch the new one.
+  uint64_t epoch = 0;
+};
+
+// An owner's segments, with a duplicate of each descriptor for handing over.
+struct OwnerSegments {
+  uint64_t epoch = 0;
+  std::vector<segments::WireSegment> ranges;
+  std::vector<segments::UniqueFd> fds;
 };
 
 struct PoolStats {
@@ -54,13 +78,15 @@ struct PoolStats {
   uint64_t allocations = 0;  // live (allocated and not yet freed)
   int waiters = 0;
   absl::Duration total_stall;  // summed time allocations spent waiting
+  uint64_t segments = 0;
+  uint64_t segment_renewals = 0;  // segments given fresh memory for a new owner
 };
 
 class ShmPool {
  public:
-  // Creates, sizes (posix_fallocate, so a too-small tmpfs fails here with a
-  // message naming the path and size, not later with SIGBUS) and maps the
-  // segment with every page touched.
+  // Creates the segments, each allocated (a pool that does not fit fails
+  // here with a message naming its size, not later with SIGBUS) and mapped
+  // with every page touched.
   static absl::StatusOr<std::unique_ptr<ShmPool>> Create(const PoolOptions& options);
   ~ShmPool();
   ShmPool(const ShmPool&) = delete;
@@ -68,13 +94,20 @@ class ShmPool {
 
   char* base() const { return base_; }
   uint64_t capacity() const { return capacity_; }
-  const std::string& path() const { return path_; }
+  const std::string& name() const { return name_; }
   uint64_t alignment() const { return alignment_; }
+  uint64_t segment_bytes() const { return segment_bytes_; }
+  // Every segment's range, for pinning piece by piece (a renewal unpins and
+  // pins one segment).
+  std::vector<std::pair<char*, uint64_t>> SegmentRanges() const;
+  // The segments `owner` holds now and its epoch; an owner with none has an
+  // empty table. RESOURCE_EXHAUSTED when the process is out of descriptors.
+  absl::StatusOr<OwnerSegments> SegmentsOf(const std::string& owner) const;
 
   // Rounds bytes up to the alignment (0 becomes one alignment unit). Waits
-  // until a contiguous range is free or the deadline passes
-  // (RESOURCE_EXHAUSTED, naming the size and pool use). More than the
-  // capacity fails at once.
+  // until a contiguous range is free in segments the owner holds or can
+  // take, or the deadline passes (RESOURCE_EXHAUSTED, naming the size and
+  // pool use). More than the capacity fails at once.
   absl::StatusOr<Allocation> Allocate(uint64_t bytes, absl::Time deadline, const Claim& claim = {});
   // What one owner holds now.
   uint64_t OwnerUsed(const std::string& owner) const;
@@ -86,22 +119,54 @@ class ShmPool {
   PoolStats Stats() const;
 
  private:
-  ShmPool(std::string path, char* base, uint64_t capacity, uint64_t alignment, double share);
+  ShmPool(const PoolOptions& options, std::unique_ptr<SegmentMemory> memory, uint64_t alignment,
+          double share);
   struct Owner {
     uint64_t used = 0;
     int waiting = 0;
   };
-  bool TryAllocateLocked(uint64_t length, const std::string& owner, uint64_t* offset)
+  // Who a segment serves. `assigned` is false until its first allocation.
+  struct SegmentUse {
+    bool assigned = false;
+    std::string owner;
+    uint64_t live = 0;  // bytes of live allocations in it
+  };
+  // An owner's segment epoch and how many segments it holds.
+  struct Holding {
+    uint64_t epoch = 0;
+    size_t segments = 0;
+  };
+  // false when nothing fits now; an error when a segment could not be
+  // renewed for the owner.
+  absl::StatusOr<bool> TryAllocateLocked(uint64_t length, const std::string& owner, Allocation* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The first aligned start of `length` bytes in a free range whose
+  // segments `owner` may use (its own or never used; with take_others, also
+  // another owner's wholly free ones), or false.
+  bool FindRangeLocked(uint64_t length, const std::string& owner, bool take_others,
+                       uint64_t* start) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool UsableLocked(size_t segment, const std::string& owner, bool take_others) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives the segments of [start, start + length) to `owner`, renewing any
+  // that served another owner's ranks.
+  absl::Status TakeSegmentsLocked(uint64_t start, uint64_t length, const std::string& owner)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds `sign` x the allocation's bytes to the live count of each segment.
+  void CountLiveLocked(uint64_t start, uint64_t length, bool add)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool WithinShareLocked(uint64_t length, const std::string& owner) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t LargestFreeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const std::string path_;
+  const std::string name_;
+  const std::unique_ptr<SegmentMemory> memory_ ABSL_PT_GUARDED_BY(mu_);
   char* const base_;
   const uint64_t capacity_;
   const uint64_t alignment_;
+  const uint64_t segment_bytes_;
   const double share_;
+  const std::function<void(char*, uint64_t)> before_renew_;
+  const std::function<void(char*, uint64_t)> after_renew_;
 
   mutable absl::Mutex mu_;
   absl::CondVar freed_;                                     // signalled by Free
@@ -109,6 +174,9 @@ class ShmPool {
   // offset -> (length, owner), to check Free and return the owner's share.
   std::map<uint64_t, std::pair<uint64_t, std::string>> live_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Owner> owners_ ABSL_GUARDED_BY(mu_);  // holding or waiting
+  std::vector<SegmentUse> segment_uses_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Holding> holdings_ ABSL_GUARDED_BY(mu_);  // owners holding segments
+  uint64_t next_epoch_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
   int waiters_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration total_stall_ ABSL_GUARDED_BY(mu_);

@@ -20,8 +20,10 @@ struct DaemonOptions {
   bool use_io_uring = true;
   bool use_o_direct = true;
   unsigned queue_depth = 32;
-  std::string pool_path;  // default: /dev/shm/ckptd-<hash of socket_path>.pool
   uint64_t pool_bytes = 1ull << 30;
+  // The unit in which pool memory passes between jobs; 0: from the pool
+  // size (pool::DefaultSegmentBytes: 16 to 256 segments, 64 MiB if it can).
+  uint64_t pool_segment_bytes = 0;
   std::string socket_path;     // Unix socket for local ranks and ckptctl
   std::string listen_address;  // TCP for ckptctl and peers; empty: none
   std::string host_name;       // default: gethostname()

@@ -361,6 +361,7 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
   state.handed_at = absl::Now();
   batch.set_batch_id(index + 1);
   batch.set_last(state.next >= state.groups.size());
+  batch.set_segment_epoch(group.room.epoch);
   for (v1::Delivery d : group.plan.host[rank.rank]) {
     d.set_pool_offset(group.room.offset + d.pool_offset());
     *batch.add_deliveries() = std::move(d);

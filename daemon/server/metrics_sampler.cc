@@ -19,6 +19,7 @@ metrics::NodeSample SampleNode(NodeContext& context) {
   s.pool_used_bytes = pool.used;
   s.pool_waiters = pool.waiters;
   s.pool_stall = pool.total_stall;
+  s.pool_segment_renewals = pool.segment_renewals;
   s.writer_queue_chunks = context.writers.queued_chunks();
   s.attached_ranks = context.sessions.attached();
   coordinator::Catalog& catalog = context.coordinator.catalog();

@@ -1,5 +1,6 @@
 #include "daemon/server/node_daemon.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -79,12 +80,28 @@ bool SocketIsServed(const std::string& path) {
   return served;
 }
 
-// One pool file per socket (not per pid), so a daemon restarted after a
-// crash reclaims its predecessor's segment instead of leaking tmpfs memory.
-std::string DefaultPoolPath(const std::string& socket_path) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : socket_path) h = (h ^ c) * 1099511628211ull;
-  return absl::StrFormat("/dev/shm/ckptd-%016x.pool", h);
+// The pool is one descriptor per segment plus gRPC's and the storage's:
+// systemd's default soft limit (1024) is too low for a large pool with
+// many ranks, and the hard limit is there to be used.
+void RaiseDescriptorLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
+// A session's segments go only to the user that attached it.
+absl::StatusOr<std::string> SegmentOwner(const RankSessions& sessions, const std::string& id,
+                                         uid_t uid) {
+  absl::StatusOr<RankSession> session = sessions.Find(id);
+  if (!session.ok()) return session.status();
+  if (session->uid != uid) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(auth::DescribeUid(uid), " may not map the pool segments of a session of ",
+                     auth::DescribeUid(session->uid), " (job ", session->job, ")"));
+  }
+  return session->job;
 }
 
 std::string DefaultHostName() {
@@ -144,14 +161,14 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   }
   if (absl::Status s = CheckLimits(options.limits, options.manifest_limits); !s.ok()) return s;
   if (options.host_name.empty()) options.host_name = DefaultHostName();
-  if (options.pool_path.empty()) options.pool_path = DefaultPoolPath(options.socket_path);
-  // Only one daemon per socket. With none alive, files left by a killed one
-  // (socket, pool) are stale and reclaimed.
+  // Only one daemon per socket. With none alive, the sockets left by a
+  // killed one are stale and reclaimed (the pool is memfds: nothing of it
+  // outlives its daemon and its ranks).
   if (SocketIsServed(options.socket_path)) {
     return absl::FailedPreconditionError(
         absl::StrCat("another ckptd is serving ", options.socket_path));
   }
-  unlink(options.pool_path.c_str());
+  RaiseDescriptorLimit();
   std::unique_ptr<NodeDaemon> d(new NodeDaemon(std::move(options)));
   const DaemonOptions& o = d->options_;
 
@@ -170,20 +187,31 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
     return WithContext(s, "storage root");
   }
 
+  d->gpu_ = gpu::DetectDeviceRuntime();
+  d->ipc_ = std::make_unique<gpu::IpcMappingCache>(d->gpu_.get());
   pool::PoolOptions pool_options;
-  pool_options.path = o.pool_path;
   pool_options.bytes = o.pool_bytes;
   pool_options.owner_share = o.job_pool_share;
+  pool_options.segment_bytes = o.pool_segment_bytes;
+  // A segment renewed for another job is new memory at the same addresses:
+  // its GPU pinning and the rings' fixed buffers must follow. No I/O or copy
+  // touches it meanwhile (it is wholly free).
+  NodeDaemon* self = d.get();
+  pool_options.before_renew = [self](char* at, uint64_t) {
+    if (self->pool_registered_) (void)self->gpu_->UnregisterHostMemory(at);
+  };
+  pool_options.after_renew = [self](char* at, uint64_t bytes) {
+    if (self->pool_registered_) (void)self->gpu_->RegisterHostMemory(at, bytes);
+    (void)self->backend_->RegisterMemory(self->pool_->base(), self->pool_->capacity());
+  };
   absl::StatusOr<std::unique_ptr<pool::ShmPool>> pool = pool::ShmPool::Create(pool_options);
   if (!pool.ok()) return pool.status();
   d->pool_ = std::move(*pool);
-  d->gpu_ = gpu::DetectDeviceRuntime();
-  d->ipc_ = std::make_unique<gpu::IpcMappingCache>(d->gpu_.get());
   if (d->gpu_->HasDevice()) {
-    // Pinned once here, so copies from the GPU run at full DMA speed.
-    if (absl::Status s = d->gpu_->RegisterHostMemory(d->pool_->base(), d->pool_->capacity());
-        !s.ok()) {
-      return s;
+    // Pinned once here, segment by segment (a renewal re-pins one), so
+    // copies from the GPU run at full DMA speed.
+    for (const auto& [at, bytes] : d->pool_->SegmentRanges()) {
+      if (absl::Status s = d->gpu_->RegisterHostMemory(at, bytes); !s.ok()) return s;
     }
     d->pool_registered_ = true;
   }
@@ -250,6 +278,10 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
                                     *d->sessions_, d->bytes_written_, d->bytes_read_, d->commits_,
                                     *d->auth_, *d->owners_, *d->metrics_});
   d->service_ = std::make_unique<NodeService>(*d->context_, d->gpu_->HasDevice(), o.limits);
+  d->segment_server_ = std::make_unique<SegmentServer>(
+      *d->pool_, [sessions = d->sessions_.get()](const std::string& id, uid_t uid) {
+        return SegmentOwner(*sessions, id, uid);
+      });
   return d;
 }
 
@@ -317,6 +349,13 @@ absl::Status NodeDaemon::Start() {
   if (!tcp_address.empty() && tcp_port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", tcp_address));
   }
+  // Before the gRPC socket: a rank that attached can always fetch its
+  // segments.
+  if (absl::Status s = segment_server_->Start(SegmentSocketPath(options_.socket_path),
+                                              auth_->policy().AdmitsOthers());
+      !s.ok()) {
+    return s;
+  }
   // The Unix socket is accepted by us, so handlers learn each peer's uid.
   if (absl::Status s =
           unix_listener_.Start(options_.socket_path, auth_->policy().AdmitsOthers(), server_.get());
@@ -369,13 +408,16 @@ NodeDaemon::~NodeDaemon() {
     service_->AbortAll(absl::UnavailableError("ckptd is shutting down"));
   }
   unix_listener_.Stop();
+  if (segment_server_) segment_server_->Stop();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   writers_.reset();
   if (readers_) readers_->Stop();
   service_.reset();
   sessions_.reset();
   ipc_.reset();  // mappings close before the runtime goes
-  if (pool_registered_) (void)gpu_->UnregisterHostMemory(pool_->base());
+  if (pool_registered_) {
+    for (const auto& [at, bytes] : pool_->SegmentRanges()) (void)gpu_->UnregisterHostMemory(at);
+  }
   unlink(options_.socket_path.c_str());
 }
 

@@ -25,6 +25,7 @@
 #include "daemon/server/daemon_options.h"
 #include "daemon/server/node_service.h"
 #include "daemon/server/rank_sessions.h"
+#include "daemon/server/segment_server.h"
 #include "daemon/server/service_notifier.h"
 #include "daemon/server/writer_pool.h"
 #include "daemon/storage/backend.h"
@@ -50,6 +51,7 @@ class NodeDaemon {
   void Wait();
   void Shutdown();
   const DaemonOptions& options() const { return options_; }
+  uint64_t pool_segments() const { return pool_->Stats().segments; }
   int removed_partials() const { return removed_partials_; }
   std::string DescribeDevice() const { return gpu_->Describe(); }
   // Who may call, as the start-up line says it.
@@ -82,6 +84,7 @@ class NodeDaemon {
   std::unique_ptr<NodeContext> context_;
   std::unique_ptr<NodeService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<SegmentServer> segment_server_;
   auth::UnixListener unix_listener_;  // stopped before server_ shuts down
   int removed_partials_ = 0;
   ServiceNotifier notifier_;  // READY/STATUS/WATCHDOG/STOPPING to systemd

@@ -16,6 +16,7 @@
 #include "daemon/coordinator/verify.h"
 #include "daemon/server/chunk_reader.h"
 #include "daemon/server/collect_garbage.h"
+#include "daemon/server/segment_server.h"
 #include "proto/lib/grpc_status.h"
 #include "proto/lib/request_limits.h"
 #include "proto/lib/validation.h"
@@ -154,7 +155,7 @@ grpc::Status NodeService::Attach(grpc::ServerContext* context, const v1::AttachR
       request->job(), request->rank(), request->world_size(), request->local_rank(), uid);
   if (!session.ok()) return ToGrpc(session.status());
   response->set_session_id(session->id);
-  response->set_pool_path(context_.pool.path());
+  response->set_segment_socket(SegmentSocketPath(context_.options.socket_path));
   response->set_pool_bytes(context_.pool.capacity());
   response->set_alignment(static_cast<uint32_t>(context_.pool.alignment()));
   const absl::Duration longest =

@@ -264,6 +264,7 @@ absl::StatusOr<v1::SaveBatch> SaveSession::NextBatch(const RankSession& rank) {
       const RankState& state = ranks_[rank.rank];
       batch.set_batch_id(batch_id);
       batch.set_last(room.last);
+      batch.set_segment_epoch(room.allocation.epoch);
       for (const BatchSliceLayout& slice : room.slices) {
         const v1::SaveItem& item = state.items[slice.item];
         v1::BatchSlice* out = batch.add_slices();

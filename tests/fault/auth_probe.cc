@@ -1,14 +1,73 @@
 // A raw gRPC client run as another local user by auth_test (under setpriv):
 // it acts on a session it did not attach and a job it does not own, and
-// prints each call's status code as "<name> <code>", one per line.
+// prints each call's status code as "<name> <code>", one per line. Then it
+// saves and loads a job of its own through the client library, and prints
+// the pool segments that job was handed ("own_segments OFFSET:LENGTH ...").
 //
 // Usage: auth_probe SOCKET SESSION_ID JOB STEP
 #include <cstdio>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/time/time.h"
+#include "ckpt/client.h"
 #include "ckpt/v1/node.grpc.pb.h"
+#include "proto/lib/segment_handover.h"
+
+namespace {
+
+// Fetches a segment table and prints "<name> <code>" and, when it came,
+// "<name>_ranges OFFSET:LENGTH ...".
+void ReportSegments(const char* name, const std::string& socket, const std::string& session,
+                    uint64_t pool_bytes) {
+  absl::StatusOr<ckpt::segments::SegmentTable> table =
+      ckpt::segments::FetchSegmentTable(socket, session, pool_bytes, absl::Seconds(10));
+  std::printf("%s %d %s\n", name, static_cast<int>(table.status().code()),
+              std::string(table.status().message()).c_str());
+  if (!table.ok()) return;
+  std::printf("%s_ranges", name);
+  for (const auto& s : table->segments) {
+    std::printf(" %llu:%llu", static_cast<unsigned long long>(s.range.offset),
+                static_cast<unsigned long long>(s.range.length));
+  }
+  std::printf("\n");
+}
+
+// Saves and loads a small tensor of the probe's own job through the client
+// library: the segment handover works for this user, bit-exact.
+void SaveAndLoadOwnJob(const std::string& socket, const std::string& job) {
+  ckpt::ClientOptions options;
+  options.socket_path = socket;
+  options.job = job;
+  auto client = ckpt::Client::Attach(options);
+  if (!client.ok()) {
+    std::printf("own_save 2 %s\n", std::string(client.status().message()).c_str());
+    return;
+  }
+  std::vector<float> values(64 << 10);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.5f + 3.0f;
+  ckpt::HostTensor tensor;
+  tensor.fqn = "w";
+  tensor.global_shape = {static_cast<int64_t>(values.size())};
+  tensor.data = values.data();
+  absl::Status saved;
+  auto handle = (*client)->Save(1, {tensor}, {});
+  saved = handle.ok() ? (*handle)->WaitPersisted() : handle.status();
+  std::printf("own_save %d %s\n", static_cast<int>(saved.code()),
+              std::string(saved.message()).c_str());
+  std::vector<float> back(values.size(), -1.0f);
+  tensor.data = back.data();
+  absl::StatusOr<int64_t> loaded = (*client)->Load(1, {tensor});
+  std::printf("own_load %d %s\n", static_cast<int>(loaded.status().code()),
+              std::string(loaded.status().message()).c_str());
+  std::printf("own_load_exact %d\n",
+              loaded.ok() && std::memcmp(back.data(), values.data(), values.size() * 4) == 0);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 5) {
@@ -91,7 +150,21 @@ int main(int argc, char** argv) {
     request.set_world_size(1);
     ckpt::v1::AttachResponse response;
     report("attach_own_job", stub->Attach(context().get(), request, &response));
-    std::printf("pool_path %s\n", response.pool_path().c_str());
+    // Root's session's segments are not ours to map.
+    ReportSegments("segments_foreign_session", response.segment_socket(), session,
+                   response.pool_bytes());
+  }
+  {
+    SaveAndLoadOwnJob(argv[1], job + "-own");
+    // Our own job's segments are ours to map: those the save above used.
+    ckpt::v1::AttachRequest request;
+    request.set_job(job + "-own");
+    request.set_rank(0);
+    request.set_world_size(1);
+    ckpt::v1::AttachResponse response;
+    report("attach_own_saved_job", stub->Attach(context().get(), request, &response));
+    ReportSegments("segments_own", response.segment_socket(), response.session_id(),
+                   response.pool_bytes());
   }
   return 0;
 }

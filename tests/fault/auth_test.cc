@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "proto/lib/segment_handover.h"
 #include "tests/catch_skip.h"
 #include "tests/support/http_get.h"
 #include "tests/support/subprocess.h"
@@ -253,6 +254,19 @@ std::string ProbeValue(const std::string& output, const std::string& key) {
   return "";
 }
 
+// "OFFSET:LENGTH OFFSET:LENGTH ..." as printed by the probe.
+std::vector<std::pair<uint64_t, uint64_t>> SegmentRanges(const std::string& text) {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (absl::string_view item : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> parts = absl::StrSplit(item, ':');
+    uint64_t offset = 0, length = 0;
+    if (absl::SimpleAtoi(parts.first, &offset) && absl::SimpleAtoi(parts.second, &length)) {
+      out.emplace_back(offset, length);
+    }
+  }
+  return out;
+}
+
 TEST_CASE("other local users: refused unless allow-listed, and never on another user's job",
           "[auth]") {
   if (geteuid() != 0) {
@@ -316,13 +330,31 @@ TEST_CASE("other local users: refused unless allow-listed, and never on another 
     INFO(s.error_message());
     CHECK(s.ok());
 
-    // Root's staged bytes are not the other user's to read: the pool file
-    // opens for its owner only.
-    const ExitInfo read_pool =
-        user.Run({"/usr/bin/head", "-c", "1", ProbeValue(probe.output, "pool_path")});
-    INFO(read_pool.output);
-    CHECK(!read_pool.ok());
-    CHECK(absl::StrContains(read_pool.output, "Permission denied"));
+    // Root's staged bytes are not the other user's to read: no pool file
+    // exists to open, root's session's segments are refused to it, and the
+    // segments its own job was handed are none of root's job's.
+    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+      CHECK_FALSE(absl::StartsWith(entry.path().filename().string(), "ckptd"));
+    }
+    CHECK(codes.at("segments_foreign_session") == denied);
+    CHECK(codes.at("own_save") == 0);
+    CHECK(codes.at("own_load") == 0);
+    CHECK(ProbeValue(probe.output, "own_load_exact") == "1");
+    CHECK(codes.at("segments_own") == 0);
+    const std::vector<std::pair<uint64_t, uint64_t>> theirs =
+        SegmentRanges(ProbeValue(probe.output, "segments_own_ranges"));
+    CHECK_FALSE(theirs.empty());
+    absl::StatusOr<segments::SegmentTable> roots = segments::FetchSegmentTable(
+        attached.segment_socket(), attached.session_id(), attached.pool_bytes(), absl::Seconds(10));
+    REQUIRE(roots.ok());
+    CHECK_FALSE(roots->segments.empty());  // rootjob saved: its segments stay with it
+    for (const auto& segment : roots->segments) {
+      for (const auto& [offset, length] : theirs) {
+        INFO("root's segment at " << segment.range.offset << ", the user's at " << offset);
+        CHECK((segment.range.offset + segment.range.length <= offset ||
+               offset + length <= segment.range.offset));
+      }
+    }
 
     // And the job it made is its own: root (an operator) sees it, the user
     // lists it.

@@ -297,7 +297,7 @@ void HostilePlans(Target& t) {
   CHECK(ListDir(t.daemon().root()) == std::vector<std::string>({job}));
   // (Its owner record, from the attach, is all the job directory holds.)
   CHECK(ListDir(t.daemon().job_dir(job)) == std::vector<std::string>{"OWNER"});
-  std::vector<std::string> test_dir = {"ckptd.sock", "root"};
+  std::vector<std::string> test_dir = {"ckptd.sock", "ckptd.sock.seg", "root"};
   if (t.daemon().tcp_address() != "") test_dir.push_back("tls");  // StartWithTcp's certificate
   CHECK(ListDir(t.daemon().dir()) == test_dir);
 

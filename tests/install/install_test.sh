@@ -12,12 +12,11 @@ set -euo pipefail
 
 : "${CKPT_SOURCE_DIR:?}" "${CKPT_BUILD_DIR:?}" "${CMAKE:=cmake}" "${CPACK:=cpack}" "${CXX:=c++}"
 work=$(mktemp -d /tmp/ckpt-install-test-XXXXXX)
-pool=/dev/shm/$(basename "$work").pool
 daemon_pid=""
 cleanup() {
   if [ -n "$daemon_pid" ]; then kill "$daemon_pid" 2>/dev/null || true; fi
   wait 2>/dev/null || true
-  rm -rf "$work" "$pool"
+  rm -rf "$work"
 }
 trap cleanup EXIT
 fail() { echo "install_test: FAIL: $*" >&2; exit 1; }
@@ -76,7 +75,7 @@ say "built the example trainer with find_package(ckpt) and with pkg-config"
 # through a fifo: the test waits for the "serving" line, then keeps draining.
 mkfifo "$work/ckptd.out"
 "$prefix/bin/ckptd" --storage_root="$work/root" --socket_path="$work/ckptd.sock" \
-  --pool_path="$pool" --pool_bytes=$((64 << 20)) --chunk_bytes=65536 --writer_threads=2 \
+  --pool_bytes=$((64 << 20)) --chunk_bytes=65536 --writer_threads=2 \
   --host_name=installtest --listen_address= >"$work/ckptd.out" 2>&1 &
 daemon_pid=$!
 exec 3<"$work/ckptd.out"

@@ -36,6 +36,7 @@ TEST_CASE("GPU tensors without a GPU get a clear error", "[integration][gpu_fall
     options.job = "gpu";
     options.gpu_transfer = transfer;
     auto client = Client::Attach(options);
+    INFO(client.status().ToString());
     REQUIRE(client.ok());
     auto saved = (*client)->Save(1, {t}, {});
     INFO(saved.status().ToString());

@@ -29,7 +29,6 @@ struct FaultyDaemon {
     server::DaemonOptions o;
     o.storage_root = kRoot;
     o.socket_path = dir + "/ckptd.sock";
-    o.pool_path = "/dev/shm/" + std::filesystem::path(dir).filename().string() + ".pool";
     o.pool_bytes = 32 << 20;
     o.chunk_bytes = 64 << 10;
     o.writer_threads = 2;

@@ -102,7 +102,6 @@ struct InProcessDaemon {
     server::DaemonOptions o;
     o.storage_root = "/ckpt";
     o.socket_path = dir + "/ckptd.sock";
-    o.pool_path = "/dev/shm/" + std::filesystem::path(dir).filename().string() + ".pool";
     o.pool_bytes = pool_bytes;
     o.chunk_bytes = 64 << 10;
     o.batch_bytes = batch_bytes;
@@ -161,7 +160,8 @@ TEST_CASE("writes of the first chunks start before the last chunk is copied", "[
   attach.set_world_size(1);
   v1::AttachResponse attached;
   REQUIRE(stub->Attach(&attach_context, attach, &attached).ok());
-  auto pool = client::PoolMapping::Open(attached.pool_path(), attached.pool_bytes());
+  auto pool = client::PoolMapping::Open(attached.segment_socket(), attached.session_id(),
+                                        attached.pool_bytes());
   REQUIRE(pool.ok());
 
   std::vector<char> bytes;
@@ -192,8 +192,10 @@ TEST_CASE("writes of the first chunks start before the last chunk is copied", "[
     CHECK(batch.last() == expect_last);
     const v1::BatchSlice& slice = batch.slices(0);
     CHECK(slice.length() == bytes.size() / 2);
-    std::memcpy(pool->get()->base() + slice.pool_offset(), bytes.data() + slice.item_offset(),
-                slice.length());
+    REQUIRE(pool->get()->Refresh(batch.segment_epoch()).ok());
+    absl::StatusOr<char*> to = pool->get()->Range(slice.pool_offset(), slice.length());
+    REQUIRE(to.ok());
+    std::memcpy(*to, bytes.data() + slice.item_offset(), slice.length());
     grpc::ClientContext context;
     v1::SubmitSnapshotRequest request;
     request.set_session_id(attached.session_id());

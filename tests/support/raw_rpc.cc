@@ -109,7 +109,7 @@ RawRank::RawRank(NodeStub& stub, const std::string& job, int rank, int world) : 
   REQUIRE(s.ok());
   session_ = attached.session_id();
   absl::StatusOr<std::unique_ptr<client::PoolMapping>> pool =
-      client::PoolMapping::Open(attached.pool_path(), attached.pool_bytes());
+      client::PoolMapping::Open(attached.segment_socket(), session_, attached.pool_bytes());
   INFO(pool.status().ToString());
   REQUIRE(pool.ok());
   pool_ = std::move(*pool);
@@ -143,6 +143,9 @@ grpc::Status RawRank::NextBatch(const std::string& save_id, v1::SaveBatch* batch
 
 grpc::Status RawRank::Fill(const v1::SaveBatch& batch, const std::vector<RawTensor>& tensors,
                            const std::vector<RawObject>& objects) {
+  if (absl::Status s = pool_->Refresh(batch.segment_epoch()); !s.ok()) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, s.ToString());
+  }
   for (const v1::BatchSlice& slice : batch.slices()) {
     const std::string* source = nullptr;
     if (slice.kind() == v1::SaveItem::OBJECT && slice.index() < objects.size()) {
@@ -229,6 +232,9 @@ grpc::Status RawRank::Load(int64_t step, std::vector<RawTensor>& tensors,
     if (batch.batch_id() == 0) {
       if (batch.last()) return grpc::Status::OK;
       continue;  // not read yet
+    }
+    if (absl::Status s = pool_->Refresh(batch.segment_epoch()); !s.ok()) {
+      return grpc::Status(grpc::StatusCode::INTERNAL, s.ToString());
     }
     for (const v1::Delivery& d : batch.deliveries()) {
       std::string* out = nullptr;

@@ -29,24 +29,18 @@ std::string CkptctlPath() { return CKPT_TEST_CKPTCTL_PATH; }
 TestDaemon::TestDaemon() {
   char pattern[] = "/tmp/ckpt-test-XXXXXX";
   dir_ = mkdtemp(pattern);
-  pool_path_ = absl::StrCat("/dev/shm/", std::filesystem::path(dir_).filename().string(), ".pool");
 }
 
 TestDaemon::~TestDaemon() {
   process_.reset();
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);
-  std::filesystem::remove(pool_path_, ec);
 }
 
 absl::Status TestDaemon::Start(const std::vector<std::string>& extra_flags) {
-  // A daemon killed earlier left its pool file behind.
-  std::error_code ec;
-  std::filesystem::remove(pool_path_, ec);
   std::vector<std::string> argv = {CkptdPath(),
                                    "--storage_root=" + root(),
                                    "--socket_path=" + socket(),
-                                   "--pool_path=" + pool_path_,
                                    "--pool_bytes=" + std::to_string(256 << 20),
                                    "--chunk_bytes=65536",
                                    "--writer_threads=2",
@@ -122,11 +116,12 @@ v1::GetStatusResponse TestDaemon::Status() const {
 
 std::unique_ptr<Subprocess> TestDaemon::StartRank(const std::string& job, const std::string& mode,
                                                   int rank, int world, int64_t step,
-                                                  int saved_world) const {
-  absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
-      {DemoRankPath(), "--socket=" + socket(), "--job=" + job, "--mode=" + mode,
-       absl::StrCat("--rank=", rank), absl::StrCat("--world=", world),
-       absl::StrCat("--step=", step), absl::StrCat("--saved_world=", saved_world)});
+                                                  int saved_world, int scale) const {
+  absl::StatusOr<std::unique_ptr<Subprocess>> p =
+      Subprocess::Start({DemoRankPath(), "--socket=" + socket(), "--job=" + job, "--mode=" + mode,
+                         absl::StrCat("--rank=", rank), absl::StrCat("--world=", world),
+                         absl::StrCat("--step=", step), absl::StrCat("--saved_world=", saved_world),
+                         absl::StrCat("--scale=", scale)});
   INFO(p.status().ToString());
   REQUIRE(p.ok());
   return std::move(*p);

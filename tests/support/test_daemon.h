@@ -90,7 +90,8 @@ class TestDaemon {
   // ("save", "load" or "attach") and returns at once; `saved_world` as for
   // RunRanks. Fails the test (REQUIRE) if it cannot be spawned.
   std::unique_ptr<Subprocess> StartRank(const std::string& job, const std::string& mode, int rank,
-                                        int world, int64_t step, int saved_world = 1) const;
+                                        int world, int64_t step, int saved_world = 1,
+                                        int scale = 1) const;
   // Runs `world` demo ranks of `job` in `mode` ("save" or "load") and
   // returns each rank's outcome.
   std::vector<ExitInfo> RunRanks(const std::string& job, const std::string& mode, int world,
@@ -100,7 +101,6 @@ class TestDaemon {
 
  private:
   std::string dir_;
-  std::string pool_path_;
   std::string tcp_address_;
   std::unique_ptr<Subprocess> process_;
   bool tls_files_made_ = false;

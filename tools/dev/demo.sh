@@ -13,17 +13,16 @@ bin="${CKPT_BUILD_DIR:-build}"
 scale="${CKPT_DEMO_SCALE:-200}"  # 200: about 275 MiB of unique tensor bytes
 
 work="$(mktemp -d /tmp/ckpt-demo-XXXXXX)"
-pool="/dev/shm/$(basename "$work").pool"
 daemon_pid=""
 cleanup() {
   [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null && wait "$daemon_pid" 2>/dev/null
-  rm -rf "$work" "$pool"
+  rm -rf "$work"
 }
 trap cleanup EXIT
 
 start_daemon() {
   "$bin/daemon/ckptd" --storage_root="$work/root" --socket_path="$work/ckptd.sock" \
-    --pool_path="$pool" --pool_bytes=$((1536 << 20)) >"$work/ckptd.log" 2>&1 &
+    --pool_bytes=$((1536 << 20)) >"$work/ckptd.log" 2>&1 &
   daemon_pid=$!
   # ckptd prints "serving" once it listens.
   for _ in $(seq 600); do

@@ -156,6 +156,7 @@ TEST_CASE("sampled gauges are read at collection time", "[metrics]") {
     s.pool_used_bytes = 4096 * calls;
     s.pool_waiters = 2;
     s.pool_stall = absl::Milliseconds(1500);
+    s.pool_segment_renewals = 5;
     s.writer_queue_chunks = 9;
     s.checkpoints = {{"a", 3}, {"b", 2}, {"c", 1}};
     return s;
@@ -168,6 +169,7 @@ TEST_CASE("sampled gauges are read at collection time", "[metrics]") {
   CHECK(Has(text, "ckpt_pool_used_bytes 4096"));
   CHECK(Has(text, "ckpt_pool_waiters 2"));
   CHECK(Has(text, "ckpt_pool_stall_seconds_total 1.5"));
+  CHECK(Has(text, "ckpt_pool_segment_renewals_total 5"));
   CHECK(Has(text, "ckpt_writer_queue_chunks 9"));
   // Jobs found on disk take no label slot: until a save or load names
   // them, they add up in _other.

@@ -11,7 +11,10 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <latch>
+#include <map>
 #include <mutex>
 #include <random>
 #include <string>
@@ -29,19 +32,37 @@ constexpr uint64_t kKiB = 1024;
 constexpr uint64_t kMiB = 1024 * kKiB;
 constexpr uint64_t kGiB = 1024 * kMiB;
 
-std::string UniquePath() {
-  static std::atomic<int> counter{0};
-  return "/dev/shm/ckpt-pool-test-" + std::to_string(::getpid()) + "-" +
-         std::to_string(counter.fetch_add(1));
+// Entries of /dev/shm: the pool must add none (it is memfds, not a file).
+size_t ShmEntries() {
+  size_t n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    (void)entry;
+    ++n;
+  }
+  return n;
 }
 
-bool Exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
+// A rank's view of one segment: its descriptor mapped on its own.
+struct ClientView {
+  ClientView(int fd, uint64_t length) : length(length) {
+    void* addr = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    REQUIRE(addr != MAP_FAILED);
+    bytes = static_cast<char*>(addr);
+  }
+  ~ClientView() { ::munmap(bytes, length); }
+  ClientView(const ClientView&) = delete;
+  ClientView& operator=(const ClientView&) = delete;
+  char* bytes = nullptr;
+  uint64_t length = 0;
+};
 
-std::unique_ptr<ShmPool> MakePool(uint64_t bytes, uint64_t alignment = 4096) {
-  auto pool = ShmPool::Create({UniquePath(), bytes, alignment});
+std::unique_ptr<ShmPool> MakePool(uint64_t bytes, uint64_t alignment = 4096,
+                                  uint64_t segment_bytes = 0) {
+  PoolOptions options;
+  options.bytes = bytes;
+  options.alignment = alignment;
+  options.segment_bytes = segment_bytes;
+  auto pool = ShmPool::Create(options);
   INFO(pool.status().ToString());
   REQUIRE(pool.ok());
   return *std::move(pool);
@@ -70,106 +91,206 @@ int RunInChild(F body) {
   return status;
 }
 
-TEST_CASE("Create maps a 0600 segment that a second mapping sees, removed on destruction",
-          "[pool]") {
-  const std::string path = UniquePath();
-  const uint64_t bytes = 4 * kMiB;
-  auto created = ShmPool::Create({path, bytes, 4096});
-  INFO(created.status().ToString());
-  REQUIRE(created.ok());
-  std::unique_ptr<ShmPool> pool = *std::move(created);
-  CHECK(pool->path() == path);
-  CHECK(pool->capacity() == bytes);
-  CHECK(pool->alignment() == 4096);
+TEST_CASE("Segments are sealed memfds that a rank's own mapping sees; no file appears", "[pool]") {
+  const size_t before = ShmEntries();
+  auto pool = MakePool(4 * kMiB, 4096, kMiB);
+  CHECK(pool->capacity() == 4 * kMiB);
+  CHECK(pool->segment_bytes() == kMiB);
+  CHECK(pool->Stats().segments == 4);
+  CHECK(ShmEntries() == before);
 
-  struct stat st;
-  REQUIRE(::stat(path.c_str(), &st) == 0);
-  CHECK((st.st_mode & 07777) == 0600);
-  CHECK(static_cast<uint64_t>(st.st_size) == bytes);
+  auto a = pool->Allocate(100 * kKiB, absl::InfinitePast(), {"a"});
+  REQUIRE(a.ok());
+  CHECK(a->epoch > 0);
+  absl::StatusOr<OwnerSegments> table = pool->SegmentsOf("a");
+  REQUIRE(table.ok());
+  CHECK(table->epoch == a->epoch);
+  REQUIRE(table->ranges.size() == 1);
+  REQUIRE(table->fds.size() == 1);
+  CHECK(table->ranges[0].offset <= a->offset);
+  CHECK(a->offset + a->length <= table->ranges[0].offset + table->ranges[0].length);
 
-  // A client's view: its own open + mmap of the same path.
-  const int fd = ::open(path.c_str(), O_RDWR);
-  REQUIRE(fd >= 0);
-  void* addr = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  REQUIRE(addr != MAP_FAILED);
-  char* client = static_cast<char*>(addr);
+  ClientView view(table->fds[0].get(), table->ranges[0].length);
+  const uint64_t at = a->offset - table->ranges[0].offset;
+  std::memset(pool->base() + a->offset, 'd', a->length);
+  CHECK(view.bytes[at] == 'd');
+  CHECK(view.bytes[at + a->length - 1] == 'd');
+  std::memcpy(view.bytes + at + 5, "from client", 11);
+  CHECK(std::memcmp(pool->base() + a->offset + 5, "from client", 11) == 0);
 
-  std::memset(pool->base(), 'd', bytes);  // every page writable
-  CHECK(client[0] == 'd');
-  CHECK(client[bytes / 2] == 'd');
-  CHECK(client[bytes - 1] == 'd');
-  std::memcpy(client + 12345, "from client", 11);
-  CHECK(std::memcmp(pool->base() + 12345, "from client", 11) == 0);
+  // A rank cannot shrink or grow its segment under the daemon (a shrink
+  // would make the daemon's next touch SIGBUS), nor add seals.
+  const int fd = table->fds[0].get();
+  CHECK(::ftruncate(fd, 0) != 0);
+  CHECK(::ftruncate(fd, static_cast<off_t>(2 * kMiB)) != 0);
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  CHECK((seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) ==
+        (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
 
-  pool.reset();
-  CHECK_FALSE(Exists(path));
-  // The client's mapping outlives the daemon's name for the segment.
-  CHECK(client[0] == 'd');
-  ::munmap(addr, bytes);
+  // Another owner holds nothing, and sees nothing.
+  absl::StatusOr<OwnerSegments> other = pool->SegmentsOf("b");
+  REQUIRE(other.ok());
+  CHECK(other->ranges.empty());
+  CHECK(other->epoch == 0);
+  pool->Free(*a);
 }
 
-TEST_CASE("Create fails with RESOURCE_EXHAUSTED when /dev/shm cannot hold the pool", "[pool]") {
-  struct statvfs vfs;
-  REQUIRE(::statvfs("/dev/shm", &vfs) == 0);
-  const uint64_t total = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
-  if (total == 0) {
-    WARN("/dev/shm reports no size limit; skipping");
-    return;
+TEST_CASE("Create refuses a pool larger than the memory available", "[pool]") {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  uint64_t total = 0;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemTotal:") total = kib * 1024;
   }
-  // More than the whole filesystem, not just more than its free space: tmpfs
-  // rejects that before allocating a page, so the test never eats the RAM.
-  const uint64_t bytes = (total + kGiB) / 4096 * 4096;
-  const std::string path = UniquePath();
-  auto pool = ShmPool::Create({path, bytes, 4096});
+  REQUIRE(total > 0);
+  PoolOptions options;
+  options.bytes = (total + kGiB) / 4096 * 4096;
+  auto pool = ShmPool::Create(options);
   REQUIRE_FALSE(pool.ok());
   INFO(pool.status().ToString());
   CHECK(pool.status().code() == absl::StatusCode::kResourceExhausted);
   const std::string message(pool.status().message());
-  CHECK(message.find(path) != std::string::npos);
   CHECK(message.find("GiB") != std::string::npos);
-  CHECK(message.find("No space left on device") != std::string::npos);
-  CHECK(message.find("df -h") != std::string::npos);
-  CHECK_FALSE(Exists(path));
-}
-
-TEST_CASE("Create refuses an existing file and leaves it alone", "[pool]") {
-  const std::string path = UniquePath();
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-  REQUIRE(fd >= 0);
-  ::close(fd);
-  auto pool = ShmPool::Create({path, kMiB, 4096});
-  REQUIRE_FALSE(pool.ok());
-  INFO(pool.status().ToString());
-  CHECK(pool.status().code() == absl::StatusCode::kAlreadyExists);
-  CHECK(std::string(pool.status().message()).find(path) != std::string::npos);
-  CHECK(Exists(path));
-  ::unlink(path.c_str());
+  CHECK(message.find("MemAvailable") != std::string::npos);
+  CHECK(message.find("--pool_bytes") != std::string::npos);
 }
 
 TEST_CASE("Create validates its options", "[pool]") {
-  auto invalid = [](uint64_t bytes, uint64_t alignment) {
-    const std::string path = UniquePath();
-    auto pool = ShmPool::Create({path, bytes, alignment});
+  auto invalid = [](uint64_t bytes, uint64_t alignment, uint64_t segment_bytes = 0) {
+    PoolOptions options;
+    options.bytes = bytes;
+    options.alignment = alignment;
+    options.segment_bytes = segment_bytes;
+    auto pool = ShmPool::Create(options);
     INFO("bytes " << bytes << " alignment " << alignment << ": " << pool.status().ToString());
     CHECK(pool.status().code() == absl::StatusCode::kInvalidArgument);
-    CHECK_FALSE(Exists(path));
   };
   invalid(0, 4096);
   invalid(4095, 4096);
   invalid(kMiB, 0);
   invalid(kMiB, 2048);
   invalid(kMiB, 3 * 4096);
-  auto no_path = ShmPool::Create({"", kMiB, 4096});
-  CHECK(no_path.status().code() == absl::StatusCode::kInvalidArgument);
+  invalid(64 * kMiB, 4096, 4096);  // 16384 segments: too many descriptors
 
   SECTION("a size that is not a multiple of the alignment is rounded down") {
     auto pool = MakePool(kMiB + 5000, 64 * kKiB);
     CHECK(pool->capacity() == kMiB);
-    struct stat st;
-    REQUIRE(::stat(pool->path().c_str(), &st) == 0);
-    CHECK(static_cast<uint64_t>(st.st_size) == kMiB);
   }
+  SECTION("the default segment size gives 16 to 256 segments") {
+    CHECK(DefaultSegmentBytes(kMiB, 4096) == 64 * kKiB);
+    CHECK(DefaultSegmentBytes(2 * kGiB, 4096) == 64 * kMiB);
+    CHECK(DefaultSegmentBytes(64 * kGiB, 4096) == 256 * kMiB);
+    CHECK(DefaultSegmentBytes(16 * kKiB, 64 * kKiB) == 64 * kKiB);
+  }
+}
+
+TEST_CASE("Owners never share a segment; one passes to another owner only with fresh memory",
+          "[pool]") {
+  constexpr uint64_t kSegment = 64 * kKiB;
+  auto pool = MakePool(8 * kSegment, 4096, kSegment);
+  // "a" takes the whole pool: every segment is its, and its ranks map them.
+  auto whole = pool->Allocate(8 * kSegment, absl::InfinitePast(), {"a"});
+  REQUIRE(whole.ok());
+  absl::StatusOr<OwnerSegments> a_table = pool->SegmentsOf("a");
+  REQUIRE(a_table.ok());
+  REQUIRE(a_table->ranges.size() == 8);
+  std::vector<std::unique_ptr<ClientView>> a_views;
+  for (size_t i = 0; i < 8; ++i) {
+    a_views.push_back(std::make_unique<ClientView>(a_table->fds[i].get(), kSegment));
+    std::memset(a_views.back()->bytes, 'A', kSegment);
+  }
+  const uint64_t a_epoch = a_table->epoch;
+  pool->Free(*whole);
+  CHECK(pool->Stats().segment_renewals == 0);
+
+  // "b" needs room: only "a"'s (free) segments are left, so one is renewed.
+  auto b = pool->Allocate(kSegment / 2, absl::InfinitePast(), {"b"});
+  REQUIRE(b.ok());
+  CHECK(pool->Stats().segment_renewals == 1);
+  absl::StatusOr<OwnerSegments> b_table = pool->SegmentsOf("b");
+  REQUIRE(b_table.ok());
+  REQUIRE(b_table->ranges.size() == 1);
+  const uint64_t taken = b_table->ranges[0].offset;
+  const size_t taken_index = static_cast<size_t>(taken / kSegment);
+  CHECK(b_table->ranges[0].generation != a_table->ranges[taken_index].generation);
+  CHECK(b->epoch == b_table->epoch);
+  std::memset(pool->base() + b->offset, 'B', b->length);
+  // "a"'s old mapping of that segment shows neither its old bytes nor "b"'s.
+  const char* stale = a_views[taken_index]->bytes;
+  for (uint64_t i = 0; i < kSegment; i += 512) {
+    INFO("byte " << i << " of the renewed segment as the old owner sees it");
+    REQUIRE(stale[i] == 0);
+  }
+  // Its other segments are untouched, and its table lost only that one.
+  CHECK(a_views[(taken_index + 1) % 8]->bytes[100] == 'A');
+  absl::StatusOr<OwnerSegments> a_after = pool->SegmentsOf("a");
+  REQUIRE(a_after.ok());
+  CHECK(a_after->ranges.size() == 7);
+  CHECK(a_after->epoch == a_epoch);
+  for (const segments::WireSegment& r : a_after->ranges) CHECK(r.offset != taken);
+
+  // "a" again: it reuses its own segments, no renewal, same epoch.
+  auto again = pool->Allocate(kSegment, absl::InfinitePast(), {"a"});
+  REQUIRE(again.ok());
+  CHECK(again->epoch == a_epoch);
+  CHECK(pool->Stats().segment_renewals == 1);
+  CHECK((again->offset + again->length <= taken || again->offset >= taken + kSegment));
+  // "b" again: room left in its own segment, so nothing changes hands.
+  auto b2 = pool->Allocate(kSegment / 2, absl::InfinitePast(), {"b"});
+  REQUIRE(b2.ok());
+  CHECK(b2->offset >= taken);
+  CHECK(b2->offset + b2->length <= taken + kSegment);
+  CHECK(b2->epoch == b->epoch);
+  pool->Free(*again);
+  pool->Free(*b);
+  pool->Free(*b2);
+}
+
+TEST_CASE("Random allocations of several owners never put two owners in one segment", "[pool]") {
+  constexpr uint64_t kSegment = 64 * kKiB;
+  auto pool = MakePool(32 * kSegment, 4096, kSegment);
+  std::mt19937_64 rng(7);
+  struct Held {
+    Allocation allocation;
+    std::string owner;
+  };
+  std::vector<Held> held;
+  const std::vector<std::string> owners = {"x", "y", "z"};
+  for (int step = 0; step < 3000; ++step) {
+    if (!held.empty() && (rng() % 2 == 0 || held.size() > 20)) {
+      const size_t i = rng() % held.size();
+      pool->Free(held[i].allocation);
+      held.erase(held.begin() + static_cast<long>(i));
+      continue;
+    }
+    const std::string& owner = owners[rng() % owners.size()];
+    const uint64_t bytes = 1 + rng() % (3 * kSegment);
+    auto a = pool->Allocate(bytes, absl::InfinitePast(), {owner});
+    if (!a.ok()) continue;  // no room in segments it may use: fine, never wrong
+    held.push_back({*a, owner});
+    std::map<uint64_t, std::string> segment_owner;
+    for (const Held& h : held) {
+      for (uint64_t s = h.allocation.offset / kSegment;
+           s <= (h.allocation.offset + h.allocation.length - 1) / kSegment; ++s) {
+        auto [it, inserted] = segment_owner.emplace(s, h.owner);
+        INFO("segment " << s << " step " << step);
+        REQUIRE((inserted || it->second == h.owner));
+      }
+    }
+    // What each owner's ranks would map covers each of its allocations.
+    absl::StatusOr<OwnerSegments> table = pool->SegmentsOf(owner);
+    REQUIRE(table.ok());
+    CHECK(table->epoch >= a->epoch);
+    for (uint64_t s = a->offset / kSegment; s <= (a->offset + a->length - 1) / kSegment; ++s) {
+      bool found = false;
+      for (const segments::WireSegment& r : table->ranges) found |= r.offset == s * kSegment;
+      CHECK(found);
+    }
+  }
+  for (const Held& h : held) pool->Free(h.allocation);
+  CHECK(pool->Stats().used == 0);
 }
 
 TEST_CASE("Allocate aligns offsets and rounds lengths up", "[pool]") {
@@ -301,7 +422,7 @@ TEST_CASE("A full pool fails at the deadline, counts the stall, and does not ove
   INFO(a.status().ToString());
   CHECK(a.status().code() == absl::StatusCode::kResourceExhausted);
   const std::string message(a.status().message());
-  CHECK(message.find(pool->path()) != std::string::npos);
+  CHECK(message.find(pool->name()) != std::string::npos);
   CHECK(message.find("4.0 KiB") != std::string::npos);             // requested
   CHECK(message.find("1.0 MiB of 1.0 MiB") != std::string::npos);  // used of capacity
   CHECK(message.find("after waiting") != std::string::npos);
