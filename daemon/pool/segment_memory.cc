@@ -56,9 +56,9 @@ absl::StatusOr<std::unique_ptr<SegmentMemory>> SegmentMemory::Create(const std::
     return absl::InvalidArgumentError(absl::StrCat(name, ": empty pool or segment"));
   }
   if (const uint64_t available = MemAvailable(); available != 0 && capacity > available) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "cannot allocate ", name, " of ", Gib(capacity), ": only ", Gib(available),
-        " of memory available (MemAvailable in /proc/meminfo); lower --pool_bytes"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", name, " of ", Gib(capacity), ": only ", Gib(available),
+                     " of memory available (MemAvailable in /proc/meminfo); lower --pool_bytes"));
   }
   // Address space only: each segment's file is mapped over its piece.
   void* reserved =
@@ -88,8 +88,8 @@ SegmentMemory::~SegmentMemory() {
 
 absl::StatusOr<int> SegmentMemory::Back(char* at, uint64_t length, size_t index) {
   const std::string what = absl::StrCat(name_, " segment ", index, " (", length, " bytes)");
-  const int fd = memfd_create(absl::StrCat("ckpt-pool-", index).c_str(),
-                              MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  const int fd =
+      memfd_create(absl::StrCat("ckpt-pool-", index).c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("cannot create ", what));
   auto fail = [&](int error, const std::string& doing) {
     close(fd);
@@ -103,8 +103,8 @@ absl::StatusOr<int> SegmentMemory::Back(char* at, uint64_t length, size_t index)
   if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     return fail(errno, "seal");
   }
-  void* mapped = mmap(at, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
-                      fd, 0);
+  void* mapped =
+      mmap(at, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd, 0);
   if (mapped == MAP_FAILED) return fail(errno, "map");
   // MAP_POPULATE only read-faults a shared mapping; one write per page makes
   // every PTE writable, so the first copy into the pool runs at memory speed.

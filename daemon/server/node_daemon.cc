@@ -202,7 +202,7 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   };
   pool_options.after_renew = [self](char* at, uint64_t bytes) {
     if (self->pool_registered_) (void)self->gpu_->RegisterHostMemory(at, bytes);
-    (void)self->backend_->RegisterMemory(self->pool_->base(), self->pool_->capacity());
+    self->backend_->RenewMemory(at, bytes);
   };
   absl::StatusOr<std::unique_ptr<pool::ShmPool>> pool = pool::ShmPool::Create(pool_options);
   if (!pool.ok()) return pool.status();
@@ -217,7 +217,8 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   }
 
   // Writes come from the pool and reads land in it: register it once.
-  if (absl::Status s = d->backend_->RegisterMemory(d->pool_->base(), d->pool_->capacity());
+  if (absl::Status s = d->backend_->RegisterMemory(d->pool_->base(), d->pool_->capacity(),
+                                                   d->pool_->segment_bytes());
       !s.ok()) {
     return s;
   }

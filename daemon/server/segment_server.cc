@@ -65,8 +65,9 @@ void SegmentServer::Run() {
     const absl::Time now = absl::Now();
     for (const Pending& p : pending) {
       const int64_t left = absl::ToInt64Milliseconds(p.deadline - now) + 1;
-      timeout_ms = timeout_ms < 0 ? static_cast<int>(std::max<int64_t>(left, 0))
-                                  : std::min(timeout_ms, static_cast<int>(std::max<int64_t>(left, 0)));
+      timeout_ms = timeout_ms < 0
+                       ? static_cast<int>(std::max<int64_t>(left, 0))
+                       : std::min(timeout_ms, static_cast<int>(std::max<int64_t>(left, 0)));
     }
     const int ready = poll(fds.data(), fds.size(), timeout_ms);
     if (ready < 0 && errno != EINTR) {

@@ -35,8 +35,7 @@ class SegmentServer {
  public:
   // The pool owner (job) whose segments `uid` may have through `session`,
   // or the error to send back (NOT_FOUND, PERMISSION_DENIED).
-  using Resolve =
-      std::function<absl::StatusOr<std::string>(const std::string& session, uid_t uid)>;
+  using Resolve = std::function<absl::StatusOr<std::string>(const std::string& session, uid_t uid)>;
 
   SegmentServer(pool::ShmPool& pool, Resolve resolve) : pool_(pool), resolve_(std::move(resolve)) {}
   ~SegmentServer() { Stop(); }

@@ -122,8 +122,14 @@ class Backend {
 
   // Memory that most transfers will come from or go to (the daemon's pool):
   // a backend that can pre-register it with the kernel does so once
-  // (io_uring fixed buffers). Optional; the default does nothing.
-  virtual absl::Status RegisterMemory(void* base, size_t bytes) { return absl::OkStatus(); }
+  // (io_uring fixed buffers), in pieces of `piece_bytes` (the pool's
+  // segments). Optional; the default does nothing.
+  virtual absl::Status RegisterMemory(void* base, size_t bytes, size_t piece_bytes) {
+    return absl::OkStatus();
+  }
+  // Part of the registered memory has new pages at the same addresses (a
+  // pool segment renewed); no transfer into it is in flight. Optional.
+  virtual void RenewMemory(void* base, size_t bytes) {}
   // Called once by each thread that will move data (writers, readers), after
   // RegisterMemory: sets up that thread's I/O now, so the first save or load
   // does not wait for it. Optional; the default does nothing.

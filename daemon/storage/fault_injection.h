@@ -88,9 +88,10 @@ class FaultInjectionBackend : public Backend {
   absl::StatusOr<absl::Time> ModifiedTime(const std::string& path) override {
     return target_->ModifiedTime(path);
   }
-  absl::Status RegisterMemory(void* base, size_t bytes) override {
-    return target_->RegisterMemory(base, bytes);
+  absl::Status RegisterMemory(void* base, size_t bytes, size_t piece_bytes) override {
+    return target_->RegisterMemory(base, bytes, piece_bytes);
   }
+  void RenewMemory(void* base, size_t bytes) override { target_->RenewMemory(base, bytes); }
   void PrepareThread() override { target_->PrepareThread(); }
 
  private:

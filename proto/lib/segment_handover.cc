@@ -143,9 +143,9 @@ absl::StatusOr<SegmentTable> FetchSegmentTable(const std::string& socket_path,
     table.epoch = header.epoch;
     for (uint32_t i = 0; i < header.count; ++i) {
       WireSegment range;
-      std::memcpy(&range, buffer.data() + sizeof(header) + i * sizeof(WireSegment),
-                  sizeof(range));
-      if (range.length == 0 || range.offset > pool_bytes || range.length > pool_bytes - range.offset) {
+      std::memcpy(&range, buffer.data() + sizeof(header) + i * sizeof(WireSegment), sizeof(range));
+      if (range.length == 0 || range.offset > pool_bytes ||
+          range.length > pool_bytes - range.offset) {
         return absl::InternalError(absl::StrCat(where, ": segment [", range.offset, ", +",
                                                 range.length, ") lies outside the pool of ",
                                                 pool_bytes, " bytes"));
@@ -179,8 +179,7 @@ absl::Status SendSegmentTable(int socket, uint64_t epoch, const std::vector<Wire
   std::vector<char> buffer(kMaxMessageBytes);
   size_t next = 0;
   do {
-    const size_t count =
-        std::min<size_t>(segments.size() - next, kMaxSegmentsPerMessage);
+    const size_t count = std::min<size_t>(segments.size() - next, kMaxSegmentsPerMessage);
     WireHeader header;
     header.epoch = epoch;
     header.count = static_cast<uint32_t>(count);
@@ -188,9 +187,9 @@ absl::Status SendSegmentTable(int socket, uint64_t epoch, const std::vector<Wire
     std::memcpy(buffer.data(), &header, sizeof(header));
     std::memcpy(buffer.data() + sizeof(header), segments.data() + next,
                 count * sizeof(WireSegment));
-    if (absl::Status s = SendMessage(socket, buffer.data(),
-                                     sizeof(header) + count * sizeof(WireSegment),
-                                     fds.data() + next, count);
+    if (absl::Status s =
+            SendMessage(socket, buffer.data(), sizeof(header) + count * sizeof(WireSegment),
+                        fds.data() + next, count);
         !s.ok()) {
       return s;
     }

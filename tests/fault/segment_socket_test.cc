@@ -62,7 +62,8 @@ int Exchange(const std::string& path, const std::string& request, std::string* t
   if (got < static_cast<ssize_t>(sizeof(segments::WireHeader))) return -1;
   segments::WireHeader header;
   std::memcpy(&header, buffer, sizeof(header));
-  if (text != nullptr) text->assign(buffer + sizeof(header), static_cast<size_t>(got) - sizeof(header));
+  if (text != nullptr)
+    text->assign(buffer + sizeof(header), static_cast<size_t>(got) - sizeof(header));
   return static_cast<int>(header.code);
 }
 
@@ -97,7 +98,8 @@ TEST_CASE("segment socket: hostile requests get errors; the daemon serves on, le
   REQUIRE(before > 0);
 
   std::string text;
-  CHECK(Exchange(socket, "no-such-session", &text) == static_cast<int>(absl::StatusCode::kNotFound));
+  CHECK(Exchange(socket, "no-such-session", &text) ==
+        static_cast<int>(absl::StatusCode::kNotFound));
   CHECK(text.find("unknown session") != std::string::npos);
   CHECK(Exchange(socket, std::string(4096, 'x'), &text) ==
         static_cast<int>(absl::StatusCode::kInvalidArgument));

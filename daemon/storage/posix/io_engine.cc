@@ -101,12 +101,15 @@ class SyncEngine : public IoEngine {
   }
 };
 
-// The fixed buffers every ring should have, and a generation so that rings
-// notice a change.
+// The fixed buffers every ring should have: equal pieces from `base`. A
+// new layout (RegisterFixedBuffers) makes rings register afresh; a renewed
+// piece (RenewFixedBuffers) only has its entry updated.
 struct FixedBuffers {
   std::mutex mu;
-  std::vector<iovec> iovecs;  // guarded by mu
-  uint64_t generation = 0;    // guarded by mu
+  std::vector<iovec> iovecs;               // guarded by mu
+  std::vector<uint64_t> piece_generation;  // parallel to iovecs; guarded by mu
+  uint64_t layout = 0;                     // guarded by mu
+  uint64_t next_generation = 1;            // guarded by mu
 };
 FixedBuffers& Fixed() {
   static FixedBuffers* fixed = new FixedBuffers;
@@ -116,16 +119,32 @@ std::atomic<uint64_t> fixed_transfers{0};
 
 }  // namespace
 
-void RegisterFixedBuffers(void* base, size_t bytes) {
+void RegisterFixedBuffers(void* base, size_t bytes, size_t piece_bytes) {
   // The kernel takes at most 1 GiB per buffer.
   constexpr size_t kMaxBuffer = size_t{1} << 30;
+  const size_t piece = std::clamp<size_t>(piece_bytes, 1, kMaxBuffer);
   FixedBuffers& fixed = Fixed();
   std::lock_guard<std::mutex> lock(fixed.mu);
   fixed.iovecs.clear();
-  for (size_t off = 0; off < bytes; off += kMaxBuffer) {
-    fixed.iovecs.push_back({static_cast<char*>(base) + off, std::min(kMaxBuffer, bytes - off)});
+  fixed.piece_generation.clear();
+  for (size_t off = 0; off < bytes; off += piece) {
+    fixed.iovecs.push_back({static_cast<char*>(base) + off, std::min(piece, bytes - off)});
+    fixed.piece_generation.push_back(fixed.next_generation++);
   }
-  ++fixed.generation;
+  ++fixed.layout;
+}
+
+void RenewFixedBuffers(void* base, size_t bytes) {
+  FixedBuffers& fixed = Fixed();
+  std::lock_guard<std::mutex> lock(fixed.mu);
+  const char* begin = static_cast<const char*>(base);
+  const char* end = begin + bytes;
+  for (size_t i = 0; i < fixed.iovecs.size(); ++i) {
+    const char* piece = static_cast<const char*>(fixed.iovecs[i].iov_base);
+    if (piece < end && begin < piece + fixed.iovecs[i].iov_len) {
+      fixed.piece_generation[i] = fixed.next_generation++;
+    }
+  }
 }
 
 uint64_t FixedBufferTransfers() { return fixed_transfers.load(std::memory_order_relaxed); }
@@ -155,7 +174,7 @@ class ThreadRing {
     if (rc < 0) return rc;
     initialized_ = true;
     entries_ = depth;
-    registered_generation_ = 0;
+    registered_layout_ = 0;
     iovecs_.clear();
     return 0;
   }
@@ -167,20 +186,44 @@ class ThreadRing {
   // the process's mmap lock, which stalled the loads running beside it.
   void set_data_mover() { data_mover_ = true; }
 
-  // Brings this ring's fixed buffers up to date with the process's.
+  // Brings this ring's fixed buffers up to date with the process's: the
+  // renewed pieces updated in place (buffers registered with tags allow
+  // it), anything else registered afresh.
   void SyncFixedBuffers() {
     if (!data_mover_) return;
     FixedBuffers& fixed = Fixed();
     std::lock_guard<std::mutex> lock(fixed.mu);
-    if (fixed.generation == registered_generation_) return;
+    if (fixed.layout == registered_layout_) {
+      if (iovecs_.empty()) return;  // refused before: plain ops
+      bool stale = false;
+      for (size_t i = 0; i < iovecs_.size() && !stale; ++i) {
+        if (piece_generation_[i] == fixed.piece_generation[i]) continue;
+        __u64 tag = 0;
+        if (tagged_ && io_uring_register_buffers_update_tag(&ring_, static_cast<unsigned>(i),
+                                                            &fixed.iovecs[i], &tag, 1) >= 0) {
+          piece_generation_[i] = fixed.piece_generation[i];
+        } else {
+          stale = true;
+        }
+      }
+      if (!stale) return;
+    }
     if (!iovecs_.empty()) io_uring_unregister_buffers(&ring_);
     iovecs_.clear();
-    registered_generation_ = fixed.generation;
+    registered_layout_ = fixed.layout;
     if (fixed.iovecs.empty()) return;
-    const int rc = io_uring_register_buffers(&ring_, fixed.iovecs.data(),
-                                             static_cast<unsigned>(fixed.iovecs.size()));
+    const std::vector<__u64> tags(fixed.iovecs.size(), 0);
+    int rc = io_uring_register_buffers_tags(&ring_, fixed.iovecs.data(), tags.data(),
+                                            static_cast<unsigned>(fixed.iovecs.size()));
+    tagged_ = rc == 0;
+    if (rc == -EINVAL) {  // a kernel before 5.13: no tags, so renewals register afresh
+      rc = io_uring_register_buffers(&ring_, fixed.iovecs.data(),
+                                     static_cast<unsigned>(fixed.iovecs.size()));
+    }
     if (rc == 0) {
       iovecs_ = fixed.iovecs;
+      piece_generation_ = fixed.piece_generation;
+      piece_bytes_ = iovecs_[0].iov_len;
       return;
     }
     static std::once_flag once;
@@ -193,21 +236,26 @@ class ThreadRing {
   }
   // The index of the registered buffer holding [p, p + n), or -1.
   int FixedIndex(const void* p, size_t n) const {
+    if (iovecs_.empty()) return -1;
     const char* c = static_cast<const char*>(p);
-    for (size_t i = 0; i < iovecs_.size(); ++i) {
-      const char* base = static_cast<const char*>(iovecs_[i].iov_base);
-      if (c >= base && c + n <= base + iovecs_[i].iov_len) return static_cast<int>(i);
-    }
-    return -1;
+    const char* base = static_cast<const char*>(iovecs_[0].iov_base);
+    if (c < base) return -1;
+    const size_t i = static_cast<size_t>(c - base) / piece_bytes_;
+    if (i >= iovecs_.size()) return -1;
+    const char* piece = static_cast<const char*>(iovecs_[i].iov_base);
+    return c + n <= piece + iovecs_[i].iov_len ? static_cast<int>(i) : -1;
   }
 
  private:
   io_uring ring_{};
   unsigned entries_ = 0;
   bool initialized_ = false;
-  uint64_t registered_generation_ = 0;
+  uint64_t registered_layout_ = 0;
   bool data_mover_ = false;
-  std::vector<iovec> iovecs_;  // what this ring has registered
+  bool tagged_ = false;                     // registered with tags: pieces can be updated
+  std::vector<iovec> iovecs_;               // what this ring has registered
+  std::vector<uint64_t> piece_generation_;  // parallel to iovecs_
+  size_t piece_bytes_ = 1;
 };
 
 ThreadRing& CurrentThreadRing() {

@@ -70,8 +70,17 @@ std::unique_ptr<IoEngine> NewIoEngine(const IoEngineOptions& options);
 // the process (each thread's ring registers them before its next batch), so
 // transfers inside it skip the per-op page pinning (3FS: buffers registered
 // once). Replaces an earlier registration. A ring whose registration the
-// kernel refuses (RLIMIT_MEMLOCK, say) goes on with plain ops.
-void RegisterFixedBuffers(void* base, size_t bytes);
+// kernel refuses (RLIMIT_MEMLOCK, say) goes on with plain ops. The memory
+// is registered in pieces of `piece_bytes` (at most 1 GiB, the kernel's
+// limit per buffer), so that renewing part of it re-registers only the
+// pieces it overlaps.
+void RegisterFixedBuffers(void* base, size_t bytes, size_t piece_bytes = size_t{1} << 30);
+// [base, base + bytes), inside the registered memory, has new pages at the
+// same addresses (a pool segment given a fresh memfd): each ring updates
+// the pieces it overlaps before its next batch, so no transfer reaches the
+// old pages, and the old pages are unpinned. The caller guarantees no
+// transfer into the range is in flight.
+void RenewFixedBuffers(void* base, size_t bytes);
 // Transfers that ran as READ_FIXED/WRITE_FIXED so far, process-wide.
 uint64_t FixedBufferTransfers();
 

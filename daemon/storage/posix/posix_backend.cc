@@ -419,9 +419,11 @@ absl::StatusOr<absl::Time> PosixBackend::ModifiedTime(const std::string& path) {
   return absl::TimeFromTimespec(st.st_mtim);
 }
 
-absl::Status PosixBackend::RegisterMemory(void* base, size_t bytes) {
-  RegisterFixedBuffers(base, bytes);
+absl::Status PosixBackend::RegisterMemory(void* base, size_t bytes, size_t piece_bytes) {
+  RegisterFixedBuffers(base, bytes, piece_bytes);
   return absl::OkStatus();
 }
+
+void PosixBackend::RenewMemory(void* base, size_t bytes) { RenewFixedBuffers(base, bytes); }
 
 }  // namespace ckpt::storage

@@ -51,7 +51,8 @@ class PosixBackend : public Backend {
                                                      bool wait) override;
   absl::StatusOr<absl::Time> ModifiedTime(const std::string& path) override;
   // Registers the memory as io_uring fixed buffers (RegisterFixedBuffers).
-  absl::Status RegisterMemory(void* base, size_t bytes) override;
+  absl::Status RegisterMemory(void* base, size_t bytes, size_t piece_bytes) override;
+  void RenewMemory(void* base, size_t bytes) override;
 
  private:
   absl::StatusOr<std::unique_ptr<ReadableFile>> FinishReadable(

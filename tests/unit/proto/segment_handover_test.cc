@@ -133,9 +133,8 @@ TEST_CASE("a table of many segments arrives whole, in order, with working descri
 }
 
 TEST_CASE("an empty table is a table", "[segments]") {
-  ScriptedDaemon daemon([](int conn, const std::string&) {
-    REQUIRE(SendSegmentTable(conn, 0, {}, {}).ok());
-  });
+  ScriptedDaemon daemon(
+      [](int conn, const std::string&) { REQUIRE(SendSegmentTable(conn, 0, {}, {}).ok()); });
   absl::StatusOr<SegmentTable> table =
       FetchSegmentTable(daemon.path(), "s", kPool, absl::Seconds(10));
   REQUIRE(table.ok());

@@ -281,7 +281,7 @@ TEST_CASE("posix backend writes and reads registered memory with fixed buffers",
   char* registered = static_cast<char*>(std::aligned_alloc(4096, 2 * kBytes));
   char* plain = static_cast<char*>(std::aligned_alloc(4096, kBytes));
   for (size_t i = 0; i < kBytes; ++i) registered[i] = static_cast<char>(i * 7 + 3);
-  REQUIRE(backend->RegisterMemory(registered, 2 * kBytes).ok());
+  REQUIRE(backend->RegisterMemory(registered, 2 * kBytes, size_t{1} << 30).ok());
   backend->PrepareThread();  // this thread moves pool data, as a writer does
 
   const uint64_t before = FixedBufferTransfers();
@@ -319,6 +319,52 @@ TEST_CASE("posix backend writes and reads registered memory with fixed buffers",
   }
   std::free(registered);
   std::free(plain);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a renewed piece of registered memory is written from its new pages, still fixed",
+          "[posix][fixed]") {
+  char pattern[] = "/tmp/ckpt-renew-XXXXXX";
+  const std::string dir = mkdtemp(pattern);
+  auto backend = NewPosixBackend();
+  constexpr size_t kPiece = 1 << 20;
+  // Two pieces, each its own memfd, as the pool's segments are.
+  char* base = static_cast<char*>(
+      mmap(nullptr, 2 * kPiece, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+  REQUIRE(base != MAP_FAILED);
+  auto back_with_memfd = [&](size_t piece, char fill) {
+    const int fd = memfd_create("renew-test", MFD_CLOEXEC);
+    REQUIRE(fd >= 0);
+    REQUIRE(ftruncate(fd, kPiece) == 0);
+    REQUIRE(mmap(base + piece * kPiece, kPiece, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+                 0) != MAP_FAILED);
+    close(fd);
+    std::memset(base + piece * kPiece, fill, kPiece);
+  };
+  back_with_memfd(0, 'a');
+  back_with_memfd(1, 'b');
+  REQUIRE(backend->RegisterMemory(base, 2 * kPiece, kPiece).ok());
+  backend->PrepareThread();
+  auto write_piece = [&](size_t piece, const std::string& name) {
+    auto file = backend->NewWritableFile(dir + "/" + name);
+    REQUIRE(file.ok());
+    REQUIRE((*file)->WriteBatch(std::vector<IoOp>{{0, base + piece * kPiece, kPiece}}).ok());
+    REQUIRE((*file)->Sync().ok());
+    REQUIRE((*file)->Close().ok());
+    std::ifstream in(dir + "/" + name, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const uint64_t before = FixedBufferTransfers();
+  CHECK(write_piece(1, "old.bin") == std::string(kPiece, 'b'));
+  // Piece 1 gets new pages at the same addresses.
+  back_with_memfd(1, 'c');
+  backend->RenewMemory(base + kPiece, kPiece);
+  CHECK(write_piece(1, "new.bin") == std::string(kPiece, 'c'));
+  CHECK(write_piece(0, "same.bin") == std::string(kPiece, 'a'));
+  if (std::string(static_cast<PosixBackend&>(*backend).engine().Name()) == "io_uring") {
+    CHECK(FixedBufferTransfers() - before >= 3);  // all three went fixed
+  }
+  munmap(base, 2 * kPiece);
   std::filesystem::remove_all(dir);
 }
 
