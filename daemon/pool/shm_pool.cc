@@ -213,6 +213,27 @@ void ShmPool::CountLiveLocked(uint64_t start, uint64_t length, bool add) {
   }
 }
 
+void ShmPool::Adopt(const std::string& owner) {
+  absl::MutexLock lock(&mu_);
+  auto held = holdings_.find(owner);
+  const size_t holding = held == holdings_.end() ? 0 : held->second.segments;
+  const size_t owners = holdings_.size() + (held == holdings_.end() ? 1 : 0);
+  const uint64_t share = share_ > 0 ? static_cast<uint64_t>(static_cast<double>(capacity_) * share_)
+                                    : capacity_ / owners;
+  uint64_t room = share > holding * segment_bytes_ ? share - holding * segment_bytes_ : 0;
+  bool gained = false;
+  for (size_t k = 0; k < segment_uses_.size() && room >= memory_->length(k); ++k) {
+    SegmentUse& use = segment_uses_[k];
+    if (use.assigned) continue;
+    use.assigned = true;
+    use.owner = owner;
+    ++holdings_[owner].segments;
+    room -= memory_->length(k);
+    gained = true;
+  }
+  if (gained) holdings_[owner].epoch = next_epoch_++;
+}
+
 absl::StatusOr<bool> ShmPool::TryAllocateLocked(uint64_t length, const std::string& owner,
                                                 Allocation* out) {
   if (!WithinShareLocked(length, owner)) return false;

@@ -109,6 +109,10 @@ class ShmPool {
   // take, or the deadline passes (RESOURCE_EXHAUSTED, naming the size and
   // pool use). More than the capacity fails at once.
   absl::StatusOr<Allocation> Allocate(uint64_t bytes, absl::Time deadline, const Claim& claim = {});
+  // Gives `owner` never-used segments, up to its share of the pool (less
+  // what it holds), so its ranks map them once, when they attach, instead
+  // of in the middle of the first saves. Takes nothing from other owners.
+  void Adopt(const std::string& owner);
   // What one owner holds now.
   uint64_t OwnerUsed(const std::string& owner) const;
   // Returns an allocation made by Allocate; wakes waiters. Anything else

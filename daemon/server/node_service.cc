@@ -155,6 +155,7 @@ grpc::Status NodeService::Attach(grpc::ServerContext* context, const v1::AttachR
       request->job(), request->rank(), request->world_size(), request->local_rank(), uid);
   if (!session.ok()) return ToGrpc(session.status());
   response->set_session_id(session->id);
+  context_.pool.Adopt(request->job());
   response->set_segment_socket(SegmentSocketPath(context_.options.socket_path));
   response->set_pool_bytes(context_.pool.capacity());
   response->set_alignment(static_cast<uint32_t>(context_.pool.alignment()));

@@ -190,6 +190,9 @@ int Run(const Config& c) {
       if (!a.ok()) return fail(a.status());
       stalls.push_back(MaxOver(*a, 0));
       persists.push_back(MaxOver(*a, 1));
+      absl::FPrintF(stderr,
+                    "ckpt-bench: checkpoint %d: floor %.3f s, stall %.3f s, persist %.3f s\n", k,
+                    floors.back(), stalls.back(), persists.back());
     }
     f["memcpy_floor_s"] = Median(floors);
     f["stall_blocking_s"] = Median(stalls);

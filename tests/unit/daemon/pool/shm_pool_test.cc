@@ -248,6 +248,45 @@ TEST_CASE("Owners never share a segment; one passes to another owner only with f
   pool->Free(*b2);
 }
 
+TEST_CASE("Adopt gives an attaching owner never-used segments up to its share, no one else's",
+          "[pool]") {
+  constexpr uint64_t kSegment = 64 * kKiB;
+  PoolOptions options;
+  options.bytes = 8 * kSegment;
+  options.segment_bytes = kSegment;
+  options.owner_share = 0.25;
+  auto created = ShmPool::Create(options);
+  REQUIRE(created.ok());
+  std::unique_ptr<ShmPool> pool = *std::move(created);
+  pool->Adopt("a");
+  absl::StatusOr<OwnerSegments> a = pool->SegmentsOf("a");
+  REQUIRE(a.ok());
+  CHECK(a->ranges.size() == 2);  // a quarter of the pool
+  pool->Adopt("a");              // again: it holds its share already
+  CHECK(pool->SegmentsOf("a")->ranges.size() == 2);
+  CHECK(pool->SegmentsOf("a")->epoch == a->epoch);
+  // Allocations inside what it adopted change nothing its ranks map.
+  auto in_share = pool->Allocate(2 * kSegment, absl::InfinitePast(), {"a"});
+  REQUIRE(in_share.ok());
+  CHECK(in_share->epoch == a->epoch);
+  pool->Adopt("b");
+  absl::StatusOr<OwnerSegments> b = pool->SegmentsOf("b");
+  REQUIRE(b.ok());
+  CHECK(b->ranges.size() == 2);
+  for (const auto& r : b->ranges) {
+    for (const auto& ours : a->ranges) CHECK(r.offset != ours.offset);
+  }
+  CHECK(pool->Stats().segment_renewals == 0);
+  pool->Free(*in_share);
+
+  // Alone with no share set, an owner adopts the whole pool.
+  auto whole = MakePool(8 * kSegment, 4096, kSegment);
+  whole->Adopt("only");
+  CHECK(whole->SegmentsOf("only")->ranges.size() == 8);
+  whole->Adopt("late");  // nothing left unused: it takes segments when it allocates
+  CHECK(whole->SegmentsOf("late")->ranges.empty());
+}
+
 TEST_CASE("Random allocations of several owners never put two owners in one segment", "[pool]") {
   constexpr uint64_t kSegment = 64 * kKiB;
   auto pool = MakePool(32 * kSegment, 4096, kSegment);
