@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 
 import torch
 import torch.distributed as dist
@@ -99,6 +100,10 @@ def run(rank, args, init_file):
         print(f"rank {rank} step {step + 1} loss {loss.item():.6f}", flush=True)
         if (step + 1) % args.every == 0:
             cp.save(step + 1, training_state(model, opt, rank, step + 1))  # lazy
+        if args.halt_after == step + 1:
+            # For crash tests: stop here, mid-run, until killed, so the kill
+            # cannot come after the run already ended.
+            threading.Event().wait()
     cp.close()
     if rank == 0 and args.out:
         with open(args.out, "w") as f:
@@ -116,6 +121,8 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--out", help="write the final loss and a hash of the weights here")
+    parser.add_argument("--halt-after", type=int, default=0,
+                        help="tests: after this step, wait to be killed instead of going on")
     args = parser.parse_args()
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:

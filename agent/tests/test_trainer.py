@@ -20,9 +20,11 @@ def test_killed_and_resumed_equals_uninterrupted(daemon, tmp_path):
                    capture_output=True)
 
     # Killed (the whole process group, SIGKILL) once rank 0 reports step 10:
-    # the checkpoint of step 8 is committed or in flight.
-    proc = subprocess.Popen(trainer(daemon, "lm-killed"), stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    # the checkpoint of step 8 is committed or in flight. The ranks halt
+    # there, so the kill always lands mid-run (on a busy machine the last
+    # steps could otherwise finish before it).
+    proc = subprocess.Popen(trainer(daemon, "lm-killed", "--halt-after", "10"),
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
     for line in proc.stdout:
         if line.startswith("rank 0 step 10 "):
             break
