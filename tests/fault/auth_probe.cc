@@ -143,28 +143,27 @@ int main(int argc, char** argv) {
     report("status", s);
     std::printf("status_saves_shown %d\n", response.saves_size());
   }
-  {
+  auto attach = [&](const char* name, const std::string& own_job) {
     ckpt::v1::AttachRequest request;
-    request.set_job(job + "-mine");
+    request.set_job(own_job);
     request.set_rank(0);
     request.set_world_size(1);
     ckpt::v1::AttachResponse response;
-    report("attach_own_job", stub->Attach(context().get(), request, &response));
+    report(name, stub->Attach(context().get(), request, &response));
+    return response;
+  };
+  {
+    const ckpt::v1::AttachResponse attached = attach("attach_own_job", job + "-mine");
     // Root's session's segments are not ours to map.
-    ReportSegments("segments_foreign_session", response.segment_socket(), session,
-                   response.pool_bytes());
+    ReportSegments("segments_foreign_session", attached.segment_socket(), session,
+                   attached.pool_bytes());
   }
   {
     SaveAndLoadOwnJob(argv[1], job + "-own");
     // Our own job's segments are ours to map: those the save above used.
-    ckpt::v1::AttachRequest request;
-    request.set_job(job + "-own");
-    request.set_rank(0);
-    request.set_world_size(1);
-    ckpt::v1::AttachResponse response;
-    report("attach_own_saved_job", stub->Attach(context().get(), request, &response));
-    ReportSegments("segments_own", response.segment_socket(), response.session_id(),
-                   response.pool_bytes());
+    const ckpt::v1::AttachResponse attached = attach("attach_own_saved_job", job + "-own");
+    ReportSegments("segments_own", attached.segment_socket(), attached.session_id(),
+                   attached.pool_bytes());
   }
   return 0;
 }
