@@ -26,7 +26,8 @@ void Coordinator::EnableRetention(RetentionConfig config) {
 }
 
 absl::StatusOr<v1::SaveAssignment> Coordinator::PlanSave(const v1::NodeSavePlan& node) {
-  absl::StatusOr<v1::SaveAssignment> assignment = coordinator::PlanSave({node}, options_);
+  // The same shards on the same host as the job's last save: no planning.
+  absl::StatusOr<v1::SaveAssignment> assignment = plan_cache_.Plan({node}, options_);
   if (!assignment.ok()) return assignment.status();
   absl::StatusOr<bool> exists = catalog_.StepExists(node.job(), node.step());
   if (!exists.ok()) return exists.status();

@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "daemon/coordinator/catalog.h"
+#include "daemon/coordinator/plan_cache.h"
 #include "daemon/coordinator/retention.h"
 #include "daemon/coordinator/retention_policy.h"
 #include "daemon/coordinator/retention_runner.h"
@@ -36,6 +37,7 @@ class Coordinator {
               CatalogOptions catalog = {});
 
   Catalog& catalog() { return catalog_; }
+  PlanCacheStats plan_cache_stats() const { return plan_cache_.Stats(); }
   GarbageCollector& garbage_collector() { return gc_; }
   const std::string& root() const { return catalog_.root(); }
 
@@ -70,6 +72,7 @@ class Coordinator {
   storage::Backend& backend_;
   Catalog catalog_;
   const SavePlannerOptions options_;
+  SavePlanCache plan_cache_;
   absl::Mutex mu_;
   std::map<std::string, ActiveSave> saves_ ABSL_GUARDED_BY(mu_);  // by save_id
   // Commits run one at a time: LATEST and LATEST.next of a job are written

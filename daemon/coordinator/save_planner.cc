@@ -152,9 +152,11 @@ absl::Status GroupRegions(const std::string& fqn, TensorInfo& info, std::vector<
   return absl::OkStatus();
 }
 
+}  // namespace
+
 // The options and what every host must agree on, checked once on the
 // first host before anything is sized from them.
-absl::Status ValidateHeader(const v1::NodeSavePlan& first, const SavePlannerOptions& options) {
+absl::Status ValidateSaveHeader(const v1::NodeSavePlan& first, const SavePlannerOptions& options) {
   if (options.alignment == 0 || (options.alignment & (options.alignment - 1)) != 0) {
     return Invalid(absl::StrCat("alignment ", options.alignment, " is not a power of two"));
   }
@@ -173,6 +175,8 @@ absl::Status ValidateHeader(const v1::NodeSavePlan& first, const SavePlannerOpti
   }
   return ValidateUserMetadata(first.user_metadata(), options.limits);
 }
+
+namespace {
 
 // Every rank of the job exactly once, on hosts that agree with the first
 // and appear once: the assignment indexes ranks and hosts by these numbers.
@@ -518,7 +522,7 @@ v1::SaveAssignment BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes,
 absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> nodes,
                                             const SavePlannerOptions& options) {
   if (nodes.empty()) return Invalid("save plan has no hosts");
-  if (absl::Status s = ValidateHeader(nodes.front(), options); !s.ok()) return s;
+  if (absl::Status s = ValidateSaveHeader(nodes.front(), options); !s.ok()) return s;
   if (absl::Status s = ValidateHostsAndRanks(nodes); !s.ok()) return s;
   absl::StatusOr<Shards> shards = CollectShards(nodes, options.limits);
   if (!shards.ok()) return shards.status();

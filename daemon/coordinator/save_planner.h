@@ -46,6 +46,10 @@ struct SavePlannerOptions {
 absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> nodes,
                                             const SavePlannerOptions& options);
 
+// What PlanSave checks of the first host's plan before anything else: the
+// options, the job name, the step, the world size and the user metadata.
+absl::Status ValidateSaveHeader(const v1::NodeSavePlan& first, const SavePlannerOptions& options);
+
 // False for chunks whose checksum is final in the plan (0 bytes: CRC32C of
 // nothing is 0): the commit fills in reported checksums for the others only.
 inline bool SaveChunkNeedsChecksum(const v1::StoredChunk& chunk) { return chunk.length() > 0; }

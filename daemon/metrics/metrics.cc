@@ -204,6 +204,20 @@ class Metrics::Sampled : public prometheus::Collectable {
       f.type = prometheus::MetricType::Counter;
       f.metric.emplace_back().counter.value = static_cast<double>(s.pool_segment_renewals);
     }
+    {
+      prometheus::MetricFamily& f = out.emplace_back();
+      f.name = "ckpt_save_plans_total";
+      f.help =
+          "Save plans by source: the plan cache (the job's layout unchanged) or planned afresh";
+      f.type = prometheus::MetricType::Counter;
+      for (const auto& [source, value] :
+           {std::pair<const char*, uint64_t>{"cache", s.save_plan_cache_hits},
+            std::pair<const char*, uint64_t>{"planned", s.save_plan_cache_misses}}) {
+        prometheus::ClientMetric& m = f.metric.emplace_back();
+        m.label.push_back({"source", source});
+        m.counter.value = static_cast<double>(value);
+      }
+    }
     gauge("ckpt_writer_queue_chunks", "Chunks queued to the writer threads, not yet written",
           static_cast<double>(s.writer_queue_chunks));
     gauge("ckpt_attached_ranks", "Ranks attached to this daemon", s.attached_ranks);

@@ -79,6 +79,8 @@ struct NodeSample {
   int pool_waiters = 0;
   absl::Duration pool_stall;  // summed over every wait since start
   uint64_t pool_segment_renewals = 0;
+  uint64_t save_plan_cache_hits = 0;    // saves planned from the plan cache
+  uint64_t save_plan_cache_misses = 0;  // saves planned afresh
   uint64_t writer_queue_chunks = 0;
   int attached_ranks = 0;
   std::map<std::string, int64_t> checkpoints;  // committed steps on disk, by job

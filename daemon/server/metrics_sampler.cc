@@ -20,6 +20,9 @@ metrics::NodeSample SampleNode(NodeContext& context) {
   s.pool_waiters = pool.waiters;
   s.pool_stall = pool.total_stall;
   s.pool_segment_renewals = pool.segment_renewals;
+  const coordinator::PlanCacheStats plans = context.coordinator.plan_cache_stats();
+  s.save_plan_cache_hits = plans.hits;
+  s.save_plan_cache_misses = plans.misses;
   s.writer_queue_chunks = context.writers.queued_chunks();
   s.attached_ranks = context.sessions.attached();
   coordinator::Catalog& catalog = context.coordinator.catalog();

@@ -9,9 +9,13 @@
 // half the ranks, each asking for two consecutive parts' rows of every
 // tensor, so every request spans two stored shards.
 //
+// plan_cache_s is the next step's save of the same layout through the
+// coordinator's plan cache (plan_cache.h): the first plan is made through
+// the cache, then the step changes and the cache answers.
+//
 // Prints the figures and, with --json, one JSON object:
-//   save_plan_s, load_plan_s, ranks, shards_per_rank, replication,
-//   unique_shards, hosts.
+//   save_plan_s, plan_cache_s, load_plan_s, ranks, shards_per_rank,
+//   replication, unique_shards, hosts.
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -23,6 +27,7 @@
 #include "absl/strings/str_format.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "daemon/coordinator/load_planner.h"
+#include "daemon/coordinator/plan_cache.h"
 #include "daemon/coordinator/save_planner.h"
 
 namespace {
@@ -129,12 +134,23 @@ int main(int argc, char** argv) {
   options.manifest_limits.max_tensors = int64_t{1} << 30;
   options.manifest_limits.max_manifest_bytes = uint64_t{1} << 40;
 
-  const std::vector<ckpt::v1::NodeSavePlan> save_nodes = SavePlans(l);
+  std::vector<ckpt::v1::NodeSavePlan> save_nodes = SavePlans(l);
+  ckpt::coordinator::SavePlanCache cache(uint64_t{1} << 40);
   auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<ckpt::v1::SaveAssignment> saved = ckpt::coordinator::PlanSave(save_nodes, options);
+  absl::StatusOr<ckpt::v1::SaveAssignment> saved = cache.Plan(save_nodes, options);
   const double save_plan_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!saved.ok()) {
     std::fprintf(stderr, "ckpt-plan-bench: save plan: %s\n", saved.status().ToString().c_str());
+    return 1;
+  }
+  for (ckpt::v1::NodeSavePlan& node : save_nodes) node.set_step(node.step() + 1);
+  bool hit = false;
+  start = std::chrono::steady_clock::now();
+  absl::StatusOr<ckpt::v1::SaveAssignment> cached = cache.Plan(save_nodes, options, &hit);
+  const double plan_cache_s = Seconds(std::chrono::steady_clock::now() - start);
+  if (!cached.ok() || !hit) {
+    std::fprintf(stderr, "ckpt-plan-bench: the next step's plan did not come from the cache: %s\n",
+                 cached.status().ToString().c_str());
     return 1;
   }
   uint64_t items = 0;
@@ -156,13 +172,14 @@ int main(int argc, char** argv) {
       "s\n",
       l.ranks, l.shards_per_rank, l.replication, static_cast<unsigned long long>(items),
       save_nodes.size(), save_plan_s);
+  std::printf("save plan of the next step, from the plan cache: %.3f s\n", plan_cache_s);
   std::printf("load plan: %d ranks, %d chunk reads: %.3f s\n", l.ranks / 2, loaded->reads_size(),
               load_plan_s);
   if (json) {
     std::printf(
-        "{\"save_plan_s\":%.4f,\"load_plan_s\":%.4f,\"ranks\":%d,\"shards_per_rank\":%d,"
-        "\"replication\":%d,\"unique_shards\":%llu,\"hosts\":%zu}\n",
-        save_plan_s, load_plan_s, l.ranks, l.shards_per_rank, l.replication,
+        "{\"save_plan_s\":%.4f,\"plan_cache_s\":%.4f,\"load_plan_s\":%.4f,\"ranks\":%d,"
+        "\"shards_per_rank\":%d,\"replication\":%d,\"unique_shards\":%llu,\"hosts\":%zu}\n",
+        save_plan_s, plan_cache_s, load_plan_s, l.ranks, l.shards_per_rank, l.replication,
         static_cast<unsigned long long>(items), save_nodes.size());
   }
   return 0;

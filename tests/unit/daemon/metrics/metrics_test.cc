@@ -157,6 +157,8 @@ TEST_CASE("sampled gauges are read at collection time", "[metrics]") {
     s.pool_waiters = 2;
     s.pool_stall = absl::Milliseconds(1500);
     s.pool_segment_renewals = 5;
+    s.save_plan_cache_hits = 7;
+    s.save_plan_cache_misses = 2;
     s.writer_queue_chunks = 9;
     s.checkpoints = {{"a", 3}, {"b", 2}, {"c", 1}};
     return s;
@@ -170,6 +172,8 @@ TEST_CASE("sampled gauges are read at collection time", "[metrics]") {
   CHECK(Has(text, "ckpt_pool_waiters 2"));
   CHECK(Has(text, "ckpt_pool_stall_seconds_total 1.5"));
   CHECK(Has(text, "ckpt_pool_segment_renewals_total 5"));
+  CHECK(Has(text, "ckpt_save_plans_total{source=\"cache\"} 7"));
+  CHECK(Has(text, "ckpt_save_plans_total{source=\"planned\"} 2"));
   CHECK(Has(text, "ckpt_writer_queue_chunks 9"));
   // Jobs found on disk take no label slot: until a save or load names
   // them, they add up in _other.

@@ -1,0 +1,69 @@
+// The save plan cache (DESIGN.md §4): a job that checkpoints the same
+// shards on the same hosts step after step gets the assignment it got
+// before, without planning again. Only the step and the user metadata may
+// differ from the cached plan; they are validated and stamped into a copy
+// of the cached assignment. Anything else (a shard, a rank, a host, the
+// writer count, partial) misses and is planned afresh.
+//
+// The key is the plans themselves (deterministically serialized, step and
+// metadata cleared), compared byte for byte: a hash collision could hand a
+// job a wrong assignment, so none is trusted. The cache holds one plan per
+// job and at most `max_bytes` of keys and assignments in all, evicting the
+// least recently used job's. A cache serves one set of planner options
+// (one coordinator's).
+//
+// Thread-safety: all methods are safe from any thread.
+#ifndef CKPT_DAEMON_COORDINATOR_PLAN_CACHE_H_
+#define CKPT_DAEMON_COORDINATOR_PLAN_CACHE_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "ckpt/v1/coordinator.pb.h"
+#include "daemon/coordinator/save_planner.h"
+
+namespace ckpt::coordinator {
+
+struct PlanCacheStats {
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t bytes = 0;  // held now
+  size_t jobs = 0;
+};
+
+class SavePlanCache {
+ public:
+  explicit SavePlanCache(uint64_t max_bytes = uint64_t{256} << 20) : max_bytes_(max_bytes) {}
+
+  // PlanSave(nodes, options), or the cached assignment when the plans equal
+  // the job's last ones but for step and user metadata. *hit says which.
+  absl::StatusOr<v1::SaveAssignment> Plan(absl::Span<const v1::NodeSavePlan> nodes,
+                                          const SavePlannerOptions& options, bool* hit = nullptr);
+  PlanCacheStats Stats() const;
+
+ private:
+  struct Entry {
+    std::string key;
+    v1::SaveAssignment assignment;
+    uint64_t bytes = 0;
+    uint64_t last_use = 0;
+  };
+  void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const uint64_t max_bytes_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);  // by job
+  uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace ckpt::coordinator
+
+#endif  // CKPT_DAEMON_COORDINATOR_PLAN_CACHE_H_

@@ -1,0 +1,153 @@
+// The save plan cache: an unchanged layout reuses the assignment with the
+// new step and metadata stamped in, equal to what planning would give; any
+// change of layout plans afresh; what may change is still validated; and
+// the cache stays within its bytes.
+#include "daemon/coordinator/plan_cache.h"
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/unit/daemon/coordinator/test_helpers.h"
+
+namespace ckpt::coordinator {
+namespace {
+
+using namespace testing;  // NOLINT
+
+SavePlannerOptions Options() {
+  SavePlannerOptions o;
+  o.chunk_bytes = 4096;
+  o.alignment = 4096;
+  return o;
+}
+
+// Two DP ranks with a replica each and a TP split, on two hosts.
+std::vector<v1::NodeSavePlan> Layout(int64_t step, const std::string& job = "job") {
+  v1::NodeSavePlan a = Node("h0", 4, 2, {0, 1}, job, step);
+  v1::NodeSavePlan b = Node("h1", 4, 2, {2, 3}, job, step);
+  for (int r = 0; r < 4; ++r) {
+    v1::NodeSavePlan& host = r < 2 ? a : b;
+    AddShard(host, r, Whole("embed", v1::FLOAT32, {64, 32}));
+    AddShard(host, r,
+             BoxShard("proj", v1::BFLOAT16, {128, 64}, {(r % 2) * 64, 0}, {64, 64}));
+  }
+  return {a, b};
+}
+
+bool Same(const google::protobuf::Message& x, const google::protobuf::Message& y) {
+  return google::protobuf::util::MessageDifferencer::Equals(x, y);
+}
+
+TEST_CASE("an unchanged layout reuses the plan, with the new step and metadata", "[plan_cache]") {
+  SavePlanCache cache;
+  bool hit = true;
+  auto first = cache.Plan(Layout(10), Options(), &hit);
+  REQUIRE(first.ok());
+  CHECK_FALSE(hit);
+  std::vector<v1::NodeSavePlan> next = Layout(20);
+  (*next[0].mutable_user_metadata())["lr"] = "0.1";
+  auto second = cache.Plan(next, Options(), &hit);
+  REQUIRE(second.ok());
+  CHECK(hit);
+  // Exactly what planning from scratch gives.
+  auto fresh = PlanSave(next, Options());
+  REQUIRE(fresh.ok());
+  CHECK(Same(*second, *fresh));
+  CHECK(second->manifest_template().step() == 20);
+  CHECK(second->manifest_template().user_metadata().at("lr") == "0.1");
+  const PlanCacheStats stats = cache.Stats();
+  CHECK(stats.hits == 1);
+  CHECK(stats.misses == 1);
+  CHECK(stats.jobs == 1);
+}
+
+TEST_CASE("any change of layout plans afresh", "[plan_cache]") {
+  SavePlanCache cache;
+  REQUIRE(cache.Plan(Layout(1), Options()).ok());
+  auto changed = [&](std::vector<v1::NodeSavePlan> nodes, const char* what) {
+    bool hit = true;
+    auto plan = cache.Plan(nodes, Options(), &hit);
+    INFO(what);
+    REQUIRE(plan.ok());
+    CHECK_FALSE(hit);
+    auto fresh = PlanSave(nodes, Options());
+    REQUIRE(fresh.ok());
+    CHECK(Same(*plan, *fresh));
+    REQUIRE(cache.Plan(Layout(1), Options()).ok());  // back to the original
+  };
+  std::vector<v1::NodeSavePlan> nodes = Layout(2);
+  AddShard(nodes[1], 3, Whole("extra", v1::INT32, {7}));
+  changed(nodes, "a new shard");
+  nodes = Layout(2);
+  nodes[0].set_writer_threads(3);
+  changed(nodes, "more writer threads");
+  nodes = Layout(2);
+  nodes[1].mutable_host()->set_host("h9");
+  changed(nodes, "another host");
+  nodes = Layout(2);
+  *RankOf(nodes[0], 1).mutable_shards(1) =
+      BoxShard("proj", v1::BFLOAT16, {128, 64}, {0, 0}, {64, 64});
+  changed(nodes, "a shard moved");
+  // Another job with the same layout has its own entry.
+  bool hit = true;
+  REQUIRE(cache.Plan(Layout(2, "other"), Options(), &hit).ok());
+  CHECK_FALSE(hit);
+}
+
+TEST_CASE("what may change is still validated on a hit", "[plan_cache]") {
+  SavePlanCache cache;
+  REQUIRE(cache.Plan(Layout(1), Options()).ok());
+  std::vector<v1::NodeSavePlan> bad = Layout(-4);
+  auto negative = cache.Plan(bad, Options());
+  CHECK(negative.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(negative.status().message()).find("negative") != std::string::npos);
+  bad = Layout(3);
+  bad[1].set_step(4);  // hosts disagree on the step
+  CHECK(cache.Plan(bad, Options()).status().code() == absl::StatusCode::kInvalidArgument);
+  bad = Layout(3);
+  SavePlannerOptions tight = Options();
+  tight.limits.max_user_metadata_bytes = 8;
+  (*bad[0].mutable_user_metadata())["note"] = std::string(100, 'x');
+  CHECK_FALSE(cache.Plan(bad, tight).ok());
+}
+
+TEST_CASE("the key covers every field of a node's plan but step and metadata", "[plan_cache]") {
+  // A field added to these messages must be added to the key (KeyOf), or
+  // plans that differ in it would share an assignment.
+  auto names = [](const google::protobuf::Descriptor* d) {
+    std::vector<std::string> out;
+    for (int i = 0; i < d->field_count(); ++i) out.push_back(d->field(i)->name());
+    return out;
+  };
+  CHECK(names(v1::NodeSavePlan::descriptor()) ==
+        std::vector<std::string>{"host", "job", "step", "world_size", "writer_threads", "partial",
+                                 "ranks", "user_metadata"});
+  CHECK(names(v1::HostIdentity::descriptor()) == std::vector<std::string>{"host", "address"});
+}
+
+TEST_CASE("the cache keeps within its bytes, dropping the least recently used job",
+          "[plan_cache]") {
+  SavePlanCache probe;
+  REQUIRE(probe.Plan(Layout(1), Options()).ok());
+  const uint64_t entry = probe.Stats().bytes;  // one job's key and assignment
+  REQUIRE(entry > 0);
+  // Room for two jobs' entries, not three.
+  SavePlanCache cache(entry * 5 / 2);
+  REQUIRE(cache.Plan(Layout(1, "a"), Options()).ok());
+  REQUIRE(cache.Plan(Layout(1, "b"), Options()).ok());
+  REQUIRE(cache.Plan(Layout(2, "a"), Options()).ok());  // a is now the most recent
+  REQUIRE(cache.Plan(Layout(1, "c"), Options()).ok());  // evicts b
+  CHECK(cache.Stats().bytes <= entry * 5 / 2);
+  CHECK(cache.Stats().jobs == 2);
+  bool hit = false;
+  REQUIRE(cache.Plan(Layout(3, "a"), Options(), &hit).ok());
+  CHECK(hit);
+  REQUIRE(cache.Plan(Layout(3, "b"), Options(), &hit).ok());
+  CHECK_FALSE(hit);
+}
+
+}  // namespace
+}  // namespace ckpt::coordinator
