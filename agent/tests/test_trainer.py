@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
 TRAINER = os.path.join(os.path.dirname(__file__), "../examples/train_lm.py")
 
@@ -25,9 +26,17 @@ def test_killed_and_resumed_equals_uninterrupted(daemon, tmp_path):
     # steps could otherwise finish before it).
     proc = subprocess.Popen(trainer(daemon, "lm-killed", "--halt-after", "10"),
                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    # A trainer that never gets to step 10 is killed by the watchdog, which
+    # ends the loop below with a clear failure instead of a hang.
+    watchdog = threading.Timer(240, lambda: os.killpg(proc.pid, signal.SIGKILL))
+    watchdog.start()
+    seen = []
     for line in proc.stdout:
+        seen.append(line)
         if line.startswith("rank 0 step 10 "):
             break
+    watchdog.cancel()
+    assert seen and seen[-1].startswith("rank 0 step 10 "), "".join(seen[-20:])
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <optional>
@@ -376,12 +377,18 @@ class ClientImpl final : public Client {
           dest_size = expected[d.request()];
           to_device = tensors[d.request()].location == Location::kCudaDevice;
         }
+        // The whole strided source span is checked once (a column of a tall
+        // tensor is one delivery of many runs), then each run inside it.
+        if (count > 1 && d.src_stride() > (UINT64_MAX - d.length()) / (count - 1)) {
+          return BadDelivery(what);
+        }
+        const uint64_t span = (count - 1) * d.src_stride() + d.length();
+        absl::StatusOr<char*> source = attachment->pool->Range(d.pool_offset(), span);
+        if (!source.ok()) return BadDelivery(what);
         for (uint64_t i = 0; i < count; ++i) {
-          const uint64_t src = d.pool_offset() + i * d.src_stride();
           const uint64_t dst = d.dest_offset() + i * d.dest_stride();
-          absl::StatusOr<char*> from = attachment->pool->Range(src, d.length());
-          if (!from.ok() || dst > dest_size || d.length() > dest_size - dst)
-            return BadDelivery(what);
+          const absl::StatusOr<char*> from = *source + i * d.src_stride();
+          if (dst > dest_size || d.length() > dest_size - dst) return BadDelivery(what);
           if (to_device) {
             // Push: this process copies into its own GPU memory.
             absl::StatusOr<gpu::DeviceRuntime*> gpu = Gpu(tensors[d.request()].fqn);

@@ -57,9 +57,9 @@ absl::StatusOr<v1::SaveAssignment> SavePlanCache::Plan(absl::Span<const v1::Node
       if (absl::Status s = ValidateSaveHeader(first, options); !s.ok()) return s;
       for (const v1::NodeSavePlan& node : nodes) {
         if (node.step() != first.step()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("host ", node.host().host(), " disagrees on job, step, world size or "
-                           "partial"));
+          return absl::InvalidArgumentError(absl::StrCat("host ", node.host().host(),
+                                                         " disagrees on job, step, world size or "
+                                                         "partial"));
         }
       }
       v1::SaveAssignment assignment = it->second.assignment;

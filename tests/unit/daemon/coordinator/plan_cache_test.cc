@@ -31,8 +31,7 @@ std::vector<v1::NodeSavePlan> Layout(int64_t step, const std::string& job = "job
   for (int r = 0; r < 4; ++r) {
     v1::NodeSavePlan& host = r < 2 ? a : b;
     AddShard(host, r, Whole("embed", v1::FLOAT32, {64, 32}));
-    AddShard(host, r,
-             BoxShard("proj", v1::BFLOAT16, {128, 64}, {(r % 2) * 64, 0}, {64, 64}));
+    AddShard(host, r, BoxShard("proj", v1::BFLOAT16, {128, 64}, {(r % 2) * 64, 0}, {64, 64}));
   }
   return {a, b};
 }
