@@ -121,6 +121,10 @@ absl::Status SegmentMemory::Renew(size_t i) {
   char* at = base_ + offset(i);
   const uint64_t len = length(i);
   const int old_fd = segments_[i].fd;
+  // The segment is wholly free: its old pages go first, so a renewal never
+  // needs two segments' worth of memory (the previous owner's ranks, which
+  // may still map the old file, see zeros from here on).
+  (void)fallocate(old_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(len));
   absl::StatusOr<int> fd = Back(at, len, i);
   if (!fd.ok()) {
     // MAP_FIXED may have dropped the old mapping before failing: put it back.
@@ -131,9 +135,6 @@ absl::Status SegmentMemory::Renew(size_t i) {
     }
     return fd.status();
   }
-  // The previous owner's ranks may still map the old file: empty it, so
-  // they keep nothing of it and the memory returns now.
-  (void)fallocate(old_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(len));
   close(old_fd);
   segments_[i].fd = *fd;
   segments_[i].generation = next_generation_++;

@@ -43,10 +43,11 @@ class SegmentMemory {
   uint64_t generation(size_t i) const { return segments_[i].generation; }
   uint64_t renewals() const { return renewals_; }
 
-  // Gives segment i fresh memory at the same addresses: a new memfd mapped
-  // over it, and the old one's pages punched out, so a process that still
-  // maps the old file sees zeros, never what the next owner writes. On
-  // failure the segment keeps its old memory.
+  // Gives segment i fresh memory at the same addresses: the old memfd's
+  // pages punched out first (a process that still maps the old file sees
+  // zeros, never what the next owner writes), then a new memfd mapped over
+  // the range. On failure the segment keeps its old, emptied file. Only for
+  // a segment no allocation uses.
   absl::Status Renew(size_t i);
 
  private:

@@ -56,10 +56,13 @@ absl::StatusOr<std::unique_ptr<ShmPool>> ShmPool::Create(const PoolOptions& opti
                                ? DefaultSegmentBytes(capacity, alignment)
                                : (options.segment_bytes + alignment - 1) / alignment * alignment;
   segment_bytes = std::min(segment_bytes, capacity);
-  if (capacity / segment_bytes > 4096) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": ", capacity / segment_bytes, " segments of ", segment_bytes,
-                     " bytes; at most 4096 (each is a file descriptor)"));
+  // Each segment is a descriptor in ckptd and, during a fetch, in every
+  // rank: more than 1024 would not fit a process's default limit.
+  if (const uint64_t count = (capacity + segment_bytes - 1) / segment_bytes; count > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", count, " segments of ",
+                                                   segment_bytes,
+                                                   " bytes; at most 1024 (each is a file "
+                                                   "descriptor): raise --pool_segment_bytes"));
   }
   absl::StatusOr<std::unique_ptr<SegmentMemory>> memory =
       SegmentMemory::Create(name, capacity, segment_bytes);
@@ -184,7 +187,13 @@ absl::Status ShmPool::TakeSegmentsLocked(uint64_t start, uint64_t length,
       if (before_renew_) before_renew_(at, bytes);
       const absl::Status renewed = memory_->Renew(k);
       if (after_renew_) after_renew_(at, bytes);
-      if (!renewed.ok()) return renewed;
+      if (!renewed.ok()) {
+        // Segments taken before this one are the owner's now, with fresh
+        // memory: its ranks must learn of them before any lease there, or
+        // they would copy into their stale mappings.
+        if (gained) holdings_[owner].epoch = next_epoch_++;
+        return renewed;
+      }
     }
     if (use.assigned) {
       auto previous = holdings_.find(use.owner);

@@ -172,7 +172,8 @@ TEST_CASE("Create validates its options", "[pool]") {
   invalid(kMiB, 0);
   invalid(kMiB, 2048);
   invalid(kMiB, 3 * 4096);
-  invalid(64 * kMiB, 4096, 4096);  // 16384 segments: too many descriptors
+  invalid(64 * kMiB, 4096, 4096);        // 16384 segments: too many descriptors
+  invalid(4 * kMiB + 4096, 4096, 4096);  // 1025 segments, the last a short one
 
   SECTION("a size that is not a multiple of the alignment is rounded down") {
     auto pool = MakePool(kMiB + 5000, 64 * kKiB);
