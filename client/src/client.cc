@@ -387,17 +387,17 @@ class ClientImpl final : public Client {
         if (!source.ok()) return BadDelivery(what);
         for (uint64_t i = 0; i < count; ++i) {
           const uint64_t dst = d.dest_offset() + i * d.dest_stride();
-          const absl::StatusOr<char*> from = *source + i * d.src_stride();
+          const char* from = *source + i * d.src_stride();
           if (dst > dest_size || d.length() > dest_size - dst) return BadDelivery(what);
           if (to_device) {
             // Push: this process copies into its own GPU memory.
             absl::StatusOr<gpu::DeviceRuntime*> gpu = Gpu(tensors[d.request()].fqn);
-            absl::Status s = gpu.ok() ? (*gpu)->CopyHostToDevice(*from, dest_base + dst, d.length())
+            absl::Status s = gpu.ok() ? (*gpu)->CopyHostToDevice(from, dest_base + dst, d.length())
                                       : gpu.status();
             if (!s.ok()) return WithContext(s, what);
             continue;
           }
-          host.push_back({dest_base + dst, *from, d.length()});
+          host.push_back({dest_base + dst, from, d.length()});
         }
       }
       copies_.Start(std::move(host));

@@ -47,11 +47,6 @@ PoolMapping::~PoolMapping() {
   munmap(base_, size_);
 }
 
-uint64_t PoolMapping::epoch() const {
-  absl::MutexLock lock(&mu_);
-  return epoch_;
-}
-
 absl::Status PoolMapping::Refresh(uint64_t epoch) {
   absl::MutexLock lock(&mu_);
   if (epoch <= epoch_) return absl::OkStatus();

@@ -33,7 +33,6 @@ class PoolMapping {
 
   char* base() const { return base_; }
   uint64_t size() const { return size_; }
-  uint64_t epoch() const;
 
   // Brings the mapping up to the daemon's segment `epoch` (from a batch):
   // fetches the job's table again when it is newer than the one mapped,

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "daemon/pool/human_bytes.h"
 #include "proto/lib/status_context.h"
 
 namespace ckpt::pool {
@@ -31,10 +32,6 @@ uint64_t MemAvailable() {
     if (key == "MemAvailable:") return kib * 1024;
   }
   return 0;
-}
-
-std::string Gib(uint64_t bytes) {
-  return absl::StrFormat("%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
 }
 
 }  // namespace
@@ -56,15 +53,15 @@ absl::StatusOr<std::unique_ptr<SegmentMemory>> SegmentMemory::Create(const std::
     return absl::InvalidArgumentError(absl::StrCat(name, ": empty pool or segment"));
   }
   if (const uint64_t available = MemAvailable(); available != 0 && capacity > available) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate ", name, " of ", Gib(capacity), ": only ", Gib(available),
-                     " of memory available (MemAvailable in /proc/meminfo); lower --pool_bytes"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate ", name, " of ", HumanBytes(capacity), ": only ", HumanBytes(available),
+        " of memory available (MemAvailable in /proc/meminfo); lower --pool_bytes"));
   }
   // Address space only: each segment's file is mapped over its piece.
   void* reserved =
       mmap(nullptr, capacity, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (reserved == MAP_FAILED) {
-    return ErrnoStatus(errno, absl::StrCat("cannot reserve ", Gib(capacity), " for ", name));
+    return ErrnoStatus(errno, absl::StrCat("cannot reserve ", HumanBytes(capacity), " for ", name));
   }
   std::unique_ptr<SegmentMemory> memory(
       new SegmentMemory(name, static_cast<char*>(reserved), capacity, segment_bytes));

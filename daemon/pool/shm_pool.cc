@@ -17,24 +17,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "daemon/pool/human_bytes.h"
 #include "proto/lib/status_context.h"
 
 namespace ckpt::pool {
 namespace {
 
 constexpr uint64_t kMinAlignment = 4096;
-
-std::string HumanBytes(uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024.0 && unit < 6) {
-    value /= 1024.0;
-    ++unit;
-  }
-  if (unit == 0) return absl::StrCat(bytes, " B");
-  return absl::StrFormat("%.1f %s", value, kUnits[unit]);
-}
 
 }  // namespace
 

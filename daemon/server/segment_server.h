@@ -8,13 +8,12 @@
 // client can hold the thread or pile up descriptors (at most kMaxPending
 // connections wait; the oldest is dropped for a new one).
 //
-// Thread-safety: Start and Stop from one thread; counters from any.
+// Thread-safety: Start and Stop from one thread.
 #ifndef CKPT_DAEMON_SERVER_SEGMENT_SERVER_H_
 #define CKPT_DAEMON_SERVER_SEGMENT_SERVER_H_
 
 #include <sys/types.h>
 
-#include <atomic>
 #include <functional>
 #include <string>
 #include <thread>
@@ -45,9 +44,6 @@ class SegmentServer {
   absl::Status Start(const std::string& path, bool open_to_others);
   void Stop();
 
-  uint64_t tables_sent() const { return tables_sent_.load(std::memory_order_relaxed); }
-  uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
-
   static constexpr size_t kMaxPending = 64;
   static constexpr absl::Duration kRequestDeadline = absl::Seconds(2);
 
@@ -62,8 +58,6 @@ class SegmentServer {
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // an eventfd that Stop signals
   std::thread thread_;
-  std::atomic<uint64_t> tables_sent_{0};
-  std::atomic<uint64_t> refused_{0};
 };
 
 }  // namespace ckpt::server
