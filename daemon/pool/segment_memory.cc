@@ -20,6 +20,7 @@ namespace ckpt::pool {
 namespace {
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kHugePage = 2 * kMiB;
 
 // MemAvailable in bytes, or 0 when /proc/meminfo does not say.
 uint64_t MemAvailable() {
@@ -57,14 +58,19 @@ absl::StatusOr<std::unique_ptr<SegmentMemory>> SegmentMemory::Create(const std::
         "cannot allocate ", name, " of ", HumanBytes(capacity), ": only ", HumanBytes(available),
         " of memory available (MemAvailable in /proc/meminfo); lower --pool_bytes"));
   }
-  // Address space only: each segment's file is mapped over its piece.
-  void* reserved =
-      mmap(nullptr, capacity, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  // Address space only: each segment's file is mapped over its piece. On a
+  // huge page boundary, so that segments can be backed by huge pages.
+  void* reserved = mmap(nullptr, capacity + kHugePage, PROT_NONE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (reserved == MAP_FAILED) {
     return ErrnoStatus(errno, absl::StrCat("cannot reserve ", HumanBytes(capacity), " for ", name));
   }
-  std::unique_ptr<SegmentMemory> memory(
-      new SegmentMemory(name, static_cast<char*>(reserved), capacity, segment_bytes));
+  char* const start = static_cast<char*>(reserved);
+  char* const base =
+      start + (kHugePage - reinterpret_cast<uintptr_t>(start) % kHugePage) % kHugePage;
+  if (base > start) munmap(start, static_cast<size_t>(base - start));
+  munmap(base + capacity, static_cast<size_t>(start + kHugePage - base));
+  std::unique_ptr<SegmentMemory> memory(new SegmentMemory(name, base, capacity, segment_bytes));
   const size_t count = static_cast<size_t>((capacity + segment_bytes - 1) / segment_bytes);
   memory->segments_.resize(count);
   for (size_t i = 0; i < count; ++i) {
@@ -92,24 +98,35 @@ absl::StatusOr<int> SegmentMemory::Back(char* at, uint64_t length, size_t index)
     close(fd);
     return ErrnoStatus(error, absl::StrCat("cannot ", doing, " ", what));
   };
-  // Takes every page now, so a pool that does not fit fails here and not
-  // with SIGBUS in the middle of a save.
-  if (const int error = posix_fallocate(fd, 0, static_cast<off_t>(length)); error != 0) {
-    return fail(error, "allocate");
-  }
+  if (ftruncate(fd, static_cast<off_t>(length)) != 0) return fail(errno, "size");
   if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     return fail(errno, "seal");
   }
-  void* mapped =
-      mmap(at, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd, 0);
+  void* mapped = mmap(at, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
   if (mapped == MAP_FAILED) return fail(errno, "map");
-  // MAP_POPULATE only read-faults a shared mapping; one write per page makes
-  // every PTE writable, so the first copy into the pool runs at memory speed.
-  const long page = sysconf(_SC_PAGESIZE);
-  const uint64_t step = page > 0 ? static_cast<uint64_t>(page) : 4096;
-  for (uint64_t off = 0; off < length; off += step) {
-    // volatile: the store must not be elided; the page is zero already.
-    *static_cast<volatile char*>(at + off) = 0;
+  // Huge pages where the kernel allows them for shared memory
+  // (transparent_hugepage/shmem_enabled "advise" or "within_size"): direct
+  // I/O from 4 KiB pages is cut into requests of one scatter list (254
+  // pages, 1 MiB, on virtio), and a disk that is faster with 4 MiB requests
+  // (2.3 against 0.8 GB/s read, measured here) then loads at half speed.
+  // Refused or ignored elsewhere; 4 KiB pages still work.
+  (void)madvise(at, length, MADV_HUGEPAGE);
+  // Takes every page now, writable, so a pool that does not fit fails here
+  // and not with SIGBUS in the middle of a save, and the first copy into
+  // the pool runs at memory speed.
+  if (madvise(at, length, MADV_POPULATE_WRITE) != 0) {
+    const int error = errno;
+    if (error != EINVAL) return fail(error == EFAULT ? ENOMEM : error, "allocate");
+    // Before Linux 5.14: allocate the file, then write once per page.
+    if (const int e = posix_fallocate(fd, 0, static_cast<off_t>(length)); e != 0) {
+      return fail(e, "allocate");
+    }
+    const long page = sysconf(_SC_PAGESIZE);
+    const uint64_t step = page > 0 ? static_cast<uint64_t>(page) : 4096;
+    for (uint64_t off = 0; off < length; off += step) {
+      // volatile: the store must not be elided; the page is zero already.
+      *static_cast<volatile char*>(at + off) = 0;
+    }
   }
   return fd;
 }

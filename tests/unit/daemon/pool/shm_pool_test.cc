@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "daemon/pool/huge_pages.h"
 
 namespace ckpt::pool {
 namespace {
@@ -133,6 +134,57 @@ TEST_CASE("Segments are sealed memfds that a rank's own mapping sees; no file ap
   CHECK(other->ranges.empty());
   CHECK(other->epoch == 0);
   pool->Free(*a);
+}
+
+// Where the kernel gives shared memory no huge pages ("never", its default),
+// sets "advise" for the test as deploy/ckptd.service does (root only), and
+// puts the old setting back after.
+class ShmemHugeAdvised {
+ public:
+  ShmemHugeAdvised() : old_(ShmemHugeSetting()) {
+    if (old_ == "never" && ::geteuid() == 0) {
+      std::ofstream(kShmemHugeSetting) << "advise";
+      changed_ = ShmemHugeSetting() == "advise";
+    }
+  }
+  ~ShmemHugeAdvised() {
+    if (changed_) std::ofstream(kShmemHugeSetting) << old_;
+  }
+  ShmemHugeAdvised(const ShmemHugeAdvised&) = delete;
+  ShmemHugeAdvised& operator=(const ShmemHugeAdvised&) = delete;
+  bool allows() const {
+    const std::string now = ShmemHugeSetting();
+    return now == "advise" || now == "within_size" || now == "always" || now == "force";
+  }
+
+ private:
+  const std::string old_;
+  bool changed_ = false;
+};
+
+TEST_CASE("The pool lies on huge page boundaries and gets huge pages where the kernel allows",
+          "[pool]") {
+  ShmemHugeAdvised setting;
+  const uint64_t before = ShmemHugePageBytes(::getpid());
+  constexpr uint64_t kSegment = 8 * kMiB;
+  auto pool = MakePool(2 * kSegment, 4096, kSegment);
+  CHECK(reinterpret_cast<uintptr_t>(pool->base()) % (2 * kMiB) == 0);
+  if (!setting.allows()) {
+    WARN("shmem_enabled is " << ShmemHugeSetting() << " and this test is not root: only the "
+                             << "alignment was checked");
+    return;
+  }
+  // Direct I/O from these pages goes to the disk in 4 MiB requests.
+  CHECK(ShmemHugePageBytes(::getpid()) - before == 2 * kSegment);
+  // A segment renewed for another owner is in huge pages too.
+  auto a = pool->Allocate(2 * kSegment, absl::InfinitePast(), {"a"});
+  REQUIRE(a.ok());
+  pool->Free(*a);
+  auto b = pool->Allocate(kSegment, absl::InfinitePast(), {"b"});
+  REQUIRE(b.ok());
+  CHECK(pool->Stats().segment_renewals == 1);
+  CHECK(ShmemHugePageBytes(::getpid()) - before == 2 * kSegment);
+  pool->Free(*b);
 }
 
 TEST_CASE("Create refuses a pool larger than the memory available", "[pool]") {
