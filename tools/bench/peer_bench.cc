@@ -1,0 +1,409 @@
+// ckpt-peer-bench: which peer data channel reaches the link's bandwidth
+// (issue "Many hosts"). Two "hosts", each a network namespace joined by a
+// veth pair (or, with --loopback or without root, two processes on
+// 127.0.0.1), move the same bytes both ways the channel could: a streaming
+// gRPC call of PeerBlock messages (proto/ckpt/v1/peer.proto), and a raw TCP
+// stream of the bytes alone, which is what iperf3 measures and the limit
+// of the link. Both receivers put every byte into a destination buffer, as
+// a daemon would into its pool. The two alternate, in pairs, and the
+// figures are medians over the pairs.
+//
+//   ckpt-peer-bench [--gib 2] [--block-mib 4] [--pairs 3] [--loopback] [--json]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "ckpt/v1/peer.grpc.pb.h"
+#include "tools/bench/child_process.h"
+
+namespace ckpt::bench {
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kDestinationBytes = 256 * kMiB;  // the receiver's "pool", reused
+
+double Since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t mid = v.size() / 2;
+  return v.size() % 2 == 1 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
+}
+
+bool SendAll(int fd, const char* p, uint64_t n) {
+  while (n > 0) {
+    const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<uint64_t>(k);
+  }
+  return true;
+}
+
+bool RecvAll(int fd, char* p, uint64_t n) {
+  while (n > 0) {
+    const ssize_t k = ::recv(fd, p, n, 0);
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<uint64_t>(k);
+  }
+  return true;
+}
+
+// ---- the receiving host ----------------------------------------------------
+
+class PeerSink final : public v1::PeerData::Service {
+ public:
+  explicit PeerSink(char* destination) : destination_(destination) {}
+  grpc::Status Push(grpc::ServerContext*, grpc::ServerReader<v1::PeerBlock>* reader,
+                    v1::PeerReceipt* receipt) override {
+    v1::PeerBlock block;
+    while (reader->Read(&block)) {
+      const std::string& data = block.data();
+      if (data.size() > kDestinationBytes) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "block larger than the buffer");
+      }
+      const uint64_t at = block.offset() % (kDestinationBytes - data.size() + 1);
+      std::memcpy(destination_ + at, data.data(), data.size());  // the delivery
+      receipt->set_blocks(receipt->blocks() + 1);
+      receipt->set_bytes(receipt->bytes() + data.size());
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  char* const destination_;
+};
+
+// Raw TCP: an 8-byte length, the bytes straight into the destination, an
+// 8-byte acknowledgement once all arrived.
+void ServeRawTcp(int listener, char* destination) {
+  for (;;) {
+    const int fd = ::accept(listener, nullptr, nullptr);
+    if (fd < 0) return;
+    uint64_t total = 0;
+    if (RecvAll(fd, reinterpret_cast<char*>(&total), sizeof total)) {
+      uint64_t done = 0;
+      bool ok = true;
+      while (ok && done < total) {
+        const uint64_t n = std::min(total - done, kDestinationBytes);
+        ok = RecvAll(fd, destination, n);
+        done += n;
+      }
+      if (ok) (void)SendAll(fd, reinterpret_cast<const char*>(&done), sizeof done);
+    }
+    ::close(fd);
+  }
+}
+
+int RunReceiver(const std::string& host, int tcp_port, int grpc_port) {
+  std::vector<char> destination(kDestinationBytes);
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(tcp_port));
+  ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(listener, 4) != 0) {
+    std::cout << "error raw TCP listen on " << host << ":" << tcp_port << ": "
+              << std::strerror(errno) << std::endl;
+    return 1;
+  }
+  std::thread raw([&] { ServeRawTcp(listener, destination.data()); });
+  raw.detach();
+  PeerSink sink(destination.data());
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat(host, ":", grpc_port), grpc::InsecureServerCredentials());
+  builder.SetMaxReceiveMessageSize(64 * static_cast<int>(kMiB));
+  builder.RegisterService(&sink);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) {
+    std::cout << "error gRPC listen on " << host << ":" << grpc_port << std::endl;
+    return 1;
+  }
+  std::cout << "ready" << std::endl;
+  std::string line;
+  std::getline(std::cin, line);  // the parent closes stdin (or kills) to stop
+  server->Shutdown();
+  return 0;
+}
+
+// ---- the sending host ------------------------------------------------------
+
+absl::StatusOr<double> SendRawTcp(const std::string& host, int port, uint64_t bytes,
+                                  const std::vector<char>& block) {
+  const auto start = std::chrono::steady_clock::now();
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return absl::UnavailableError(absl::StrCat("connect ", host, ":", port, ": ", strerror(e)));
+  }
+  bool ok = SendAll(fd, reinterpret_cast<const char*>(&bytes), sizeof bytes);
+  for (uint64_t sent = 0; ok && sent < bytes; sent += block.size()) {
+    ok = SendAll(fd, block.data(), std::min<uint64_t>(block.size(), bytes - sent));
+  }
+  uint64_t acked = 0;
+  ok = ok && RecvAll(fd, reinterpret_cast<char*>(&acked), sizeof acked) && acked == bytes;
+  ::close(fd);
+  if (!ok) return absl::DataLossError("raw TCP transfer broke off");
+  return Since(start);
+}
+
+absl::StatusOr<double> SendGrpc(v1::PeerData::Stub& stub, uint64_t bytes,
+                                const std::vector<char>& block) {
+  const auto start = std::chrono::steady_clock::now();
+  grpc::ClientContext context;
+  v1::PeerReceipt receipt;
+  std::unique_ptr<grpc::ClientWriter<v1::PeerBlock>> writer = stub.Push(&context, &receipt);
+  v1::PeerBlock message;
+  message.set_transfer_id("bench");
+  bool ok = true;
+  for (uint64_t sent = 0; ok && sent < bytes; sent += block.size()) {
+    message.set_offset(sent);
+    // The copy out of the pool a daemon's gRPC sender makes as well.
+    message.set_data(block.data(), std::min<uint64_t>(block.size(), bytes - sent));
+    ok = writer->Write(message);
+  }
+  (void)writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  if (!status.ok()) return absl::DataLossError(absl::StrCat("gRPC: ", status.error_message()));
+  if (receipt.bytes() != bytes) return absl::DataLossError("gRPC receipt short");
+  return Since(start);
+}
+
+int RunSender(const std::string& host, int tcp_port, int grpc_port, uint64_t block_bytes) {
+  std::vector<char> block(block_bytes);
+  for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<char>(i * 131 + 7);
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(64 * static_cast<int>(kMiB));
+  auto channel = grpc::CreateCustomChannel(absl::StrCat(host, ":", grpc_port),
+                                           grpc::InsecureChannelCredentials(), args);
+  auto stub = v1::PeerData::NewStub(channel);
+  std::cout << "ready" << std::endl;
+  for (std::string line; std::getline(std::cin, line);) {
+    const size_t space = line.find(' ');
+    uint64_t bytes = 0;
+    if (space == std::string::npos || !absl::SimpleAtoi(line.substr(space + 1), &bytes)) {
+      std::cout << "error bad command " << line << std::endl;
+      continue;
+    }
+    const std::string way = line.substr(0, space);
+    absl::StatusOr<double> seconds = way == "tcp" ? SendRawTcp(host, tcp_port, bytes, block)
+                                                  : SendGrpc(*stub, bytes, block);
+    if (seconds.ok()) {
+      std::cout << "ok " << *seconds << std::endl;
+    } else {
+      std::cout << "error " << seconds.status().message() << std::endl;
+    }
+  }
+  return 0;
+}
+
+// ---- the two hosts ---------------------------------------------------------
+
+// posix_spawn does not search PATH.
+std::string IpPath() {
+  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
+    if (::access(p, X_OK) == 0) return p;
+  }
+  return "ip";
+}
+
+int Sh(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()); }
+
+// Two namespaces joined by a veth pair, 10.231.x.1 and .2; removed with
+// the namespaces (the veth goes with them).
+class NetnsPair {
+ public:
+  static std::unique_ptr<NetnsPair> Create() {
+    auto pair = std::unique_ptr<NetnsPair>(new NetnsPair());
+    const std::string a = pair->a_, b = pair->b_;
+    const std::string va = absl::StrCat("cpb", getpid() % 100000, "a");
+    const std::string vb = absl::StrCat("cpb", getpid() % 100000, "b");
+    const int net = 1 + getpid() % 250;
+    pair->address_a_ = absl::StrCat("10.231.", net, ".1");
+    pair->address_b_ = absl::StrCat("10.231.", net, ".2");
+    const std::string steps[] = {
+        "ip netns add " + a,
+        "ip netns add " + b,
+        absl::StrCat("ip link add ", va, " netns ", a, " type veth peer name ", vb, " netns ", b),
+        absl::StrCat("ip -n ", a, " addr add ", pair->address_a_, "/24 dev ", va),
+        absl::StrCat("ip -n ", b, " addr add ", pair->address_b_, "/24 dev ", vb),
+        absl::StrCat("ip -n ", a, " link set ", va, " up"),
+        absl::StrCat("ip -n ", b, " link set ", vb, " up"),
+        absl::StrCat("ip -n ", a, " link set lo up"),
+        absl::StrCat("ip -n ", b, " link set lo up"),
+    };
+    for (const std::string& step : steps) {
+      if (Sh(step) != 0) {
+        absl::FPrintF(stderr, "ckpt-peer-bench: %s failed\n", step);
+        return nullptr;
+      }
+    }
+    return pair;
+  }
+  ~NetnsPair() {
+    Sh("ip netns del " + a_);
+    Sh("ip netns del " + b_);
+  }
+  std::vector<std::string> In(bool sender_side, std::vector<std::string> argv) const {
+    argv.insert(argv.begin(), {IpPath(), "netns", "exec", sender_side ? a_ : b_});
+    return argv;
+  }
+  const std::string& receiver_address() const { return address_b_; }
+
+ private:
+  NetnsPair()
+      : a_(absl::StrCat("ckpt-pb-", getpid(), "-a")), b_(absl::StrCat("ckpt-pb-", getpid(), "-b")) {}
+  const std::string a_, b_;
+  std::string address_a_, address_b_;
+};
+
+struct Config {
+  double gib = 2;
+  int block_mib = 4;
+  int pairs = 3;
+  bool loopback = false;
+  bool json = false;
+};
+
+absl::StatusOr<double> Run(ChildProcess& sender, const std::string& way, uint64_t bytes) {
+  if (absl::Status s = sender.Send(absl::StrCat(way, " ", bytes)); !s.ok()) return s;
+  absl::StatusOr<std::string> line = sender.ReadLine();
+  if (!line.ok()) return line.status();
+  double seconds = 0;
+  if (line->rfind("ok ", 0) != 0 || !absl::SimpleAtod(line->substr(3), &seconds)) {
+    return absl::InternalError(absl::StrCat(way, ": ", *line));
+  }
+  return seconds;
+}
+
+int Main(const Config& c) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const bool namespaces = !c.loopback && geteuid() == 0 && Sh("ip netns list") == 0;
+  std::unique_ptr<NetnsPair> hosts = namespaces ? NetnsPair::Create() : nullptr;
+  if (namespaces && hosts == nullptr) return 1;
+  const std::string address = hosts ? hosts->receiver_address() : "127.0.0.1";
+  const int tcp_port = 20000 + getpid() % 20000, grpc_port = tcp_port + 1;
+  auto wrap = [&](bool sender_side, std::vector<std::string> argv) {
+    return hosts ? hosts->In(sender_side, std::move(argv)) : argv;
+  };
+  auto receiver = ChildProcess::Start(
+      wrap(false, {self, "--receiver", "--host", address, "--tcp-port", std::to_string(tcp_port),
+                   "--grpc-port", std::to_string(grpc_port)}),
+      /*merge_stderr=*/false);
+  if (!receiver.ok() || !(*receiver)->WaitFor("ready").ok()) {
+    absl::FPrintF(stderr, "ckpt-peer-bench: the receiver did not start\n");
+    return 1;
+  }
+  auto sender = ChildProcess::Start(
+      wrap(true, {self, "--sender", "--host", address, "--tcp-port", std::to_string(tcp_port),
+                  "--grpc-port", std::to_string(grpc_port), "--block-mib",
+                  std::to_string(c.block_mib)}),
+      /*merge_stderr=*/false);
+  if (!sender.ok() || !(*sender)->WaitFor("ready").ok()) {
+    absl::FPrintF(stderr, "ckpt-peer-bench: the sender did not start\n");
+    return 1;
+  }
+  const uint64_t bytes = static_cast<uint64_t>(c.gib * (1ull << 30));
+  absl::FPrintF(stderr, "ckpt-peer-bench: %.2f GiB per transfer, %d MiB blocks, %s\n", c.gib,
+                c.block_mib,
+                hosts ? absl::StrCat("two network namespaces over a veth pair, to ", address)
+                      : std::string("loopback (127.0.0.1)"));
+  // One unmeasured round of each first: connections, TCP windows, buffers.
+  (void)Run(**sender, "tcp", 64 * kMiB);
+  (void)Run(**sender, "grpc", 64 * kMiB);
+  std::vector<double> tcp, grpc, ratios;
+  for (int k = 0; k < c.pairs; ++k) {
+    absl::StatusOr<double> t, g;
+    if (k % 2 == 0) t = Run(**sender, "tcp", bytes);
+    g = Run(**sender, "grpc", bytes);
+    if (k % 2 == 1) t = Run(**sender, "tcp", bytes);
+    if (!t.ok() || !g.ok()) {
+      absl::FPrintF(stderr, "ckpt-peer-bench: %s\n", (!t.ok() ? t : g).status().ToString());
+      return 1;
+    }
+    tcp.push_back(bytes / *t / 1e9);
+    grpc.push_back(bytes / *g / 1e9);
+    ratios.push_back(grpc.back() / tcp.back());
+    absl::FPrintF(stderr, "ckpt-peer-bench: pair %d: raw TCP %.3f GB/s, gRPC stream %.3f GB/s\n",
+                  k, tcp.back(), grpc.back());
+  }
+  (void)(*sender)->Stop();
+  (void)(*receiver)->Stop();
+  const double tcp_gbps = Median(tcp), grpc_gbps = Median(grpc);
+  absl::PrintF("  raw_tcp_gbps      %8.3f\n  grpc_stream_gbps  %8.3f\n", tcp_gbps, grpc_gbps);
+  absl::PrintF("  grpc_stream / raw_tcp  %.3f  (goal >= 0.80)  %s\n", grpc_gbps / tcp_gbps,
+               grpc_gbps / tcp_gbps >= 0.8 ? "ok" : "MISSED");
+  if (c.json) {
+    absl::PrintF(
+        "{\"gib\":%.3f,\"block_mib\":%d,\"pairs\":%d,\"namespaces\":%s,\"raw_tcp_gbps\":%.4f,"
+        "\"grpc_stream_gbps\":%.4f,\"grpc_over_raw_tcp\":%.4f,\"pair_ratio_median\":%.4f}\n",
+        c.gib, c.block_mib, c.pairs, hosts ? "true" : "false", tcp_gbps, grpc_gbps,
+        grpc_gbps / tcp_gbps, Median(ratios));
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ckpt::bench
+
+int main(int argc, char** argv) {
+  CLI::App app{"ckpt-peer-bench: the peer data channel against raw TCP on the same link"};
+  ckpt::bench::Config c;
+  bool receiver = false, sender = false;
+  std::string host = "127.0.0.1";
+  int tcp_port = 0, grpc_port = 0;
+  app.add_option("--gib", c.gib, "GiB per transfer")->capture_default_str();
+  app.add_option("--block-mib", c.block_mib, "MiB per message or send")->capture_default_str();
+  app.add_option("--pairs", c.pairs, "Measured pairs (raw TCP and gRPC)")->capture_default_str();
+  app.add_flag("--loopback", c.loopback, "Two processes on 127.0.0.1, no namespaces");
+  app.add_flag("--json", c.json, "Also print one JSON line");
+  // Internal: the two hosts' processes.
+  app.add_flag("--receiver", receiver)->group("");
+  app.add_flag("--sender", sender)->group("");
+  app.add_option("--host", host)->group("");
+  app.add_option("--tcp-port", tcp_port)->group("");
+  app.add_option("--grpc-port", grpc_port)->group("");
+  CLI11_PARSE(app, argc, argv);
+  if (c.gib <= 0 || c.block_mib < 1 || c.block_mib > 32 || c.pairs < 1) {
+    std::fprintf(stderr, "ckpt-peer-bench: --gib and --pairs must be positive, --block-mib 1-32\n");
+    return 2;
+  }
+  if (receiver) return ckpt::bench::RunReceiver(host, tcp_port, grpc_port);
+  if (sender) {
+    return ckpt::bench::RunSender(host, tcp_port, grpc_port, uint64_t(c.block_mib) << 20);
+  }
+  return ckpt::bench::Main(c);
+}
