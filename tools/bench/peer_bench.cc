@@ -1,14 +1,15 @@
-// ckpt-peer-bench: which peer data channel reaches the link's bandwidth
-// (issue "Many hosts"). Two "hosts", each a network namespace joined by a
-// veth pair (or, with --loopback or without root, two processes on
-// 127.0.0.1), move the same bytes both ways the channel could: a streaming
-// gRPC call of PeerBlock messages (proto/ckpt/v1/peer.proto), and a raw TCP
-// stream of the bytes alone, which is what iperf3 measures and the limit
-// of the link. Both receivers put every byte into a destination buffer, as
-// a daemon would into its pool. The two alternate, in pairs, and the
-// figures are medians over the pairs.
+// ckpt-peer-bench: the peer data channel against the link (issue "Many
+// hosts"). Two "hosts", each a network namespace joined by a veth pair (or,
+// with --loopback or without root, two processes on 127.0.0.1), move the
+// same bytes three ways: a raw TCP stream of the bytes alone (what iperf3
+// measures: the link's limit), the peer data channel (daemon/peer: plain
+// TCP with a token and frame headers, into the receiver's memory), and a
+// streaming gRPC call of PeerBlock messages (proto/ckpt/v1/peer.proto),
+// the alternative the channel was measured against. Every receiver puts
+// every byte into a destination buffer, as a daemon would into its pool.
+// Rounds run the three in rotating order; the figures are medians.
 //
-//   ckpt-peer-bench [--gib 2] [--block-mib 4] [--pairs 3] [--loopback] [--json]
+//   ckpt-peer-bench [--gib 2] [--block-mib 4] [--rounds 3] [--loopback] [--json]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -22,19 +23,25 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <grpcpp/grpcpp.h>
+#include <CLI/CLI.hpp>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "ckpt/v1/peer.grpc.pb.h"
+#include "daemon/peer/peer_receiver.h"
+#include "daemon/peer/peer_sender.h"
 #include "tools/bench/child_process.h"
 
 namespace ckpt::bench {
@@ -78,16 +85,16 @@ bool RecvAll(int fd, char* p, uint64_t n) {
 
 class PeerSink final : public v1::PeerData::Service {
  public:
-  explicit PeerSink(char* destination) : destination_(destination) {}
+  PeerSink(char* destination, uint64_t size) : destination_(destination), size_(size) {}
   grpc::Status Push(grpc::ServerContext*, grpc::ServerReader<v1::PeerBlock>* reader,
                     v1::PeerReceipt* receipt) override {
     v1::PeerBlock block;
     while (reader->Read(&block)) {
       const std::string& data = block.data();
-      if (data.size() > kDestinationBytes) {
+      if (data.size() > size_) {
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "block larger than the buffer");
       }
-      const uint64_t at = block.offset() % (kDestinationBytes - data.size() + 1);
+      const uint64_t at = block.offset() % (size_ - data.size() + 1);
       std::memcpy(destination_ + at, data.data(), data.size());  // the delivery
       receipt->set_blocks(receipt->blocks() + 1);
       receipt->set_bytes(receipt->bytes() + data.size());
@@ -97,11 +104,12 @@ class PeerSink final : public v1::PeerData::Service {
 
  private:
   char* const destination_;
+  const uint64_t size_;
 };
 
 // Raw TCP: an 8-byte length, the bytes straight into the destination, an
 // 8-byte acknowledgement once all arrived.
-void ServeRawTcp(int listener, char* destination) {
+void ServeRawTcp(int listener, char* destination, uint64_t size) {
   for (;;) {
     const int fd = ::accept(listener, nullptr, nullptr);
     if (fd < 0) return;
@@ -110,8 +118,9 @@ void ServeRawTcp(int listener, char* destination) {
       uint64_t done = 0;
       bool ok = true;
       while (ok && done < total) {
-        const uint64_t n = std::min(total - done, kDestinationBytes);
-        ok = RecvAll(fd, destination, n);
+        const uint64_t at = done % size;
+        const uint64_t n = std::min(total - done, size - at);
+        ok = RecvAll(fd, destination + at, n);
         done += n;
       }
       if (ok) (void)SendAll(fd, reinterpret_cast<const char*>(&done), sizeof done);
@@ -120,8 +129,8 @@ void ServeRawTcp(int listener, char* destination) {
   }
 }
 
-int RunReceiver(const std::string& host, int tcp_port, int grpc_port) {
-  std::vector<char> destination(kDestinationBytes);
+int RunReceiver(const std::string& host, int tcp_port, int grpc_port, uint64_t bytes) {
+  std::vector<char> destination(std::max(bytes, kDestinationBytes));
   const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
   const int one = 1;
   ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -135,9 +144,9 @@ int RunReceiver(const std::string& host, int tcp_port, int grpc_port) {
               << std::strerror(errno) << std::endl;
     return 1;
   }
-  std::thread raw([&] { ServeRawTcp(listener, destination.data()); });
+  std::thread raw([&] { ServeRawTcp(listener, destination.data(), destination.size()); });
   raw.detach();
-  PeerSink sink(destination.data());
+  PeerSink sink(destination.data(), destination.size());
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::StrCat(host, ":", grpc_port), grpc::InsecureServerCredentials());
   builder.SetMaxReceiveMessageSize(64 * static_cast<int>(kMiB));
@@ -147,9 +156,33 @@ int RunReceiver(const std::string& host, int tcp_port, int grpc_port) {
     std::cout << "error gRPC listen on " << host << ":" << grpc_port << std::endl;
     return 1;
   }
+  auto channel = peer::PeerReceiver::Start({.listen_address = absl::StrCat(host, ":0")});
+  if (!channel.ok()) {
+    std::cout << "error " << channel.status() << std::endl;
+    return 1;
+  }
   std::cout << "ready" << std::endl;
-  std::string line;
-  std::getline(std::cin, line);  // the parent closes stdin (or kills) to stop
+  // "expect N": a transfer of N bytes on the peer channel, answered with
+  // its port and token; "wait": its outcome. EOF stops.
+  std::shared_ptr<peer::PeerTransfer> transfer;
+  for (std::string line; std::getline(std::cin, line);) {
+    uint64_t n = 0;
+    if (line.rfind("expect ", 0) == 0 && absl::SimpleAtoi(line.substr(7), &n) &&
+        n <= destination.size()) {
+      transfer = (*channel)->Expect("bench transfer", destination.data(), n);
+      const peer::PeerToken& token = transfer->token();
+      std::cout << "ok " << (*channel)->port() << " "
+                << absl::BytesToHexString(absl::string_view(
+                       reinterpret_cast<const char*>(token.bytes.data()), token.bytes.size()))
+                << std::endl;
+    } else if (line == "wait" && transfer != nullptr) {
+      const absl::Status s = transfer->Wait(absl::Now() + absl::Minutes(1));
+      std::cout << (s.ok() ? std::string("ok 0") : absl::StrCat("error ", s.ToString()))
+                << std::endl;
+    } else {
+      std::cout << "error bad command " << line << std::endl;
+    }
+  }
   server->Shutdown();
   return 0;
 }
@@ -202,6 +235,19 @@ absl::StatusOr<double> SendGrpc(v1::PeerData::Stub& stub, uint64_t bytes,
   return Since(start);
 }
 
+absl::StatusOr<double> SendChannel(const std::string& address, const std::string& token_bytes,
+                                   uint64_t bytes, const std::vector<char>& block) {
+  peer::PeerToken token;
+  std::memcpy(token.bytes.data(), token_bytes.data(), peer::kTokenBytes);
+  std::vector<peer::PeerBlockRef> blocks;
+  for (uint64_t sent = 0; sent < bytes; sent += block.size()) {
+    blocks.push_back({sent, block.data(), std::min<uint64_t>(block.size(), bytes - sent)});
+  }
+  const auto start = std::chrono::steady_clock::now();
+  if (absl::Status s = peer::PeerSend(address, token, blocks); !s.ok()) return s;
+  return Since(start);
+}
+
 int RunSender(const std::string& host, int tcp_port, int grpc_port, uint64_t block_bytes) {
   std::vector<char> block(block_bytes);
   for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<char>(i * 131 + 7);
@@ -212,15 +258,28 @@ int RunSender(const std::string& host, int tcp_port, int grpc_port, uint64_t blo
   auto stub = v1::PeerData::NewStub(channel);
   std::cout << "ready" << std::endl;
   for (std::string line; std::getline(std::cin, line);) {
-    const size_t space = line.find(' ');
+    // "tcp N", "grpc N" or "channel N PORT TOKEN"
+    const std::vector<std::string> words = absl::StrSplit(line, ' ');
     uint64_t bytes = 0;
-    if (space == std::string::npos || !absl::SimpleAtoi(line.substr(space + 1), &bytes)) {
+    if (words.size() < 2 || !absl::SimpleAtoi(words[1], &bytes)) {
       std::cout << "error bad command " << line << std::endl;
       continue;
     }
-    const std::string way = line.substr(0, space);
-    absl::StatusOr<double> seconds = way == "tcp" ? SendRawTcp(host, tcp_port, bytes, block)
-                                                  : SendGrpc(*stub, bytes, block);
+    const std::string& way = words[0];
+    absl::StatusOr<double> seconds;
+    if (way == "tcp") {
+      seconds = SendRawTcp(host, tcp_port, bytes, block);
+    } else if (way == "grpc") {
+      seconds = SendGrpc(*stub, bytes, block);
+    } else {
+      int port = 0;
+      const std::string token = words.size() == 4 ? absl::HexStringToBytes(words[3]) : "";
+      if (token.size() != peer::kTokenBytes || !absl::SimpleAtoi(words[2], &port)) {
+        std::cout << "error bad command " << line << std::endl;
+        continue;
+      }
+      seconds = SendChannel(absl::StrCat(host, ":", port), token, bytes, block);
+    }
     if (seconds.ok()) {
       std::cout << "ok " << *seconds << std::endl;
     } else {
@@ -285,7 +344,8 @@ class NetnsPair {
 
  private:
   NetnsPair()
-      : a_(absl::StrCat("ckpt-pb-", getpid(), "-a")), b_(absl::StrCat("ckpt-pb-", getpid(), "-b")) {}
+      : a_(absl::StrCat("ckpt-pb-", getpid(), "-a")),
+        b_(absl::StrCat("ckpt-pb-", getpid(), "-b")) {}
   const std::string a_, b_;
   std::string address_a_, address_b_;
 };
@@ -293,19 +353,35 @@ class NetnsPair {
 struct Config {
   double gib = 2;
   int block_mib = 4;
-  int pairs = 3;
+  int rounds = 3;
   bool loopback = false;
   bool json = false;
 };
 
-absl::StatusOr<double> Run(ChildProcess& sender, const std::string& way, uint64_t bytes) {
-  if (absl::Status s = sender.Send(absl::StrCat(way, " ", bytes)); !s.ok()) return s;
-  absl::StatusOr<std::string> line = sender.ReadLine();
+// Sends `command`, returns what follows "ok " in the answer.
+absl::StatusOr<std::string> Ask(ChildProcess& child, const std::string& command) {
+  if (absl::Status s = child.Send(command); !s.ok()) return s;
+  absl::StatusOr<std::string> line = child.ReadLine();
   if (!line.ok()) return line.status();
-  double seconds = 0;
-  if (line->rfind("ok ", 0) != 0 || !absl::SimpleAtod(line->substr(3), &seconds)) {
-    return absl::InternalError(absl::StrCat(way, ": ", *line));
+  if (line->rfind("ok ", 0) != 0) return absl::InternalError(absl::StrCat(command, ": ", *line));
+  return line->substr(3);
+}
+
+absl::StatusOr<double> Run(ChildProcess& sender, ChildProcess& receiver, const std::string& way,
+                           uint64_t bytes) {
+  std::string command = absl::StrCat(way, " ", bytes);
+  if (way == "channel") {
+    absl::StatusOr<std::string> expected = Ask(receiver, absl::StrCat("expect ", bytes));
+    if (!expected.ok()) return expected.status();
+    absl::StrAppend(&command, " ", *expected);  // port and token
   }
+  absl::StatusOr<std::string> answer = Ask(sender, command);
+  if (!answer.ok()) return answer.status();
+  if (way == "channel") {
+    if (absl::StatusOr<std::string> done = Ask(receiver, "wait"); !done.ok()) return done.status();
+  }
+  double seconds = 0;
+  if (!absl::SimpleAtod(*answer, &seconds)) return absl::InternalError(*answer);
   return seconds;
 }
 
@@ -321,16 +397,16 @@ int Main(const Config& c) {
   };
   auto receiver = ChildProcess::Start(
       wrap(false, {self, "--receiver", "--host", address, "--tcp-port", std::to_string(tcp_port),
-                   "--grpc-port", std::to_string(grpc_port)}),
+                   "--grpc-port", std::to_string(grpc_port), "--gib", std::to_string(c.gib)}),
       /*merge_stderr=*/false);
   if (!receiver.ok() || !(*receiver)->WaitFor("ready").ok()) {
     absl::FPrintF(stderr, "ckpt-peer-bench: the receiver did not start\n");
     return 1;
   }
   auto sender = ChildProcess::Start(
-      wrap(true, {self, "--sender", "--host", address, "--tcp-port", std::to_string(tcp_port),
-                  "--grpc-port", std::to_string(grpc_port), "--block-mib",
-                  std::to_string(c.block_mib)}),
+      wrap(true,
+           {self, "--sender", "--host", address, "--tcp-port", std::to_string(tcp_port),
+            "--grpc-port", std::to_string(grpc_port), "--block-mib", std::to_string(c.block_mib)}),
       /*merge_stderr=*/false);
   if (!sender.ok() || !(*sender)->WaitFor("ready").ok()) {
     absl::FPrintF(stderr, "ckpt-peer-bench: the sender did not start\n");
@@ -342,36 +418,43 @@ int Main(const Config& c) {
                 hosts ? absl::StrCat("two network namespaces over a veth pair, to ", address)
                       : std::string("loopback (127.0.0.1)"));
   // One unmeasured round of each first: connections, TCP windows, buffers.
-  (void)Run(**sender, "tcp", 64 * kMiB);
-  (void)Run(**sender, "grpc", 64 * kMiB);
-  std::vector<double> tcp, grpc, ratios;
-  for (int k = 0; k < c.pairs; ++k) {
-    absl::StatusOr<double> t, g;
-    if (k % 2 == 0) t = Run(**sender, "tcp", bytes);
-    g = Run(**sender, "grpc", bytes);
-    if (k % 2 == 1) t = Run(**sender, "tcp", bytes);
-    if (!t.ok() || !g.ok()) {
-      absl::FPrintF(stderr, "ckpt-peer-bench: %s\n", (!t.ok() ? t : g).status().ToString());
-      return 1;
+  const char* ways[] = {"tcp", "channel", "grpc"};
+  for (const char* way : ways) (void)Run(**sender, **receiver, way, 64 * kMiB);
+  // Each round runs the three ways, in an order that rotates.
+  std::map<std::string, std::vector<double>> gbps;
+  for (int k = 0; k < c.rounds; ++k) {
+    std::string line = absl::StrFormat("ckpt-peer-bench: round %d:", k);
+    for (int i = 0; i < 3; ++i) {
+      const char* way = ways[(i + k) % 3];
+      absl::StatusOr<double> seconds = Run(**sender, **receiver, way, bytes);
+      if (!seconds.ok()) {
+        absl::FPrintF(stderr, "ckpt-peer-bench: %s: %s\n", way, seconds.status().ToString());
+        return 1;
+      }
+      gbps[way].push_back(bytes / *seconds / 1e9);
+      absl::StrAppendFormat(&line, " %s %.3f GB/s", way, gbps[way].back());
     }
-    tcp.push_back(bytes / *t / 1e9);
-    grpc.push_back(bytes / *g / 1e9);
-    ratios.push_back(grpc.back() / tcp.back());
-    absl::FPrintF(stderr, "ckpt-peer-bench: pair %d: raw TCP %.3f GB/s, gRPC stream %.3f GB/s\n",
-                  k, tcp.back(), grpc.back());
+    absl::FPrintF(stderr, "%s\n", line);
   }
   (void)(*sender)->Stop();
   (void)(*receiver)->Stop();
-  const double tcp_gbps = Median(tcp), grpc_gbps = Median(grpc);
-  absl::PrintF("  raw_tcp_gbps      %8.3f\n  grpc_stream_gbps  %8.3f\n", tcp_gbps, grpc_gbps);
-  absl::PrintF("  grpc_stream / raw_tcp  %.3f  (goal >= 0.80)  %s\n", grpc_gbps / tcp_gbps,
-               grpc_gbps / tcp_gbps >= 0.8 ? "ok" : "MISSED");
+  const double tcp_gbps = Median(gbps["tcp"]), channel_gbps = Median(gbps["channel"]),
+               grpc_gbps = Median(gbps["grpc"]);
+  absl::PrintF(
+      "  raw_tcp_gbps           %8.3f\n  peer_channel_gbps      %8.3f\n"
+      "  grpc_stream_gbps       %8.3f\n",
+      tcp_gbps, channel_gbps, grpc_gbps);
+  absl::PrintF("  peer_channel / raw_tcp %8.3f  (goal >= 0.80)  %s\n", channel_gbps / tcp_gbps,
+               channel_gbps / tcp_gbps >= 0.8 ? "ok" : "MISSED");
+  absl::PrintF("  grpc_stream / raw_tcp  %8.3f  (the alternative not taken)\n",
+               grpc_gbps / tcp_gbps);
   if (c.json) {
     absl::PrintF(
-        "{\"gib\":%.3f,\"block_mib\":%d,\"pairs\":%d,\"namespaces\":%s,\"raw_tcp_gbps\":%.4f,"
-        "\"grpc_stream_gbps\":%.4f,\"grpc_over_raw_tcp\":%.4f,\"pair_ratio_median\":%.4f}\n",
-        c.gib, c.block_mib, c.pairs, hosts ? "true" : "false", tcp_gbps, grpc_gbps,
-        grpc_gbps / tcp_gbps, Median(ratios));
+        "{\"gib\":%.3f,\"block_mib\":%d,\"rounds\":%d,\"namespaces\":%s,\"raw_tcp_gbps\":%.4f,"
+        "\"peer_channel_gbps\":%.4f,\"grpc_stream_gbps\":%.4f,\"channel_over_raw_tcp\":%.4f,"
+        "\"grpc_over_raw_tcp\":%.4f}\n",
+        c.gib, c.block_mib, c.rounds, hosts ? "true" : "false", tcp_gbps, channel_gbps, grpc_gbps,
+        channel_gbps / tcp_gbps, grpc_gbps / tcp_gbps);
   }
   return 0;
 }
@@ -387,7 +470,8 @@ int main(int argc, char** argv) {
   int tcp_port = 0, grpc_port = 0;
   app.add_option("--gib", c.gib, "GiB per transfer")->capture_default_str();
   app.add_option("--block-mib", c.block_mib, "MiB per message or send")->capture_default_str();
-  app.add_option("--pairs", c.pairs, "Measured pairs (raw TCP and gRPC)")->capture_default_str();
+  app.add_option("--rounds", c.rounds, "Measured rounds (raw TCP, peer channel, gRPC each)")
+      ->capture_default_str();
   app.add_flag("--loopback", c.loopback, "Two processes on 127.0.0.1, no namespaces");
   app.add_flag("--json", c.json, "Also print one JSON line");
   // Internal: the two hosts' processes.
@@ -397,11 +481,15 @@ int main(int argc, char** argv) {
   app.add_option("--tcp-port", tcp_port)->group("");
   app.add_option("--grpc-port", grpc_port)->group("");
   CLI11_PARSE(app, argc, argv);
-  if (c.gib <= 0 || c.block_mib < 1 || c.block_mib > 32 || c.pairs < 1) {
-    std::fprintf(stderr, "ckpt-peer-bench: --gib and --pairs must be positive, --block-mib 1-32\n");
+  if (c.gib <= 0 || c.block_mib < 1 || c.block_mib > 32 || c.rounds < 1) {
+    std::fprintf(stderr,
+                 "ckpt-peer-bench: --gib and --rounds must be positive, --block-mib 1-32\n");
     return 2;
   }
-  if (receiver) return ckpt::bench::RunReceiver(host, tcp_port, grpc_port);
+  if (receiver) {
+    return ckpt::bench::RunReceiver(host, tcp_port, grpc_port,
+                                    static_cast<uint64_t>(c.gib * (1ull << 30)));
+  }
   if (sender) {
     return ckpt::bench::RunSender(host, tcp_port, grpc_port, uint64_t(c.block_mib) << 20);
   }

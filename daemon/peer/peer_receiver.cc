@@ -1,0 +1,255 @@
+#include "daemon/peer/peer_receiver.h"
+
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/auth/bearer_token.h"
+#include "daemon/peer/peer_socket.h"
+
+namespace ckpt::peer {
+namespace {
+
+PeerToken NewToken() {
+  PeerToken token;
+  size_t got = 0;
+  while (got < token.bytes.size()) {
+    const ssize_t n = ::getrandom(token.bytes.data() + got, token.bytes.size() - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  return token;
+}
+
+void SendAck(int fd, uint64_t received, absl::StatusCode code, const std::string& peer) {
+  char ack[kAckBytes] = {};
+  PutU64(ack, received);
+  PutU32(ack + 8, static_cast<uint32_t>(code));
+  iovec iov{ack, sizeof ack};
+  (void)WriteFull(fd, &iov, 1, peer);  // best effort: the sender may be gone
+}
+
+}  // namespace
+
+// ---- PeerTransfer ------------------------------------------------------------
+
+bool PeerTransfer::Claim(int fd) {
+  absl::MutexLock lock(&mu_);
+  if (claimed_ || done_) return false;
+  claimed_ = true;
+  writing_ = true;
+  fd_ = fd;
+  return true;
+}
+
+void PeerTransfer::Finish(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  writing_ = false;
+  fd_ = -1;
+  if (done_) return;
+  if (!cancelled()) status_ = status;
+  done_ = true;
+}
+
+void PeerTransfer::Cancel(const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  if (done_) return;
+  cancelled_.store(true, std::memory_order_release);
+  status_ = why;
+  // Cuts a sender off mid-recv; its thread then reports and lets go.
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+  mu_.Await(absl::Condition(
+      +[](PeerTransfer* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) { return !t->writing_; }, this));
+  done_ = true;
+}
+
+absl::Status PeerTransfer::Wait(absl::Time deadline) {
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithDeadline(
+        absl::Condition(
+            +[](PeerTransfer* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) { return t->done_; }, this),
+        deadline);
+    if (done_) return status_;
+  }
+  Cancel(absl::DeadlineExceededError(absl::StrCat(what_, ": the sender did not finish in time; ",
+                                                  received(), " of ", bytes_, " bytes arrived")));
+  absl::MutexLock lock(&mu_);
+  return status_;
+}
+
+// ---- PeerReceiver ------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<PeerReceiver>> PeerReceiver::Start(
+    const PeerReceiverOptions& options) {
+  if (options.max_frame_bytes == 0 || options.max_connections < 1) {
+    return absl::InvalidArgumentError("peer receiver: frame limit and connections must be positive");
+  }
+  int port = 0;
+  absl::StatusOr<int> listener = ListenTcp(options.listen_address, &port);
+  if (!listener.ok()) return listener.status();
+  std::unique_ptr<PeerReceiver> receiver(new PeerReceiver(options, *listener, port));
+  receiver->acceptor_ = std::thread([r = receiver.get()] { r->AcceptLoop(); });
+  return receiver;
+}
+
+PeerReceiver::~PeerReceiver() {
+  stopping_.store(true);
+  ::shutdown(listener_, SHUT_RDWR);  // wakes accept()
+  if (acceptor_.joinable()) acceptor_.join();
+  ::close(listener_);
+  std::list<std::unique_ptr<Connection>> connections;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& c : connections_) ::shutdown(c->fd, SHUT_RDWR);
+    connections.swap(connections_);
+  }
+  for (auto& c : connections) {
+    c->thread.join();
+    ::close(c->fd);
+  }
+}
+
+std::shared_ptr<PeerTransfer> PeerReceiver::Expect(std::string what, char* base, uint64_t bytes) {
+  std::shared_ptr<PeerTransfer> transfer(
+      new PeerTransfer(std::move(what), base, bytes, NewToken()));
+  absl::MutexLock lock(&mu_);
+  for (auto it = expected_.begin(); it != expected_.end();) {
+    it = it->second.expired() ? expected_.erase(it) : std::next(it);
+  }
+  expected_[std::string(transfer->token().id())] = transfer;
+  return transfer;
+}
+
+std::shared_ptr<PeerTransfer> PeerReceiver::TakeExpected(const PeerToken& token) {
+  absl::MutexLock lock(&mu_);
+  auto it = expected_.find(std::string(token.id()));
+  if (it == expected_.end()) return nullptr;
+  std::shared_ptr<PeerTransfer> transfer = it->second.lock();
+  if (transfer == nullptr) {
+    expected_.erase(it);
+    return nullptr;
+  }
+  if (!auth::ConstantTimeEquals(transfer->token().secret(), token.secret())) return nullptr;
+  expected_.erase(it);  // one use
+  return transfer;
+}
+
+PeerReceiverStats PeerReceiver::Stats() const {
+  PeerReceiverStats s;
+  s.bytes_received = bytes_received_.load(std::memory_order_relaxed);
+  s.transfers_completed = completed_.load(std::memory_order_relaxed);
+  s.transfers_failed = failed_.load(std::memory_order_relaxed);
+  s.connections_refused = connections_refused_.load(std::memory_order_relaxed);
+  return s;
+}
+
+void PeerReceiver::ReapLocked() {
+  for (auto it = connections_.begin(); it != connections_.end();) {
+    if (!(*it)->finished.load(std::memory_order_acquire)) {
+      ++it;
+      continue;
+    }
+    (*it)->thread.join();
+    ::close((*it)->fd);
+    it = connections_.erase(it);
+  }
+}
+
+void PeerReceiver::AcceptLoop() {
+  while (!stopping_.load()) {
+    const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (stopping_.load()) return;
+      // Out of descriptors: give the connections in flight a moment to end.
+      if (errno == EMFILE || errno == ENFILE) absl::SleepFor(absl::Milliseconds(10));
+      continue;
+    }
+    absl::MutexLock lock(&mu_);
+    ReapLocked();
+    if (static_cast<int>(connections_.size()) >= options_.max_connections) {
+      Refuse();  // counted before the peer can see the close
+      ::close(fd);
+      continue;
+    }
+    auto connection = std::make_unique<Connection>();
+    connection->fd = fd;
+    Connection* c = connection.get();
+    c->thread = std::thread([this, c] {
+      Serve(c->fd);
+      c->finished.store(true, std::memory_order_release);
+    });
+    connections_.push_back(std::move(connection));
+  }
+}
+
+void PeerReceiver::Serve(int fd) {
+  const std::string peer = PeerName(fd);
+  SetTimeouts(fd, options_.hello_timeout, options_.idle_timeout);
+  char hello[kHelloBytes];
+  if (!ReadFull(fd, hello, sizeof hello, peer).ok() ||
+      std::memcmp(hello, kMagic, sizeof kMagic) != 0 || GetU32(hello + 8) != kVersion) {
+    Refuse();  // not a ckpt peer, or not this version: nothing to answer
+    return;
+  }
+  PeerToken token;
+  std::memcpy(token.bytes.data(), hello + 16, kTokenBytes);
+  std::shared_ptr<PeerTransfer> transfer = TakeExpected(token);
+  if (transfer == nullptr || !transfer->Claim(fd)) {
+    Refuse();
+    SendAck(fd, 0, absl::StatusCode::kPermissionDenied, peer);
+    return;
+  }
+  SetTimeouts(fd, options_.idle_timeout, options_.idle_timeout);
+  const std::string from = absl::StrCat(transfer->what_, " from ", peer);
+  absl::Status status;
+  uint64_t received = 0;
+  for (;;) {
+    char header[kFrameHeaderBytes];
+    if (status = ReadFull(fd, header, sizeof header, "the sender"); !status.ok()) break;
+    const uint64_t offset = GetU64(header);
+    const uint32_t length = GetU32(header + 8);
+    const uint32_t flags = GetU32(header + 12);
+    if (length > options_.max_frame_bytes) {
+      status = absl::InvalidArgumentError(absl::StrCat("a frame of ", length,
+                                                       " bytes; the limit is ",
+                                                       options_.max_frame_bytes));
+      break;
+    }
+    if (offset > transfer->bytes_ || length > transfer->bytes_ - offset) {
+      status = absl::InvalidArgumentError(absl::StrCat("a frame for [", offset, ", +", length,
+                                                       ") of a transfer of ", transfer->bytes_,
+                                                       " bytes"));
+      break;
+    }
+    if (status = ReadFull(fd, transfer->base_ + offset, length, "the sender"); !status.ok()) {
+      break;
+    }
+    received += length;
+    transfer->received_.store(received, std::memory_order_relaxed);
+    bytes_received_.fetch_add(length, std::memory_order_relaxed);
+    if (received > transfer->bytes_) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat(received, " bytes, more than the transfer's ", transfer->bytes_));
+      break;
+    }
+    if ((flags & kLastFrame) != 0) {
+      if (received != transfer->bytes_) {
+        status = absl::DataLossError(
+            absl::StrCat("the end after ", received, " of ", transfer->bytes_, " bytes"));
+      }
+      break;
+    }
+  }
+  if (!status.ok()) {
+    status = absl::Status(status.code(), absl::StrCat(from, ": ", status.message()));
+  }
+  transfer->Finish(status);
+  (status.ok() ? completed_ : failed_).fetch_add(1, std::memory_order_relaxed);
+  SendAck(fd, received, status.code(), peer);
+}
+
+}  // namespace ckpt::peer

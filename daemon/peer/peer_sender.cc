@@ -1,0 +1,76 @@
+#include "daemon/peer/peer_sender.h"
+
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/peer/peer_socket.h"
+#include "proto/lib/status_context.h"
+
+namespace ckpt::peer {
+
+absl::Status PeerSend(const std::string& address, const PeerToken& token,
+                      absl::Span<const PeerBlockRef> blocks, const PeerSendOptions& options) {
+  if (options.max_frame_bytes == 0) return absl::InvalidArgumentError("peer send: no frame size");
+  absl::StatusOr<int> fd = ConnectTcp(address, options.connect_timeout);
+  if (!fd.ok()) return fd.status();
+  SetTimeouts(*fd, options.idle_timeout, options.idle_timeout);
+  const std::string peer = absl::StrCat("peer ", address);
+  auto send = [&]() -> absl::Status {
+    char hello[kHelloBytes] = {};
+    std::memcpy(hello, kMagic, sizeof kMagic);
+    PutU32(hello + 8, kVersion);
+    std::memcpy(hello + 16, token.bytes.data(), kTokenBytes);
+    iovec hello_iov{hello, sizeof hello};
+    if (absl::Status s = WriteFull(*fd, &hello_iov, 1, peer); !s.ok()) return s;
+    uint64_t sent = 0;
+    // Every block in frames of at most max_frame_bytes; the last frame of
+    // the last block carries the end (an empty one when there are none).
+    size_t frames_left = 0;
+    for (const PeerBlockRef& b : blocks) {
+      frames_left += std::max<uint64_t>(1, (b.length + options.max_frame_bytes - 1) /
+                                               options.max_frame_bytes);
+    }
+    if (frames_left == 0) frames_left = 1;
+    auto frame = [&](uint64_t offset, const char* data, uint32_t length) -> absl::Status {
+      char header[kFrameHeaderBytes];
+      PutU64(header, offset);
+      PutU32(header + 8, length);
+      PutU32(header + 12, --frames_left == 0 ? kLastFrame : 0);
+      iovec iov[2] = {{header, sizeof header}, {const_cast<char*>(data), length}};
+      sent += length;
+      return WriteFull(*fd, iov, length > 0 ? 2 : 1, peer);
+    };
+    if (blocks.empty()) return frame(0, nullptr, 0);
+    for (const PeerBlockRef& b : blocks) {
+      uint64_t done = 0;
+      do {
+        const uint32_t n =
+            static_cast<uint32_t>(std::min<uint64_t>(b.length - done, options.max_frame_bytes));
+        if (absl::Status s = frame(b.offset + done, b.data + done, n); !s.ok()) return s;
+        done += n;
+      } while (done < b.length);
+    }
+    return absl::OkStatus();
+  };
+  absl::Status status = send();
+  // The acknowledgement, also after a failed send: the receiver may have
+  // said why it stopped reading.
+  char ack[kAckBytes];
+  const absl::Status acked = ReadFull(*fd, ack, sizeof ack, peer);
+  ::close(*fd);
+  if (acked.ok()) {
+    const auto code = static_cast<absl::StatusCode>(GetU32(ack + 8));
+    if (code != absl::StatusCode::kOk) {
+      return absl::Status(code, absl::StrCat(peer, " refused the transfer after ", GetU64(ack),
+                                             " bytes (", absl::StatusCodeToString(code),
+                                             "; its log says why)"));
+    }
+    if (status.ok()) return absl::OkStatus();
+  }
+  return status.ok() ? WithContext(acked, "waiting for the acknowledgement") : status;
+}
+
+}  // namespace ckpt::peer

@@ -1,0 +1,178 @@
+#include "daemon/peer/peer_socket.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "proto/lib/status_context.h"
+
+namespace ckpt::peer {
+namespace {
+
+absl::Status SplitAddress(const std::string& address, std::string* host, std::string* port) {
+  const size_t colon = address.rfind(':');
+  int number = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &number) ||
+      number < 0 || number > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("peer address \"", address, "\" is not host:port"));
+  }
+  *host = address.substr(0, colon);
+  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
+    *host = host->substr(1, host->size() - 2);
+  }
+  *port = address.substr(colon + 1);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<addrinfo*> Resolve(const std::string& address, bool passive) {
+  std::string host, port;
+  if (absl::Status s = SplitAddress(address, &host, &port); !s.ok()) return s;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  addrinfo* found = nullptr;
+  const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found);
+  if (rc != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("peer address \"", address, "\": ", gai_strerror(rc)));
+  }
+  return found;
+}
+
+timeval SocketTimeout(absl::Duration d) {
+  if (d <= absl::ZeroDuration()) return timeval{0, 1000};  // 0 would mean "forever"
+  return absl::ToTimeval(d);
+}
+
+}  // namespace
+
+absl::StatusOr<int> ListenTcp(const std::string& address, int* port) {
+  absl::StatusOr<addrinfo*> found = Resolve(address, /*passive=*/true);
+  if (!found.ok()) return found.status();
+  int fd = -1;
+  int err = 0;
+  for (addrinfo* a = *found; a != nullptr; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 128) == 0) break;
+    err = errno;
+    ::close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(*found);
+  if (fd < 0) return ErrnoStatus(err, absl::StrCat("cannot listen on ", address));
+  sockaddr_storage bound{};
+  socklen_t length = sizeof bound;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
+  *port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                      : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  return fd;
+}
+
+absl::StatusOr<int> ConnectTcp(const std::string& address, absl::Duration timeout) {
+  absl::StatusOr<addrinfo*> found = Resolve(address, /*passive=*/false);
+  if (!found.ok()) return found.status();
+  int fd = -1;
+  int err = 0;
+  for (addrinfo* a = *found; a != nullptr; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    // SO_SNDTIMEO bounds connect() too.
+    SetTimeouts(fd, timeout, timeout);
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
+    err = errno == EINPROGRESS ? ETIMEDOUT : errno;
+    ::close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(*found);
+  if (fd < 0) return ErrnoStatus(err, absl::StrCat("cannot connect to peer ", address));
+  return fd;
+}
+
+void SetTimeouts(int fd, absl::Duration receive, absl::Duration send) {
+  const timeval r = SocketTimeout(receive), s = SocketTimeout(send);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &r, sizeof r);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &s, sizeof s);
+}
+
+std::string PeerName(int fd) {
+  sockaddr_storage peer{};
+  socklen_t length = sizeof peer;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) != 0) {
+    return "an unknown peer";
+  }
+  char host[INET6_ADDRSTRLEN] = {};
+  if (peer.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&peer);
+    ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+    return absl::StrCat("[", host, "]:", ntohs(a->sin6_port));
+  }
+  const auto* a = reinterpret_cast<const sockaddr_in*>(&peer);
+  ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+  return absl::StrCat(host, ":", ntohs(a->sin_port));
+}
+
+absl::Status ReadFull(int fd, char* p, uint64_t n, const std::string& peer) {
+  while (n > 0) {
+    const ssize_t k = ::recv(fd, p, n, 0);
+    if (k > 0) {
+      p += k;
+      n -= static_cast<uint64_t>(k);
+      continue;
+    }
+    if (k == 0) return absl::UnavailableError(absl::StrCat(peer, " closed the connection"));
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      return absl::DeadlineExceededError(absl::StrCat(peer, " sent nothing within the timeout"));
+    }
+    return ErrnoStatus(errno, absl::StrCat("reading from ", peer));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteFull(int fd, iovec* iov, int count, const std::string& peer) {
+  while (count > 0) {
+    msghdr message{};
+    message.msg_iov = iov;
+    message.msg_iovlen = static_cast<size_t>(count);
+    const ssize_t k = ::sendmsg(fd, &message, MSG_NOSIGNAL);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        return absl::DeadlineExceededError(
+            absl::StrCat(peer, " took nothing within the timeout"));
+      }
+      return ErrnoStatus(errno, absl::StrCat("writing to ", peer));
+    }
+    size_t sent = static_cast<size_t>(k);
+    while (count > 0 && sent >= iov->iov_len) {
+      sent -= iov->iov_len;
+      ++iov;
+      --count;
+    }
+    if (count > 0) {
+      iov->iov_base = static_cast<char*>(iov->iov_base) + sent;
+      iov->iov_len -= sent;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ckpt::peer

@@ -1,0 +1,268 @@
+// The peer data channel on real TCP sockets (127.0.0.1): bytes arrive
+// bit-exact where the receiver said; a sender without the right token, a
+// hostile or broken sender, and a silent one each fail only their own
+// transfer, with the peer named, and the receiver goes on serving.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/peer/peer_receiver.h"
+#include "daemon/peer/peer_sender.h"
+#include "daemon/peer/peer_socket.h"
+
+namespace ckpt::peer {
+namespace {
+
+std::unique_ptr<PeerReceiver> StartReceiver(PeerReceiverOptions options = {}) {
+  options.listen_address = "127.0.0.1:0";
+  auto receiver = PeerReceiver::Start(options);
+  INFO(receiver.status().ToString());
+  REQUIRE(receiver.ok());
+  return *std::move(receiver);
+}
+
+std::string AddressOf(const PeerReceiver& r) { return absl::StrCat("127.0.0.1:", r.port()); }
+
+std::vector<char> RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<char> v(n);
+  for (char& c : v) c = static_cast<char>(gen());
+  return v;
+}
+
+// A raw connection to the receiver, for what the sender never sends.
+struct RawPeer {
+  explicit RawPeer(const PeerReceiver& r) {
+    auto connected = ConnectTcp(AddressOf(r), absl::Seconds(5));
+    REQUIRE(connected.ok());
+    fd = *connected;
+  }
+  ~RawPeer() { ::close(fd); }
+  void Send(const void* p, size_t n) { REQUIRE(::send(fd, p, n, MSG_NOSIGNAL) == ssize_t(n)); }
+  void Hello(const PeerToken& token) {
+    char hello[kHelloBytes] = {};
+    std::memcpy(hello, kMagic, sizeof kMagic);
+    PutU32(hello + 8, kVersion);
+    std::memcpy(hello + 16, token.bytes.data(), kTokenBytes);
+    Send(hello, sizeof hello);
+  }
+  void Frame(uint64_t offset, uint32_t length, uint32_t flags) {
+    char header[kFrameHeaderBytes];
+    PutU64(header, offset);
+    PutU32(header + 8, length);
+    PutU32(header + 12, flags);
+    Send(header, sizeof header);
+  }
+  int fd = -1;
+};
+
+TEST_CASE("Blocks from several senders arrive bit-exact, each where its transfer said", "[peer]") {
+  auto receiver = StartReceiver({.max_frame_bytes = 1 << 20});
+  constexpr int kTransfers = 4;
+  std::vector<std::vector<char>> sources, destinations;
+  std::vector<std::shared_ptr<PeerTransfer>> transfers;
+  for (int t = 0; t < kTransfers; ++t) {
+    const size_t bytes = (t == 0) ? 0 : (size_t{3} << 20) + 12345 * t;  // one empty transfer
+    sources.push_back(RandomBytes(bytes, 7 + t));
+    destinations.emplace_back(bytes, 0);
+    transfers.push_back(receiver->Expect(absl::StrCat("transfer ", t),
+                                         destinations.back().data(), bytes));
+  }
+  std::vector<std::thread> senders;
+  std::vector<absl::Status> sent(kTransfers);
+  for (int t = 0; t < kTransfers; ++t) {
+    senders.emplace_back([&, t] {
+      // Out of order, in uneven blocks, some larger than a frame.
+      const std::vector<char>& src = sources[t];
+      std::vector<PeerBlockRef> blocks;
+      const uint64_t n = src.size();
+      const uint64_t cuts[] = {0, n / 3, n / 3 + 1, n};
+      for (int i = 2; i >= 0; --i) {
+        blocks.push_back({cuts[i], src.data() + cuts[i], cuts[i + 1] - cuts[i]});
+      }
+      if (n == 0) blocks.clear();
+      sent[t] = PeerSend(AddressOf(*receiver), transfers[t]->token(), blocks,
+                         {.max_frame_bytes = 1 << 20});
+    });
+  }
+  for (auto& s : senders) s.join();
+  for (int t = 0; t < kTransfers; ++t) {
+    INFO("transfer " << t << ": " << sent[t].ToString());
+    CHECK(sent[t].ok());
+    CHECK(transfers[t]->Wait(absl::Now() + absl::Seconds(10)).ok());
+    CHECK(transfers[t]->received() == sources[t].size());
+    CHECK(destinations[t] == sources[t]);
+  }
+  const PeerReceiverStats stats = receiver->Stats();
+  CHECK(stats.transfers_completed == kTransfers);
+  CHECK(stats.transfers_failed == 0);
+  CHECK(stats.connections_refused == 0);
+}
+
+TEST_CASE("A token is good for one transfer, and only the right one", "[peer]") {
+  auto receiver = StartReceiver();
+  std::vector<char> src = RandomBytes(4096, 1), dst(4096, 0);
+  auto transfer = receiver->Expect("load", dst.data(), dst.size());
+  const PeerBlockRef block{0, src.data(), src.size()};
+
+  // The right id with a wrong secret: refused, the transfer untouched.
+  PeerToken forged = transfer->token();
+  forged.bytes[kTokenBytes - 1] ^= 1;
+  absl::Status wrong = PeerSend(AddressOf(*receiver), forged, {&block, 1});
+  CHECK(wrong.code() == absl::StatusCode::kPermissionDenied);
+  CHECK_THAT(std::string(wrong.message()), Catch::Contains(AddressOf(*receiver)));
+  CHECK(transfer->received() == 0);
+  // A made-up token: refused too.
+  CHECK(PeerSend(AddressOf(*receiver), PeerToken{}, {&block, 1}).code() ==
+        absl::StatusCode::kPermissionDenied);
+
+  // The real one: accepted once.
+  REQUIRE(PeerSend(AddressOf(*receiver), transfer->token(), {&block, 1}).ok());
+  REQUIRE(transfer->Wait(absl::Now() + absl::Seconds(5)).ok());
+  CHECK(dst == src);
+  CHECK(PeerSend(AddressOf(*receiver), transfer->token(), {&block, 1}).code() ==
+        absl::StatusCode::kPermissionDenied);
+  CHECK(receiver->Stats().connections_refused == 3);
+}
+
+TEST_CASE("A frame outside the destination or over the limit fails that transfer only",
+          "[peer]") {
+  auto receiver = StartReceiver({.max_frame_bytes = 1 << 16});
+  std::vector<char> dst(1 << 16, 'x');
+  auto untouched = [&] { return std::all_of(dst.begin(), dst.end(), [](char c) { return c == 'x'; }); };
+  SECTION("past the end") {
+    auto transfer = receiver->Expect("load A", dst.data(), dst.size());
+    RawPeer raw(*receiver);
+    raw.Hello(transfer->token());
+    raw.Frame(dst.size() - 10, 11, kLastFrame);
+    const absl::Status s = transfer->Wait(absl::Now() + absl::Seconds(5));
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(s.message()), Catch::Contains("load A from 127.0.0.1:"));
+    CHECK_THAT(std::string(s.message()), Catch::Contains("[65526, +11)"));
+    CHECK(untouched());
+  }
+  SECTION("an offset near 2^64") {
+    auto transfer = receiver->Expect("load B", dst.data(), dst.size());
+    RawPeer raw(*receiver);
+    raw.Hello(transfer->token());
+    raw.Frame(~uint64_t{0} - 4, 16, 0);
+    CHECK(transfer->Wait(absl::Now() + absl::Seconds(5)).code() ==
+          absl::StatusCode::kInvalidArgument);
+    CHECK(untouched());
+  }
+  SECTION("a frame longer than the limit") {
+    auto transfer = receiver->Expect("load C", dst.data(), dst.size());
+    RawPeer raw(*receiver);
+    raw.Hello(transfer->token());
+    raw.Frame(0, 0xFFFFFFFFu, 0);
+    const absl::Status s = transfer->Wait(absl::Now() + absl::Seconds(5));
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(s.message()), Catch::Contains("the limit is 65536"));
+    CHECK(untouched());
+  }
+  SECTION("an end before every byte arrived") {
+    auto transfer = receiver->Expect("load D", dst.data(), dst.size());
+    std::vector<char> half(dst.size() / 2, 'h');
+    const PeerBlockRef block{0, half.data(), half.size()};
+    CHECK(PeerSend(AddressOf(*receiver), transfer->token(), {&block, 1}).code() ==
+          absl::StatusCode::kDataLoss);
+    const absl::Status s = transfer->Wait(absl::Now() + absl::Seconds(5));
+    CHECK(s.code() == absl::StatusCode::kDataLoss);
+    CHECK_THAT(std::string(s.message()), Catch::Contains("32768 of 65536"));
+  }
+  // The receiver still serves.
+  std::vector<char> src = RandomBytes(dst.size(), 3);
+  auto good = receiver->Expect("load E", dst.data(), dst.size());
+  const PeerBlockRef block{0, src.data(), src.size()};
+  REQUIRE(PeerSend(AddressOf(*receiver), good->token(), {&block, 1}).ok());
+  REQUIRE(good->Wait(absl::Now() + absl::Seconds(5)).ok());
+  CHECK(dst == src);
+}
+
+TEST_CASE("A sender that goes away or goes quiet fails its transfer within the timeouts",
+          "[peer]") {
+  auto receiver = StartReceiver({.hello_timeout = absl::Milliseconds(300),
+                                 .idle_timeout = absl::Milliseconds(300)});
+  std::vector<char> dst(1 << 20, 0);
+  SECTION("closed mid-frame") {
+    auto transfer = receiver->Expect("load F", dst.data(), dst.size());
+    {
+      RawPeer raw(*receiver);
+      raw.Hello(transfer->token());
+      raw.Frame(0, 1 << 20, kLastFrame);
+      std::vector<char> part(1000, 'p');
+      raw.Send(part.data(), part.size());
+    }  // closed
+    const absl::Status s = transfer->Wait(absl::Now() + absl::Seconds(5));
+    CHECK(s.code() == absl::StatusCode::kUnavailable);
+    CHECK_THAT(std::string(s.message()), Catch::Contains("the sender closed the connection"));
+  }
+  SECTION("silent after its hello") {
+    auto transfer = receiver->Expect("load G", dst.data(), dst.size());
+    RawPeer raw(*receiver);
+    raw.Hello(transfer->token());
+    const absl::Time start = absl::Now();
+    const absl::Status s = transfer->Wait(absl::Now() + absl::Seconds(5));
+    CHECK(s.code() == absl::StatusCode::kDeadlineExceeded);
+    CHECK(absl::Now() - start < absl::Seconds(3));
+  }
+  SECTION("never connected: Wait's deadline") {
+    auto transfer = receiver->Expect("load H", dst.data(), dst.size());
+    const absl::Status s = transfer->Wait(absl::Now() + absl::Milliseconds(100));
+    CHECK(s.code() == absl::StatusCode::kDeadlineExceeded);
+    CHECK_THAT(std::string(s.message()), Catch::Contains("0 of 1048576 bytes"));
+    // Too late now: the token is dead.
+    std::vector<char> src(dst.size(), 's');
+    const PeerBlockRef block{0, src.data(), src.size()};
+    CHECK(!PeerSend(AddressOf(*receiver), transfer->token(), {&block, 1}).ok());
+    CHECK(dst[0] == 0);
+  }
+  SECTION("connections that never say hello, or say something else") {
+    RawPeer silent(*receiver);
+    RawPeer garbage(*receiver);
+    garbage.Send("GET / HTTP/1.1\r\n\r\n0123456789012345678901234567890", 48);
+    auto transfer = receiver->Expect("load I", dst.data(), dst.size());
+    std::vector<char> src = RandomBytes(dst.size(), 9);
+    const PeerBlockRef block{0, src.data(), src.size()};
+    REQUIRE(PeerSend(AddressOf(*receiver), transfer->token(), {&block, 1}).ok());
+    REQUIRE(transfer->Wait(absl::Now() + absl::Seconds(5)).ok());
+    CHECK(dst == src);
+  }
+}
+
+TEST_CASE("Cancel cuts a sender off and returns once the destination is left alone", "[peer]") {
+  auto receiver = StartReceiver();
+  std::vector<char> dst(1 << 20, 0);
+  auto transfer = receiver->Expect("load J", dst.data(), dst.size());
+  RawPeer raw(*receiver);
+  raw.Hello(transfer->token());
+  raw.Frame(0, 1 << 20, kLastFrame);
+  raw.Send("abc", 3);
+  transfer->Cancel(absl::CancelledError("the load failed elsewhere"));
+  const absl::Status s = transfer->Wait(absl::Now() + absl::Seconds(1));
+  CHECK(s.code() == absl::StatusCode::kCancelled);
+  CHECK_THAT(std::string(s.message()), Catch::Contains("failed elsewhere"));
+}
+
+TEST_CASE("More connections than allowed are refused, not queued", "[peer]") {
+  auto receiver = StartReceiver({.hello_timeout = absl::Seconds(5), .max_connections = 2});
+  RawPeer a(*receiver), b(*receiver), c(*receiver);
+  char byte;
+  // The third is closed by the receiver at once: recv sees the end.
+  SetTimeouts(c.fd, absl::Seconds(5), absl::Seconds(5));
+  CHECK(::recv(c.fd, &byte, 1, 0) == 0);
+  CHECK(receiver->Stats().connections_refused >= 1);
+}
+
+}  // namespace
+}  // namespace ckpt::peer
