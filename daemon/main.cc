@@ -106,6 +106,20 @@ ABSL_FLAG(std::string, token_file, "",
           "token; without both it binds loopback only and refuses every call");
 ABSL_FLAG(std::string, read_token_file, "",
           "TCP: file holding a read-only bearer token (status, list, inspect, verify)");
+// Many hosts (daemon/cluster).
+ABSL_FLAG(bool, coordinator, false,
+          "Keep the registry of the node daemons of jobs spread over hosts (ClusterService, "
+          "on the Unix socket and the TCP address)");
+ABSL_FLAG(std::string, coordinator_address, "",
+          "Register this host with the coordinator at host:port (TLS) and heartbeat");
+ABSL_FLAG(std::string, coordinator_tls_ca_file, "",
+          "The CA that signed the coordinator's certificate (PEM; default: the system's)");
+ABSL_FLAG(std::string, coordinator_token_file, "",
+          "File holding the coordinator's admin token (mode 0600)");
+ABSL_FLAG(std::string, failure_domain, "", "This host's failure domain, e.g. its rack");
+ABSL_FLAG(double, heartbeat_interval_s, 1.0, "Coordinator: how often hosts heartbeat");
+ABSL_FLAG(double, heartbeat_timeout_s, 5.0,
+          "Coordinator: a host silent this long is lost, and what it holds fails naming it");
 // Retention after each commit (ckptctl gc does the same on demand).
 ABSL_FLAG(int64_t, retain_last, 0,
           "Keep the newest N valid steps of each job, delete older ones after each commit "
@@ -199,6 +213,13 @@ int main(int argc, char** argv) {
   o.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
   o.token_file = absl::GetFlag(FLAGS_token_file);
   o.read_token_file = absl::GetFlag(FLAGS_read_token_file);
+  o.coordinator = absl::GetFlag(FLAGS_coordinator);
+  o.coordinator_address = absl::GetFlag(FLAGS_coordinator_address);
+  o.coordinator_tls_ca_file = absl::GetFlag(FLAGS_coordinator_tls_ca_file);
+  o.coordinator_token_file = absl::GetFlag(FLAGS_coordinator_token_file);
+  o.failure_domain = absl::GetFlag(FLAGS_failure_domain);
+  o.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
+  o.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   o.plan_timeout = absl::Seconds(absl::GetFlag(FLAGS_plan_timeout_s));
   o.snapshot_timeout = absl::Seconds(absl::GetFlag(FLAGS_snapshot_timeout_s));
   o.pool_wait_timeout = absl::Seconds(absl::GetFlag(FLAGS_pool_wait_timeout_s));

@@ -86,7 +86,8 @@ absl::Status PeerTransfer::Wait(absl::Time deadline) {
 absl::StatusOr<std::unique_ptr<PeerReceiver>> PeerReceiver::Start(
     const PeerReceiverOptions& options) {
   if (options.max_frame_bytes == 0 || options.max_connections < 1) {
-    return absl::InvalidArgumentError("peer receiver: frame limit and connections must be positive");
+    return absl::InvalidArgumentError(
+        "peer receiver: frame limit and connections must be positive");
   }
   int port = 0;
   absl::StatusOr<int> listener = ListenTcp(options.listen_address, &port);
@@ -214,9 +215,8 @@ void PeerReceiver::Serve(int fd) {
     const uint32_t length = GetU32(header + 8);
     const uint32_t flags = GetU32(header + 12);
     if (length > options_.max_frame_bytes) {
-      status = absl::InvalidArgumentError(absl::StrCat("a frame of ", length,
-                                                       " bytes; the limit is ",
-                                                       options_.max_frame_bytes));
+      status = absl::InvalidArgumentError(
+          absl::StrCat("a frame of ", length, " bytes; the limit is ", options_.max_frame_bytes));
       break;
     }
     if (offset > transfer->bytes_ || length > transfer->bytes_ - offset) {

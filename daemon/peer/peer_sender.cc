@@ -30,8 +30,8 @@ absl::Status PeerSend(const std::string& address, const PeerToken& token,
     // the last block carries the end (an empty one when there are none).
     size_t frames_left = 0;
     for (const PeerBlockRef& b : blocks) {
-      frames_left += std::max<uint64_t>(1, (b.length + options.max_frame_bytes - 1) /
-                                               options.max_frame_bytes);
+      frames_left +=
+          std::max<uint64_t>(1, (b.length + options.max_frame_bytes - 1) / options.max_frame_bytes);
     }
     if (frames_left == 0) frames_left = 1;
     auto frame = [&](uint64_t offset, const char* data, uint32_t length) -> absl::Status {
@@ -64,9 +64,9 @@ absl::Status PeerSend(const std::string& address, const PeerToken& token,
   if (acked.ok()) {
     const auto code = static_cast<absl::StatusCode>(GetU32(ack + 8));
     if (code != absl::StatusCode::kOk) {
-      return absl::Status(code, absl::StrCat(peer, " refused the transfer after ", GetU64(ack),
-                                             " bytes (", absl::StatusCodeToString(code),
-                                             "; its log says why)"));
+      return absl::Status(
+          code, absl::StrCat(peer, " refused the transfer after ", GetU64(ack), " bytes (",
+                             absl::StatusCodeToString(code), "; its log says why)"));
     }
     if (status.ok()) return absl::OkStatus();
   }

@@ -156,8 +156,7 @@ absl::Status WriteFull(int fd, iovec* iov, int count, const std::string& peer) {
     if (k < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        return absl::DeadlineExceededError(
-            absl::StrCat(peer, " took nothing within the timeout"));
+        return absl::DeadlineExceededError(absl::StrCat(peer, " took nothing within the timeout"));
       }
       return ErrnoStatus(errno, absl::StrCat("writing to ", peer));
     }

@@ -72,6 +72,17 @@ struct DaemonOptions {
   std::string token_file;          // admin token
   std::string read_token_file;     // read-only token (status, list, inspect, verify)
 
+  // Many hosts (daemon/cluster): this daemon keeps the registry of node
+  // daemons (ClusterService), and/or registers with the coordinator at
+  // coordinator_address (TLS with its CA, its admin token) and heartbeats.
+  bool coordinator = false;
+  std::string coordinator_address;
+  std::string coordinator_tls_ca_file;
+  std::string coordinator_token_file;
+  std::string failure_domain;  // e.g. the rack
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration heartbeat_timeout = absl::Seconds(5);
+
   // Checkpoints kept after each commit (--retain_*, --retention); the
   // default keeps every step.
   coordinator::RetentionConfig retention;

@@ -160,6 +160,11 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
     return absl::InvalidArgumentError("--writer_threads and --reader_threads must be positive");
   }
   if (absl::Status s = CheckLimits(options.limits, options.manifest_limits); !s.ok()) return s;
+  if (options.heartbeat_interval <= absl::ZeroDuration() ||
+      options.heartbeat_timeout <= options.heartbeat_interval) {
+    return absl::InvalidArgumentError(
+        "--heartbeat_interval_s must be positive and below --heartbeat_timeout_s");
+  }
   if (options.host_name.empty()) options.host_name = DefaultHostName();
   // Only one daemon per socket. With none alive, the sockets left by a
   // killed one are stale and reclaimed (the pool is memfds: nothing of it
@@ -339,6 +344,13 @@ absl::Status NodeDaemon::Start() {
     builder.AddListeningPort(tcp_address, credentials, &tcp_port);
   }
   builder.RegisterService(service_.get());
+  if (options_.coordinator) {
+    cluster_ = std::make_unique<cluster::ClusterServiceImpl>(
+        *auth_, cluster::ClusterServiceOptions{.instance = coordinator_->catalog().instance(),
+                                               .heartbeat_interval = options_.heartbeat_interval,
+                                               .heartbeat_timeout = options_.heartbeat_timeout});
+    builder.RegisterService(cluster_.get());
+  }
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<RefusalInterceptorFactory>(*metrics_));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
@@ -362,6 +374,24 @@ absl::Status NodeDaemon::Start() {
           unix_listener_.Start(options_.socket_path, auth_->policy().AdmitsOthers(), server_.get());
       !s.ok()) {
     return s;
+  }
+  if (!options_.coordinator_address.empty()) {
+    cluster::CoordinatorLinkOptions link;
+    link.address = options_.coordinator_address;
+    link.tls_ca_file = options_.coordinator_tls_ca_file;
+    link.token_file = options_.coordinator_token_file;
+    link.self.mutable_host()->set_host(options_.host_name);
+    link.self.set_instance(coordinator_->catalog().instance());
+    link.self.set_pool_bytes(pool_->capacity());
+    link.self.set_failure_domain(options_.failure_domain);
+    link.sample = [this](v1::HeartbeatRequest& beat) {
+      beat.set_pool_used(pool_->Stats().used);
+      beat.set_sessions(static_cast<uint32_t>(service_->InFlight()));
+    };
+    absl::StatusOr<std::unique_ptr<cluster::CoordinatorLink>> started =
+        cluster::CoordinatorLink::Start(std::move(link));
+    if (!started.ok()) return started.status();
+    coordinator_link_ = std::move(*started);
   }
   notifier_.Ready(StatusLine());
   reaper_ = std::thread([this] {
@@ -399,6 +429,7 @@ NodeDaemon::~NodeDaemon() {
   if (metrics_) metrics_->SetSampler(nullptr);
   Shutdown();
   if (reaper_.joinable()) reaper_.join();
+  coordinator_link_.reset();  // its heartbeats sample the service
   if (service_) {
     // Saves whose ranks are all snapshotted can still commit: give what is
     // in flight a moment to finish, then abort the rest, well inside the

@@ -18,6 +18,8 @@
 #include "daemon/auth/caller.h"
 #include "daemon/auth/job_owners.h"
 #include "daemon/auth/unix_listener.h"
+#include "daemon/cluster/cluster_service.h"
+#include "daemon/cluster/coordinator_link.h"
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/metrics/metrics_server.h"
@@ -83,6 +85,8 @@ class NodeDaemon {
   std::unique_ptr<metrics::MetricsServer> metrics_server_;
   std::unique_ptr<NodeContext> context_;
   std::unique_ptr<NodeService> service_;
+  std::unique_ptr<cluster::ClusterServiceImpl> cluster_;  // with --coordinator
+  std::unique_ptr<cluster::CoordinatorLink> coordinator_link_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<SegmentServer> segment_server_;
   auth::UnixListener unix_listener_;  // stopped before server_ shuts down

@@ -406,4 +406,9 @@ int FailedRpc(const Call& call, absl::string_view command, const grpc::Status& r
   return Fail(call, command, rpc);
 }
 
+int PrintMessageJson(const Call& call, absl::string_view command,
+                     const google::protobuf::Message& message) {
+  return PrintJson(call, command, message);
+}
+
 }  // namespace ckpt::ctl

@@ -97,6 +97,9 @@ int RunCancel(const Call& call, const std::string& job, int64_t step);
 grpc::Status InvokeRpc(const Call& call,
                        const std::function<grpc::Status(grpc::ClientContext*)>& rpc);
 int FailedRpc(const Call& call, absl::string_view command, const grpc::Status& rpc);
+// The message as pretty JSON (proto field names) on call.out.
+int PrintMessageJson(const Call& call, absl::string_view command,
+                     const google::protobuf::Message& message);
 
 }  // namespace ckpt::ctl
 

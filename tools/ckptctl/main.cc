@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "tools/ckptctl/cluster.h"
 #include "tools/ckptctl/commands.h"
 #include "tools/ckptctl/export.h"
 #include "tools/ckptctl/gc.h"
@@ -78,6 +79,10 @@ int main(int argc, char** argv) {
       ->check(kTimeoutValidator)
       ->capture_default_str();
   watch->add_flag("--json", json, "one JSON status per line");
+
+  CLI::App* cluster = app.add_subcommand(
+      "cluster", "the coordinator's hosts: heartbeat ages, pool use, saves/loads in flight");
+  cluster->add_flag("--json", json, "print the answer as JSON");
 
   CLI::App* list = app.add_subcommand("list", "list a job's checkpoints");
   list->add_option("job", job, "job name")->required();
@@ -220,6 +225,10 @@ int main(int argc, char** argv) {
   call.err = &std::cerr;
 
   if (command == status) return ckpt::ctl::RunStatus(call, json);
+  if (command == cluster) {
+    auto cluster_stub = ckpt::v1::ClusterService::NewStub(channel);
+    return ckpt::ctl::RunCluster(call, *cluster_stub, json);
+  }
   if (command == list) return ckpt::ctl::RunList(call, job, json);
   if (command == inspect) return ckpt::ctl::RunInspect(call, job, step);
   if (command == verify) return ckpt::ctl::RunVerify(call, job, step, json);

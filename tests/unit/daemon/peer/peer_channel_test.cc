@@ -75,8 +75,8 @@ TEST_CASE("Blocks from several senders arrive bit-exact, each where its transfer
     const size_t bytes = (t == 0) ? 0 : (size_t{3} << 20) + 12345 * t;  // one empty transfer
     sources.push_back(RandomBytes(bytes, 7 + t));
     destinations.emplace_back(bytes, 0);
-    transfers.push_back(receiver->Expect(absl::StrCat("transfer ", t),
-                                         destinations.back().data(), bytes));
+    transfers.push_back(
+        receiver->Expect(absl::StrCat("transfer ", t), destinations.back().data(), bytes));
   }
   std::vector<std::thread> senders;
   std::vector<absl::Status> sent(kTransfers);
@@ -135,11 +135,12 @@ TEST_CASE("A token is good for one transfer, and only the right one", "[peer]") 
   CHECK(receiver->Stats().connections_refused == 3);
 }
 
-TEST_CASE("A frame outside the destination or over the limit fails that transfer only",
-          "[peer]") {
+TEST_CASE("A frame outside the destination or over the limit fails that transfer only", "[peer]") {
   auto receiver = StartReceiver({.max_frame_bytes = 1 << 16});
   std::vector<char> dst(1 << 16, 'x');
-  auto untouched = [&] { return std::all_of(dst.begin(), dst.end(), [](char c) { return c == 'x'; }); };
+  auto untouched = [&] {
+    return std::all_of(dst.begin(), dst.end(), [](char c) { return c == 'x'; });
+  };
   SECTION("past the end") {
     auto transfer = receiver->Expect("load A", dst.data(), dst.size());
     RawPeer raw(*receiver);
@@ -191,8 +192,8 @@ TEST_CASE("A frame outside the destination or over the limit fails that transfer
 
 TEST_CASE("A sender that goes away or goes quiet fails its transfer within the timeouts",
           "[peer]") {
-  auto receiver = StartReceiver({.hello_timeout = absl::Milliseconds(300),
-                                 .idle_timeout = absl::Milliseconds(300)});
+  auto receiver = StartReceiver(
+      {.hello_timeout = absl::Milliseconds(300), .idle_timeout = absl::Milliseconds(300)});
   std::vector<char> dst(1 << 20, 0);
   SECTION("closed mid-frame") {
     auto transfer = receiver->Expect("load F", dst.data(), dst.size());

@@ -1,0 +1,66 @@
+#include "daemon/cluster/cluster_service.h"
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "proto/lib/grpc_status.h"
+
+namespace ckpt::cluster {
+
+ClusterServiceImpl::ClusterServiceImpl(const auth::Authenticator& auth,
+                                       ClusterServiceOptions options)
+    : auth_(auth),
+      options_(std::move(options)),
+      registry_({.heartbeat_timeout = options_.heartbeat_timeout,
+                 .max_hosts = options_.max_hosts}) {
+  sweeper_ = std::thread([this] {
+    const absl::Duration period = std::max(options_.heartbeat_timeout / 4, absl::Milliseconds(50));
+    while (!stop_.WaitForNotificationWithTimeout(period)) {
+      for (const std::string& host : registry_.ExpireSilent(absl::Now())) {
+        absl::FPrintF(stderr, "ckptd: host %s lost: no heartbeat for %s\n", host,
+                      absl::FormatDuration(options_.heartbeat_timeout));
+      }
+    }
+  });
+}
+
+ClusterServiceImpl::~ClusterServiceImpl() {
+  stop_.Notify();
+  sweeper_.join();
+}
+
+grpc::Status ClusterServiceImpl::Register(grpc::ServerContext* context,
+                                          const v1::RegisterHostRequest* request,
+                                          v1::RegisterHostResponse* response) {
+  absl::StatusOr<auth::Caller> caller = auth_.Authorize(*context, auth::Permission::kAdmin);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  if (absl::Status s = registry_.Register(*request, absl::Now()); !s.ok()) return ToGrpcStatus(s);
+  absl::FPrintF(stderr, "ckptd: host %s registered (instance %s, peer channel %s, from %s)\n",
+                request->host().host(), request->instance(),
+                request->host().address().empty() ? "none" : request->host().address(),
+                caller->peer);
+  response->set_coordinator_instance(options_.instance);
+  response->set_heartbeat_interval_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
+  return grpc::Status::OK;
+}
+
+grpc::Status ClusterServiceImpl::Heartbeat(grpc::ServerContext* context,
+                                           const v1::HeartbeatRequest* request,
+                                           v1::HeartbeatResponse* response) {
+  absl::StatusOr<auth::Caller> caller = auth_.Authorize(*context, auth::Permission::kAdmin);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  response->set_register_again(!registry_.Heartbeat(*request, absl::Now()));
+  return grpc::Status::OK;
+}
+
+grpc::Status ClusterServiceImpl::ClusterStatus(grpc::ServerContext* context,
+                                               const v1::ClusterStatusRequest*,
+                                               v1::ClusterStatusResponse* response) {
+  absl::StatusOr<auth::Caller> caller = auth_.Authorize(*context, auth::Permission::kRead);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  *response = registry_.Status(absl::Now());
+  response->set_coordinator_instance(options_.instance);
+  return grpc::Status::OK;
+}
+
+}  // namespace ckpt::cluster

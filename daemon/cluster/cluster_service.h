@@ -1,0 +1,53 @@
+// ClusterService (proto/ckpt/v1/cluster.proto) of a ckptd started with
+// --coordinator: node daemons register and heartbeat; ckptctl asks for the
+// cluster's state. A sweeper marks hosts silent past the heartbeat timeout
+// lost and logs each once.
+//
+// Thread-safety: gRPC calls it from any thread.
+#ifndef CKPT_DAEMON_CLUSTER_CLUSTER_SERVICE_H_
+#define CKPT_DAEMON_CLUSTER_CLUSTER_SERVICE_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "ckpt/v1/cluster.grpc.pb.h"
+#include "daemon/auth/caller.h"
+#include "daemon/cluster/host_registry.h"
+
+namespace ckpt::cluster {
+
+struct ClusterServiceOptions {
+  std::string instance;  // this coordinator's start
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration heartbeat_timeout = absl::Seconds(5);
+  size_t max_hosts = 16384;
+};
+
+class ClusterServiceImpl final : public v1::ClusterService::Service {
+ public:
+  ClusterServiceImpl(const auth::Authenticator& auth, ClusterServiceOptions options);
+  ~ClusterServiceImpl() override;  // stops the sweeper
+
+  grpc::Status Register(grpc::ServerContext* context, const v1::RegisterHostRequest* request,
+                        v1::RegisterHostResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* response) override;
+  grpc::Status ClusterStatus(grpc::ServerContext* context, const v1::ClusterStatusRequest* request,
+                             v1::ClusterStatusResponse* response) override;
+
+  HostRegistry& registry() { return registry_; }
+
+ private:
+  const auth::Authenticator& auth_;
+  const ClusterServiceOptions options_;
+  HostRegistry registry_;
+  absl::Notification stop_;
+  std::thread sweeper_;
+};
+
+}  // namespace ckpt::cluster
+
+#endif  // CKPT_DAEMON_CLUSTER_CLUSTER_SERVICE_H_

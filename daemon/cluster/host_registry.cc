@@ -1,0 +1,89 @@
+#include "daemon/cluster/host_registry.h"
+
+#include "absl/strings/str_cat.h"
+#include "proto/lib/validation.h"
+
+namespace ckpt::cluster {
+namespace {
+
+constexpr size_t kMaxAddress = 256;
+
+}  // namespace
+
+absl::Status HostRegistry::Register(const v1::RegisterHostRequest& request, absl::Time now) {
+  const std::string& name = request.host().host();
+  if (absl::Status s = ValidateName("host", name); !s.ok()) return s;
+  if (absl::Status s = ValidateName("instance", request.instance()); !s.ok()) return s;
+  if (!request.failure_domain().empty()) {
+    if (absl::Status s = ValidateName("failure domain", request.failure_domain()); !s.ok()) {
+      return s;
+    }
+  }
+  if (request.host().address().size() > kMaxAddress) {
+    return absl::InvalidArgumentError(absl::StrCat("host ", name, ": its peer address is ",
+                                                   request.host().address().size(),
+                                                   " bytes; the limit is ", kMaxAddress));
+  }
+  absl::MutexLock lock(&mu_);
+  if (hosts_.count(name) == 0 && hosts_.size() >= options_.max_hosts) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("host ", name, ": the coordinator holds ", hosts_.size(),
+                     " hosts already; the limit is ", options_.max_hosts));
+  }
+  Host& host = hosts_[name];
+  host.info = v1::ClusterHost();
+  *host.info.mutable_host() = request.host();
+  host.info.set_instance(request.instance());
+  host.info.set_failure_domain(request.failure_domain());
+  host.info.set_pool_bytes(request.pool_bytes());
+  host.last_heard = now;
+  return absl::OkStatus();
+}
+
+bool HostRegistry::Heartbeat(const v1::HeartbeatRequest& request, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = hosts_.find(request.host());
+  if (it == hosts_.end() || it->second.info.lost() ||
+      it->second.info.instance() != request.instance()) {
+    return false;
+  }
+  it->second.last_heard = now;
+  it->second.info.set_pool_used(request.pool_used());
+  it->second.info.set_sessions(request.sessions());
+  return true;
+}
+
+std::vector<std::string> HostRegistry::ExpireSilent(absl::Time now) {
+  std::vector<std::string> lost;
+  absl::MutexLock lock(&mu_);
+  for (auto& [name, host] : hosts_) {
+    if (!host.info.lost() && now - host.last_heard > options_.heartbeat_timeout) {
+      host.info.set_lost(true);
+      lost.push_back(name);
+    }
+  }
+  return lost;
+}
+
+v1::ClusterStatusResponse HostRegistry::Status(absl::Time now) const {
+  v1::ClusterStatusResponse status;
+  status.set_heartbeat_timeout_s(absl::ToDoubleSeconds(options_.heartbeat_timeout));
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, host] : hosts_) {
+    v1::ClusterHost* out = status.add_hosts();
+    *out = host.info;
+    out->set_heartbeat_age_s(absl::ToDoubleSeconds(now - host.last_heard));
+    // Silent past the timeout counts as lost even before the sweep ran.
+    if (now - host.last_heard > options_.heartbeat_timeout) out->set_lost(true);
+  }
+  return status;
+}
+
+size_t HostRegistry::live_hosts() const {
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [name, host] : hosts_) n += host.info.lost() ? 0 : 1;
+  return n;
+}
+
+}  // namespace ckpt::cluster

@@ -1,0 +1,43 @@
+#include "tools/ckptctl/cluster.h"
+
+#include <ostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace ckpt::ctl {
+
+int RunCluster(const Call& call, v1::ClusterService::StubInterface& stub, bool json) {
+  v1::ClusterStatusRequest request;
+  v1::ClusterStatusResponse response;
+  const grpc::Status rpc = InvokeRpc(call, [&](grpc::ClientContext* context) {
+    return stub.ClusterStatus(context, request, &response);
+  });
+  if (rpc.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    return FailedRpc(call, "cluster",
+                     grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                  call.target + " is not a coordinator (ckptd --coordinator)"));
+  }
+  if (!rpc.ok()) return FailedRpc(call, "cluster", rpc);
+  if (json) return PrintMessageJson(call, "cluster", response);
+  std::ostream& out = *call.out;
+  int lost = 0;
+  for (const v1::ClusterHost& h : response.hosts()) lost += h.lost() ? 1 : 0;
+  out << absl::StrFormat("coordinator %s: %d hosts, %d lost (heartbeat timeout %.1f s)\n",
+                         response.coordinator_instance(), response.hosts_size(), lost,
+                         response.heartbeat_timeout_s());
+  if (response.hosts().empty()) return kExitOk;
+  out << absl::StrFormat("  %-24s %-6s %9s %-12s %-21s %s\n", "HOST", "STATE", "HEARTBEAT",
+                         "DOMAIN", "POOL USED", "IN FLIGHT");
+  for (const v1::ClusterHost& h : response.hosts()) {
+    out << absl::StrFormat("  %-24s %-6s %8.1fs %-12s %-21s %d\n", h.host().host(),
+                           h.lost() ? "LOST" : "alive", h.heartbeat_age_s(),
+                           h.failure_domain().empty() ? "-" : h.failure_domain(),
+                           absl::StrCat(FormatBytes(h.pool_used()), " / ",
+                                        FormatBytes(h.pool_bytes())),
+                           h.sessions());
+  }
+  return kExitOk;
+}
+
+}  // namespace ckpt::ctl
