@@ -10,8 +10,8 @@ ClusterServiceImpl::ClusterServiceImpl(const auth::Authenticator& auth,
                                        ClusterServiceOptions options)
     : auth_(auth),
       options_(std::move(options)),
-      registry_({.heartbeat_timeout = options_.heartbeat_timeout,
-                 .max_hosts = options_.max_hosts}) {
+      registry_(
+          {.heartbeat_timeout = options_.heartbeat_timeout, .max_hosts = options_.max_hosts}) {
   sweeper_ = std::thread([this] {
     const absl::Duration period = std::max(options_.heartbeat_timeout / 4, absl::Milliseconds(50));
     while (!stop_.WaitForNotificationWithTimeout(period)) {

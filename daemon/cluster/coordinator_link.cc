@@ -50,12 +50,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorLink>> CoordinatorLink::Start(
     absl::StatusOr<std::string> token =
         auth::ReadTokenFile(options.token_file, "--coordinator_token_file");
     if (!token.ok()) return token.status();
-    credentials = grpc::CompositeChannelCredentials(credentials,
-                                                    grpc::AccessTokenCredentials(*token));
+    credentials =
+        grpc::CompositeChannelCredentials(credentials, grpc::AccessTokenCredentials(*token));
   }
   std::unique_ptr<CoordinatorLink> link(new CoordinatorLink(std::move(options)));
-  link->stub_ = v1::ClusterService::NewStub(
-      grpc::CreateChannel(link->options_.address, credentials));
+  link->stub_ =
+      v1::ClusterService::NewStub(grpc::CreateChannel(link->options_.address, credentials));
   link->thread_ = std::thread([l = link.get()] { l->Run(); });
   return link;
 }
@@ -98,8 +98,8 @@ void CoordinatorLink::Run() {
     const std::string text = s.ToString();
     if (text == last_error) return;
     last_error = text;
-    absl::FPrintF(stderr, "ckptd: coordinator %s: %s; retrying every %s\n", options_.address,
-                  text, absl::FormatDuration(interval));
+    absl::FPrintF(stderr, "ckptd: coordinator %s: %s; retrying every %s\n", options_.address, text,
+                  absl::FormatDuration(interval));
   };
   do {
     if (!registered()) {
@@ -110,8 +110,8 @@ void CoordinatorLink::Run() {
       registered_.store(true, std::memory_order_release);
       registrations_.fetch_add(1, std::memory_order_relaxed);
       last_error.clear();
-      absl::FPrintF(stderr, "ckptd: registered with coordinator %s as host %s\n",
-                    options_.address, options_.self.host().host());
+      absl::FPrintF(stderr, "ckptd: registered with coordinator %s as host %s\n", options_.address,
+                    options_.self.host().host());
       continue;  // first heartbeat after one interval
     }
     absl::StatusOr<bool> known = HeartbeatOnce();
@@ -121,8 +121,10 @@ void CoordinatorLink::Run() {
     }
     if (!*known) {
       registered_.store(false, std::memory_order_release);
-      absl::FPrintF(stderr, "ckptd: coordinator %s does not know this host's instance; "
-                    "registering again\n", options_.address);
+      absl::FPrintF(stderr,
+                    "ckptd: coordinator %s does not know this host's instance; "
+                    "registering again\n",
+                    options_.address);
       continue;
     }
     if (!last_error.empty()) {

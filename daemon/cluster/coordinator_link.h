@@ -22,7 +22,7 @@
 namespace ckpt::cluster {
 
 struct CoordinatorLinkOptions {
-  std::string address;     // "host:port" (TLS) or "unix:<path>"
+  std::string address;      // "host:port" (TLS) or "unix:<path>"
   std::string tls_ca_file;  // the coordinator's CA; empty: the system's
   std::string token_file;   // the cluster's admin token (mode 0600)
   v1::RegisterHostRequest self;

@@ -26,9 +26,9 @@ absl::Status HostRegistry::Register(const v1::RegisterHostRequest& request, absl
   }
   absl::MutexLock lock(&mu_);
   if (hosts_.count(name) == 0 && hosts_.size() >= options_.max_hosts) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("host ", name, ": the coordinator holds ", hosts_.size(),
-                     " hosts already; the limit is ", options_.max_hosts));
+    return absl::ResourceExhaustedError(absl::StrCat("host ", name, ": the coordinator holds ",
+                                                     hosts_.size(), " hosts already; the limit is ",
+                                                     options_.max_hosts));
   }
   Host& host = hosts_[name];
   host.info = v1::ClusterHost();

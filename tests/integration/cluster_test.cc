@@ -27,11 +27,11 @@ const std::vector<std::string> kCoordinatorFlags = {
 
 std::vector<std::string> NodeFlags(const TestDaemon& coordinator, const std::string& host,
                                    const std::string& domain, const std::string& token_file = "") {
-  return {"--host_name=" + host,
-          "--coordinator_address=" + coordinator.tcp_address(),
-          "--coordinator_tls_ca_file=" + coordinator.tls_cert_file(),
-          "--coordinator_token_file=" + (token_file.empty() ? coordinator.token_file() : token_file),
-          "--failure_domain=" + domain};
+  return {
+      "--host_name=" + host, "--coordinator_address=" + coordinator.tcp_address(),
+      "--coordinator_tls_ca_file=" + coordinator.tls_cert_file(),
+      "--coordinator_token_file=" + (token_file.empty() ? coordinator.token_file() : token_file),
+      "--failure_domain=" + domain};
 }
 
 // The coordinator's view, asked over its Unix socket.
@@ -118,10 +118,10 @@ TEST_CASE("Nodes register and heartbeat; a killed one is lost within the timeout
   const std::string address = coordinator.tcp_address();
   coordinator.Kill();
   std::vector<std::string> flags = kCoordinatorFlags;
-  flags.insert(flags.end(), {"--tls_cert_file=" + coordinator.tls_cert_file(),
-                             "--tls_key_file=" + coordinator.tls_key_file(),
-                             "--token_file=" + coordinator.token_file(),
-                             "--listen_address=" + address});
+  flags.insert(flags.end(),
+               {"--tls_cert_file=" + coordinator.tls_cert_file(),
+                "--tls_key_file=" + coordinator.tls_key_file(),
+                "--token_file=" + coordinator.token_file(), "--listen_address=" + address});
   REQUIRE(coordinator.Start(flags).ok());
   REQUIRE(AwaitCluster(coordinator, [](const v1::ClusterStatusResponse& s) {
     return s.hosts_size() == 2 && !Find(s, "host-a")->lost() && !Find(s, "host-b")->lost();
@@ -134,15 +134,13 @@ TEST_CASE("A node with a wrong token is refused and never listed", "[cluster]") 
   REQUIRE(coordinator.StartWithTcp(kCoordinatorFlags).ok());
   TestDaemon intruder;
   const std::string wrong = intruder.dir() + "/wrong.token";
-  {
-    std::ofstream(wrong) << "not-the-cluster-token-0123456789\n";
-  }
+  { std::ofstream(wrong) << "not-the-cluster-token-0123456789\n"; }
   REQUIRE(::chmod(wrong.c_str(), 0600) == 0);
   // The read-only token is not enough to register either.
   TestDaemon reader;
   REQUIRE(intruder.Start(NodeFlags(coordinator, "intruder", "rack9", wrong)).ok());
-  REQUIRE(reader.Start(NodeFlags(coordinator, "reader", "rack9", coordinator.read_token_file()))
-              .ok());
+  REQUIRE(
+      reader.Start(NodeFlags(coordinator, "reader", "rack9", coordinator.read_token_file())).ok());
   CHECK(intruder.WaitForOutput("UNAUTHENTICATED"));
   CHECK(reader.WaitForOutput("PERMISSION_DENIED"));
   CHECK(ClusterStatus(coordinator).hosts_size() == 0);

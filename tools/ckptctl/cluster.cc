@@ -30,12 +30,10 @@ int RunCluster(const Call& call, v1::ClusterService::StubInterface& stub, bool j
   out << absl::StrFormat("  %-24s %-6s %9s %-12s %-21s %s\n", "HOST", "STATE", "HEARTBEAT",
                          "DOMAIN", "POOL USED", "IN FLIGHT");
   for (const v1::ClusterHost& h : response.hosts()) {
-    out << absl::StrFormat("  %-24s %-6s %8.1fs %-12s %-21s %d\n", h.host().host(),
-                           h.lost() ? "LOST" : "alive", h.heartbeat_age_s(),
-                           h.failure_domain().empty() ? "-" : h.failure_domain(),
-                           absl::StrCat(FormatBytes(h.pool_used()), " / ",
-                                        FormatBytes(h.pool_bytes())),
-                           h.sessions());
+    out << absl::StrFormat(
+        "  %-24s %-6s %8.1fs %-12s %-21s %d\n", h.host().host(), h.lost() ? "LOST" : "alive",
+        h.heartbeat_age_s(), h.failure_domain().empty() ? "-" : h.failure_domain(),
+        absl::StrCat(FormatBytes(h.pool_used()), " / ", FormatBytes(h.pool_bytes())), h.sessions());
   }
   return kExitOk;
 }
