@@ -322,6 +322,10 @@ int Run(const Config& c) {
     double value;
     double limit;
     bool at_most;
+    // The fast path's ratios hold with room for two snapshots; a smaller
+    // pool makes the save wait on the disk by design, so the lazy save
+    // cannot hide it and the plain way is no longer 10x slower.
+    bool fast_path_only = false;
   };
   // A checkpoint larger than the pool cannot finish its copy before the
   // part that does not fit has been written: the floor is the larger of
@@ -331,14 +335,15 @@ int Run(const Config& c) {
       std::max(f["memcpy_floor_s"], (double(bytes) - double(pool)) / (f["disk_write_gbps"] * 1e9));
   const Check checks[] = {
       {"stall_blocking / stall_floor", f["stall_blocking_s"] / f["stall_floor_s"], 1.25, true},
-      {"stall_lazy / stall_blocking", f["stall_lazy_s"] / f["stall_blocking_s"], 0.1, true},
+      {"stall_lazy / stall_blocking", f["stall_lazy_s"] / f["stall_blocking_s"], 0.1, true, true},
       {"persist_gbps / disk_write_gbps", f["persist_gbps"] / f["disk_write_gbps"], 0.9, false},
       // Medians over the same pairs, half of them with the load first: this
       // disk serves whichever comes first in a pair up to 3x faster, so a
       // per-pair ratio swings from 0.3 to 3 and says little.
       {"load_gbps / disk_read_gbps", f["load_gbps"] / f["disk_read_gbps"], streaming ? 0.85 : 0.9,
        false},
-      {"sync_baseline / stall_blocking", f["sync_baseline_s"] / f["stall_blocking_s"], 10, false},
+      {"sync_baseline / stall_blocking", f["sync_baseline_s"] / f["stall_blocking_s"], 10, false,
+       true},
       {"daemon_heap_mib", f["daemon_heap_mib"], 128, true},
   };
   absl::PrintF(
@@ -349,7 +354,10 @@ int Run(const Config& c) {
   for (const Check& ch : checks) {
     const bool pass = ch.at_most ? ch.value <= ch.limit : ch.value >= ch.limit;
     absl::PrintF("  %-32s %8.3f  (%s %.2f)  %s\n", ch.name, ch.value,
-                 ch.at_most ? "<=" : ">=", ch.limit, pass ? "ok" : "MISSED");
+                 ch.at_most ? "<=" : ">=", ch.limit,
+                 ch.fast_path_only && streaming ? "n/a: the pool holds less than two snapshots"
+                 : pass                         ? "ok"
+                                                : "MISSED");
   }
   if (c.json) {
     std::string line = absl::StrFormat(
