@@ -5,9 +5,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "daemon/auth/bearer_token.h"
 #include "daemon/peer/peer_socket.h"
 
@@ -114,7 +117,7 @@ PeerReceiver::~PeerReceiver() {
   }
 }
 
-std::shared_ptr<PeerTransfer> PeerReceiver::Expect(std::string what, char* base, uint64_t bytes) {
+ExpectedTransfer PeerReceiver::Expect(std::string what, char* base, uint64_t bytes) {
   std::shared_ptr<PeerTransfer> transfer(
       new PeerTransfer(std::move(what), base, bytes, NewToken()));
   absl::MutexLock lock(&mu_);
@@ -122,7 +125,7 @@ std::shared_ptr<PeerTransfer> PeerReceiver::Expect(std::string what, char* base,
     it = it->second.expired() ? expected_.erase(it) : std::next(it);
   }
   expected_[std::string(transfer->token().id())] = transfer;
-  return transfer;
+  return ExpectedTransfer(std::move(transfer));
 }
 
 std::shared_ptr<PeerTransfer> PeerReceiver::TakeExpected(const PeerToken& token) {
@@ -165,8 +168,9 @@ void PeerReceiver::AcceptLoop() {
     const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) {
       if (stopping_.load()) return;
-      // Out of descriptors: give the connections in flight a moment to end.
-      if (errno == EMFILE || errno == ENFILE) absl::SleepFor(absl::Milliseconds(10));
+      // Out of descriptors or buffers: give the connections in flight a
+      // moment to end rather than spinning.
+      if (errno != EINTR && errno != ECONNABORTED) absl::SleepFor(absl::Milliseconds(10));
       continue;
     }
     absl::MutexLock lock(&mu_);
@@ -179,10 +183,16 @@ void PeerReceiver::AcceptLoop() {
     auto connection = std::make_unique<Connection>();
     connection->fd = fd;
     Connection* c = connection.get();
-    c->thread = std::thread([this, c] {
-      Serve(c->fd);
-      c->finished.store(true, std::memory_order_release);
-    });
+    try {
+      c->thread = std::thread([this, c] {
+        Serve(c->fd);
+        c->finished.store(true, std::memory_order_release);
+      });
+    } catch (const std::system_error&) {  // out of threads: this one waits its turn
+      Refuse();
+      ::close(fd);
+      continue;
+    }
     connections_.push_back(std::move(connection));
   }
 }
@@ -191,9 +201,10 @@ void PeerReceiver::Serve(int fd) {
   const std::string peer = PeerName(fd);
   SetTimeouts(fd, options_.hello_timeout, options_.idle_timeout);
   char hello[kHelloBytes];
-  if (!ReadFull(fd, hello, sizeof hello, peer).ok() ||
+  if (!ReadFull(fd, hello, sizeof hello, peer, absl::Now() + options_.hello_timeout).ok() ||
       std::memcmp(hello, kMagic, sizeof kMagic) != 0 || GetU32(hello + 8) != kVersion) {
     Refuse();  // not a ckpt peer, or not this version: nothing to answer
+    ::shutdown(fd, SHUT_RDWR);
     return;
   }
   PeerToken token;
@@ -202,12 +213,14 @@ void PeerReceiver::Serve(int fd) {
   if (transfer == nullptr || !transfer->Claim(fd)) {
     Refuse();
     SendAck(fd, 0, absl::StatusCode::kPermissionDenied, peer);
+    ::shutdown(fd, SHUT_RDWR);
     return;
   }
   SetTimeouts(fd, options_.idle_timeout, options_.idle_timeout);
   const std::string from = absl::StrCat(transfer->what_, " from ", peer);
   absl::Status status;
   uint64_t received = 0;
+  uint64_t next_offset = 0;  // frames come in order
   for (;;) {
     char header[kFrameHeaderBytes];
     if (status = ReadFull(fd, header, sizeof header, "the sender"); !status.ok()) break;
@@ -225,6 +238,14 @@ void PeerReceiver::Serve(int fd) {
                                                        " bytes"));
       break;
     }
+    // Frames in order, none overlapping: with the total checked at the end,
+    // every byte of the destination was then written exactly once.
+    if (offset < next_offset) {
+      status = absl::InvalidArgumentError(absl::StrCat(
+          "a frame at offset ", offset, " before the end of the previous one (", next_offset, ")"));
+      break;
+    }
+    next_offset = offset + length;
     if (status = ReadFull(fd, transfer->base_ + offset, length, "the sender"); !status.ok()) {
       break;
     }
@@ -249,7 +270,13 @@ void PeerReceiver::Serve(int fd) {
   }
   transfer->Finish(status);
   (status.ok() ? completed_ : failed_).fetch_add(1, std::memory_order_relaxed);
+  if (!status.ok() && !transfer->cancelled()) {
+    absl::FPrintF(stderr, "ckptd: peer channel: %s\n", status.ToString());
+  }
   SendAck(fd, received, status.code(), peer);
+  // The peer sees the end now; the descriptor closes when the thread is
+  // reaped.
+  ::shutdown(fd, SHUT_RDWR);
 }
 
 }  // namespace ckpt::peer

@@ -59,6 +59,11 @@ class PeerTransfer {
   const PeerToken& token() const { return token_; }
   uint64_t bytes() const { return bytes_; }
   uint64_t received() const { return received_.load(std::memory_order_relaxed); }
+  // A sender presented the token (the transfer is its from then on).
+  bool connected() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return claimed_;
+  }
   // OK once every byte arrived and the sender ended the transfer; the
   // transfer's error otherwise. At the deadline the transfer is cancelled
   // (DEADLINE_EXCEEDED).
@@ -90,6 +95,24 @@ class PeerTransfer {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
+// What Expect hands the transfer's owner: the transfer, cancelled when the
+// handle goes, so that no connection can write into a destination its
+// owner has freed.
+class ExpectedTransfer {
+ public:
+  explicit ExpectedTransfer(std::shared_ptr<PeerTransfer> transfer)
+      : transfer_(std::move(transfer)) {}
+  ExpectedTransfer(ExpectedTransfer&&) = default;
+  ExpectedTransfer& operator=(ExpectedTransfer&&) = delete;
+  ~ExpectedTransfer() {
+    if (transfer_) transfer_->Cancel(absl::CancelledError("its owner gave the transfer up"));
+  }
+  PeerTransfer* operator->() const { return transfer_.get(); }
+
+ private:
+  std::shared_ptr<PeerTransfer> transfer_;
+};
+
 class PeerReceiver {
  public:
   static absl::StatusOr<std::unique_ptr<PeerReceiver>> Start(const PeerReceiverOptions& options);
@@ -100,7 +123,7 @@ class PeerReceiver {
   int port() const { return port_; }
   // A transfer of exactly `bytes` into [base, base + bytes), from whoever
   // presents the returned transfer's token. `what` names it in errors.
-  std::shared_ptr<PeerTransfer> Expect(std::string what, char* base, uint64_t bytes);
+  ExpectedTransfer Expect(std::string what, char* base, uint64_t bytes);
   PeerReceiverStats Stats() const;
 
  private:

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/peer/peer_socket.h"
@@ -14,6 +15,18 @@ namespace ckpt::peer {
 absl::Status PeerSend(const std::string& address, const PeerToken& token,
                       absl::Span<const PeerBlockRef> blocks, const PeerSendOptions& options) {
   if (options.max_frame_bytes == 0) return absl::InvalidArgumentError("peer send: no frame size");
+  // The receiver takes frames in order, none overlapping.
+  std::vector<PeerBlockRef> sorted(blocks.begin(), blocks.end());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const PeerBlockRef& a, const PeerBlockRef& b) { return a.offset < b.offset; });
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    if (sorted[i].offset - sorted[i - 1].offset < sorted[i - 1].length) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("peer send: blocks at offsets ", sorted[i - 1].offset, " (",
+                       sorted[i - 1].length, " bytes) and ", sorted[i].offset, " overlap"));
+    }
+  }
+  blocks = sorted;
   absl::StatusOr<int> fd = ConnectTcp(address, options.connect_timeout);
   if (!fd.ok()) return fd.status();
   SetTimeouts(*fd, options.idle_timeout, options.idle_timeout);

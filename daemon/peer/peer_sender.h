@@ -26,7 +26,7 @@ struct PeerSendOptions {
   absl::Duration idle_timeout = absl::Seconds(10);  // the receiver took nothing for this long
 };
 
-// Sends `blocks` as the transfer `token` names to the receiver at
+// Sends `blocks` (in any order; none may overlap) as the transfer `token` names to the receiver at
 // `address` ("host:port"), and waits for its acknowledgement. The status
 // names the receiver; the receiver's own error code comes back as this
 // status's code (its message stays on the receiving host).

@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "proto/lib/status_context.h"
 
 namespace ckpt::peer {
@@ -129,8 +131,19 @@ std::string PeerName(int fd) {
   return absl::StrCat(host, ":", ntohs(a->sin_port));
 }
 
-absl::Status ReadFull(int fd, char* p, uint64_t n, const std::string& peer) {
+absl::Status ReadFull(int fd, char* p, uint64_t n, const std::string& peer, absl::Time deadline) {
   while (n > 0) {
+    if (deadline != absl::InfiniteFuture()) {
+      const absl::Duration left = deadline - absl::Now();
+      pollfd ready{fd, POLLIN, 0};
+      const int rc = left <= absl::ZeroDuration()
+                         ? 0
+                         : ::poll(&ready, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+      if (rc < 0 && errno == EINTR) continue;
+      if (rc == 0) {
+        return absl::DeadlineExceededError(absl::StrCat(peer, " did not finish in time"));
+      }
+    }
     const ssize_t k = ::recv(fd, p, n, 0);
     if (k > 0) {
       p += k;

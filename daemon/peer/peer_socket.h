@@ -23,8 +23,11 @@ void SetTimeouts(int fd, absl::Duration receive, absl::Duration send);
 std::string PeerName(int fd);
 
 // All n bytes, or an error: UNAVAILABLE when the peer closed or reset the
-// connection, DEADLINE_EXCEEDED when it went quiet past the timeout.
-absl::Status ReadFull(int fd, char* p, uint64_t n, const std::string& peer);
+// connection, DEADLINE_EXCEEDED when it went quiet past the timeout, or
+// when `deadline` passed (a bound on the whole read: a peer dripping one
+// byte at a time would otherwise reset the socket timeout with each).
+absl::Status ReadFull(int fd, char* p, uint64_t n, const std::string& peer,
+                      absl::Time deadline = absl::InfiniteFuture());
 // All of the iovecs (advanced in place), or an error as above.
 absl::Status WriteFull(int fd, iovec* iov, int count, const std::string& peer);
 

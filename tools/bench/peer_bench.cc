@@ -25,6 +25,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -164,19 +165,20 @@ int RunReceiver(const std::string& host, int tcp_port, int grpc_port, uint64_t b
   std::cout << "ready" << std::endl;
   // "expect N": a transfer of N bytes on the peer channel, answered with
   // its port and token; "wait": its outcome. EOF stops.
-  std::shared_ptr<peer::PeerTransfer> transfer;
+  std::optional<peer::ExpectedTransfer> transfer;
   for (std::string line; std::getline(std::cin, line);) {
     uint64_t n = 0;
     if (line.rfind("expect ", 0) == 0 && absl::SimpleAtoi(line.substr(7), &n) &&
         n <= destination.size()) {
-      transfer = (*channel)->Expect("bench transfer", destination.data(), n);
-      const peer::PeerToken& token = transfer->token();
+      transfer.reset();
+      transfer.emplace((*channel)->Expect("bench transfer", destination.data(), n));
+      const peer::PeerToken& token = (*transfer)->token();
       std::cout << "ok " << (*channel)->port() << " "
                 << absl::BytesToHexString(absl::string_view(
                        reinterpret_cast<const char*>(token.bytes.data()), token.bytes.size()))
                 << std::endl;
-    } else if (line == "wait" && transfer != nullptr) {
-      const absl::Status s = transfer->Wait(absl::Now() + absl::Minutes(1));
+    } else if (line == "wait" && transfer.has_value()) {
+      const absl::Status s = (*transfer)->Wait(absl::Now() + absl::Minutes(1));
       std::cout << (s.ok() ? std::string("ok 0") : absl::StrCat("error ", s.ToString()))
                 << std::endl;
     } else {

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -70,7 +72,7 @@ TEST_CASE("Blocks from several senders arrive bit-exact, each where its transfer
   auto receiver = StartReceiver({.max_frame_bytes = 1 << 20});
   constexpr int kTransfers = 4;
   std::vector<std::vector<char>> sources, destinations;
-  std::vector<std::shared_ptr<PeerTransfer>> transfers;
+  std::vector<ExpectedTransfer> transfers;
   for (int t = 0; t < kTransfers; ++t) {
     const size_t bytes = (t == 0) ? 0 : (size_t{3} << 20) + 12345 * t;  // one empty transfer
     sources.push_back(RandomBytes(bytes, 7 + t));
@@ -241,18 +243,93 @@ TEST_CASE("A sender that goes away or goes quiet fails its transfer within the t
   }
 }
 
+// Polls until the sender's hello was taken (one check per millisecond).
+void AwaitConnected(const ExpectedTransfer& transfer) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!transfer->connected()) {
+    REQUIRE(absl::Now() < deadline);
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+}
+
 TEST_CASE("Cancel cuts a sender off and returns once the destination is left alone", "[peer]") {
-  auto receiver = StartReceiver();
+  // A long idle timeout: only Cancel can end the connection's wait.
+  auto receiver = StartReceiver({.idle_timeout = absl::Seconds(60)});
   std::vector<char> dst(1 << 20, 0);
   auto transfer = receiver->Expect("load J", dst.data(), dst.size());
   RawPeer raw(*receiver);
   raw.Hello(transfer->token());
   raw.Frame(0, 1 << 20, kLastFrame);
   raw.Send("abc", 3);
+  AwaitConnected(transfer);
+  const absl::Time start = absl::Now();
   transfer->Cancel(absl::CancelledError("the load failed elsewhere"));
+  CHECK(absl::Now() - start < absl::Seconds(5));
   const absl::Status s = transfer->Wait(absl::Now() + absl::Seconds(1));
   CHECK(s.code() == absl::StatusCode::kCancelled);
   CHECK_THAT(std::string(s.message()), Catch::Contains("failed elsewhere"));
+}
+
+TEST_CASE("A dropped transfer is cancelled: its connection stops before the memory goes",
+          "[peer]") {
+  auto receiver = StartReceiver({.idle_timeout = absl::Seconds(60)});
+  auto dst = std::make_unique<std::vector<char>>(1 << 20, 0);
+  std::optional<ExpectedTransfer> transfer;
+  transfer.emplace(receiver->Expect("load K", dst->data(), dst->size()));
+  RawPeer raw(*receiver);
+  raw.Hello((*transfer)->token());
+  raw.Frame(0, 1 << 20, kLastFrame);
+  raw.Send("abc", 3);
+  AwaitConnected(*transfer);
+  const absl::Time start = absl::Now();
+  transfer.reset();  // returns only once the connection left the memory alone
+  CHECK(absl::Now() - start < absl::Seconds(5));
+  dst.reset();
+  // The connection was cut: the sender sees it closed, not an OK.
+  char ack[kAckBytes];
+  SetTimeouts(raw.fd, absl::Seconds(10), absl::Seconds(10));
+  const absl::Status answer = ReadFull(raw.fd, ack, sizeof ack, "the receiver");
+  CHECK(answer.code() == absl::StatusCode::kUnavailable);
+  CHECK(receiver->Stats().transfers_failed == 1);
+}
+
+TEST_CASE("Frames that go back or overlap fail the transfer", "[peer]") {
+  auto receiver = StartReceiver();
+  std::vector<char> dst(8, 0);
+  auto transfer = receiver->Expect("load L", dst.data(), dst.size());
+  RawPeer raw(*receiver);
+  raw.Hello(transfer->token());
+  // [0, 4) twice adds up to 8 bytes, but [4, 8) was never written.
+  raw.Frame(0, 4, 0);
+  raw.Send("aaaa", 4);
+  raw.Frame(0, 4, kLastFrame);
+  raw.Send("bbbb", 4);
+  const absl::Status s = transfer->Wait(absl::Now() + absl::Seconds(5));
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(s.message()), Catch::Contains("before the end of the previous one"));
+  // The sender refuses overlapping blocks itself.
+  std::vector<char> src(8, 's');
+  const PeerBlockRef overlapping[] = {{0, src.data(), 5}, {4, src.data() + 4, 4}};
+  auto other = receiver->Expect("load M", dst.data(), dst.size());
+  CHECK(PeerSend(AddressOf(*receiver), other->token(), overlapping).code() ==
+        absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("A hello dripped a byte at a time is cut off at the hello deadline", "[peer]") {
+  auto receiver = StartReceiver({.hello_timeout = absl::Milliseconds(500)});
+  RawPeer slow(*receiver);
+  const absl::Time start = absl::Now();
+  // One byte every 100 ms: each recv is well inside any per-call timeout.
+  bool cut = false;
+  for (int i = 0; i < 40 && !cut; ++i) {
+    cut = ::send(slow.fd, "C", 1, MSG_NOSIGNAL) != 1;
+    absl::SleepFor(absl::Milliseconds(100));
+    char byte;
+    cut = cut || ::recv(slow.fd, &byte, 1, MSG_DONTWAIT) == 0;
+  }
+  CHECK(cut);
+  CHECK(absl::Now() - start < absl::Seconds(3));
+  CHECK(receiver->Stats().connections_refused == 1);
 }
 
 TEST_CASE("More connections than allowed are refused, not queued", "[peer]") {
