@@ -1,10 +1,20 @@
 #include "daemon/cluster/cluster_service.h"
 
+#include <chrono>
+
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "proto/lib/grpc_status.h"
 
 namespace ckpt::cluster {
+namespace {
+
+// Heartbeat ages from a clock NTP cannot step.
+absl::Time MonotonicNow() {
+  return absl::UnixEpoch() + absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
+}
+
+}  // namespace
 
 ClusterServiceImpl::ClusterServiceImpl(const auth::Authenticator& auth,
                                        ClusterServiceOptions options)
@@ -15,7 +25,7 @@ ClusterServiceImpl::ClusterServiceImpl(const auth::Authenticator& auth,
   sweeper_ = std::thread([this] {
     const absl::Duration period = std::max(options_.heartbeat_timeout / 4, absl::Milliseconds(50));
     while (!stop_.WaitForNotificationWithTimeout(period)) {
-      for (const std::string& host : registry_.ExpireSilent(absl::Now())) {
+      for (const std::string& host : registry_.ExpireSilent(MonotonicNow())) {
         absl::FPrintF(stderr, "ckptd: host %s lost: no heartbeat for %s\n", host,
                       absl::FormatDuration(options_.heartbeat_timeout));
       }
@@ -33,7 +43,8 @@ grpc::Status ClusterServiceImpl::Register(grpc::ServerContext* context,
                                           v1::RegisterHostResponse* response) {
   absl::StatusOr<auth::Caller> caller = auth_.Authorize(*context, auth::Permission::kAdmin);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
-  if (absl::Status s = registry_.Register(*request, absl::Now()); !s.ok()) return ToGrpcStatus(s);
+  if (absl::Status s = registry_.Register(*request, MonotonicNow()); !s.ok())
+    return ToGrpcStatus(s);
   absl::FPrintF(stderr, "ckptd: host %s registered (instance %s, peer channel %s, from %s)\n",
                 request->host().host(), request->instance(),
                 request->host().address().empty() ? "none" : request->host().address(),
@@ -49,7 +60,7 @@ grpc::Status ClusterServiceImpl::Heartbeat(grpc::ServerContext* context,
                                            v1::HeartbeatResponse* response) {
   absl::StatusOr<auth::Caller> caller = auth_.Authorize(*context, auth::Permission::kAdmin);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
-  response->set_register_again(!registry_.Heartbeat(*request, absl::Now()));
+  response->set_register_again(!registry_.Heartbeat(*request, MonotonicNow()));
   return grpc::Status::OK;
 }
 
@@ -58,7 +69,7 @@ grpc::Status ClusterServiceImpl::ClusterStatus(grpc::ServerContext* context,
                                                v1::ClusterStatusResponse* response) {
   absl::StatusOr<auth::Caller> caller = auth_.Authorize(*context, auth::Permission::kRead);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
-  *response = registry_.Status(absl::Now());
+  *response = registry_.Status(MonotonicNow());
   response->set_coordinator_instance(options_.instance);
   return grpc::Status::OK;
 }

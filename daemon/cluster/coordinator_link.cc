@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -73,18 +74,21 @@ absl::Status CoordinatorLink::RegisterOnce(absl::Duration* interval) {
   if (!status.ok()) return FromGrpcStatus(status);
   if (response.heartbeat_interval_ms() > 0) {
     *interval = std::clamp(absl::Milliseconds(response.heartbeat_interval_ms()),
-                           absl::Milliseconds(50), absl::Seconds(60));
+                           absl::Milliseconds(10), absl::Seconds(60));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> CoordinatorLink::HeartbeatOnce() {
+absl::StatusOr<bool> CoordinatorLink::HeartbeatOnce(absl::Duration interval) {
   v1::HeartbeatRequest request;
   request.set_host(options_.self.host().host());
   request.set_instance(options_.self.instance());
   if (options_.sample) options_.sample(request);
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
+  // A heartbeat stuck longer than two intervals is dropped for the next
+  // one: one slow call must not outlast the coordinator's timeout.
+  context.set_deadline(absl::ToChronoTime(
+      absl::Now() + std::clamp(2 * interval, absl::Milliseconds(100), options_.call_timeout)));
   v1::HeartbeatResponse response;
   grpc::Status status = stub_->Heartbeat(&context, request, &response);
   if (!status.ok()) return FromGrpcStatus(status);
@@ -114,7 +118,7 @@ void CoordinatorLink::Run() {
                     options_.self.host().host());
       continue;  // first heartbeat after one interval
     }
-    absl::StatusOr<bool> known = HeartbeatOnce();
+    absl::StatusOr<bool> known = HeartbeatOnce(interval);
     if (!known.ok()) {
       report(known.status());
       continue;  // the coordinator may be back: heartbeat again, it says if it forgot us

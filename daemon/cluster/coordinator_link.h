@@ -47,7 +47,7 @@ class CoordinatorLink {
   explicit CoordinatorLink(CoordinatorLinkOptions options) : options_(std::move(options)) {}
   void Run();
   absl::Status RegisterOnce(absl::Duration* interval);
-  absl::StatusOr<bool> HeartbeatOnce();  // false: register again
+  absl::StatusOr<bool> HeartbeatOnce(absl::Duration interval);  // false: register again
 
   const CoordinatorLinkOptions options_;
   std::unique_ptr<v1::ClusterService::Stub> stub_;

@@ -25,10 +25,34 @@ absl::Status HostRegistry::Register(const v1::RegisterHostRequest& request, absl
                                                    " bytes; the limit is ", kMaxAddress));
   }
   absl::MutexLock lock(&mu_);
-  if (hosts_.count(name) == 0 && hosts_.size() >= options_.max_hosts) {
-    return absl::ResourceExhaustedError(absl::StrCat("host ", name, ": the coordinator holds ",
-                                                     hosts_.size(), " hosts already; the limit is ",
-                                                     options_.max_hosts));
+  auto known = hosts_.find(name);
+  if (known != hosts_.end() && known->second.info.instance() != request.instance() &&
+      !known->second.info.lost() && now - known->second.last_heard <= options_.heartbeat_timeout) {
+    // Two daemons with one --host_name (cloned machines), or one taking
+    // another's place: the live one keeps it.
+    return absl::AlreadyExistsError(absl::StrCat(
+        "host ", name, " is registered by another daemon (instance ", known->second.info.instance(),
+        "), heard from ", absl::FormatDuration(now - known->second.last_heard),
+        " ago; give each daemon its own --host_name. The name is free once that one is silent "
+        "for ",
+        absl::FormatDuration(options_.heartbeat_timeout)));
+  }
+  if (known == hosts_.end() && hosts_.size() >= options_.max_hosts) {
+    // Room from the host lost longest ago; live hosts are never dropped.
+    auto oldest = hosts_.end();
+    for (auto it = hosts_.begin(); it != hosts_.end(); ++it) {
+      const bool lost =
+          it->second.info.lost() || now - it->second.last_heard > options_.heartbeat_timeout;
+      if (lost && (oldest == hosts_.end() || it->second.last_heard < oldest->second.last_heard)) {
+        oldest = it;
+      }
+    }
+    if (oldest == hosts_.end()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("host ", name, ": the coordinator holds ", hosts_.size(),
+                       " live hosts already; the limit is ", options_.max_hosts));
+    }
+    hosts_.erase(oldest);
   }
   Host& host = hosts_[name];
   host.info = v1::ClusterHost();

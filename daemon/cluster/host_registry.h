@@ -1,6 +1,7 @@
 // The coordinator's registry of node daemons: who registered, when each was
 // last heard from, and which are lost (no heartbeat within the timeout).
-// Time is passed in, so tests drive it without sleeping.
+// Time is passed in (a monotonic clock: a stepped wall clock must not lose
+// every host at once), so tests drive it without sleeping.
 //
 // A host is known by its name; a daemon that restarts registers again with
 // a new instance id and replaces the old entry. A heartbeat from an
@@ -35,8 +36,9 @@ class HostRegistry {
  public:
   explicit HostRegistry(HostRegistryOptions options) : options_(options) {}
 
-  // INVALID_ARGUMENT for a bad name, instance or address;
-  // RESOURCE_EXHAUSTED beyond max_hosts.
+  // INVALID_ARGUMENT for a bad name, instance or address; ALREADY_EXISTS
+  // while another live instance holds the name; RESOURCE_EXHAUSTED beyond
+  // max_hosts when no lost host can make room.
   absl::Status Register(const v1::RegisterHostRequest& request, absl::Time now);
   // false: register again (unknown host, other instance, or lost).
   bool Heartbeat(const v1::HeartbeatRequest& request, absl::Time now);

@@ -160,10 +160,11 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
     return absl::InvalidArgumentError("--writer_threads and --reader_threads must be positive");
   }
   if (absl::Status s = CheckLimits(options.limits, options.manifest_limits); !s.ok()) return s;
-  if (options.heartbeat_interval <= absl::ZeroDuration() ||
-      options.heartbeat_timeout <= options.heartbeat_interval) {
+  if (options.heartbeat_interval < absl::Milliseconds(10) ||
+      options.heartbeat_timeout < 2 * options.heartbeat_interval) {
     return absl::InvalidArgumentError(
-        "--heartbeat_interval_s must be positive and below --heartbeat_timeout_s");
+        "--heartbeat_interval_s must be at least 0.01 and --heartbeat_timeout_s at least twice "
+        "it");
   }
   if (options.host_name.empty()) options.host_name = DefaultHostName();
   // Only one daemon per socket. With none alive, the sockets left by a

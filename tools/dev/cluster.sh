@@ -100,14 +100,26 @@ up() {
     mode=loopback
   fi
   [ -e "$env_file" ] && die "$dir already holds a cluster (cluster.sh down $dir first)"
-  tag=$(( $$ % 10000 )); net=$(( $$ % 250 + 1 )); base_port=$(( 21000 + ($$ % 400) * 20 ))
+  # A tag no other cluster on this machine holds: claimed by creating its
+  # bridge (the subnet goes with the tag), so concurrent runs never share
+  # or tear down each other's links.
+  local claimed=0
+  for _ in $(seq 1 50); do
+    tag=$(( RANDOM % 250 + 1 )); net=$tag; base_port=$(( 21000 + (RANDOM % 400) * 20 ))
+    if [ "$mode" = loopback ] || ip link add "ckbr$tag" type bridge 2>/dev/null; then
+      claimed=1
+      break
+    fi
+  done
+  [ "$claimed" = 1 ] || die "no free bridge name ckbr1..250"
   interval="${CKPT_CLUSTER_HEARTBEAT_S:-0.25}"; timeout="${CKPT_CLUSTER_TIMEOUT_S:-2}"
   printf 'mode=%s\nhosts=%s\ntag=%s\nnet=%s\nbase_port=%s\ninterval=%s\ntimeout=%s\n' \
     "$mode" "$hosts" "$tag" "$net" "$base_port" "$interval" "$timeout" >"$env_file"
+  # A start that fails half-way leaves nothing behind.
+  trap '[ "${up_done:-0}" = 1 ] || down >/dev/null 2>&1 || true' EXIT
   mkdir -p "$dir/root"
   make_tls
   if [ "$mode" = netns ]; then
-    ip link add "ckbr$tag" type bridge
     ip addr add "10.233.$net.1/24" dev "ckbr$tag"
     ip link set "ckbr$tag" up
     local n
@@ -123,6 +135,7 @@ up() {
   start_daemon coord
   local i
   for ((i = 0; i < hosts; i++)); do start_daemon "h$i"; done
+  up_done=1
   echo "cluster: $hosts hosts and a coordinator ($mode) under $dir"
   echo "  coordinator $(address_of coord), socket $dir/coord/ckptd.sock"
   for ((i = 0; i < hosts; i++)); do echo "  h$i $(address_of "h$i"), socket $dir/h$i/ckptd.sock"; done
@@ -139,6 +152,9 @@ stop_daemon() {  # NAME SIGNAL
   [ -e "$pidfile" ] || return 0
   local pid
   pid="$(cat "$pidfile")"
+  rm -f "$pidfile"
+  # Only our daemon: the pid may have been reused since.
+  grep -q "socket_path=$dir/$1/ckptd.sock" "/proc/$pid/cmdline" 2>/dev/null || return 0
   kill "-$2" "$pid" 2>/dev/null || true
   # Gone, or a zombie (its parent, the shell of `up`, has exited and
   # nothing may reap it soon): either way no longer running.
@@ -146,7 +162,6 @@ stop_daemon() {  # NAME SIGNAL
     case "$(ps -o stat= -p "$pid" 2>/dev/null)" in "" | Z*) break ;; esac
     sleep 0.05
   done
-  rm -f "$pidfile"
 }
 
 down() {

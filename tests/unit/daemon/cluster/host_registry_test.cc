@@ -83,8 +83,33 @@ TEST_CASE("Registration is bounded and checked before anything is kept", "[clust
   const absl::Status full = registry.Register(Host("c", "i"), t0);
   CHECK(full.code() == absl::StatusCode::kResourceExhausted);
   CHECK_THAT(std::string(full.message()), Catch::Contains("the limit is 2"));
-  // A known host may always register again.
-  CHECK(registry.Register(Host("a", "i2"), t0).ok());
+  // A known instance may always register again.
+  CHECK(registry.Register(Host("a", "i"), t0).ok());
+  // Once b is silent past the timeout, a new host takes its place.
+  CHECK(registry.Heartbeat(Beat("a", "i"), t0 + absl::Seconds(4)));
+  REQUIRE(registry.Register(Host("c", "i"), t0 + absl::Seconds(6)).ok());
+  v1::ClusterStatusResponse status = registry.Status(t0 + absl::Seconds(6));
+  REQUIRE(status.hosts_size() == 2);
+  CHECK(status.hosts(0).host().host() == "a");
+  CHECK(status.hosts(1).host().host() == "c");
+}
+
+TEST_CASE("A second daemon under a live host's name is refused until that one goes silent",
+          "[cluster]") {
+  HostRegistry registry({.heartbeat_timeout = absl::Seconds(5), .max_hosts = 8});
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  REQUIRE(registry.Register(Host("a", "first"), t0).ok());
+  const absl::Status twin = registry.Register(Host("a", "second"), t0 + absl::Seconds(1));
+  CHECK(twin.code() == absl::StatusCode::kAlreadyExists);
+  CHECK_THAT(std::string(twin.message()),
+             Catch::Contains("instance first") && Catch::Contains("its own --host_name"));
+  // The first keeps heartbeating, undisturbed.
+  CHECK(registry.Heartbeat(Beat("a", "first"), t0 + absl::Seconds(2)));
+  // Silent past the timeout (a crashed daemon whose replacement starts):
+  // the name passes to the new instance, and the old one must register.
+  REQUIRE(registry.Register(Host("a", "second"), t0 + absl::Seconds(8)).ok());
+  CHECK(!registry.Heartbeat(Beat("a", "first"), t0 + absl::Seconds(8)));
+  CHECK(registry.Heartbeat(Beat("a", "second"), t0 + absl::Seconds(9)));
 }
 
 }  // namespace
