@@ -117,6 +117,9 @@ ABSL_FLAG(std::string, coordinator_tls_ca_file, "",
 ABSL_FLAG(std::string, coordinator_token_file, "",
           "File holding the coordinator's admin token (mode 0600)");
 ABSL_FLAG(std::string, failure_domain, "", "This host's failure domain, e.g. its rack");
+ABSL_FLAG(std::string, peer_address, "",
+          "host:port of the peer data channel other daemons send bytes to (port 0: any); "
+          "plain TCP gated by one-use tokens: put it on the cluster's data network");
 ABSL_FLAG(double, heartbeat_interval_s, 1.0, "Coordinator: how often hosts heartbeat");
 ABSL_FLAG(double, heartbeat_timeout_s, 5.0,
           "Coordinator: a host silent this long is lost, and what it holds fails naming it");
@@ -218,6 +221,7 @@ int main(int argc, char** argv) {
   o.coordinator_tls_ca_file = absl::GetFlag(FLAGS_coordinator_tls_ca_file);
   o.coordinator_token_file = absl::GetFlag(FLAGS_coordinator_token_file);
   o.failure_domain = absl::GetFlag(FLAGS_failure_domain);
+  o.peer_address = absl::GetFlag(FLAGS_peer_address);
   o.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
   o.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   o.plan_timeout = absl::Seconds(absl::GetFlag(FLAGS_plan_timeout_s));

@@ -80,6 +80,9 @@ struct DaemonOptions {
   std::string coordinator_tls_ca_file;
   std::string coordinator_token_file;
   std::string failure_domain;  // e.g. the rack
+  // The peer data channel's listener (daemon/peer), host:port; empty: none.
+  // Its address is what this host registers for other hosts to send to.
+  std::string peer_address;
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(5);
 

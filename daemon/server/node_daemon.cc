@@ -376,8 +376,21 @@ absl::Status NodeDaemon::Start() {
       !s.ok()) {
     return s;
   }
+  std::string peer_address;  // as other hosts reach it
+  if (!options_.peer_address.empty()) {
+    absl::StatusOr<std::unique_ptr<peer::PeerReceiver>> receiver =
+        peer::PeerReceiver::Start({.listen_address = options_.peer_address});
+    if (!receiver.ok()) return WithContext(receiver.status(), "--peer_address");
+    peer_receiver_ = std::move(*receiver);
+    const size_t colon = options_.peer_address.rfind(':');
+    peer_address =
+        absl::StrCat(options_.peer_address.substr(0, colon), ":", peer_receiver_->port());
+    absl::StrAppend(&access_note_, "; peer data channel on ", peer_address,
+                    " (one-use tokens from the coordinator)");
+  }
   if (!options_.coordinator_address.empty()) {
     cluster::CoordinatorLinkOptions link;
+    link.self.mutable_host()->set_address(peer_address);
     link.address = options_.coordinator_address;
     link.tls_ca_file = options_.coordinator_tls_ca_file;
     link.token_file = options_.coordinator_token_file;
@@ -431,6 +444,7 @@ NodeDaemon::~NodeDaemon() {
   Shutdown();
   if (reaper_.joinable()) reaper_.join();
   coordinator_link_.reset();  // its heartbeats sample the service
+  peer_receiver_.reset();     // cuts its connections, joins its threads
   if (service_) {
     // Saves whose ranks are all snapshotted can still commit: give what is
     // in flight a moment to finish, then abort the rest, well inside the

@@ -23,6 +23,7 @@
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/metrics/metrics_server.h"
+#include "daemon/peer/peer_receiver.h"
 #include "daemon/pool/shm_pool.h"
 #include "daemon/server/daemon_options.h"
 #include "daemon/server/node_service.h"
@@ -87,6 +88,7 @@ class NodeDaemon {
   std::unique_ptr<NodeService> service_;
   std::unique_ptr<cluster::ClusterServiceImpl> cluster_;  // with --coordinator
   std::unique_ptr<cluster::CoordinatorLink> coordinator_link_;
+  std::unique_ptr<peer::PeerReceiver> peer_receiver_;  // with --peer_address
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<SegmentServer> segment_server_;
   auth::UnixListener unix_listener_;  // stopped before server_ shuts down

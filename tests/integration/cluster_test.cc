@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "ckpt/v1/cluster.grpc.pb.h"
+#include "daemon/peer/peer_sender.h"
 #include "tests/support/test_daemon.h"
 
 namespace ckpt::testing {
@@ -129,6 +130,35 @@ TEST_CASE("Nodes register and heartbeat; a killed one is lost within the timeout
     return s.hosts_size() == 2 && !Find(s, "host-a")->lost() && !Find(s, "host-b")->lost();
   }));
   CHECK(a.WaitForOutput("registering again"));
+}
+
+TEST_CASE("A node's peer channel is registered, and refuses senders without a token", "[cluster]") {
+  TestDaemon coordinator;
+  REQUIRE(coordinator.StartWithTcp(kCoordinatorFlags).ok());
+  TestDaemon node;
+  std::vector<std::string> flags = NodeFlags(coordinator, "host-p", "rack1");
+  flags.push_back("--peer_address=127.0.0.1:0");
+  REQUIRE(node.Start(flags).ok());
+  REQUIRE(node.WaitForOutput("registered with coordinator"));
+  const v1::ClusterHost* host = nullptr;
+  v1::ClusterStatusResponse status;
+  REQUIRE(AwaitCluster(coordinator, [&](const v1::ClusterStatusResponse& s) {
+    status = s;
+    host = Find(status, "host-p");
+    return host != nullptr;
+  }));
+  const std::string address = host->host().address();
+  INFO("registered peer address " << address);
+  REQUIRE(address.rfind("127.0.0.1:", 0) == 0);
+  REQUIRE(address != "127.0.0.1:0");
+
+  // A sender with a made-up token is refused; the daemon goes on serving.
+  std::vector<char> bytes(4096, 'x');
+  const peer::PeerBlockRef block{0, bytes.data(), bytes.size()};
+  const absl::Status refused = peer::PeerSend(address, peer::PeerToken{}, {&block, 1});
+  CHECK(refused.code() == absl::StatusCode::kPermissionDenied);
+  CHECK(node.Status().pool_bytes() > 0);
+  SaveStep(node, "after-peer", 1);
 }
 
 TEST_CASE("A node with a wrong token is refused and never listed", "[cluster]") {

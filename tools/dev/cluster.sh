@@ -58,7 +58,8 @@ start_daemon() {  # NAME
   if [ "$n" = coord ]; then
     flags+=(--coordinator)
   else
-    flags+=(--coordinator_address="$(address_of coord)"
+    flags+=(--peer_address="$(address_of "$n" | cut -d: -f1):0"
+            --coordinator_address="$(address_of coord)"
             --coordinator_tls_ca_file="$dir/tls/cert.pem"
             --coordinator_token_file="$dir/tls/admin.token"
             --failure_domain="rack$(( ${n#h} % 2 ))")
