@@ -38,8 +38,6 @@ class ClusterServiceImpl final : public v1::ClusterService::Service {
   grpc::Status ClusterStatus(grpc::ServerContext* context, const v1::ClusterStatusRequest* request,
                              v1::ClusterStatusResponse* response) override;
 
-  HostRegistry& registry() { return registry_; }
-
  private:
   const auth::Authenticator& auth_;
   const ClusterServiceOptions options_;

@@ -3,32 +3,15 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "daemon/auth/bearer_token.h"
+#include "daemon/auth/pem_file.h"
 #include "proto/lib/grpc_status.h"
 
 namespace ckpt::cluster {
-namespace {
-
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path, const char* flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot open ", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (text.str().size() > (1u << 20)) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is larger than 1 MiB"));
-  }
-  return text.str();
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<CoordinatorLink>> CoordinatorLink::Start(
     CoordinatorLinkOptions options) {
   std::shared_ptr<grpc::ChannelCredentials> credentials;
@@ -38,7 +21,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorLink>> CoordinatorLink::Start(
     grpc::SslCredentialsOptions ssl;
     if (!options.tls_ca_file.empty()) {
       absl::StatusOr<std::string> ca =
-          ReadSmallFile(options.tls_ca_file, "--coordinator_tls_ca_file");
+          auth::ReadPemFile(options.tls_ca_file, "--coordinator_tls_ca_file");
       if (!ca.ok()) return ca.status();
       ssl.pem_root_certs = *ca;
     }
@@ -112,7 +95,6 @@ void CoordinatorLink::Run() {
         continue;
       }
       registered_.store(true, std::memory_order_release);
-      registrations_.fetch_add(1, std::memory_order_relaxed);
       last_error.clear();
       absl::FPrintF(stderr, "ckptd: registered with coordinator %s as host %s\n", options_.address,
                     options_.self.host().host());

@@ -41,7 +41,6 @@ class CoordinatorLink {
   CoordinatorLink& operator=(const CoordinatorLink&) = delete;
 
   bool registered() const { return registered_.load(std::memory_order_acquire); }
-  uint64_t registrations() const { return registrations_.load(std::memory_order_relaxed); }
 
  private:
   explicit CoordinatorLink(CoordinatorLinkOptions options) : options_(std::move(options)) {}
@@ -52,7 +51,6 @@ class CoordinatorLink {
   const CoordinatorLinkOptions options_;
   std::unique_ptr<v1::ClusterService::Stub> stub_;
   std::atomic<bool> registered_{false};
-  std::atomic<uint64_t> registrations_{0};
   absl::Notification stop_;
   std::thread thread_;
 };

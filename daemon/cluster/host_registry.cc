@@ -27,7 +27,7 @@ absl::Status HostRegistry::Register(const v1::RegisterHostRequest& request, absl
   absl::MutexLock lock(&mu_);
   auto known = hosts_.find(name);
   if (known != hosts_.end() && known->second.info.instance() != request.instance() &&
-      !known->second.info.lost() && now - known->second.last_heard <= options_.heartbeat_timeout) {
+      !Lost(known->second, now)) {
     // Two daemons with one --host_name (cloned machines), or one taking
     // another's place: the live one keeps it.
     return absl::AlreadyExistsError(absl::StrCat(
@@ -41,9 +41,8 @@ absl::Status HostRegistry::Register(const v1::RegisterHostRequest& request, absl
     // Room from the host lost longest ago; live hosts are never dropped.
     auto oldest = hosts_.end();
     for (auto it = hosts_.begin(); it != hosts_.end(); ++it) {
-      const bool lost =
-          it->second.info.lost() || now - it->second.last_heard > options_.heartbeat_timeout;
-      if (lost && (oldest == hosts_.end() || it->second.last_heard < oldest->second.last_heard)) {
+      if (Lost(it->second, now) &&
+          (oldest == hosts_.end() || it->second.last_heard < oldest->second.last_heard)) {
         oldest = it;
       }
     }
@@ -81,7 +80,7 @@ std::vector<std::string> HostRegistry::ExpireSilent(absl::Time now) {
   std::vector<std::string> lost;
   absl::MutexLock lock(&mu_);
   for (auto& [name, host] : hosts_) {
-    if (!host.info.lost() && now - host.last_heard > options_.heartbeat_timeout) {
+    if (!host.info.lost() && Lost(host, now)) {
       host.info.set_lost(true);
       lost.push_back(name);
     }
@@ -98,7 +97,7 @@ v1::ClusterStatusResponse HostRegistry::Status(absl::Time now) const {
     *out = host.info;
     out->set_heartbeat_age_s(absl::ToDoubleSeconds(now - host.last_heard));
     // Silent past the timeout counts as lost even before the sweep ran.
-    if (now - host.last_heard > options_.heartbeat_timeout) out->set_lost(true);
+    out->set_lost(Lost(host, now));
   }
   return status;
 }

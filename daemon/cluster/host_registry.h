@@ -52,6 +52,10 @@ class HostRegistry {
     v1::ClusterHost info;
     absl::Time last_heard;
   };
+  // Marked lost, or silent past the timeout (before the sweep marked it).
+  bool Lost(const Host& host, absl::Time now) const {
+    return host.info.lost() || now - host.last_heard > options_.heartbeat_timeout;
+  }
   const HostRegistryOptions options_;
   mutable absl::Mutex mu_;
   std::map<std::string, Host> hosts_ ABSL_GUARDED_BY(mu_);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <functional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -57,8 +58,14 @@ timeval SocketTimeout(absl::Duration d) {
 
 }  // namespace
 
-absl::StatusOr<int> ListenTcp(const std::string& address, int* port) {
-  absl::StatusOr<addrinfo*> found = Resolve(address, /*passive=*/true);
+namespace {
+
+// The first of the address's resolutions for which `use` succeeds on a new
+// socket (use returns 0, or an errno); the socket is closed otherwise.
+absl::StatusOr<int> FirstSocket(const std::string& address, bool passive,
+                                const std::function<int(int fd, const addrinfo&)>& use,
+                                const std::string& doing) {
+  absl::StatusOr<addrinfo*> found = Resolve(address, passive);
   if (!found.ok()) return found.status();
   int fd = -1;
   int err = 0;
@@ -68,44 +75,44 @@ absl::StatusOr<int> ListenTcp(const std::string& address, int* port) {
       err = errno;
       continue;
     }
-    const int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 128) == 0) break;
-    err = errno;
+    if ((err = use(fd, *a)) == 0) break;
     ::close(fd);
     fd = -1;
   }
   freeaddrinfo(*found);
-  if (fd < 0) return ErrnoStatus(err, absl::StrCat("cannot listen on ", address));
+  if (fd < 0) return ErrnoStatus(err, doing);
+  return fd;
+}
+
+}  // namespace
+
+absl::StatusOr<int> ListenTcp(const std::string& address, int* port) {
+  absl::StatusOr<int> fd = FirstSocket(
+      address, /*passive=*/true,
+      [](int fd, const addrinfo& a) {
+        const int one = 1;
+        ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        return ::bind(fd, a.ai_addr, a.ai_addrlen) == 0 && ::listen(fd, 128) == 0 ? 0 : errno;
+      },
+      absl::StrCat("cannot listen on ", address));
+  if (!fd.ok()) return fd.status();
   sockaddr_storage bound{};
   socklen_t length = sizeof bound;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
+  ::getsockname(*fd, reinterpret_cast<sockaddr*>(&bound), &length);
   *port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
                                       : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   return fd;
 }
 
 absl::StatusOr<int> ConnectTcp(const std::string& address, absl::Duration timeout) {
-  absl::StatusOr<addrinfo*> found = Resolve(address, /*passive=*/false);
-  if (!found.ok()) return found.status();
-  int fd = -1;
-  int err = 0;
-  for (addrinfo* a = *found; a != nullptr; a = a->ai_next) {
-    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) {
-      err = errno;
-      continue;
-    }
-    // SO_SNDTIMEO bounds connect() too.
-    SetTimeouts(fd, timeout, timeout);
-    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
-    err = errno == EINPROGRESS ? ETIMEDOUT : errno;
-    ::close(fd);
-    fd = -1;
-  }
-  freeaddrinfo(*found);
-  if (fd < 0) return ErrnoStatus(err, absl::StrCat("cannot connect to peer ", address));
-  return fd;
+  return FirstSocket(
+      address, /*passive=*/false,
+      [timeout](int fd, const addrinfo& a) {
+        SetTimeouts(fd, timeout, timeout);  // SO_SNDTIMEO bounds connect() too
+        if (::connect(fd, a.ai_addr, a.ai_addrlen) == 0) return 0;
+        return errno == EINPROGRESS ? ETIMEDOUT : errno;
+      },
+      absl::StrCat("cannot connect to peer ", address));
 }
 
 void SetTimeouts(int fd, absl::Duration receive, absl::Duration send) {

@@ -1,5 +1,7 @@
 #include "daemon/pool/huge_pages.h"
 
+#include <unistd.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -27,6 +29,16 @@ std::string ShmemHugeSetting() {
   const size_t close = line.find(']', open);
   if (open == std::string::npos || close == std::string::npos) return "";
   return line.substr(open + 1, close - open - 1);
+}
+
+ScopedShmemHugeAdvise::ScopedShmemHugeAdvise() : old_(ShmemHugeSetting()) {
+  if (old_ != "never" || geteuid() != 0) return;
+  std::ofstream(kShmemHugeSetting) << "advise";
+  changed_ = ShmemHugeSetting() == "advise";
+}
+
+ScopedShmemHugeAdvise::~ScopedShmemHugeAdvise() {
+  if (changed_) std::ofstream(kShmemHugeSetting) << old_;
 }
 
 }  // namespace ckpt::pool

@@ -27,6 +27,24 @@ uint64_t ShmemHugePageBytes(pid_t pid);
 // the file is missing (no transparent huge pages in this kernel).
 std::string ShmemHugeSetting();
 
+// What deploy/ckptd.service does, for the life of this object, for a tool or
+// test that starts ckptd itself: "never" becomes "advise" (root only), and
+// the old setting comes back at the end.
+class ScopedShmemHugeAdvise {
+ public:
+  ScopedShmemHugeAdvise();
+  ~ScopedShmemHugeAdvise();
+  ScopedShmemHugeAdvise(const ScopedShmemHugeAdvise&) = delete;
+  ScopedShmemHugeAdvise& operator=(const ScopedShmemHugeAdvise&) = delete;
+
+  bool changed() const { return changed_; }
+  const std::string& old_setting() const { return old_; }
+
+ private:
+  const std::string old_;
+  bool changed_ = false;
+};
+
 }  // namespace ckpt::pool
 
 #endif  // CKPT_DAEMON_POOL_HUGE_PAGES_H_

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "daemon/auth/pem_file.h"
 #include "daemon/server/metrics_sampler.h"
 #include "daemon/server/refusal_interceptor.h"
 #include "daemon/storage/backend_factory.h"
@@ -113,25 +114,6 @@ std::string DefaultHostName() {
     if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
   }
   return host;
-}
-
-// A PEM file named by a flag, bounded (certificates and keys are small).
-absl::StatusOr<std::string> ReadPemFile(const std::string& path, const char* flag) {
-  constexpr std::streamsize kMaxPemBytes = 1 << 20;
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": cannot open ", path, ": ", strerror(errno)));
-  std::string text(static_cast<size_t>(kMaxPemBytes) + 1, '\0');
-  in.read(text.data(), kMaxPemBytes + 1);
-  text.resize(static_cast<size_t>(in.gcount()));
-  if (static_cast<std::streamsize>(text.size()) > kMaxPemBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is larger than 1 MiB"));
-  }
-  if (!absl::StrContains(text, "-----BEGIN ")) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a PEM file"));
-  }
-  return text;
 }
 
 // "host:port" with its host replaced by 127.0.0.1 unless it is loopback
@@ -317,15 +299,16 @@ absl::Status NodeDaemon::Start() {
     const bool tls = !options_.tls_cert_file.empty();
     std::shared_ptr<grpc::ServerCredentials> credentials;
     if (tls && auth_->tokens().configured()) {
-      absl::StatusOr<std::string> cert = ReadPemFile(options_.tls_cert_file, "--tls_cert_file");
+      absl::StatusOr<std::string> cert =
+          auth::ReadPemFile(options_.tls_cert_file, "--tls_cert_file");
       if (!cert.ok()) return cert.status();
-      absl::StatusOr<std::string> key = ReadPemFile(options_.tls_key_file, "--tls_key_file");
+      absl::StatusOr<std::string> key = auth::ReadPemFile(options_.tls_key_file, "--tls_key_file");
       if (!key.ok()) return key.status();
       grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
       ssl.pem_key_cert_pairs.push_back({*key, *cert});
       if (!options_.tls_client_ca_file.empty()) {
         absl::StatusOr<std::string> ca =
-            ReadPemFile(options_.tls_client_ca_file, "--tls_client_ca_file");
+            auth::ReadPemFile(options_.tls_client_ca_file, "--tls_client_ca_file");
         if (!ca.ok()) return ca.status();
         ssl.pem_root_certs = *ca;
         ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;

@@ -14,8 +14,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
@@ -29,6 +29,7 @@
 #include "tools/bench/bench_worker.h"
 #include "tools/bench/child_process.h"
 #include "tools/bench/disk_baseline.h"
+#include "tools/bench/median.h"
 #include "tools/bench/rss_sampler.h"
 
 namespace ckpt::bench {
@@ -57,39 +58,23 @@ struct Config {
 // own ckptd does the same for its run, says so, and puts the setting back.
 class ServiceHostSetup {
  public:
-  explicit ServiceHostSetup(bool keep) : old_(pool::ShmemHugeSetting()) {
-    if (keep || old_ != "never") return;
-    if (geteuid() != 0) {
+  explicit ServiceHostSetup(bool keep) {
+    if (keep) return;
+    setting_.emplace();
+    if (setting_->changed()) {
+      absl::FPrintF(stderr, "ckpt-bench: %s set to advise for this run, as ckptd.service does\n",
+                    pool::kShmemHugeSetting);
+    } else if (setting_->old_setting() == "never") {
       absl::FPrintF(stderr,
                     "ckpt-bench: %s is never and this is not root: the pool gets 4 KiB pages, "
                     "not what ckptd.service sets up\n",
                     pool::kShmemHugeSetting);
-      return;
-    }
-    std::ofstream(pool::kShmemHugeSetting) << "advise";
-    changed_ = pool::ShmemHugeSetting() == "advise";
-    if (changed_) {
-      absl::FPrintF(stderr, "ckpt-bench: %s set to advise for this run, as ckptd.service does\n",
-                    pool::kShmemHugeSetting);
     }
   }
-  ~ServiceHostSetup() {
-    if (changed_) std::ofstream(pool::kShmemHugeSetting) << old_;
-  }
-  ServiceHostSetup(const ServiceHostSetup&) = delete;
-  ServiceHostSetup& operator=(const ServiceHostSetup&) = delete;
 
  private:
-  const std::string old_;
-  bool changed_ = false;
+  std::optional<pool::ScopedShmemHugeAdvise> setting_;
 };
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t mid = v.size() / 2;
-  return v.size() % 2 == 1 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
-}
 
 std::string SelfPath() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
 

@@ -44,6 +44,7 @@
 #include "daemon/peer/peer_receiver.h"
 #include "daemon/peer/peer_sender.h"
 #include "tools/bench/child_process.h"
+#include "tools/bench/median.h"
 
 namespace ckpt::bench {
 namespace {
@@ -53,13 +54,6 @@ constexpr uint64_t kDestinationBytes = 256 * kMiB;  // the receiver's "pool", re
 
 double Since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t mid = v.size() / 2;
-  return v.size() % 2 == 1 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
 }
 
 bool SendAll(int fd, const char* p, uint64_t n) {

@@ -136,40 +136,17 @@ TEST_CASE("Segments are sealed memfds that a rank's own mapping sees; no file ap
   pool->Free(*a);
 }
 
-// Where the kernel gives shared memory no huge pages ("never", its default),
-// sets "advise" for the test as deploy/ckptd.service does (root only), and
-// puts the old setting back after.
-class ShmemHugeAdvised {
- public:
-  ShmemHugeAdvised() : old_(ShmemHugeSetting()) {
-    if (old_ == "never" && ::geteuid() == 0) {
-      std::ofstream(kShmemHugeSetting) << "advise";
-      changed_ = ShmemHugeSetting() == "advise";
-    }
-  }
-  ~ShmemHugeAdvised() {
-    if (changed_) std::ofstream(kShmemHugeSetting) << old_;
-  }
-  ShmemHugeAdvised(const ShmemHugeAdvised&) = delete;
-  ShmemHugeAdvised& operator=(const ShmemHugeAdvised&) = delete;
-  bool allows() const {
-    const std::string now = ShmemHugeSetting();
-    return now == "advise" || now == "within_size" || now == "always" || now == "force";
-  }
-
- private:
-  const std::string old_;
-  bool changed_ = false;
-};
-
 TEST_CASE("The pool lies on huge page boundaries and gets huge pages where the kernel allows",
           "[pool]") {
-  ShmemHugeAdvised setting;
+  // "never" (the kernel's default) becomes "advise" for the test, as root.
+  ScopedShmemHugeAdvise setting;
+  const std::string now = ShmemHugeSetting();
+  const bool allowed = now == "advise" || now == "within_size" || now == "always" || now == "force";
   const uint64_t before = ShmemHugePageBytes(::getpid());
   constexpr uint64_t kSegment = 8 * kMiB;
   auto pool = MakePool(2 * kSegment, 4096, kSegment);
   CHECK(reinterpret_cast<uintptr_t>(pool->base()) % (2 * kMiB) == 0);
-  if (!setting.allows()) {
+  if (!allowed) {
     WARN("shmem_enabled is " << ShmemHugeSetting() << " and this test is not root: only the "
                              << "alignment was checked");
     return;
