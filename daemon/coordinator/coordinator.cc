@@ -1,23 +1,51 @@
 #include "daemon/coordinator/coordinator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/coordinator/commit.h"
+#include "daemon/coordinator/fault_points.h"
 #include "daemon/coordinator/layout.h"
 #include "daemon/coordinator/load_planner.h"
 #include "daemon/coordinator/manifest_io.h"
 
 namespace ckpt::coordinator {
+// A save between the first host's plan and its end. Fields other than the
+// gathered plans are guarded by the coordinator's mu_; the plans are
+// written only while gathering and read by the one planner after.
+struct Coordinator::ActiveSave {
+  enum class Phase { kGathering, kPlanning, kWriting, kCommitting, kCommitted, kFailed };
+  std::string save_id;
+  std::string job;
+  int64_t step = 0;
+  int world_size = 0;
+  Phase phase = Phase::kGathering;
+  absl::Time deadline;                                   // for gathering
+  std::vector<v1::NodeSavePlan> nodes;                   // read by the planner without mu_
+  bool planner_busy = false;                             // so they stay until it is done
+  std::map<std::string, size_t> node_index;              // by host name
+  std::map<int, std::string> rank_hosts;                 // ranks arrived, and from where
+  v1::SaveAssignment assignment;                         // all hosts'
+  std::string partial_dir;                               // absolute
+  std::map<std::string, v1::NodePersistReport> reports;  // by host name
+  absl::Status error;
+  v1::CommitResult result;
+  bool ended() const { return phase == Phase::kCommitted || phase == Phase::kFailed; }
+  std::string Who() const { return absl::StrCat("save of job ", job, " step ", step); }
+};
+
 Coordinator::Coordinator(storage::Backend& backend, std::string root, SavePlannerOptions options,
-                         CatalogOptions catalog)
+                         CatalogOptions catalog, RendezvousOptions rendezvous)
     : backend_(backend),
       catalog_(backend, std::move(root), std::move(catalog)),
       options_(options),
+      rendezvous_(rendezvous),
       gc_(backend, catalog_) {}
 
 void Coordinator::EnableRetention(RetentionConfig config) {
@@ -25,59 +53,287 @@ void Coordinator::EnableRetention(RetentionConfig config) {
   retention_ = std::make_unique<RetentionRunner>(gc_, std::move(config));
 }
 
-absl::StatusOr<v1::SaveAssignment> Coordinator::PlanSave(const v1::NodeSavePlan& node) {
-  // The same shards on the same host as the job's last save: no planning.
-  absl::StatusOr<v1::SaveAssignment> assignment = plan_cache_.Plan({node}, options_);
-  if (!assignment.ok()) return assignment.status();
-  absl::StatusOr<bool> exists = catalog_.StepExists(node.job(), node.step());
-  if (!exists.ok()) return exists.status();
-  if (*exists) {
-    return absl::AlreadyExistsError("this step is already committed");
-  }
-  const std::string id = catalog_.NewPartialId();
-  const std::string save_id = absl::StrCat(node.job(), "/", node.step(), "/", id);
-  const std::string partial = PartialDir(root(), node.job(), node.step(), id);
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [other_id, save] : saves_) {
-      if (save.assignment.manifest_template().job() == node.job() &&
-          save.assignment.manifest_template().step() == node.step()) {
-        return absl::FailedPreconditionError("this step is already being saved");
-      }
-    }
-    assignment->set_save_id(save_id);
-    assignment->set_partial_dir(partial.substr(root().size() + 1));
-    assignment->mutable_manifest_template()->set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
-    saves_[save_id] = ActiveSave{*assignment, partial};
-  }
-  // A new job directory must survive a crash with the steps committed in
-  // it: its entry in the root is made durable before anything is renamed
-  // into it.
-  absl::StatusOr<bool> job_exists = backend_.Exists(JobDir(root(), node.job()));
-  absl::Status s = job_exists.status();
-  if (s.ok()) s = backend_.CreateDirs(absl::StrCat(partial, "/data"));
-  if (s.ok() && !*job_exists) s = backend_.SyncDir(root());
-  if (!s.ok()) {
-    AbortSave(save_id, "cannot create its directory");
-    return s;  // names the directory
-  }
-  return assignment;
+Coordinator::SaveRef Coordinator::FindLocked(const std::string& save_id) {
+  auto it = saves_.find(save_id);
+  return it == saves_.end() ? nullptr : it->second;
 }
 
-absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(const v1::NodePersistReport& report) {
-  ActiveSave save;
+bool Coordinator::FailLocked(ActiveSave& save, const absl::Status& error) {
+  if (save.ended() || save.phase == ActiveSave::Phase::kCommitting) return false;
+  save.error = error;
+  save.phase = ActiveSave::Phase::kFailed;
+  EndLocked(save);
+  return true;
+}
+
+void Coordinator::EndLocked(ActiveSave& save) {
+  // Only what late callers need is kept: the outcome, not the plans.
+  if (!save.planner_busy) std::vector<v1::NodeSavePlan>().swap(save.nodes);
+  save.reports.clear();
+  save.assignment.Clear();
+  ended_.push_back(save.save_id);
+  while (ended_.size() > rendezvous_.ended_saves_kept) {
+    saves_.erase(ended_.front());
+    ended_.pop_front();
+  }
+}
+
+bool Coordinator::AwaitSave(const std::function<bool()>& done, const CallerGone& gone) {
+  // Wakes now and then to notice a caller that went away (its RPC was
+  // cancelled): a dead host must not hold a handler thread until the end.
+  while (!mu_.AwaitWithTimeout(absl::Condition(&done), absl::Milliseconds(200))) {
+    if (gone && gone()) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<Coordinator::SaveRef> Coordinator::JoinSave(const v1::NodeSavePlan& node,
+                                                           bool* plan_it) {
+  if (absl::Status s = ValidateSaveHeader(node, options_); !s.ok()) return s;
+  const std::string& host = node.host().host();
+  if (node.ranks_size() == 0 || node.ranks_size() > node.world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("host ", host, " sent ", node.ranks_size(),
+                                                   " ranks of a world of ", node.world_size()));
+  }
+  absl::StatusOr<bool> exists = catalog_.StepExists(node.job(), node.step());
+  if (!exists.ok()) return exists.status();
+  if (*exists) return absl::AlreadyExistsError("this step is already committed");
+
+  absl::MutexLock lock(&mu_);
+  SaveRef save;
+  size_t active = 0;
+  for (const auto& [id, other] : saves_) {
+    if (other->ended()) continue;
+    ++active;
+    if (other->job == node.job() && other->step == node.step()) save = other;
+  }
+  if (save == nullptr) {
+    if (active >= rendezvous_.max_active_saves) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(active, " saves are in flight at the coordinator; the limit is ",
+                       rendezvous_.max_active_saves));
+    }
+    save = std::make_shared<ActiveSave>();
+    save->job = node.job();
+    save->step = node.step();
+    save->world_size = node.world_size();
+    save->save_id = absl::StrCat(node.job(), "/", node.step(), "/", catalog_.NewPartialId());
+    save->deadline = absl::Now() + rendezvous_.plan_timeout;
+    saves_[save->save_id] = save;
+  } else if (save->phase != ActiveSave::Phase::kGathering) {
+    return absl::FailedPreconditionError("this step is already being saved");
+  }
+  // From here a bad plan fails the save for every host: they would
+  // otherwise wait for ranks that will never come.
+  absl::Status bad;
+  if (node.world_size() != save->world_size) {
+    bad = absl::InvalidArgumentError(absl::StrCat("host ", host, " says the world has ",
+                                                  node.world_size(), " ranks, another host said ",
+                                                  save->world_size));
+  } else if (save->node_index.count(host) > 0) {
+    bad = absl::FailedPreconditionError(
+        absl::StrCat("host ", host, " sent its plan for this save twice"));
+  }
+  for (int i = 0; bad.ok() && i < node.ranks_size(); ++i) {
+    const int rank = node.ranks(i).rank();
+    if (rank < 0 || rank >= save->world_size) {
+      bad = absl::InvalidArgumentError(
+          absl::StrCat("host ", host, " sent rank ", rank, " of a world of ", save->world_size));
+    } else if (auto it = save->rank_hosts.find(rank); it != save->rank_hosts.end()) {
+      bad = absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank, " planned on both host ", it->second, " and host ", host));
+    } else {
+      save->rank_hosts.emplace(rank, host);
+    }
+  }
+  if (!bad.ok()) {
+    FailLocked(*save, bad);
+    return bad;
+  }
+  save->node_index[host] = save->nodes.size();
+  save->nodes.push_back(node);
+  *plan_it = save->rank_hosts.size() == static_cast<size_t>(save->world_size);
+  if (*plan_it) {
+    save->phase = ActiveSave::Phase::kPlanning;
+    save->planner_busy = true;
+  }
+  return save;
+}
+
+void Coordinator::PlanGathered(const SaveRef& save) {
+  // Hosts in name order: the same hosts give the same plan (and cache key)
+  // whatever order their plans arrived in.
+  std::sort(save->nodes.begin(), save->nodes.end(),
+            [](const v1::NodeSavePlan& a, const v1::NodeSavePlan& b) {
+              return a.host().host() < b.host().host();
+            });
+  absl::StatusOr<v1::SaveAssignment> assignment = plan_cache_.Plan(save->nodes, options_);
+  const std::string id = save->save_id.substr(save->save_id.rfind('/') + 1);
+  const std::string partial = PartialDir(root(), save->job, save->step, id);
+  absl::Status status = assignment.status();
+  if (status.ok()) {
+    // A new job directory must survive a crash with the steps committed
+    // in it: its entry in the root is made durable before anything is
+    // renamed into it.
+    absl::StatusOr<bool> job_exists = backend_.Exists(JobDir(root(), save->job));
+    status = job_exists.status();
+    if (status.ok()) status = backend_.CreateDirs(absl::StrCat(partial, "/data"));
+    if (status.ok() && !*job_exists) status = backend_.SyncDir(root());
+  }
+  absl::MutexLock lock(&mu_);
+  save->planner_busy = false;
+  if (save->phase != ActiveSave::Phase::kPlanning) {
+    // Failed meanwhile (a host was lost): nothing may stay behind.
+    std::vector<v1::NodeSavePlan>().swap(save->nodes);
+    (void)backend_.RemoveAll(partial);
+    return;
+  }
+  if (!status.ok()) {
+    FailLocked(*save, status);
+    (void)backend_.RemoveAll(partial);
+    return;
+  }
+  save->node_index.clear();
+  for (size_t i = 0; i < save->nodes.size(); ++i)
+    save->node_index[save->nodes[i].host().host()] = i;
+  save->assignment = std::move(*assignment);
+  save->assignment.set_save_id(save->save_id);
+  save->assignment.set_partial_dir(partial.substr(root().size() + 1));
+  save->assignment.mutable_manifest_template()->set_created_unix_ms(
+      absl::ToUnixMillis(absl::Now()));
+  save->partial_dir = partial;
+  save->phase = ActiveSave::Phase::kWriting;
+  // Fault tests kill the coordinator here: hosts hold a plan, the partial
+  // directory exists, nothing is committed.
+  if (save->nodes.size() > 1) FaultPoint("coordinator.planned");
+}
+
+absl::Status Coordinator::WaitGathered(ActiveSave& save, const CallerGone& gone) {
+  auto gathered = [&save]() { return save.phase != ActiveSave::Phase::kGathering; };
+  for (;;) {
+    bool timed_out = false;
+    const bool present = AwaitSave(
+        [&] {
+          timed_out = absl::Now() >= save.deadline;
+          return gathered() || timed_out;
+        },
+        gone);
+    if (!present) return absl::CancelledError("the host gave up waiting for the others");
+    if (gathered()) return absl::OkStatus();
+    if (!timed_out) continue;
+    std::vector<int> missing;
+    for (int r = 0; r < save.world_size && missing.size() < 16; ++r) {
+      if (save.rank_hosts.count(r) == 0) missing.push_back(r);
+    }
+    const size_t absent = save.world_size - save.rank_hosts.size();
+    FailLocked(save, absl::DeadlineExceededError(absl::StrCat(
+                         "ranks [", absl::StrJoin(missing, ", "), absent > 16 ? ", ..." : "", "] (",
+                         absent, " of ", save.world_size, ") never reached the coordinator within ",
+                         absl::FormatDuration(rendezvous_.plan_timeout),
+                         ": their hosts did not send plans")));
+    return absl::OkStatus();
+  }
+}
+
+absl::StatusOr<v1::SaveAssignment> Coordinator::PlanSave(const v1::NodeSavePlan& node,
+                                                         const CallerGone& gone) {
+  bool plan_it = false;
+  absl::StatusOr<SaveRef> joined = JoinSave(node, &plan_it);
+  if (!joined.ok()) return joined.status();
+  const SaveRef save = *joined;
+  if (plan_it) PlanGathered(save);
+  absl::MutexLock lock(&mu_);
+  if (!plan_it) {
+    if (absl::Status s = WaitGathered(*save, gone); !s.ok()) return s;
+    AwaitSave([&] { return save->phase != ActiveSave::Phase::kPlanning; }, {});
+  }
+  if (save->phase == ActiveSave::Phase::kFailed) return save->error;
+  if (save->phase != ActiveSave::Phase::kWriting) {
+    return absl::FailedPreconditionError(absl::StrCat(save->Who(), " has already moved on"));
+  }
+  const std::string& host = node.host().host();
+  v1::SaveAssignment mine;
+  mine.set_save_id(save->save_id);
+  mine.set_chunk_bytes(save->assignment.chunk_bytes());
+  mine.set_partial_dir(save->assignment.partial_dir());
+  v1::HostAssignment* part = mine.add_hosts();
+  *part->mutable_host() = node.host();
+  for (const v1::HostAssignment& h : save->assignment.hosts()) {
+    if (h.host().host() == host) *part = h;
+  }
+  if (save->nodes.size() == 1)
+    *mine.mutable_manifest_template() = save->assignment.manifest_template();
+  return mine;
+}
+
+absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(const v1::NodePersistReport& report,
+                                                              const CallerGone& gone) {
+  const std::string& host = report.host().host();
+  SaveRef save;
+  bool commit_it = false;
   {
     absl::MutexLock lock(&mu_);
-    auto it = saves_.find(report.save_id());
-    if (it == saves_.end()) {
+    save = FindLocked(report.save_id());
+    if (save == nullptr || save->phase == ActiveSave::Phase::kCommitted) {
       return absl::NotFoundError(absl::StrCat("save ", report.save_id(), " is not active"));
     }
-    save = it->second;
+    if (save->phase == ActiveSave::Phase::kFailed) {
+      return absl::NotFoundError(absl::StrCat(
+          "save ", report.save_id(), " is not active: it failed: ", save->error.message()));
+    }
+    if (save->phase != ActiveSave::Phase::kWriting) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("save ", report.save_id(), " is not taking reports now"));
+    }
+    if (save->node_index.count(host) == 0) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("host ", host, " takes no part in save ", report.save_id()));
+    }
+    if (!save->reports.emplace(host, report).second) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("host ", host, " reported save ", report.save_id(), " twice"));
+    }
+    commit_it = save->reports.size() == save->nodes.size();
+    if (commit_it) save->phase = ActiveSave::Phase::kCommitting;
   }
+  if (commit_it) {
+    absl::Status status = Commit(save);
+    std::string partial;
+    {
+      absl::MutexLock lock(&mu_);
+      if (status.ok()) {
+        save->phase = ActiveSave::Phase::kCommitted;
+        save->result.set_step(save->step);
+        save->result.set_path(StepDir(root(), save->job, save->step));
+      } else {
+        save->phase = ActiveSave::Phase::kFailed;
+        save->error = status;
+        partial = save->partial_dir;
+      }
+      EndLocked(*save);
+    }
+    if (!status.ok()) {
+      (void)backend_.RemoveAll(partial);  // best effort: restart removes the rest
+      return status;
+    }
+    if (retention_ != nullptr) retention_->Committed(save->job);
+    return save->result;
+  }
+  absl::MutexLock lock(&mu_);
+  if (!AwaitSave([&] { return save->ended(); }, gone)) {
+    return absl::CancelledError("the host gave up waiting for the commit");
+  }
+  if (save->phase == ActiveSave::Phase::kFailed) return save->error;
+  return save->result;
+}
+
+absl::Status Coordinator::Commit(const SaveRef& save) {
   std::map<std::pair<std::string, uint64_t>, uint32_t> crcs;
-  for (const v1::ChunkChecksum& c : report.checksums())
-    crcs[{c.file(), c.file_offset()}] = c.crc32c();
-  v1::CheckpointManifest manifest = save.assignment.manifest_template();
+  for (const auto& [host, report] : save->reports) {
+    for (const v1::ChunkChecksum& c : report.checksums())
+      crcs[{c.file(), c.file_offset()}] = c.crc32c();
+  }
+  v1::CheckpointManifest manifest = save->assignment.manifest_template();
   absl::Status status = ForEachMutableChunk(
       manifest, [&](v1::StoredChunk& chunk, const std::string& owner) -> absl::Status {
         // 0-byte items are complete in the plan: nothing written, no report.
@@ -91,36 +347,69 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(const v1::NodePers
         chunk.set_crc32c(it->second);
         return absl::OkStatus();
       });
-  if (status.ok()) {
-    absl::MutexLock lock(&commit_mu_);
-    status = CommitCheckpoint(backend_, root(), save.partial_dir, manifest);
-  }
-  if (!status.ok()) {
-    AbortSave(report.save_id(), std::string(status.message()));
-    return status;
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    saves_.erase(report.save_id());
-  }
-  if (retention_ != nullptr) retention_->Committed(manifest.job());
-  v1::CommitResult result;
-  result.set_step(manifest.step());
-  result.set_path(StepDir(root(), manifest.job(), manifest.step()));
-  return result;
+  if (!status.ok()) return status;
+  absl::MutexLock lock(&commit_mu_);
+  return CommitCheckpoint(backend_, root(), save->partial_dir, manifest);
 }
 
-void Coordinator::AbortSave(const std::string& save_id, const std::string& reason) {
+void Coordinator::AbortSave(const v1::AbortSaveRequest& request) {
   std::string partial;
   {
     absl::MutexLock lock(&mu_);
-    auto it = saves_.find(save_id);
-    if (it == saves_.end()) return;
-    partial = it->second.partial_dir;
-    saves_.erase(it);
+    SaveRef save = FindLocked(request.save_id());
+    if (save == nullptr && request.save_id().empty()) {
+      for (const auto& [id, other] : saves_) {
+        if (!other->ended() && other->job == request.job() && other->step == request.step()) {
+          save = other;
+        }
+      }
+    }
+    if (save == nullptr) return;
+    const std::string by =
+        request.host().host().empty() ? "" : absl::StrCat("host ", request.host().host(), ": ");
+    FailLocked(*save, absl::AbortedError(absl::StrCat(by, request.reason())));
+    if (save->phase == ActiveSave::Phase::kFailed) partial = save->partial_dir;
   }
   // Best effort: restart removes whatever is left.
-  (void)backend_.RemoveAll(partial);
+  if (!partial.empty()) (void)backend_.RemoveAll(partial);
+}
+
+void Coordinator::AbortSave(const std::string& save_id, const std::string& reason) {
+  v1::AbortSaveRequest request;
+  request.set_save_id(save_id);
+  request.set_reason(reason);
+  AbortSave(request);
+}
+
+void Coordinator::HostLost(const std::string& host, const std::string& reason) {
+  std::vector<std::string> partials;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, save] : saves_) {
+      if (save->ended() || save->node_index.count(host) == 0) continue;
+      if (FailLocked(*save, absl::UnavailableError(absl::StrCat("host ", host, " ", reason)))) {
+        partials.push_back(save->partial_dir);
+      }
+    }
+  }
+  for (const std::string& partial : partials) {
+    if (!partial.empty()) (void)backend_.RemoveAll(partial);
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> Coordinator::FailedSaves(
+    absl::Span<const std::string> save_ids) {
+  std::vector<std::pair<std::string, std::string>> failed;
+  absl::MutexLock lock(&mu_);
+  for (const std::string& id : save_ids) {
+    SaveRef save = FindLocked(id);
+    if (save == nullptr) {
+      failed.emplace_back(id, "the coordinator does not know this save (it restarted)");
+    } else if (save->phase == ActiveSave::Phase::kFailed) {
+      failed.emplace_back(id, std::string(save->error.message()));
+    }
+  }
+  return failed;
 }
 
 absl::StatusOr<v1::LoadAssignment> Coordinator::PlanLoad(const v1::NodeLoadPlan& node,

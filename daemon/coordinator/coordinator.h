@@ -1,8 +1,9 @@
 // The coordinator role, embedded in ckptd when no coordinator address is
 // configured (DESIGN.md §2). It owns the catalog, plans saves and loads with
 // the pure planners, tracks saves between plan and commit, and runs the
-// commit protocol. Every message carries host identity, so a networked
-// CoordinatorService can wrap this class unchanged. Errors of PlanSave and
+// commit protocol. Every message carries host identity, so the networked
+// CoordinatorService (coordinator_service.h) wraps this class unchanged: a
+// save of a job spread over hosts meets here, one plan per host. Errors of PlanSave and
 // ReportPersisted say what failed, not which save: the node's save session
 // that calls them names the job and step once.
 //
@@ -10,13 +11,19 @@
 #ifndef CKPT_DAEMON_COORDINATOR_COORDINATOR_H_
 #define CKPT_DAEMON_COORDINATOR_COORDINATOR_H_
 
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "daemon/coordinator/catalog.h"
 #include "daemon/coordinator/plan_cache.h"
@@ -28,30 +35,66 @@
 
 namespace ckpt::coordinator {
 
+// How a save spread over hosts meets at the coordinator.
+struct RendezvousOptions {
+  // How long hosts that sent their plans wait for the rest of the job's
+  // ranks before the save fails naming the ranks that never came.
+  absl::Duration plan_timeout = absl::Seconds(120);
+  // Saves being planned, written or committed at once (beyond:
+  // RESOURCE_EXHAUSTED), and ended ones remembered for late callers.
+  size_t max_active_saves = 1024;
+  size_t ended_saves_kept = 1024;
+};
+
+// True once the caller of a blocking method has gone (its RPC was
+// cancelled): the method returns CANCELLED instead of waiting on.
+using CallerGone = std::function<bool()>;
+
 class Coordinator {
  public:
   // `catalog` names this daemon (host, instance) for its partial
   // directories and bounds the manifests it reads; the defaults take
   // gethostname() and a random instance id.
   Coordinator(storage::Backend& backend, std::string root, SavePlannerOptions options,
-              CatalogOptions catalog = {});
+              CatalogOptions catalog = {}, RendezvousOptions rendezvous = {});
 
   Catalog& catalog() { return catalog_; }
   PlanCacheStats plan_cache_stats() const { return plan_cache_.Stats(); }
   GarbageCollector& garbage_collector() { return gc_; }
   const std::string& root() const { return catalog_.root(); }
 
-  // Plans a save of the single host this embedded coordinator serves and
-  // creates its partial directory (named by host and instance; the root is
-  // fsynced when the job directory is new). A step lower than committed
-  // ones is allowed and becomes latest when it commits. ALREADY_EXISTS when the step is
-  // committed, FAILED_PRECONDITION when the same step is being saved.
-  absl::StatusOr<v1::SaveAssignment> PlanSave(const v1::NodeSavePlan& node);
-  // Fills the checksums into the manifest and commits (commit.h). OK once
-  // the rename is durable, whatever happens to LATEST afterwards.
-  absl::StatusOr<v1::CommitResult> ReportPersisted(const v1::NodePersistReport& report);
-  // Forgets the save and removes its partial directory. Idempotent.
+  // One host's part of a save (DESIGN.md §4.2). Blocks until the plans of
+  // all `world_size` ranks of the job's step have arrived from their hosts
+  // (at once when this host holds them all), then plans them together,
+  // creates the partial directory (named by this coordinator's host and
+  // instance; the root is fsynced when the job directory is new), and
+  // returns the caller's part: hosts holds its HostAssignment only, and the
+  // manifest template comes along only for a single-host save. A step lower
+  // than committed ones is allowed and becomes latest when it commits.
+  // ALREADY_EXISTS when the step is committed, FAILED_PRECONDITION when the
+  // same step is being saved, and the save's error when it fails meanwhile
+  // (another host's plan was invalid, a host was lost, ranks never came).
+  absl::StatusOr<v1::SaveAssignment> PlanSave(const v1::NodeSavePlan& node,
+                                              const CallerGone& gone = {});
+  // Records one host's files and checksums. The last host to report fills
+  // them into the manifest and commits (commit.h); the others wait for it.
+  // OK, on every host, once the rename is durable, whatever happens to
+  // LATEST afterwards.
+  absl::StatusOr<v1::CommitResult> ReportPersisted(const v1::NodePersistReport& report,
+                                                   const CallerGone& gone = {});
+  // Fails the save on every host and removes its partial directory: by id,
+  // or by job and step while it is still gathering plans. Idempotent; a
+  // second abort removes the directory again (a host may have still been
+  // creating its files when the first one ran).
+  void AbortSave(const v1::AbortSaveRequest& request);
   void AbortSave(const std::string& save_id, const std::string& reason);
+  // The registry lost `host` (no heartbeat, or it restarted): every save it
+  // takes part in fails, naming it.
+  void HostLost(const std::string& host, const std::string& reason);
+  // Of `save_ids`, those that failed or that this coordinator does not know
+  // (it restarted), with the reason: heartbeats carry it to the hosts.
+  std::vector<std::pair<std::string, std::string>> FailedSaves(
+      absl::Span<const std::string> save_ids);
   // With `pin`, the step is pinned (retention.h PinStep) before its
   // manifest is read, and *pin holds the pin: gc does not delete the step
   // while the caller keeps it.
@@ -64,17 +107,30 @@ class Coordinator {
   const RetentionConfig& retention() const { return retention_config_; }
 
  private:
-  struct ActiveSave {
-    v1::SaveAssignment assignment;
-    std::string partial_dir;  // absolute
-  };
+  struct ActiveSave;
+  using SaveRef = std::shared_ptr<ActiveSave>;
+
+  // Joins (or opens) the save of node's job and step; the save, and whether
+  // this caller completed the gathering and must plan it.
+  absl::StatusOr<SaveRef> JoinSave(const v1::NodeSavePlan& node, bool* plan_it);
+  void PlanGathered(const SaveRef& save);    // without mu_
+  absl::Status Commit(const SaveRef& save);  // without mu_; the last report runs it
+  // Fails the save unless it ended; true if this call failed it.
+  bool FailLocked(ActiveSave& save, const absl::Status& error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndLocked(ActiveSave& save) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until `done` or the caller is gone; false if gone.
+  bool AwaitSave(const std::function<bool()>& done, const CallerGone& gone);
+  absl::Status WaitGathered(ActiveSave& save, const CallerGone& gone);
+  SaveRef FindLocked(const std::string& save_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   storage::Backend& backend_;
   Catalog catalog_;
   const SavePlannerOptions options_;
+  const RendezvousOptions rendezvous_;
   SavePlanCache plan_cache_;
   absl::Mutex mu_;
-  std::map<std::string, ActiveSave> saves_ ABSL_GUARDED_BY(mu_);  // by save_id
+  std::map<std::string, SaveRef> saves_ ABSL_GUARDED_BY(mu_);  // by save_id, ended ones too
+  std::deque<std::string> ended_ ABSL_GUARDED_BY(mu_);         // oldest first
   // Commits run one at a time: LATEST and LATEST.next of a job are written
   // by one commit at a time (commit.h).
   absl::Mutex commit_mu_;

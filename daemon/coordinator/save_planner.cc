@@ -361,14 +361,24 @@ absl::StatusOr<std::vector<UniqueItem>> CollectItems(absl::Span<const v1::NodeSa
 // Worst-fit, largest first (DESIGN.md §4.2): each item to the least-loaded
 // host among its holders, then that host's least-loaded rank, then its
 // least-loaded writer file, at the file's next aligned offset. Largest
-// first keeps the loads within about one item of each other. Sets each
-// item's writer and offset; returns the items in assignment order.
+// first keeps the loads within about one item of each other. Items held on
+// one host only go first: they have no choice of host, and replicas placed
+// before them could not even out what they add (a replica of every rank
+// would land on the first host, which then also writes its own shards).
+// Sets each item's writer and offset; returns the items in assignment order.
 std::vector<size_t> AssignWriters(absl::Span<const v1::NodeSavePlan> nodes,
                                   std::vector<UniqueItem>& items, uint64_t alignment) {
   std::vector<size_t> order(items.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::vector<char> one_host(items.size(), 1);
+  for (size_t i = 0; i < order.size(); ++i) {
+    order[i] = i;
+    for (const Holder& holder : items[i].holders) {
+      if (holder.host != items[i].holders.front().host) one_host[i] = 0;
+    }
+  }
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return std::tie(items[b].bytes, items[a].name) < std::tie(items[a].bytes, items[b].name);
+    return std::tie(one_host[b], items[b].bytes, items[a].name) <
+           std::tie(one_host[a], items[a].bytes, items[b].name);
   });
   std::vector<uint64_t> host_load(nodes.size(), 0);
   std::vector<uint64_t> rank_load(nodes.front().world_size(), 0);

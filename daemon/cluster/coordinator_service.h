@@ -1,0 +1,45 @@
+// CoordinatorService (proto/ckpt/v1/coordinator.proto) of a ckptd started
+// with --coordinator: node daemons of jobs spread over hosts send one plan
+// and one persist report per host and save; the coordinator (coordinator.h)
+// meets them there, plans, and commits once every host has reported.
+// Only registered, live hosts take part: a host the registry does not hold
+// could never be declared lost, and its saves would wait for ever.
+//
+// Thread-safety: gRPC calls it from any thread.
+#ifndef CKPT_DAEMON_CLUSTER_COORDINATOR_SERVICE_H_
+#define CKPT_DAEMON_CLUSTER_COORDINATOR_SERVICE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include "ckpt/v1/coordinator.grpc.pb.h"
+#include "daemon/auth/caller.h"
+#include "daemon/cluster/cluster_service.h"
+#include "daemon/coordinator/coordinator.h"
+
+namespace ckpt::cluster {
+
+class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
+ public:
+  CoordinatorServiceImpl(const auth::Authenticator& auth, coordinator::Coordinator& coordinator,
+                         const ClusterServiceImpl& cluster)
+      : auth_(auth), coordinator_(coordinator), cluster_(cluster) {}
+
+  grpc::Status PlanSave(grpc::ServerContext* context, const v1::NodeSavePlan* request,
+                        v1::SaveAssignment* response) override;
+  grpc::Status ReportPersisted(grpc::ServerContext* context, const v1::NodePersistReport* request,
+                               v1::CommitResult* response) override;
+  grpc::Status AbortSave(grpc::ServerContext* context, const v1::AbortSaveRequest* request,
+                         v1::AbortSaveResponse* response) override;
+
+ private:
+  // The admin token and a live registered host, or the refusal.
+  absl::Status Admit(const grpc::ServerContext& context, const v1::HostIdentity& host) const;
+
+  const auth::Authenticator& auth_;
+  coordinator::Coordinator& coordinator_;
+  const ClusterServiceImpl& cluster_;
+};
+
+}  // namespace ckpt::cluster
+
+#endif  // CKPT_DAEMON_CLUSTER_COORDINATOR_SERVICE_H_

@@ -1,0 +1,91 @@
+#include "daemon/cluster/save_coordinator.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "proto/lib/grpc_status.h"
+
+namespace ckpt::cluster {
+
+class RemoteSaveCoordinator::Call {
+ public:
+  Call(RemoteSaveCoordinator& owner, absl::Duration timeout) : owner_(owner) {
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    absl::MutexLock lock(&owner_.mu_);
+    owner_.calls_.insert(this);
+  }
+  ~Call() {
+    absl::MutexLock lock(&owner_.mu_);
+    owner_.calls_.erase(this);
+  }
+  void Cancel(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(owner_.mu_) {
+    reason_ = reason;
+    context.TryCancel();
+  }
+  std::string reason() const {
+    absl::MutexLock lock(&owner_.mu_);
+    return reason_;
+  }
+
+  grpc::ClientContext context;
+
+ private:
+  RemoteSaveCoordinator& owner_;
+  std::string reason_ ABSL_GUARDED_BY(owner_.mu_);
+};
+
+RemoteSaveCoordinator::RemoteSaveCoordinator(std::shared_ptr<grpc::Channel> channel,
+                                             std::string address, absl::Duration longest_call)
+    : stub_(v1::CoordinatorService::NewStub(std::move(channel))),
+      address_(std::move(address)),
+      longest_call_(longest_call) {}
+
+absl::Status RemoteSaveCoordinator::Finish(const grpc::Status& status, const Call& call,
+                                           const char* what) const {
+  if (status.ok()) return absl::OkStatus();
+  const std::string cancelled = call.reason();
+  if (!cancelled.empty()) return absl::UnavailableError(cancelled);
+  const absl::Status s = FromGrpcStatus(status);
+  return absl::Status(s.code(), absl::StrCat("coordinator ", address_, " (", what, "): ",
+                                             s.message()));
+}
+
+absl::StatusOr<v1::SaveAssignment> RemoteSaveCoordinator::PlanSave(const v1::NodeSavePlan& plan) {
+  Call call(*this, longest_call_);
+  v1::SaveAssignment assignment;
+  const grpc::Status status = stub_->PlanSave(&call.context, plan, &assignment);
+  if (absl::Status s = Finish(status, call, "planning"); !s.ok()) return s;
+  return assignment;
+}
+
+absl::StatusOr<v1::CommitResult> RemoteSaveCoordinator::ReportPersisted(
+    const v1::NodePersistReport& report) {
+  Call call(*this, longest_call_);
+  v1::CommitResult result;
+  const grpc::Status status = stub_->ReportPersisted(&call.context, report, &result);
+  if (absl::Status s = Finish(status, call, "commit"); !s.ok()) return s;
+  return result;
+}
+
+void RemoteSaveCoordinator::AbortSave(const v1::AbortSaveRequest& request) {
+  // Not waited for: a failing save's clean-up must not hang on a
+  // coordinator that is gone or cut off (it learns of the loss by itself).
+  struct Pending {
+    grpc::ClientContext context;
+    v1::AbortSaveRequest request;
+    v1::AbortSaveResponse response;
+  };
+  auto* pending = new Pending;
+  pending->request = request;
+  pending->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  stub_->async()->AbortSave(&pending->context, &pending->request, &pending->response,
+                            [pending](const grpc::Status&) { delete pending; });
+}
+
+void RemoteSaveCoordinator::CancelAll(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  for (Call* call : calls_) call->Cancel(reason);
+}
+
+}  // namespace ckpt::cluster

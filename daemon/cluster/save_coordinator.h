@@ -1,0 +1,84 @@
+// Where a node daemon's save goes for planning and commit (DESIGN.md §4):
+// the coordinator in this process (a job on this host alone, or this
+// daemon is the cluster's coordinator), or the cluster's coordinator over
+// gRPC (--coordinator_address) for a job spread over hosts. Save sessions
+// see only this interface, so one session serves both.
+//
+// Thread-safety: implementations are safe from any thread.
+#ifndef CKPT_DAEMON_CLUSTER_SAVE_COORDINATOR_H_
+#define CKPT_DAEMON_CLUSTER_SAVE_COORDINATOR_H_
+
+#include <memory>
+#include <set>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "ckpt/v1/coordinator.grpc.pb.h"
+#include "daemon/coordinator/coordinator.h"
+
+namespace ckpt::cluster {
+
+class SaveCoordinator {
+ public:
+  virtual ~SaveCoordinator() = default;
+  // Blocks until every host of the job has sent its plan (coordinator.h).
+  virtual absl::StatusOr<v1::SaveAssignment> PlanSave(const v1::NodeSavePlan& plan) = 0;
+  // Blocks until the save commits on every host, or fails.
+  virtual absl::StatusOr<v1::CommitResult> ReportPersisted(const v1::NodePersistReport& report) = 0;
+  // Best effort: the coordinator also learns of a lost host by itself.
+  virtual void AbortSave(const v1::AbortSaveRequest& request) = 0;
+};
+
+// The coordinator in this process.
+class LocalSaveCoordinator final : public SaveCoordinator {
+ public:
+  explicit LocalSaveCoordinator(coordinator::Coordinator& coordinator)
+      : coordinator_(coordinator) {}
+  absl::StatusOr<v1::SaveAssignment> PlanSave(const v1::NodeSavePlan& plan) override {
+    return coordinator_.PlanSave(plan);
+  }
+  absl::StatusOr<v1::CommitResult> ReportPersisted(const v1::NodePersistReport& report) override {
+    return coordinator_.ReportPersisted(report);
+  }
+  void AbortSave(const v1::AbortSaveRequest& request) override {
+    coordinator_.AbortSave(request);
+  }
+
+ private:
+  coordinator::Coordinator& coordinator_;
+};
+
+// The cluster's coordinator over gRPC. Errors name it. Calls wait as long
+// as the coordinator keeps them (it fails them itself when a host is lost
+// or ranks never come); CancelAll ends them at once when this host loses
+// contact with the coordinator (a cut link never closes the connection).
+class RemoteSaveCoordinator final : public SaveCoordinator {
+ public:
+  RemoteSaveCoordinator(std::shared_ptr<grpc::Channel> channel, std::string address,
+                        absl::Duration longest_call);
+  absl::StatusOr<v1::SaveAssignment> PlanSave(const v1::NodeSavePlan& plan) override;
+  absl::StatusOr<v1::CommitResult> ReportPersisted(const v1::NodePersistReport& report) override;
+  void AbortSave(const v1::AbortSaveRequest& request) override;
+  // Cancels every call in flight; they fail with `reason`.
+  void CancelAll(const std::string& reason);
+
+ private:
+  // A call's context, registered for CancelAll while it runs.
+  class Call;
+  absl::Status Finish(const grpc::Status& status, const Call& call, const char* what) const;
+
+  const std::unique_ptr<v1::CoordinatorService::Stub> stub_;
+  const std::string address_;
+  const absl::Duration longest_call_;
+  absl::Mutex mu_;
+  std::set<Call*> calls_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ckpt::cluster
+
+#endif  // CKPT_DAEMON_CLUSTER_SAVE_COORDINATOR_H_

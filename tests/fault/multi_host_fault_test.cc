@@ -1,0 +1,145 @@
+// Faults of a save spread over hosts (issue "Many hosts", acceptance 5):
+// a node daemon SIGKILLed during the save, the coordinator SIGKILLed during
+// it, a rank that never asks to save. Each time every rank fails well
+// inside the plan timeout with a status naming the host, the coordinator or
+// the rank; nothing is committed; no partial data is left; the previous
+// checkpoint loads bit-exact (checked inside ckpt-demo-rank), and the next
+// save after recovery commits.
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "tests/support/test_cluster.h"
+
+namespace ckpt::testing {
+namespace {
+
+const std::vector<int> kHosts = {3, 3, 2};  // ranks per host
+constexpr int kWorld = 8;
+
+void RequireAllOk(const std::vector<ExitInfo>& ranks) {
+  std::string all;  // every rank's output: one failure often explains another
+  bool ok = true;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    all += "rank " + std::to_string(r) + ": " + ranks[r].output + "\n";
+    ok = ok && ranks[r].ok();
+  }
+  INFO(all);
+  REQUIRE(ok);
+}
+
+// Waits for every rank.
+std::vector<ExitInfo> WaitAll(std::vector<std::unique_ptr<Subprocess>>& ranks) {
+  std::vector<ExitInfo> out;
+  for (auto& rank : ranks) {
+    REQUIRE(rank != nullptr);
+    out.push_back(rank->Wait());
+  }
+  return out;
+}
+
+// Entries of the job directory left by saves that did not commit.
+std::vector<std::string> Leftovers(const TestCluster& cluster, const std::string& job) {
+  std::vector<std::string> out;
+  for (const std::string& entry : ListDir(cluster.root() + "/" + job)) {
+    if (absl::StrContains(entry, ".partial-")) out.push_back(entry);
+  }
+  return out;
+}
+
+// The failed step is gone, the previous one loads whole, the next commits.
+void RequireRecovered(TestCluster& cluster, const std::string& job, int64_t next_step) {
+  REQUIRE(cluster.AwaitLiveHosts(cluster.hosts()));
+  CHECK(ListedSteps(cluster.coordinator(), job) == std::vector<int64_t>{1});
+  CHECK(Leftovers(cluster, job).empty());
+  RequireAllOk(cluster.RunRanks(job, "load", kHosts, -1, kWorld));
+  RequireAllOk(cluster.RunRanks(job, "save", kHosts, next_step, kWorld));
+  CHECK(ListedSteps(cluster.coordinator(), job) == std::vector<int64_t>{1, next_step});
+  CHECK(Leftovers(cluster, job).empty());
+}
+
+TEST_CASE("A node killed during a save fails every rank, naming the host", "[multi_host_fault]") {
+  TestCluster cluster;
+  REQUIRE(cluster.Start(3).ok());
+  RequireAllOk(cluster.RunRanks("job", "save", kHosts, 1));
+
+  // Host h2 dies once it has its plan, while the others write.
+  cluster.node(2).Kill();
+  REQUIRE(cluster.RestartNode(2, {"--fault_kill_at=save.planned"}).ok());
+  REQUIRE(cluster.AwaitLiveHosts(3));
+  const absl::Time start = absl::Now();
+  std::vector<std::unique_ptr<Subprocess>> ranks = cluster.StartRanks("job", "save", kHosts, 2);
+  const std::vector<ExitInfo> ended = WaitAll(ranks);
+  const absl::Duration took = absl::Now() - start;
+  for (int r = 0; r < kWorld; ++r) {
+    INFO("rank " << r << ": " << ended[r].output);
+    CHECK(!ended[r].ok());
+    // The survivors' ranks learn which host was lost; h2's own ranks lost
+    // their daemon.
+    if (r < 6) CHECK(absl::StrContains(ended[r].output, "host h2"));
+  }
+  // Within the heartbeat timeout and change, far inside the 30 s plan and
+  // snapshot timeouts the tests run with.
+  CHECK(took < absl::Seconds(15));
+  cluster.node(2).WaitExit();
+
+  REQUIRE(cluster.RestartNode(2).ok());
+  RequireRecovered(cluster, "job", 3);
+}
+
+TEST_CASE("The coordinator killed during a save fails every rank, naming it",
+          "[multi_host_fault]") {
+  TestCluster cluster;
+  REQUIRE(cluster.Start(3).ok());
+  RequireAllOk(cluster.RunRanks("job", "save", kHosts, 1));
+
+  // The coordinator dies right after planning the save.
+  cluster.coordinator().Kill();
+  REQUIRE(cluster.RestartCoordinator({"--fault_kill_at=coordinator.planned"}).ok());
+  REQUIRE(cluster.AwaitLiveHosts(3));
+  const absl::Time start = absl::Now();
+  std::vector<std::unique_ptr<Subprocess>> ranks = cluster.StartRanks("job", "save", kHosts, 2);
+  const std::vector<ExitInfo> ended = WaitAll(ranks);
+  const absl::Duration took = absl::Now() - start;
+  for (int r = 0; r < kWorld; ++r) {
+    INFO("rank " << r << ": " << ended[r].output);
+    CHECK(!ended[r].ok());
+    CHECK(absl::StrContains(ended[r].output, "coordinator"));
+  }
+  CHECK(took < absl::Seconds(15));
+  cluster.coordinator().WaitExit();
+
+  // Its restart removes the partial directory it made; the nodes register
+  // again and find the committed steps on the storage.
+  REQUIRE(cluster.RestartCoordinator().ok());
+  RequireRecovered(cluster, "job", 3);
+}
+
+TEST_CASE("A rank that never asks to save fails every rank, naming it", "[multi_host_fault]") {
+  TestCluster cluster;
+  REQUIRE(cluster.Start(3, {"--plan_timeout_s=3"}).ok());
+  RequireAllOk(cluster.RunRanks("job", "save", kHosts, 1));
+
+  // Rank 7, on host h2, attaches and never saves.
+  const absl::Time start = absl::Now();
+  std::vector<std::unique_ptr<Subprocess>> ranks =
+      cluster.StartRanks("job", "save", kHosts, 2, 0, 1, {{7, "attach"}});
+  for (int r = 0; r < kWorld - 1; ++r) {
+    REQUIRE(ranks[r] != nullptr);
+    const ExitInfo ended = ranks[r]->Wait();
+    INFO("rank " << r << ": " << ended.output);
+    CHECK(!ended.ok());
+    CHECK(absl::StrContains(ended.output, "ranks [7]"));
+    CHECK(absl::StrContains(ended.output, "host h2"));
+  }
+  CHECK(absl::Now() - start < absl::Seconds(15));
+  ranks[7].reset();  // SIGKILL: the hanging rank goes
+
+  RequireRecovered(cluster, "job", 3);
+}
+
+}  // namespace
+}  // namespace ckpt::testing

@@ -1,0 +1,201 @@
+// The coordinator's rendezvous for a save spread over hosts: each host sends
+// its plan from its own thread (as each node's RPC does); the last arrival
+// plans them all, each host gets its own part; the last report commits.
+// A bad plan, a lost host, an abort or ranks that never come fail the save
+// on every host, remove its partial directory and leave the step free.
+#include <catch2/catch.hpp>
+#include <future>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/coordinator/coordinator.h"
+#include "daemon/storage/backend_factory.h"
+#include "proto/lib/crc32c.h"
+#include "tests/unit/daemon/coordinator/test_helpers.h"
+
+namespace ckpt::coordinator {
+namespace {
+
+using namespace testing;  // NOLINT
+using storage::Backend;
+
+constexpr char kRoot[] = "/ckpt";
+constexpr uint64_t kChunk = 4096;
+
+SavePlannerOptions SmallChunks() {
+  SavePlannerOptions o;
+  o.chunk_bytes = kChunk;
+  return o;
+}
+
+// Host h0 holds ranks 0 and 1, h1 rank 2: "w" split in three row boxes,
+// "b" replicated on every rank (written once, by one host).
+v1::NodeSavePlan HostPlan(int host, int64_t step = 5) {
+  const std::vector<int> ranks = host == 0 ? std::vector<int>{0, 1} : std::vector<int>{2};
+  v1::NodeSavePlan node = Node(absl::StrCat("h", host), 3, 2, ranks, "job", step);
+  for (int r : ranks) {
+    AddShard(node, r, BoxShard("w", v1::FLOAT32, {96, 50}, {32 * r, 0}, {32, 50}));
+    AddShard(node, r, Whole("b", v1::BFLOAT16, {3000}));
+  }
+  return node;
+}
+
+// What a node's writers do with its part: every item written, a CRC32C per
+// chunk (an object is one chunk), files fsynced, all reported.
+v1::NodePersistReport WriteOwnPart(Backend& backend, const v1::SaveAssignment& a,
+                                   v1::NodeSavePlan node) {
+  REQUIRE(a.hosts_size() == 1);
+  const v1::HostAssignment& part = a.hosts(0);
+  v1::NodePersistReport report;
+  *report.mutable_host() = node.host();
+  report.set_save_id(a.save_id());
+  std::map<std::string, std::string> files;
+  for (const v1::WriteItem& item : part.items()) {
+    const std::string bytes =
+        PackedBytes(RankOf(node, item.rank()).shards(static_cast<int>(item.index())));
+    std::string& file = files[item.file()];
+    if (file.size() < item.file_offset() + bytes.size()) {
+      file.resize(item.file_offset() + bytes.size());
+    }
+    file.replace(item.file_offset(), bytes.size(), bytes);
+    for (uint64_t off = 0; off < bytes.size(); off += kChunk) {
+      v1::ChunkChecksum* sum = report.add_checksums();
+      sum->set_file(item.file());
+      sum->set_file_offset(item.file_offset() + off);
+      sum->set_crc32c(Crc32c(bytes.data() + off, std::min<uint64_t>(kChunk, bytes.size() - off)));
+    }
+  }
+  for (const auto& [name, contents] : files) {
+    auto file = backend.NewWritableFile(absl::StrCat(kRoot, "/", a.partial_dir(), "/", name));
+    CKPT_REQUIRE_OK(file);
+    CKPT_REQUIRE_OK((*file)->WriteAt(0, contents.data(), contents.size()));
+    CKPT_REQUIRE_OK((*file)->Sync());
+    CKPT_REQUIRE_OK((*file)->Close());
+    report.add_files(name);
+  }
+  return report;
+}
+
+bool StepExists(Coordinator& coord, int64_t step) {
+  absl::StatusOr<bool> exists = coord.catalog().StepExists("job", step);
+  CKPT_REQUIRE_OK(exists);
+  return *exists;
+}
+
+bool NoPartials(Backend& backend) {
+  absl::StatusOr<std::vector<std::string>> names = backend.ListDir(absl::StrCat(kRoot, "/job"));
+  if (!names.ok()) return true;
+  for (const std::string& name : *names) {
+    if (name.find(".partial-") != std::string::npos) return false;
+  }
+  return true;
+}
+
+TEST_CASE("rendezvous: two hosts plan together, write their parts, commit once", "[rendezvous]") {
+  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  Coordinator coord(*backend, kRoot, SmallChunks());
+  auto h1 = std::async(std::launch::async, [&] { return coord.PlanSave(HostPlan(1)); });
+  absl::StatusOr<v1::SaveAssignment> a0 = coord.PlanSave(HostPlan(0));
+  absl::StatusOr<v1::SaveAssignment> a1 = h1.get();
+  CKPT_REQUIRE_OK(a0);
+  CKPT_REQUIRE_OK(a1);
+  CHECK(a0->save_id() == a1->save_id());
+  CHECK(a0->hosts(0).host().host() == "h0");
+  CHECK(a1->hosts(0).host().host() == "h1");
+  // A plan for many hosts is not sent to each of them.
+  CHECK(a0->manifest_template().tensors_size() == 0);
+  // "b" is written once in the cluster: three row boxes plus one replica.
+  CHECK(a0->hosts(0).items_size() + a1->hosts(0).items_size() == 4);
+
+  const v1::NodePersistReport r1 = WriteOwnPart(*backend, *a1, HostPlan(1));
+  auto commit1 = std::async(std::launch::async, [&] { return coord.ReportPersisted(r1); });
+  CHECK(!StepExists(coord, 5));  // h0 has not reported
+  absl::StatusOr<v1::CommitResult> c0 =
+      coord.ReportPersisted(WriteOwnPart(*backend, *a0, HostPlan(0)));
+  CKPT_REQUIRE_OK(c0);
+  CKPT_REQUIRE_OK(commit1.get());
+  CHECK(StepExists(coord, 5));
+  absl::StatusOr<v1::CheckpointManifest> manifest = coord.catalog().ReadManifest("job", 5);
+  CKPT_REQUIRE_OK(manifest);
+  CHECK(manifest->topology().hosts_size() == 2);
+  CHECK(NoPartials(*backend));
+}
+
+TEST_CASE("rendezvous: a rank planned on two hosts fails the save on both", "[rendezvous]") {
+  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  Coordinator coord(*backend, kRoot, SmallChunks());
+  auto h0 = std::async(std::launch::async, [&] { return coord.PlanSave(HostPlan(0)); });
+  v1::NodeSavePlan clash = Node("h1", 3, 2, {1}, "job", 5);
+  absl::StatusOr<v1::SaveAssignment> a1 = coord.PlanSave(clash);
+  CKPT_REQUIRE_ERROR(a1, absl::StatusCode::kInvalidArgument, "rank 1 planned on both host");
+  CKPT_REQUIRE_ERROR(h0.get(), absl::StatusCode::kInvalidArgument, "rank 1 planned on both");
+  CHECK(NoPartials(*backend));
+}
+
+TEST_CASE("rendezvous: a host lost while the others write fails them, naming it", "[rendezvous]") {
+  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  Coordinator coord(*backend, kRoot, SmallChunks());
+  auto h1 = std::async(std::launch::async, [&] { return coord.PlanSave(HostPlan(1)); });
+  absl::StatusOr<v1::SaveAssignment> a0 = coord.PlanSave(HostPlan(0));
+  CKPT_REQUIRE_OK(a0);
+  CKPT_REQUIRE_OK(h1.get());
+  const v1::NodePersistReport r0 = WriteOwnPart(*backend, *a0, HostPlan(0));
+  auto commit0 = std::async(std::launch::async, [&] { return coord.ReportPersisted(r0); });
+  coord.HostLost("h1", "was lost: no heartbeat for 5s");
+  // Waiting for h1 when it was lost (UNAVAILABLE), or reporting after
+  // (NOT_FOUND): either way the error names it.
+  const absl::Status committed = commit0.get().status();
+  INFO(committed.ToString());
+  CHECK((absl::IsUnavailable(committed) || absl::IsNotFound(committed)));
+  CHECK(committed.message().find("host h1 was lost") != std::string::npos);
+  CHECK(!StepExists(coord, 5));
+  CHECK(NoPartials(*backend));
+  const std::vector<std::pair<std::string, std::string>> failed =
+      coord.FailedSaves({a0->save_id(), "job/5/not-a-save"});
+  REQUIRE(failed.size() == 2);
+  CHECK(failed[0].second.find("host h1 was lost") != std::string::npos);
+  CHECK(failed[1].second.find("does not know this save") != std::string::npos);
+
+  // The step is free again.
+  auto again = std::async(std::launch::async, [&] { return coord.PlanSave(HostPlan(1)); });
+  CKPT_REQUIRE_OK(coord.PlanSave(HostPlan(0)));
+  CKPT_REQUIRE_OK(again.get());
+}
+
+TEST_CASE("rendezvous: ranks that never come fail the save, named", "[rendezvous]") {
+  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  Coordinator coord(*backend, kRoot, SmallChunks(), {},
+                    RendezvousOptions{.plan_timeout = absl::Milliseconds(300)});
+  CKPT_REQUIRE_ERROR(coord.PlanSave(HostPlan(0)), absl::StatusCode::kDeadlineExceeded,
+                     "ranks [2] (1 of 3) never reached the coordinator");
+}
+
+TEST_CASE("rendezvous: a host's abort by job and step frees the hosts waiting", "[rendezvous]") {
+  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  Coordinator coord(*backend, kRoot, SmallChunks());
+  auto h0 = std::async(std::launch::async, [&] { return coord.PlanSave(HostPlan(0)); });
+  v1::AbortSaveRequest abort;
+  abort.set_job("job");
+  abort.set_step(5);
+  abort.mutable_host()->set_host("h1");
+  abort.set_reason("rank 2 went away");
+  // The abort may come before h0's plan: then no save is gathering yet and
+  // h0 would wait; abort until it has ended.
+  while (h0.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
+    coord.AbortSave(abort);
+  }
+  CKPT_REQUIRE_ERROR(h0.get(), absl::StatusCode::kAborted, "host h1: rank 2 went away");
+}
+
+TEST_CASE("rendezvous: a host that gave up stops waiting", "[rendezvous]") {
+  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  Coordinator coord(*backend, kRoot, SmallChunks());
+  CKPT_REQUIRE_ERROR(coord.PlanSave(HostPlan(0), [] { return true; }), absl::StatusCode::kCancelled,
+                     "gave up");
+}
+
+}  // namespace
+}  // namespace ckpt::coordinator
