@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "proto/lib/grpc_status.h"
@@ -26,8 +27,11 @@ ClusterServiceImpl::ClusterServiceImpl(const auth::Authenticator& auth,
     const absl::Duration period = std::max(options_.heartbeat_timeout / 4, absl::Milliseconds(50));
     while (!stop_.WaitForNotificationWithTimeout(period)) {
       for (const std::string& host : registry_.ExpireSilent(MonotonicNow())) {
-        absl::FPrintF(stderr, "ckptd: host %s lost: no heartbeat for %s\n", host,
-                      absl::FormatDuration(options_.heartbeat_timeout));
+        const std::string why = absl::StrCat("was lost: no heartbeat for ",
+                                             absl::FormatDuration(options_.heartbeat_timeout),
+                                             " (its ckptd died, or its network is cut)");
+        absl::FPrintF(stderr, "ckptd: host %s %s\n", host, why);
+        if (options_.coordinator != nullptr) options_.coordinator->HostLost(host, why);
       }
     }
   });
@@ -45,6 +49,12 @@ grpc::Status ClusterServiceImpl::Register(grpc::ServerContext* context,
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (absl::Status s = registry_.Register(*request, MonotonicNow()); !s.ok())
     return ToGrpcStatus(s);
+  // A host registers anew after its daemon restarted (or after it was
+  // lost): whatever its earlier instance was saving is gone.
+  if (options_.coordinator != nullptr) {
+    options_.coordinator->HostLost(request->host().host(),
+                                   "registered again: its earlier ckptd instance is gone");
+  }
   absl::FPrintF(stderr, "ckptd: host %s registered (instance %s, peer channel %s, from %s)\n",
                 request->host().host(), request->instance(),
                 request->host().address().empty() ? "none" : request->host().address(),
@@ -61,7 +71,19 @@ grpc::Status ClusterServiceImpl::Heartbeat(grpc::ServerContext* context,
   absl::StatusOr<auth::Caller> caller = auth_.Authorize(*context, auth::Permission::kAdmin);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   response->set_register_again(!registry_.Heartbeat(*request, MonotonicNow()));
+  if (options_.coordinator != nullptr && request->save_ids_size() > 0) {
+    std::vector<std::string> ids(request->save_ids().begin(), request->save_ids().end());
+    for (auto& [id, reason] : options_.coordinator->FailedSaves(ids)) {
+      v1::HeartbeatResponse::FailedSave* failed = response->add_failed_saves();
+      failed->set_save_id(id);
+      failed->set_reason(reason);
+    }
+  }
   return grpc::Status::OK;
+}
+
+bool ClusterServiceImpl::HostLive(const std::string& host) const {
+  return registry_.Live(host, MonotonicNow());
 }
 
 grpc::Status ClusterServiceImpl::ClusterStatus(grpc::ServerContext* context,

@@ -1,7 +1,7 @@
 // ClusterService (proto/ckpt/v1/cluster.proto) of a ckptd started with
 // --coordinator: node daemons register and heartbeat; ckptctl asks for the
 // cluster's state. A sweeper marks hosts silent past the heartbeat timeout
-// lost and logs each once.
+// lost and logs each once; saves it takes part in fail at once.
 //
 // Thread-safety: gRPC calls it from any thread.
 #ifndef CKPT_DAEMON_CLUSTER_CLUSTER_SERVICE_H_
@@ -16,6 +16,7 @@
 #include "ckpt/v1/cluster.grpc.pb.h"
 #include "daemon/auth/caller.h"
 #include "daemon/cluster/host_registry.h"
+#include "daemon/coordinator/coordinator.h"
 
 namespace ckpt::cluster {
 
@@ -24,6 +25,9 @@ struct ClusterServiceOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(5);
   size_t max_hosts = 16384;
+  // Told of every host lost or restarted (its saves fail, naming it), and
+  // asked which of a host's saves failed, for its heartbeat's answer.
+  coordinator::Coordinator* coordinator = nullptr;
 };
 
 class ClusterServiceImpl final : public v1::ClusterService::Service {
@@ -37,6 +41,9 @@ class ClusterServiceImpl final : public v1::ClusterService::Service {
                          v1::HeartbeatResponse* response) override;
   grpc::Status ClusterStatus(grpc::ServerContext* context, const v1::ClusterStatusRequest* request,
                              v1::ClusterStatusResponse* response) override;
+
+  // Registered, and heard from within the heartbeat timeout.
+  bool HostLive(const std::string& host) const;
 
  private:
   const auth::Authenticator& auth_;

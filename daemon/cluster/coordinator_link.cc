@@ -38,8 +38,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorLink>> CoordinatorLink::Start(
         grpc::CompositeChannelCredentials(credentials, grpc::AccessTokenCredentials(*token));
   }
   std::unique_ptr<CoordinatorLink> link(new CoordinatorLink(std::move(options)));
-  link->stub_ =
-      v1::ClusterService::NewStub(grpc::CreateChannel(link->options_.address, credentials));
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(link->options_.max_message_bytes);
+  arguments.SetMaxSendMessageSize(link->options_.max_message_bytes);
+  link->channel_ = grpc::CreateCustomChannel(link->options_.address, credentials, arguments);
+  link->stub_ = v1::ClusterService::NewStub(link->channel_);
   link->thread_ = std::thread([l = link.get()] { l->Run(); });
   return link;
 }
@@ -55,6 +58,7 @@ absl::Status CoordinatorLink::RegisterOnce(absl::Duration* interval) {
   v1::RegisterHostResponse response;
   grpc::Status status = stub_->Register(&context, options_.self, &response);
   if (!status.ok()) return FromGrpcStatus(status);
+  last_contact_ns_.store(absl::ToUnixNanos(absl::Now()), std::memory_order_release);
   if (response.heartbeat_interval_ms() > 0) {
     *interval = std::clamp(absl::Milliseconds(response.heartbeat_interval_ms()),
                            absl::Milliseconds(10), absl::Seconds(60));
@@ -75,6 +79,8 @@ absl::StatusOr<bool> CoordinatorLink::HeartbeatOnce(absl::Duration interval) {
   v1::HeartbeatResponse response;
   grpc::Status status = stub_->Heartbeat(&context, request, &response);
   if (!status.ok()) return FromGrpcStatus(status);
+  last_contact_ns_.store(absl::ToUnixNanos(absl::Now()), std::memory_order_release);
+  if (options_.on_answer) options_.on_answer(response);
   return !response.register_again();
 }
 

@@ -14,8 +14,11 @@
 #include <string>
 #include <thread>
 
+#include <grpcpp/grpcpp.h>
+
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "ckpt/v1/cluster.grpc.pb.h"
 
@@ -26,9 +29,14 @@ struct CoordinatorLinkOptions {
   std::string tls_ca_file;  // the coordinator's CA; empty: the system's
   std::string token_file;   // the cluster's admin token (mode 0600)
   v1::RegisterHostRequest self;
-  // What the heartbeat reports: pool use and sessions in flight.
+  // What the heartbeat reports: pool use, sessions in flight, and the
+  // saves spread over hosts this host takes part in.
   std::function<void(v1::HeartbeatRequest&)> sample;
+  // The coordinator's answer to each heartbeat: saves it failed.
+  std::function<void(const v1::HeartbeatResponse&)> on_answer;
   absl::Duration call_timeout = absl::Seconds(2);
+  // Plans and persist reports of large models are big (--max_message_bytes).
+  int max_message_bytes = 64 << 20;
 };
 
 class CoordinatorLink {
@@ -41,6 +49,14 @@ class CoordinatorLink {
   CoordinatorLink& operator=(const CoordinatorLink&) = delete;
 
   bool registered() const { return registered_.load(std::memory_order_acquire); }
+  // The connection to the coordinator, for its CoordinatorService too.
+  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
+  // When the coordinator last answered (a registration or a heartbeat);
+  // the start when it never did. A host silent past the heartbeat timeout
+  // is lost to the coordinator: its saves spread over hosts are over.
+  absl::Time last_contact() const {
+    return absl::FromUnixNanos(last_contact_ns_.load(std::memory_order_acquire));
+  }
 
  private:
   explicit CoordinatorLink(CoordinatorLinkOptions options) : options_(std::move(options)) {}
@@ -49,7 +65,9 @@ class CoordinatorLink {
   absl::StatusOr<bool> HeartbeatOnce(absl::Duration interval);  // false: register again
 
   const CoordinatorLinkOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ClusterService::Stub> stub_;
+  std::atomic<int64_t> last_contact_ns_{absl::ToUnixNanos(absl::Now())};
   std::atomic<bool> registered_{false};
   absl::Notification stop_;
   std::thread thread_;

@@ -109,4 +109,10 @@ size_t HostRegistry::live_hosts() const {
   return n;
 }
 
+bool HostRegistry::Live(const std::string& host, absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  auto it = hosts_.find(host);
+  return it != hosts_.end() && !Lost(it->second, now);
+}
+
 }  // namespace ckpt::cluster

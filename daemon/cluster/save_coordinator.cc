@@ -47,8 +47,8 @@ absl::Status RemoteSaveCoordinator::Finish(const grpc::Status& status, const Cal
   const std::string cancelled = call.reason();
   if (!cancelled.empty()) return absl::UnavailableError(cancelled);
   const absl::Status s = FromGrpcStatus(status);
-  return absl::Status(s.code(), absl::StrCat("coordinator ", address_, " (", what, "): ",
-                                             s.message()));
+  return absl::Status(s.code(),
+                      absl::StrCat("coordinator ", address_, " (", what, "): ", s.message()));
 }
 
 absl::StatusOr<v1::SaveAssignment> RemoteSaveCoordinator::PlanSave(const v1::NodeSavePlan& plan) {

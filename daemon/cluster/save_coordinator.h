@@ -45,9 +45,7 @@ class LocalSaveCoordinator final : public SaveCoordinator {
   absl::StatusOr<v1::CommitResult> ReportPersisted(const v1::NodePersistReport& report) override {
     return coordinator_.ReportPersisted(report);
   }
-  void AbortSave(const v1::AbortSaveRequest& request) override {
-    coordinator_.AbortSave(request);
-  }
+  void AbortSave(const v1::AbortSaveRequest& request) override { coordinator_.AbortSave(request); }
 
  private:
   coordinator::Coordinator& coordinator_;
