@@ -82,17 +82,21 @@ class Checkpointer:
     """Attaches to the local ckptd as one rank of a job.
 
     socket_path defaults to $CKPTD_SOCKET, else /run/ckptd/ckptd.sock.
+    local_world_size: the job's ranks on this host (default: all of them);
+    fewer when the job spans hosts, whose daemons then meet at the cluster's
+    coordinator ($LOCAL_WORLD_SIZE as torchrun sets it is a good value).
     """
 
     def __init__(self, job: str, rank: int = 0, world_size: int = 1, *,
                  socket_path: Optional[str] = None, local_rank: Optional[int] = None,
-                 copy_threads: int = 4, gpu_transfer: str = "pull"):
+                 copy_threads: int = 4, gpu_transfer: str = "pull",
+                 local_world_size: int = 0):
         if gpu_transfer not in ("pull", "push"):
             raise ValueError(f"gpu_transfer is 'pull' or 'push', not {gpu_transfer!r}")
         socket_path = socket_path or os.environ.get("CKPTD_SOCKET", "/run/ckptd/ckptd.sock")
         self._client = _ckpt.Client(socket_path, job, rank, world_size,
                                     rank if local_rank is None else local_rank, copy_threads,
-                                    gpu_transfer == "push")
+                                    gpu_transfer == "push", local_world_size)
         self._rank = rank
         self._last: Optional[SaveHandle] = None
         self._watcher = _PersistWatcher()

@@ -109,13 +109,14 @@ class PySaveHandle {
 class PyClient {
  public:
   PyClient(const std::string& socket_path, const std::string& job, int rank, int world_size,
-           int local_rank, int copy_threads, bool gpu_push) {
+           int local_rank, int copy_threads, bool gpu_push, int local_world_size) {
     ClientOptions o;
     o.socket_path = socket_path;
     o.job = job;
     o.rank = rank;
     o.world_size = world_size;
     o.local_rank = local_rank;
+    o.local_world_size = local_world_size;
     o.copy_threads = copy_threads;
     o.gpu_transfer =
         gpu_push ? ClientOptions::GpuTransfer::kPush : ClientOptions::GpuTransfer::kPull;
@@ -202,9 +203,10 @@ PYBIND11_MODULE(_ckpt, m) {
       .def("wait_snapshot", &PySaveHandle::WaitSnapshot)
       .def("wait_persisted", &PySaveHandle::WaitPersisted);
   py::class_<PyClient>(m, "Client")
-      .def(py::init<const std::string&, const std::string&, int, int, int, int, bool>(),
+      .def(py::init<const std::string&, const std::string&, int, int, int, int, bool, int>(),
            py::arg("socket_path"), py::arg("job"), py::arg("rank"), py::arg("world_size"),
-           py::arg("local_rank"), py::arg("copy_threads"), py::arg("gpu_push"))
+           py::arg("local_rank"), py::arg("copy_threads"), py::arg("gpu_push"),
+           py::arg("local_world_size") = 0)
       .def("save", &PyClient::Save, py::arg("step"), py::arg("tensors"), py::arg("objects"),
            py::arg("blocking"), py::arg("partial"), py::arg("cuda_stream"), py::arg("metadata"))
       .def("load", &PyClient::Load, py::arg("step"), py::arg("tensors"), py::arg("keys"));

@@ -164,6 +164,7 @@ class ClientImpl final : public Client {
     request.set_rank(options_.rank);
     request.set_world_size(options_.world_size);
     request.set_local_rank(options_.local_rank);
+    request.set_local_world_size(options_.local_world_size);
     v1::AttachResponse response;
     std::shared_ptr<v1::NodeService::Stub> stub = NewStub(options_.socket_path);
     if (absl::Status s = FromGrpcStatus(stub->Attach(&context, request, &response)); !s.ok()) {

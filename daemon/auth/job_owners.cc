@@ -2,11 +2,13 @@
 
 #include <pwd.h>
 
+#include <random>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "daemon/coordinator/layout.h"
 #include "proto/lib/status_context.h"
@@ -49,7 +51,11 @@ absl::StatusOr<std::optional<uid_t>> JobOwners::ReadRecord(const std::string& jo
 absl::Status JobOwners::WriteRecord(const std::string& job, uid_t uid) {
   const std::string dir = coordinator::JobDir(root_, job);
   const std::string path = absl::StrCat(dir, "/", kOwnerFileName);
-  const std::string tmp = absl::StrCat(path, ".tmp");
+  // A name of its own: daemons of several hosts record the owner of a job
+  // spread over them at once on a shared root, and one's rename must not
+  // take the file another is still writing.
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  const std::string tmp = absl::StrCat(path, ".tmp-", absl::Hex(rng(), absl::kZeroPad16));
   const std::string text = absl::StrCat(kRecordPrefix, uid, "\n");
   if (absl::Status s = backend_.CreateDirs(dir); !s.ok()) return WithContext(s, "job directory");
   absl::StatusOr<std::unique_ptr<storage::WritableFile>> file = backend_.NewWritableFile(tmp);

@@ -16,11 +16,13 @@
 
 namespace ckpt::server {
 
-LoadSession::LoadSession(NodeContext& context, std::string job, int64_t step, int world_size)
+LoadSession::LoadSession(NodeContext& context, std::string job, int64_t step, int world_size,
+                         int local_world_size)
     : context_(context),
       job_(std::move(job)),
       step_(step),
       world_size_(world_size),
+      local_world_size_(local_world_size),
       read_metric_(context.metrics.ReadBytes(job_)) {
   absl::MutexLock lock(&mu_);
   created_at_ = absl::Now();
@@ -61,7 +63,13 @@ std::string LoadSession::load_id() const {
 }
 
 absl::Status LoadSession::CheckRankLocked(const RankSession& rank) const {
-  return CheckMember(rank, job_, world_size_, Who());
+  if (absl::Status s = CheckMember(rank, job_, world_size_, Who()); !s.ok()) return s;
+  if (rank.local_world_size != local_world_size_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Who(), "rank ", rank.rank, " says ", rank.local_world_size,
+                     " of the job's ranks are on this host; the load counts ", local_world_size_));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::LoadResponse> LoadSession::Load(const RankSession& rank,
@@ -77,7 +85,7 @@ absl::StatusOr<v1::LoadResponse> LoadSession::Load(const RankSession& rank,
     }
     state.request = request;
     state.session_id = rank.id;
-    last = ++arrived_ == world_size_;
+    last = ++arrived_ == local_world_size_;
     if (last) planning_ = true;
   }
   if (last) {
@@ -107,22 +115,24 @@ absl::Status LoadSession::Plan() {
     *plan.mutable_host() = context_.host;
     plan.set_job(job_);
     plan.set_step(step_);
-    for (int r = 0; r < world_size_; ++r) {
+    // This host's ranks only: those of a job spread over hosts elsewhere
+    // plan their own loads.
+    for (const auto& [r, state] : ranks_) {
       v1::NodeLoadPlan::RankRequests* rank = plan.add_ranks();
       rank->set_rank(r);
-      *rank->mutable_tensors() = ranks_[r].request->tensors();
-      *rank->mutable_object_keys() = ranks_[r].request->object_keys();
-      for (const v1::TensorShard& t : ranks_[r].request->tensors()) {
+      *rank->mutable_tensors() = state.request->tensors();
+      *rank->mutable_object_keys() = state.request->object_keys();
+      for (const v1::TensorShard& t : state.request->tensors()) {
         on_device[r].push_back(t.has_device_buffer());
       }
     }
   }
-  for (int r = 0; r < world_size_; ++r) {
-    for (const v1::TensorShard& t : plan.ranks(r).tensors()) {
+  for (const v1::NodeLoadPlan::RankRequests& rank : plan.ranks()) {
+    for (const v1::TensorShard& t : rank.tensors()) {
       if (t.has_device_buffer() && !context_.gpu.HasDevice()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat(Who(), "tensor ", t.fqn(), " of rank ", r, " is on a GPU but ckptd has ",
-                         context_.gpu.Describe(), "; use the push path or host tensors"));
+        return absl::FailedPreconditionError(absl::StrCat(
+            Who(), "tensor ", t.fqn(), " of rank ", rank.rank(), " is on a GPU but ckptd has ",
+            context_.gpu.Describe(), "; use the push path or host tensors"));
       }
     }
   }
@@ -149,7 +159,7 @@ absl::Status LoadSession::Plan() {
     for (const GroupChunk& chunk : planned[g].chunks) bytes_to_read_ += chunk.chunk->length();
     groups_[g].plan = std::move(planned[g]);
     for (int r = 0; r < world_size_; ++r) {
-      if (groups_[g].plan.host[r].empty()) continue;
+      if (groups_[g].plan.host[r].empty()) continue;  // only this host's ranks have any
       ranks_[r].groups.push_back(g);
       ++groups_[g].consumers_left;
     }
@@ -336,7 +346,7 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
   if (state.next >= state.groups.size()) {
     if (!state.done) {
       state.done = true;
-      if (++done_ranks_ == world_size_) {
+      if (++done_ranks_ == local_world_size_) {
         ReportEndLocked();
         pin_.reset();  // every byte is delivered: gc may have the step
       }
@@ -425,7 +435,7 @@ void LoadSession::FailLocked(const absl::Status& status) {
 
 void LoadSession::Fail(const absl::Status& status) {
   absl::MutexLock lock(&mu_);
-  if (planned_ && done_ranks_ == world_size_) return;  // complete: nothing to fail
+  if (planned_ && done_ranks_ == local_world_size_) return;  // complete: nothing to fail
   FailLocked(status);
 }
 
@@ -445,18 +455,27 @@ void LoadSession::CheckDeadlines(absl::Time now) {
   absl::MutexLock lock(&mu_);
   if (planned_ || planning_ || !error_.ok() || now < deadline_) return;
   std::vector<int> missing;
-  for (int r = 0; r < world_size_ && missing.size() < 16; ++r) {
-    if (ranks_.count(r) == 0) missing.push_back(r);
+  if (local_world_size_ < world_size_) {
+    // Spread over hosts: this host's ranks are those attached here.
+    for (int r : context_.sessions.RanksOf(job_)) {
+      if (ranks_.count(r) == 0 && missing.size() < 16) missing.push_back(r);
+    }
+  } else {
+    for (int r = 0; r < world_size_ && missing.size() < 16; ++r) {
+      if (ranks_.count(r) == 0) missing.push_back(r);
+    }
   }
+  const int absent = local_world_size_ - arrived_;
   FailLocked(absl::DeadlineExceededError(absl::StrCat(
-      Who(), "ranks [", absl::StrJoin(missing, ", "), world_size_ - arrived_ > 16 ? ", ..." : "",
-      "] did not ask within ", absl::FormatDuration(context_.options.plan_timeout), "; aborted")));
+      Who(), "ranks [", absl::StrJoin(missing, ", "),
+      absent > static_cast<int>(missing.size()) ? ", ..." : "", "] on host ", context_.host.host(),
+      " did not ask within ", absl::FormatDuration(context_.options.plan_timeout), "; aborted")));
 }
 
 bool LoadSession::finished() const {
   absl::MutexLock lock(&mu_);
   if (readers_running_ > 0 || planning_) return false;
-  return !error_.ok() || (planned_ && done_ranks_ == world_size_);
+  return !error_.ok() || (planned_ && done_ranks_ == local_world_size_);
 }
 
 }  // namespace ckpt::server

@@ -39,7 +39,10 @@ namespace ckpt::server {
 
 class LoadSession : public std::enable_shared_from_this<LoadSession> {
  public:
-  LoadSession(NodeContext& context, std::string job, int64_t step, int world_size);
+  // local_world_size: the job's ranks on this host, which this load waits
+  // for and plans (each host of a job spread over hosts plans its own).
+  LoadSession(NodeContext& context, std::string job, int64_t step, int world_size,
+              int local_world_size);
   ~LoadSession();
 
   // Blocks until every rank has asked and the load is planned.
@@ -95,6 +98,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   const std::string job_;
   const int64_t step_;
   const int world_size_;
+  const int local_world_size_;
 
   mutable absl::Mutex mu_;
   // Only the ranks that arrived: a world of 65536 with one rank present

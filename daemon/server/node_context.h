@@ -11,6 +11,7 @@
 #include "ckpt/v1/common.pb.h"
 #include "daemon/auth/caller.h"
 #include "daemon/auth/job_owners.h"
+#include "daemon/cluster/save_coordinator.h"
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/pool/shm_pool.h"
@@ -41,6 +42,11 @@ struct NodeContext {
   const auth::Authenticator& auth;  // who may call, and for what
   auth::JobOwners& owners;
   metrics::Metrics& metrics;  // events and byte counters (daemon/metrics)
+  // Where saves of jobs spread over hosts are planned and committed: the
+  // cluster's coordinator (over gRPC, or this process when it is the
+  // coordinator); null when this daemon is in no cluster. Set before the
+  // daemon serves.
+  cluster::SaveCoordinator* cluster_saves = nullptr;
 };
 
 }  // namespace ckpt::server

@@ -219,8 +219,12 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   coordinator::CatalogOptions catalog;
   catalog.host = o.host_name;  // the instance id is chosen here, once per start
   catalog.limits = o.manifest_limits;
-  d->coordinator_ =
-      std::make_unique<coordinator::Coordinator>(*d->backend_, o.storage_root, planner, catalog);
+  coordinator::RendezvousOptions rendezvous;
+  // Hosts wait for each other as long as ranks wait for each other, plus
+  // the time the registry takes to declare a silent host lost.
+  rendezvous.plan_timeout = o.plan_timeout + o.heartbeat_timeout;
+  d->coordinator_ = std::make_unique<coordinator::Coordinator>(*d->backend_, o.storage_root,
+                                                               planner, catalog, rendezvous);
   absl::StatusOr<int> removed = d->coordinator_->catalog().RemoveStalePartials();
   if (!removed.ok()) return removed.status();
   d->removed_partials_ = *removed;
@@ -332,8 +336,16 @@ absl::Status NodeDaemon::Start() {
     cluster_ = std::make_unique<cluster::ClusterServiceImpl>(
         *auth_, cluster::ClusterServiceOptions{.instance = coordinator_->catalog().instance(),
                                                .heartbeat_interval = options_.heartbeat_interval,
-                                               .heartbeat_timeout = options_.heartbeat_timeout});
+                                               .heartbeat_timeout = options_.heartbeat_timeout,
+                                               .coordinator = coordinator_.get()});
     builder.RegisterService(cluster_.get());
+    coordinator_service_ =
+        std::make_unique<cluster::CoordinatorServiceImpl>(*auth_, *coordinator_, *cluster_);
+    builder.RegisterService(coordinator_service_.get());
+    // Ranks of a job spread over hosts that attach here meet the others
+    // in this process.
+    cluster_saves_ = std::make_unique<cluster::LocalSaveCoordinator>(*coordinator_);
+    context_->cluster_saves = cluster_saves_.get();
   }
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<RefusalInterceptorFactory>(*metrics_));
@@ -384,17 +396,35 @@ absl::Status NodeDaemon::Start() {
     link.sample = [this](v1::HeartbeatRequest& beat) {
       beat.set_pool_used(pool_->Stats().used);
       beat.set_sessions(static_cast<uint32_t>(service_->InFlight()));
+      for (std::string& id : service_->SpanningSaveIds()) beat.add_save_ids(std::move(id));
     };
+    link.on_answer = [this](const v1::HeartbeatResponse& answer) {
+      service_->FailSpanningSaves(answer);
+    };
+    link.max_message_bytes =
+        static_cast<int>(std::min<int64_t>(options_.limits.max_message_bytes, INT_MAX));
     absl::StatusOr<std::unique_ptr<cluster::CoordinatorLink>> started =
         cluster::CoordinatorLink::Start(std::move(link));
     if (!started.ok()) return started.status();
     coordinator_link_ = std::move(*started);
+    if (cluster_saves_ == nullptr) {
+      // A call waits while other hosts plan or write; the coordinator
+      // fails it itself when one is lost, and CheckCoordinatorContact when
+      // the coordinator is.
+      auto remote = std::make_unique<cluster::RemoteSaveCoordinator>(
+          coordinator_link_->channel(), options_.coordinator_address,
+          options_.plan_timeout + options_.snapshot_timeout + 2 * options_.heartbeat_timeout);
+      remote_saves_ = remote.get();
+      cluster_saves_ = std::move(remote);
+      context_->cluster_saves = cluster_saves_.get();
+    }
   }
   notifier_.Ready(StatusLine());
   reaper_ = std::thread([this] {
     while (!stop_.WaitForNotificationWithTimeout(kReapInterval)) {
       const absl::Time now = absl::Now();
       service_->Reap(now);
+      CheckCoordinatorContact(now);
       metrics_->Tick(now);
       notifier_.Tick(now, StatusLine());
     }
@@ -403,6 +433,19 @@ absl::Status NodeDaemon::Start() {
 }
 
 void NodeDaemon::Wait() { stop_.WaitForNotification(); }
+
+void NodeDaemon::CheckCoordinatorContact(absl::Time now) {
+  if (coordinator_link_ == nullptr) return;
+  const absl::Duration silent = now - coordinator_link_->last_contact();
+  if (silent <= options_.heartbeat_timeout) return;
+  const absl::Status lost = absl::UnavailableError(
+      absl::StrCat("host ", options_.host_name, " lost contact with the coordinator at ",
+                   options_.coordinator_address, " (no answer for ",
+                   absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(100))),
+                   "; it died, or the network is cut); aborted"));
+  service_->FailSpanningSaves(lost);
+  if (remote_saves_ != nullptr) remote_saves_->CancelAll(std::string(lost.message()));
+}
 
 std::string NodeDaemon::StatusLine() const {
   const pool::PoolStats pool = pool_->Stats();

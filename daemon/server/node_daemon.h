@@ -20,6 +20,8 @@
 #include "daemon/auth/unix_listener.h"
 #include "daemon/cluster/cluster_service.h"
 #include "daemon/cluster/coordinator_link.h"
+#include "daemon/cluster/coordinator_service.h"
+#include "daemon/cluster/save_coordinator.h"
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/metrics/metrics_server.h"
@@ -64,6 +66,10 @@ class NodeDaemon {
   explicit NodeDaemon(DaemonOptions options);
   // One line for systemd's STATUS=: what is attached and in flight.
   std::string StatusLine() const;
+  // Fails this host's saves spread over hosts once the coordinator has
+  // been silent past the heartbeat timeout (it died, or the link is cut):
+  // it has declared this host lost by then, and no such save can commit.
+  void CheckCoordinatorContact(absl::Time now);
 
   DaemonOptions options_;
   std::unique_ptr<storage::Backend> backend_;
@@ -84,9 +90,15 @@ class NodeDaemon {
   // Before the context and the service: sessions report to it to their end.
   std::unique_ptr<metrics::Metrics> metrics_;
   std::unique_ptr<metrics::MetricsServer> metrics_server_;
+  // Where saves of jobs spread over hosts meet (context_->cluster_saves):
+  // the coordinator in this process, or the remote one; outlives the
+  // service, whose sessions call it to their end.
+  std::unique_ptr<cluster::SaveCoordinator> cluster_saves_;
+  cluster::RemoteSaveCoordinator* remote_saves_ = nullptr;  // in cluster_saves_, if remote
   std::unique_ptr<NodeContext> context_;
   std::unique_ptr<NodeService> service_;
-  std::unique_ptr<cluster::ClusterServiceImpl> cluster_;  // with --coordinator
+  std::unique_ptr<cluster::ClusterServiceImpl> cluster_;                  // with --coordinator
+  std::unique_ptr<cluster::CoordinatorServiceImpl> coordinator_service_;  // with --coordinator
   std::unique_ptr<cluster::CoordinatorLink> coordinator_link_;
   std::unique_ptr<peer::PeerReceiver> peer_receiver_;  // with --peer_address
   std::unique_ptr<grpc::Server> server_;

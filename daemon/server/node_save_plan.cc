@@ -6,19 +6,18 @@
 namespace ckpt::server {
 
 v1::NodeSavePlan BatchRankPlans(const v1::HostIdentity& host, const std::string& job, int64_t step,
-                                int writer_threads,
-                                absl::Span<const v1::PlanSaveRequest* const> requests) {
+                                int world_size, int writer_threads, const RankRequests& requests) {
   v1::NodeSavePlan plan;
   *plan.mutable_host() = host;
   plan.set_job(job);
   plan.set_step(step);
-  plan.set_world_size(static_cast<int>(requests.size()));
+  plan.set_world_size(world_size);
   plan.set_writer_threads(writer_threads);
-  for (size_t r = 0; r < requests.size(); ++r) {
-    const v1::PlanSaveRequest& request = *requests[r];
-    if (r == 0) plan.set_partial(request.partial());
+  for (const auto& [r, request_ptr] : requests) {
+    const v1::PlanSaveRequest& request = *request_ptr;
+    if (plan.ranks_size() == 0) plan.set_partial(request.partial());
     v1::RankSavePlan* rank = plan.add_ranks();
-    rank->set_rank(static_cast<int>(r));
+    rank->set_rank(r);
     *rank->mutable_shards() = request.shards();
     *rank->mutable_objects() = request.objects();
     for (const auto& [k, v] : request.user_metadata()) (*plan.mutable_user_metadata())[k] = v;
@@ -26,16 +25,19 @@ v1::NodeSavePlan BatchRankPlans(const v1::HostIdentity& host, const std::string&
   return plan;
 }
 
-absl::StatusOr<std::vector<RankItems>> SplitByRank(
-    const v1::HostAssignment& host, absl::Span<const v1::PlanSaveRequest* const> requests,
-    uint64_t alignment) {
-  std::vector<RankItems> out(requests.size());
+absl::StatusOr<std::map<int, RankItems>> SplitByRank(const v1::HostAssignment& host,
+                                                     const RankRequests& requests,
+                                                     uint64_t alignment) {
+  std::map<int, RankItems> out;
+  for (const auto& [r, request] : requests) out[r];
   for (const v1::WriteItem& write : host.items()) {
-    if (write.rank() < 0 || static_cast<size_t>(write.rank()) >= requests.size()) {
+    auto found = requests.find(write.rank());
+    if (found == requests.end()) {
       return absl::InternalError(absl::StrCat("the assignment names rank ", write.rank(),
-                                              " of a world of ", requests.size()));
+                                              ", which is not one of the ", requests.size(),
+                                              " ranks on this host"));
     }
-    const v1::PlanSaveRequest& request = *requests[write.rank()];
+    const v1::PlanSaveRequest& request = *found->second;
     const int listed = write.is_object() ? request.objects_size() : request.shards_size();
     if (write.index() >= static_cast<uint32_t>(listed)) {
       return absl::InternalError(

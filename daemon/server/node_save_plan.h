@@ -9,6 +9,7 @@
 #define CKPT_DAEMON_SERVER_NODE_SAVE_PLAN_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,12 +21,14 @@
 
 namespace ckpt::server {
 
-// requests[r] is rank r's; the world size is their number. The save is
-// partial as rank 0 asked; user metadata is merged, a later rank's value
-// winning for a key two ranks set.
+// The requests of this host's ranks, by rank: all `world_size` ranks of a
+// job on one host, or this host's share of a job spread over hosts.
+using RankRequests = std::map<int, const v1::PlanSaveRequest*>;
+
+// The save is partial as the lowest rank asked; user metadata is merged, a
+// higher rank's value winning for a key two ranks set.
 v1::NodeSavePlan BatchRankPlans(const v1::HostIdentity& host, const std::string& job, int64_t step,
-                                int writer_threads,
-                                absl::Span<const v1::PlanSaveRequest* const> requests);
+                                int world_size, int writer_threads, const RankRequests& requests);
 
 // What one rank copies: its items in assignment order, each with the write
 // item it comes from (pointing into the HostAssignment given).
@@ -34,13 +37,14 @@ struct RankItems {
   std::vector<const v1::WriteItem*> writes;  // parallel to items
 };
 
-// One RankItems per request; padded_bytes is the room an item takes at
-// `alignment`. The assignment comes from the coordinator, possibly over the
-// network: INTERNAL when a write item names a rank, shard, object or writer
-// file that does not exist, rather than indexing past them later.
-absl::StatusOr<std::vector<RankItems>> SplitByRank(
-    const v1::HostAssignment& host, absl::Span<const v1::PlanSaveRequest* const> requests,
-    uint64_t alignment);
+// One RankItems per request, by rank; padded_bytes is the room an item
+// takes at `alignment`. The assignment comes from the coordinator, possibly
+// over the network: INTERNAL when a write item names a rank not on this
+// host, or a shard, object or writer file that does not exist, rather than
+// indexing past them later.
+absl::StatusOr<std::map<int, RankItems>> SplitByRank(const v1::HostAssignment& host,
+                                                     const RankRequests& requests,
+                                                     uint64_t alignment);
 
 }  // namespace ckpt::server
 

@@ -151,8 +151,9 @@ grpc::Status NodeService::Attach(grpc::ServerContext* context, const v1::AttachR
   // The first user to attach a job owns it; nobody else may join it.
   const uid_t uid = CallerUid(*caller);
   if (absl::Status s = context_.owners.Claim(request->job(), uid); !s.ok()) return ToGrpc(s);
-  absl::StatusOr<RankSession> session = context_.sessions.Attach(
-      request->job(), request->rank(), request->world_size(), request->local_rank(), uid);
+  absl::StatusOr<RankSession> session =
+      context_.sessions.Attach(request->job(), request->rank(), request->world_size(),
+                               request->local_rank(), uid, request->local_world_size());
   if (!session.ok()) return ToGrpc(session.status());
   response->set_session_id(session->id);
   context_.pool.Adopt(request->job());
@@ -238,6 +239,13 @@ grpc::Status NodeService::PlanSave(grpc::ServerContext* context, const v1::PlanS
   }
   // Bounded before anything is allocated for it.
   if (absl::Status s = ValidatePlanSaveRequest(*request, limits_); !s.ok()) return ToGrpc(s);
+  if (rank->spans_hosts() && context_.cluster_saves == nullptr) {
+    return ToGrpc(absl::FailedPreconditionError(absl::StrCat(
+        "save of job ", rank->job, " step ", request->step(), ": the job spans hosts (",
+        rank->local_world_size, " of its ", rank->world_size,
+        " ranks attach here) but this ckptd belongs to no cluster: start it with "
+        "--coordinator_address (or --coordinator)")));
+  }
   // The job's first save records who owns it.
   if (absl::Status s = context_.owners.Persist(rank->job); !s.ok()) return ToGrpc(s);
   if (absl::Status s = EnterBarrier(rank->id); !s.ok()) return ToGrpc(s);
@@ -264,7 +272,8 @@ grpc::Status NodeService::PlanSave(grpc::ServerContext* context, const v1::PlanS
     std::shared_ptr<SaveSession>& slot = saves_[{rank->job, request->step()}];
     if (slot == nullptr || slot->finished()) {
       if (slot != nullptr) finished_saves_.push_back(slot);
-      slot = std::make_shared<SaveSession>(context_, rank->job, request->step(), rank->world_size);
+      slot = std::make_shared<SaveSession>(context_, rank->job, request->step(), rank->world_size,
+                                           rank->local_world_size);
     }
     save = slot;
   }
@@ -368,7 +377,8 @@ grpc::Status NodeService::Load(grpc::ServerContext* context, const v1::LoadReque
     absl::MutexLock lock(&mu_);
     std::shared_ptr<LoadSession>& slot = load_barriers_[{rank->job, request->step()}];
     if (slot == nullptr || slot->finished()) {
-      slot = std::make_shared<LoadSession>(context_, rank->job, request->step(), rank->world_size);
+      slot = std::make_shared<LoadSession>(context_, rank->job, request->step(), rank->world_size,
+                                           rank->local_world_size);
     }
     load = slot;
   }
@@ -568,6 +578,47 @@ void NodeService::Reap(absl::Time now) {
   }
   for (auto& save : saves) save->CheckDeadlines(now);
   for (auto& load : loads) load->CheckDeadlines(now);
+}
+
+std::vector<std::string> NodeService::SpanningSaveIds() {
+  std::vector<std::shared_ptr<SaveSession>> saves;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, save] : saves_) {
+      if (save->spans_hosts()) saves.push_back(save);
+    }
+  }
+  std::vector<std::string> ids;
+  for (const auto& save : saves) {
+    if (save->finished()) continue;
+    std::string id = save->save_id();
+    if (!id.empty()) ids.push_back(std::move(id));
+  }
+  return ids;
+}
+
+void NodeService::FailSpanningSaves(const v1::HeartbeatResponse& answer) {
+  for (const v1::HeartbeatResponse::FailedSave& failed : answer.failed_saves()) {
+    std::shared_ptr<SaveSession> save = FindSave(failed.save_id());
+    if (save == nullptr) continue;
+    save->Fail(absl::AbortedError(
+        absl::StrCat("save of job ", save->job(), " step ", save->step(),
+                     ": the coordinator failed it: ", failed.reason().substr(0, 1024))));
+  }
+}
+
+void NodeService::FailSpanningSaves(const absl::Status& status) {
+  std::vector<std::shared_ptr<SaveSession>> saves;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, save] : saves_) {
+      if (save->spans_hosts() && !save->finished()) saves.push_back(save);
+    }
+  }
+  for (const auto& save : saves) {
+    save->Fail(absl::Status(status.code(), absl::StrCat("save of job ", save->job(), " step ",
+                                                        save->step(), ": ", status.message())));
+  }
 }
 
 int NodeService::InFlight() {

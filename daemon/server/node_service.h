@@ -23,6 +23,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "ckpt/v1/cluster.pb.h"
 #include "ckpt/v1/node.grpc.pb.h"
 #include "daemon/server/load_session.h"
 #include "daemon/server/node_context.h"
@@ -48,6 +49,15 @@ class NodeService final
   int InFlight();
   // The rank behind the session is gone (its Watch ended).
   void RankGone(const RankSession& rank);
+
+  // Saves of jobs spread over hosts, for the coordinator link: the ids of
+  // those in flight (its heartbeat lists them) ...
+  std::vector<std::string> SpanningSaveIds();
+  // ... those the coordinator says failed (another host was lost, or it
+  // restarted and forgot them), with its reason ...
+  void FailSpanningSaves(const v1::HeartbeatResponse& answer);
+  // ... and all of them, when this host lost contact with the coordinator.
+  void FailSpanningSaves(const absl::Status& status);
 
   grpc::Status Attach(grpc::ServerContext*, const v1::AttachRequest*, v1::AttachResponse*) override;
   grpc::Status Detach(grpc::ServerContext*, const v1::DetachRequest*, v1::DetachResponse*) override;

@@ -1,6 +1,7 @@
 #include "daemon/server/rank_sessions.h"
 
 #include <random>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -20,7 +21,7 @@ absl::Status CheckMember(const RankSession& rank, const std::string& job, int wo
 }
 
 absl::StatusOr<RankSession> RankSessions::Attach(const std::string& job, int rank, int world_size,
-                                                 int local_rank, uid_t uid) {
+                                                 int local_rank, uid_t uid, int local_world_size) {
   if (absl::Status s = ValidateName("job", job); !s.ok()) return s;
   if (world_size > limits_.max_world_size) {
     return absl::ResourceExhaustedError(absl::StrCat("world size ", world_size,
@@ -34,10 +35,34 @@ absl::StatusOr<RankSession> RankSessions::Attach(const std::string& job, int ran
   if (local_rank < 0) {
     return absl::InvalidArgumentError(absl::StrCat("local rank ", local_rank, " is negative"));
   }
+  if (local_world_size == 0) local_world_size = world_size;
+  if (local_world_size < 0 || local_world_size > world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("local world size ", local_world_size,
+                                                   " is not in [1, world size ", world_size, "]"));
+  }
   static thread_local std::mt19937_64 rng{std::random_device{}()};
-  RankSession session{
-      absl::StrFormat("%016x%016x", rng(), rng()), uid, job, rank, world_size, local_rank};
+  RankSession session{absl::StrFormat("%016x%016x", rng(), rng()),
+                      uid,
+                      job,
+                      rank,
+                      world_size,
+                      local_rank,
+                      local_world_size};
   absl::MutexLock lock(&mu_);
+  for (const auto& [id, other] : sessions_) {
+    // A save of a job spanning hosts waits for local_world_size ranks
+    // here: two counts for one job would leave it waiting for ranks that
+    // never come. (A job on this host alone may reattach with another
+    // world to load into a new layout.)
+    const bool spans = session.spans_hosts() || other.spans_hosts();
+    if (other.job == job && spans &&
+        (other.world_size != world_size || other.local_world_size != local_world_size)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job, " is attached here with world size ", other.world_size,
+                       " and local world size ", other.local_world_size, "; this rank says ",
+                       world_size, " and ", local_world_size));
+    }
+  }
   if (static_cast<int>(sessions_.size()) >= limits_.max_sessions) {
     return absl::ResourceExhaustedError(absl::StrCat(sessions_.size(),
                                                      " ranks are attached; the limit is ",
@@ -71,6 +96,15 @@ bool RankSessions::HasJob(const std::string& job) const {
     if (session.job == job) return true;
   }
   return false;
+}
+
+std::vector<int> RankSessions::RanksOf(const std::string& job) const {
+  std::set<int> ranks;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, session] : sessions_) {
+    if (session.job == job) ranks.insert(session.rank);
+  }
+  return {ranks.begin(), ranks.end()};
 }
 
 }  // namespace ckpt::server

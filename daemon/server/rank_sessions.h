@@ -10,6 +10,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -26,6 +27,10 @@ struct RankSession {
   int rank = 0;
   int world_size = 0;
   int local_rank = 0;
+  // Ranks of the job on this host: world_size when the whole job is here;
+  // fewer when it spans hosts and the cluster's coordinator meets them.
+  int local_world_size = 0;
+  bool spans_hosts() const { return local_world_size < world_size; }
 };
 
 // PERMISSION_DENIED unless the session is one of the `world_size` ranks of
@@ -43,10 +48,12 @@ class RankSessions {
  public:
   explicit RankSessions(SessionLimits limits = {}) : limits_(limits) {}
 
-  // INVALID_ARGUMENT for a bad job name or rank; RESOURCE_EXHAUSTED naming
-  // the bound for a world or a session count beyond the limits.
+  // INVALID_ARGUMENT for a bad job name, rank or local world size (0 means
+  // world_size); RESOURCE_EXHAUSTED naming the bound for a world or a
+  // session count beyond the limits. Every rank of a job on this host must
+  // give the same world and local world sizes as the ones attached before.
   absl::StatusOr<RankSession> Attach(const std::string& job, int rank, int world_size,
-                                     int local_rank, uid_t uid = 0);
+                                     int local_rank, uid_t uid = 0, int local_world_size = 0);
   // NOT_FOUND for an unknown session.
   absl::Status Detach(const std::string& id);
   // NOT_FOUND ("unknown session; attach first") for an unknown id.
@@ -54,6 +61,8 @@ class RankSessions {
   int attached() const;
   // Whether any rank of `job` is attached.
   bool HasJob(const std::string& job) const;
+  // The ranks of `job` attached here, in order, without repeats.
+  std::vector<int> RanksOf(const std::string& job) const;
 
  private:
   const SessionLimits limits_;

@@ -37,11 +37,15 @@ absl::Status ValidateRankRequest(const v1::PlanSaveRequest& request) {
 
 }  // namespace
 
-SaveSession::SaveSession(NodeContext& context, std::string job, int64_t step, int world_size)
+SaveSession::SaveSession(NodeContext& context, std::string job, int64_t step, int world_size,
+                         int local_world_size)
     : context_(context),
       job_(std::move(job)),
       step_(step),
       world_size_(world_size),
+      local_world_size_(local_world_size),
+      local_coordinator_(context.coordinator),
+      coordinator_(local_world_size < world_size ? context.cluster_saves : &local_coordinator_),
       written_metric_(context.metrics.WrittenBytes(job_)) {
   absl::MutexLock lock(&mu_);
   times_.created = absl::Now();
@@ -53,11 +57,35 @@ SaveSession::~SaveSession() = default;
 
 std::string SaveSession::Who() const { return absl::StrCat("save of job ", job_, " step ", step_); }
 
-std::vector<const v1::PlanSaveRequest*> SaveSession::RequestsLocked() const {
-  std::vector<const v1::PlanSaveRequest*> requests;
-  // In rank order: only called once every rank has planned.
-  for (const auto& [r, rank] : ranks_) requests.push_back(&*rank.request);
+RankRequests SaveSession::RequestsLocked() const {
+  RankRequests requests;
+  // Only called once every local rank has planned.
+  for (const auto& [r, rank] : ranks_) requests[r] = &*rank.request;
   return requests;
+}
+
+std::string SaveSession::MissingLocked(bool snapshot) const {
+  // A job on this host alone: its ranks are 0..world_size-1. Spread over
+  // hosts: this host's are those attached here.
+  std::vector<int> candidates;
+  if (spans_hosts()) {
+    candidates = context_.sessions.RanksOf(job_);
+  } else {
+    for (int r = 0; r < world_size_ && candidates.size() < 4096; ++r) candidates.push_back(r);
+  }
+  std::vector<int> missing;
+  for (int r : candidates) {
+    auto it = ranks_.find(r);
+    const bool done =
+        it != ranks_.end() && (snapshot ? it->second.snapshotted : it->second.request.has_value());
+    if (!done) missing.push_back(r);
+  }
+  const int count = local_world_size_ - (snapshot ? snapshotted_ : arrived_);
+  const bool more = static_cast<int>(std::min<size_t>(missing.size(), 16)) < count;
+  if (missing.size() > 16) missing.resize(16);
+  return absl::StrCat(
+      "[", absl::StrJoin(missing, ", "), more ? (missing.empty() ? "..." : ", ...") : "", "]",
+      spans_hosts() ? absl::StrCat(" (", count, " of this host's ", local_world_size_, ")") : "");
 }
 
 std::string SaveSession::save_id() const {
@@ -66,7 +94,15 @@ std::string SaveSession::save_id() const {
 }
 
 absl::Status SaveSession::CheckRankLocked(const RankSession& rank) const {
-  return CheckMember(rank, job_, world_size_, absl::StrCat(Who(), ": "));
+  if (absl::Status s = CheckMember(rank, job_, world_size_, absl::StrCat(Who(), ": ")); !s.ok()) {
+    return s;
+  }
+  if (rank.local_world_size != local_world_size_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Who(), ": rank ", rank.rank, " says ", rank.local_world_size,
+                     " of the job's ranks are on this host; the save counts ", local_world_size_));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::PlanSaveResponse> SaveSession::Plan(const RankSession& rank,
@@ -94,7 +130,7 @@ absl::StatusOr<v1::PlanSaveResponse> SaveSession::Plan(const RankSession& rank,
       return absl::FailedPreconditionError(absl::StrCat(who, ": already sent its plan"));
     }
     state.request = request;
-    last = ++arrived_ == world_size_;
+    last = ++arrived_ == local_world_size_;
     if (last) ++busy_;
   }
   if (last) PlanAllRanks();
@@ -122,9 +158,10 @@ void SaveSession::PlanAllRanks() {
   v1::NodeSavePlan plan;
   {
     absl::MutexLock lock(&mu_);
-    plan = BatchRankPlans(context_.host, job_, step_, context_.writers.threads(), RequestsLocked());
+    plan = BatchRankPlans(context_.host, job_, step_, world_size_, context_.writers.threads(),
+                          RequestsLocked());
   }
-  absl::StatusOr<v1::SaveAssignment> assignment = context_.coordinator.PlanSave(plan);
+  absl::StatusOr<v1::SaveAssignment> assignment = coordinator_->PlanSave(plan);
   absl::Status status = assignment.status();
   if (status.ok() && assignment->hosts_size() != 1) {
     status = absl::InternalError(
@@ -165,14 +202,16 @@ void SaveSession::PlanAllRanks() {
     if (assignment.ok()) assignment_ = std::move(*assignment);
     if (status.ok()) {
       files_ = std::move(files);
-      absl::StatusOr<std::vector<RankItems>> split =
+      absl::StatusOr<std::map<int, RankItems>> split =
           SplitByRank(assignment_.hosts(0), RequestsLocked(), context_.pool.alignment());
       status = split.status();
-      for (int r = 0; status.ok() && r < world_size_; ++r) {
-        RankState& rank = ranks_[r];
-        rank.items = std::move((*split)[r].items);
-        rank.writes = std::move((*split)[r].writes);
-        for (const v1::SaveItem& item : rank.items) bytes_total_ += item.bytes();
+      if (status.ok()) {
+        for (auto& [r, items] : *split) {
+          RankState& rank = ranks_[r];
+          rank.items = std::move(items.items);
+          rank.writes = std::move(items.writes);
+          for (const v1::SaveItem& item : rank.items) bytes_total_ += item.bytes();
+        }
       }
     }
     const uint64_t quota = context_.options.job_max_disk_bytes;
@@ -377,7 +416,7 @@ void SaveSession::MarkSubmittedLocked(RankState& state, uint64_t batch_id) {
   --state.open_batches;
   if (room.last && !state.snapshotted) {
     state.snapshotted = true;
-    if (++snapshotted_ == world_size_) times_.snapshotted = absl::Now();
+    if (++snapshotted_ == local_world_size_) times_.snapshotted = absl::Now();
   }
   FreeRoomIfDoneLocked(batch_id);
 }
@@ -526,7 +565,7 @@ void SaveSession::OnChunksWritten(absl::Span<const WrittenChunk> chunks, absl::S
 
 bool SaveSession::ReadyToFinishLocked() {
   if (phase_ != Phase::kSnapshot || !error_.ok()) return false;
-  if (snapshotted_ != world_size_ || pending_chunks_ != 0 || busy_ != 0) return false;
+  if (snapshotted_ != local_world_size_ || pending_chunks_ != 0 || busy_ != 0) return false;
   phase_ = Phase::kCommitting;
   times_.written = absl::Now();
   ++busy_;
@@ -554,7 +593,7 @@ void SaveSession::Finish() {
   const absl::Time commit_start = absl::Now();
   absl::StatusOr<v1::CommitResult> result;
   if (status.ok()) {
-    result = context_.coordinator.ReportPersisted(report);
+    result = coordinator_->ReportPersisted(report);
     status = result.status();
   }
   const absl::Time commit_end = absl::Now();
@@ -639,12 +678,21 @@ bool SaveSession::ReadyToCleanUpLocked() {
 }
 
 void SaveSession::CleanUp() {
-  std::string save_id;
-  std::string reason;
+  v1::AbortSaveRequest abort;
+  std::vector<std::string> own_files;
   {
     absl::MutexLock lock(&mu_);
-    save_id = assignment_.save_id();
-    reason = std::string(error_.message());
+    abort.set_save_id(assignment_.save_id());
+    abort.set_reason(std::string(error_.message()));
+    abort.set_job(job_);
+    abort.set_step(step_);
+    *abort.mutable_host() = context_.host;
+    if (spans_hosts() && assignment_.hosts_size() == 1) {
+      for (const std::string& name : assignment_.hosts(0).files()) {
+        own_files.push_back(
+            absl::StrCat(context_.coordinator.root(), "/", assignment_.partial_dir(), "/", name));
+      }
+    }
     for (auto& [id, room] : rooms_) {
       if (room.has_allocation) context_.pool.Free(room.allocation);
     }
@@ -652,7 +700,13 @@ void SaveSession::CleanUp() {
   }
   for (auto& file : files_) (void)file->Close();
   files_.clear();
-  if (!save_id.empty()) context_.coordinator.AbortSave(save_id, reason);
+  // This host's files go even when the coordinator cannot be reached to
+  // remove the whole partial directory (its restart removes the rest).
+  for (const std::string& path : own_files) (void)context_.backend.RemoveAll(path);
+  // Without a save id the save may still be gathering at the coordinator
+  // (spread over hosts): it is aborted by job and step, so the other hosts
+  // stop waiting for this one.
+  if (!abort.save_id().empty() || spans_hosts()) coordinator_->AbortSave(abort);
   absl::MutexLock lock(&mu_);
   ReportEndLocked();
   cleanup_done_ = true;
@@ -709,26 +763,16 @@ void SaveSession::CheckDeadlines(absl::Time now) {
     absl::MutexLock lock(&mu_);
     if (now < deadline_) return;
     if (phase_ == Phase::kPlanning && busy_ == 0) {
-      std::vector<int> missing;
-      for (int r = 0; r < world_size_ && missing.size() < 16; ++r) {
-        auto it = ranks_.find(r);
-        if (it == ranks_.end() || !it->second.request.has_value()) missing.push_back(r);
-      }
       timeout = absl::DeadlineExceededError(
-          absl::StrCat(Who(), ": ranks [", absl::StrJoin(missing, ", "),
-                       world_size_ - arrived_ > 16 ? ", ..." : "", "] did not ask to save within ",
+          absl::StrCat(Who(), ": ranks ", MissingLocked(/*snapshot=*/false), " on host ",
+                       context_.host.host(), " did not ask to save within ",
                        absl::FormatDuration(context_.options.plan_timeout), "; aborted"));
     } else if (phase_ == Phase::kSnapshot) {
-      std::vector<int> missing;
-      for (int r = 0; r < world_size_ && missing.size() < 16; ++r) {
-        auto it = ranks_.find(r);
-        if (it == ranks_.end() || !it->second.snapshotted) missing.push_back(r);
-      }
-      if (missing.empty()) return;
-      timeout = absl::DeadlineExceededError(absl::StrCat(
-          Who(), ": ranks [", absl::StrJoin(missing, ", "),
-          world_size_ - snapshotted_ > 16 ? ", ..." : "", "] did not finish their snapshot within ",
-          absl::FormatDuration(context_.options.snapshot_timeout), "; aborted"));
+      if (snapshotted_ == local_world_size_) return;
+      timeout = absl::DeadlineExceededError(
+          absl::StrCat(Who(), ": ranks ", MissingLocked(/*snapshot=*/true), " on host ",
+                       context_.host.host(), " did not finish their snapshot within ",
+                       absl::FormatDuration(context_.options.snapshot_timeout), "; aborted"));
     } else {
       return;
     }

@@ -15,6 +15,11 @@
 //              fsynced, checksums reported, the coordinator commits.
 //   done / failed
 //
+// A job spread over hosts (its ranks attached with a local world size
+// below the world size) waits here for this host's ranks only; the
+// cluster's coordinator meets the hosts' plans and commits once every host
+// has reported (cluster/save_coordinator.h).
+//
 // Any error, a rank that goes away before its snapshot completes, a timeout
 // or a cancel fails the whole save: every rank's WaitSave reports it, the
 // partial directory is removed, all pool room is returned. The previous
@@ -39,6 +44,7 @@
 #include "ckpt/v1/coordinator.pb.h"
 #include "ckpt/v1/node.pb.h"
 #include "daemon/server/node_context.h"
+#include "daemon/server/node_save_plan.h"
 #include "daemon/server/save_batches.h"
 #include "daemon/server/writer_pool.h"
 
@@ -46,7 +52,10 @@ namespace ckpt::server {
 
 class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSession> {
  public:
-  SaveSession(NodeContext& context, std::string job, int64_t step, int world_size);
+  // local_world_size: the job's ranks on this host (world_size when the job
+  // is on this host alone).
+  SaveSession(NodeContext& context, std::string job, int64_t step, int world_size,
+              int local_world_size);
   ~SaveSession() override;
 
   // Blocks until every rank has planned (or the save fails).
@@ -69,6 +78,7 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   const std::string& job() const { return job_; }
   int64_t step() const { return step_; }
   int world_size() const { return world_size_; }
+  bool spans_hosts() const { return local_world_size_ < world_size_; }
   std::string save_id() const;
   v1::SaveProgress Progress() const;
 
@@ -102,8 +112,11 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   };
 
   void PlanAllRanks();  // run by the last rank to arrive, without mu_
-  // Every rank's request, by rank; only once all have arrived.
-  std::vector<const v1::PlanSaveRequest*> RequestsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every local rank's request, by rank; only once all have arrived.
+  RankRequests RequestsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The attached ranks of this host that have not planned (or snapshotted),
+  // at most 16, for a timeout's message.
+  std::string MissingLocked(bool snapshot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Write tasks for the host-copied slices of a submitted room.
   std::map<int, std::vector<WriteTask>> TasksFor(uint64_t batch_id, Room& room, bool pulled)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -138,6 +151,11 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   const std::string job_;
   const int64_t step_;
   const int world_size_;
+  const int local_world_size_;
+  // The embedded coordinator, or the cluster's for a job spread over hosts
+  // (NodeService makes no such save on a daemon in no cluster).
+  cluster::LocalSaveCoordinator local_coordinator_;
+  cluster::SaveCoordinator* const coordinator_;
   const absl::Time created_ = absl::Now();  // for the rate and ETA in Progress
 
   mutable absl::Mutex mu_;

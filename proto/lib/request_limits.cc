@@ -154,6 +154,11 @@ absl::Status ValidateAttachRequest(const v1::AttachRequest& request, const Reque
     return absl::InvalidArgumentError(
         absl::StrCat("local rank ", request.local_rank(), " is negative"));
   }
+  if (request.local_world_size() < 0 || request.local_world_size() > request.world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("local world size ", request.local_world_size(),
+                                                   " is not in [0, world size ",
+                                                   request.world_size(), "]"));
+  }
   return absl::OkStatus();
 }
 

@@ -153,7 +153,7 @@ absl::StatusOr<v1::SaveAssignment> PlanSaveCase(const SaveCase& save,
   if (absl::Status s = ValidateAttachRequest(save.attach(), limits); !s.ok()) return s;
   if (world > kMaxFuzzWorld) return absl::UnimplementedError("world too large to fuzz");
   requests->assign(world, v1::PlanSaveRequest());
-  std::vector<const v1::PlanSaveRequest*> ranks;
+  server::RankRequests ranks;
   for (int r = 0; r < world; ++r) {
     v1::AttachRequest attach = save.attach();
     attach.set_rank(r);
@@ -164,11 +164,11 @@ absl::StatusOr<v1::SaveAssignment> PlanSaveCase(const SaveCase& save,
     // NodeService::PlanSave.
     if (request.step() < 0) return absl::InvalidArgumentError("negative step");
     if (absl::Status s = ValidatePlanSaveRequest(request, limits); !s.ok()) return s;
-    ranks.push_back(&request);
+    ranks[r] = &request;
   }
   // SaveSession::PlanAllRanks.
   const v1::NodeSavePlan plan = server::BatchRankPlans(
-      FuzzHost(), save.attach().job(), (*requests)[0].step(), kWriterThreads, ranks);
+      FuzzHost(), save.attach().job(), (*requests)[0].step(), world, kWriterThreads, ranks);
   return coordinator::PlanSave({plan}, DaemonPlannerOptions());
 }
 
@@ -195,13 +195,13 @@ v1::CheckpointManifest CheckSaveAssignment(const v1::SaveAssignment& assignment,
   }
 
   // SaveSession::PlanAllRanks: each rank's items, then its batches.
-  std::vector<const v1::PlanSaveRequest*> ranks;
-  for (const v1::PlanSaveRequest& request : requests) ranks.push_back(&request);
-  absl::StatusOr<std::vector<server::RankItems>> split =
+  server::RankRequests ranks;
+  for (size_t r = 0; r < requests.size(); ++r) ranks[static_cast<int>(r)] = &requests[r];
+  absl::StatusOr<std::map<int, server::RankItems>> split =
       server::SplitByRank(host, ranks, kPoolAlignment);
   CKPT_FUZZ_CHECK(split.ok(),
                   absl::StrCat("the node cannot split its own plan: ", split.status().ToString()));
-  for (const server::RankItems& items : *split) CheckBatches(items.items, assignment.chunk_bytes());
+  for (const auto& [r, items] : *split) CheckBatches(items.items, assignment.chunk_bytes());
 
   // What the commit writes (checksums filled in) and the catalog reads back.
   v1::CheckpointManifest manifest = assignment.manifest_template();

@@ -21,6 +21,9 @@ ABSL_FLAG(std::string, socket, "", "ckptd's Unix socket");
 ABSL_FLAG(std::string, job, "demo", "Job name");
 ABSL_FLAG(int32_t, rank, 0, "This rank");
 ABSL_FLAG(int32_t, world, 1, "Ranks in the job");
+ABSL_FLAG(int32_t, local_world, 0,
+          "Ranks of the job attached to this rank's ckptd (0: all; fewer: the job spans hosts)");
+ABSL_FLAG(int32_t, local_rank, -1, "This rank's index on its host (-1: its rank)");
 ABSL_FLAG(std::string, mode, "save", "save, load, or attach (attach and hang: liveness tests)");
 ABSL_FLAG(int64_t, step, 1, "Step to save, or to load (-1: latest)");
 ABSL_FLAG(int32_t, scale, 1, "Model size multiplier (1: ~1.4 MiB)");
@@ -51,7 +54,8 @@ int main(int argc, char** argv) {
   options.job = absl::GetFlag(FLAGS_job);
   options.rank = rank;
   options.world_size = world;
-  options.local_rank = rank;
+  options.local_rank = absl::GetFlag(FLAGS_local_rank) < 0 ? rank : absl::GetFlag(FLAGS_local_rank);
+  options.local_world_size = absl::GetFlag(FLAGS_local_world);
   absl::StatusOr<std::unique_ptr<ckpt::Client>> client = ckpt::Client::Attach(options);
   if (!client.ok()) return Fail("attach", client.status());
   if (mode == "attach") {

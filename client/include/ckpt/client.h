@@ -39,6 +39,10 @@ struct ClientOptions {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  // Ranks of the job on this host; 0: all of them (the job is on one host).
+  // A job spread over hosts names how many attach to each daemon, whose
+  // --coordinator_address then meets the hosts' plans.
+  int local_world_size = 0;
   int copy_threads = 4;  // threads that copy host tensors into the pool
   // Bytes copied before they are handed to the daemon's writers, so writing
   // overlaps copying (rounded to whole chunks).

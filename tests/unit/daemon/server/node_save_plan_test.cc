@@ -47,15 +47,15 @@ std::vector<v1::PlanSaveRequest> ThreeRanks() {
   return requests;
 }
 
-std::vector<const v1::PlanSaveRequest*> Pointers(const std::vector<v1::PlanSaveRequest>& r) {
-  std::vector<const v1::PlanSaveRequest*> out;
-  for (const v1::PlanSaveRequest& request : r) out.push_back(&request);
+RankRequests Pointers(const std::vector<v1::PlanSaveRequest>& r) {
+  RankRequests out;
+  for (size_t i = 0; i < r.size(); ++i) out[static_cast<int>(i)] = &r[i];
   return out;
 }
 
 TEST_CASE("node save plan: the ranks' requests become one plan", "[node_save_plan]") {
   const std::vector<v1::PlanSaveRequest> requests = ThreeRanks();
-  const v1::NodeSavePlan plan = BatchRankPlans(Host(), "job", 9, 4, Pointers(requests));
+  const v1::NodeSavePlan plan = BatchRankPlans(Host(), "job", 9, 3, 4, Pointers(requests));
   CHECK(plan.host().host() == "h0");
   CHECK(plan.job() == "job");
   CHECK(plan.step() == 9);
@@ -82,12 +82,12 @@ TEST_CASE("node save plan: the ranks' requests become one plan", "[node_save_pla
 
   std::vector<v1::PlanSaveRequest> partial = requests;
   partial[0].set_partial(true);
-  CHECK(BatchRankPlans(Host(), "job", 9, 4, Pointers(partial)).partial());
+  CHECK(BatchRankPlans(Host(), "job", 9, 3, 4, Pointers(partial)).partial());
 }
 
 TEST_CASE("node save plan: the assignment goes back to the ranks that write", "[node_save_plan]") {
   const std::vector<v1::PlanSaveRequest> requests = ThreeRanks();
-  const v1::NodeSavePlan plan = BatchRankPlans(Host(), "job", 9, 2, Pointers(requests));
+  const v1::NodeSavePlan plan = BatchRankPlans(Host(), "job", 9, 3, 2, Pointers(requests));
   coordinator::SavePlannerOptions options;
   options.chunk_bytes = 4096;
   absl::StatusOr<v1::SaveAssignment> assignment = coordinator::PlanSave({plan}, options);
@@ -95,7 +95,8 @@ TEST_CASE("node save plan: the assignment goes back to the ranks that write", "[
   const v1::HostAssignment& host = assignment->hosts(0);
 
   for (uint64_t alignment : {uint64_t{4096}, uint64_t{512}}) {
-    absl::StatusOr<std::vector<RankItems>> split = SplitByRank(host, Pointers(requests), alignment);
+    absl::StatusOr<std::map<int, RankItems>> split =
+        SplitByRank(host, Pointers(requests), alignment);
     CKPT_REQUIRE_OK(split);
     REQUIRE(split->size() == 3);
     std::set<const v1::WriteItem*> seen;
@@ -151,7 +152,13 @@ TEST_CASE("node save plan: an assignment naming what does not exist is refused",
   SECTION("a rank outside the world") {
     write->set_rank(3);
     CKPT_REQUIRE_ERROR(SplitByRank(host, Pointers(requests), 4096), absl::StatusCode::kInternal,
-                       "rank 3 of a world of 3");
+                       "rank 3, which is not one of the 3 ranks on this host");
+  }
+  SECTION("a rank of the job on another host") {
+    RankRequests local = Pointers(requests);
+    local.erase(1);
+    CKPT_REQUIRE_ERROR(SplitByRank(host, local, 4096), absl::StatusCode::kInternal,
+                       "rank 1, which is not one of the 2 ranks on this host");
   }
   SECTION("a shard the rank did not list") {
     write->set_index(1);
