@@ -4,8 +4,8 @@
 // checkpoint that every host writes part of, and it loads resharded into
 // six ranks on two hosts and into one rank on one host, every byte checked
 // (inside ckpt-demo-rank).
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <set>
 #include <string>
 #include <vector>

@@ -20,10 +20,10 @@ std::vector<std::string> Joined(std::vector<std::string> a, const std::vector<st
 
 absl::Status TestCluster::Start(int hosts, const std::vector<std::string>& node_flags,
                                 const std::vector<std::string>& coordinator_flags) {
-  coordinator_flags_ = Joined({"--coordinator", "--host_name=coordinator",
-                               "--heartbeat_interval_s=0.2",
-                               absl::StrCat("--heartbeat_timeout_s=", kHeartbeatTimeoutS)},
-                              coordinator_flags);
+  coordinator_flags_ =
+      Joined({"--coordinator", "--host_name=coordinator", "--heartbeat_interval_s=0.2",
+              absl::StrCat("--heartbeat_timeout_s=", kHeartbeatTimeoutS)},
+             coordinator_flags);
   if (absl::Status s = coordinator_.StartWithTcp(coordinator_flags_); !s.ok()) return s;
   node_flags_ = node_flags;
   for (int i = 0; i < hosts; ++i) {
@@ -53,12 +53,12 @@ absl::Status TestCluster::RestartNode(int i, const std::vector<std::string>& ext
 
 absl::Status TestCluster::RestartCoordinator(const std::vector<std::string>& extra) {
   // The same address, certificate and tokens: the nodes find it again.
-  return coordinator_.Start(Joined(
-      Joined(coordinator_flags_, {"--tls_cert_file=" + coordinator_.tls_cert_file(),
-                                  "--tls_key_file=" + coordinator_.tls_key_file(),
-                                  "--token_file=" + coordinator_.token_file(),
-                                  "--listen_address=" + coordinator_.tcp_address()}),
-      extra));
+  return coordinator_.Start(
+      Joined(Joined(coordinator_flags_, {"--tls_cert_file=" + coordinator_.tls_cert_file(),
+                                         "--tls_key_file=" + coordinator_.tls_key_file(),
+                                         "--token_file=" + coordinator_.token_file(),
+                                         "--listen_address=" + coordinator_.tcp_address()}),
+             extra));
 }
 
 v1::ClusterStatusResponse TestCluster::Status() {
