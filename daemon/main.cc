@@ -142,13 +142,16 @@ ABSL_FLAG(int32_t, metrics_max_jobs, 50,
           "a daemon serving many jobs exports");
 #ifdef CKPT_FAULT_INJECTION
 ABSL_FLAG(std::string, fault_kill_at, "", "Testing: SIGKILL this process at the named fault point");
+ABSL_FLAG(double, fault_pause_s, 0,
+          "Testing: at --fault_kill_at's point, pause the thread this long instead of killing");
 #endif
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("ckptd: the ckpt node daemon (with the embedded coordinator)");
   absl::ParseCommandLine(argc, argv);
 #ifdef CKPT_FAULT_INJECTION
-  ckpt::ArmFaultPoint(absl::GetFlag(FLAGS_fault_kill_at));
+  ckpt::ArmFaultPoint(absl::GetFlag(FLAGS_fault_kill_at),
+                      absl::Seconds(absl::GetFlag(FLAGS_fault_pause_s)));
 #endif
 
   // Signals are taken by one thread with sigwait; block them everywhere else.

@@ -27,7 +27,7 @@ ClusterServiceImpl::ClusterServiceImpl(const auth::Authenticator& auth,
     const absl::Duration period = std::max(options_.heartbeat_timeout / 4, absl::Milliseconds(50));
     while (!stop_.WaitForNotificationWithTimeout(period)) {
       for (const std::string& host : registry_.ExpireSilent(MonotonicNow())) {
-        const std::string why = absl::StrCat("was lost: no heartbeat for ",
+        const std::string why = absl::StrCat("lost: no heartbeat for ",
                                              absl::FormatDuration(options_.heartbeat_timeout),
                                              " (its ckptd died, or its network is cut)");
         absl::FPrintF(stderr, "ckptd: host %s %s\n", host, why);

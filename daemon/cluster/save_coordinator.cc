@@ -36,10 +36,14 @@ class RemoteSaveCoordinator::Call {
 };
 
 RemoteSaveCoordinator::RemoteSaveCoordinator(std::shared_ptr<grpc::Channel> channel,
-                                             std::string address, absl::Duration longest_call)
+                                             std::string address, absl::Duration longest_call,
+                                             std::function<bool()> registered,
+                                             absl::Duration registration_wait)
     : stub_(v1::CoordinatorService::NewStub(std::move(channel))),
       address_(std::move(address)),
-      longest_call_(longest_call) {}
+      longest_call_(longest_call),
+      registered_(std::move(registered)),
+      registration_wait_(registration_wait) {}
 
 absl::Status RemoteSaveCoordinator::Finish(const grpc::Status& status, const Call& call,
                                            const char* what) const {
@@ -52,6 +56,9 @@ absl::Status RemoteSaveCoordinator::Finish(const grpc::Status& status, const Cal
 }
 
 absl::StatusOr<v1::SaveAssignment> RemoteSaveCoordinator::PlanSave(const v1::NodeSavePlan& plan) {
+  // Polled: registration is the link's business, and rare.
+  const absl::Time until = absl::Now() + registration_wait_;
+  while (!registered_() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
   Call call(*this, longest_call_);
   v1::SaveAssignment assignment;
   const grpc::Status status = stub_->PlanSave(&call.context, plan, &assignment);

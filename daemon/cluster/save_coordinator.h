@@ -8,6 +8,7 @@
 #ifndef CKPT_DAEMON_CLUSTER_SAVE_COORDINATOR_H_
 #define CKPT_DAEMON_CLUSTER_SAVE_COORDINATOR_H_
 
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -57,8 +58,13 @@ class LocalSaveCoordinator final : public SaveCoordinator {
 // contact with the coordinator (a cut link never closes the connection).
 class RemoteSaveCoordinator final : public SaveCoordinator {
  public:
+  // `registered` says whether this host is registered with the
+  // coordinator: a plan waits for that a while (a daemon just restarted
+  // registers once its earlier instance is declared gone) instead of
+  // being refused.
   RemoteSaveCoordinator(std::shared_ptr<grpc::Channel> channel, std::string address,
-                        absl::Duration longest_call);
+                        absl::Duration longest_call, std::function<bool()> registered,
+                        absl::Duration registration_wait);
   absl::StatusOr<v1::SaveAssignment> PlanSave(const v1::NodeSavePlan& plan) override;
   absl::StatusOr<v1::CommitResult> ReportPersisted(const v1::NodePersistReport& report) override;
   void AbortSave(const v1::AbortSaveRequest& request) override;
@@ -73,6 +79,8 @@ class RemoteSaveCoordinator final : public SaveCoordinator {
   const std::unique_ptr<v1::CoordinatorService::Stub> stub_;
   const std::string address_;
   const absl::Duration longest_call_;
+  const std::function<bool()> registered_;
+  const absl::Duration registration_wait_;
   absl::Mutex mu_;
   std::set<Call*> calls_ ABSL_GUARDED_BY(mu_);
 };

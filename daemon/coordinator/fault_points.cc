@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdio>
 
+#include "absl/time/clock.h"
+
 namespace ckpt {
 #ifdef CKPT_FAULT_INJECTION
 namespace {
@@ -15,19 +17,29 @@ std::string& ArmedName() {
   return name;
 }
 std::atomic<bool> armed{false};
+absl::Duration pause_for;
 
 }  // namespace
 #endif
 
 #ifdef CKPT_FAULT_INJECTION
 
-void ArmFaultPoint(std::string name) {
+void ArmFaultPoint(std::string name, absl::Duration pause) {
   ArmedName() = std::move(name);
+  pause_for = pause;
   armed.store(!ArmedName().empty(), std::memory_order_release);
 }
 
 void FaultPoint(absl::string_view name) {
   if (!armed.load(std::memory_order_acquire) || name != ArmedName()) return;
+  if (pause_for > absl::ZeroDuration()) {
+    std::fprintf(stderr, "ckptd: fault point %.*s reached, pausing for %s\n",
+                 static_cast<int>(name.size()), name.data(),
+                 absl::FormatDuration(pause_for).c_str());
+    std::fflush(stderr);
+    absl::SleepFor(pause_for);
+    return;
+  }
   std::fprintf(stderr, "ckptd: fault point %.*s reached, killing myself\n",
                static_cast<int>(name.size()), name.data());
   std::fflush(stderr);
@@ -36,7 +48,7 @@ void FaultPoint(absl::string_view name) {
 
 #else  // a release build: no point can be armed, reaching one costs nothing
 
-void ArmFaultPoint(std::string) {}
+void ArmFaultPoint(std::string, absl::Duration) {}
 void FaultPoint(absl::string_view) {}
 
 #endif

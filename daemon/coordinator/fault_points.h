@@ -9,12 +9,16 @@
 
 #include <string>
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace ckpt {
 
-// Arms one point (empty disarms). Not thread-safe against FaultPoint: call
+// Arms one point (empty disarms). With a `pause`, reaching it blocks the
+// thread that reached it that long instead of killing (ckptd
+// --fault_pause_s): a daemon alive but stuck at a protocol step, so a
+// test can cut its link there. Not thread-safe against FaultPoint: call
 // at start-up.
-void ArmFaultPoint(std::string name);
+void ArmFaultPoint(std::string name, absl::Duration pause = absl::ZeroDuration());
 void FaultPoint(absl::string_view name);
 
 }  // namespace ckpt

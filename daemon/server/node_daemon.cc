@@ -413,7 +413,9 @@ absl::Status NodeDaemon::Start() {
       // the coordinator is.
       auto remote = std::make_unique<cluster::RemoteSaveCoordinator>(
           coordinator_link_->channel(), options_.coordinator_address,
-          options_.plan_timeout + options_.snapshot_timeout + 2 * options_.heartbeat_timeout);
+          options_.plan_timeout + options_.snapshot_timeout + 2 * options_.heartbeat_timeout,
+          [link = coordinator_link_.get()] { return link->registered(); },
+          2 * options_.heartbeat_timeout);
       remote_saves_ = remote.get();
       cluster_saves_ = std::move(remote);
       context_->cluster_saves = cluster_saves_.get();

@@ -48,7 +48,13 @@ std::vector<std::string> TestCluster::NodeFlags(int i) const {
 }
 
 absl::Status TestCluster::RestartNode(int i, const std::vector<std::string>& extra) {
-  return nodes_[i]->Start(Joined(NodeFlags(i), extra));
+  if (absl::Status s = nodes_[i]->Start(Joined(NodeFlags(i), extra)); !s.ok()) return s;
+  // Its earlier instance may still count as alive for a while: this one
+  // registers once that one is declared gone.
+  if (!nodes_[i]->WaitForOutput("registered with coordinator")) {
+    return absl::DeadlineExceededError(absl::StrCat(HostName(i), " did not register again"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status TestCluster::RestartCoordinator(const std::vector<std::string>& extra) {

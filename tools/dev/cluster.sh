@@ -9,7 +9,7 @@
 #   tools/dev/cluster.sh up DIR K [--loopback]   start; prints the hosts
 #   tools/dev/cluster.sh status DIR              ckptctl cluster at the coordinator
 #   tools/dev/cluster.sh kill DIR I              SIGKILL host I's daemon
-#   tools/dev/cluster.sh start DIR I             start host I's daemon again
+#   tools/dev/cluster.sh start DIR I [FLAGS...]  start host I's daemon again (with FLAGS)
 #   tools/dev/cluster.sh cut DIR I               take host I's link down
 #   tools/dev/cluster.sh heal DIR I              bring it back up
 #   tools/dev/cluster.sh down DIR                stop everything, remove namespaces and links
@@ -46,7 +46,7 @@ ns_prefix() {  # NAME: the words that run a command in that host's namespace
   [ "$mode" = loopback ] || echo "ip netns exec ckpt-$tag-$1"
 }
 
-start_daemon() {  # NAME
+start_daemon() {  # NAME [EXTRA FLAGS...]
   local n="$1" flags
   mkdir -p "$dir/$n"
   flags=(--storage_root="$dir/root" --socket_path="$dir/$n/ckptd.sock"
@@ -64,6 +64,7 @@ start_daemon() {  # NAME
             --coordinator_token_file="$dir/tls/admin.token"
             --failure_domain="rack$(( ${n#h} % 2 ))")
   fi
+  flags+=("${@:2}")
   rm -f "$dir/$n/log"
   # Not through a function: $! must be the daemon itself (ip netns exec
   # execs it in place), so that kill reaches it.
@@ -188,7 +189,7 @@ case "$command" in
   down) down ;;
   status) load_env; "$ckptctl" --socket "$dir/coord/ckptd.sock" cluster "${@:3}" ;;
   kill) load_env; stop_daemon "$(host_arg "$@")" KILL ;;
-  start) load_env; start_daemon "$(host_arg "$@")" ;;
+  start) load_env; start_daemon "$(host_arg "$@")" "${@:4}" ;;
   cut | heal)
     load_env
     [ "$mode" = netns ] || die "$command needs network namespaces (root)"

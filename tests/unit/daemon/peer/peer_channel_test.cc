@@ -290,6 +290,12 @@ TEST_CASE("A dropped transfer is cancelled: its connection stops before the memo
   SetTimeouts(raw.fd, absl::Seconds(10), absl::Seconds(10));
   const absl::Status answer = ReadFull(raw.fd, ack, sizeof ack, "the receiver");
   CHECK(answer.code() == absl::StatusCode::kUnavailable);
+  // Counted by the connection's thread as it lets go, which may be just
+  // after the sender saw the cut: polled, with a bound.
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (receiver->Stats().transfers_failed == 0 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   CHECK(receiver->Stats().transfers_failed == 1);
 }
 
