@@ -93,6 +93,10 @@ grpc::Status ClusterServiceImpl::ClusterStatus(grpc::ServerContext* context,
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   *response = registry_.Status(MonotonicNow());
   response->set_coordinator_instance(options_.instance);
+  if (options_.coordinator != nullptr) {
+    response->set_plan_cache_hits(options_.coordinator->plan_cache_stats().hits);
+    response->set_plan_barrier_skips(options_.coordinator->barrier_skips());
+  }
   return grpc::Status::OK;
 }
 

@@ -14,8 +14,36 @@
 #include "daemon/coordinator/layout.h"
 #include "daemon/coordinator/load_planner.h"
 #include "daemon/coordinator/manifest_io.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
 namespace ckpt::coordinator {
+namespace {
+
+// Known layouts kept for the barrier skip, in all (beyond: others' go).
+constexpr uint64_t kMaxLayoutBytes = uint64_t{256} << 20;
+
+std::string Deterministic(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::io::StringOutputStream stream(&out);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.SetSerializationDeterministic(true);
+  message.SerializeToCodedStream(&coded);
+  coded.Trim();
+  return out;
+}
+
+// A host's plan as the layout compares it: all but the step and the user
+// metadata, which every step may change.
+std::string LayoutKey(const v1::NodeSavePlan& node) {
+  v1::NodeSavePlan key = node;
+  key.clear_step();
+  key.clear_user_metadata();
+  return Deterministic(key);
+}
+
+}  // namespace
+
 // A save between the first host's plan and its end. Fields other than the
 // gathered plans are guarded by the coordinator's mu_; the plans are
 // written only while gathering and read by the one planner after.
@@ -34,6 +62,10 @@ struct Coordinator::ActiveSave {
   v1::SaveAssignment assignment;                         // all hosts'
   std::string partial_dir;                               // absolute
   std::map<std::string, v1::NodePersistReport> reports;  // by host name
+  // Hosts answered at once from the job's known layout, with the part they
+  // got: the plan made once all arrive must give them the same.
+  std::map<std::string, v1::HostAssignment> early;
+  uint64_t early_chunk_bytes = 0;
   absl::Status error;
   v1::CommitResult result;
   bool ended() const { return phase == Phase::kCommitted || phase == Phase::kFailed; }
@@ -70,6 +102,7 @@ void Coordinator::EndLocked(ActiveSave& save) {
   // Only what late callers need is kept: the outcome, not the plans.
   if (!save.planner_busy) std::vector<v1::NodeSavePlan>().swap(save.nodes);
   save.reports.clear();
+  save.early.clear();
   save.assignment.Clear();
   ended_.push_back(save.save_id);
   while (ended_.size() > rendezvous_.ended_saves_kept) {
@@ -87,8 +120,13 @@ bool Coordinator::AwaitSave(const std::function<bool()>& done, const CallerGone&
   return true;
 }
 
+uint64_t Coordinator::barrier_skips() const {
+  absl::MutexLock lock(&mu_);
+  return barrier_skips_;
+}
+
 absl::StatusOr<Coordinator::SaveRef> Coordinator::JoinSave(const v1::NodeSavePlan& node,
-                                                           bool* plan_it) {
+                                                           bool* plan_it, bool* early) {
   if (absl::Status s = ValidateSaveHeader(node, options_); !s.ok()) return s;
   const std::string& host = node.host().host();
   if (node.ranks_size() == 0 || node.ranks_size() > node.world_size()) {
@@ -98,6 +136,7 @@ absl::StatusOr<Coordinator::SaveRef> Coordinator::JoinSave(const v1::NodeSavePla
   absl::StatusOr<bool> exists = catalog_.StepExists(node.job(), node.step());
   if (!exists.ok()) return exists.status();
   if (*exists) return absl::AlreadyExistsError("this step is already committed");
+  const std::string key = LayoutKey(node);  // before the lock: plans are big
 
   absl::MutexLock lock(&mu_);
   SaveRef save;
@@ -117,7 +156,9 @@ absl::StatusOr<Coordinator::SaveRef> Coordinator::JoinSave(const v1::NodeSavePla
     save->job = node.job();
     save->step = node.step();
     save->world_size = node.world_size();
-    save->save_id = absl::StrCat(node.job(), "/", node.step(), "/", catalog_.NewPartialId());
+    const std::string id = catalog_.NewPartialId();
+    save->save_id = absl::StrCat(node.job(), "/", node.step(), "/", id);
+    save->partial_dir = PartialDir(root(), node.job(), node.step(), id);
     save->deadline = absl::Now() + rendezvous_.plan_timeout;
     saves_[save->save_id] = save;
   } else if (save->phase != ActiveSave::Phase::kGathering) {
@@ -156,8 +197,78 @@ absl::StatusOr<Coordinator::SaveRef> Coordinator::JoinSave(const v1::NodeSavePla
   if (*plan_it) {
     save->phase = ActiveSave::Phase::kPlanning;
     save->planner_busy = true;
+    return save;
+  }
+  auto known = layouts_.find(node.job());
+  if (known != layouts_.end() && known->second.world_size == save->world_size) {
+    auto same = known->second.keys.find(host);
+    if (same != known->second.keys.end() && same->second == key) {
+      save->early[host] = known->second.parts.at(host);
+      save->early_chunk_bytes = known->second.chunk_bytes;
+      ++barrier_skips_;
+      *early = true;
+    }
   }
   return save;
+}
+
+absl::Status Coordinator::CreatePartialDir(const std::string& job, const std::string& partial) {
+  // A new job directory must survive a crash with the steps committed in
+  // it: its entry in the root is made durable before anything is renamed
+  // into it.
+  absl::StatusOr<bool> job_exists = backend_.Exists(JobDir(root(), job));
+  if (!job_exists.ok()) return job_exists.status();
+  if (absl::Status s = backend_.CreateDirs(absl::StrCat(partial, "/data")); !s.ok()) return s;
+  if (!*job_exists) return backend_.SyncDir(root());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::SaveAssignment> Coordinator::AnswerEarly(const SaveRef& save,
+                                                            const v1::HostIdentity& host) {
+  const absl::Status created = CreatePartialDir(save->job, save->partial_dir);
+  absl::MutexLock lock(&mu_);
+  if (!created.ok()) FailLocked(*save, created);
+  auto part = save->early.find(host.host());
+  if (save->phase == ActiveSave::Phase::kFailed || part == save->early.end()) {
+    // Failed meanwhile: the directory may have been made after the failure
+    // removed it.
+    (void)backend_.RemoveAll(save->partial_dir);
+    return save->error.ok() ? absl::AbortedError(absl::StrCat(save->Who(), " ended")) : save->error;
+  }
+  v1::SaveAssignment mine;
+  mine.set_save_id(save->save_id);
+  mine.set_chunk_bytes(save->early_chunk_bytes);
+  mine.set_partial_dir(save->partial_dir.substr(root().size() + 1));
+  *mine.add_hosts() = part->second;
+  return mine;
+}
+
+void Coordinator::RememberLayout(const ActiveSave& save) {
+  auto old = layouts_.find(save.job);
+  if (old != layouts_.end()) {
+    layout_bytes_ -= old->second.bytes;
+    layouts_.erase(old);
+  }
+  if (save.nodes.size() < 2) return;  // one host has no barrier to skip
+  KnownLayout layout;
+  layout.world_size = save.world_size;
+  layout.chunk_bytes = save.assignment.chunk_bytes();
+  for (const v1::HostAssignment& part : save.assignment.hosts()) {
+    layout.bytes += part.ByteSizeLong();
+    layout.parts[part.host().host()] = part;
+  }
+  for (const v1::NodeSavePlan& node : save.nodes) {
+    std::string key = LayoutKey(node);
+    layout.bytes += key.size();
+    layout.keys[node.host().host()] = std::move(key);
+  }
+  if (layout.bytes > kMaxLayoutBytes) return;
+  while (layout_bytes_ + layout.bytes > kMaxLayoutBytes && !layouts_.empty()) {
+    layout_bytes_ -= layouts_.begin()->second.bytes;
+    layouts_.erase(layouts_.begin());
+  }
+  layout_bytes_ += layout.bytes;
+  layouts_[save.job] = std::move(layout);
 }
 
 void Coordinator::PlanGathered(const SaveRef& save) {
@@ -168,18 +279,9 @@ void Coordinator::PlanGathered(const SaveRef& save) {
               return a.host().host() < b.host().host();
             });
   absl::StatusOr<v1::SaveAssignment> assignment = plan_cache_.Plan(save->nodes, options_);
-  const std::string id = save->save_id.substr(save->save_id.rfind('/') + 1);
-  const std::string partial = PartialDir(root(), save->job, save->step, id);
+  const std::string& partial = save->partial_dir;  // set once, at the save's start
   absl::Status status = assignment.status();
-  if (status.ok()) {
-    // A new job directory must survive a crash with the steps committed
-    // in it: its entry in the root is made durable before anything is
-    // renamed into it.
-    absl::StatusOr<bool> job_exists = backend_.Exists(JobDir(root(), save->job));
-    status = job_exists.status();
-    if (status.ok()) status = backend_.CreateDirs(absl::StrCat(partial, "/data"));
-    if (status.ok() && !*job_exists) status = backend_.SyncDir(root());
-  }
+  if (status.ok()) status = CreatePartialDir(save->job, partial);
   absl::MutexLock lock(&mu_);
   save->planner_busy = false;
   if (save->phase != ActiveSave::Phase::kPlanning) {
@@ -187,6 +289,33 @@ void Coordinator::PlanGathered(const SaveRef& save) {
     std::vector<v1::NodeSavePlan>().swap(save->nodes);
     (void)backend_.RemoveAll(partial);
     return;
+  }
+  // Hosts that went on with the job's known layout must get the same part
+  // from the plan of all: otherwise the layout changed under them.
+  std::vector<std::string> changed;
+  for (const auto& [host, part] : save->early) {
+    const v1::HostAssignment* now = nullptr;
+    if (status.ok()) {
+      for (const v1::HostAssignment& h : assignment->hosts()) {
+        if (h.host().host() == host) now = &h;
+      }
+    }
+    if (status.ok() && (now == nullptr || Deterministic(*now) != Deterministic(part) ||
+                        assignment->chunk_bytes() != save->early_chunk_bytes)) {
+      changed.push_back(host);
+    }
+  }
+  if (status.ok() && !changed.empty()) {
+    auto known = layouts_.find(save->job);
+    if (known != layouts_.end()) {
+      layout_bytes_ -= known->second.bytes;
+      layouts_.erase(known);
+    }
+    status = absl::FailedPreconditionError(absl::StrCat(
+        "the job's layout changed since its last save (other shards, ranks or hosts), but hosts ",
+        absl::StrJoin(changed, ", "),
+        " had already started from the last one's plan; save this step again: it is planned "
+        "afresh"));
   }
   if (!status.ok()) {
     FailLocked(*save, status);
@@ -201,8 +330,8 @@ void Coordinator::PlanGathered(const SaveRef& save) {
   save->assignment.set_partial_dir(partial.substr(root().size() + 1));
   save->assignment.mutable_manifest_template()->set_created_unix_ms(
       absl::ToUnixMillis(absl::Now()));
-  save->partial_dir = partial;
   save->phase = ActiveSave::Phase::kWriting;
+  RememberLayout(*save);
   // Fault tests kill the coordinator here: hosts hold a plan, the partial
   // directory exists, nothing is committed.
   if (save->nodes.size() > 1) FaultPoint("coordinator.planned");
@@ -238,16 +367,23 @@ absl::Status Coordinator::WaitGathered(ActiveSave& save, const CallerGone& gone)
 absl::StatusOr<v1::SaveAssignment> Coordinator::PlanSave(const v1::NodeSavePlan& node,
                                                          const CallerGone& gone) {
   bool plan_it = false;
-  absl::StatusOr<SaveRef> joined = JoinSave(node, &plan_it);
+  bool early = false;
+  absl::StatusOr<SaveRef> joined = JoinSave(node, &plan_it, &early);
   if (!joined.ok()) return joined.status();
   const SaveRef save = *joined;
+  if (early) return AnswerEarly(save, node.host());
   if (plan_it) PlanGathered(save);
   absl::MutexLock lock(&mu_);
   if (!plan_it) {
     if (absl::Status s = WaitGathered(*save, gone); !s.ok()) return s;
     AwaitSave([&] { return save->phase != ActiveSave::Phase::kPlanning; }, {});
   }
-  if (save->phase == ActiveSave::Phase::kFailed) return save->error;
+  if (save->phase == ActiveSave::Phase::kFailed) {
+    // Hosts that went on early may have made the directory before the
+    // gathering failed (timed out): nothing may stay behind.
+    (void)backend_.RemoveAll(save->partial_dir);
+    return save->error;
+  }
   if (save->phase != ActiveSave::Phase::kWriting) {
     return absl::FailedPreconditionError(absl::StrCat(save->Who(), " has already moved on"));
   }
@@ -281,7 +417,11 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(const v1::NodePers
       return absl::NotFoundError(absl::StrCat(
           "save ", report.save_id(), " is not active: it failed: ", save->error.message()));
     }
-    if (save->phase != ActiveSave::Phase::kWriting) {
+    // A host that went on early may report before the others planned.
+    const bool early = save->early.count(host) > 0;
+    if (save->phase != ActiveSave::Phase::kWriting &&
+        !(early && (save->phase == ActiveSave::Phase::kGathering ||
+                    save->phase == ActiveSave::Phase::kPlanning))) {
       return absl::FailedPreconditionError(
           absl::StrCat("save ", report.save_id(), " is not taking reports now"));
     }
@@ -293,7 +433,8 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(const v1::NodePers
       return absl::FailedPreconditionError(
           absl::StrCat("host ", host, " reported save ", report.save_id(), " twice"));
     }
-    commit_it = save->reports.size() == save->nodes.size();
+    commit_it =
+        save->phase == ActiveSave::Phase::kWriting && save->reports.size() == save->nodes.size();
     if (commit_it) save->phase = ActiveSave::Phase::kCommitting;
   }
   if (commit_it) {

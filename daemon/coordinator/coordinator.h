@@ -60,6 +60,10 @@ class Coordinator {
 
   Catalog& catalog() { return catalog_; }
   PlanCacheStats plan_cache_stats() const { return plan_cache_.Stats(); }
+  // Hosts answered without waiting for the rest of their job: their plan
+  // equalled their part of the job's last layout (the plan cache's skip of
+  // the planning barrier; the commit still waits for every host).
+  uint64_t barrier_skips() const;
   GarbageCollector& garbage_collector() { return gc_; }
   const std::string& root() const { return catalog_.root(); }
 
@@ -74,6 +78,12 @@ class Coordinator {
   // ALREADY_EXISTS when the step is committed, FAILED_PRECONDITION when the
   // same step is being saved, and the save's error when it fails meanwhile
   // (another host's plan was invalid, a host was lost, ranks never came).
+  //
+  // A host whose plan equals its part of the job's last layout (the same
+  // shards, ranks and hosts as the previous step) gets its part at once
+  // and may write and report before the others arrive. When the rest
+  // arrive with another layout, the save fails on every host, naming the
+  // change (those hosts began from the old plan); a retry plans afresh.
   absl::StatusOr<v1::SaveAssignment> PlanSave(const v1::NodeSavePlan& node,
                                               const CallerGone& gone = {});
   // Records one host's files and checksums. The last host to report fills
@@ -110,9 +120,26 @@ class Coordinator {
   struct ActiveSave;
   using SaveRef = std::shared_ptr<ActiveSave>;
 
+  // A job's last layout over hosts, by host: what a host's plan must equal
+  // (serialized, step and metadata cleared) to be answered at once.
+  struct KnownLayout {
+    int world_size = 0;
+    uint64_t chunk_bytes = 0;
+    std::map<std::string, std::string> keys;
+    std::map<std::string, v1::HostAssignment> parts;
+    uint64_t bytes = 0;
+  };
+
   // Joins (or opens) the save of node's job and step; the save, and whether
-  // this caller completed the gathering and must plan it.
-  absl::StatusOr<SaveRef> JoinSave(const v1::NodeSavePlan& node, bool* plan_it);
+  // this caller completed the gathering and must plan it, or may go on at
+  // once with its part of the job's known layout (*early).
+  absl::StatusOr<SaveRef> JoinSave(const v1::NodeSavePlan& node, bool* plan_it, bool* early);
+  // The early host's answer, once the partial directory exists.
+  absl::StatusOr<v1::SaveAssignment> AnswerEarly(const SaveRef& save, const v1::HostIdentity& host);
+  // Creates the save's partial directory (and makes a new job directory
+  // durable); without mu_.
+  absl::Status CreatePartialDir(const std::string& job, const std::string& partial);
+  void RememberLayout(const ActiveSave& save) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PlanGathered(const SaveRef& save);    // without mu_
   absl::Status Commit(const SaveRef& save);  // without mu_; the last report runs it
   // Fails the save unless it ended; true if this call failed it.
@@ -128,9 +155,12 @@ class Coordinator {
   const SavePlannerOptions options_;
   const RendezvousOptions rendezvous_;
   SavePlanCache plan_cache_;
-  absl::Mutex mu_;
-  std::map<std::string, SaveRef> saves_ ABSL_GUARDED_BY(mu_);  // by save_id, ended ones too
-  std::deque<std::string> ended_ ABSL_GUARDED_BY(mu_);         // oldest first
+  mutable absl::Mutex mu_;
+  std::map<std::string, SaveRef> saves_ ABSL_GUARDED_BY(mu_);        // by save_id, ended ones too
+  std::deque<std::string> ended_ ABSL_GUARDED_BY(mu_);               // oldest first
+  std::map<std::string, KnownLayout> layouts_ ABSL_GUARDED_BY(mu_);  // by job
+  uint64_t layout_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t barrier_skips_ ABSL_GUARDED_BY(mu_) = 0;
   // Commits run one at a time: LATEST and LATEST.next of a job are written
   // by one commit at a time (commit.h).
   absl::Mutex commit_mu_;

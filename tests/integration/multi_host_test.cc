@@ -119,6 +119,28 @@ TEST_CASE("A job on three hosts saves one checkpoint and loads resharded on two"
   CHECK(ListedSteps(cluster.coordinator(), "llm") == std::vector<int64_t>{1, 2});
 }
 
+TEST_CASE("An unchanged layout skips the planning barrier; a changed one plans afresh",
+          "[multi_host]") {
+  TestCluster cluster;
+  REQUIRE(cluster.Start(3).ok());
+  RequireAllOk(cluster.RunRanks("job", "save", kSaveHosts, 1));
+  CHECK(cluster.Status().plan_barrier_skips() == 0);
+  // The same shards on the same hosts: the first two hosts to arrive go on
+  // at once, the last one completes the gathering as before.
+  RequireAllOk(cluster.RunRanks("job", "save", kSaveHosts, 2));
+  CHECK(cluster.Status().plan_barrier_skips() == 2);
+  RequireAllOk(cluster.RunRanks("job", "save", kSaveHosts, 3));
+  CHECK(cluster.Status().plan_barrier_skips() == 4);
+  // Ranks spread otherwise: every host's plan differs, no host skips.
+  const std::vector<int> moved = {2, 3, 3};
+  RequireAllOk(cluster.RunRanks("job", "save", moved, 4));
+  CHECK(cluster.Status().plan_barrier_skips() == 4);
+  RequireAllOk(cluster.RunRanks("job", "save", moved, 5));
+  CHECK(cluster.Status().plan_barrier_skips() == 6);
+  CHECK(ListedSteps(cluster.coordinator(), "job") == std::vector<int64_t>{1, 2, 3, 4, 5});
+  RequireAllOk(cluster.RunRanks("job", "load", {4, 4}, -1, kSaveWorld));
+}
+
 TEST_CASE("A job spread over hosts needs its daemons in a cluster", "[multi_host]") {
   TestDaemon lone;
   REQUIRE(lone.Start().ok());

@@ -26,6 +26,8 @@ int RunCluster(const Call& call, v1::ClusterService::StubInterface& stub, bool j
   out << absl::StrFormat("coordinator %s: %d hosts, %d lost (heartbeat timeout %.1f s)\n",
                          response.coordinator_instance(), response.hosts_size(), lost,
                          response.heartbeat_timeout_s());
+  out << absl::StrFormat("  plans: %d from the plan cache, %d hosts went on without the barrier\n",
+                         response.plan_cache_hits(), response.plan_barrier_skips());
   if (response.hosts().empty()) return kExitOk;
   out << absl::StrFormat("  %-24s %-6s %9s %-12s %-21s %s\n", "HOST", "STATE", "HEARTBEAT",
                          "DOMAIN", "POOL USED", "IN FLIGHT");

@@ -124,6 +124,75 @@ TEST_CASE("rendezvous: two hosts plan together, write their parts, commit once",
   CHECK(NoPartials(*backend));
 }
 
+// Saves `step` on both hosts, each from its own thread, and commits it.
+void SaveBoth(Coordinator& coord, Backend& backend, int64_t step) {
+  auto h1 = std::async(std::launch::async, [&] {
+    absl::StatusOr<v1::SaveAssignment> a = coord.PlanSave(HostPlan(1, step));
+    CKPT_REQUIRE_OK(a);
+    return coord.ReportPersisted(WriteOwnPart(backend, *a, HostPlan(1, step)));
+  });
+  absl::StatusOr<v1::SaveAssignment> a0 = coord.PlanSave(HostPlan(0, step));
+  CKPT_REQUIRE_OK(a0);
+  CKPT_REQUIRE_OK(coord.ReportPersisted(WriteOwnPart(backend, *a0, HostPlan(0, step))));
+  CKPT_REQUIRE_OK(h1.get());
+  REQUIRE(StepExists(coord, step));
+}
+
+TEST_CASE("rendezvous: an unchanged layout skips the barrier; a changed one plans afresh",
+          "[rendezvous]") {
+  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  // A host that had to wait for the other would fail after 5 s.
+  Coordinator coord(*backend, kRoot, SmallChunks(), {},
+                    RendezvousOptions{.plan_timeout = absl::Seconds(5)});
+  SaveBoth(coord, *backend, 5);
+  CHECK(coord.barrier_skips() == 0);
+
+  // Step 6, the same layout: h0 gets its part alone, writes and reports
+  // before h1 even plans; the commit waits for h1.
+  absl::StatusOr<v1::SaveAssignment> a0 = coord.PlanSave(HostPlan(0, 6));
+  CKPT_REQUIRE_OK(a0);
+  CHECK(coord.barrier_skips() == 1);
+  const v1::NodePersistReport r0 = WriteOwnPart(*backend, *a0, HostPlan(0, 6));
+  auto commit0 = std::async(std::launch::async, [&] { return coord.ReportPersisted(r0); });
+  absl::StatusOr<v1::SaveAssignment> a1 = coord.PlanSave(HostPlan(1, 6));
+  CKPT_REQUIRE_OK(a1);
+  CHECK(a1->save_id() == a0->save_id());
+  CKPT_REQUIRE_OK(coord.ReportPersisted(WriteOwnPart(*backend, *a1, HostPlan(1, 6))));
+  CKPT_REQUIRE_OK(commit0.get());
+  CHECK(StepExists(coord, 6));
+
+  // Step 7: h0 unchanged goes on early, h1 comes with a large new shard,
+  // so the replica "b" that h1 wrote is now h0's to write: h0's part
+  // changed under it. The save fails on both, naming the change; nothing
+  // stays behind. (A change that leaves h0's part as it was would commit.)
+  absl::StatusOr<v1::SaveAssignment> early = coord.PlanSave(HostPlan(0, 7));
+  CKPT_REQUIRE_OK(early);
+  const v1::NodePersistReport early_report = WriteOwnPart(*backend, *early, HostPlan(0, 7));
+  v1::NodeSavePlan changed = HostPlan(1, 7);
+  AddShard(changed, 2, Whole("extra", v1::FLOAT32, {16384}));
+  CKPT_REQUIRE_ERROR(coord.PlanSave(changed), absl::StatusCode::kFailedPrecondition,
+                     "layout changed", "hosts h0 had already started");
+  const absl::Status late = coord.ReportPersisted(early_report).status();
+  CHECK(late.message().find("layout changed") != std::string::npos);
+  CHECK(!StepExists(coord, 7));
+  CHECK(NoPartials(*backend));
+
+  // Saved again, step 7 is planned afresh with the barrier.
+  const uint64_t skips = coord.barrier_skips();
+  auto h0 = std::async(std::launch::async, [&] { return coord.PlanSave(HostPlan(0, 7)); });
+  absl::StatusOr<v1::SaveAssignment> b1 = coord.PlanSave(changed);
+  CKPT_REQUIRE_OK(b1);
+  absl::StatusOr<v1::SaveAssignment> b0 = h0.get();
+  CKPT_REQUIRE_OK(b0);
+  CHECK(coord.barrier_skips() == skips);
+  auto commit = std::async(std::launch::async, [&] {
+    return coord.ReportPersisted(WriteOwnPart(*backend, *b0, HostPlan(0, 7)));
+  });
+  CKPT_REQUIRE_OK(coord.ReportPersisted(WriteOwnPart(*backend, *b1, changed)));
+  CKPT_REQUIRE_OK(commit.get());
+  CHECK(StepExists(coord, 7));
+}
+
 TEST_CASE("rendezvous: a rank planned on two hosts fails the save on both", "[rendezvous]") {
   std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
   Coordinator coord(*backend, kRoot, SmallChunks());
