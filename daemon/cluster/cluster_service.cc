@@ -72,7 +72,16 @@ grpc::Status ClusterServiceImpl::Heartbeat(grpc::ServerContext* context,
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   response->set_register_again(!registry_.Heartbeat(*request, MonotonicNow()));
   if (options_.coordinator != nullptr && request->save_ids_size() > 0) {
-    std::vector<std::string> ids(request->save_ids().begin(), request->save_ids().end());
+    // A host takes part in a few saves at a time: a heartbeat listing more,
+    // or ids longer than any save's, is answered for the first only, so the
+    // answer stays small whatever the request holds.
+    constexpr int kMaxSaveIds = 1024;
+    constexpr size_t kMaxSaveIdBytes = 512;
+    std::vector<std::string> ids;
+    for (const std::string& id : request->save_ids()) {
+      if (static_cast<int>(ids.size()) == kMaxSaveIds) break;
+      if (id.size() <= kMaxSaveIdBytes) ids.push_back(id);
+    }
     for (auto& [id, reason] : options_.coordinator->FailedSaves(ids)) {
       v1::HeartbeatResponse::FailedSave* failed = response->add_failed_saves();
       failed->set_save_id(id);

@@ -493,8 +493,9 @@ absl::Status Coordinator::Commit(const SaveRef& save) {
   return CommitCheckpoint(backend_, root(), save->partial_dir, manifest);
 }
 
-void Coordinator::AbortSave(const v1::AbortSaveRequest& request) {
+bool Coordinator::AbortSave(const v1::AbortSaveRequest& request) {
   std::string partial;
+  bool failed = false;
   {
     absl::MutexLock lock(&mu_);
     SaveRef save = FindLocked(request.save_id());
@@ -505,14 +506,15 @@ void Coordinator::AbortSave(const v1::AbortSaveRequest& request) {
         }
       }
     }
-    if (save == nullptr) return;
+    if (save == nullptr) return false;
     const std::string by =
         request.host().host().empty() ? "" : absl::StrCat("host ", request.host().host(), ": ");
-    FailLocked(*save, absl::AbortedError(absl::StrCat(by, request.reason())));
+    failed = FailLocked(*save, absl::AbortedError(absl::StrCat(by, request.reason())));
     if (save->phase == ActiveSave::Phase::kFailed) partial = save->partial_dir;
   }
   // Best effort: restart removes whatever is left.
   if (!partial.empty()) (void)backend_.RemoveAll(partial);
+  return failed;
 }
 
 void Coordinator::AbortSave(const std::string& save_id, const std::string& reason) {

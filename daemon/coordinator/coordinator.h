@@ -93,10 +93,11 @@ class Coordinator {
   absl::StatusOr<v1::CommitResult> ReportPersisted(const v1::NodePersistReport& report,
                                                    const CallerGone& gone = {});
   // Fails the save on every host and removes its partial directory: by id,
-  // or by job and step while it is still gathering plans. Idempotent; a
-  // second abort removes the directory again (a host may have still been
-  // creating its files when the first one ran).
-  void AbortSave(const v1::AbortSaveRequest& request);
+  // or by job and step (while it is still gathering plans, or any time: an
+  // operator's cancel). Idempotent; a second abort removes the directory
+  // again (a host may have still been creating its files when the first
+  // one ran). True if this call failed a save in flight.
+  bool AbortSave(const v1::AbortSaveRequest& request);
   void AbortSave(const std::string& save_id, const std::string& reason);
   // The registry lost `host` (no heartbeat, or it restarted): every save it
   // takes part in fails, naming it.

@@ -520,12 +520,25 @@ grpc::Status NodeService::CancelSave(grpc::ServerContext* context,
     auto it = saves_.find({request->job(), request->step()});
     if (it != saves_.end() && !it->second->finished()) save = it->second;
   }
-  if (save == nullptr) {
+  // The cluster's coordinator cancels a save spread over hosts on every
+  // host: those waiting on it fail at once, the others within a heartbeat.
+  bool cancelled_cluster = false;
+  if (context_.options.coordinator) {
+    v1::AbortSaveRequest abort;
+    abort.set_job(request->job());
+    abort.set_step(request->step());
+    abort.set_reason(absl::StrCat("save of job ", request->job(), " step ", request->step(),
+                                  " cancelled by operator at the coordinator"));
+    cancelled_cluster = context_.coordinator.AbortSave(abort);
+  }
+  if (save == nullptr && !cancelled_cluster) {
     return ToGrpc(absl::NotFoundError(absl::StrCat("no save of job ", request->job(), " step ",
                                                    request->step(), " is in flight")));
   }
-  save->Fail(absl::CancelledError(absl::StrCat("save of job ", request->job(), " step ",
-                                               request->step(), " cancelled by operator")));
+  if (save != nullptr) {
+    save->Fail(absl::CancelledError(absl::StrCat("save of job ", request->job(), " step ",
+                                                 request->step(), " cancelled by operator")));
+  }
   return grpc::Status::OK;
 }
 

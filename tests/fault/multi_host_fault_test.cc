@@ -141,5 +141,35 @@ TEST_CASE("A rank that never asks to save fails every rank, naming it", "[multi_
   RequireRecovered(cluster, "job", 3);
 }
 
+TEST_CASE("ckptctl cancel at the coordinator fails a save on every host that joined it",
+          "[multi_host_fault]") {
+  TestCluster cluster;
+  REQUIRE(cluster.Start(3, {"--plan_timeout_s=4"}).ok());
+  RequireAllOk(cluster.RunRanks("job", "save", kHosts, 1));
+
+  // Rank 7 never saves, so the save stays in flight until cancelled.
+  std::vector<std::unique_ptr<Subprocess>> ranks =
+      cluster.StartRanks("job", "save", kHosts, 2, 0, 1, {{7, "attach"}});
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  ExitInfo cancel;
+  do {  // not found until the first host's plan reached the coordinator
+    cancel = cluster.coordinator().Ckptctl({"cancel", "job", "2"});
+  } while (cancel.exit_code != 0 && absl::Now() < deadline);
+  INFO(cancel.output);
+  REQUIRE(cancel.exit_code == 0);
+  for (int r = 0; r < kWorld - 1; ++r) {
+    REQUIRE(ranks[r] != nullptr);
+    const ExitInfo ended = ranks[r]->Wait();
+    INFO("rank " << r << ": " << ended.output);
+    CHECK(!ended.ok());
+    // h0 and h1 had sent their plans: the cancel reaches them; h2 was
+    // still waiting for its rank 7, and says so at its plan timeout.
+    CHECK(absl::StrContains(ended.output,
+                            r < 6 ? "cancelled by operator at the coordinator" : "ranks [7]"));
+  }
+  ranks[7].reset();
+  RequireRecovered(cluster, "job", 3);
+}
+
 }  // namespace
 }  // namespace ckpt::testing
