@@ -1,9 +1,11 @@
 // A job spread over hosts (DESIGN.md §4): three node daemons and a
 // coordinator daemon, each a real ckptd process on one shared storage root;
 // eight rank processes attach to their own host's daemon. They save one
-// checkpoint that every host writes part of, and it loads resharded into
-// six ranks on two hosts and into one rank on one host, every byte checked
-// (inside ckpt-demo-rank).
+// checkpoint of a transformer sharded TP=2 x PP=2 x DP=2 (weights
+// replicated over DP, optimizer state in FSDP flat ranges) that every host
+// writes part of; it loads resharded into six ranks on two hosts as
+// TP=3 x DP=2 and into one rank on one host as a full copy, every byte
+// checked (inside ckpt-demo-rank).
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <set>
@@ -21,6 +23,9 @@ namespace {
 constexpr int kScale = 2;
 const std::vector<int> kSaveHosts = {3, 3, 2};  // ranks per host: 8 in all
 constexpr int kSaveWorld = 8;
+const std::vector<std::string> kSaveLayout = {"--layout=parallel", "--tp=2", "--pp=2"};
+const std::vector<std::string> kLoadLayout = {"--layout=parallel", "--tp=3", "--pp=1"};
+const std::vector<std::string> kFullCopy = {"--layout=parallel", "--tp=1", "--pp=1"};
 
 void RequireAllOk(const std::vector<ExitInfo>& ranks) {
   std::string all;  // every rank's output: one failure often explains another
@@ -72,7 +77,7 @@ TEST_CASE("A job on three hosts saves one checkpoint and loads resharded on two"
   INFO(started.ToString());
   REQUIRE(started.ok());
   const std::vector<uint64_t> before = WrittenPerHost(cluster);
-  RequireAllOk(cluster.RunRanks("llm", "save", kSaveHosts, 1, 0, kScale));
+  RequireAllOk(cluster.RunRanks("llm", "save", kSaveHosts, 1, 0, kScale, kSaveLayout));
 
   // One checkpoint, committed once, found by the coordinator and every node.
   CHECK(ListedSteps(cluster.coordinator(), "llm") == std::vector<int64_t>{1});
@@ -110,12 +115,12 @@ TEST_CASE("A job on three hosts saves one checkpoint and loads resharded on two"
   const auto [least, most] = std::minmax_element(per_host.begin(), per_host.end());
   CHECK(*most <= *least + *least / 10);
 
-  // Six ranks on two hosts, another sharding; then one rank, a full copy.
-  RequireAllOk(cluster.RunRanks("llm", "load", {3, 3}, -1, kSaveWorld, kScale));
-  RequireAllOk(cluster.RunRanks("llm", "load", {0, 0, 1}, 1, kSaveWorld, kScale));
+  // Six ranks on two hosts as TP=3 x DP=2; then one rank, a full copy.
+  RequireAllOk(cluster.RunRanks("llm", "load", {3, 3}, -1, kSaveWorld, kScale, kLoadLayout));
+  RequireAllOk(cluster.RunRanks("llm", "load", {0, 0, 1}, 1, kSaveWorld, kScale, kFullCopy));
 
   // The next step of the same layout saves too.
-  RequireAllOk(cluster.RunRanks("llm", "save", kSaveHosts, 2, 0, kScale));
+  RequireAllOk(cluster.RunRanks("llm", "save", kSaveHosts, 2, 0, kScale, kSaveLayout));
   CHECK(ListedSteps(cluster.coordinator(), "llm") == std::vector<int64_t>{1, 2});
 }
 

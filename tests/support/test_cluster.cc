@@ -91,19 +91,27 @@ bool TestCluster::AwaitLiveHosts(int live) {
 
 std::vector<std::unique_ptr<Subprocess>> TestCluster::StartRanks(
     const std::string& job, const std::string& mode, const std::vector<int>& ranks_per_host,
-    int64_t step, int saved_world, int scale, const std::map<int, std::string>& modes) {
+    int64_t step, int saved_world, int scale, const std::map<int, std::string>& modes,
+    const std::vector<std::string>& flags) {
   const int world = std::accumulate(ranks_per_host.begin(), ranks_per_host.end(), 0);
   std::vector<std::unique_ptr<Subprocess>> ranks;
   int rank = 0;
   for (size_t host = 0; host < ranks_per_host.size(); ++host) {
     for (int local = 0; local < ranks_per_host[host]; ++local, ++rank) {
       auto it = modes.find(rank);
-      absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
-          {DemoRankPath(), "--socket=" + nodes_[host]->socket(), "--job=" + job,
-           "--mode=" + (it == modes.end() ? mode : it->second), absl::StrCat("--rank=", rank),
-           absl::StrCat("--world=", world), absl::StrCat("--local_world=", ranks_per_host[host]),
-           absl::StrCat("--local_rank=", local), absl::StrCat("--step=", step),
-           absl::StrCat("--saved_world=", saved_world), absl::StrCat("--scale=", scale)});
+      std::vector<std::string> argv = {DemoRankPath(),
+                                       "--socket=" + nodes_[host]->socket(),
+                                       "--job=" + job,
+                                       "--mode=" + (it == modes.end() ? mode : it->second),
+                                       absl::StrCat("--rank=", rank),
+                                       absl::StrCat("--world=", world),
+                                       absl::StrCat("--local_world=", ranks_per_host[host]),
+                                       absl::StrCat("--local_rank=", local),
+                                       absl::StrCat("--step=", step),
+                                       absl::StrCat("--saved_world=", saved_world),
+                                       absl::StrCat("--scale=", scale)};
+      argv.insert(argv.end(), flags.begin(), flags.end());
+      absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(argv);
       ranks.push_back(p.ok() ? std::move(*p) : nullptr);
     }
   }
@@ -112,9 +120,10 @@ std::vector<std::unique_ptr<Subprocess>> TestCluster::StartRanks(
 
 std::vector<ExitInfo> TestCluster::RunRanks(const std::string& job, const std::string& mode,
                                             const std::vector<int>& ranks_per_host, int64_t step,
-                                            int saved_world, int scale) {
+                                            int saved_world, int scale,
+                                            const std::vector<std::string>& flags) {
   std::vector<std::unique_ptr<Subprocess>> ranks =
-      StartRanks(job, mode, ranks_per_host, step, saved_world, scale);
+      StartRanks(job, mode, ranks_per_host, step, saved_world, scale, {}, flags);
   std::vector<ExitInfo> out(ranks.size());
   for (size_t r = 0; r < ranks.size(); ++r) {
     if (ranks[r] == nullptr) {

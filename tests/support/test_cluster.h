@@ -45,17 +45,17 @@ class TestCluster {
   // Spawns the ranks of a job of sum(ranks_per_host) ranks: host i gets the
   // next ranks_per_host[i] ranks (0: none), each attaching to that host's
   // daemon with local world size ranks_per_host[i]. `modes` overrides the
-  // mode of some ranks ("attach": a rank that never saves).
-  std::vector<std::unique_ptr<Subprocess>> StartRanks(const std::string& job,
-                                                      const std::string& mode,
-                                                      const std::vector<int>& ranks_per_host,
-                                                      int64_t step, int saved_world = 0,
-                                                      int scale = 1,
-                                                      const std::map<int, std::string>& modes = {});
+  // mode of some ranks ("attach": a rank that never saves); `flags` go to
+  // every rank (e.g. --layout=parallel --tp=2 --pp=2).
+  std::vector<std::unique_ptr<Subprocess>> StartRanks(
+      const std::string& job, const std::string& mode, const std::vector<int>& ranks_per_host,
+      int64_t step, int saved_world = 0, int scale = 1,
+      const std::map<int, std::string>& modes = {}, const std::vector<std::string>& flags = {});
   // The same, waiting for every rank to end.
   std::vector<ExitInfo> RunRanks(const std::string& job, const std::string& mode,
                                  const std::vector<int>& ranks_per_host, int64_t step,
-                                 int saved_world = 0, int scale = 1);
+                                 int saved_world = 0, int scale = 1,
+                                 const std::vector<std::string>& flags = {});
 
  private:
   std::vector<std::string> NodeFlags(int i) const;

@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "ckpt/client.h"
 #include "tools/demo/model_layout.h"
+#include "tools/demo/parallel_layout.h"
 #include "tools/demo/tensor_pattern.h"
 
 ABSL_FLAG(std::string, socket, "", "ckptd's Unix socket");
@@ -28,6 +29,10 @@ ABSL_FLAG(std::string, mode, "save", "save, load, or attach (attach and hang: li
 ABSL_FLAG(int64_t, step, 1, "Step to save, or to load (-1: latest)");
 ABSL_FLAG(int32_t, scale, 1, "Model size multiplier (1: ~1.4 MiB)");
 ABSL_FLAG(int32_t, saved_world, 0, "load: ranks that saved (to know which rng objects exist)");
+ABSL_FLAG(std::string, layout, "demo",
+          "demo (tools/demo/model_layout.h) or parallel (tools/demo/parallel_layout.h)");
+ABSL_FLAG(int32_t, tp, 1, "parallel layout: tensor-parallel degree");
+ABSL_FLAG(int32_t, pp, 1, "parallel layout: pipeline stages (data-parallel: the rest)");
 
 namespace {
 
@@ -65,8 +70,18 @@ int main(int argc, char** argv) {
     for (;;) pause();
   }
 
-  std::vector<HostTensor> tensors = mode == "save" ? ckpt::testing::SaveLayout(rank, world, scale)
-                                                   : ckpt::testing::LoadLayout(rank, world, scale);
+  std::vector<HostTensor> tensors;
+  if (absl::GetFlag(FLAGS_layout) == "parallel") {
+    ckpt::testing::Parallelism parallel{absl::GetFlag(FLAGS_tp), absl::GetFlag(FLAGS_pp), 1};
+    if (parallel.tp <= 0 || parallel.pp <= 0 || world % (parallel.tp * parallel.pp) != 0) {
+      return Fail("layout", absl::InvalidArgumentError("world is not a multiple of --tp x --pp"));
+    }
+    parallel.dp = world / (parallel.tp * parallel.pp);
+    tensors = ckpt::testing::ParallelLayout(rank, parallel, scale);
+  } else {
+    tensors = mode == "save" ? ckpt::testing::SaveLayout(rank, world, scale)
+                             : ckpt::testing::LoadLayout(rank, world, scale);
+  }
   std::vector<std::vector<char>> buffers;
   int64_t bytes = 0;
   for (HostTensor& t : tensors) {

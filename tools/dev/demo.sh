@@ -83,14 +83,15 @@ ctl() { "$bin/tools/ckptctl/ckptctl" --socket="$cluster/$1/ckptd.sock" "${@:2}";
 counter() {  # HOST FIELD: a number from ckptctl status --json
   ctl "$1" status --json | python3 -c 'import json, sys; print(int(json.load(sys.stdin)[sys.argv[1]]))' "$2"
 }
-spread() {  # MODE STEP PER_HOST...: ranks spread over the hosts, as many on host I as given
-  local mode="$1" step="$2" per=("${@:3}") world=0 rank=0 pids=() n h l
+spread() {  # MODE STEP TP PP PER_HOST...: ranks over the hosts, as many on host I as given
+  local mode="$1" step="$2" tp="$3" pp="$4" per=("${@:5}") world=0 rank=0 pids=() n h l
   for n in "${per[@]}"; do world=$((world + n)); done
   for h in "${!per[@]}"; do
     for ((l = 0; l < per[h]; l++, rank++)); do
       "$bin/tools/demo/ckpt-demo-rank" --socket="$cluster/h$h/ckptd.sock" --job=multi \
         --mode="$mode" --rank=$rank --world=$world --local_world="${per[h]}" --local_rank=$l \
-        --step="$step" --scale="$multi_scale" --saved_world=8 | sed "s/^/   h$h: /" &
+        --step="$step" --scale="$multi_scale" --saved_world=8 --layout=parallel --tp="$tp" \
+        --pp="$pp" | sed "s/^/   h$h: /" &
       pids+=($!)
     done
   done
@@ -98,7 +99,7 @@ spread() {  # MODE STEP PER_HOST...: ranks spread over the hosts, as many on hos
   for p in "${pids[@]}"; do wait "$p" || failed=1; done
   return $failed
 }
-multi_scale=$(( scale / 4 > 0 ? scale / 4 : 1 ))
+multi_scale=$(( scale / 2 > 0 ? scale / 2 : 1 ))
 echo "== many hosts: a coordinator and 3 node daemons sharing one storage root"
 CKPTD="$PWD/$bin/daemon/ckptd" CKPTCTL="$PWD/$bin/tools/ckptctl/ckptctl" \
   tools/dev/cluster.sh up "$cluster" 3 | sed 's/^/  /'
@@ -108,8 +109,9 @@ done
 declare -A written read
 for h in h0 h1 h2; do written[$h]=$(counter $h storage_bytes_written); read[$h]=$(counter $h storage_bytes_read); done
 t=$(now)
-echo "== 8 ranks on 3 hosts (3+3+2) save step 200: one checkpoint, replicas written once"
-spread save 200 3 3 2
+echo "== 8 ranks on 3 hosts (3+3+2), a transformer as TP=2 x PP=2 x DP=2, save step 200"
+echo "   (weights replicated over DP: written once; optimizer state in FSDP flat ranges)"
+spread save 200 2 2 3 3 2
 echo "   save: $(elapsed "$t")"
 unique=$(ctl coord list multi --json | python3 -c 'import json, sys; print(int(json.load(sys.stdin)["checkpoints"][0]["bytes"]))')
 for h in h0 h1 h2; do
@@ -117,8 +119,8 @@ for h in h0 h1 h2; do
 done
 echo "   the checkpoint holds $unique bytes"
 t=$(now)
-echo "== 6 ranks on 2 hosts (3+3) load it under another sharding"
-spread load -1 3 3
+echo "== 6 ranks on 2 hosts (3+3) load it as TP=3 x DP=2"
+spread load -1 3 1 3 3
 echo "   load: $(elapsed "$t")"
 total=0
 for h in h0 h1; do
