@@ -33,6 +33,8 @@ ClusterServiceImpl::ClusterServiceImpl(const auth::Authenticator& auth,
         absl::FPrintF(stderr, "ckptd: host %s %s\n", host, why);
         if (options_.coordinator != nullptr) options_.coordinator->HostLost(host, why);
       }
+      // Saves no host waits on still end at their deadlines.
+      if (options_.coordinator != nullptr) options_.coordinator->ExpireSaves(absl::Now());
     }
   });
 }
@@ -54,6 +56,7 @@ grpc::Status ClusterServiceImpl::Register(grpc::ServerContext* context,
   if (options_.coordinator != nullptr) {
     options_.coordinator->HostLost(request->host().host(),
                                    "registered again: its earlier ckptd instance is gone");
+    options_.coordinator->HostRegistered(request->host().host());
   }
   absl::FPrintF(stderr, "ckptd: host %s registered (instance %s, peer channel %s, from %s)\n",
                 request->host().host(), request->instance(),

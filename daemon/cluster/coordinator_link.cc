@@ -47,9 +47,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorLink>> CoordinatorLink::Start(
   return link;
 }
 
-CoordinatorLink::~CoordinatorLink() {
-  stop_.Notify();
-  thread_.join();
+CoordinatorLink::~CoordinatorLink() { Stop(); }
+
+void CoordinatorLink::Stop() {
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (thread_.joinable()) thread_.join();
 }
 
 absl::Status CoordinatorLink::RegisterOnce(absl::Duration* interval) {

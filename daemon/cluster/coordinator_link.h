@@ -44,7 +44,10 @@ class CoordinatorLink {
   // Errors only for unreadable credentials; an unreachable coordinator is
   // retried in the background.
   static absl::StatusOr<std::unique_ptr<CoordinatorLink>> Start(CoordinatorLinkOptions options);
-  ~CoordinatorLink();
+  ~CoordinatorLink();  // Stop()
+  // Ends the heartbeats (their sampler goes away first at shutdown); the
+  // accessors keep answering.
+  void Stop();
   CoordinatorLink(const CoordinatorLink&) = delete;
   CoordinatorLink& operator=(const CoordinatorLink&) = delete;
 

@@ -14,6 +14,8 @@ class RemoteSaveCoordinator::Call {
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     absl::MutexLock lock(&owner_.mu_);
     owner_.calls_.insert(this);
+    // Cancelled before it starts: the call fails at once.
+    if (!owner_.closed_.empty()) Cancel(owner_.closed_);
   }
   ~Call() {
     absl::MutexLock lock(&owner_.mu_);
@@ -88,6 +90,12 @@ void RemoteSaveCoordinator::AbortSave(const v1::AbortSaveRequest& request) {
   pending->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   stub_->async()->AbortSave(&pending->context, &pending->request, &pending->response,
                             [pending](const grpc::Status&) { delete pending; });
+}
+
+void RemoteSaveCoordinator::Close(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  closed_ = reason.empty() ? "closed" : reason;
+  for (Call* call : calls_) call->Cancel(closed_);
 }
 
 void RemoteSaveCoordinator::CancelAll(const std::string& reason) {

@@ -38,18 +38,21 @@ class SaveCoordinator {
 // The coordinator in this process.
 class LocalSaveCoordinator final : public SaveCoordinator {
  public:
-  explicit LocalSaveCoordinator(coordinator::Coordinator& coordinator)
-      : coordinator_(coordinator) {}
+  // `stopping`: waits for other hosts end when it turns true (shutdown).
+  explicit LocalSaveCoordinator(coordinator::Coordinator& coordinator,
+                                coordinator::CallerGone stopping = {})
+      : coordinator_(coordinator), stopping_(std::move(stopping)) {}
   absl::StatusOr<v1::SaveAssignment> PlanSave(const v1::NodeSavePlan& plan) override {
-    return coordinator_.PlanSave(plan);
+    return coordinator_.PlanSave(plan, stopping_);
   }
   absl::StatusOr<v1::CommitResult> ReportPersisted(const v1::NodePersistReport& report) override {
-    return coordinator_.ReportPersisted(report);
+    return coordinator_.ReportPersisted(report, stopping_);
   }
   void AbortSave(const v1::AbortSaveRequest& request) override { coordinator_.AbortSave(request); }
 
  private:
   coordinator::Coordinator& coordinator_;
+  const coordinator::CallerGone stopping_;
 };
 
 // The cluster's coordinator over gRPC. Errors name it. Calls wait as long
@@ -70,6 +73,8 @@ class RemoteSaveCoordinator final : public SaveCoordinator {
   void AbortSave(const v1::AbortSaveRequest& request) override;
   // Cancels every call in flight; they fail with `reason`.
   void CancelAll(const std::string& reason);
+  // The same, and every later call fails at once (shutdown).
+  void Close(const std::string& reason);
 
  private:
   // A call's context, registered for CancelAll while it runs.
@@ -83,6 +88,7 @@ class RemoteSaveCoordinator final : public SaveCoordinator {
   const absl::Duration registration_wait_;
   absl::Mutex mu_;
   std::set<Call*> calls_ ABSL_GUARDED_BY(mu_);
+  std::string closed_ ABSL_GUARDED_BY(mu_);  // why, once closed
 };
 
 }  // namespace ckpt::cluster

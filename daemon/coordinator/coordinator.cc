@@ -54,7 +54,7 @@ struct Coordinator::ActiveSave {
   int64_t step = 0;
   int world_size = 0;
   Phase phase = Phase::kGathering;
-  absl::Time deadline;                                   // for gathering
+  absl::Time deadline;                                   // for gathering, then for writing
   std::vector<v1::NodeSavePlan> nodes;                   // read by the planner without mu_
   bool planner_busy = false;                             // so they stay until it is done
   std::map<std::string, size_t> node_index;              // by host name
@@ -64,8 +64,10 @@ struct Coordinator::ActiveSave {
   std::map<std::string, v1::NodePersistReport> reports;  // by host name
   // Hosts answered at once from the job's known layout, with the part they
   // got: the plan made once all arrive must give them the same.
-  std::map<std::string, v1::HostAssignment> early;
+  Parts early;
   uint64_t early_chunk_bytes = 0;
+  Parts parts;                                     // by host, once planned
+  std::map<std::string, std::string> layout_keys;  // by host (LayoutKey)
   absl::Status error;
   v1::CommitResult result;
   bool ended() const { return phase == Phase::kCommitted || phase == Phase::kFailed; }
@@ -77,7 +79,12 @@ Coordinator::Coordinator(storage::Backend& backend, std::string root, SavePlanne
     : backend_(backend),
       catalog_(backend, std::move(root), std::move(catalog)),
       options_(options),
-      rendezvous_(rendezvous),
+      rendezvous_([&] {
+        RendezvousOptions r = rendezvous;
+        // EndLocked erases the oldest ended save: never the one ending.
+        r.ended_saves_kept = std::max<size_t>(r.ended_saves_kept, 1);
+        return r;
+      }()),
       gc_(backend, catalog_) {}
 
 void Coordinator::EnableRetention(RetentionConfig config) {
@@ -139,6 +146,12 @@ absl::StatusOr<Coordinator::SaveRef> Coordinator::JoinSave(const v1::NodeSavePla
   const std::string key = LayoutKey(node);  // before the lock: plans are big
 
   absl::MutexLock lock(&mu_);
+  if (lost_hosts_.count(host) > 0) {
+    return absl::UnavailableError(
+        absl::StrCat("host ", host,
+                     " was lost to the coordinator; it takes part in no save until it registers "
+                     "again"));
+  }
   SaveRef save;
   size_t active = 0;
   for (const auto& [id, other] : saves_) {
@@ -168,9 +181,10 @@ absl::StatusOr<Coordinator::SaveRef> Coordinator::JoinSave(const v1::NodeSavePla
   // otherwise wait for ranks that will never come.
   absl::Status bad;
   if (node.world_size() != save->world_size) {
-    bad = absl::InvalidArgumentError(absl::StrCat("host ", host, " says the world has ",
-                                                  node.world_size(), " ranks, another host said ",
-                                                  save->world_size));
+    bad = absl::InvalidArgumentError(
+        absl::StrCat("host ", host, " says the world has ", node.world_size(), " ranks, host ",
+                     save->nodes.empty() ? std::string("?") : save->nodes.front().host().host(),
+                     " said ", save->world_size));
   } else if (save->node_index.count(host) > 0) {
     bad = absl::FailedPreconditionError(
         absl::StrCat("host ", host, " sent its plan for this save twice"));
@@ -193,6 +207,7 @@ absl::StatusOr<Coordinator::SaveRef> Coordinator::JoinSave(const v1::NodeSavePla
   }
   save->node_index[host] = save->nodes.size();
   save->nodes.push_back(node);
+  save->layout_keys[host] = key;
   *plan_it = save->rank_hosts.size() == static_cast<size_t>(save->world_size);
   if (*plan_it) {
     save->phase = ActiveSave::Phase::kPlanning;
@@ -202,7 +217,8 @@ absl::StatusOr<Coordinator::SaveRef> Coordinator::JoinSave(const v1::NodeSavePla
   auto known = layouts_.find(node.job());
   if (known != layouts_.end() && known->second.world_size == save->world_size) {
     auto same = known->second.keys.find(host);
-    if (same != known->second.keys.end() && same->second == key) {
+    if (same != known->second.keys.end() && same->second == key &&
+        known->second.parts.count(host) > 0) {
       save->early[host] = known->second.parts.at(host);
       save->early_chunk_bytes = known->second.chunk_bytes;
       ++barrier_skips_;
@@ -226,42 +242,49 @@ absl::Status Coordinator::CreatePartialDir(const std::string& job, const std::st
 absl::StatusOr<v1::SaveAssignment> Coordinator::AnswerEarly(const SaveRef& save,
                                                             const v1::HostIdentity& host) {
   const absl::Status created = CreatePartialDir(save->job, save->partial_dir);
-  absl::MutexLock lock(&mu_);
-  if (!created.ok()) FailLocked(*save, created);
-  auto part = save->early.find(host.host());
-  if (save->phase == ActiveSave::Phase::kFailed || part == save->early.end()) {
+  std::shared_ptr<const v1::HostAssignment> part;
+  v1::SaveAssignment mine;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!created.ok()) FailLocked(*save, created);
+    auto found = save->early.find(host.host());
+    if (save->phase != ActiveSave::Phase::kFailed && found != save->early.end()) {
+      part = found->second;
+      mine.set_save_id(save->save_id);
+      mine.set_chunk_bytes(save->early_chunk_bytes);
+      mine.set_partial_dir(save->partial_dir.substr(root().size() + 1));
+    } else if (save->error.ok()) {
+      FailLocked(*save, absl::AbortedError(absl::StrCat(save->Who(), " ended")));
+    }
+  }
+  if (part == nullptr) {
     // Failed meanwhile: the directory may have been made after the failure
     // removed it.
     (void)backend_.RemoveAll(save->partial_dir);
-    return save->error.ok() ? absl::AbortedError(absl::StrCat(save->Who(), " ended")) : save->error;
+    absl::MutexLock lock(&mu_);
+    return save->error;
   }
-  v1::SaveAssignment mine;
-  mine.set_save_id(save->save_id);
-  mine.set_chunk_bytes(save->early_chunk_bytes);
-  mine.set_partial_dir(save->partial_dir.substr(root().size() + 1));
-  *mine.add_hosts() = part->second;
+  *mine.add_hosts() = *part;  // outside mu_: parts are big
   return mine;
 }
 
-void Coordinator::RememberLayout(const ActiveSave& save) {
-  auto old = layouts_.find(save.job);
-  if (old != layouts_.end()) {
-    layout_bytes_ -= old->second.bytes;
-    layouts_.erase(old);
-  }
+void Coordinator::ForgetLayoutLocked(const std::string& job) {
+  auto old = layouts_.find(job);
+  if (old == layouts_.end()) return;
+  layout_bytes_ -= old->second.bytes;
+  layouts_.erase(old);
+}
+
+void Coordinator::RememberLayoutLocked(const ActiveSave& save) {
+  ForgetLayoutLocked(save.job);
   if (save.nodes.size() < 2) return;  // one host has no barrier to skip
   KnownLayout layout;
   layout.world_size = save.world_size;
   layout.chunk_bytes = save.assignment.chunk_bytes();
-  for (const v1::HostAssignment& part : save.assignment.hosts()) {
-    layout.bytes += part.ByteSizeLong();
-    layout.parts[part.host().host()] = part;
-  }
-  for (const v1::NodeSavePlan& node : save.nodes) {
-    std::string key = LayoutKey(node);
-    layout.bytes += key.size();
-    layout.keys[node.host().host()] = std::move(key);
-  }
+  layout.parts = save.parts;  // shared, not copied
+  layout.keys = save.layout_keys;
+  for (const auto& [host, part] : layout.parts) layout.bytes += part->ByteSizeLong();
+  for (const auto& [host, key] : layout.keys) layout.bytes += key.size();
   if (layout.bytes > kMaxLayoutBytes) return;
   while (layout_bytes_ + layout.bytes > kMaxLayoutBytes && !layouts_.empty()) {
     layout_bytes_ -= layouts_.begin()->second.bytes;
@@ -282,35 +305,41 @@ void Coordinator::PlanGathered(const SaveRef& save) {
   const std::string& partial = save->partial_dir;  // set once, at the save's start
   absl::Status status = assignment.status();
   if (status.ok()) status = CreatePartialDir(save->job, partial);
-  absl::MutexLock lock(&mu_);
+  // Outside mu_ (parts are big): each host's part, shared by its answer and
+  // the layout the next step may reuse, checked against the parts hosts
+  // that went on early got from the last layout.
+  Parts parts;
+  std::vector<std::string> changed;
+  if (status.ok()) {
+    for (const v1::HostAssignment& h : assignment->hosts()) {
+      parts[h.host().host()] = std::make_shared<const v1::HostAssignment>(h);
+    }
+    Parts early;
+    uint64_t early_chunk_bytes = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      early = save->early;  // pointers; fixed once gathering ended
+      early_chunk_bytes = save->early_chunk_bytes;
+    }
+    for (const auto& [host, part] : early) {
+      auto now = parts.find(host);
+      if (now == parts.end() || Deterministic(*now->second) != Deterministic(*part) ||
+          assignment->chunk_bytes() != early_chunk_bytes) {
+        changed.push_back(host);
+      }
+    }
+  }
+  absl::ReleasableMutexLock lock(&mu_);
   save->planner_busy = false;
   if (save->phase != ActiveSave::Phase::kPlanning) {
     // Failed meanwhile (a host was lost): nothing may stay behind.
     std::vector<v1::NodeSavePlan>().swap(save->nodes);
+    lock.Release();
     (void)backend_.RemoveAll(partial);
     return;
   }
-  // Hosts that went on with the job's known layout must get the same part
-  // from the plan of all: otherwise the layout changed under them.
-  std::vector<std::string> changed;
-  for (const auto& [host, part] : save->early) {
-    const v1::HostAssignment* now = nullptr;
-    if (status.ok()) {
-      for (const v1::HostAssignment& h : assignment->hosts()) {
-        if (h.host().host() == host) now = &h;
-      }
-    }
-    if (status.ok() && (now == nullptr || Deterministic(*now) != Deterministic(part) ||
-                        assignment->chunk_bytes() != save->early_chunk_bytes)) {
-      changed.push_back(host);
-    }
-  }
   if (status.ok() && !changed.empty()) {
-    auto known = layouts_.find(save->job);
-    if (known != layouts_.end()) {
-      layout_bytes_ -= known->second.bytes;
-      layouts_.erase(known);
-    }
+    ForgetLayoutLocked(save->job);
     status = absl::FailedPreconditionError(absl::StrCat(
         "the job's layout changed since its last save (other shards, ranks or hosts), but hosts ",
         absl::StrJoin(changed, ", "),
@@ -319,6 +348,7 @@ void Coordinator::PlanGathered(const SaveRef& save) {
   }
   if (!status.ok()) {
     FailLocked(*save, status);
+    lock.Release();
     (void)backend_.RemoveAll(partial);
     return;
   }
@@ -330,14 +360,29 @@ void Coordinator::PlanGathered(const SaveRef& save) {
   save->assignment.set_partial_dir(partial.substr(root().size() + 1));
   save->assignment.mutable_manifest_template()->set_created_unix_ms(
       absl::ToUnixMillis(absl::Now()));
+  save->parts = std::move(parts);
   save->phase = ActiveSave::Phase::kWriting;
-  RememberLayout(*save);
+  save->deadline = absl::Now() + rendezvous_.write_timeout;
+  RememberLayoutLocked(*save);
   // Fault tests kill the coordinator here: hosts hold a plan, the partial
   // directory exists, nothing is committed.
   if (save->nodes.size() > 1) FaultPoint("coordinator.planned");
 }
 
-absl::Status Coordinator::WaitGathered(ActiveSave& save, const CallerGone& gone) {
+absl::Status Coordinator::GatheringTimeout(const ActiveSave& save) const {
+  std::vector<int> missing;
+  for (int r = 0; r < save.world_size && missing.size() < 16; ++r) {
+    if (save.rank_hosts.count(r) == 0) missing.push_back(r);
+  }
+  const size_t absent = save.world_size - save.rank_hosts.size();
+  return absl::DeadlineExceededError(absl::StrCat(
+      "ranks [", absl::StrJoin(missing, ", "), absent > 16 ? ", ..." : "", "] (", absent, " of ",
+      save.world_size, ") never reached the coordinator within ",
+      absl::FormatDuration(rendezvous_.plan_timeout), ": their hosts did not send plans"));
+}
+
+absl::Status Coordinator::WaitGathered(ActiveSave& save, const std::string& host,
+                                       const CallerGone& gone) {
   auto gathered = [&save]() { return save.phase != ActiveSave::Phase::kGathering; };
   for (;;) {
     bool timed_out = false;
@@ -347,21 +392,49 @@ absl::Status Coordinator::WaitGathered(ActiveSave& save, const CallerGone& gone)
           return gathered() || timed_out;
         },
         gone);
-    if (!present) return absl::CancelledError("the host gave up waiting for the others");
+    if (!present) {
+      // Its plan is in the save, but it will write nothing: the others
+      // would wait for it to the deadline.
+      FailLocked(save, absl::AbortedError(absl::StrCat(
+                           "host ", host, " gave up waiting for the other hosts' plans")));
+      return absl::CancelledError("the host gave up waiting for the others");
+    }
     if (gathered()) return absl::OkStatus();
     if (!timed_out) continue;
-    std::vector<int> missing;
-    for (int r = 0; r < save.world_size && missing.size() < 16; ++r) {
-      if (save.rank_hosts.count(r) == 0) missing.push_back(r);
-    }
-    const size_t absent = save.world_size - save.rank_hosts.size();
-    FailLocked(save, absl::DeadlineExceededError(absl::StrCat(
-                         "ranks [", absl::StrJoin(missing, ", "), absent > 16 ? ", ..." : "", "] (",
-                         absent, " of ", save.world_size, ") never reached the coordinator within ",
-                         absl::FormatDuration(rendezvous_.plan_timeout),
-                         ": their hosts did not send plans")));
+    FailLocked(save, GatheringTimeout(save));
     return absl::OkStatus();
   }
+}
+
+void Coordinator::ExpireSaves(absl::Time now) {
+  std::vector<std::string> partials;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<SaveRef> due;
+    for (const auto& [id, save] : saves_) {
+      if (now < save->deadline) continue;
+      if (save->phase == ActiveSave::Phase::kGathering ||
+          save->phase == ActiveSave::Phase::kWriting) {
+        due.push_back(save);
+      }
+    }
+    for (const SaveRef& save : due) {
+      absl::Status why;
+      if (save->phase == ActiveSave::Phase::kGathering) {
+        why = GatheringTimeout(*save);
+      } else {
+        std::vector<std::string> silent;
+        for (const auto& [host, index] : save->node_index) {
+          if (save->reports.count(host) == 0) silent.push_back(host);
+        }
+        why = absl::DeadlineExceededError(absl::StrCat(
+            "hosts [", absl::StrJoin(silent, ", "), "] did not report their files within ",
+            absl::FormatDuration(rendezvous_.write_timeout), " of the plan"));
+      }
+      if (FailLocked(*save, why)) partials.push_back(save->partial_dir);
+    }
+  }
+  for (const std::string& partial : partials) (void)backend_.RemoveAll(partial);
 }
 
 absl::StatusOr<v1::SaveAssignment> Coordinator::PlanSave(const v1::NodeSavePlan& node,
@@ -373,32 +446,43 @@ absl::StatusOr<v1::SaveAssignment> Coordinator::PlanSave(const v1::NodeSavePlan&
   const SaveRef save = *joined;
   if (early) return AnswerEarly(save, node.host());
   if (plan_it) PlanGathered(save);
-  absl::MutexLock lock(&mu_);
-  if (!plan_it) {
-    if (absl::Status s = WaitGathered(*save, gone); !s.ok()) return s;
-    AwaitSave([&] { return save->phase != ActiveSave::Phase::kPlanning; }, {});
-  }
-  if (save->phase == ActiveSave::Phase::kFailed) {
-    // Hosts that went on early may have made the directory before the
-    // gathering failed (timed out): nothing may stay behind.
-    (void)backend_.RemoveAll(save->partial_dir);
-    return save->error;
-  }
-  if (save->phase != ActiveSave::Phase::kWriting) {
-    return absl::FailedPreconditionError(absl::StrCat(save->Who(), " has already moved on"));
-  }
   const std::string& host = node.host().host();
   v1::SaveAssignment mine;
-  mine.set_save_id(save->save_id);
-  mine.set_chunk_bytes(save->assignment.chunk_bytes());
-  mine.set_partial_dir(save->assignment.partial_dir());
-  v1::HostAssignment* part = mine.add_hosts();
-  *part->mutable_host() = node.host();
-  for (const v1::HostAssignment& h : save->assignment.hosts()) {
-    if (h.host().host() == host) *part = h;
+  std::shared_ptr<const v1::HostAssignment> part;
+  std::string remove;
+  absl::Status error;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!plan_it) {
+      if (absl::Status s = WaitGathered(*save, host, gone); !s.ok()) return s;
+      AwaitSave([&] { return save->phase != ActiveSave::Phase::kPlanning; }, {});
+    }
+    if (save->phase == ActiveSave::Phase::kFailed) {
+      // Hosts that went on early may have made the directory before the
+      // gathering failed (timed out): nothing may stay behind.
+      error = save->error;
+      remove = save->partial_dir;
+    } else if (save->phase != ActiveSave::Phase::kWriting) {
+      error = absl::FailedPreconditionError(absl::StrCat(save->Who(), " has already moved on"));
+    } else {
+      mine.set_save_id(save->save_id);
+      mine.set_chunk_bytes(save->assignment.chunk_bytes());
+      mine.set_partial_dir(save->assignment.partial_dir());
+      auto found = save->parts.find(host);
+      if (found != save->parts.end()) part = found->second;
+      if (save->nodes.size() == 1) {
+        *mine.mutable_manifest_template() = save->assignment.manifest_template();
+      }
+    }
   }
-  if (save->nodes.size() == 1)
-    *mine.mutable_manifest_template() = save->assignment.manifest_template();
+  if (!remove.empty()) (void)backend_.RemoveAll(remove);
+  if (!error.ok()) return error;
+  v1::HostAssignment* mine_part = mine.add_hosts();
+  if (part != nullptr) {
+    *mine_part = *part;  // outside mu_: parts are big
+  } else {
+    *mine_part->mutable_host() = node.host();
+  }
   return mine;
 }
 
@@ -428,6 +512,31 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(const v1::NodePers
     if (save->node_index.count(host) == 0) {
       return absl::PermissionDeniedError(
           absl::StrCat("host ", host, " takes no part in save ", report.save_id()));
+    }
+    // Only its own files: a host's checksums fill only its chunks.
+    const Parts& parts = save->phase == ActiveSave::Phase::kWriting ? save->parts : save->early;
+    auto part = parts.find(host);
+    if (part == parts.end()) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("host ", host, " has no part in save ", report.save_id()));
+    }
+    const auto& own = part->second->files();
+    auto is_own = [&](const std::string& file) {
+      return std::find(own.begin(), own.end(), file) != own.end();
+    };
+    for (const std::string& file : report.files()) {
+      if (!is_own(file)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "host ", host, " reported file ", file.substr(0, 256), ", which is not one of its ",
+            own.size(), " files of save ", report.save_id()));
+      }
+    }
+    for (const v1::ChunkChecksum& c : report.checksums()) {
+      if (!is_own(c.file())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("host ", host, " reported a checksum for file ", c.file().substr(0, 256),
+                         ", which is not one of its files of save ", report.save_id()));
+      }
     }
     if (!save->reports.emplace(host, report).second) {
       return absl::FailedPreconditionError(
@@ -462,6 +571,11 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(const v1::NodePers
   }
   absl::MutexLock lock(&mu_);
   if (!AwaitSave([&] { return save->ended(); }, gone)) {
+    // The host gave up: it counts its save failed and may remove its files,
+    // so the save must not commit without them.
+    FailLocked(*save,
+               absl::AbortedError(absl::StrCat(
+                   "host ", host, " gave up waiting for the commit (its call was cancelled)")));
     return absl::CancelledError("the host gave up waiting for the commit");
   }
   if (save->phase == ActiveSave::Phase::kFailed) return save->error;
@@ -528,8 +642,12 @@ void Coordinator::HostLost(const std::string& host, const std::string& reason) {
   std::vector<std::string> partials;
   {
     absl::MutexLock lock(&mu_);
+    lost_hosts_.insert(host);
+    std::vector<SaveRef> hit;  // FailLocked may erase ended saves from saves_
     for (const auto& [id, save] : saves_) {
-      if (save->ended() || save->node_index.count(host) == 0) continue;
+      if (!save->ended() && save->node_index.count(host) > 0) hit.push_back(save);
+    }
+    for (const SaveRef& save : hit) {
       if (FailLocked(*save, absl::UnavailableError(absl::StrCat("host ", host, " ", reason)))) {
         partials.push_back(save->partial_dir);
       }
@@ -538,6 +656,11 @@ void Coordinator::HostLost(const std::string& host, const std::string& reason) {
   for (const std::string& partial : partials) {
     if (!partial.empty()) (void)backend_.RemoveAll(partial);
   }
+}
+
+void Coordinator::HostRegistered(const std::string& host) {
+  absl::MutexLock lock(&mu_);
+  lost_hosts_.erase(host);
 }
 
 std::vector<std::pair<std::string, std::string>> Coordinator::FailedSaves(

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,7 +44,10 @@ struct RendezvousOptions {
   // Saves being planned, written or committed at once (beyond:
   // RESOURCE_EXHAUSTED), and ended ones remembered for late callers.
   size_t max_active_saves = 1024;
-  size_t ended_saves_kept = 1024;
+  size_t ended_saves_kept = 1024;  // at least 1
+  // How long hosts may write once planned before the save fails naming
+  // those that have not reported (ExpireSaves).
+  absl::Duration write_timeout = absl::Seconds(300);
 };
 
 // True once the caller of a blocking method has gone (its RPC was
@@ -100,8 +104,14 @@ class Coordinator {
   bool AbortSave(const v1::AbortSaveRequest& request);
   void AbortSave(const std::string& save_id, const std::string& reason);
   // The registry lost `host` (no heartbeat, or it restarted): every save it
-  // takes part in fails, naming it.
+  // takes part in fails, naming it, and it may join none until
+  // HostRegistered (a plan racing the loss is refused, not left waiting).
   void HostLost(const std::string& host, const std::string& reason);
+  void HostRegistered(const std::string& host);
+  // Fails saves past their deadline: gathering (ranks that never came) or
+  // writing (hosts that never reported), whether or not a host waits on
+  // them. The registry's sweeper calls it.
+  void ExpireSaves(absl::Time now);
   // Of `save_ids`, those that failed or that this coordinator does not know
   // (it restarted), with the reason: heartbeats carry it to the hosts.
   std::vector<std::pair<std::string, std::string>> FailedSaves(
@@ -123,11 +133,14 @@ class Coordinator {
 
   // A job's last layout over hosts, by host: what a host's plan must equal
   // (serialized, step and metadata cleared) to be answered at once.
+  // Hosts' parts of a plan, by host name; shared between a save's answers
+  // and the layout remembered from it.
+  using Parts = std::map<std::string, std::shared_ptr<const v1::HostAssignment>>;
   struct KnownLayout {
     int world_size = 0;
     uint64_t chunk_bytes = 0;
     std::map<std::string, std::string> keys;
-    std::map<std::string, v1::HostAssignment> parts;
+    Parts parts;
     uint64_t bytes = 0;
   };
 
@@ -140,7 +153,8 @@ class Coordinator {
   // Creates the save's partial directory (and makes a new job directory
   // durable); without mu_.
   absl::Status CreatePartialDir(const std::string& job, const std::string& partial);
-  void RememberLayout(const ActiveSave& save) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RememberLayoutLocked(const ActiveSave& save) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ForgetLayoutLocked(const std::string& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PlanGathered(const SaveRef& save);    // without mu_
   absl::Status Commit(const SaveRef& save);  // without mu_; the last report runs it
   // Fails the save unless it ended; true if this call failed it.
@@ -148,7 +162,8 @@ class Coordinator {
   void EndLocked(ActiveSave& save) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until `done` or the caller is gone; false if gone.
   bool AwaitSave(const std::function<bool()>& done, const CallerGone& gone);
-  absl::Status WaitGathered(ActiveSave& save, const CallerGone& gone);
+  absl::Status WaitGathered(ActiveSave& save, const std::string& host, const CallerGone& gone);
+  absl::Status GatheringTimeout(const ActiveSave& save) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   SaveRef FindLocked(const std::string& save_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   storage::Backend& backend_;
@@ -162,6 +177,7 @@ class Coordinator {
   std::map<std::string, KnownLayout> layouts_ ABSL_GUARDED_BY(mu_);  // by job
   uint64_t layout_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t barrier_skips_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<std::string> lost_hosts_ ABSL_GUARDED_BY(mu_);
   // Commits run one at a time: LATEST and LATEST.next of a job are written
   // by one commit at a time (commit.h).
   absl::Mutex commit_mu_;

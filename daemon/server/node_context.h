@@ -15,6 +15,7 @@
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/pool/shm_pool.h"
+#include "daemon/server/background_tasks.h"
 #include "daemon/server/daemon_options.h"
 #include "daemon/server/rank_sessions.h"
 #include "daemon/server/reader_pool.h"
@@ -47,6 +48,8 @@ struct NodeContext {
   // coordinator); null when this daemon is in no cluster. Set before the
   // daemon serves.
   cluster::SaveCoordinator* cluster_saves = nullptr;
+  // Threads for commits that wait on other hosts; null: run in place.
+  BackgroundTasks* background = nullptr;
 };
 
 }  // namespace ckpt::server

@@ -223,6 +223,7 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   // Hosts wait for each other as long as ranks wait for each other, plus
   // the time the registry takes to declare a silent host lost.
   rendezvous.plan_timeout = o.plan_timeout + o.heartbeat_timeout;
+  rendezvous.write_timeout = o.snapshot_timeout + 2 * o.heartbeat_timeout;
   d->coordinator_ = std::make_unique<coordinator::Coordinator>(*d->backend_, o.storage_root,
                                                                planner, catalog, rendezvous);
   absl::StatusOr<int> removed = d->coordinator_->catalog().RemoveStalePartials();
@@ -270,6 +271,7 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
                                     *d->backend_, *d->pool_, *d->writers_, *d->readers_,
                                     *d->sessions_, d->bytes_written_, d->bytes_read_, d->commits_,
                                     *d->auth_, *d->owners_, *d->metrics_});
+  d->context_->background = &d->background_;
   d->service_ = std::make_unique<NodeService>(*d->context_, d->gpu_->HasDevice(), o.limits);
   d->segment_server_ = std::make_unique<SegmentServer>(
       *d->pool_, [sessions = d->sessions_.get()](const std::string& id, uid_t uid) {
@@ -344,7 +346,8 @@ absl::Status NodeDaemon::Start() {
     builder.RegisterService(coordinator_service_.get());
     // Ranks of a job spread over hosts that attach here meet the others
     // in this process.
-    cluster_saves_ = std::make_unique<cluster::LocalSaveCoordinator>(*coordinator_);
+    cluster_saves_ = std::make_unique<cluster::LocalSaveCoordinator>(
+        *coordinator_, [this] { return stop_.HasBeenNotified(); });
     context_->cluster_saves = cluster_saves_.get();
   }
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
@@ -471,8 +474,10 @@ NodeDaemon::~NodeDaemon() {
   if (metrics_) metrics_->SetSampler(nullptr);
   Shutdown();
   if (reaper_.joinable()) reaper_.join();
-  coordinator_link_.reset();  // its heartbeats sample the service
-  peer_receiver_.reset();     // cuts its connections, joins its threads
+  // Its heartbeats sample the service: stopped now, kept (a plan in flight
+  // asks it whether this host is registered) until the service is gone.
+  if (coordinator_link_) coordinator_link_->Stop();
+  peer_receiver_.reset();  // cuts its connections, joins its threads
   if (service_) {
     // Saves whose ranks are all snapshotted can still commit: give what is
     // in flight a moment to finish, then abort the rest, well inside the
@@ -482,12 +487,17 @@ NodeDaemon::~NodeDaemon() {
       absl::SleepFor(absl::Milliseconds(20));
     service_->AbortAll(absl::UnavailableError("ckptd is shutting down"));
   }
+  // Commits waiting on other hosts end: remote calls cancelled, local waits
+  // see stop_.
+  if (remote_saves_ != nullptr) remote_saves_->Close("ckptd is shutting down");
+  background_.Drain();
   unix_listener_.Stop();
   if (segment_server_) segment_server_->Stop();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   writers_.reset();
   if (readers_) readers_->Stop();
   service_.reset();
+  coordinator_link_.reset();
   sessions_.reset();
   ipc_.reset();  // mappings close before the runtime goes
   if (pool_registered_) {

@@ -27,6 +27,7 @@
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/peer/peer_receiver.h"
 #include "daemon/pool/shm_pool.h"
+#include "daemon/server/background_tasks.h"
 #include "daemon/server/daemon_options.h"
 #include "daemon/server/node_service.h"
 #include "daemon/server/rank_sessions.h"
@@ -94,6 +95,7 @@ class NodeDaemon {
   // the coordinator in this process, or the remote one; outlives the
   // service, whose sessions call it to their end.
   std::unique_ptr<cluster::SaveCoordinator> cluster_saves_;
+  BackgroundTasks background_;                              // commits waiting on other hosts
   cluster::RemoteSaveCoordinator* remote_saves_ = nullptr;  // in cluster_saves_, if remote
   std::unique_ptr<NodeContext> context_;
   std::unique_ptr<NodeService> service_;

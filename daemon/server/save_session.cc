@@ -164,8 +164,9 @@ void SaveSession::PlanAllRanks() {
   absl::StatusOr<v1::SaveAssignment> assignment = coordinator_->PlanSave(plan);
   absl::Status status = assignment.status();
   if (status.ok() && assignment->hosts_size() != 1) {
-    status = absl::InternalError(
-        absl::StrCat("the assignment is for ", assignment->hosts_size(), " hosts, not this one"));
+    status = absl::InternalError(absl::StrCat("the coordinator's assignment is for ",
+                                              assignment->hosts_size(), " hosts, not host ",
+                                              context_.host.host(), " alone"));
   }
   std::vector<std::unique_ptr<storage::WritableFile>> files;
   if (status.ok()) {
@@ -204,7 +205,8 @@ void SaveSession::PlanAllRanks() {
       files_ = std::move(files);
       absl::StatusOr<std::map<int, RankItems>> split =
           SplitByRank(assignment_.hosts(0), RequestsLocked(), context_.pool.alignment());
-      status = split.status();
+      status = WithContext(split.status(), absl::StrCat("the coordinator's assignment for host ",
+                                                        context_.host.host()));
       if (status.ok()) {
         for (auto& [r, items] : *split) {
           RankState& rank = ranks_[r];
@@ -406,7 +408,7 @@ absl::Status SaveSession::SubmitSnapshot(const RankSession& rank,
     if (cleanup) CleanUp();
     if (!error.ok()) return error;
   }
-  if (finish) Finish();
+  if (finish) StartFinish();
   return absl::OkStatus();
 }
 
@@ -559,7 +561,7 @@ void SaveSession::OnChunksWritten(absl::Span<const WrittenChunk> chunks, absl::S
     finish = ReadyToFinishLocked();
     cleanup = ReadyToCleanUpLocked();
   }
-  if (finish) Finish();
+  if (finish) StartFinish();
   if (cleanup) CleanUp();
 }
 
@@ -570,6 +572,16 @@ bool SaveSession::ReadyToFinishLocked() {
   times_.written = absl::Now();
   ++busy_;
   return true;
+}
+
+void SaveSession::StartFinish() {
+  if (!spans_hosts() || context_.background == nullptr) {
+    Finish();  // the embedded coordinator commits at once
+    return;
+  }
+  // The commit waits for every other host: not on this writer or handler.
+  std::shared_ptr<SaveSession> self = shared_from_this();
+  context_.background->Spawn([self] { self->Finish(); });
 }
 
 void SaveSession::Finish() {
@@ -593,6 +605,10 @@ void SaveSession::Finish() {
   const absl::Time commit_start = absl::Now();
   absl::StatusOr<v1::CommitResult> result;
   if (status.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      reported_ = true;
+    }
     result = coordinator_->ReportPersisted(report);
     status = result.status();
   }
@@ -687,7 +703,10 @@ void SaveSession::CleanUp() {
     abort.set_job(job_);
     abort.set_step(step_);
     *abort.mutable_host() = context_.host;
-    if (spans_hosts() && assignment_.hosts_size() == 1) {
+    // Once reported, the files are the coordinator's to keep (it may commit
+    // them though this host's call failed) or to remove with the partial
+    // directory.
+    if (spans_hosts() && assignment_.hosts_size() == 1 && !reported_) {
       for (const std::string& name : assignment_.hosts(0).files()) {
         own_files.push_back(
             absl::StrCat(context_.coordinator.root(), "/", assignment_.partial_dir(), "/", name));

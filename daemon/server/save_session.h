@@ -127,7 +127,10 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   void FreeRoomIfDoneLocked(uint64_t batch_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkSubmittedLocked(RankState& state, uint64_t batch_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRankLocked(const RankSession& rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Finish();   // commit; run without mu_ once all chunks are written
+  void Finish();  // commit; run without mu_ once all chunks are written
+  // Finish here, or (a save spread over hosts, whose commit waits for the
+  // other hosts) on a background thread.
+  void StartFinish();
   void CleanUp();  // after failure, once nothing is in flight; without mu_
   void CleanUpIfDue();
   // Whether the caller must now run Finish() or CleanUp().
@@ -184,6 +187,7 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   std::vector<std::unique_ptr<storage::WritableFile>> files_;
   std::vector<v1::ChunkChecksum> checksums_ ABSL_GUARDED_BY(mu_);
   std::string committed_path_ ABSL_GUARDED_BY(mu_);
+  bool reported_ ABSL_GUARDED_BY(mu_) = false;  // the persist report was sent
   std::atomic<bool> abandoned_{false};
   // When each stage ended, for metrics::SaveStages.
   struct StageTimes {

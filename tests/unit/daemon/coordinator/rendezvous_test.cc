@@ -94,6 +94,14 @@ bool NoPartials(Backend& backend) {
   return true;
 }
 
+// A waiting report fails with the save's error; one that comes after the
+// failure is refused NOT_FOUND, quoting it. Either way the message says why.
+void RequireReportFailed(const absl::StatusOr<v1::CommitResult>& result, const std::string& why) {
+  INFO(result.status().ToString());
+  REQUIRE(!result.ok());
+  CHECK(result.status().message().find(why) != std::string::npos);
+}
+
 TEST_CASE("rendezvous: two hosts plan together, write their parts, commit once", "[rendezvous]") {
   std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
   Coordinator coord(*backend, kRoot, SmallChunks());
@@ -228,7 +236,11 @@ TEST_CASE("rendezvous: a host lost while the others write fails them, naming it"
   CHECK(failed[0].second.find("host h1 was lost") != std::string::npos);
   CHECK(failed[1].second.find("does not know this save") != std::string::npos);
 
-  // The step is free again.
+  // A lost host joins no save until it registers again (a plan racing the
+  // loss is refused, not left waiting); then the step is free again.
+  CKPT_REQUIRE_ERROR(coord.PlanSave(HostPlan(1)), absl::StatusCode::kUnavailable,
+                     "host h1 was lost to the coordinator");
+  coord.HostRegistered("h1");
   auto again = std::async(std::launch::async, [&] { return coord.PlanSave(HostPlan(1)); });
   CKPT_REQUIRE_OK(coord.PlanSave(HostPlan(0)));
   CKPT_REQUIRE_OK(again.get());
@@ -257,6 +269,53 @@ TEST_CASE("rendezvous: a host's abort by job and step frees the hosts waiting", 
     coord.AbortSave(abort);
   }
   CKPT_REQUIRE_ERROR(h0.get(), absl::StatusCode::kAborted, "host h1: rank 2 went away");
+}
+
+TEST_CASE("rendezvous: saves nobody waits on still end at their deadlines", "[rendezvous]") {
+  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  Coordinator coord(
+      *backend, kRoot, SmallChunks(), {},
+      RendezvousOptions{.plan_timeout = absl::Seconds(5), .write_timeout = absl::Seconds(5)});
+  SaveBoth(coord, *backend, 5);
+  // Step 6: h0 goes on early, writes, and reports; h1 never comes. The
+  // sweep fails the save at the gathering deadline, naming h1's rank.
+  absl::StatusOr<v1::SaveAssignment> a0 = coord.PlanSave(HostPlan(0, 6));
+  CKPT_REQUIRE_OK(a0);
+  const v1::NodePersistReport r0 = WriteOwnPart(*backend, *a0, HostPlan(0, 6));
+  auto commit0 = std::async(std::launch::async, [&] { return coord.ReportPersisted(r0); });
+  coord.ExpireSaves(absl::Now() + absl::Seconds(6));
+  RequireReportFailed(commit0.get(), "ranks [2] (1 of 3) never reached the coordinator");
+  CHECK(NoPartials(*backend));
+  // Step 7: both plan, h1 never reports: the write deadline names it.
+  auto h1 = std::async(std::launch::async, [&] { return coord.PlanSave(HostPlan(1, 7)); });
+  absl::StatusOr<v1::SaveAssignment> b0 = coord.PlanSave(HostPlan(0, 7));
+  CKPT_REQUIRE_OK(b0);
+  CKPT_REQUIRE_OK(h1.get());
+  const v1::NodePersistReport s0 = WriteOwnPart(*backend, *b0, HostPlan(0, 7));
+  auto commit = std::async(std::launch::async, [&] { return coord.ReportPersisted(s0); });
+  coord.ExpireSaves(absl::Now() + absl::Seconds(6));
+  // h1 never reported (h0's report may not have arrived yet either).
+  const absl::StatusOr<v1::CommitResult> late = commit.get();
+  RequireReportFailed(late, "did not report their files");
+  CHECK(late.status().message().find("h1]") != std::string::npos);
+  CHECK(!StepExists(coord, 7));
+  CHECK(NoPartials(*backend));
+}
+
+TEST_CASE("rendezvous: a host reports only its own files", "[rendezvous]") {
+  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  Coordinator coord(*backend, kRoot, SmallChunks());
+  auto h1 = std::async(std::launch::async, [&] { return coord.PlanSave(HostPlan(1)); });
+  absl::StatusOr<v1::SaveAssignment> a0 = coord.PlanSave(HostPlan(0));
+  CKPT_REQUIRE_OK(a0);
+  absl::StatusOr<v1::SaveAssignment> a1 = h1.get();
+  CKPT_REQUIRE_OK(a1);
+  v1::NodePersistReport r0 = WriteOwnPart(*backend, *a0, HostPlan(0));
+  v1::ChunkChecksum* forged = r0.add_checksums();
+  forged->set_file(a1->hosts(0).files(0));  // h1's
+  forged->set_crc32c(1);
+  CKPT_REQUIRE_ERROR(coord.ReportPersisted(r0), absl::StatusCode::kInvalidArgument,
+                     "host h0 reported a checksum for file data/h1-");
 }
 
 TEST_CASE("rendezvous: a host that gave up stops waiting", "[rendezvous]") {
