@@ -176,6 +176,15 @@ void SaveSession::PlanAllRanks() {
               absl::StrCat(context_.coordinator.root(), "/", assignment->partial_dir(), "/", name));
       if (!file.ok()) {
         status = file.status();
+        // Spread over hosts, the likely cause is the coordinator ending the
+        // save (another host failed, a cancel) as this host began.
+        if (spans_hosts() && absl::IsNotFound(status)) {
+          status = absl::AbortedError(absl::StrCat(
+              "host ", context_.host.host(),
+              " found the save's directory gone as it began: the coordinator removes it when "
+              "the save fails or is cancelled on any host (",
+              status.message(), ")"));
+        }
         break;
       }
       files.push_back(std::move(*file));

@@ -25,18 +25,6 @@ ExitInfo LoadOne(const TestDaemon& d, const std::string& job, int64_t step) {
   return d.RunRanks(job, "load", 1, step, 1, 1).at(0);
 }
 
-v1::CheckpointManifest Inspect(const TestDaemon& d, const std::string& job, int64_t step) {
-  grpc::ClientContext context;
-  v1::InspectCheckpointRequest request;
-  request.set_job(job);
-  request.set_step(step);
-  v1::InspectCheckpointResponse response;
-  const grpc::Status status = d.Stub()->InspectCheckpoint(&context, request, &response);
-  INFO(status.error_message());
-  REQUIRE(status.ok());
-  return response.manifest();
-}
-
 // Rewrites a step's MANIFEST with a valid CRC trailer: only the contents lie.
 void PlantManifest(const TestDaemon& d, const std::string& job, int64_t step,
                    const v1::CheckpointManifest& manifest) {
@@ -123,7 +111,7 @@ TEST_CASE("hostile manifests are refused and the daemon keeps serving", "[fault]
   REQUIRE(d.Start().ok());
   SaveStep(d, "victim", 1);
   SaveStep(d, "evil", 1);
-  v1::CheckpointManifest m = Inspect(d, "evil", 1);
+  v1::CheckpointManifest m = InspectManifest(d, "evil", 1);
   REQUIRE(m.tensors_size() > 0);
   const std::string data_file = m.tensors(0).shards(0).chunks(0).file();
 

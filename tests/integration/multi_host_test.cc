@@ -27,29 +27,6 @@ const std::vector<std::string> kSaveLayout = {"--layout=parallel", "--tp=2", "--
 const std::vector<std::string> kLoadLayout = {"--layout=parallel", "--tp=3", "--pp=1"};
 const std::vector<std::string> kFullCopy = {"--layout=parallel", "--tp=1", "--pp=1"};
 
-void RequireAllOk(const std::vector<ExitInfo>& ranks) {
-  std::string all;  // every rank's output: one failure often explains another
-  bool ok = true;
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    all += "rank " + std::to_string(r) + ": " + ranks[r].output + "\n";
-    ok = ok && ranks[r].ok();
-  }
-  INFO(all);
-  REQUIRE(ok);
-}
-
-v1::CheckpointManifest Manifest(const TestDaemon& d, const std::string& job, int64_t step) {
-  grpc::ClientContext context;
-  v1::InspectCheckpointRequest request;
-  request.set_job(job);
-  request.set_step(step);
-  v1::InspectCheckpointResponse response;
-  const grpc::Status status = d.Stub()->InspectCheckpoint(&context, request, &response);
-  INFO(status.error_message());
-  REQUIRE(status.ok());
-  return response.manifest();
-}
-
 uint64_t CheckpointBytes(const TestDaemon& d, const std::string& job, int64_t step) {
   grpc::ClientContext context;
   v1::ListCheckpointsRequest request;
@@ -84,7 +61,7 @@ TEST_CASE("A job on three hosts saves one checkpoint and loads resharded on two"
   for (int i = 0; i < cluster.hosts(); ++i) {
     CHECK(ListedSteps(cluster.node(i), "llm") == std::vector<int64_t>{1});
   }
-  const v1::CheckpointManifest manifest = Manifest(cluster.coordinator(), "llm", 1);
+  const v1::CheckpointManifest manifest = InspectManifest(cluster.coordinator(), "llm", 1);
   CHECK(manifest.topology().world_size() == kSaveWorld);
   std::set<std::string> topology_hosts;
   for (const v1::HostIdentity& h : manifest.topology().hosts()) topology_hosts.insert(h.host());

@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <catch2/catch.hpp>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -133,6 +134,17 @@ std::vector<ExitInfo> TestCluster::RunRanks(const std::string& job, const std::s
     }
   }
   return out;
+}
+
+void RequireAllOk(const std::vector<ExitInfo>& ranks) {
+  std::string all;
+  bool ok = true;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    all += absl::StrCat("rank ", r, ": ", ranks[r].output, "\n");
+    ok = ok && ranks[r].ok();
+  }
+  INFO(all);
+  REQUIRE(ok);
 }
 
 }  // namespace ckpt::testing

@@ -66,6 +66,10 @@ class TestCluster {
   std::vector<std::string> node_flags_;
 };
 
+// REQUIRE that every rank exited 0, showing every rank's output if not
+// (one failure often explains another).
+void RequireAllOk(const std::vector<ExitInfo>& ranks);
+
 }  // namespace ckpt::testing
 
 #endif  // CKPT_TESTS_SUPPORT_TEST_CLUSTER_H_

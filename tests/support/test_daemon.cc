@@ -236,6 +236,18 @@ void SaveStep(const TestDaemon& d, const std::string& job, int64_t step) {
   }
 }
 
+v1::CheckpointManifest InspectManifest(const TestDaemon& d, const std::string& job, int64_t step) {
+  grpc::ClientContext context;
+  v1::InspectCheckpointRequest request;
+  request.set_job(job);
+  request.set_step(step);
+  v1::InspectCheckpointResponse response;
+  const grpc::Status status = d.Stub()->InspectCheckpoint(&context, request, &response);
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+  return response.manifest();
+}
+
 std::vector<std::string> ListDir(const std::string& path) {
   std::vector<std::string> names;
   std::error_code ec;

@@ -3,23 +3,10 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "tools/demo/layout_parts.h"
 
 namespace ckpt::testing {
 namespace {
-
-// Part k of n split into `parts` near-equal pieces.
-std::pair<int64_t, int64_t> Split(int64_t n, int parts, int k) {
-  return {n * k / parts, n * (k + 1) / parts};
-}
-
-HostTensor Tensor(std::string fqn, DType dtype, std::vector<int64_t> shape, Region region) {
-  HostTensor t;
-  t.fqn = std::move(fqn);
-  t.dtype = dtype;
-  t.global_shape = std::move(shape);
-  t.region = std::move(region);
-  return t;
-}
 
 int64_t Numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
