@@ -108,6 +108,7 @@ grpc::Status ClusterServiceImpl::ClusterStatus(grpc::ServerContext* context,
   if (options_.coordinator != nullptr) {
     response->set_plan_cache_hits(options_.coordinator->plan_cache_stats().hits);
     response->set_plan_barrier_skips(options_.coordinator->barrier_skips());
+    response->set_saves_in_flight(static_cast<uint32_t>(options_.coordinator->saves_in_flight()));
   }
   return grpc::Status::OK;
 }

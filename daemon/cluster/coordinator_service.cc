@@ -1,5 +1,7 @@
 #include "daemon/cluster/coordinator_service.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "proto/lib/grpc_status.h"
 #include "proto/lib/validation.h"
@@ -10,6 +12,23 @@ namespace {
 // An abort's reason is kept with the failed save for the other hosts:
 // bounded, whatever a caller sends.
 constexpr size_t kMaxReasonBytes = 1024;
+
+// The caller is gone once it cancelled or its deadline passed: a sync
+// handler may not see a client's deadline as a cancellation while it waits.
+// A refusal as gRPC carries it: the message bounded (it travels in
+// metadata; callers' inputs it quotes may be of any size).
+grpc::Status Refuse(const absl::Status& status) {
+  constexpr size_t kMaxMessage = 4096;
+  if (status.message().size() <= kMaxMessage) return ToGrpcStatus(status);
+  return ToGrpcStatus(
+      absl::Status(status.code(), absl::StrCat(status.message().substr(0, kMaxMessage), "...")));
+}
+
+coordinator::CallerGone Gone(grpc::ServerContext* context) {
+  return [context] {
+    return context->IsCancelled() || std::chrono::system_clock::now() > context->deadline();
+  };
+}
 
 }  // namespace
 
@@ -30,10 +49,9 @@ absl::Status CoordinatorServiceImpl::Admit(const grpc::ServerContext& context,
 grpc::Status CoordinatorServiceImpl::PlanSave(grpc::ServerContext* context,
                                               const v1::NodeSavePlan* request,
                                               v1::SaveAssignment* response) {
-  if (absl::Status s = Admit(*context, request->host()); !s.ok()) return ToGrpcStatus(s);
-  absl::StatusOr<v1::SaveAssignment> assignment =
-      coordinator_.PlanSave(*request, [context] { return context->IsCancelled(); });
-  if (!assignment.ok()) return ToGrpcStatus(assignment.status());
+  if (absl::Status s = Admit(*context, request->host()); !s.ok()) return Refuse(s);
+  absl::StatusOr<v1::SaveAssignment> assignment = coordinator_.PlanSave(*request, Gone(context));
+  if (!assignment.ok()) return Refuse(assignment.status());
   *response = std::move(*assignment);
   return grpc::Status::OK;
 }
@@ -41,10 +59,9 @@ grpc::Status CoordinatorServiceImpl::PlanSave(grpc::ServerContext* context,
 grpc::Status CoordinatorServiceImpl::ReportPersisted(grpc::ServerContext* context,
                                                      const v1::NodePersistReport* request,
                                                      v1::CommitResult* response) {
-  if (absl::Status s = Admit(*context, request->host()); !s.ok()) return ToGrpcStatus(s);
-  absl::StatusOr<v1::CommitResult> result =
-      coordinator_.ReportPersisted(*request, [context] { return context->IsCancelled(); });
-  if (!result.ok()) return ToGrpcStatus(result.status());
+  if (absl::Status s = Admit(*context, request->host()); !s.ok()) return Refuse(s);
+  absl::StatusOr<v1::CommitResult> result = coordinator_.ReportPersisted(*request, Gone(context));
+  if (!result.ok()) return Refuse(result.status());
   *response = std::move(*result);
   return grpc::Status::OK;
 }
@@ -54,7 +71,7 @@ grpc::Status CoordinatorServiceImpl::AbortSave(grpc::ServerContext* context,
                                                v1::AbortSaveResponse*) {
   // A lost host may still abort: its saves fail either way.
   absl::StatusOr<auth::Caller> caller = auth_.Authorize(*context, auth::Permission::kAdmin);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  if (!caller.ok()) return Refuse(caller.status());
   v1::AbortSaveRequest bounded = *request;
   if (bounded.reason().size() > kMaxReasonBytes) bounded.mutable_reason()->resize(kMaxReasonBytes);
   coordinator_.AbortSave(bounded);

@@ -21,12 +21,14 @@ class RemoteSaveCoordinator::Call {
     absl::MutexLock lock(&owner_.mu_);
     owner_.calls_.erase(this);
   }
-  void Cancel(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(owner_.mu_) {
+  // From the owner, holding its mu_ (which keeps this call registered).
+  void Cancel(const std::string& reason) {
+    absl::MutexLock lock(&mu_);
     reason_ = reason;
     context.TryCancel();
   }
   std::string reason() const {
-    absl::MutexLock lock(&owner_.mu_);
+    absl::MutexLock lock(&mu_);
     return reason_;
   }
 
@@ -34,7 +36,8 @@ class RemoteSaveCoordinator::Call {
 
  private:
   RemoteSaveCoordinator& owner_;
-  std::string reason_ ABSL_GUARDED_BY(owner_.mu_);
+  mutable absl::Mutex mu_;  // after the owner's
+  std::string reason_ ABSL_GUARDED_BY(mu_);
 };
 
 RemoteSaveCoordinator::RemoteSaveCoordinator(std::shared_ptr<grpc::Channel> channel,

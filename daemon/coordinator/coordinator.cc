@@ -20,6 +20,14 @@
 namespace ckpt::coordinator {
 namespace {
 
+// A save id as an error quotes it: ids come from callers, and a status
+// message travels in gRPC metadata (16 KiB at most).
+std::string Quote(const std::string& id) {
+  constexpr size_t kQuoted = 128;
+  if (id.size() <= kQuoted) return id;
+  return absl::StrCat(id.substr(0, kQuoted), "... (", id.size(), " bytes)");
+}
+
 // Known layouts kept for the barrier skip, in all (beyond: others' go).
 constexpr uint64_t kMaxLayoutBytes = uint64_t{256} << 20;
 
@@ -130,6 +138,13 @@ bool Coordinator::AwaitSave(const std::function<bool()>& done, const CallerGone&
 uint64_t Coordinator::barrier_skips() const {
   absl::MutexLock lock(&mu_);
   return barrier_skips_;
+}
+
+size_t Coordinator::saves_in_flight() const {
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [id, save] : saves_) n += save->ended() ? 0 : 1;
+  return n;
 }
 
 absl::StatusOr<Coordinator::SaveRef> Coordinator::JoinSave(const v1::NodeSavePlan& node,
@@ -493,13 +508,13 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(const v1::NodePers
   bool commit_it = false;
   {
     absl::MutexLock lock(&mu_);
-    save = FindLocked(report.save_id());
+    save = FindLocked(Quote(report.save_id()));
     if (save == nullptr || save->phase == ActiveSave::Phase::kCommitted) {
-      return absl::NotFoundError(absl::StrCat("save ", report.save_id(), " is not active"));
+      return absl::NotFoundError(absl::StrCat("save ", Quote(report.save_id()), " is not active"));
     }
     if (save->phase == ActiveSave::Phase::kFailed) {
       return absl::NotFoundError(absl::StrCat(
-          "save ", report.save_id(), " is not active: it failed: ", save->error.message()));
+          "save ", Quote(report.save_id()), " is not active: it failed: ", save->error.message()));
     }
     // A host that went on early may report before the others planned.
     const bool early = save->early.count(host) > 0;
@@ -507,18 +522,18 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(const v1::NodePers
         !(early && (save->phase == ActiveSave::Phase::kGathering ||
                     save->phase == ActiveSave::Phase::kPlanning))) {
       return absl::FailedPreconditionError(
-          absl::StrCat("save ", report.save_id(), " is not taking reports now"));
+          absl::StrCat("save ", Quote(report.save_id()), " is not taking reports now"));
     }
     if (save->node_index.count(host) == 0) {
       return absl::PermissionDeniedError(
-          absl::StrCat("host ", host, " takes no part in save ", report.save_id()));
+          absl::StrCat("host ", host, " takes no part in save ", Quote(report.save_id())));
     }
     // Only its own files: a host's checksums fill only its chunks.
     const Parts& parts = save->phase == ActiveSave::Phase::kWriting ? save->parts : save->early;
     auto part = parts.find(host);
     if (part == parts.end()) {
       return absl::PermissionDeniedError(
-          absl::StrCat("host ", host, " has no part in save ", report.save_id()));
+          absl::StrCat("host ", host, " has no part in save ", Quote(report.save_id())));
     }
     const auto& own = part->second->files();
     auto is_own = [&](const std::string& file) {
@@ -528,19 +543,19 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(const v1::NodePers
       if (!is_own(file)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "host ", host, " reported file ", file.substr(0, 256), ", which is not one of its ",
-            own.size(), " files of save ", report.save_id()));
+            own.size(), " files of save ", Quote(report.save_id())));
       }
     }
     for (const v1::ChunkChecksum& c : report.checksums()) {
       if (!is_own(c.file())) {
         return absl::InvalidArgumentError(
             absl::StrCat("host ", host, " reported a checksum for file ", c.file().substr(0, 256),
-                         ", which is not one of its files of save ", report.save_id()));
+                         ", which is not one of its files of save ", Quote(report.save_id())));
       }
     }
     if (!save->reports.emplace(host, report).second) {
       return absl::FailedPreconditionError(
-          absl::StrCat("host ", host, " reported save ", report.save_id(), " twice"));
+          absl::StrCat("host ", host, " reported save ", Quote(report.save_id()), " twice"));
     }
     commit_it =
         save->phase == ActiveSave::Phase::kWriting && save->reports.size() == save->nodes.size();

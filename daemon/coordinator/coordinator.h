@@ -68,6 +68,8 @@ class Coordinator {
   // equalled their part of the job's last layout (the plan cache's skip of
   // the planning barrier; the commit still waits for every host).
   uint64_t barrier_skips() const;
+  // Saves between their first host's plan and their end.
+  size_t saves_in_flight() const;
   GarbageCollector& garbage_collector() { return gc_; }
   const std::string& root() const { return catalog_.root(); }
 
@@ -161,8 +163,10 @@ class Coordinator {
   bool FailLocked(ActiveSave& save, const absl::Status& error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndLocked(ActiveSave& save) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until `done` or the caller is gone; false if gone.
-  bool AwaitSave(const std::function<bool()>& done, const CallerGone& gone);
-  absl::Status WaitGathered(ActiveSave& save, const std::string& host, const CallerGone& gone);
+  bool AwaitSave(const std::function<bool()>& done, const CallerGone& gone)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WaitGathered(ActiveSave& save, const std::string& host, const CallerGone& gone)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status GatheringTimeout(const ActiveSave& save) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   SaveRef FindLocked(const std::string& save_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -1,0 +1,151 @@
+// The coordinator's CoordinatorService and ClusterService against a hostile
+// raw-gRPC client over TCP: no token, hosts that are not registered, plans
+// with worlds and ranks out of bounds, reports and aborts for saves that do
+// not exist, oversized reasons and id lists, a plan whose caller goes away.
+// Each gets a clear error (or a bounded answer) at once, and afterwards the
+// cluster still saves and loads a job spread over its hosts.
+#include <grpcpp/grpcpp.h>
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "ckpt/v1/cluster.grpc.pb.h"
+#include "ckpt/v1/coordinator.grpc.pb.h"
+#include "tests/support/test_cluster.h"
+
+namespace ckpt::testing {
+namespace {
+
+std::shared_ptr<grpc::Channel> Channel(const TestDaemon& coordinator, const std::string& token) {
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(256 << 20);
+  args.SetMaxReceiveMessageSize(256 << 20);
+  return grpc::CreateCustomChannel(coordinator.tcp_address(),
+                                   coordinator.CredentialsFor(coordinator.tcp_address(), token),
+                                   args);
+}
+
+void Deadline(grpc::ClientContext& context, absl::Duration in = absl::Seconds(20)) {
+  context.set_deadline(absl::ToChronoTime(absl::Now() + in));
+}
+
+v1::NodeSavePlan Plan(const std::string& host, int world, std::vector<int> ranks) {
+  v1::NodeSavePlan plan;
+  plan.mutable_host()->set_host(host);
+  plan.set_job("evil");
+  plan.set_step(1);
+  plan.set_world_size(world);
+  plan.set_writer_threads(1);
+  for (int r : ranks) plan.add_ranks()->set_rank(r);
+  return plan;
+}
+
+grpc::Status Send(v1::CoordinatorService::Stub& stub, const v1::NodeSavePlan& plan,
+                  absl::Duration deadline = absl::Seconds(20)) {
+  grpc::ClientContext context;
+  Deadline(context, deadline);
+  v1::SaveAssignment answer;
+  return stub.PlanSave(&context, plan, &answer);
+}
+
+#define CHECK_REFUSED(status, code, text)                 \
+  do {                                                    \
+    const grpc::Status s_ = (status);                     \
+    INFO(s_.error_message());                             \
+    CHECK(s_.error_code() == (code));                     \
+    CHECK(absl::StrContains(s_.error_message(), (text))); \
+  } while (0)
+
+TEST_CASE("A hostile client cannot crash, wedge or bloat the coordinator", "[multi_host]") {
+  TestCluster cluster;
+  REQUIRE(cluster.Start(2).ok());
+  TestDaemon& coordinator = cluster.coordinator();
+  auto stub = v1::CoordinatorService::NewStub(Channel(coordinator, ""));
+
+  SECTION("refusals") {
+    auto anonymous = v1::CoordinatorService::NewStub(Channel(coordinator, "none"));
+    CHECK(Send(*anonymous, Plan("h0", 2, {0})).error_code() == grpc::StatusCode::UNAUTHENTICATED);
+    CHECK_REFUSED(Send(*stub, Plan("stranger", 2, {0})), grpc::StatusCode::FAILED_PRECONDITION,
+                  "host stranger is not registered");
+    CHECK_REFUSED(Send(*stub, Plan("h0", 1 << 30, {0})), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                  "--max_world_size");
+    CHECK_REFUSED(Send(*stub, Plan("h0", 2, {0, 1, 1})), grpc::StatusCode::INVALID_ARGUMENT,
+                  "sent 3 ranks of a world of 2");
+    CHECK_REFUSED(Send(*stub, Plan("h0", 2, {7})), grpc::StatusCode::INVALID_ARGUMENT,
+                  "rank 7 of a world of 2");
+    CHECK_REFUSED(Send(*stub, Plan("h0", 0, {0})), grpc::StatusCode::INVALID_ARGUMENT,
+                  "world size 0");
+
+    // A report for a save that does not exist, with 100000 checksums and
+    // an id of 100 KB: refused, the id quoted short enough for the reply.
+    v1::NodePersistReport report;
+    report.mutable_host()->set_host("h0");
+    report.set_save_id(std::string(100000, 'x'));
+    for (int i = 0; i < 100000; ++i) report.add_checksums()->set_file("data/h0-0.bin");
+    grpc::ClientContext context;
+    Deadline(context);
+    v1::CommitResult result;
+    const grpc::Status reported = stub->ReportPersisted(&context, report, &result);
+    INFO(reported.error_message());
+    CHECK(reported.error_code() == grpc::StatusCode::NOT_FOUND);
+    CHECK(absl::StrContains(reported.error_message(), "(100000 bytes)"));
+
+    // Aborts of unknown saves, with a 10 MB reason: accepted, nothing kept.
+    v1::AbortSaveRequest abort;
+    abort.set_job("nojob");
+    abort.set_step(3);
+    abort.set_reason(std::string(10 << 20, 'r'));
+    grpc::ClientContext abort_context;
+    Deadline(abort_context);
+    v1::AbortSaveResponse aborted;
+    CHECK(stub->AbortSave(&abort_context, abort, &aborted).ok());
+  }
+
+  SECTION("a heartbeat listing 100000 saves gets a bounded answer") {
+    const v1::ClusterStatusResponse status = cluster.Status();
+    REQUIRE(status.hosts_size() == 2);
+    auto cluster_stub = v1::ClusterService::NewStub(Channel(coordinator, ""));
+    v1::HeartbeatRequest beat;
+    beat.set_host(status.hosts(0).host().host());
+    beat.set_instance(status.hosts(0).instance());
+    for (int i = 0; i < 100000; ++i) beat.add_save_ids("job/1/unknown-" + std::to_string(i));
+    grpc::ClientContext context;
+    Deadline(context);
+    v1::HeartbeatResponse answer;
+    REQUIRE(cluster_stub->Heartbeat(&context, beat, &answer).ok());
+    CHECK(answer.failed_saves_size() <= 1024);
+  }
+
+  SECTION("a plan whose caller goes away does not hold the job's step") {
+    // h0 says the world has 2 ranks and sends one, then gives up.
+    CHECK(Send(*stub, Plan("h0", 2, {0}), absl::Seconds(1)).error_code() ==
+          grpc::StatusCode::DEADLINE_EXCEEDED);
+    // The save it opened fails as its caller goes (the coordinator looks
+    // every 0.2 s), not at the plan timeout (30 s here).
+    const absl::Time until = absl::Now() + absl::Seconds(10);
+    while (cluster.Status().saves_in_flight() > 0 && absl::Now() < until) {
+    }
+    CHECK(cluster.Status().saves_in_flight() == 0);
+    // Both hosts' plans for the step then meet in a save of their own.
+    std::vector<grpc::Status> answers(2);
+    std::thread other([&] { answers[1] = Send(*stub, Plan("h1", 2, {1})); });
+    answers[0] = Send(*stub, Plan("h0", 2, {0}));
+    other.join();
+    for (const grpc::Status& s : answers) {
+      INFO(s.error_message());
+      CHECK(s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED);
+      CHECK(!absl::StrContains(s.error_message(), "twice"));
+    }
+  }
+
+  // Whatever came before, the cluster saves and loads a job over its hosts.
+  RequireAllOk(cluster.RunRanks("job", "save", {2, 2}, 1));
+  RequireAllOk(cluster.RunRanks("job", "load", {2, 2}, -1, 4));
+}
+
+}  // namespace
+}  // namespace ckpt::testing
