@@ -508,7 +508,7 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(const v1::NodePers
   bool commit_it = false;
   {
     absl::MutexLock lock(&mu_);
-    save = FindLocked(Quote(report.save_id()));
+    save = FindLocked(report.save_id());
     if (save == nullptr || save->phase == ActiveSave::Phase::kCommitted) {
       return absl::NotFoundError(absl::StrCat("save ", Quote(report.save_id()), " is not active"));
     }

@@ -201,6 +201,21 @@ TEST_CASE("rendezvous: an unchanged layout skips the barrier; a changed one plan
   CHECK(StepExists(coord, 7));
 }
 
+TEST_CASE("rendezvous: a job with a long name commits (its save id is long too)", "[rendezvous]") {
+  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  Coordinator coord(*backend, kRoot, SmallChunks());
+  const std::string job(200, 'j');
+  v1::NodeSavePlan node = Node("h0", 1, 1, {0}, job, 5);
+  AddShard(node, 0, Whole("w", v1::FLOAT32, {100}));
+  absl::StatusOr<v1::SaveAssignment> a = coord.PlanSave(node);
+  CKPT_REQUIRE_OK(a);
+  REQUIRE(a->save_id().size() > 200);
+  CKPT_REQUIRE_OK(coord.ReportPersisted(WriteOwnPart(*backend, *a, node)));
+  absl::StatusOr<bool> exists = coord.catalog().StepExists(job, 5);
+  CKPT_REQUIRE_OK(exists);
+  CHECK(*exists);
+}
+
 TEST_CASE("rendezvous: a rank planned on two hosts fails the save on both", "[rendezvous]") {
   std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
   Coordinator coord(*backend, kRoot, SmallChunks());
