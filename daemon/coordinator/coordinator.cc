@@ -14,41 +14,14 @@
 #include "daemon/coordinator/layout.h"
 #include "daemon/coordinator/load_planner.h"
 #include "daemon/coordinator/manifest_io.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::coordinator {
 namespace {
 
-// A save id as an error quotes it: ids come from callers, and a status
-// message travels in gRPC metadata (16 KiB at most).
-std::string Quote(const std::string& id) {
-  constexpr size_t kQuoted = 128;
-  if (id.size() <= kQuoted) return id;
-  return absl::StrCat(id.substr(0, kQuoted), "... (", id.size(), " bytes)");
-}
-
 // Known layouts kept for the barrier skip, in all (beyond: others' go).
 constexpr uint64_t kMaxLayoutBytes = uint64_t{256} << 20;
-
-std::string Deterministic(const google::protobuf::Message& message) {
-  std::string out;
-  google::protobuf::io::StringOutputStream stream(&out);
-  google::protobuf::io::CodedOutputStream coded(&stream);
-  coded.SetSerializationDeterministic(true);
-  message.SerializeToCodedStream(&coded);
-  coded.Trim();
-  return out;
-}
-
-// A host's plan as the layout compares it: all but the step and the user
-// metadata, which every step may change.
-std::string LayoutKey(const v1::NodeSavePlan& node) {
-  v1::NodeSavePlan key = node;
-  key.clear_step();
-  key.clear_user_metadata();
-  return Deterministic(key);
-}
 
 }  // namespace
 
@@ -75,7 +48,7 @@ struct Coordinator::ActiveSave {
   Parts early;
   uint64_t early_chunk_bytes = 0;
   Parts parts;                                     // by host, once planned
-  std::map<std::string, std::string> layout_keys;  // by host (LayoutKey)
+  std::map<std::string, std::string> layout_keys;  // by host (PlanKey)
   absl::Status error;
   v1::CommitResult result;
   bool ended() const { return phase == Phase::kCommitted || phase == Phase::kFailed; }
@@ -158,7 +131,9 @@ absl::StatusOr<Coordinator::SaveRef> Coordinator::JoinSave(const v1::NodeSavePla
   absl::StatusOr<bool> exists = catalog_.StepExists(node.job(), node.step());
   if (!exists.ok()) return exists.status();
   if (*exists) return absl::AlreadyExistsError("this step is already committed");
-  const std::string key = LayoutKey(node);  // before the lock: plans are big
+  // The host's plan as its job's layout compares it; before the lock: plans
+  // are big.
+  const std::string key = PlanKey(absl::MakeConstSpan(&node, 1));
 
   absl::MutexLock lock(&mu_);
   if (lost_hosts_.count(host) > 0) {
@@ -338,7 +313,8 @@ void Coordinator::PlanGathered(const SaveRef& save) {
     }
     for (const auto& [host, part] : early) {
       auto now = parts.find(host);
-      if (now == parts.end() || Deterministic(*now->second) != Deterministic(*part) ||
+      if (now == parts.end() ||
+          !google::protobuf::util::MessageDifferencer::Equals(*now->second, *part) ||
           assignment->chunk_bytes() != early_chunk_bytes) {
         changed.push_back(host);
       }
@@ -510,11 +486,13 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(const v1::NodePers
     absl::MutexLock lock(&mu_);
     save = FindLocked(report.save_id());
     if (save == nullptr || save->phase == ActiveSave::Phase::kCommitted) {
-      return absl::NotFoundError(absl::StrCat("save ", Quote(report.save_id()), " is not active"));
+      return absl::NotFoundError(
+          absl::StrCat("save ", QuoteId(report.save_id()), " is not active"));
     }
     if (save->phase == ActiveSave::Phase::kFailed) {
-      return absl::NotFoundError(absl::StrCat(
-          "save ", Quote(report.save_id()), " is not active: it failed: ", save->error.message()));
+      return absl::NotFoundError(
+          absl::StrCat("save ", QuoteId(report.save_id()),
+                       " is not active: it failed: ", save->error.message()));
     }
     // A host that went on early may report before the others planned.
     const bool early = save->early.count(host) > 0;
@@ -522,18 +500,18 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(const v1::NodePers
         !(early && (save->phase == ActiveSave::Phase::kGathering ||
                     save->phase == ActiveSave::Phase::kPlanning))) {
       return absl::FailedPreconditionError(
-          absl::StrCat("save ", Quote(report.save_id()), " is not taking reports now"));
+          absl::StrCat("save ", QuoteId(report.save_id()), " is not taking reports now"));
     }
     if (save->node_index.count(host) == 0) {
       return absl::PermissionDeniedError(
-          absl::StrCat("host ", host, " takes no part in save ", Quote(report.save_id())));
+          absl::StrCat("host ", host, " takes no part in save ", QuoteId(report.save_id())));
     }
     // Only its own files: a host's checksums fill only its chunks.
     const Parts& parts = save->phase == ActiveSave::Phase::kWriting ? save->parts : save->early;
     auto part = parts.find(host);
     if (part == parts.end()) {
       return absl::PermissionDeniedError(
-          absl::StrCat("host ", host, " has no part in save ", Quote(report.save_id())));
+          absl::StrCat("host ", host, " has no part in save ", QuoteId(report.save_id())));
     }
     const auto& own = part->second->files();
     auto is_own = [&](const std::string& file) {
@@ -543,19 +521,19 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(const v1::NodePers
       if (!is_own(file)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "host ", host, " reported file ", file.substr(0, 256), ", which is not one of its ",
-            own.size(), " files of save ", Quote(report.save_id())));
+            own.size(), " files of save ", QuoteId(report.save_id())));
       }
     }
     for (const v1::ChunkChecksum& c : report.checksums()) {
       if (!is_own(c.file())) {
         return absl::InvalidArgumentError(
             absl::StrCat("host ", host, " reported a checksum for file ", c.file().substr(0, 256),
-                         ", which is not one of its files of save ", Quote(report.save_id())));
+                         ", which is not one of its files of save ", QuoteId(report.save_id())));
       }
     }
     if (!save->reports.emplace(host, report).second) {
       return absl::FailedPreconditionError(
-          absl::StrCat("host ", host, " reported save ", Quote(report.save_id()), " twice"));
+          absl::StrCat("host ", host, " reported save ", QuoteId(report.save_id()), " twice"));
     }
     commit_it =
         save->phase == ActiveSave::Phase::kWriting && save->reports.size() == save->nodes.size();

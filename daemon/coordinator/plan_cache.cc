@@ -8,11 +8,7 @@
 #include "absl/strings/str_cat.h"
 
 namespace ckpt::coordinator {
-namespace {
-
-// The plans as bytes, without what may change from step to step. The
-// serialization is deterministic, so equal plans give equal keys.
-std::string KeyOf(absl::Span<const v1::NodeSavePlan> nodes) {
+std::string PlanKey(absl::Span<const v1::NodeSavePlan> nodes) {
   std::string key;
   {
     google::protobuf::io::StringOutputStream stream(&key);
@@ -40,15 +36,13 @@ std::string KeyOf(absl::Span<const v1::NodeSavePlan> nodes) {
   return key;
 }
 
-}  // namespace
-
 absl::StatusOr<v1::SaveAssignment> SavePlanCache::Plan(absl::Span<const v1::NodeSavePlan> nodes,
                                                        const SavePlannerOptions& options,
                                                        bool* hit) {
   if (hit != nullptr) *hit = false;
   if (nodes.empty()) return PlanSave(nodes, options);  // names the error
   const v1::NodeSavePlan& first = nodes.front();
-  std::string key = KeyOf(nodes);
+  std::string key = PlanKey(nodes);
   {
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(first.job());

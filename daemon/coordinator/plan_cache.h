@@ -29,6 +29,11 @@
 
 namespace ckpt::coordinator {
 
+// The plans as the cache compares them: deterministic bytes of all but what
+// may change from step to step (the step, the user metadata). Equal plans
+// give equal keys.
+std::string PlanKey(absl::Span<const v1::NodeSavePlan> nodes);
+
 struct PlanCacheStats {
   uint64_t hits = 0;
   uint64_t misses = 0;

@@ -19,6 +19,7 @@
 #include "daemon/server/segment_server.h"
 #include "proto/lib/grpc_status.h"
 #include "proto/lib/request_limits.h"
+#include "proto/lib/status_context.h"
 #include "proto/lib/validation.h"
 
 namespace ckpt::server {
@@ -42,17 +43,6 @@ grpc::Status Reply(absl::StatusOr<Response> result, Response* response) {
   if (!result.ok()) return ToGrpc(result.status());
   *response = std::move(*result);
   return grpc::Status::OK;
-}
-
-// Save and load ids come from the caller and may be of any length. An error
-// quotes only the start of one: the status message travels in the reply's
-// trailing metadata, and a message past gRPC's metadata limit (16 KiB)
-// reaches the caller as "received initial metadata size exceeds limit"
-// instead of the error.
-std::string QuoteId(const std::string& id) {
-  constexpr size_t kQuoted = 128;
-  if (id.size() <= kQuoted) return id;
-  return absl::StrCat(id.substr(0, kQuoted), "... (", id.size(), " bytes)");
 }
 
 // The user a caller acts as: its own for local callers; TCP callers hold a

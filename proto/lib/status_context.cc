@@ -12,6 +12,12 @@ absl::Status WithContext(const absl::Status& status, absl::string_view context) 
   return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
 }
 
+std::string QuoteId(absl::string_view id) {
+  constexpr size_t kQuoted = 128;
+  if (id.size() <= kQuoted) return std::string(id);
+  return absl::StrCat(id.substr(0, kQuoted), "... (", id.size(), " bytes)");
+}
+
 absl::StatusCode ErrnoToCode(int err) {
   switch (err) {
     case 0:

@@ -11,6 +11,8 @@
 #ifndef CKPT_PROTO_LIB_STATUS_CONTEXT_H_
 #define CKPT_PROTO_LIB_STATUS_CONTEXT_H_
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -19,6 +21,12 @@ namespace ckpt {
 
 // "<context>: <message>" with the same code; OK stays OK.
 absl::Status WithContext(const absl::Status& status, absl::string_view context);
+
+// A caller's id (a save, load or session id) as an error quotes it: ids may
+// be of any length, and a status message travels in the reply's trailing
+// metadata, where one past gRPC's limit (16 KiB) reaches the caller as
+// "received initial metadata size exceeds limit" instead of the error.
+std::string QuoteId(absl::string_view id);
 
 // ENOENT -> NOT_FOUND; ENOSPC, EDQUOT, EFBIG, ENOMEM, EMFILE, ENFILE ->
 // RESOURCE_EXHAUSTED; EACCES, EPERM, EROFS -> PERMISSION_DENIED; EEXIST ->
