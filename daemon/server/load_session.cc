@@ -454,17 +454,10 @@ void LoadSession::RankGone(int rank) {
 void LoadSession::CheckDeadlines(absl::Time now) {
   absl::MutexLock lock(&mu_);
   if (planned_ || planning_ || !error_.ok() || now < deadline_) return;
-  std::vector<int> missing;
-  if (local_world_size_ < world_size_) {
-    // Spread over hosts: this host's ranks are those attached here.
-    for (int r : context_.sessions.RanksOf(job_)) {
-      if (ranks_.count(r) == 0 && missing.size() < 16) missing.push_back(r);
-    }
-  } else {
-    for (int r = 0; r < world_size_ && missing.size() < 16; ++r) {
-      if (ranks_.count(r) == 0) missing.push_back(r);
-    }
-  }
+  const std::vector<int> missing = context_.sessions.MissingRanks(
+      job_, world_size_, local_world_size_,
+      [&](int r) ABSL_NO_THREAD_SAFETY_ANALYSIS { return ranks_.count(r) > 0; },  // under mu_
+      16);
   const int absent = local_world_size_ - arrived_;
   FailLocked(absl::DeadlineExceededError(absl::StrCat(
       Who(), "ranks [", absl::StrJoin(missing, ", "),

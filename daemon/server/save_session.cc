@@ -65,24 +65,16 @@ RankRequests SaveSession::RequestsLocked() const {
 }
 
 std::string SaveSession::MissingLocked(bool snapshot) const {
-  // A job on this host alone: its ranks are 0..world_size-1. Spread over
-  // hosts: this host's are those attached here.
-  std::vector<int> candidates;
-  if (spans_hosts()) {
-    candidates = context_.sessions.RanksOf(job_);
-  } else {
-    for (int r = 0; r < world_size_ && candidates.size() < 4096; ++r) candidates.push_back(r);
-  }
-  std::vector<int> missing;
-  for (int r : candidates) {
-    auto it = ranks_.find(r);
-    const bool done =
-        it != ranks_.end() && (snapshot ? it->second.snapshotted : it->second.request.has_value());
-    if (!done) missing.push_back(r);
-  }
+  std::vector<int> missing = context_.sessions.MissingRanks(
+      job_, world_size_, local_world_size_,
+      [&](int r) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // called here, under mu_
+        auto it = ranks_.find(r);
+        return it != ranks_.end() &&
+               (snapshot ? it->second.snapshotted : it->second.request.has_value());
+      },
+      16);
   const int count = local_world_size_ - (snapshot ? snapshotted_ : arrived_);
-  const bool more = static_cast<int>(std::min<size_t>(missing.size(), 16)) < count;
-  if (missing.size() > 16) missing.resize(16);
+  const bool more = static_cast<int>(missing.size()) < count;
   return absl::StrCat(
       "[", absl::StrJoin(missing, ", "), more ? (missing.empty() ? "..." : ", ...") : "", "]",
       spans_hosts() ? absl::StrCat(" (", count, " of this host's ", local_world_size_, ")") : "");
