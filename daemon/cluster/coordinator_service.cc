@@ -13,8 +13,6 @@ namespace {
 // bounded, whatever a caller sends.
 constexpr size_t kMaxReasonBytes = 1024;
 
-// The caller is gone once it cancelled or its deadline passed: a sync
-// handler may not see a client's deadline as a cancellation while it waits.
 // A refusal as gRPC carries it: the message bounded (it travels in
 // metadata; callers' inputs it quotes may be of any size).
 grpc::Status Refuse(const absl::Status& status) {
@@ -24,6 +22,8 @@ grpc::Status Refuse(const absl::Status& status) {
       absl::Status(status.code(), absl::StrCat(status.message().substr(0, kMaxMessage), "...")));
 }
 
+// The caller is gone once it cancelled or its deadline passed: a sync
+// handler may not see a client's deadline as a cancellation while it waits.
 coordinator::CallerGone Gone(grpc::ServerContext* context) {
   return [context] {
     return context->IsCancelled() || std::chrono::system_clock::now() > context->deadline();
@@ -72,8 +72,12 @@ grpc::Status CoordinatorServiceImpl::AbortSave(grpc::ServerContext* context,
   // A lost host may still abort: its saves fail either way.
   absl::StatusOr<auth::Caller> caller = auth_.Authorize(*context, auth::Permission::kAdmin);
   if (!caller.ok()) return Refuse(caller.status());
+  if (request->reason().size() <= kMaxReasonBytes) {
+    coordinator_.AbortSave(*request);
+    return grpc::Status::OK;
+  }
   v1::AbortSaveRequest bounded = *request;
-  if (bounded.reason().size() > kMaxReasonBytes) bounded.mutable_reason()->resize(kMaxReasonBytes);
+  bounded.mutable_reason()->resize(kMaxReasonBytes);
   coordinator_.AbortSave(bounded);
   return grpc::Status::OK;
 }
