@@ -47,7 +47,8 @@ void ToProto(const HostTensor& t, v1::TensorShard* out, const gpu::IpcExport* de
       region = geo::Region::Whole();
       break;
     case Region::Kind::kBox:
-      region = geo::Region::Box(t.region.offsets, t.region.lengths);
+      region = geo::Region::Box(geo::Ints(t.region.offsets.begin(), t.region.offsets.end()),
+                                geo::Ints(t.region.lengths.begin(), t.region.lengths.end()));
       break;
     case Region::Kind::kFlat:
       region = geo::Region::Flat(t.region.flat_begin, t.region.flat_end);

@@ -1,14 +1,17 @@
 #include "daemon/coordinator/save_planner.h"
 
 #include <algorithm>
-#include <map>
-#include <optional>
-#include <set>
+#include <cstdint>
+#include <numeric>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/coordinator/manifest_check.h"
@@ -22,6 +25,12 @@
 namespace ckpt::coordinator {
 namespace {
 
+// The planner touches every shard of every rank (8 million at 8192 ranks x
+// 1000 tensors), so per shard it only finds its tensor and its spelling
+// (below) in hash tables and checks what may differ between replicas; all
+// geometry is worked out once per spelling, and all that follows is per
+// unique item. Nothing per shard allocates.
+
 // Where one copy of a shard or object lives.
 struct Holder {
   int host = 0;  // index into nodes
@@ -29,37 +38,93 @@ struct Holder {
   uint32_t index = 0;  // into the rank's shards or objects
 };
 
-// A unique thing to write: one distinct region of a tensor, or one object.
-struct UniqueItem {
-  bool is_object = false;
-  std::string name;  // fqn or object key
-  int64_t bytes = 0;
-  const v1::TensorShard* shard = nullptr;  // first holder's descriptor
-  const v1::ObjectDesc* object = nullptr;
-  int object_rank = -1;  // -1 for a global object
-  std::vector<Holder> holders;
-  // Assignment.
-  Holder writer;
-  int writer_thread = 0;
-  uint64_t file_offset = 0;
-};
-
 struct TensorInfo {
+  absl::string_view fqn;
   v1::DType dtype = v1::DTYPE_UNSPECIFIED;
   geo::Shape shape;
   int first_rank = 0;
   int64_t elements = 0;
-  std::vector<size_t> shards;  // into the plan's ShardRefs, in plan order
-  int64_t covered = 0;         // elements of its distinct regions
+  int64_t covered = 0;  // elements of its distinct regions
 };
 
-// One shard as listed by a rank, in plan order (host, rank, index).
-struct ShardRef {
-  Holder holder;
-  const v1::TensorShard* shard = nullptr;
-  ShardGeometry geometry;
-  std::pair<int64_t, int64_t> span;  // flattened [first, end); {0, 0} if empty
-  size_t distinct = 0;               // index of its distinct region: the ShardRef that heads it
+// One way a region of a tensor was written down (a box, a flat range, the
+// whole tensor), as first sent in plan order. Replicas are nearly always
+// spelled alike; two spellings of the same elements (a box and a flat
+// range) are one region.
+struct Spelling {
+  int tensor = 0;
+  const v1::TensorShard* shard = nullptr;  // its first holder's
+  int first_rank = 0;                      // that holder's rank
+  std::pair<int64_t, int64_t> span;        // flattened [first, end); {0, 0} if empty
+  int64_t elements = 0;
+  int64_t bytes = 0;
+  uint32_t region = 0;  // the spelling that heads its distinct region
+};
+
+// A spelling's identity: the tensor and the region's fields as sent,
+// copied (inline up to rank 4): comparing against the first holder's own
+// message would miss the cache on every replica.
+struct SpellingKey {
+  int tensor = 0;
+  v1::Region::KindCase kind = v1::Region::KIND_NOT_SET;
+  absl::InlinedVector<int64_t, 8> fields;  // box offsets then lengths, or flat begin and end
+
+  SpellingKey(int t, const v1::Region& region) : tensor(t), kind(region.kind_case()) {
+    if (region.has_box()) {
+      fields.assign(region.box().offsets().begin(), region.box().offsets().end());
+      fields.insert(fields.end(), region.box().lengths().begin(), region.box().lengths().end());
+      // A box with mismatched counts is refused by validation; the split
+      // point keeps two such boxes apart until then.
+      fields.push_back(region.box().offsets_size());
+    } else if (region.has_flat()) {
+      fields = {region.flat().begin(), region.flat().end()};
+    }
+  }
+
+  template <typename H>
+  friend H AbslHashValue(H h, const SpellingKey& k) {
+    return H::combine(std::move(h), k.tensor, static_cast<int>(k.kind),
+                      absl::MakeConstSpan(k.fields));
+  }
+  friend bool operator==(const SpellingKey& a, const SpellingKey& b) {
+    return a.tensor == b.tensor && a.kind == b.kind && a.fields == b.fields;
+  }
+};
+
+// Every shard of the plan: its spelling, in plan order (host, rank, index).
+struct Shards {
+  std::vector<TensorInfo> tensors;
+  std::vector<Spelling> spellings;
+  std::vector<uint32_t> spelling_of_shard;
+};
+
+// A unique thing to write: one distinct region of a tensor, or one object.
+struct UniqueItem {
+  bool is_object = false;
+  int tensor = -1;                         // of a shard
+  const v1::TensorShard* shard = nullptr;  // its first holder's descriptor
+  const v1::ObjectDesc* object = nullptr;  // or the object's
+  int object_rank = -1;                    // -1 for a global object
+  int64_t bytes = 0;
+  uint32_t name_order = 0;  // rank of its fqn or key among all names
+  // Assignment.
+  Holder writer;
+  int writer_thread = 0;
+  uint64_t file_offset = 0;
+
+  const std::string& name() const { return is_object ? object->key() : shard->fqn(); }
+};
+
+// The items and their holders, each item's a contiguous range.
+struct Items {
+  std::vector<UniqueItem> items;
+  std::vector<uint32_t> first_holder;  // items.size() + 1 bounds into holders
+  std::vector<Holder> holders;
+
+  absl::Span<const Holder> HoldersOf(size_t item) const {
+    return absl::MakeConstSpan(holders).subspan(first_holder[item],
+                                                first_holder[item + 1] - first_holder[item]);
+  }
 };
 
 std::string ShapeString(const geo::Shape& shape) {
@@ -70,86 +135,6 @@ absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentE
 
 std::string FileName(const std::string& host, int writer) {
   return absl::StrCat("data/", host, "-", writer, ".bin");
-}
-
-// Sets each of the tensor's ShardRefs' `distinct` and the tensor's
-// `covered`. A sweep over the regions' flattened spans: a region is compared
-// only with the distinct regions whose spans it meets (row and flat splits
-// meet none, so this is linear for them; column splits all meet, so the
-// cost is quadratic in their number, which --max_regions_per_tensor bounds).
-absl::Status GroupRegions(const std::string& fqn, TensorInfo& info, std::vector<ShardRef>& refs,
-                          const RequestLimits& limits) {
-  std::vector<size_t> order = info.shards;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return refs[a].span < refs[b].span; });
-  auto region_string = [&](size_t r) { return refs[r].geometry.region.DebugString(); };
-  auto twice = [&](size_t r) {
-    return Invalid(absl::StrCat("rank ", refs[r].holder.rank, " lists tensor ", fqn, " region ",
-                                region_string(r), " twice"));
-  };
-  // Replicas are grouped in plan order, so a rank that lists one region
-  // twice has its two entries next to each other in the group.
-  std::map<size_t, int> last_rank;  // distinct head -> rank of its latest holder
-  auto join = [&](size_t r, size_t head) -> absl::Status {
-    auto [it, inserted] = last_rank.try_emplace(head, refs[r].holder.rank);
-    if (!inserted) {
-      if (it->second == refs[r].holder.rank) return twice(r);
-      it->second = refs[r].holder.rank;
-    }
-    refs[r].distinct = head;
-    return absl::OkStatus();
-  };
-  int64_t distinct = 0;
-  auto add_distinct = [&](size_t r) -> absl::Status {
-    if (++distinct > limits.max_regions_per_tensor) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("tensor ", fqn, " has more than ", limits.max_regions_per_tensor,
-                       " distinct regions in one save; the limit is ",
-                       limits.max_regions_per_tensor, " (--max_regions_per_tensor)"));
-    }
-    info.covered += refs[r].geometry.elements;
-    return join(r, r);
-  };
-  // Plan order within equal spans (stable sort) makes the head of every
-  // group its first holder in plan order.
-  std::vector<size_t> active;  // distinct heads whose span may meet later ones
-  std::optional<size_t> empty_head;
-  for (size_t r : order) {
-    ShardRef& ref = refs[r];
-    if (ref.geometry.elements == 0) {
-      // Every empty region of a tensor holds the same (no) elements.
-      if (!empty_head) {
-        empty_head = r;
-        if (absl::Status s = add_distinct(r); !s.ok()) return s;
-      } else if (absl::Status s = join(r, *empty_head); !s.ok()) {
-        return s;
-      }
-      continue;
-    }
-    std::erase_if(active, [&](size_t a) { return refs[a].span.second <= ref.span.first; });
-    std::optional<size_t> same;
-    for (size_t a : active) {
-      absl::StatusOr<int64_t> common =
-          geo::CommonElements(info.shape, refs[a].geometry.region, ref.geometry.region);
-      if (!common.ok()) return common.status();
-      if (*common == 0) continue;
-      if (*common == ref.geometry.elements && *common == refs[a].geometry.elements) {
-        same = a;
-        break;
-      }
-      return Invalid(absl::StrCat("tensor ", fqn, ": region ", region_string(a), " of rank ",
-                                  refs[a].holder.rank, " overlaps region ", region_string(r),
-                                  " of rank ", ref.holder.rank,
-                                  " (distinct regions may not overlap)"));
-    }
-    if (same) {
-      if (absl::Status s = join(r, *same); !s.ok()) return s;
-    } else {
-      if (absl::Status s = add_distinct(r); !s.ok()) return s;
-      active.push_back(r);
-    }
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -214,71 +199,174 @@ absl::Status ValidateHostsAndRanks(absl::Span<const v1::NodeSavePlan> nodes) {
   return absl::OkStatus();
 }
 
-// Every shard of the plan, in plan order, and the tensors they belong to.
-struct Shards {
-  std::vector<ShardRef> refs;
-  std::map<std::string, TensorInfo> tensors;
-};
-
-// Validates each shard against the limits before its geometry is used, and
-// checks that the ranks agree on each tensor's dtype and shape: replicas
-// and coverage are only meaningful within one tensor's index space.
+// Finds each shard's tensor and spelling. A tensor's first shard and each
+// new spelling are validated in full against the limits before their
+// geometry is used; a replica of a known spelling only has its tensor's
+// dtype and shape compared (ranks must agree: replicas and coverage only
+// mean something within one tensor's index space) and its own device
+// buffer checked.
 absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
                                      const RequestLimits& limits) {
   Shards out;
-  for (int h = 0; h < static_cast<int>(nodes.size()); ++h) {
-    for (const v1::RankSavePlan& rank : nodes[h].ranks()) {
-      const std::string who = absl::StrCat("rank ", rank.rank());
+  absl::flat_hash_map<absl::string_view, int> tensor_by_fqn;
+  absl::flat_hash_map<SpellingKey, uint32_t> spelling_by_key;
+  // Ranks list their tensors in the same order: the tensor of the previous
+  // rank's i-th shard is the likely one, found with one comparison.
+  std::vector<int> tensor_hint;
+  size_t total = 0;
+  for (const v1::NodeSavePlan& node : nodes) {
+    for (const v1::RankSavePlan& rank : node.ranks()) total += rank.shards_size();
+  }
+  out.spelling_of_shard.reserve(total);
+  for (const v1::NodeSavePlan& node : nodes) {
+    for (const v1::RankSavePlan& rank : node.ranks()) {
+      const auto who = [&] { return absl::StrCat("rank ", rank.rank()); };
       if (rank.shards_size() > limits.max_tensors_per_plan) {
         return absl::ResourceExhaustedError(
-            absl::StrCat(who, ": plan has ", rank.shards_size(), " tensors; the limit is ",
+            absl::StrCat(who(), ": plan has ", rank.shards_size(), " tensors; the limit is ",
                          limits.max_tensors_per_plan, " (--max_tensors_per_plan)"));
       }
       if (rank.objects_size() > limits.max_objects_per_plan) {
         return absl::ResourceExhaustedError(
-            absl::StrCat(who, ": plan has ", rank.objects_size(), " objects; the limit is ",
+            absl::StrCat(who(), ": plan has ", rank.objects_size(), " objects; the limit is ",
                          limits.max_objects_per_plan, " (--max_objects_per_plan)"));
+      }
+      if (tensor_hint.size() < static_cast<size_t>(rank.shards_size())) {
+        tensor_hint.resize(rank.shards_size(), -1);
       }
       for (int i = 0; i < rank.shards_size(); ++i) {
         const v1::TensorShard& shard = rank.shards(i);
-        if (absl::StatusOr<int64_t> b = ValidateShardRequest(shard, limits); !b.ok()) {
-          return WithContext(b.status(), who);
+        int t = tensor_hint[i];
+        if (t < 0 || out.tensors[t].fqn != shard.fqn()) {
+          auto found = tensor_by_fqn.find(shard.fqn());
+          if (found != tensor_by_fqn.end()) {
+            t = found->second;
+          } else {
+            absl::StatusOr<ShardGeometry> g = ValidateShardRequestGeometry(shard, limits);
+            if (!g.ok()) return WithContext(g.status(), who());
+            t = static_cast<int>(out.tensors.size());
+            tensor_by_fqn.emplace(shard.fqn(), t);
+            TensorInfo& info = out.tensors.emplace_back();
+            info.fqn = shard.fqn();
+            info.dtype = shard.dtype();
+            info.shape = g->shape;
+            info.first_rank = rank.rank();
+            info.elements = *geo::NumElements(g->shape);
+          }
+          tensor_hint[i] = t;
         }
-        ShardRef ref;
-        ref.holder = {h, rank.rank(), static_cast<uint32_t>(i)};
-        ref.shard = &shard;
-        ref.geometry = *ValidateShard(shard);
-        ref.span = *geo::RegionSpan(ref.geometry.shape, ref.geometry.region);
-        auto [it, inserted] = out.tensors.try_emplace(shard.fqn());
-        TensorInfo& info = it->second;
-        if (inserted) {
-          info.dtype = shard.dtype();
-          info.shape = ref.geometry.shape;
-          info.first_rank = rank.rank();
-          info.elements = *geo::NumElements(ref.geometry.shape);
-        } else if (info.dtype != shard.dtype() || info.shape != ref.geometry.shape) {
+        const TensorInfo& info = out.tensors[t];
+        if (info.dtype != shard.dtype() ||
+            !std::equal(info.shape.begin(), info.shape.end(), shard.global_shape().begin(),
+                        shard.global_shape().end())) {
+          if (shard.global_shape_size() > limits.max_dims) {
+            return WithContext(ValidateShardRequest(shard, limits).status(), who());
+          }
           return Invalid(absl::StrCat("tensor ", shard.fqn(), ": rank ", rank.rank(), " has dtype ",
                                       DTypeName(shard.dtype()), " shape ",
-                                      ShapeString(ref.geometry.shape), " but rank ",
-                                      info.first_rank, " has dtype ", DTypeName(info.dtype),
-                                      " shape ", ShapeString(info.shape)));
+                                      ShapeString(ShapeFromProto(shard.global_shape())),
+                                      " but rank ", info.first_rank, " has dtype ",
+                                      DTypeName(info.dtype), " shape ", ShapeString(info.shape)));
         }
-        info.shards.push_back(out.refs.size());
-        out.refs.push_back(std::move(ref));
+        // The key copies the box: its size is checked first.
+        const v1::Box& box = shard.region().box();
+        if (box.offsets_size() > limits.max_dims || box.lengths_size() > limits.max_dims) {
+          return WithContext(ValidateShardRequest(shard, limits).status(), who());
+        }
+        auto [it, fresh] = spelling_by_key.try_emplace(SpellingKey(t, shard.region()),
+                                                       static_cast<uint32_t>(out.spellings.size()));
+        if (fresh) {
+          absl::StatusOr<ShardGeometry> g = ValidateShardRequestGeometry(shard, limits);
+          if (!g.ok()) {
+            spelling_by_key.erase(it);
+            return WithContext(g.status(), who());
+          }
+          Spelling& spelling = out.spellings.emplace_back();
+          spelling.tensor = t;
+          spelling.shard = &shard;
+          spelling.first_rank = rank.rank();
+          spelling.span = *geo::RegionSpan(g->shape, g->region);
+          spelling.elements = g->elements;
+          spelling.bytes = g->bytes;
+        } else if (absl::Status s = ValidateDeviceBuffer(shard, out.spellings[it->second].bytes);
+                   !s.ok()) {
+          return WithContext(s, who());
+        }
+        out.spelling_of_shard.push_back(it->second);
       }
     }
   }
   return out;
 }
 
-// Replicas (the same elements, whatever form the region took) join the
-// first, so each is written once; distinct regions may not overlap, and a
-// save that is not partial must cover every tensor.
-absl::Status GroupReplicas(Shards& shards, bool partial, const RequestLimits& limits) {
-  for (auto& [fqn, info] : shards.tensors) {
-    if (absl::Status s = GroupRegions(fqn, info, shards.refs, limits); !s.ok()) return s;
+// Sets each spelling's region: spellings of the same elements (the same
+// span and count: a box or range is fixed by its first and last element
+// and whether it is contiguous) share the one first in plan order. Distinct
+// regions may not overlap, and a save that is not partial must cover every
+// tensor. Overlap is a sweep over the regions' spans: a region is compared
+// only with the earlier ones whose spans it meets (row and flat splits meet
+// none, so this is linear for them; column splits all meet, so the cost is
+// quadratic in their number, which --max_regions_per_tensor bounds).
+absl::Status GroupRegions(Shards& shards, bool partial, const RequestLimits& limits) {
+  std::vector<Spelling>& spellings = shards.spellings;
+  // Spellings by tensor, in plan order within each.
+  std::vector<uint32_t> first(shards.tensors.size() + 1, 0);
+  for (const Spelling& s : spellings) ++first[s.tensor + 1];
+  std::partial_sum(first.begin(), first.end(), first.begin());
+  std::vector<uint32_t> by_tensor(spellings.size());
+  {
+    std::vector<uint32_t> next(first.begin(), first.end() - 1);
+    for (uint32_t k = 0; k < spellings.size(); ++k) by_tensor[next[spellings[k].tensor]++] = k;
+  }
+  for (size_t t = 0; t < shards.tensors.size(); ++t) {
+    TensorInfo& info = shards.tensors[t];
+    const auto begin = by_tensor.begin() + first[t];
+    const auto end = by_tensor.begin() + first[t + 1];
+    std::sort(begin, end, [&](uint32_t a, uint32_t b) {
+      return std::tie(spellings[a].span, spellings[a].elements, a) <
+             std::tie(spellings[b].span, spellings[b].elements, b);
+    });
+    const auto region_string = [&](uint32_t k) {
+      return RegionFromProto(spellings[k].shard->region()).DebugString();
+    };
+    int64_t distinct = 0;
+    std::vector<uint32_t> active;  // distinct heads whose span may meet later ones
+    for (auto it = begin; it != end; ++it) {
+      Spelling& s = spellings[*it];
+      if (it != begin) {
+        const Spelling& prev = spellings[*(it - 1)];
+        if (prev.span == s.span && prev.elements == s.elements) {
+          s.region = prev.region;
+          continue;
+        }
+      }
+      s.region = *it;
+      if (++distinct > limits.max_regions_per_tensor) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("tensor ", info.fqn, " has more than ", limits.max_regions_per_tensor,
+                         " distinct regions in one save; the limit is ",
+                         limits.max_regions_per_tensor, " (--max_regions_per_tensor)"));
+      }
+      info.covered += s.elements;
+      if (s.elements == 0) continue;  // meets nothing
+      std::erase_if(active, [&](uint32_t a) { return spellings[a].span.second <= s.span.first; });
+      if (!active.empty()) {
+        const geo::Region region = RegionFromProto(s.shard->region());
+        for (uint32_t a : active) {
+          absl::StatusOr<int64_t> common = geo::CommonElements(
+              info.shape, RegionFromProto(spellings[a].shard->region()), region);
+          if (!common.ok()) return common.status();
+          if (*common == 0) continue;
+          return Invalid(absl::StrCat("tensor ", info.fqn, ": region ", region_string(a),
+                                      " of rank ", spellings[a].first_rank, " overlaps region ",
+                                      region_string(*it), " of rank ", s.first_rank,
+                                      " (distinct regions may not overlap)"));
+        }
+      }
+      active.push_back(*it);
+    }
     if (!partial && info.covered != info.elements) {
-      return Invalid(absl::StrCat("tensor ", fqn, " shape ", ShapeString(info.shape),
+      return Invalid(absl::StrCat("tensor ", info.fqn, " shape ", ShapeString(info.shape),
                                   ": the save covers ", info.covered, " of ", info.elements,
                                   " elements (mark the save partial to allow this)"));
     }
@@ -288,29 +376,41 @@ absl::Status GroupReplicas(Shards& shards, bool partial, const RequestLimits& li
 
 // The things to write, in plan order: a distinct region becomes an item at
 // its first holder, objects where they are listed (a global object once,
-// whoever lists it). Plan order makes the assignment deterministic.
-absl::StatusOr<std::vector<UniqueItem>> CollectItems(absl::Span<const v1::NodeSavePlan> nodes,
-                                                     const std::vector<ShardRef>& refs,
-                                                     const RequestLimits& limits) {
-  std::vector<UniqueItem> items;
-  std::vector<size_t> item_of_ref(refs.size(), 0);
-  std::map<std::string, size_t> global_objects;
-  size_t next_ref = 0;
+// whoever lists it). Plan order makes the assignment deterministic. A rank
+// that lists one region twice (in any spelling) is refused.
+absl::StatusOr<Items> CollectItems(absl::Span<const v1::NodeSavePlan> nodes, const Shards& shards,
+                                   const RequestLimits& limits) {
+  Items out;
+  std::vector<UniqueItem>& items = out.items;
+  // (item, holder) in plan order, sorted into ranges below.
+  std::vector<std::pair<uint32_t, Holder>> held;
+  held.reserve(shards.spelling_of_shard.size());
+  std::vector<int32_t> item_of_region(shards.spellings.size(), -1);  // by head spelling
+  std::vector<int32_t> last_rank(shards.spellings.size(), -1);       // by head spelling
+  absl::flat_hash_map<absl::string_view, uint32_t> global_objects;
+  size_t next_shard = 0;
   for (int h = 0; h < static_cast<int>(nodes.size()); ++h) {
     for (const v1::RankSavePlan& rank : nodes[h].ranks()) {
-      for (int i = 0; i < rank.shards_size(); ++i, ++next_ref) {
-        const ShardRef& ref = refs[next_ref];
-        if (ref.distinct == next_ref) {
-          UniqueItem item;
-          item.name = ref.shard->fqn();
-          item.bytes = ref.geometry.bytes;
-          item.shard = ref.shard;
-          item_of_ref[next_ref] = items.size();
-          items.push_back(std::move(item));
+      for (int i = 0; i < rank.shards_size(); ++i, ++next_shard) {
+        const Spelling& spelling = shards.spellings[shards.spelling_of_shard[next_shard]];
+        const uint32_t region = spelling.region;
+        if (last_rank[region] == rank.rank()) {
+          return Invalid(
+              absl::StrCat("rank ", rank.rank(), " lists tensor ", rank.shards(i).fqn(), " region ",
+                           RegionFromProto(rank.shards(i).region()).DebugString(), " twice"));
         }
-        items[item_of_ref[ref.distinct]].holders.push_back(ref.holder);
+        last_rank[region] = rank.rank();
+        if (item_of_region[region] < 0) {
+          const Spelling& head = shards.spellings[region];
+          item_of_region[region] = static_cast<int32_t>(items.size());
+          UniqueItem& item = items.emplace_back();
+          item.tensor = head.tensor;
+          item.shard = head.shard;
+          item.bytes = head.bytes;
+        }
+        held.emplace_back(item_of_region[region], Holder{h, rank.rank(), static_cast<uint32_t>(i)});
       }
-      std::set<std::string> own_objects;
+      absl::flat_hash_set<absl::string_view> own_objects;
       for (int i = 0; i < rank.objects_size(); ++i) {
         const v1::ObjectDesc& object = rank.objects(i);
         if (absl::Status s = ValidateBoundedName("object", object.key(), limits); !s.ok()) {
@@ -325,37 +425,64 @@ absl::StatusOr<std::vector<UniqueItem>> CollectItems(absl::Span<const v1::NodeSa
           return Invalid(
               absl::StrCat("rank ", rank.rank(), " lists object ", object.key(), " twice"));
         }
-        Holder holder{h, rank.rank(), static_cast<uint32_t>(i)};
+        const Holder holder{h, rank.rank(), static_cast<uint32_t>(i)};
+        uint32_t index = static_cast<uint32_t>(items.size());
         if (object.global()) {
-          auto [git, inserted] = global_objects.try_emplace(object.key(), items.size());
-          if (inserted) {
-            UniqueItem item;
-            item.is_object = true;
-            item.name = object.key();
-            item.bytes = static_cast<int64_t>(object.length());
-            item.object = &object;
-            items.push_back(std::move(item));
-          } else if (items[git->second].object->length() != object.length()) {
-            return Invalid(absl::StrCat("global object ", object.key(), " has ", object.length(),
-                                        " bytes on rank ", rank.rank(), " but ",
-                                        items[git->second].object->length(), " on rank ",
-                                        items[git->second].holders.front().rank));
+          auto [git, inserted] = global_objects.try_emplace(object.key(), index);
+          if (!inserted) {
+            index = git->second;
+            const v1::ObjectDesc& first = *items[index].object;
+            if (first.length() != object.length()) {
+              int holder_rank = -1;  // the first to list it
+              for (const auto& [item, other] : held) {
+                if (item == index) {
+                  holder_rank = other.rank;
+                  break;
+                }
+              }
+              return Invalid(absl::StrCat("global object ", object.key(), " has ", object.length(),
+                                          " bytes on rank ", rank.rank(), " but ", first.length(),
+                                          " on rank ", holder_rank));
+            }
           }
-          items[git->second].holders.push_back(holder);
-        } else {
-          UniqueItem item;
-          item.is_object = true;
-          item.name = object.key();
-          item.bytes = static_cast<int64_t>(object.length());
-          item.object = &object;
-          item.object_rank = rank.rank();
-          item.holders.push_back(holder);
-          items.push_back(std::move(item));
         }
+        if (index == items.size()) {
+          UniqueItem& item = items.emplace_back();
+          item.is_object = true;
+          item.object = &object;
+          item.bytes = static_cast<int64_t>(object.length());
+          item.object_rank = object.global() ? -1 : rank.rank();
+        }
+        held.emplace_back(index, holder);
       }
     }
   }
-  return items;
+  // Holders by item, each item's in plan order.
+  out.first_holder.assign(items.size() + 1, 0);
+  for (const auto& [item, holder] : held) ++out.first_holder[item + 1];
+  std::partial_sum(out.first_holder.begin(), out.first_holder.end(), out.first_holder.begin());
+  out.holders.resize(held.size());
+  std::vector<uint32_t> next(out.first_holder.begin(), out.first_holder.end() - 1);
+  for (const auto& [item, holder] : held) out.holders[next[item]++] = holder;
+  // Names ordered once, so sorting items compares integers.
+  std::vector<absl::string_view> names;
+  for (const TensorInfo& t : shards.tensors) names.push_back(t.fqn);
+  for (const UniqueItem& item : items) {
+    if (item.is_object) names.push_back(item.object->key());
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  absl::flat_hash_map<absl::string_view, uint32_t> order_of_name;
+  for (size_t k = 0; k < names.size(); ++k) order_of_name[names[k]] = static_cast<uint32_t>(k);
+  std::vector<uint32_t> tensor_order(shards.tensors.size());
+  for (size_t t = 0; t < shards.tensors.size(); ++t) {
+    tensor_order[t] = order_of_name[shards.tensors[t].fqn];
+  }
+  for (UniqueItem& item : items) {
+    item.name_order =
+        item.is_object ? order_of_name[item.object->key()] : tensor_order[item.tensor];
+  }
+  return out;
 }
 
 // Worst-fit, largest first (DESIGN.md §4.2): each item to the least-loaded
@@ -366,28 +493,31 @@ absl::StatusOr<std::vector<UniqueItem>> CollectItems(absl::Span<const v1::NodeSa
 // before them could not even out what they add (a replica of every rank
 // would land on the first host, which then also writes its own shards).
 // Sets each item's writer and offset; returns the items in assignment order.
-std::vector<size_t> AssignWriters(absl::Span<const v1::NodeSavePlan> nodes,
-                                  std::vector<UniqueItem>& items, uint64_t alignment) {
-  std::vector<size_t> order(items.size());
+std::vector<uint32_t> AssignWriters(absl::Span<const v1::NodeSavePlan> nodes, Items& all,
+                                    uint64_t alignment) {
+  std::vector<UniqueItem>& items = all.items;
+  std::vector<uint32_t> order(items.size());
   std::vector<char> one_host(items.size(), 1);
-  for (size_t i = 0; i < order.size(); ++i) {
+  for (uint32_t i = 0; i < order.size(); ++i) {
     order[i] = i;
-    for (const Holder& holder : items[i].holders) {
-      if (holder.host != items[i].holders.front().host) one_host[i] = 0;
+    const absl::Span<const Holder> holders = all.HoldersOf(i);
+    for (const Holder& holder : holders) {
+      if (holder.host != holders.front().host) one_host[i] = 0;
     }
   }
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return std::tie(one_host[b], items[b].bytes, items[a].name) <
-           std::tie(one_host[a], items[a].bytes, items[b].name);
+  // Ties in plan order: the index is the last key.
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return std::tie(one_host[b], items[b].bytes, items[a].name_order, a) <
+           std::tie(one_host[a], items[a].bytes, items[b].name_order, b);
   });
   std::vector<uint64_t> host_load(nodes.size(), 0);
   std::vector<uint64_t> rank_load(nodes.front().world_size(), 0);
   std::vector<std::vector<uint64_t>> writer_load(nodes.size());  // aligned bytes = next offset
   for (size_t h = 0; h < nodes.size(); ++h) writer_load[h].assign(nodes[h].writer_threads(), 0);
-  for (size_t i : order) {
+  for (uint32_t i : order) {
     UniqueItem& item = items[i];
     const Holder* best = nullptr;
-    for (const Holder& holder : item.holders) {
+    for (const Holder& holder : all.HoldersOf(i)) {
       if (best == nullptr ||
           std::tie(host_load[holder.host], rank_load[holder.rank], holder.rank) <
               std::tie(host_load[best->host], rank_load[best->rank], best->rank)) {
@@ -454,20 +584,24 @@ absl::Status CheckLoadable(const v1::CheckpointManifest& manifest, uint64_t chun
 // The assignment, and the manifest the commit will write with every chunk
 // placed: the commit then only fills in checksums, so what is committed is
 // exactly what was planned.
-v1::SaveAssignment BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes,
-                                   const std::map<std::string, TensorInfo>& tensors,
+v1::SaveAssignment BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes, const Shards& shards,
                                    const std::vector<UniqueItem>& items,
-                                   const std::vector<size_t>& order,
+                                   const std::vector<uint32_t>& order,
                                    const SavePlannerOptions& options) {
   const v1::NodeSavePlan& first = nodes.front();
   v1::SaveAssignment out;
   out.set_chunk_bytes(options.chunk_bytes);
-  for (const v1::NodeSavePlan& node : nodes) {
+  std::vector<std::vector<std::string>> files(nodes.size());
+  std::vector<int> items_per_host(nodes.size(), 0);
+  for (const UniqueItem& item : items) ++items_per_host[item.writer.host];
+  for (size_t h = 0; h < nodes.size(); ++h) {
     v1::HostAssignment* host = out.add_hosts();
-    *host->mutable_host() = node.host();
-    for (int w = 0; w < node.writer_threads(); ++w) {
-      host->add_files(FileName(node.host().host(), w));
+    *host->mutable_host() = nodes[h].host();
+    for (int w = 0; w < nodes[h].writer_threads(); ++w) {
+      files[h].push_back(FileName(nodes[h].host().host(), w));
+      host->add_files(files[h].back());
     }
+    host->mutable_items()->Reserve(items_per_host[h]);
   }
   v1::CheckpointManifest& manifest = *out.mutable_manifest_template();
   manifest.set_format_version(1);
@@ -478,19 +612,25 @@ v1::SaveAssignment BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes,
     *manifest.mutable_topology()->add_hosts() = node.host();
     for (const auto& [k, v] : node.user_metadata()) (*manifest.mutable_user_metadata())[k] = v;
   }
-  std::map<std::string, v1::TensorEntry*> entries;
-  for (const auto& [fqn, info] : tensors) {
+  // Tensors in name order.
+  std::vector<uint32_t> by_name(shards.tensors.size());
+  std::iota(by_name.begin(), by_name.end(), 0);
+  std::sort(by_name.begin(), by_name.end(),
+            [&](uint32_t a, uint32_t b) { return shards.tensors[a].fqn < shards.tensors[b].fqn; });
+  std::vector<v1::TensorEntry*> entries(shards.tensors.size());
+  manifest.mutable_tensors()->Reserve(static_cast<int>(by_name.size()));
+  for (uint32_t t : by_name) {
+    const TensorInfo& info = shards.tensors[t];
     v1::TensorEntry* entry = manifest.add_tensors();
-    entry->set_fqn(fqn);
+    entry->set_fqn(std::string(info.fqn));
     entry->set_dtype(info.dtype);
     for (int64_t d : info.shape) entry->add_global_shape(d);
     entry->set_partial(first.partial());
-    entries[fqn] = entry;
+    entries[t] = entry;
   }
-  for (size_t i : order) {
+  for (uint32_t i : order) {
     const UniqueItem& item = items[i];
-    const std::string& host_name = nodes[item.writer.host].host().host();
-    const std::string file = FileName(host_name, item.writer_thread);
+    const std::string& file = files[item.writer.host][item.writer_thread];
     v1::WriteItem* write = out.mutable_hosts(item.writer.host)->add_items();
     write->set_rank(item.writer.rank);
     write->set_is_object(item.is_object);
@@ -508,14 +648,14 @@ v1::SaveAssignment BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes,
     };
     if (item.is_object) {
       v1::ObjectEntry* object = manifest.add_objects();
-      object->set_key(item.name);
+      object->set_key(item.object->key());
       object->set_rank(item.object_rank);
       // A 0-byte object's chunk is complete here: nothing is written for it
       // and its crc32c (0, the CRC32C of no bytes) is final.
       fill_chunk(object->mutable_chunk(), 0, item.bytes);
       continue;
     }
-    v1::StoredShard* stored = entries[item.name]->add_shards();
+    v1::StoredShard* stored = entries[item.tensor]->add_shards();
     *stored->mutable_region() = item.shard->region();
     stored->set_writer_rank(item.writer.rank);
     for (uint64_t offset = 0; offset < static_cast<uint64_t>(item.bytes);
@@ -536,15 +676,15 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
   if (absl::Status s = ValidateHostsAndRanks(nodes); !s.ok()) return s;
   absl::StatusOr<Shards> shards = CollectShards(nodes, options.limits);
   if (!shards.ok()) return shards.status();
-  if (absl::Status s = GroupReplicas(*shards, nodes.front().partial(), options.limits); !s.ok()) {
+  if (absl::Status s = GroupRegions(*shards, nodes.front().partial(), options.limits); !s.ok()) {
     return s;
   }
-  absl::StatusOr<std::vector<UniqueItem>> items = CollectItems(nodes, shards->refs, options.limits);
+  absl::StatusOr<Items> items = CollectItems(nodes, *shards, options.limits);
   if (!items.ok()) return items.status();
-  absl::StatusOr<uint64_t> chunks = CountChunks(*items, options);
+  absl::StatusOr<uint64_t> chunks = CountChunks(items->items, options);
   if (!chunks.ok()) return chunks.status();
-  const std::vector<size_t> order = AssignWriters(nodes, *items, options.alignment);
-  v1::SaveAssignment assignment = BuildAssignment(nodes, shards->tensors, *items, order, options);
+  const std::vector<uint32_t> order = AssignWriters(nodes, *items, options.alignment);
+  v1::SaveAssignment assignment = BuildAssignment(nodes, *shards, items->items, order, options);
   if (absl::Status s = CheckLoadable(assignment.manifest_template(), *chunks, options); !s.ok()) {
     return s;
   }

@@ -24,7 +24,7 @@ std::string Context(const Shape& shape, const Region& region) {
 // Product of non-negative factors. A zero factor makes the product zero even
 // when the partial product of the others would overflow: a tensor of shape
 // [2^32, 2^32, 0] really has no elements.
-bool CheckedProduct(const std::vector<int64_t>& factors, int64_t* out) {
+bool CheckedProduct(const Ints& factors, int64_t* out) {
   if (std::find(factors.begin(), factors.end(), 0) != factors.end()) {
     *out = 0;
     return true;
@@ -87,10 +87,10 @@ absl::Status ValidateFlat(const Shape& shape, const Region& region, int64_t num_
 // index to the element's position in its region's packed order:
 //   packed(idx) = base + sum_d (idx[d] - off[d]) * stride[d].
 struct Piece {
-  std::vector<int64_t> off;
-  std::vector<int64_t> len;
+  Ints off;
+  Ints len;
   int64_t base = 0;
-  std::vector<int64_t> stride;
+  Ints stride;
 };
 
 // A valid region as pieces over the shape with its size-1 dimensions
@@ -98,10 +98,10 @@ struct Piece {
 // for any non-empty tensor, so nothing here costs more than O(63^2) however
 // many dimensions the request spelled out.
 struct Pieces {
-  std::vector<int64_t> dims;    // kept dimensions (all >= 2)
-  std::vector<int64_t> global;  // their row-major strides in the full tensor
-  std::vector<size_t> kept;     // index of each kept dimension in the shape
-  std::vector<Piece> pieces;    // ascending, disjoint; empty for an empty region
+  Ints dims;                             // kept dimensions (all >= 2)
+  Ints global;                           // their row-major strides in the full tensor
+  absl::InlinedVector<size_t, 6> kept;   // index of each kept dimension in the shape
+  absl::InlinedVector<Piece, 1> pieces;  // ascending, disjoint; empty for an empty region
 };
 
 Pieces Squeeze(const Shape& shape) {
@@ -119,8 +119,8 @@ Pieces Squeeze(const Shape& shape) {
   return p;
 }
 
-std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& lengths) {
-  std::vector<int64_t> stride(lengths.size(), 1);
+Ints RowMajorStrides(const Ints& lengths) {
+  Ints stride(lengths.size(), 1);
   for (int d = static_cast<int>(lengths.size()) - 2; d >= 0; --d) {
     stride[d] = stride[d + 1] * lengths[d + 1];
   }
@@ -190,7 +190,7 @@ Pieces RegionPieces(const Shape& shape, const Region& region) {
   const int m = static_cast<int>(p.dims.size());
   switch (region.kind) {
     case Region::Kind::kWhole:
-      p.pieces.push_back(Piece{std::vector<int64_t>(m, 0), p.dims, 0, p.global});
+      p.pieces.push_back(Piece{Ints(m, 0), p.dims, 0, p.global});
       break;
     case Region::Kind::kBox: {
       if (std::find(region.lengths.begin(), region.lengths.end(), 0) != region.lengths.end()) {
@@ -218,8 +218,7 @@ Pieces RegionPieces(const Shape& shape, const Region& region) {
 }
 
 // a ∩ b as a box (off, len); false when empty.
-bool IntersectBoxes(const Piece& a, const Piece& b, std::vector<int64_t>* off,
-                    std::vector<int64_t>* len) {
+bool IntersectBoxes(const Piece& a, const Piece& b, Ints* off, Ints* len) {
   const size_t m = a.off.size();
   off->resize(m);
   len->resize(m);
@@ -233,7 +232,7 @@ bool IntersectBoxes(const Piece& a, const Piece& b, std::vector<int64_t>* off,
   return true;
 }
 
-int64_t PackedAt(const Piece& p, const std::vector<int64_t>& idx) {
+int64_t PackedAt(const Piece& p, const Ints& idx) {
   int64_t pos = p.base;
   for (size_t d = 0; d < idx.size(); ++d) pos += (idx[d] - p.off[d]) * p.stride[d];
   return pos;
@@ -241,7 +240,7 @@ int64_t PackedAt(const Piece& p, const std::vector<int64_t>& idx) {
 
 absl::StatusOr<int64_t> CommonElementsOfPieces(const Pieces& a, const Pieces& b) {
   int64_t total = 0;
-  std::vector<int64_t> off, len;
+  Ints off, len;
   for (const Piece& pa : a.pieces) {
     for (const Piece& pb : b.pieces) {
       if (!IntersectBoxes(pa, pb, &off, &len)) continue;
@@ -297,12 +296,12 @@ struct Level {
 // repetition, the others are enumerated).
 struct CopyShape {
   int64_t run = 1;
-  std::vector<Level> levels;
+  absl::InlinedVector<Level, 6> levels;
 };
 
-CopyShape PairCopyShape(const Piece& ps, const Piece& pd, const std::vector<int64_t>& len) {
+CopyShape PairCopyShape(const Piece& ps, const Piece& pd, const Ints& len) {
   // Levels inner-first; a dimension of length 1 is only an offset.
-  std::vector<Level> levels;
+  absl::InlinedVector<Level, 6> levels;
   for (int d = static_cast<int>(len.size()) - 1; d >= 0; --d) {
     if (len[d] > 1) levels.push_back(Level{len[d], ps.stride[d], pd.stride[d]});
   }
@@ -339,7 +338,7 @@ bool PairRuns(const CopyShape& cs, int64_t* runs) {
 
 Region Region::Whole() { return Region{}; }
 
-Region Region::Box(std::vector<int64_t> offsets, std::vector<int64_t> lengths) {
+Region Region::Box(Ints offsets, Ints lengths) {
   Region r;
   r.kind = Kind::kBox;
   r.offsets = std::move(offsets);
@@ -469,12 +468,12 @@ absl::StatusOr<std::vector<StridedRun>> IntersectRegionsStrided(const Shape& sha
   // Work in elements, scale to bytes at the end: every offset is within one
   // of the two packed sizes checked above, so the products fit.
   std::vector<StridedRun> out;
-  std::vector<int64_t> off, len, idx;
+  Ints off, len, idx;
   for (const Piece& ps : src.pieces) {
     for (const Piece& pd : dst.pieces) {
       if (!IntersectBoxes(ps, pd, &off, &len)) continue;
       const CopyShape cs = PairCopyShape(ps, pd, len);
-      const std::vector<Level>& merged = cs.levels;
+      const absl::InlinedVector<Level, 6>& merged = cs.levels;
       const int64_t run = cs.run;
       // The innermost merged level is the run's repetition; the others are
       // enumerated, one run per outer index.
@@ -498,7 +497,7 @@ absl::StatusOr<std::vector<StridedRun>> IntersectRegionsStrided(const Shape& sha
       }
       // Odometer over the outer merged levels, each a block of dimensions
       // whose combined index advances by `count` steps of (src, dst).
-      std::vector<int64_t> counter(merged.size(), 0);
+      Ints counter(merged.size(), 0);
       for (int64_t r = 0; r < runs_here; ++r) {
         StridedRun one = base;
         for (size_t k = 1; k < merged.size(); ++k) {
@@ -547,7 +546,7 @@ absl::StatusOr<int64_t> StridedRunCount(const Shape& shape, const Region& stored
   const Pieces src = RegionPieces(shape, stored);
   const Pieces dst = RegionPieces(shape, requested);
   int64_t total = 0;
-  std::vector<int64_t> off, len;
+  Ints off, len;
   for (const Piece& ps : src.pieces) {
     for (const Piece& pd : dst.pieces) {
       if (!IntersectBoxes(ps, pd, &off, &len)) continue;

@@ -27,25 +27,30 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace ckpt::geo {
 
-using Shape = std::vector<int64_t>;
+// Per-dimension integers. Inline up to rank 6, which covers real tensors:
+// planning a cluster-scale save converts millions of shapes and regions,
+// and a heap allocation for each was most of its cost.
+using Ints = absl::InlinedVector<int64_t, 6>;
+using Shape = Ints;
 
 // Either a box or a flat range. A default-constructed Region is the whole
 // tensor (kind kWhole), whatever its shape.
 struct Region {
   enum class Kind { kWhole, kBox, kFlat };
   Kind kind = Kind::kWhole;
-  std::vector<int64_t> offsets;  // kBox: one per dimension
-  std::vector<int64_t> lengths;  // kBox: one per dimension
-  int64_t flat_begin = 0;        // kFlat: [flat_begin, flat_end)
+  Ints offsets;            // kBox: one per dimension
+  Ints lengths;            // kBox: one per dimension
+  int64_t flat_begin = 0;  // kFlat: [flat_begin, flat_end)
   int64_t flat_end = 0;
 
   static Region Whole();
-  static Region Box(std::vector<int64_t> offsets, std::vector<int64_t> lengths);
+  static Region Box(Ints offsets, Ints lengths);
   static Region Flat(int64_t begin, int64_t end);
   std::string DebugString() const;
 };

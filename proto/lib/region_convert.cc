@@ -13,8 +13,8 @@ geo::Region RegionFromProto(const v1::Region& region) {
   switch (region.kind_case()) {
     case v1::Region::kBox:
       return geo::Region::Box(
-          std::vector<int64_t>(region.box().offsets().begin(), region.box().offsets().end()),
-          std::vector<int64_t>(region.box().lengths().begin(), region.box().lengths().end()));
+          geo::Ints(region.box().offsets().begin(), region.box().offsets().end()),
+          geo::Ints(region.box().lengths().begin(), region.box().lengths().end()));
     case v1::Region::kFlat:
       return geo::Region::Flat(region.flat().begin(), region.flat().end());
     default:

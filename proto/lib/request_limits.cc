@@ -76,47 +76,59 @@ absl::Status ValidateBoundedName(absl::string_view what, absl::string_view name,
   return ValidateName(what, name);
 }
 
-absl::StatusOr<int64_t> ValidateShardRequest(const v1::TensorShard& shard,
-                                             const RequestLimits& limits) {
+absl::StatusOr<ShardGeometry> ValidateShardRequestGeometry(const v1::TensorShard& shard,
+                                                           const RequestLimits& limits) {
   if (absl::Status s = ValidateBoundedName("tensor", shard.fqn(), limits); !s.ok()) return s;
-  const std::string who = absl::StrCat("tensor ", shard.fqn());
+  // Built only for an error: planners validate millions of shards.
+  auto who = [&] { return absl::StrCat("tensor ", shard.fqn()); };
   // Before anything copies the shape or the box.
   if (Above(shard.global_shape_size(), limits.max_dims)) {
     return WithContext(
         Exhausted("shape has dimensions", shard.global_shape_size(), limits.max_dims, "max_dims"),
-        who);
+        who());
   }
   if (shard.region().has_box()) {
     const int n =
         std::max(shard.region().box().offsets_size(), shard.region().box().lengths_size());
     if (Above(n, limits.max_dims)) {
       return WithContext(Exhausted("region box has dimensions", n, limits.max_dims, "max_dims"),
-                         who);
+                         who());
     }
   }
   absl::StatusOr<ShardGeometry> g = ValidateShard(shard);
   if (!g.ok()) return g.status();
   if (g->bytes > limits.max_shard_bytes) {
     return absl::ResourceExhaustedError(
-        absl::StrCat(who, ": region ", g->region.DebugString(), " has ", g->bytes,
+        absl::StrCat(who(), ": region ", g->region.DebugString(), " has ", g->bytes,
                      " bytes; the limit is ", limits.max_shard_bytes, " (--max_shard_bytes)"));
   }
   absl::StatusOr<int64_t> runs = geo::StridedRunCount(g->shape, g->region, geo::Region::Whole());
-  if (!runs.ok()) return WithContext(runs.status(), who);
+  if (!runs.ok()) return WithContext(runs.status(), who());
   if (*runs > limits.max_runs_per_shard) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        who, ": region ", g->region.DebugString(), " needs ", *runs, " strided runs; the limit is ",
-        limits.max_runs_per_shard, " (--max_runs_per_shard)"));
+        who(), ": region ", g->region.DebugString(), " needs ", *runs,
+        " strided runs; the limit is ", limits.max_runs_per_shard, " (--max_runs_per_shard)"));
   }
-  if (shard.has_device_buffer()) {
-    const v1::DeviceBuffer& buffer = shard.device_buffer();
-    if (buffer.offset() > buffer.allocation_bytes() ||
-        static_cast<uint64_t>(g->bytes) > buffer.allocation_bytes() - buffer.offset()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(who, ": device buffer [", buffer.offset(), ", +", g->bytes,
-                       ") lies outside its allocation of ", buffer.allocation_bytes(), " bytes"));
-    }
+  if (absl::Status s = ValidateDeviceBuffer(shard, g->bytes); !s.ok()) return s;
+  return g;
+}
+
+absl::Status ValidateDeviceBuffer(const v1::TensorShard& shard, int64_t bytes) {
+  if (!shard.has_device_buffer()) return absl::OkStatus();
+  const v1::DeviceBuffer& buffer = shard.device_buffer();
+  if (buffer.offset() > buffer.allocation_bytes() ||
+      static_cast<uint64_t>(bytes) > buffer.allocation_bytes() - buffer.offset()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", shard.fqn(), ": device buffer [", buffer.offset(), ", +", bytes,
+                     ") lies outside its allocation of ", buffer.allocation_bytes(), " bytes"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> ValidateShardRequest(const v1::TensorShard& shard,
+                                             const RequestLimits& limits) {
+  absl::StatusOr<ShardGeometry> g = ValidateShardRequestGeometry(shard, limits);
+  if (!g.ok()) return g.status();
   return g->bytes;
 }
 

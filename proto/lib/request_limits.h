@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "ckpt/v1/common.pb.h"
 #include "ckpt/v1/node.pb.h"
+#include "proto/lib/region_convert.h"
 
 namespace ckpt {
 
@@ -79,6 +80,13 @@ absl::Status ValidateBoundedName(absl::string_view what, absl::string_view name,
 // Returns the shard's packed bytes.
 absl::StatusOr<int64_t> ValidateShardRequest(const v1::TensorShard& shard,
                                              const RequestLimits& limits);
+// The same checks, returning the shard's geometry: planners that need it
+// convert each shard once.
+absl::StatusOr<ShardGeometry> ValidateShardRequestGeometry(const v1::TensorShard& shard,
+                                                           const RequestLimits& limits);
+// The device buffer bounds alone, for a shard of `bytes` bytes: a replica of
+// a validated region still brings its own buffer.
+absl::Status ValidateDeviceBuffer(const v1::TensorShard& shard, int64_t bytes);
 
 absl::Status ValidateUserMetadata(const google::protobuf::Map<std::string, std::string>& metadata,
                                   const RequestLimits& limits);

@@ -13,12 +13,17 @@ int64_t ElementSize(DType dtype) { return DTypeSize(static_cast<v1::DType>(dtype
 geo::Region ToGeo(const Region& r) {
   switch (r.kind) {
     case Region::Kind::kBox:
-      return geo::Region::Box(r.offsets, r.lengths);
+      return geo::Region::Box(geo::Ints(r.offsets.begin(), r.offsets.end()),
+                              geo::Ints(r.lengths.begin(), r.lengths.end()));
     case Region::Kind::kFlat:
       return geo::Region::Flat(r.flat_begin, r.flat_end);
     default:
       return geo::Region::Whole();
   }
+}
+
+geo::Shape ToGeo(const std::vector<int64_t>& shape) {
+  return geo::Shape(shape.begin(), shape.end());
 }
 
 uint64_t Seed(const std::string& fqn) {
@@ -41,7 +46,7 @@ template <typename Fn>
 absl::Status ForEachRun(const HostTensor& t, Fn fn) {
   const int64_t esz = ElementSize(t.dtype);
   absl::StatusOr<std::vector<geo::ElementRun>> runs =
-      geo::RegionRuns(t.global_shape, ToGeo(t.region));
+      geo::RegionRuns(ToGeo(t.global_shape), ToGeo(t.region));
   if (!runs.ok()) return runs.status();
   int64_t packed = 0;
   for (const geo::ElementRun& run : *runs) {
@@ -54,7 +59,8 @@ absl::Status ForEachRun(const HostTensor& t, Fn fn) {
 }  // namespace
 
 absl::StatusOr<int64_t> ShardBytes(const HostTensor& tensor) {
-  absl::StatusOr<int64_t> n = geo::RegionNumElements(tensor.global_shape, ToGeo(tensor.region));
+  absl::StatusOr<int64_t> n =
+      geo::RegionNumElements(ToGeo(tensor.global_shape), ToGeo(tensor.region));
   if (!n.ok()) return n.status();
   return *n * ElementSize(tensor.dtype);
 }

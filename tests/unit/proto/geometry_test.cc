@@ -188,7 +188,7 @@ Region RandomRegion(std::mt19937_64& rng, const Shape& shape) {
       return Region::Whole();
     case 1:
     case 2: {
-      std::vector<int64_t> offsets, lengths;
+      Ints offsets, lengths;
       for (int64_t d : shape) {
         // Full dimensions are common in practice and exercise run collapse.
         if (rng() % 3 == 0) {
@@ -297,8 +297,8 @@ TEST_CASE("Region constructors and DebugString", "[geometry]") {
 
   Region box = Region::Box({0, 4}, {2, 4});
   CHECK(box.kind == Region::Kind::kBox);
-  CHECK(box.offsets == std::vector<int64_t>{0, 4});
-  CHECK(box.lengths == std::vector<int64_t>{2, 4});
+  CHECK(box.offsets == Ints{0, 4});
+  CHECK(box.lengths == Ints{2, 4});
   CHECK(box.DebugString() == "box{offsets=[0,4],lengths=[2,4]}");
   CHECK(Region::Box({}, {}).DebugString() == "box{offsets=[],lengths=[]}");
 
@@ -666,7 +666,7 @@ TEST_CASE("property: disjoint shards reassemble the whole tensor", "[geometry][p
       case 0: {  // TP/PP-style: split dimension 0 into boxes
         const std::vector<int64_t> cuts = RandomCuts(rng, shape[0]);
         for (size_t k = 0; k + 1 < cuts.size(); ++k) {
-          std::vector<int64_t> off(rank, 0), len = shape;
+          Ints off(rank, 0), len = shape;
           off[0] = cuts[k];
           len[0] = cuts[k + 1] - cuts[k];
           shards.push_back(Region::Box(off, len));
@@ -687,7 +687,7 @@ TEST_CASE("property: disjoint shards reassemble the whole tensor", "[geometry][p
         const std::vector<int64_t> cols = RandomCuts(rng, shape[rank - 1]);
         for (size_t r = 0; r + 1 < rows.size(); ++r) {
           for (size_t c = 0; c + 1 < cols.size(); ++c) {
-            std::vector<int64_t> off(rank, 0), len = shape;
+            Ints off(rank, 0), len = shape;
             off[0] = rows[r];
             len[0] = rows[r + 1] - rows[r];
             off[rank - 1] += cols[c];
@@ -810,7 +810,7 @@ TEST_CASE("compact: a [2^63-1] tensor plans without allocating per element", "[g
 TEST_CASE("compact: many size-1 dimensions cost nothing", "[geometry]") {
   Shape shape(100000, 1);
   shape[500] = 6;
-  std::vector<int64_t> off(shape.size(), 0), len(shape.size(), 1);
+  Ints off(shape.size(), 0), len(shape.size(), 1);
   off[500] = 2;
   len[500] = 3;
   absl::StatusOr<std::vector<ByteRun>> runs =

@@ -816,6 +816,36 @@ TEST_CASE("save planner bounds", "[save_planner][limits]") {
     options.limits.max_regions_per_tensor = 4;
     CKPT_REQUIRE_OK(PlanSave({node}, options));
   }
+  SECTION("a replica's box with more dimensions than allowed") {
+    // The tensor is known from rank 0; rank 1's box is refused before the
+    // planner copies it to find its replicas.
+    v1::NodeSavePlan node = SingleHost(2);
+    AddShard(node, 0, BoxShard("w", v1::FLOAT32, {8, 4}, {0, 0}, {8, 4}));
+    v1::TensorShard wide = BoxShard("w", v1::FLOAT32, {8, 4}, {0, 0}, {8, 4});
+    for (int d = 0; d < 100000; ++d) wide.mutable_region()->mutable_box()->add_offsets(0);
+    AddShard(node, 1, wide);
+    CKPT_REQUIRE_ERROR(PlanSave({node}, options), absl::StatusCode::kResourceExhausted, "rank 1",
+                       "--max_dims");
+  }
+  SECTION("replicas spelled alike are grouped without being validated again") {
+    // 64 ranks hold the same two halves: two items, each with 32 holders.
+    v1::NodeSavePlan node = SingleHost(64);
+    for (int r = 0; r < 64; ++r) {
+      AddShard(node, r, BoxShard("w", v1::FLOAT32, {8, 4}, {(r % 2) * 4, 0}, {4, 4}));
+      AddShard(node, r, Whole("b", v1::FLOAT32, {3}));
+    }
+    absl::StatusOr<v1::SaveAssignment> a = PlanSave({node}, options);
+    CKPT_REQUIRE_OK(a);
+    CHECK(Entry(*a, "w").shards_size() == 2);
+    CHECK(Entry(*a, "b").shards_size() == 1);
+    // A replica whose device buffer lies outside its allocation is still
+    // refused: each holder's buffer is its own.
+    v1::TensorShard bad = BoxShard("w", v1::FLOAT32, {8, 4}, {0, 0}, {4, 4});
+    bad.mutable_device_buffer()->set_allocation_bytes(8);
+    *RankOf(node, 63).mutable_shards(0) = bad;
+    CKPT_REQUIRE_ERROR(PlanSave({node}, options), absl::StatusCode::kInvalidArgument, "rank 63",
+                       "device buffer");
+  }
   SECTION("shards and objects") {
     options.limits.max_shard_bytes = 32;
     v1::NodeSavePlan node = SingleHost(1);
