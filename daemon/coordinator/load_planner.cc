@@ -1,7 +1,10 @@
 #include "daemon/coordinator/load_planner.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
+#include <numeric>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,9 +12,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/coordinator/region_table.h"
 #include "proto/lib/dtype.h"
 #include "proto/lib/geometry.h"
 #include "proto/lib/region_convert.h"
+#include "proto/lib/request_limits.h"
 #include "proto/lib/status_context.h"
 
 namespace ckpt::coordinator {
@@ -21,11 +26,46 @@ std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-// By (file, offset): a chunk read once however many requests need it. The
-// file names are the manifest's own strings, which outlive the planning; a
-// hash map (sorted into the answer at the end) because a cluster-scale load
-// adds runs to a million reads.
-using Reads = absl::flat_hash_map<std::pair<absl::string_view, uint64_t>, v1::ChunkRead>;
+// One copy into a rank's request, before it becomes a CopyRun: a
+// cluster-scale load emits millions, so they are gathered as plain structs
+// and turned into messages once, grouped by chunk, at the end.
+struct Run {
+  uint32_t read = 0;  // index into Reads::chunks
+  int rank = 0;
+  uint32_t request = 0;
+  uint64_t chunk_offset = 0;
+  uint64_t dest_offset = 0;
+  uint64_t length = 0;
+  uint64_t count = 1;
+  uint64_t chunk_stride = 0;
+  uint64_t dest_stride = 0;
+};
+
+// The chunks to read, each once however many requests need it: by (file,
+// offset), the manifest's own strings, which outlive the planning. A stored
+// chunk's read is remembered by its address, so a run finds it without
+// hashing the file name.
+struct Reads {
+  struct Chunk {
+    const v1::StoredChunk* chunk = nullptr;
+    const std::string* fqn = nullptr;
+  };
+  std::vector<Chunk> chunks;
+  absl::flat_hash_map<std::pair<absl::string_view, uint64_t>, uint32_t> by_place;
+  absl::flat_hash_map<const v1::StoredChunk*, uint32_t> by_address;
+  std::vector<Run> runs;
+
+  uint32_t ReadOf(const v1::StoredChunk& chunk, const std::string& fqn) {
+    auto [known, fresh] = by_address.try_emplace(&chunk, 0);
+    if (!fresh) return known->second;
+    auto [placed, first] = by_place.try_emplace(
+        std::pair<absl::string_view, uint64_t>{chunk.file(), chunk.file_offset()},
+        static_cast<uint32_t>(chunks.size()));
+    if (first) chunks.push_back({&chunk, &fqn});
+    known->second = placed->second;
+    return placed->second;
+  }
+};
 
 // The stored shard's chunks must tile its packed bytes exactly: sorted by
 // shard_offset, contiguous from 0, no gap, no overlap, no wrap. Runs are
@@ -50,25 +90,20 @@ absl::Status CheckChunksTile(const v1::StoredShard& stored, uint64_t bytes,
   return absl::OkStatus();
 }
 
-// Appends one CopyRun (count reps) to the read of `chunk`.
-void Emit(const v1::StoredChunk& chunk, const std::string& fqn, int rank, uint32_t request,
-          uint64_t in_chunk, uint64_t dst, uint64_t length, uint64_t count, uint64_t chunk_stride,
-          uint64_t dest_stride, Reads& reads) {
-  v1::ChunkRead& read = reads[{chunk.file(), chunk.file_offset()}];
-  if (!read.has_chunk()) {
-    *read.mutable_chunk() = chunk;
-    read.set_fqn(fqn);
-  }
-  v1::CopyRun* copy = read.add_runs();
-  copy->set_rank(rank);
-  copy->set_request(request);
-  copy->set_chunk_offset(in_chunk);
-  copy->set_dest_offset(dst);
-  copy->set_length(length);
+// Adds one copy (count reps) from `chunk`, for a rank and request filled
+// in when the copies are replayed.
+void Emit(const v1::StoredChunk& chunk, const std::string& fqn, uint64_t in_chunk, uint64_t dst,
+          uint64_t length, uint64_t count, uint64_t chunk_stride, uint64_t dest_stride,
+          Reads& reads, std::vector<Run>& out) {
+  Run& run = out.emplace_back();
+  run.read = reads.ReadOf(chunk, fqn);
+  run.chunk_offset = in_chunk;
+  run.dest_offset = dst;
+  run.length = length;
   if (count > 1) {
-    copy->set_count(count);
-    copy->set_chunk_stride(chunk_stride);
-    copy->set_dest_stride(dest_stride);
+    run.count = count;
+    run.chunk_stride = chunk_stride;
+    run.dest_stride = dest_stride;
   }
 }
 
@@ -77,8 +112,8 @@ void Emit(const v1::StoredChunk& chunk, const std::string& fqn, int rank, uint32
 // strided CopyRun; a repetition that straddles chunk boundaries is cut into
 // single runs. Cost: the chunks the run crosses plus its straddling
 // repetitions, at most one per chunk boundary.
-void AddRunToChunks(const v1::StoredShard& stored, const std::string& fqn, int rank,
-                    uint32_t request, const geo::StridedRun& run, Reads& reads) {
+void AddRunToChunks(const v1::StoredShard& stored, const std::string& fqn,
+                    const geo::StridedRun& run, Reads& reads, std::vector<Run>& out) {
   const auto& chunks = stored.chunks();
   auto chunk_at = [&](uint64_t offset) {
     auto it =
@@ -99,8 +134,7 @@ void AddRunToChunks(const v1::StoredShard& stored, const std::string& fqn, int r
     if (start + length <= chunk_end) {
       const uint64_t last =
           n == 1 ? k : std::min<uint64_t>(n - 1, k + (chunk_end - start - length) / ss);
-      Emit(*it, fqn, rank, request, start - it->shard_offset(), dst, length, last - k + 1, ss, ds,
-           reads);
+      Emit(*it, fqn, start - it->shard_offset(), dst, length, last - k + 1, ss, ds, reads, out);
       k = last + 1;
       continue;
     }
@@ -110,7 +144,7 @@ void AddRunToChunks(const v1::StoredShard& stored, const std::string& fqn, int r
     for (; left > 0; ++it) {
       const uint64_t in_chunk = src - it->shard_offset();
       const uint64_t piece = std::min<uint64_t>(left, it->length() - in_chunk);
-      Emit(*it, fqn, rank, request, in_chunk, to, piece, 1, 0, 0, reads);
+      Emit(*it, fqn, in_chunk, to, piece, 1, 0, 0, reads, out);
       src += piece;
       to += piece;
       left -= piece;
@@ -161,6 +195,198 @@ absl::StatusOr<StoredIndex> IndexStoredShards(const v1::TensorEntry& entry, cons
   return index;
 }
 
+// What every rank asking for one spelling of a region gets: worked out for
+// the first such request, replayed for the others.
+struct Planned {
+  int64_t bytes = 0;
+  std::vector<Run> runs;  // rank and request not set
+};
+
+// The tensors of the manifest and what has been worked out about them.
+class Planner {
+ public:
+  Planner(const v1::CheckpointManifest& manifest, const RequestLimits& limits)
+      : manifest_(manifest),
+        limits_(limits),
+        where_(absl::StrCat("checkpoint ", manifest.job(), " step ", manifest.step())) {
+    for (int t = 0; t < manifest.tensors_size(); ++t) {
+      tensor_by_fqn_.try_emplace(manifest.tensors(t).fqn(), t);
+    }
+    indexes_.resize(manifest.tensors_size());
+  }
+
+  const std::string& where() const { return where_; }
+
+  // The request's copies (rank and request not set), or why it cannot be
+  // served. `i` is its index in the rank's requests.
+  absl::StatusOr<const Planned*> Plan(const v1::TensorShard& request, int rank, int i) {
+    const auto invalid_first = [&](absl::Status otherwise) {
+      // A malformed request is named as such before it is looked up.
+      if (absl::Status s = ValidateShardRequest(request, limits_).status(); !s.ok()) {
+        return WithContext(s, absl::StrCat("rank ", rank));
+      }
+      return otherwise;
+    };
+    if (hint_.size() <= static_cast<size_t>(i)) hint_.resize(i + 1, -1);
+    int t = hint_[i];
+    if (t < 0 || manifest_.tensors(t).fqn() != request.fqn()) {
+      auto found = tensor_by_fqn_.find(request.fqn());
+      if (found == tensor_by_fqn_.end()) {
+        return invalid_first(
+            absl::NotFoundError(absl::StrCat("tensor ", request.fqn(), " is not in ", where_)));
+      }
+      t = hint_[i] = found->second;
+    }
+    const v1::TensorEntry& entry = manifest_.tensors(t);
+    if (entry.dtype() != request.dtype() ||
+        !std::equal(entry.global_shape().begin(), entry.global_shape().end(),
+                    request.global_shape().begin(), request.global_shape().end())) {
+      return invalid_first(absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", request.fqn(), ": rank ", rank, " asks for dtype ", DTypeName(request.dtype()),
+          " shape ", ShapeString(request.global_shape()), " but ", where_, " holds dtype ",
+          DTypeName(entry.dtype()), " shape ", ShapeString(entry.global_shape()))));
+    }
+    const v1::Box& box = request.region().box();
+    if (box.offsets_size() > limits_.max_dims || box.lengths_size() > limits_.max_dims) {
+      return invalid_first(absl::InternalError("a box past --max_dims passed validation"));
+    }
+    const auto [id, fresh] = regions_.Intern(t, request.region());
+    if (!fresh) {
+      const Planned& known = planned_[id];
+      if (absl::Status s = ValidateDeviceBuffer(request, known.bytes); !s.ok()) {
+        return WithContext(s, absl::StrCat("rank ", rank));
+      }
+      return &known;
+    }
+    // A failure ends the planning: the table's new id gets no entry.
+    absl::StatusOr<Planned> planned = PlanFirst(request, entry, t, rank);
+    if (!planned.ok()) return planned.status();
+    planned_.push_back(std::move(*planned));
+    return &planned_.back();
+  }
+
+  Reads& reads() { return reads_; }
+
+ private:
+  // The first request for this spelling: validated, intersected with the
+  // stored shards it meets, mapped onto their chunks.
+  absl::StatusOr<Planned> PlanFirst(const v1::TensorShard& request, const v1::TensorEntry& entry,
+                                    int t, int rank) {
+    absl::StatusOr<ShardGeometry> g = ValidateShardRequestGeometry(request, limits_);
+    if (!g.ok()) return WithContext(g.status(), absl::StrCat("rank ", rank));
+    if (!indexes_[t]) {
+      absl::StatusOr<StoredIndex> built = IndexStoredShards(entry, g->shape, where_);
+      if (!built.ok()) return built.status();
+      indexes_[t] = std::move(*built);
+    }
+    const StoredIndex& index = *indexes_[t];
+    absl::StatusOr<std::pair<int64_t, int64_t>> want = geo::RegionSpan(g->shape, g->region);
+    if (!want.ok()) return want.status();
+    Planned out;
+    out.bytes = g->bytes;
+    int64_t covered = 0;
+    auto first =
+        std::lower_bound(index.by_begin.begin(), index.by_begin.end(), want->first - index.longest,
+                         [](const StoredIndex::Entry& e, int64_t at) { return e.begin < at; });
+    for (auto it = first; it != index.by_begin.end() && it->begin < want->second; ++it) {
+      if (it->end <= want->first) continue;
+      const int k = it->shard;
+      const v1::StoredShard& stored = entry.shards(k);
+      const auto what = [&] { return absl::StrCat(where_, " tensor ", entry.fqn(), " shard ", k); };
+      absl::StatusOr<std::vector<geo::StridedRun>> runs = geo::IntersectRegionsStrided(
+          g->shape, g->element_size, it->region, g->region, limits_.max_runs_per_shard);
+      if (!runs.ok()) return WithContext(runs.status(), what());
+      if (runs->empty()) continue;
+      auto [tile, unchecked] = tiles_.try_emplace(&stored);
+      if (unchecked) {
+        // The region was validated by the intersection, and its bytes fit.
+        const int64_t bytes = *geo::RegionNumElements(g->shape, it->region) * g->element_size;
+        tile->second = CheckChunksTile(stored, static_cast<uint64_t>(bytes), what());
+      }
+      if (!tile->second.ok()) return tile->second;
+      for (const geo::StridedRun& run : *runs) {
+        AddRunToChunks(stored, entry.fqn(), run, reads_, out.runs);
+        covered += run.length * run.count;
+      }
+    }
+    if (covered != g->bytes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tensor ", request.fqn(), " region ", g->region.DebugString(), ": ", where_,
+          " holds only ", covered, " of the ", g->bytes, " bytes asked for (partial save)"));
+    }
+    return out;
+  }
+
+  const v1::CheckpointManifest& manifest_;
+  const RequestLimits& limits_;
+  const std::string where_;
+  absl::flat_hash_map<absl::string_view, int> tensor_by_fqn_;
+  // Ranks list their requests in the same order: the tensor of the previous
+  // rank's i-th request is the likely one.
+  std::vector<int> hint_;
+  std::vector<std::optional<StoredIndex>> indexes_;  // built on a tensor's first request
+  absl::flat_hash_map<const v1::StoredShard*, absl::Status> tiles_;  // checked once each
+  RegionTable regions_;
+  std::deque<Planned> planned_;  // by region id; stable addresses
+  Reads reads_;
+};
+
+// The reads in (file, offset) order, each with its copies in the order the
+// requests were planned.
+void AddReads(const Reads& reads, v1::LoadAssignment& out) {
+  // Sorted on plain keys: the files ranked by name once (a cluster writes a
+  // few thousand), so comparisons never chase a chunk's strings.
+  std::vector<absl::string_view> files;
+  absl::flat_hash_map<absl::string_view, uint32_t> file_rank;
+  for (const Reads::Chunk& c : reads.chunks) {
+    if (file_rank.try_emplace(c.chunk->file(), 0).second) files.push_back(c.chunk->file());
+  }
+  std::sort(files.begin(), files.end());
+  for (size_t f = 0; f < files.size(); ++f) file_rank[files[f]] = static_cast<uint32_t>(f);
+  struct Place {
+    uint32_t file;
+    uint64_t offset;
+    uint32_t read;
+  };
+  std::vector<Place> places(reads.chunks.size());
+  for (uint32_t r = 0; r < reads.chunks.size(); ++r) {
+    places[r] = {file_rank[reads.chunks[r].chunk->file()], reads.chunks[r].chunk->file_offset(), r};
+  }
+  std::sort(places.begin(), places.end(), [](const Place& a, const Place& b) {
+    return std::tie(a.file, a.offset) < std::tie(b.file, b.offset);
+  });
+  std::vector<uint32_t> first(reads.chunks.size() + 1, 0);
+  for (const Run& run : reads.runs) ++first[run.read + 1];
+  std::partial_sum(first.begin(), first.end(), first.begin());
+  std::vector<uint32_t> by_read(reads.runs.size());
+  {
+    std::vector<uint32_t> next(first.begin(), first.end() - 1);
+    for (uint32_t k = 0; k < reads.runs.size(); ++k) by_read[next[reads.runs[k].read]++] = k;
+  }
+  out.mutable_reads()->Reserve(static_cast<int>(places.size()));
+  for (const Place& place : places) {
+    const uint32_t r = place.read;
+    v1::ChunkRead* read = out.add_reads();
+    *read->mutable_chunk() = *reads.chunks[r].chunk;
+    read->set_fqn(*reads.chunks[r].fqn);
+    read->mutable_runs()->Reserve(static_cast<int>(first[r + 1] - first[r]));
+    for (uint32_t k = first[r]; k < first[r + 1]; ++k) {
+      const Run& run = reads.runs[by_read[k]];
+      v1::CopyRun* copy = read->add_runs();
+      copy->set_rank(run.rank);
+      copy->set_request(run.request);
+      copy->set_chunk_offset(run.chunk_offset);
+      copy->set_dest_offset(run.dest_offset);
+      copy->set_length(run.length);
+      if (run.count > 1) {
+        copy->set_count(run.count);
+        copy->set_chunk_stride(run.chunk_stride);
+        copy->set_dest_stride(run.dest_stride);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
@@ -171,97 +397,40 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
 absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
                                             absl::Span<const v1::NodeLoadPlan> nodes,
                                             const RequestLimits& limits) {
-  absl::flat_hash_map<absl::string_view, const v1::TensorEntry*> tensors;
-  for (const v1::TensorEntry& entry : manifest.tensors()) tensors[entry.fqn()] = &entry;
   std::map<std::pair<std::string, int>, const v1::ObjectEntry*> objects;  // (key, rank)
   for (const v1::ObjectEntry& entry : manifest.objects()) {
     objects[{entry.key(), entry.rank()}] = &entry;
   }
-  const std::string where = absl::StrCat("checkpoint ", manifest.job(), " step ", manifest.step());
-
+  Planner planner(manifest, limits);
+  const std::string& where = planner.where();
   v1::LoadAssignment out;
   out.set_step(manifest.step());
-  Reads reads;
-  std::map<const v1::StoredShard*, absl::Status> tiles;   // checked once per stored shard
-  std::map<const v1::TensorEntry*, StoredIndex> indexes;  // built on a tensor's first request
   for (const v1::NodeLoadPlan& node : nodes) {
     for (const v1::NodeLoadPlan::RankRequests& rank : node.ranks()) {
-      v1::LoadAssignment::RankSizes* sizes = out.add_sizes();
-      sizes->set_rank(rank.rank());
-      for (int i = 0; i < rank.tensors_size(); ++i) {
-        const v1::TensorShard& request = rank.tensors(i);
-        if (rank.tensors_size() > limits.max_tensors_per_plan) {
-          return absl::ResourceExhaustedError(absl::StrCat(
-              "rank ", rank.rank(), ": plan has ", rank.tensors_size(), " tensors; the limit is ",
-              limits.max_tensors_per_plan, " (--max_tensors_per_plan)"));
-        }
-        if (absl::StatusOr<int64_t> b = ValidateShardRequest(request, limits); !b.ok()) {
-          return WithContext(b.status(), absl::StrCat("rank ", rank.rank()));
-        }
-        absl::StatusOr<ShardGeometry> g = ValidateShard(request);
-        if (!g.ok()) return g.status();
-        auto found = tensors.find(request.fqn());
-        if (found == tensors.end()) {
-          return absl::NotFoundError(absl::StrCat("tensor ", request.fqn(), " is not in ", where));
-        }
-        const v1::TensorEntry& entry = *found->second;
-        if (entry.dtype() != request.dtype() ||
-            !std::equal(entry.global_shape().begin(), entry.global_shape().end(),
-                        request.global_shape().begin(), request.global_shape().end())) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("tensor ", request.fqn(), ": rank ", rank.rank(), " asks for dtype ",
-                           DTypeName(request.dtype()), " shape ",
-                           ShapeString(request.global_shape()), " but ", where, " holds dtype ",
-                           DTypeName(entry.dtype()), " shape ", ShapeString(entry.global_shape())));
-        }
-        sizes->add_tensor_bytes(g->bytes);
-        auto [indexed, fresh] = indexes.try_emplace(&entry);
-        if (fresh) {
-          absl::StatusOr<StoredIndex> built = IndexStoredShards(entry, g->shape, where);
-          if (!built.ok()) return built.status();
-          indexed->second = std::move(*built);
-        }
-        const StoredIndex& index = indexed->second;
-        absl::StatusOr<std::pair<int64_t, int64_t>> want = geo::RegionSpan(g->shape, g->region);
-        if (!want.ok()) return want.status();
-        int64_t covered = 0;
-        auto first = std::lower_bound(
-            index.by_begin.begin(), index.by_begin.end(), want->first - index.longest,
-            [](const StoredIndex::Entry& e, int64_t at) { return e.begin < at; });
-        for (auto it = first; it != index.by_begin.end() && it->begin < want->second; ++it) {
-          if (it->end <= want->first) continue;
-          const int k = it->shard;
-          const v1::StoredShard& stored = entry.shards(k);
-          const auto what = [&] {
-            return absl::StrCat(where, " tensor ", entry.fqn(), " shard ", k);
-          };
-          absl::StatusOr<std::vector<geo::StridedRun>> runs = geo::IntersectRegionsStrided(
-              g->shape, g->element_size, it->region, g->region, limits.max_runs_per_shard);
-          if (!runs.ok()) return WithContext(runs.status(), what());
-          if (runs->empty()) continue;
-          auto [tile, unchecked] = tiles.try_emplace(&stored);
-          if (unchecked) {
-            // The region was validated by the intersection, and its bytes fit.
-            const int64_t bytes = *geo::RegionNumElements(g->shape, it->region) * g->element_size;
-            tile->second = CheckChunksTile(stored, static_cast<uint64_t>(bytes), what());
-          }
-          if (!tile->second.ok()) return tile->second;
-          for (const geo::StridedRun& run : *runs) {
-            AddRunToChunks(stored, entry.fqn(), rank.rank(), i, run, reads);
-            covered += run.length * run.count;
-          }
-        }
-        if (covered != g->bytes) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "tensor ", request.fqn(), " region ", g->region.DebugString(), ": ", where,
-              " holds only ", covered, " of the ", g->bytes, " bytes asked for (partial save)"));
-        }
+      if (rank.tensors_size() > limits.max_tensors_per_plan) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "rank ", rank.rank(), ": plan has ", rank.tensors_size(), " tensors; the limit is ",
+            limits.max_tensors_per_plan, " (--max_tensors_per_plan)"));
       }
       if (rank.object_keys_size() > limits.max_objects_per_plan) {
         return absl::ResourceExhaustedError(
             absl::StrCat("rank ", rank.rank(), ": plan has ", rank.object_keys_size(),
                          " object keys; the limit is ", limits.max_objects_per_plan,
                          " (--max_objects_per_plan)"));
+      }
+      v1::LoadAssignment::RankSizes* sizes = out.add_sizes();
+      sizes->set_rank(rank.rank());
+      sizes->mutable_tensor_bytes()->Reserve(rank.tensors_size());
+      std::vector<Run>& runs = planner.reads().runs;
+      for (int i = 0; i < rank.tensors_size(); ++i) {
+        absl::StatusOr<const Planned*> planned = planner.Plan(rank.tensors(i), rank.rank(), i);
+        if (!planned.ok()) return planned.status();
+        sizes->add_tensor_bytes((*planned)->bytes);
+        for (Run run : (*planned)->runs) {
+          run.rank = rank.rank();
+          run.request = static_cast<uint32_t>(i);
+          runs.push_back(run);
+        }
       }
       for (int i = 0; i < rank.object_keys_size(); ++i) {
         const std::string& key = rank.object_keys(i);
@@ -280,13 +449,7 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
       }
     }
   }
-  std::vector<std::pair<std::pair<absl::string_view, uint64_t>, v1::ChunkRead*>> sorted;
-  sorted.reserve(reads.size());
-  for (auto& [key, read] : reads) sorted.emplace_back(key, &read);
-  std::sort(sorted.begin(), sorted.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  out.mutable_reads()->Reserve(static_cast<int>(sorted.size()));
-  for (auto& [key, read] : sorted) *out.add_reads() = std::move(*read);
+  AddReads(planner.reads(), out);
   return out;
 }
 

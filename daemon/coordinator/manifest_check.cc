@@ -110,10 +110,11 @@ class Checker {
     *shape.mutable_global_shape() = tensor.global_shape();
     for (int i = 0; i < tensor.shards_size(); ++i) {
       const v1::StoredShard& shard = tensor.shards(i);
-      const std::string where = absl::StrCat(owner, " shard ", i);
+      // Built only for an error: a cluster's manifest has millions of shards.
+      const auto where = [&] { return absl::StrCat(owner, " shard ", i); };
       if (shard.region().box().offsets_size() > limits_.max_dims ||
           shard.region().box().lengths_size() > limits_.max_dims) {
-        return Lost(absl::StrCat(where, ": its box has more dimensions than the limit of ",
+        return Lost(absl::StrCat(where(), ": its box has more dimensions than the limit of ",
                                  limits_.max_dims));
       }
       *shape.mutable_region() = shard.region();
@@ -134,38 +135,38 @@ class Checker {
   // starts where the previous ended, none is empty, and the last ends at
   // shard_bytes. Readers copy `length` bytes of a chunk into the shard at
   // shard_offset, so anything else would read or write outside it.
-  absl::Status CheckChunks(const v1::StoredShard& shard, uint64_t shard_bytes,
-                           const std::string& where) {
+  template <typename Where>
+  absl::Status CheckChunks(const v1::StoredShard& shard, uint64_t shard_bytes, const Where& where) {
     chunks_ += shard.chunks_size();
     if (absl::Status s = CheckCount("chunks", chunks_, limits_.max_chunks); !s.ok()) return s;
     if (shard_bytes > 0 && shard.chunks().empty()) {
-      return Lost(absl::StrCat(where, " holds ", shard_bytes, " bytes but lists no chunks"));
+      return Lost(absl::StrCat(where(), " holds ", shard_bytes, " bytes but lists no chunks"));
     }
     uint64_t next = 0;
     for (int i = 0; i < shard.chunks_size(); ++i) {
       const v1::StoredChunk& chunk = shard.chunks(i);
-      const std::string at = absl::StrCat(where, " chunk ", i);
-      if (chunk.length() == 0) return Lost(absl::StrCat(at, " is empty"));
+      const auto at = [&] { return absl::StrCat(where(), " chunk ", i); };
+      if (chunk.length() == 0) return Lost(absl::StrCat(at(), " is empty"));
       if (chunk.length() > limits_.max_chunk_bytes) {
-        return Lost(absl::StrCat(at, " is ", chunk.length(), " bytes, more than the limit of ",
+        return Lost(absl::StrCat(at(), " is ", chunk.length(), " bytes, more than the limit of ",
                                  limits_.max_chunk_bytes));
       }
       if (chunk.shard_offset() != next) {
-        return Lost(absl::StrCat(at, " starts at shard offset ", chunk.shard_offset(), " where ",
+        return Lost(absl::StrCat(at(), " starts at shard offset ", chunk.shard_offset(), " where ",
                                  next,
                                  " was expected (chunks must be contiguous, in order, "
                                  "without gaps or overlaps)"));
       }
       if (chunk.length() > shard_bytes - next) {
-        return Lost(absl::StrCat(at, " [", next, ", +", chunk.length(), ") runs past the shard's ",
-                                 shard_bytes, " bytes"));
+        return Lost(absl::StrCat(at(), " [", next, ", +", chunk.length(),
+                                 ") runs past the shard's ", shard_bytes, " bytes"));
       }
       next += chunk.length();
       if (absl::Status s = CheckPlacement(chunk, at); !s.ok()) return s;
     }
     if (next != shard_bytes) {
       return Lost(
-          absl::StrCat(where, ": its chunks cover ", next, " of its ", shard_bytes, " bytes"));
+          absl::StrCat(where(), ": its chunks cover ", next, " of its ", shard_bytes, " bytes"));
     }
     return absl::OkStatus();
   }
@@ -173,13 +174,14 @@ class Checker {
   // The chunk's file is inside the step directory and its byte range is
   // representable as an off_t, padding included. Records the range for
   // CheckDisjoint.
-  absl::Status CheckPlacement(const v1::StoredChunk& chunk, const std::string& at) {
+  template <typename At>
+  absl::Status CheckPlacement(const v1::StoredChunk& chunk, const At& at) {
     if (absl::Status s = storage::ValidateConfinedName(chunk.file()); !s.ok()) {
-      return Lost(absl::StrCat(at, ": ", s.message()));
+      return Lost(absl::StrCat(at(), ": ", s.message()));
     }
     constexpr uint64_t kMaxEnd = uint64_t{1} << 62;  // room to round up to any alignment
     if (chunk.file_offset() > kMaxEnd || chunk.length() > kMaxEnd - chunk.file_offset()) {
-      return Lost(absl::StrCat(at, ": file offset ", chunk.file_offset(), " + length ",
+      return Lost(absl::StrCat(at(), ": file offset ", chunk.file_offset(), " + length ",
                                chunk.length(), " is beyond any file"));
     }
     if (chunk.length() > 0) {
@@ -235,7 +237,7 @@ class Checker {
     }
     // An empty object is read from nowhere: its file name is never opened.
     if (chunk.length() == 0 && chunk.file().empty()) return absl::OkStatus();
-    return CheckPlacement(chunk, at);
+    return CheckPlacement(chunk, [&] { return at; });
   }
 
   // A chunk's byte range in its file and whose it is.

@@ -5,7 +5,7 @@
 // of the cached assignment. Anything else (a shard, a rank, a host, the
 // writer count, partial) misses and is planned afresh.
 //
-// The key is the plans themselves (deterministically serialized, step and
+// The key is the plans themselves (every field written out, step and
 // metadata cleared), compared byte for byte: a hash collision could hand a
 // job a wrong assignment, so none is trusted. The cache holds one plan per
 // job and at most `max_bytes` of keys and assignments in all, evicting the
@@ -18,10 +18,12 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "ckpt/v1/coordinator.pb.h"
@@ -33,6 +35,8 @@ namespace ckpt::coordinator {
 // may change from step to step (the step, the user metadata). Equal plans
 // give equal keys.
 std::string PlanKey(absl::Span<const v1::NodeSavePlan> nodes);
+// PlanKey(nodes) == key, without building the key: a hit allocates nothing.
+bool PlanKeyEquals(absl::Span<const v1::NodeSavePlan> nodes, absl::string_view key);
 
 struct PlanCacheStats {
   uint64_t hits = 0;
@@ -52,9 +56,14 @@ class SavePlanCache {
   PlanCacheStats Stats() const;
 
  private:
-  struct Entry {
+  // Immutable once cached: compared and copied outside mu_ (a cluster's
+  // plan is hundreds of megabytes; other jobs must not wait on it).
+  struct Cached {
     std::string key;
     v1::SaveAssignment assignment;
+  };
+  struct Entry {
+    std::shared_ptr<const Cached> cached;
     uint64_t bytes = 0;
     uint64_t last_use = 0;
   };

@@ -10,11 +10,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/container/inlined_vector.h"
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/coordinator/manifest_check.h"
+#include "daemon/coordinator/region_table.h"
 #include "proto/lib/align.h"
 #include "proto/lib/dtype.h"
 #include "proto/lib/geometry.h"
@@ -59,36 +58,6 @@ struct Spelling {
   int64_t elements = 0;
   int64_t bytes = 0;
   uint32_t region = 0;  // the spelling that heads its distinct region
-};
-
-// A spelling's identity: the tensor and the region's fields as sent,
-// copied (inline up to rank 4): comparing against the first holder's own
-// message would miss the cache on every replica.
-struct SpellingKey {
-  int tensor = 0;
-  v1::Region::KindCase kind = v1::Region::KIND_NOT_SET;
-  absl::InlinedVector<int64_t, 8> fields;  // box offsets then lengths, or flat begin and end
-
-  SpellingKey(int t, const v1::Region& region) : tensor(t), kind(region.kind_case()) {
-    if (region.has_box()) {
-      fields.assign(region.box().offsets().begin(), region.box().offsets().end());
-      fields.insert(fields.end(), region.box().lengths().begin(), region.box().lengths().end());
-      // A box with mismatched counts is refused by validation; the split
-      // point keeps two such boxes apart until then.
-      fields.push_back(region.box().offsets_size());
-    } else if (region.has_flat()) {
-      fields = {region.flat().begin(), region.flat().end()};
-    }
-  }
-
-  template <typename H>
-  friend H AbslHashValue(H h, const SpellingKey& k) {
-    return H::combine(std::move(h), k.tensor, static_cast<int>(k.kind),
-                      absl::MakeConstSpan(k.fields));
-  }
-  friend bool operator==(const SpellingKey& a, const SpellingKey& b) {
-    return a.tensor == b.tensor && a.kind == b.kind && a.fields == b.fields;
-  }
 };
 
 // Every shard of the plan: its spelling, in plan order (host, rank, index).
@@ -209,7 +178,7 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
                                      const RequestLimits& limits) {
   Shards out;
   absl::flat_hash_map<absl::string_view, int> tensor_by_fqn;
-  absl::flat_hash_map<SpellingKey, uint32_t> spelling_by_key;
+  RegionTable regions;  // spelling ids are its ids
   // Ranks list their tensors in the same order: the tensor of the previous
   // rank's i-th shard is the likely one, found with one comparison.
   std::vector<int> tensor_hint;
@@ -268,19 +237,15 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
                                       " but rank ", info.first_rank, " has dtype ",
                                       DTypeName(info.dtype), " shape ", ShapeString(info.shape)));
         }
-        // The key copies the box: its size is checked first.
+        // The table reads the box: its size is checked first.
         const v1::Box& box = shard.region().box();
         if (box.offsets_size() > limits.max_dims || box.lengths_size() > limits.max_dims) {
           return WithContext(ValidateShardRequest(shard, limits).status(), who());
         }
-        auto [it, fresh] = spelling_by_key.try_emplace(SpellingKey(t, shard.region()),
-                                                       static_cast<uint32_t>(out.spellings.size()));
+        const auto [id, fresh] = regions.Intern(t, shard.region());
         if (fresh) {
           absl::StatusOr<ShardGeometry> g = ValidateShardRequestGeometry(shard, limits);
-          if (!g.ok()) {
-            spelling_by_key.erase(it);
-            return WithContext(g.status(), who());
-          }
+          if (!g.ok()) return WithContext(g.status(), who());
           Spelling& spelling = out.spellings.emplace_back();
           spelling.tensor = t;
           spelling.shard = &shard;
@@ -288,11 +253,10 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
           spelling.span = *geo::RegionSpan(g->shape, g->region);
           spelling.elements = g->elements;
           spelling.bytes = g->bytes;
-        } else if (absl::Status s = ValidateDeviceBuffer(shard, out.spellings[it->second].bytes);
-                   !s.ok()) {
+        } else if (absl::Status s = ValidateDeviceBuffer(shard, out.spellings[id].bytes); !s.ok()) {
           return WithContext(s, who());
         }
-        out.spelling_of_shard.push_back(it->second);
+        out.spelling_of_shard.push_back(id);
       }
     }
   }
@@ -322,10 +286,23 @@ absl::Status GroupRegions(Shards& shards, bool partial, const RequestLimits& lim
     TensorInfo& info = shards.tensors[t];
     const auto begin = by_tensor.begin() + first[t];
     const auto end = by_tensor.begin() + first[t + 1];
-    std::sort(begin, end, [&](uint32_t a, uint32_t b) {
-      return std::tie(spellings[a].span, spellings[a].elements, a) <
-             std::tie(spellings[b].span, spellings[b].elements, b);
-    });
+    {
+      // Sorted on plain keys: a tensor's spellings lie far apart.
+      struct Key {
+        std::pair<int64_t, int64_t> span;
+        int64_t elements;
+        uint32_t spelling;
+      };
+      std::vector<Key> keys;
+      keys.reserve(end - begin);
+      for (auto it = begin; it != end; ++it) {
+        keys.push_back({spellings[*it].span, spellings[*it].elements, *it});
+      }
+      std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
+        return std::tie(a.span, a.elements, a.spelling) < std::tie(b.span, b.elements, b.spelling);
+      });
+      for (size_t k = 0; k < keys.size(); ++k) begin[k] = keys[k].spelling;
+    }
     const auto region_string = [&](uint32_t k) {
       return RegionFromProto(spellings[k].shard->region()).DebugString();
     };
@@ -378,13 +355,13 @@ absl::Status GroupRegions(Shards& shards, bool partial, const RequestLimits& lim
 // its first holder, objects where they are listed (a global object once,
 // whoever lists it). Plan order makes the assignment deterministic. A rank
 // that lists one region twice (in any spelling) is refused.
-absl::StatusOr<Items> CollectItems(absl::Span<const v1::NodeSavePlan> nodes, const Shards& shards,
+absl::StatusOr<Items> CollectItems(absl::Span<const v1::NodeSavePlan> nodes, Shards& shards,
                                    const RequestLimits& limits) {
   Items out;
   std::vector<UniqueItem>& items = out.items;
-  // (item, holder) in plan order, sorted into ranges below.
-  std::vector<std::pair<uint32_t, Holder>> held;
-  held.reserve(shards.spelling_of_shard.size());
+  // Each shard's item, written over its spelling (read just before).
+  std::vector<uint32_t>& item_of_shard = shards.spelling_of_shard;
+  std::vector<std::pair<uint32_t, Holder>> object_holders;
   std::vector<int32_t> item_of_region(shards.spellings.size(), -1);  // by head spelling
   std::vector<int32_t> last_rank(shards.spellings.size(), -1);       // by head spelling
   absl::flat_hash_map<absl::string_view, uint32_t> global_objects;
@@ -392,7 +369,7 @@ absl::StatusOr<Items> CollectItems(absl::Span<const v1::NodeSavePlan> nodes, con
   for (int h = 0; h < static_cast<int>(nodes.size()); ++h) {
     for (const v1::RankSavePlan& rank : nodes[h].ranks()) {
       for (int i = 0; i < rank.shards_size(); ++i, ++next_shard) {
-        const Spelling& spelling = shards.spellings[shards.spelling_of_shard[next_shard]];
+        const Spelling& spelling = shards.spellings[item_of_shard[next_shard]];
         const uint32_t region = spelling.region;
         if (last_rank[region] == rank.rank()) {
           return Invalid(
@@ -408,7 +385,7 @@ absl::StatusOr<Items> CollectItems(absl::Span<const v1::NodeSavePlan> nodes, con
           item.shard = head.shard;
           item.bytes = head.bytes;
         }
-        held.emplace_back(item_of_region[region], Holder{h, rank.rank(), static_cast<uint32_t>(i)});
+        item_of_shard[next_shard] = item_of_region[region];
       }
       absl::flat_hash_set<absl::string_view> own_objects;
       for (int i = 0; i < rank.objects_size(); ++i) {
@@ -434,7 +411,7 @@ absl::StatusOr<Items> CollectItems(absl::Span<const v1::NodeSavePlan> nodes, con
             const v1::ObjectDesc& first = *items[index].object;
             if (first.length() != object.length()) {
               int holder_rank = -1;  // the first to list it
-              for (const auto& [item, other] : held) {
+              for (const auto& [item, other] : object_holders) {
                 if (item == index) {
                   holder_rank = other.rank;
                   break;
@@ -453,17 +430,32 @@ absl::StatusOr<Items> CollectItems(absl::Span<const v1::NodeSavePlan> nodes, con
           item.bytes = static_cast<int64_t>(object.length());
           item.object_rank = object.global() ? -1 : rank.rank();
         }
-        held.emplace_back(index, holder);
+        object_holders.emplace_back(index, holder);
       }
     }
   }
-  // Holders by item, each item's in plan order.
+  // Holders by item, each item's in plan order: a second walk over the
+  // plans rather than a list of (item, holder) the size of the plan.
   out.first_holder.assign(items.size() + 1, 0);
-  for (const auto& [item, holder] : held) ++out.first_holder[item + 1];
+  for (uint32_t item : item_of_shard) ++out.first_holder[item + 1];
+  for (const auto& [item, holder] : object_holders) ++out.first_holder[item + 1];
   std::partial_sum(out.first_holder.begin(), out.first_holder.end(), out.first_holder.begin());
-  out.holders.resize(held.size());
+  out.holders.resize(out.first_holder.back());
   std::vector<uint32_t> next(out.first_holder.begin(), out.first_holder.end() - 1);
-  for (const auto& [item, holder] : held) out.holders[next[item]++] = holder;
+  next_shard = 0;
+  size_t next_object = 0;
+  for (int h = 0; h < static_cast<int>(nodes.size()); ++h) {
+    for (const v1::RankSavePlan& rank : nodes[h].ranks()) {
+      for (int i = 0; i < rank.shards_size(); ++i, ++next_shard) {
+        out.holders[next[item_of_shard[next_shard]]++] =
+            Holder{h, rank.rank(), static_cast<uint32_t>(i)};
+      }
+      for (int i = 0; i < rank.objects_size(); ++i, ++next_object) {
+        const auto& [item, holder] = object_holders[next_object];
+        out.holders[next[item]++] = holder;
+      }
+    }
+  }
   // Names ordered once, so sorting items compares integers.
   std::vector<absl::string_view> names;
   for (const TensorInfo& t : shards.tensors) names.push_back(t.fqn);
@@ -505,11 +497,23 @@ std::vector<uint32_t> AssignWriters(absl::Span<const v1::NodeSavePlan> nodes, It
       if (holder.host != holders.front().host) one_host[i] = 0;
     }
   }
-  // Ties in plan order: the index is the last key.
-  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    return std::tie(one_host[b], items[b].bytes, items[a].name_order, a) <
-           std::tie(one_host[a], items[a].bytes, items[b].name_order, b);
+  // Ties in plan order: the index is the last key. Sorted on plain keys
+  // next to each other, not through the items (a million at cluster scale).
+  struct Key {
+    char one_host;
+    int64_t bytes;
+    uint32_t name_order;
+    uint32_t item;
+  };
+  std::vector<Key> keys(items.size());
+  for (uint32_t i = 0; i < items.size(); ++i) {
+    keys[i] = {one_host[i], items[i].bytes, items[i].name_order, i};
+  }
+  std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
+    return std::tie(b.one_host, b.bytes, a.name_order, a.item) <
+           std::tie(a.one_host, a.bytes, b.name_order, b.item);
   });
+  for (uint32_t k = 0; k < keys.size(); ++k) order[k] = keys[k].item;
   std::vector<uint64_t> host_load(nodes.size(), 0);
   std::vector<uint64_t> rank_load(nodes.front().world_size(), 0);
   std::vector<std::vector<uint64_t>> writer_load(nodes.size());  // aligned bytes = next offset

@@ -125,6 +125,16 @@ TEST_CASE("the key covers every field of a node's plan but step and metadata", "
         std::vector<std::string>{"host", "job", "step", "world_size", "writer_threads", "partial",
                                  "ranks", "user_metadata"});
   CHECK(names(v1::HostIdentity::descriptor()) == std::vector<std::string>{"host", "address"});
+  CHECK(names(v1::RankSavePlan::descriptor()) ==
+        std::vector<std::string>{"rank", "shards", "objects"});
+  CHECK(names(v1::TensorShard::descriptor()) ==
+        std::vector<std::string>{"fqn", "dtype", "global_shape", "region", "device_buffer"});
+  CHECK(names(v1::Region::descriptor()) == std::vector<std::string>{"box", "flat"});
+  CHECK(names(v1::Box::descriptor()) == std::vector<std::string>{"offsets", "lengths"});
+  CHECK(names(v1::FlatRange::descriptor()) == std::vector<std::string>{"begin", "end"});
+  CHECK(names(v1::DeviceBuffer::descriptor()) ==
+        std::vector<std::string>{"ipc_handle", "offset", "allocation_bytes", "device"});
+  CHECK(names(v1::ObjectDesc::descriptor()) == std::vector<std::string>{"key", "global", "length"});
 }
 
 TEST_CASE("the cache keeps within its bytes, dropping the least recently used job",

@@ -1,0 +1,75 @@
+// Regions of tensors as they were written down in requests (a box, a flat
+// range, or the whole tensor), each distinct one given a dense id.
+// Planners at cluster scale see the same region from many ranks
+// (data-parallel replicas on save, the ranks of a group on load): interned
+// here, its geometry is worked out once, and each further copy costs one
+// hash lookup that reads the request's own fields in place.
+//
+// The table keeps one copy of each distinct region's fields in one array
+// and indexes them by id (4 bytes a slot): at 8192 ranks a table of
+// copies was hundreds of megabytes that the kernel had to zero first.
+// Callers check a box's dimension count against --max_dims before
+// interning it.
+//
+// Thread-safety: none; one planner's.
+#ifndef CKPT_DAEMON_COORDINATOR_REGION_TABLE_H_
+#define CKPT_DAEMON_COORDINATOR_REGION_TABLE_H_
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/types/span.h"
+#include "ckpt/v1/common.pb.h"
+
+namespace ckpt::coordinator {
+
+class RegionTable {
+ public:
+  RegionTable() : ids_(0, Hash{this}, Eq{this}) {}
+  RegionTable(const RegionTable&) = delete;
+  RegionTable& operator=(const RegionTable&) = delete;
+
+  // The id of `region` of tensor `tensor` (the caller's numbering), and
+  // whether it was new. Ids are dense, in order of first appearance.
+  std::pair<uint32_t, bool> Intern(int tensor, const v1::Region& region);
+  size_t size() const { return tensor_.size(); }
+
+ private:
+  // A region's identity: its tensor, its kind and its fields (box offsets
+  // and lengths; a flat range's begin and end).
+  struct View {
+    int tensor = 0;
+    int kind = 0;
+    absl::Span<const int64_t> first;
+    absl::Span<const int64_t> second;
+  };
+  View ViewOf(uint32_t id) const;
+
+  struct Hash {
+    using is_transparent = void;
+    const RegionTable* table;
+    size_t operator()(const View& v) const;
+    size_t operator()(uint32_t id) const { return (*this)(table->ViewOf(id)); }
+  };
+  struct Eq {
+    using is_transparent = void;
+    const RegionTable* table;
+    static bool Same(const View& a, const View& b);
+    bool operator()(uint32_t a, uint32_t b) const { return a == b; }
+    bool operator()(uint32_t a, const View& b) const { return Same(table->ViewOf(a), b); }
+    bool operator()(const View& a, uint32_t b) const { return Same(a, table->ViewOf(b)); }
+  };
+
+  std::vector<int64_t> fields_;       // every region's, back to back
+  std::vector<uint64_t> start_{0};    // id -> its fields; size() + 1 entries
+  std::vector<uint32_t> first_size_;  // id -> how many of its fields are `first`
+  std::vector<int> tensor_;
+  std::vector<int> kind_;
+  absl::flat_hash_set<uint32_t, Hash, Eq> ids_;
+};
+
+}  // namespace ckpt::coordinator
+
+#endif  // CKPT_DAEMON_COORDINATOR_REGION_TABLE_H_
