@@ -42,9 +42,7 @@ struct Run {
 };
 
 // The chunks to read, each once however many requests need it: by (file,
-// offset), the manifest's own strings, which outlive the planning. A stored
-// chunk's read is remembered by its address, so a run finds it without
-// hashing the file name.
+// offset), the manifest's own strings, which outlive the planning.
 struct Reads {
   struct Chunk {
     const v1::StoredChunk* chunk = nullptr;
@@ -52,17 +50,13 @@ struct Reads {
   };
   std::vector<Chunk> chunks;
   absl::flat_hash_map<std::pair<absl::string_view, uint64_t>, uint32_t> by_place;
-  absl::flat_hash_map<const v1::StoredChunk*, uint32_t> by_address;
   std::vector<Run> runs;
 
   uint32_t ReadOf(const v1::StoredChunk& chunk, const std::string& fqn) {
-    auto [known, fresh] = by_address.try_emplace(&chunk, 0);
-    if (!fresh) return known->second;
     auto [placed, first] = by_place.try_emplace(
         std::pair<absl::string_view, uint64_t>{chunk.file(), chunk.file_offset()},
         static_cast<uint32_t>(chunks.size()));
     if (first) chunks.push_back({&chunk, &fqn});
-    known->second = placed->second;
     return placed->second;
   }
 };

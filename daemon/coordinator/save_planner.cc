@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -80,8 +81,6 @@ struct UniqueItem {
   Holder writer;
   int writer_thread = 0;
   uint64_t file_offset = 0;
-
-  const std::string& name() const { return is_object ? object->key() : shard->fqn(); }
 };
 
 // The items and their holders, each item's a contiguous range.
@@ -205,13 +204,16 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
       }
       for (int i = 0; i < rank.shards_size(); ++i) {
         const v1::TensorShard& shard = rank.shards(i);
+        // Set when this shard was validated as its tensor's first.
+        std::optional<absl::StatusOr<ShardGeometry>> checked;
         int t = tensor_hint[i];
         if (t < 0 || out.tensors[t].fqn != shard.fqn()) {
           auto found = tensor_by_fqn.find(shard.fqn());
           if (found != tensor_by_fqn.end()) {
             t = found->second;
           } else {
-            absl::StatusOr<ShardGeometry> g = ValidateShardRequestGeometry(shard, limits);
+            checked = ValidateShardRequestGeometry(shard, limits);
+            const absl::StatusOr<ShardGeometry>& g = *checked;
             if (!g.ok()) return WithContext(g.status(), who());
             t = static_cast<int>(out.tensors.size());
             tensor_by_fqn.emplace(shard.fqn(), t);
@@ -244,7 +246,8 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
         }
         const auto [id, fresh] = regions.Intern(t, shard.region());
         if (fresh) {
-          absl::StatusOr<ShardGeometry> g = ValidateShardRequestGeometry(shard, limits);
+          if (!checked) checked = ValidateShardRequestGeometry(shard, limits);
+          const absl::StatusOr<ShardGeometry>& g = *checked;
           if (!g.ok()) return WithContext(g.status(), who());
           Spelling& spelling = out.spellings.emplace_back();
           spelling.tensor = t;
@@ -488,31 +491,27 @@ absl::StatusOr<Items> CollectItems(absl::Span<const v1::NodeSavePlan> nodes, Sha
 std::vector<uint32_t> AssignWriters(absl::Span<const v1::NodeSavePlan> nodes, Items& all,
                                     uint64_t alignment) {
   std::vector<UniqueItem>& items = all.items;
-  std::vector<uint32_t> order(items.size());
-  std::vector<char> one_host(items.size(), 1);
-  for (uint32_t i = 0; i < order.size(); ++i) {
-    order[i] = i;
-    const absl::Span<const Holder> holders = all.HoldersOf(i);
-    for (const Holder& holder : holders) {
-      if (holder.host != holders.front().host) one_host[i] = 0;
-    }
-  }
   // Ties in plan order: the index is the last key. Sorted on plain keys
   // next to each other, not through the items (a million at cluster scale).
   struct Key {
-    char one_host;
+    bool one_host;
     int64_t bytes;
     uint32_t name_order;
     uint32_t item;
   };
   std::vector<Key> keys(items.size());
   for (uint32_t i = 0; i < items.size(); ++i) {
-    keys[i] = {one_host[i], items[i].bytes, items[i].name_order, i};
+    const absl::Span<const Holder> holders = all.HoldersOf(i);
+    const bool one_host = std::all_of(holders.begin(), holders.end(), [&](const Holder& holder) {
+      return holder.host == holders.front().host;
+    });
+    keys[i] = {one_host, items[i].bytes, items[i].name_order, i};
   }
   std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
     return std::tie(b.one_host, b.bytes, a.name_order, a.item) <
            std::tie(a.one_host, a.bytes, b.name_order, b.item);
   });
+  std::vector<uint32_t> order(keys.size());
   for (uint32_t k = 0; k < keys.size(); ++k) order[k] = keys[k].item;
   std::vector<uint64_t> host_load(nodes.size(), 0);
   std::vector<uint64_t> rank_load(nodes.front().world_size(), 0);
