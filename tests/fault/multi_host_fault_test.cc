@@ -133,7 +133,10 @@ TEST_CASE("A rank that never asks to save fails every rank, naming it", "[multi_
 TEST_CASE("ckptctl cancel at the coordinator fails a save on every host that joined it",
           "[multi_host_fault]") {
   TestCluster cluster;
-  REQUIRE(cluster.Start(3, {"--plan_timeout_s=4"}).ok());
+  // h2 gives up on its rank 7 at the plan timeout: long enough that the
+  // cancel comes first even when the ranks are slow to start (at 4 s, on a
+  // loaded 2-core machine, h2's abort once reached h0 before the cancel).
+  REQUIRE(cluster.Start(3, {"--plan_timeout_s=10"}).ok());
   RequireAllOk(cluster.RunRanks("job", "save", kHosts, 1));
 
   // Rank 7 never saves, so the save stays in flight until cancelled.
