@@ -27,10 +27,12 @@ PeerToken NewToken() {
   return token;
 }
 
-void SendAck(int fd, uint64_t received, absl::StatusCode code, const std::string& peer) {
+void SendAck(int fd, uint64_t received, absl::StatusCode code, const std::string& peer,
+             uint32_t flags = 0) {
   char ack[kAckBytes] = {};
   PutU64(ack, received);
   PutU32(ack + 8, static_cast<uint32_t>(code));
+  PutU32(ack + 12, flags);
   iovec iov{ack, sizeof ack};
   (void)WriteFull(fd, &iov, 1, peer);  // best effort: the sender may be gone
 }
@@ -118,14 +120,51 @@ PeerReceiver::~PeerReceiver() {
 }
 
 ExpectedTransfer PeerReceiver::Expect(std::string what, char* base, uint64_t bytes) {
-  std::shared_ptr<PeerTransfer> transfer(
-      new PeerTransfer(std::move(what), base, bytes, NewToken()));
+  return Expect(std::move(what), base, bytes, NewToken());
+}
+
+ExpectedTransfer PeerReceiver::Expect(std::string what, char* base, uint64_t bytes,
+                                      const PeerToken& token) {
+  std::shared_ptr<PeerTransfer> transfer(new PeerTransfer(std::move(what), base, bytes, token));
   absl::MutexLock lock(&mu_);
   for (auto it = expected_.begin(); it != expected_.end();) {
     it = it->second.expired() ? expected_.erase(it) : std::next(it);
   }
   expected_[std::string(transfer->token().id())] = transfer;
   return ExpectedTransfer(std::move(transfer));
+}
+
+std::shared_ptr<void> PeerReceiver::OpenPrefix(std::string prefix) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++open_prefixes_[prefix];
+  }
+  return std::shared_ptr<void>(nullptr, [this, prefix = std::move(prefix)](void*) {
+    absl::MutexLock lock(&mu_);
+    auto it = open_prefixes_.find(prefix);
+    if (it != open_prefixes_.end() && --it->second == 0) open_prefixes_.erase(it);
+  });
+}
+
+std::shared_ptr<PeerTransfer> PeerReceiver::AwaitExpected(const PeerToken& token) {
+  {
+    const std::string id(token.id());
+    const std::string prefix = id.substr(0, kTokenPrefixBytes);
+    absl::MutexLock lock(&mu_);
+    // Hosts get their parts of a load at about the same time, not at once:
+    // a sender may come before this host opened the load's prefix. It gets
+    // as long as a hello may take (a stranger can hold a connection that
+    // long anyway); only a load this host takes part in keeps it longer.
+    auto opened = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return stopping_.load() || expected_.count(id) > 0 || open_prefixes_.count(prefix) > 0;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&opened), options_.hello_timeout);
+    auto ready = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return stopping_.load() || expected_.count(id) > 0 || open_prefixes_.count(prefix) == 0;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&ready), options_.claim_timeout);
+  }
+  return TakeExpected(token);
 }
 
 std::shared_ptr<PeerTransfer> PeerReceiver::TakeExpected(const PeerToken& token) {
@@ -209,13 +248,14 @@ void PeerReceiver::Serve(int fd) {
   }
   PeerToken token;
   std::memcpy(token.bytes.data(), hello + 16, kTokenBytes);
-  std::shared_ptr<PeerTransfer> transfer = TakeExpected(token);
+  std::shared_ptr<PeerTransfer> transfer = AwaitExpected(token);
   if (transfer == nullptr || !transfer->Claim(fd)) {
     Refuse();
     SendAck(fd, 0, absl::StatusCode::kPermissionDenied, peer);
     ::shutdown(fd, SHUT_RDWR);
     return;
   }
+  SendAck(fd, 0, absl::StatusCode::kOk, peer, kReady);
   SetTimeouts(fd, options_.idle_timeout, options_.idle_timeout);
   const std::string from = absl::StrCat(transfer->what_, " from ", peer);
   absl::Status status;

@@ -40,6 +40,7 @@ struct PeerReceiverOptions {
   absl::Duration hello_timeout = absl::Seconds(5);
   absl::Duration idle_timeout = absl::Seconds(10);
   int max_connections = 64;
+  absl::Duration claim_timeout = absl::Seconds(120);  // see OpenPrefix
 };
 
 struct PeerReceiverStats {
@@ -124,6 +125,16 @@ class PeerReceiver {
   // A transfer of exactly `bytes` into [base, base + bytes), from whoever
   // presents the returned transfer's token. `what` names it in errors.
   ExpectedTransfer Expect(std::string what, char* base, uint64_t bytes);
+  // The same with a token the caller chose (a load spread over hosts
+  // derives its transfers' tokens from what the coordinator sent every
+  // host). Its id must be unique among the transfers expected.
+  ExpectedTransfer Expect(std::string what, char* base, uint64_t bytes, const PeerToken& token);
+  // While the returned handle lives, a sender whose token begins with
+  // `prefix` (kTokenPrefixBytes) but is not expected yet waits up to
+  // claim_timeout for it, instead of being refused: the senders of a load
+  // may be ahead of this host's readers. A token of no open prefix waits
+  // up to hello_timeout for its prefix to open, then is refused.
+  std::shared_ptr<void> OpenPrefix(std::string prefix);
   PeerReceiverStats Stats() const;
 
  private:
@@ -139,6 +150,8 @@ class PeerReceiver {
   // The transfer a hello names, removed from the expected ones; null (and
   // counted) when none matches.
   std::shared_ptr<PeerTransfer> TakeExpected(const PeerToken& token);
+  // The same, waiting up to claim_timeout while the token's prefix is open.
+  std::shared_ptr<PeerTransfer> AwaitExpected(const PeerToken& token);
   void Refuse() { connections_refused_.fetch_add(1, std::memory_order_relaxed); }
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -155,6 +168,7 @@ class PeerReceiver {
   // By the token's id; weak: a transfer its owner dropped is not kept alive.
   std::map<std::string, std::weak_ptr<PeerTransfer>> expected_ ABSL_GUARDED_BY(mu_);
   std::list<std::unique_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> open_prefixes_ ABSL_GUARDED_BY(mu_);  // handles alive per prefix
 };
 
 }  // namespace ckpt::peer

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "daemon/peer/peer_socket.h"
 #include "proto/lib/status_context.h"
 
@@ -31,6 +32,7 @@ absl::Status PeerSend(const std::string& address, const PeerToken& token,
   if (!fd.ok()) return fd.status();
   SetTimeouts(*fd, options.idle_timeout, options.idle_timeout);
   const std::string peer = absl::StrCat("peer ", address);
+  absl::StatusCode refused = absl::StatusCode::kOk;  // the receiver's answer to the hello
   auto send = [&]() -> absl::Status {
     char hello[kHelloBytes] = {};
     std::memcpy(hello, kMagic, sizeof kMagic);
@@ -38,6 +40,20 @@ absl::Status PeerSend(const std::string& address, const PeerToken& token,
     std::memcpy(hello + 16, token.bytes.data(), kTokenBytes);
     iovec hello_iov{hello, sizeof hello};
     if (absl::Status s = WriteFull(*fd, &hello_iov, 1, peer); !s.ok()) return s;
+    // Nothing more until the receiver took the transfer (or refused it).
+    SetTimeouts(*fd, options.claim_timeout, options.idle_timeout);
+    char ready[kAckBytes];
+    if (absl::Status s =
+            ReadFull(*fd, ready, sizeof ready, peer, absl::Now() + options.claim_timeout);
+        !s.ok()) {
+      return WithContext(s, "waiting for the receiver to take the transfer");
+    }
+    SetTimeouts(*fd, options.idle_timeout, options.idle_timeout);
+    if (const auto code = static_cast<absl::StatusCode>(GetU32(ready + 8));
+        code != absl::StatusCode::kOk || GetU32(ready + 12) != kReady) {
+      refused = code == absl::StatusCode::kOk ? absl::StatusCode::kInternal : code;
+      return absl::OkStatus();
+    }
     uint64_t sent = 0;
     // Every block in frames of at most max_frame_bytes; the last frame of
     // the last block carries the end (an empty one when there are none).
@@ -69,6 +85,12 @@ absl::Status PeerSend(const std::string& address, const PeerToken& token,
     return absl::OkStatus();
   };
   absl::Status status = send();
+  if (refused != absl::StatusCode::kOk) {
+    ::close(*fd);
+    return absl::Status(
+        refused, absl::StrCat(peer, " refused the transfer (", absl::StatusCodeToString(refused),
+                              "; its log says why)"));
+  }
   // The acknowledgement, also after a failed send: the receiver may have
   // said why it stopped reading.
   char ack[kAckBytes];

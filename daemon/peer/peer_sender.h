@@ -24,6 +24,9 @@ struct PeerSendOptions {
   uint32_t max_frame_bytes = 64u << 20;  // larger blocks go in several frames
   absl::Duration connect_timeout = absl::Seconds(5);
   absl::Duration idle_timeout = absl::Seconds(10);  // the receiver took nothing for this long
+  // How long the receiver may take to expect the transfer (its load's
+  // readers may be behind this host's).
+  absl::Duration claim_timeout = absl::Seconds(120);
 };
 
 // Sends `blocks` (in any order; none may overlap) as the transfer `token` names to the receiver at

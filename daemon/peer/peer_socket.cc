@@ -157,7 +157,11 @@ absl::Status ReadFull(int fd, char* p, uint64_t n, const std::string& peer, absl
       n -= static_cast<uint64_t>(k);
       continue;
     }
-    if (k == 0) return absl::UnavailableError(absl::StrCat(peer, " closed the connection"));
+    // A reset is a close too: a peer that closes with our bytes unread in
+    // its buffer (an Ack it never read) resets instead of closing.
+    if (k == 0 || (k < 0 && errno == ECONNRESET)) {
+      return absl::UnavailableError(absl::StrCat(peer, " closed the connection"));
+    }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       return absl::DeadlineExceededError(absl::StrCat(peer, " sent nothing within the timeout"));

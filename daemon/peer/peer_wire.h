@@ -6,6 +6,10 @@
 // accepts a connection only with a token the receiver is expecting.
 //
 //   sender -> receiver  Hello: "CKPTPEER", u32 version, u32 0, token (32 bytes)
+//   receiver -> sender  Ready (an Ack with flag kReady): the token is expected
+//                       and the transfer is the sender's; or a refusal (an
+//                       Ack with an error code). A token the receiver will
+//                       expect soon (its load's id is open) is waited for.
 //   sender -> receiver  Frame header: u64 offset, u32 length, u32 flags; then
 //                       `length` bytes for [offset, offset + length) of the
 //                       transfer. Flag kLastFrame ends the transfer.
@@ -26,12 +30,15 @@
 namespace ckpt::peer {
 
 inline constexpr char kMagic[8] = {'C', 'K', 'P', 'T', 'P', 'E', 'E', 'R'};
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;  // 2: the receiver says Ready
 inline constexpr size_t kTokenBytes = 32;
 inline constexpr size_t kHelloBytes = 8 + 4 + 4 + kTokenBytes;
 inline constexpr size_t kFrameHeaderBytes = 16;
 inline constexpr size_t kAckBytes = 16;
 inline constexpr uint32_t kLastFrame = 1;
+inline constexpr uint32_t kReady = 1;  // in an Ack's last word
+// A token's id begins with the id of the load it belongs to (its prefix).
+inline constexpr size_t kTokenPrefixBytes = 8;
 
 // A transfer's credential: the first half names it, the second proves the
 // sender was given it (compared in constant time).

@@ -285,9 +285,12 @@ TEST_CASE("A dropped transfer is cancelled: its connection stops before the memo
   transfer.reset();  // returns only once the connection left the memory alone
   CHECK(absl::Now() - start < absl::Seconds(5));
   dst.reset();
-  // The connection was cut: the sender sees it closed, not an OK.
+  // The connection was cut: past the Ready it got with its hello, the
+  // sender sees it closed, not an OK.
   char ack[kAckBytes];
   SetTimeouts(raw.fd, absl::Seconds(10), absl::Seconds(10));
+  REQUIRE(ReadFull(raw.fd, ack, sizeof ack, "the receiver").ok());
+  CHECK(GetU32(ack + 12) == kReady);
   const absl::Status answer = ReadFull(raw.fd, ack, sizeof ack, "the receiver");
   CHECK(answer.code() == absl::StatusCode::kUnavailable);
   // Counted by the connection's thread as it lets go, which may be just
@@ -346,6 +349,67 @@ TEST_CASE("More connections than allowed are refused, not queued", "[peer]") {
   SetTimeouts(c.fd, absl::Seconds(5), absl::Seconds(5));
   CHECK(::recv(c.fd, &byte, 1, 0) == 0);
   CHECK(receiver->Stats().connections_refused >= 1);
+}
+
+// A token whose id begins with `prefix`, as a spread load's are.
+PeerToken TokenWithPrefix(const std::string& prefix, char tail) {
+  PeerToken token;
+  std::memset(token.bytes.data(), tail, token.bytes.size());
+  std::memcpy(token.bytes.data(), prefix.data(), kTokenPrefixBytes);
+  return token;
+}
+
+TEST_CASE("A sender ahead of its receiver waits while its load's prefix is open", "[peer]") {
+  auto receiver = StartReceiver({.hello_timeout = absl::Seconds(5)});
+  const std::string prefix = "load0001";
+  std::shared_ptr<void> open = receiver->OpenPrefix(prefix);
+  const PeerToken token = TokenWithPrefix(prefix, 'k');
+  std::vector<char> src = RandomBytes(1 << 20, 11), dst(src.size(), 0);
+  const PeerBlockRef block{0, src.data(), src.size()};
+  // The send starts before the transfer is expected (or, scheduled late,
+  // after): either way it lands.
+  absl::Status sent;
+  std::thread sender([&] { sent = PeerSend(AddressOf(*receiver), token, {&block, 1}); });
+  auto transfer = receiver->Expect("load N", dst.data(), dst.size(), token);
+  REQUIRE(transfer->Wait(absl::Now() + absl::Seconds(10)).ok());
+  sender.join();
+  CHECK(sent.ok());
+  CHECK(dst == src);
+}
+
+TEST_CASE("A sender ahead of its receiver's load waits for the prefix to open", "[peer]") {
+  auto receiver = StartReceiver({.hello_timeout = absl::Seconds(5)});
+  const PeerToken token = TokenWithPrefix("load0004", 'k');
+  std::vector<char> src = RandomBytes(4096, 12), dst(src.size(), 0);
+  const PeerBlockRef block{0, src.data(), src.size()};
+  absl::Status sent;
+  std::thread sender([&] { sent = PeerSend(AddressOf(*receiver), token, {&block, 1}); });
+  // This host got its part of the load after the sender got its own.
+  std::shared_ptr<void> open = receiver->OpenPrefix("load0004");
+  auto transfer = receiver->Expect("load O", dst.data(), dst.size(), token);
+  REQUIRE(transfer->Wait(absl::Now() + absl::Seconds(10)).ok());
+  sender.join();
+  CHECK(sent.ok());
+  CHECK(dst == src);
+}
+
+TEST_CASE("A waiting sender is refused once its load closes the prefix", "[peer]") {
+  auto receiver = StartReceiver({.hello_timeout = absl::Milliseconds(500)});
+  std::shared_ptr<void> open = receiver->OpenPrefix("load0002");
+  std::vector<char> src(4096, 'x');
+  const PeerBlockRef block{0, src.data(), src.size()};
+  const absl::Time start = absl::Now();
+  absl::Status sent;
+  std::thread sender([&] {
+    sent = PeerSend(AddressOf(*receiver), TokenWithPrefix("load0002", 'q'), {&block, 1});
+  });
+  open.reset();  // the load ended (or failed): nothing more is expected
+  sender.join();
+  CHECK(sent.code() == absl::StatusCode::kPermissionDenied);
+  CHECK(absl::Now() - start < absl::Seconds(10));  // not the 120 s claim timeout
+  // Another load's prefix never opened: refused at the hello timeout.
+  CHECK(PeerSend(AddressOf(*receiver), TokenWithPrefix("load0003", 'q'), {&block, 1}).code() ==
+        absl::StatusCode::kPermissionDenied);
 }
 
 }  // namespace
