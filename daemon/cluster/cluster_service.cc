@@ -109,6 +109,7 @@ grpc::Status ClusterServiceImpl::ClusterStatus(grpc::ServerContext* context,
     response->set_plan_cache_hits(options_.coordinator->plan_cache_stats().hits);
     response->set_plan_barrier_skips(options_.coordinator->barrier_skips());
     response->set_saves_in_flight(static_cast<uint32_t>(options_.coordinator->saves_in_flight()));
+    response->set_loads_gathering(static_cast<uint32_t>(options_.coordinator->loads_gathering()));
   }
   return grpc::Status::OK;
 }

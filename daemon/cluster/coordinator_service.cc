@@ -66,6 +66,17 @@ grpc::Status CoordinatorServiceImpl::ReportPersisted(grpc::ServerContext* contex
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorServiceImpl::PlanLoad(grpc::ServerContext* context,
+                                              const v1::NodeLoadPlan* request,
+                                              v1::LoadAssignment* response) {
+  if (absl::Status s = Admit(*context, request->host()); !s.ok()) return Refuse(s);
+  absl::StatusOr<v1::LoadAssignment> assignment =
+      coordinator_.PlanSpanningLoad(*request, Gone(context));
+  if (!assignment.ok()) return Refuse(assignment.status());
+  *response = std::move(*assignment);
+  return grpc::Status::OK;
+}
+
 grpc::Status CoordinatorServiceImpl::AbortSave(grpc::ServerContext* context,
                                                const v1::AbortSaveRequest* request,
                                                v1::AbortSaveResponse*) {

@@ -30,6 +30,9 @@ class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
                                v1::CommitResult* response) override;
   grpc::Status AbortSave(grpc::ServerContext* context, const v1::AbortSaveRequest* request,
                          v1::AbortSaveResponse* response) override;
+  // Loads whose world spans hosts (coordinator.h PlanSpanningLoad).
+  grpc::Status PlanLoad(grpc::ServerContext* context, const v1::NodeLoadPlan* request,
+                        v1::LoadAssignment* response) override;
 
  private:
   // The admin token and a live registered host, or the refusal.

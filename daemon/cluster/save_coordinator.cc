@@ -60,14 +60,27 @@ absl::Status RemoteSaveCoordinator::Finish(const grpc::Status& status, const Cal
                       absl::StrCat("coordinator ", address_, " (", what, "): ", s.message()));
 }
 
-absl::StatusOr<v1::SaveAssignment> RemoteSaveCoordinator::PlanSave(const v1::NodeSavePlan& plan) {
+void RemoteSaveCoordinator::AwaitRegistered() const {
   // Polled: registration is the link's business, and rare.
   const absl::Time until = absl::Now() + registration_wait_;
   while (!registered_() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
+}
+
+absl::StatusOr<v1::SaveAssignment> RemoteSaveCoordinator::PlanSave(const v1::NodeSavePlan& plan) {
+  AwaitRegistered();
   Call call(*this, longest_call_);
   v1::SaveAssignment assignment;
   const grpc::Status status = stub_->PlanSave(&call.context, plan, &assignment);
   if (absl::Status s = Finish(status, call, "planning"); !s.ok()) return s;
+  return assignment;
+}
+
+absl::StatusOr<v1::LoadAssignment> RemoteSaveCoordinator::PlanLoad(const v1::NodeLoadPlan& plan) {
+  AwaitRegistered();
+  Call call(*this, longest_call_);
+  v1::LoadAssignment assignment;
+  const grpc::Status status = stub_->PlanLoad(&call.context, plan, &assignment);
+  if (absl::Status s = Finish(status, call, "planning the load"); !s.ok()) return s;
   return assignment;
 }
 

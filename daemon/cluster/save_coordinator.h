@@ -33,6 +33,9 @@ class SaveCoordinator {
   virtual absl::StatusOr<v1::CommitResult> ReportPersisted(const v1::NodePersistReport& report) = 0;
   // Best effort: the coordinator also learns of a lost host by itself.
   virtual void AbortSave(const v1::AbortSaveRequest& request) = 0;
+  // A load whose world spans hosts: blocks until every host of the job has
+  // sent its plan; this host's part (coordinator.h PlanSpanningLoad).
+  virtual absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::NodeLoadPlan& plan) = 0;
 };
 
 // The coordinator in this process.
@@ -49,6 +52,9 @@ class LocalSaveCoordinator final : public SaveCoordinator {
     return coordinator_.ReportPersisted(report, stopping_);
   }
   void AbortSave(const v1::AbortSaveRequest& request) override { coordinator_.AbortSave(request); }
+  absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::NodeLoadPlan& plan) override {
+    return coordinator_.PlanSpanningLoad(plan, stopping_);
+  }
 
  private:
   coordinator::Coordinator& coordinator_;
@@ -71,6 +77,7 @@ class RemoteSaveCoordinator final : public SaveCoordinator {
   absl::StatusOr<v1::SaveAssignment> PlanSave(const v1::NodeSavePlan& plan) override;
   absl::StatusOr<v1::CommitResult> ReportPersisted(const v1::NodePersistReport& report) override;
   void AbortSave(const v1::AbortSaveRequest& request) override;
+  absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::NodeLoadPlan& plan) override;
   // Cancels every call in flight; they fail with `reason`.
   void CancelAll(const std::string& reason);
   // The same, and every later call fails at once (shutdown).
@@ -80,6 +87,8 @@ class RemoteSaveCoordinator final : public SaveCoordinator {
   // A call's context, registered for CancelAll while it runs.
   class Call;
   absl::Status Finish(const grpc::Status& status, const Call& call, const char* what) const;
+  // A plan waits a while for this host to be registered (see above).
+  void AwaitRegistered() const;
 
   const std::unique_ptr<v1::CoordinatorService::Stub> stub_;
   const std::string address_;

@@ -667,6 +667,7 @@ void Coordinator::HostLost(const std::string& host, const std::string& reason) {
         partials.push_back(save->partial_dir);
       }
     }
+    FailLoadsOfLocked(host, absl::UnavailableError(absl::StrCat("host ", host, " ", reason)));
   }
   for (const std::string& partial : partials) {
     if (!partial.empty()) (void)backend_.RemoveAll(partial);

@@ -123,6 +123,17 @@ class Coordinator {
   // while the caller keeps it.
   absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::NodeLoadPlan& node,
                                               std::unique_ptr<storage::FileLock>* pin = nullptr);
+  // A load whose world spans hosts (node.world_size() above its ranks):
+  // waits, like a save, until every host of the job sent its plan, plans
+  // them once, and answers each host with its part: each needed chunk read
+  // by one host and forwarded to the others (load_spread.h), when every
+  // host has a peer data channel; else each host reads what it needs. Fails
+  // every host, naming the ranks, when some never come within the plan
+  // timeout, or naming the host when one is lost or gives up. The caller
+  // pins the step itself (its own storage root).
+  absl::StatusOr<v1::LoadAssignment> PlanSpanningLoad(const v1::NodeLoadPlan& node,
+                                                      const CallerGone& gone = {});
+  size_t loads_gathering() const;
 
   // Retention after each commit (retention_runner.h), and the grace period
   // of a `ckptctl gc` that names none. Call once, before serving.
@@ -132,6 +143,12 @@ class Coordinator {
  private:
   struct ActiveSave;
   using SaveRef = std::shared_ptr<ActiveSave>;
+  struct ActiveLoad;
+  // Plans a spanning load whose hosts all arrived; without mu_.
+  absl::Status PlanGatheredLoad(ActiveLoad& load);
+  // Fails the gathering spanning loads `host` takes part in.
+  void FailLoadsOfLocked(const std::string& host, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // A job's last layout over hosts, by host: what a host's plan must equal
   // (serialized, step and metadata cleared) to be answered at once.
@@ -182,6 +199,9 @@ class Coordinator {
   uint64_t layout_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t barrier_skips_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<std::string> lost_hosts_ ABSL_GUARDED_BY(mu_);
+  // Spanning loads gathering plans, by job and step asked for.
+  std::map<std::pair<std::string, int64_t>, std::shared_ptr<ActiveLoad>> loads_
+      ABSL_GUARDED_BY(mu_);
   // Commits run one at a time: LATEST and LATEST.next of a job are written
   // by one commit at a time (commit.h).
   absl::Mutex commit_mu_;

@@ -52,6 +52,25 @@ grpc::Status Send(v1::CoordinatorService::Stub& stub, const v1::NodeSavePlan& pl
   return stub.PlanSave(&context, plan, &answer);
 }
 
+v1::NodeLoadPlan LoadPlan(const std::string& host, int world, std::vector<int> ranks,
+                          const std::string& job = "evil") {
+  v1::NodeLoadPlan plan;
+  plan.mutable_host()->set_host(host);
+  plan.set_job(job);
+  plan.set_step(-1);
+  plan.set_world_size(world);
+  for (int r : ranks) plan.add_ranks()->set_rank(r);
+  return plan;
+}
+
+grpc::Status Send(v1::CoordinatorService::Stub& stub, const v1::NodeLoadPlan& plan,
+                  absl::Duration deadline = absl::Seconds(20)) {
+  grpc::ClientContext context;
+  Deadline(context, deadline);
+  v1::LoadAssignment answer;
+  return stub.PlanLoad(&context, plan, &answer);
+}
+
 #define CHECK_REFUSED(status, code, text)                 \
   do {                                                    \
     const grpc::Status s_ = (status);                     \
@@ -103,6 +122,46 @@ TEST_CASE("A hostile client cannot crash, wedge or bloat the coordinator", "[mul
     Deadline(abort_context);
     v1::AbortSaveResponse aborted;
     CHECK(stub->AbortSave(&abort_context, abort, &aborted).ok());
+  }
+
+  SECTION("load plans") {
+    CHECK_REFUSED(Send(*stub, LoadPlan("stranger", 2, {0})), grpc::StatusCode::FAILED_PRECONDITION,
+                  "host stranger is not registered");
+    CHECK_REFUSED(Send(*stub, LoadPlan("h0", 1 << 30, {0})), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                  "--max_world_size");
+    CHECK_REFUSED(Send(*stub, LoadPlan("h0", 0, {0})), grpc::StatusCode::INVALID_ARGUMENT,
+                  "world size 0");
+    CHECK_REFUSED(Send(*stub, LoadPlan("h0", 2, {0, 1, 1})), grpc::StatusCode::INVALID_ARGUMENT,
+                  "sent 3 ranks of a world of 2");
+    CHECK_REFUSED(Send(*stub, LoadPlan("h0", 2, {7})), grpc::StatusCode::INVALID_ARGUMENT,
+                  "rank 7 of a world of 2");
+    CHECK_REFUSED(Send(*stub, LoadPlan("h0", 2, {0}, std::string(300, 'j'))),
+                  grpc::StatusCode::INVALID_ARGUMENT, "job");
+    // A caller that goes away leaves nothing waiting: the two hosts' plans
+    // then meet, and both hear the job has no checkpoint.
+    CHECK(Send(*stub, LoadPlan("h0", 2, {0}), absl::Seconds(1)).error_code() ==
+          grpc::StatusCode::DEADLINE_EXCEEDED);
+    const absl::Time until = absl::Now() + absl::Seconds(10);
+    while (cluster.Status().loads_gathering() > 0 && absl::Now() < until) {
+    }
+    CHECK(cluster.Status().loads_gathering() == 0);
+    std::vector<grpc::Status> answers(2);
+    std::thread other([&] { answers[1] = Send(*stub, LoadPlan("h1", 2, {1})); });
+    answers[0] = Send(*stub, LoadPlan("h0", 2, {0}));
+    other.join();
+    for (const grpc::Status& s : answers) {
+      INFO(s.error_message());
+      CHECK(s.error_code() == grpc::StatusCode::NOT_FOUND);
+    }
+    // The same rank from two hosts fails both.
+    std::thread clash([&] { answers[1] = Send(*stub, LoadPlan("h1", 3, {1})); });
+    answers[0] = Send(*stub, LoadPlan("h0", 3, {0, 1}));
+    clash.join();
+    for (const grpc::Status& s : answers) {
+      INFO(s.error_message());
+      CHECK(s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED);
+      CHECK(s.error_code() != grpc::StatusCode::OK);
+    }
   }
 
   SECTION("a heartbeat listing 100000 saves gets a bounded answer") {

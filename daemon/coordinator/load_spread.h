@@ -1,0 +1,36 @@
+// A load spread over hosts, read once (DESIGN.md §5): the global load plan
+// (every rank of every host) is cut into each host's part. Every stored
+// chunk the job needs is read from storage by exactly one host, among those
+// that need it, the one with the fewest bytes to read so far (largest chunks
+// first); it forwards the chunk over the peer data channel to the other
+// hosts that need it. Chunks come in global groups, in one order on every
+// host, each at most group_bytes on any one host: hosts that fill their
+// pool rooms in that order cannot wait on each other in a cycle.
+//
+// Thread-safety: pure functions.
+#ifndef CKPT_DAEMON_COORDINATOR_LOAD_SPREAD_H_
+#define CKPT_DAEMON_COORDINATOR_LOAD_SPREAD_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "ckpt/v1/coordinator.pb.h"
+
+namespace ckpt::coordinator {
+
+struct LoadSpread {
+  std::map<std::string, v1::LoadAssignment> parts;  // by host
+  uint64_t unique_bytes = 0;                        // of the chunks read, each once
+};
+
+// `rank_hosts`: the host of every rank in `global`. `addresses`: each
+// host's peer data channel; `secret` is LoadPeers.secret.
+LoadSpread SpreadLoad(const v1::LoadAssignment& global,
+                      const std::map<int, std::string>& rank_hosts,
+                      const std::map<std::string, std::string>& addresses, uint64_t group_bytes,
+                      uint64_t load_id, const std::string& secret);
+
+}  // namespace ckpt::coordinator
+
+#endif  // CKPT_DAEMON_COORDINATOR_LOAD_SPREAD_H_

@@ -1,0 +1,226 @@
+// Coordinator: loads whose world spans hosts (coordinator.h
+// PlanSpanningLoad). Each host's plan waits here until every rank of the
+// job arrived; the last arrival plans them all at once (load_planner.h)
+// and cuts the plan into the hosts' parts (load_spread.h).
+#include <sys/random.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "daemon/coordinator/coordinator.h"
+#include "daemon/coordinator/layout.h"
+#include "daemon/coordinator/load_planner.h"
+#include "daemon/coordinator/load_spread.h"
+#include "proto/lib/validation.h"
+
+namespace ckpt::coordinator {
+
+struct Coordinator::ActiveLoad {
+  std::string job;
+  int64_t step = 0;  // as asked: -1 is the latest, resolved once for all hosts
+  int world_size = 0;
+  absl::Time deadline;
+  std::vector<v1::NodeLoadPlan> nodes;
+  std::map<int, std::string> rank_hosts;
+  uint64_t group_bytes = ~uint64_t{0};
+  bool planned = false;
+  absl::Status error;
+  std::map<std::string, v1::LoadAssignment> parts;  // by host, taken as answered
+};
+
+namespace {
+
+void FillRandom(void* p, size_t n) {
+  auto* bytes = static_cast<char*>(p);
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::getrandom(bytes + got, n - got, 0);
+    if (r > 0) got += static_cast<size_t>(r);
+  }
+}
+
+}  // namespace
+
+size_t Coordinator::loads_gathering() const {
+  absl::MutexLock lock(&mu_);
+  return loads_.size();
+}
+
+void Coordinator::FailLoadsOfLocked(const std::string& host, const absl::Status& why) {
+  for (auto it = loads_.begin(); it != loads_.end();) {
+    ActiveLoad& load = *it->second;
+    const bool member =
+        std::any_of(load.nodes.begin(), load.nodes.end(),
+                    [&](const v1::NodeLoadPlan& n) { return n.host().host() == host; });
+    if (member && load.error.ok()) {
+      load.error = why;
+      it = loads_.erase(it);  // the next load of this step gathers afresh
+    } else {
+      ++it;
+    }
+  }
+}
+
+absl::StatusOr<v1::LoadAssignment> Coordinator::PlanSpanningLoad(const v1::NodeLoadPlan& node,
+                                                                 const CallerGone& gone) {
+  if (absl::Status s = ValidateName("job", node.job()); !s.ok()) return s;
+  const std::string& host = node.host().host();
+  if (absl::Status s = ValidateName("host", host); !s.ok()) return s;
+  if (node.world_size() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host ", host, " sent world size ", node.world_size()));
+  }
+  if (node.world_size() > options_.limits.max_world_size) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "host ", host, " says the world has ", node.world_size(), " ranks; the limit is ",
+        options_.limits.max_world_size, " (--max_world_size)"));
+  }
+  if (node.ranks_size() == 0 || node.ranks_size() > node.world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("host ", host, " sent ", node.ranks_size(),
+                                                   " ranks of a world of ", node.world_size()));
+  }
+  std::shared_ptr<ActiveLoad> load;
+  bool plan_it = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (lost_hosts_.count(host) > 0) {
+      return absl::UnavailableError(
+          absl::StrCat("host ", host,
+                       " was lost to the coordinator; it loads nothing until it registers again"));
+    }
+    const std::pair<std::string, int64_t> key(node.job(), node.step());
+    auto it = loads_.find(key);
+    if (it == loads_.end()) {
+      if (loads_.size() >= rendezvous_.max_active_saves) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            loads_.size(), " loads spanning hosts are gathering at the coordinator; the limit is ",
+            rendezvous_.max_active_saves));
+      }
+      auto fresh = std::make_shared<ActiveLoad>();
+      fresh->job = node.job();
+      fresh->step = node.step();
+      fresh->world_size = node.world_size();
+      fresh->deadline = absl::Now() + rendezvous_.plan_timeout;
+      it = loads_.emplace(key, std::move(fresh)).first;
+    }
+    load = it->second;
+    // A bad plan fails the load for every host: they would otherwise wait
+    // for ranks that never come.
+    absl::Status bad;
+    if (node.world_size() != load->world_size) {
+      bad = absl::InvalidArgumentError(absl::StrCat("host ", host, " says the world has ",
+                                                    node.world_size(), " ranks, another host said ",
+                                                    load->world_size));
+    }
+    for (const v1::NodeLoadPlan& other : load->nodes) {
+      if (bad.ok() && other.host().host() == host) {
+        bad = absl::FailedPreconditionError(
+            absl::StrCat("host ", host, " sent its plan for this load twice"));
+      }
+    }
+    std::vector<int> added;
+    for (int i = 0; bad.ok() && i < node.ranks_size(); ++i) {
+      const int rank = node.ranks(i).rank();
+      if (rank < 0 || rank >= load->world_size) {
+        bad = absl::InvalidArgumentError(
+            absl::StrCat("host ", host, " sent rank ", rank, " of a world of ", load->world_size));
+      } else if (auto r = load->rank_hosts.find(rank); r != load->rank_hosts.end()) {
+        bad = absl::InvalidArgumentError(absl::StrCat("rank ", rank, " asked to load on both host ",
+                                                      r->second, " and host ", host));
+      } else {
+        load->rank_hosts.emplace(rank, host);
+      }
+    }
+    if (!bad.ok()) {
+      load->error = bad;
+      loads_.erase(it);
+      return bad;
+    }
+    load->nodes.push_back(node);
+    if (node.group_bytes() > 0) load->group_bytes = std::min(load->group_bytes, node.group_bytes());
+    plan_it = load->rank_hosts.size() == static_cast<size_t>(load->world_size);
+    // Every host is here: the next load of this step gathers afresh.
+    if (plan_it) loads_.erase(it);
+  }
+  if (plan_it) {
+    const absl::Status planned = PlanGatheredLoad(*load);
+    absl::MutexLock lock(&mu_);
+    if (load->error.ok()) load->error = planned;
+    load->planned = true;
+  } else {
+    absl::MutexLock lock(&mu_);
+    bool timed_out = false;
+    const bool present = AwaitSave(
+        [&] {
+          timed_out = absl::Now() >= load->deadline;
+          return load->planned || !load->error.ok() || timed_out;
+        },
+        gone);
+    if (load->error.ok() && !load->planned) {
+      if (!present) {
+        load->error = absl::AbortedError(
+            absl::StrCat("host ", host, " gave up waiting for the other hosts' load plans"));
+      } else {
+        std::vector<int> missing;
+        for (int r = 0; r < load->world_size && missing.size() < 16; ++r) {
+          if (load->rank_hosts.count(r) == 0) missing.push_back(r);
+        }
+        const size_t absent = load->world_size - load->rank_hosts.size();
+        load->error = absl::DeadlineExceededError(absl::StrCat(
+            "ranks [", absl::StrJoin(missing, ", "), absent > 16 ? ", ..." : "", "] (", absent,
+            " of ", load->world_size, ") never reached the coordinator within ",
+            absl::FormatDuration(rendezvous_.plan_timeout), ": their hosts did not send plans"));
+      }
+      auto it = loads_.find({load->job, load->step});
+      if (it != loads_.end() && it->second == load) loads_.erase(it);
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  if (!load->error.ok()) return load->error;
+  auto part = load->parts.find(host);
+  if (part == load->parts.end()) {
+    return absl::InternalError(absl::StrCat("the load's plan has no part for host ", host));
+  }
+  v1::LoadAssignment mine = std::move(part->second);
+  load->parts.erase(part);
+  return mine;
+}
+
+absl::Status Coordinator::PlanGatheredLoad(ActiveLoad& load) {
+  // "latest" is resolved once, so that every host loads the same step.
+  absl::StatusOr<v1::CheckpointManifest> manifest = catalog_.ReadManifest(load.job, load.step);
+  if (!manifest.ok()) return manifest.status();
+  absl::StatusOr<v1::LoadAssignment> global =
+      coordinator::PlanLoad(*manifest, load.nodes, options_.limits);
+  if (!global.ok()) return global.status();
+  global->set_checkpoint_path(StepDir(root(), load.job, manifest->step()));
+  std::map<std::string, std::string> addresses;
+  bool every_host_has_a_channel = true;
+  for (const v1::NodeLoadPlan& node : load.nodes) {
+    addresses[node.host().host()] = node.host().address();
+    every_host_has_a_channel = every_host_has_a_channel && !node.host().address().empty();
+  }
+  uint64_t load_id = 0;
+  FillRandom(&load_id, sizeof load_id);
+  std::string secret(16, '\0');
+  FillRandom(secret.data(), secret.size());
+  LoadSpread spread = SpreadLoad(*global, load.rank_hosts, addresses,
+                                 load.group_bytes == ~uint64_t{0} ? (64u << 20) : load.group_bytes,
+                                 load_id, secret);
+  if (!every_host_has_a_channel) {
+    // No way to forward: each host reads all it needs itself (a chunk two
+    // hosts need is then read twice).
+    for (auto& [host, part] : spread.parts) {
+      part.clear_peers();
+      for (v1::ChunkRead& read : *part.mutable_reads()) read.clear_route();
+      for (v1::ObjectRead& read : *part.mutable_objects()) read.clear_route();
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  load.parts = std::move(spread.parts);
+  return absl::OkStatus();
+}
+
+}  // namespace ckpt::coordinator
