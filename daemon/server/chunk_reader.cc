@@ -84,6 +84,7 @@ absl::Status ChunkReader::ReadAll(absl::Span<const ChunkTarget> targets) {
   for (const ChunkTarget& target : targets) {
     if (target.chunk->length() == 0) continue;
     if (absl::Status s = Verify(target); !s.ok()) return s;
+    chunk_bytes_read_ += target.chunk->length();
   }
   verify_time_ += absl::Now() - read;
   return absl::OkStatus();

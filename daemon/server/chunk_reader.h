@@ -48,6 +48,7 @@ class ChunkReader {
     return ReadAll({&target, 1});
   }
   uint64_t bytes_read() const { return bytes_read_; }
+  uint64_t chunk_bytes_read() const { return chunk_bytes_read_; }  // without the padding
   // Time spent waiting for reads and checking checksums, for the load's
   // summary line.
   absl::Duration io_time() const { return io_time_; }
@@ -73,6 +74,7 @@ class ChunkReader {
   const uint64_t alignment_;
   std::map<std::string, OpenFile> files_;
   uint64_t bytes_read_ = 0;
+  uint64_t chunk_bytes_read_ = 0;
   absl::Duration io_time_;
   absl::Duration verify_time_;
 };

@@ -18,7 +18,17 @@ namespace ckpt::server {
 struct GroupChunk {
   const v1::StoredChunk* chunk = nullptr;
   std::string owner;         // "tensor <fqn>" or "object <key>", for errors
-  uint64_t room_offset = 0;  // aligned
+  uint64_t room_offset = 0;  // aligned, unless it arrives from a peer
+  std::string source;        // empty: read from storage; else the host that sends it
+};
+
+// A load spread over hosts: one group's chunks between this host and
+// another, back to back in the order both ends list them.
+struct GroupTransfer {
+  std::string host;          // the other end
+  uint64_t room_offset = 0;  // incoming: where the transfer lands (aligned)
+  uint64_t bytes = 0;
+  std::vector<size_t> chunks;  // indices into LoadGroup::chunks
 };
 
 // A copy out of the room into a rank's request on the GPU, done by the daemon.
@@ -35,6 +45,11 @@ struct LoadGroup {
   // relative to the room until the group is handed out.
   std::vector<std::vector<v1::Delivery>> host;
   std::vector<DeviceCopy> device;
+  // A load spread over hosts only: the global group, and what this host
+  // receives and sends of it.
+  uint32_t peer_group = 0;
+  std::vector<GroupTransfer> incoming;
+  std::vector<GroupTransfer> outgoing;
 };
 
 // Groups the assignment's reads (tensor chunks, then objects; a global
@@ -43,6 +58,14 @@ struct LoadGroup {
 std::vector<LoadGroup> GroupLoadReads(const v1::LoadAssignment& assignment, int world_size,
                                       const std::vector<std::vector<bool>>& on_device,
                                       uint64_t batch_bytes, uint64_t alignment);
+// A load spread over hosts (assignment.peers set; load_spread.h): one
+// group per global group this host takes part in, in the global order,
+// whatever the size (every host fills its rooms in that order, and a
+// transfer lands in one room). In a group's room come the chunks this host
+// reads (aligned), then each sender's transfer, its chunks back to back.
+std::vector<LoadGroup> GroupSpreadLoadReads(const v1::LoadAssignment& assignment, int world_size,
+                                            const std::vector<std::vector<bool>>& on_device,
+                                            uint64_t alignment);
 
 }  // namespace ckpt::server
 

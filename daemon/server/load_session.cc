@@ -10,11 +10,23 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "daemon/coordinator/layout.h"
+#include "daemon/coordinator/retention.h"
+#include "daemon/peer/peer_sender.h"
 #include "daemon/server/chunk_reader.h"
+#include "proto/lib/crc32c.h"
 #include "proto/lib/region_convert.h"
 #include "proto/lib/status_context.h"
 
 namespace ckpt::server {
+namespace {
+
+// How long a load spread over hosts waits for another host to take or send
+// a group: that host's readers may be behind this one's by as long as its
+// ranks take to consume the groups before.
+constexpr absl::Duration kPeerWait = absl::Seconds(120);
+
+}  // namespace
 
 LoadSession::LoadSession(NodeContext& context, std::string job, int64_t step, int world_size,
                          int local_world_size)
@@ -137,8 +149,16 @@ absl::Status LoadSession::Plan() {
     }
   }
   std::unique_ptr<storage::FileLock> pin;
-  absl::StatusOr<v1::LoadAssignment> assignment = context_.coordinator.PlanLoad(plan, &pin);
+  // Without a cluster, each host of a spanning job plans (and reads) its
+  // own ranks' part, as a job on one host does.
+  const bool spans = world_size_ > local_world_size_ && context_.cluster_saves != nullptr;
+  absl::StatusOr<v1::LoadAssignment> assignment =
+      spans ? PlanAcrossHosts(plan, &pin) : context_.coordinator.PlanLoad(plan, &pin);
   if (!assignment.ok()) return WithContext(assignment.status(), Name());
+  const bool spread = assignment->has_peers();
+  if (spread) {
+    if (absl::Status s = CheckPeers(*assignment); !s.ok()) return WithContext(s, Name());
+  }
 
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   absl::MutexLock lock(&mu_);
@@ -152,8 +172,19 @@ absl::Status LoadSession::Plan() {
     object_bytes_[sizes.rank()].assign(sizes.object_bytes().begin(), sizes.object_bytes().end());
   }
   std::vector<LoadGroup> planned =
-      GroupLoadReads(assignment_, world_size_, on_device, LoadGroupBytes(context_.options),
-                     context_.pool.alignment());
+      spread ? GroupSpreadLoadReads(assignment_, world_size_, on_device, context_.pool.alignment())
+             : GroupLoadReads(assignment_, world_size_, on_device, LoadGroupBytes(context_.options),
+                              context_.pool.alignment());
+  if (spread) {
+    uint16_t index = 0;
+    std::vector<std::string> hosts;
+    for (const auto& [host, address] : assignment_.peers().addresses()) hosts.push_back(host);
+    std::sort(hosts.begin(), hosts.end());
+    for (const std::string& host : hosts) peer_index_[host] = index++;
+    char prefix[peer::kTokenPrefixBytes];
+    peer::PutU64(prefix, assignment_.peers().load_id());
+    peer_prefix_ = context_.peer->OpenPrefix(std::string(prefix, sizeof prefix));
+  }
   groups_.resize(planned.size());
   for (size_t g = 0; g < planned.size(); ++g) {
     for (const GroupChunk& chunk : planned[g].chunks) bytes_to_read_ += chunk.chunk->length();
@@ -228,6 +259,7 @@ void LoadSession::ReadNextGroup() {
   ChunkReader reader(context_.backend, dir, context_.pool.alignment());
   if (status.ok()) status = ReadGroup(index, reader);
   context_.bytes_read.fetch_add(reader.bytes_read(), std::memory_order_relaxed);
+  context_.chunk_bytes_read.fetch_add(reader.chunk_bytes_read(), std::memory_order_relaxed);
   bytes_read_.fetch_add(reader.bytes_read(), std::memory_order_relaxed);
   read_metric_.Increment(static_cast<double>(reader.bytes_read()));
   times_.io.fetch_add(absl::ToInt64Nanoseconds(reader.io_time()), std::memory_order_relaxed);
@@ -266,21 +298,138 @@ absl::Status LoadSession::ReadGroup(size_t index, ChunkReader& reader) {
   // The plan is immutable once made and the room is this thread's until the
   // group is ready, so reading needs no lock.
   if (failed_.load(std::memory_order_acquire)) return absl::CancelledError("load failed");
+  // What other hosts send is expected before anything else: they may be
+  // ahead of this host.
+  std::vector<peer::ExpectedTransfer> incoming;
+  for (const GroupTransfer& t : group->incoming) {
+    incoming.emplace_back(context_.peer->Expect(
+        absl::StrCat(Name(), ": group ", group->peer_group, " from host ", t.host),
+        room + t.room_offset, t.bytes,
+        TransferToken(group->peer_group, t.host, context_.host.host())));
+  }
   std::vector<ChunkTarget> targets;
   targets.reserve(group->chunks.size());
   for (const GroupChunk& chunk : group->chunks) {
-    targets.push_back({chunk.chunk, chunk.owner, room + chunk.room_offset});
+    if (chunk.source.empty())
+      targets.push_back({chunk.chunk, chunk.owner, room + chunk.room_offset});
   }
   if (absl::Status s = reader.ReadAll(targets); !s.ok()) {
     // A load that failed elsewhere cancels its reads: not a storage error.
     if (!absl::IsCancelled(s)) context_.metrics.IoError(metrics::IoOp::kRead);
     return WithContext(s, Name());
   }
+  if (absl::Status s = ExchangeGroup(*group, room, incoming); !s.ok()) return s;
   const absl::Time deliver_start = absl::Now();
   absl::Status delivered = DeliverToDevices(*group, room);
   times_.deliver.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - deliver_start),
                            std::memory_order_relaxed);
   return delivered;
+}
+
+absl::StatusOr<v1::LoadAssignment> LoadSession::PlanAcrossHosts(
+    v1::NodeLoadPlan& plan, std::unique_ptr<storage::FileLock>* pin) {
+  plan.set_world_size(world_size_);
+  plan.set_group_bytes(LoadGroupBytes(context_.options));
+  plan.mutable_host()->set_address(context_.peer_address);  // empty: no channel, read it all here
+  absl::StatusOr<v1::LoadAssignment> assignment = context_.cluster_saves->PlanLoad(plan);
+  if (!assignment.ok()) return assignment.status();
+  // This host's path to the step (the storage is shared; mount points may differ).
+  const std::string& root = context_.coordinator.root();
+  assignment->set_checkpoint_path(coordinator::StepDir(root, job_, assignment->step()));
+  absl::StatusOr<std::unique_ptr<storage::FileLock>> pinned =
+      coordinator::PinStep(context_.backend, root, job_, assignment->step());
+  if (pinned.ok()) {
+    *pin = std::move(*pinned);
+  } else if (absl::IsNotFound(pinned.status())) {
+    return WithContext(pinned.status(), absl::StrCat("step ", assignment->step(),
+                                                     " was deleted while the hosts planned"));
+  }  // else locks do not work on this filesystem: gc cannot take the step either
+  return assignment;
+}
+
+absl::Status LoadSession::CheckPeers(const v1::LoadAssignment& assignment) const {
+  const v1::LoadPeers& peers = assignment.peers();
+  if (context_.peer == nullptr) {
+    return absl::FailedPreconditionError(
+        "the coordinator spread the load over hosts, but this ckptd has no peer data channel "
+        "(--peer_address)");
+  }
+  if (peers.secret().size() != peer::kTokenBytes / 2 || peers.addresses().size() > 65535 ||
+      !peers.addresses().contains(context_.host.host())) {
+    return absl::InvalidArgumentError("the coordinator's load plan names its peers wrongly");
+  }
+  auto known = [&](const std::string& host) {
+    auto it = peers.addresses().find(host);
+    return it != peers.addresses().end() && !it->second.empty() && host != context_.host.host();
+  };
+  auto check = [&](const v1::PeerRoute& route) -> absl::Status {
+    bool ok = route.group() < peers.groups() &&
+              (route.source_host().empty() || known(route.source_host()));
+    for (const std::string& to : route.forward_to()) ok = ok && known(to);
+    if (ok) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the coordinator's load plan routes a chunk through a host it gives no address for, or "
+        "in group ",
+        route.group(), " of ", peers.groups()));
+  };
+  for (const v1::ChunkRead& read : assignment.reads()) {
+    if (absl::Status s = check(read.route()); !s.ok()) return s;
+  }
+  for (const v1::ObjectRead& read : assignment.objects()) {
+    if (absl::Status s = check(read.route()); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+peer::PeerToken LoadSession::TransferToken(uint32_t group, const std::string& from,
+                                           const std::string& to) const {
+  peer::PeerToken token;
+  char* p = reinterpret_cast<char*>(token.bytes.data());
+  peer::PutU64(p, assignment_.peers().load_id());
+  peer::PutU32(p + 8, group);
+  const uint16_t sender = peer_index_.at(from);
+  const uint16_t receiver = peer_index_.at(to);
+  p[12] = static_cast<char>(sender);
+  p[13] = static_cast<char>(sender >> 8);
+  p[14] = static_cast<char>(receiver);
+  p[15] = static_cast<char>(receiver >> 8);
+  std::memcpy(p + 16, assignment_.peers().secret().data(), peer::kTokenBytes / 2);
+  return token;
+}
+
+absl::Status LoadSession::ExchangeGroup(const LoadGroup& group, char* room,
+                                        std::vector<peer::ExpectedTransfer>& incoming) {
+  const std::string& self = context_.host.host();
+  for (const GroupTransfer& t : group.outgoing) {
+    std::vector<peer::PeerBlockRef> blocks;
+    uint64_t at = 0;
+    for (size_t i : t.chunks) {
+      const GroupChunk& chunk = group.chunks[i];
+      blocks.push_back({at, room + chunk.room_offset, chunk.chunk->length()});
+      at += chunk.chunk->length();
+    }
+    const std::string& address = assignment_.peers().addresses().at(t.host);
+    if (absl::Status s = peer::PeerSend(address, TransferToken(group.peer_group, self, t.host),
+                                        blocks, {.claim_timeout = kPeerWait});
+        !s.ok()) {
+      return WithContext(
+          s, absl::StrCat(Name(), ": forwarding group ", group.peer_group, " to host ", t.host));
+    }
+    context_.peer_bytes_sent.fetch_add(t.bytes, std::memory_order_relaxed);
+  }
+  for (size_t k = 0; k < group.incoming.size(); ++k) {
+    const GroupTransfer& t = group.incoming[k];
+    if (absl::Status s = incoming[k]->Wait(absl::Now() + kPeerWait); !s.ok()) return s;
+    for (size_t i : t.chunks) {
+      const GroupChunk& chunk = group.chunks[i];
+      if (Crc32c(room + chunk.room_offset, chunk.chunk->length()) != chunk.chunk->crc32c()) {
+        return absl::DataLossError(absl::StrCat(
+            Who(), chunk.owner, ": its chunk at ", chunk.chunk->file(), " offset ",
+            chunk.chunk->file_offset(), " came from host ", t.host, " not matching its checksum"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status LoadSession::DeliverToDevices(const LoadGroup& group, const char* room) {
@@ -349,6 +498,7 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
       if (++done_ranks_ == local_world_size_) {
         ReportEndLocked();
         pin_.reset();  // every byte is delivered: gc may have the step
+        peer_prefix_.reset();
       }
     }
     batch.set_last(true);
@@ -428,7 +578,8 @@ void LoadSession::FailLocked(const absl::Status& status) {
   if (!error_.ok()) return;
   error_ = status;
   failed_.store(true, std::memory_order_release);
-  pin_.reset();  // nothing more will be delivered: gc may have the step
+  pin_.reset();          // nothing more will be delivered: gc may have the step
+  peer_prefix_.reset();  // senders still to come are refused at once
   FreeReadyRoomsLocked();
   ReportEndLocked();
 }

@@ -81,6 +81,21 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   };
 
   absl::Status Plan();  // run by the last rank to arrive, without mu_
+  // A load whose ranks span hosts: the coordinator plans every host's part
+  // at once (coordinator.h PlanSpanningLoad); pinned here, on this host's
+  // storage root.
+  absl::StatusOr<v1::LoadAssignment> PlanAcrossHosts(v1::NodeLoadPlan& plan,
+                                                     std::unique_ptr<storage::FileLock>* pin);
+  // The spread part's peers are usable: every host a route names has an
+  // address, and this host a peer channel.
+  absl::Status CheckPeers(const v1::LoadAssignment& assignment) const;
+  // The token of group `group`'s transfer from `from` to `to` (coordinator.proto LoadPeers).
+  peer::PeerToken TransferToken(uint32_t group, const std::string& from,
+                                const std::string& to) const;
+  // A spread group's traffic: sends what this host read to the hosts that
+  // need it, then waits for what it receives and verifies every chunk.
+  absl::Status ExchangeGroup(const LoadGroup& group, char* room,
+                             std::vector<peer::ExpectedTransfer>& incoming);
   // A reader task: reads the next group, then queues the next task.
   void ReadNextGroup();
   absl::Status ReadGroup(size_t index, class ChunkReader& reader);
@@ -112,6 +127,11 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   absl::Time deadline_ ABSL_GUARDED_BY(mu_);
   std::string load_id_ ABSL_GUARDED_BY(mu_);
   v1::LoadAssignment assignment_ ABSL_GUARDED_BY(mu_);
+  // A load spread over hosts: the hosts by name, in token order (their
+  // index in the sorted names), and this load's senders' hold on the peer
+  // receiver (see PeerReceiver::OpenPrefix) while it runs.
+  std::map<std::string, uint16_t> peer_index_;  // set with assignment_, then read-only
+  std::shared_ptr<void> peer_prefix_ ABSL_GUARDED_BY(mu_);
   // The step's pin (coordinator/retention.h): gc keeps the step until every
   // rank is done or the session is gone.
   std::unique_ptr<storage::FileLock> pin_ ABSL_GUARDED_BY(mu_);

@@ -14,6 +14,7 @@
 #include "daemon/cluster/save_coordinator.h"
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/metrics/metrics.h"
+#include "daemon/peer/peer_receiver.h"
 #include "daemon/pool/shm_pool.h"
 #include "daemon/server/background_tasks.h"
 #include "daemon/server/daemon_options.h"
@@ -50,6 +51,12 @@ struct NodeContext {
   cluster::SaveCoordinator* cluster_saves = nullptr;
   // Threads for commits that wait on other hosts; null: run in place.
   BackgroundTasks* background = nullptr;
+  // The peer data channel's receiver and the address other hosts reach it
+  // at (--peer_address); null and empty without one. Set before serving.
+  peer::PeerReceiver* peer = nullptr;
+  std::string peer_address;
+  std::atomic<uint64_t> peer_bytes_sent{0};   // forwarded to other hosts' loads
+  std::atomic<uint64_t> chunk_bytes_read{0};  // GetStatusResponse.chunk_bytes_read
 };
 
 }  // namespace ckpt::server

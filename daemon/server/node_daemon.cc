@@ -383,6 +383,8 @@ absl::Status NodeDaemon::Start() {
     const size_t colon = options_.peer_address.rfind(':');
     peer_address =
         absl::StrCat(options_.peer_address.substr(0, colon), ":", peer_receiver_->port());
+    context_->peer = peer_receiver_.get();
+    context_->peer_address = peer_address;
     absl::StrAppend(&access_note_, "; peer data channel on ", peer_address,
                     " (one-use tokens from the coordinator)");
   }
@@ -477,7 +479,6 @@ NodeDaemon::~NodeDaemon() {
   // Its heartbeats sample the service: stopped now, kept (a plan in flight
   // asks it whether this host is registered) until the service is gone.
   if (coordinator_link_) coordinator_link_->Stop();
-  peer_receiver_.reset();  // cuts its connections, joins its threads
   if (service_) {
     // Saves whose ranks are all snapshotted can still commit: give what is
     // in flight a moment to finish, then abort the rest, well inside the
@@ -497,6 +498,9 @@ NodeDaemon::~NodeDaemon() {
   writers_.reset();
   if (readers_) readers_->Stop();
   service_.reset();
+  // After the loads that expect transfers are gone: cuts the connections
+  // left, joins its threads.
+  peer_receiver_.reset();
   coordinator_link_.reset();
   sessions_.reset();
   ipc_.reset();  // mappings close before the runtime goes

@@ -416,6 +416,10 @@ grpc::Status NodeService::GetStatus(grpc::ServerContext* context, const v1::GetS
   response->set_attached_ranks(context_.sessions.attached());
   response->set_storage_bytes_written(context_.bytes_written.load());
   response->set_storage_bytes_read(context_.bytes_read.load());
+  response->set_chunk_bytes_read(context_.chunk_bytes_read.load());
+  response->set_peer_bytes_sent(context_.peer_bytes_sent.load());
+  if (context_.peer != nullptr)
+    response->set_peer_bytes_received(context_.peer->Stats().bytes_received);
   response->set_checkpoints_committed(context_.commits.load());
   response->set_uptime_seconds(absl::ToInt64Seconds(absl::Now() - started_));
   std::vector<std::shared_ptr<SaveSession>> saves;

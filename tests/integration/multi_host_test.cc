@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -38,6 +39,42 @@ uint64_t CheckpointBytes(const TestDaemon& d, const std::string& job, int64_t st
   }
   FAIL("step " << step << " is not listed");
   return 0;
+}
+
+// The stored chunks a load by `ranks` needs, each once: every tensor's (the
+// layouts load whole models) and the objects those ranks ask for (the
+// global ones, and each rank's own).
+uint64_t NeededChunkBytes(const v1::CheckpointManifest& manifest, const std::set<int>& ranks) {
+  std::set<std::tuple<std::string, uint64_t, uint64_t>> chunks;
+  for (const v1::TensorEntry& t : manifest.tensors()) {
+    for (const v1::StoredShard& s : t.shards()) {
+      for (const v1::StoredChunk& c : s.chunks()) {
+        chunks.emplace(c.file(), c.file_offset(), c.length());
+      }
+    }
+  }
+  for (const v1::ObjectEntry& o : manifest.objects()) {
+    if (o.rank() >= 0 && ranks.count(o.rank()) == 0) continue;
+    chunks.emplace(o.chunk().file(), o.chunk().file_offset(), o.chunk().length());
+  }
+  uint64_t bytes = 0;
+  for (const auto& c : chunks) bytes += std::get<2>(c);
+  return bytes;
+}
+
+struct HostTraffic {
+  uint64_t chunk_bytes_read = 0;
+  uint64_t peer_sent = 0;
+  uint64_t peer_received = 0;
+};
+
+std::vector<HostTraffic> TrafficPerHost(TestCluster& cluster) {
+  std::vector<HostTraffic> out;
+  for (int i = 0; i < cluster.hosts(); ++i) {
+    const v1::GetStatusResponse s = cluster.node(i).Status();
+    out.push_back({s.chunk_bytes_read(), s.peer_bytes_sent(), s.peer_bytes_received()});
+  }
+  return out;
 }
 
 std::vector<uint64_t> WrittenPerHost(TestCluster& cluster) {
@@ -92,9 +129,35 @@ TEST_CASE("A job on three hosts saves one checkpoint and loads resharded on two"
   const auto [least, most] = std::minmax_element(per_host.begin(), per_host.end());
   CHECK(*most <= *least + *least / 10);
 
-  // Six ranks on two hosts as TP=3 x DP=2; then one rank, a full copy.
+  // Six ranks on two hosts as TP=3 x DP=2 (every rank checks every byte it
+  // got). Each stored chunk the load needs is read from storage by one
+  // host, once, and forwarded to the other where that one needs it too.
+  const uint64_t needed = NeededChunkBytes(manifest, {0, 1, 2, 3, 4, 5});
+  const std::vector<HostTraffic> t0 = TrafficPerHost(cluster);
   RequireAllOk(cluster.RunRanks("llm", "load", {3, 3}, -1, kSaveWorld, kScale, kLoadLayout));
+  const std::vector<HostTraffic> t1 = TrafficPerHost(cluster);
+  std::vector<HostTraffic> d(3);
+  for (int i = 0; i < 3; ++i) {
+    d[i] = {t1[i].chunk_bytes_read - t0[i].chunk_bytes_read, t1[i].peer_sent - t0[i].peer_sent,
+            t1[i].peer_received - t0[i].peer_received};
+  }
+  INFO("chunk bytes read: h0 " << d[0].chunk_bytes_read << ", h1 " << d[1].chunk_bytes_read
+                               << "; needed " << needed << "; forwarded h0->h1 " << d[0].peer_sent
+                               << ", h1->h0 " << d[1].peer_sent);
+  CHECK(d[0].chunk_bytes_read + d[1].chunk_bytes_read == needed);
+  CHECK(d[2].chunk_bytes_read == 0);
+  // Each host had what its ranks need: what it read and what it received.
+  CHECK(d[0].chunk_bytes_read + d[0].peer_received == NeededChunkBytes(manifest, {0, 1, 2}));
+  CHECK(d[1].chunk_bytes_read + d[1].peer_received == NeededChunkBytes(manifest, {3, 4, 5}));
+  CHECK(d[1].peer_received == d[0].peer_sent);
+  CHECK(d[0].peer_received == d[1].peer_sent);
+  // Balanced by bytes: neither host reads much more than half.
+  CHECK(std::max(d[0].chunk_bytes_read, d[1].chunk_bytes_read) <= needed / 2 + needed / 10);
+
+  // One rank, a full copy: its host reads every chunk it needs once.
   RequireAllOk(cluster.RunRanks("llm", "load", {0, 0, 1}, 1, kSaveWorld, kScale, kFullCopy));
+  CHECK(TrafficPerHost(cluster)[2].chunk_bytes_read - t1[2].chunk_bytes_read ==
+        NeededChunkBytes(manifest, {0}));
 
   // The next step of the same layout saves too.
   RequireAllOk(cluster.RunRanks("llm", "save", kSaveHosts, 2, 0, kScale, kSaveLayout));

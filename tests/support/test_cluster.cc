@@ -39,13 +39,14 @@ absl::Status TestCluster::Start(int hosts, const std::vector<std::string>& node_
 }
 
 std::vector<std::string> TestCluster::NodeFlags(int i) const {
-  return Joined({"--host_name=" + HostName(i), "--storage_root=" + root(),
-                 "--coordinator_address=" + coordinator_.tcp_address(),
-                 "--coordinator_tls_ca_file=" + coordinator_.tls_cert_file(),
-                 "--coordinator_token_file=" + coordinator_.token_file(),
-                 "--failure_domain=rack" + std::to_string(i), "--heartbeat_interval_s=0.2",
-                 absl::StrCat("--heartbeat_timeout_s=", kHeartbeatTimeoutS)},
-                node_flags_);
+  return Joined(
+      {"--host_name=" + HostName(i), "--storage_root=" + root(),
+       "--coordinator_address=" + coordinator_.tcp_address(),
+       "--coordinator_tls_ca_file=" + coordinator_.tls_cert_file(),
+       "--coordinator_token_file=" + coordinator_.token_file(),
+       "--failure_domain=rack" + std::to_string(i), "--heartbeat_interval_s=0.2",
+       "--peer_address=127.0.0.1:0", absl::StrCat("--heartbeat_timeout_s=", kHeartbeatTimeoutS)},
+      node_flags_);
 }
 
 absl::Status TestCluster::RestartNode(int i, const std::vector<std::string>& extra) {

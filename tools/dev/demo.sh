@@ -106,8 +106,12 @@ CKPTD="$PWD/$bin/daemon/ckptd" CKPTCTL="$PWD/$bin/tools/ckptctl/ckptctl" \
 for h in h0 h1 h2; do
   until ctl coord cluster --json | grep -q "\"$h\""; do sleep 0.05; done
 done
-declare -A written read
-for h in h0 h1 h2; do written[$h]=$(counter $h storage_bytes_written); read[$h]=$(counter $h storage_bytes_read); done
+declare -A written read sent
+for h in h0 h1 h2; do
+  written[$h]=$(counter $h storage_bytes_written)
+  read[$h]=$(counter $h chunk_bytes_read)
+  sent[$h]=$(counter $h peer_bytes_sent)
+done
 t=$(now)
 echo "== 8 ranks on 3 hosts (3+3+2), a transformer as TP=2 x PP=2 x DP=2, save step 200"
 echo "   (weights replicated over DP: written once; optimizer state in FSDP flat ranges)"
@@ -124,11 +128,11 @@ spread load -1 3 1 3 3
 echo "   load: $(elapsed "$t")"
 total=0
 for h in h0 h1; do
-  r=$(( $(counter $h storage_bytes_read) - read[$h] ))
+  r=$(( $(counter $h chunk_bytes_read) - read[$h] ))
   total=$((total + r))
-  echo "   $h read $r bytes"
+  echo "   $h read $r bytes from storage, forwarded $(( $(counter $h peer_bytes_sent) - sent[$h] )) to the other host"
 done
-echo "   read $total bytes in all for $unique unique bytes (each host reads what its ranks need)"
+echo "   read $total of the checkpoint's $unique bytes: each chunk the load needs, once, by one host"
 echo "== ckptctl cluster"
 ctl coord cluster | sed 's/^/  /'
 tools/dev/cluster.sh down "$cluster" >/dev/null
