@@ -51,10 +51,6 @@ struct Coordinator::ActiveSave {
   std::map<std::string, std::string> layout_keys;  // by host (PlanKey)
   absl::Status error;
   v1::CommitResult result;
-  absl::Time ended_at;
-  // Hosts whose plan came after the save had failed, and were told so: a
-  // second plan from one of them is a retry, and opens a new save.
-  std::set<std::string> told_late;
   bool ended() const { return phase == Phase::kCommitted || phase == Phase::kFailed; }
   std::string Who() const { return absl::StrCat("save of job ", job, " step ", step); }
 };
@@ -96,7 +92,6 @@ void Coordinator::EndLocked(ActiveSave& save) {
   save.reports.clear();
   save.early.clear();
   save.assignment.Clear();
-  save.ended_at = absl::Now();
   ended_.push_back(save.save_id);
   while (ended_.size() > rendezvous_.ended_saves_kept) {
     saves_.erase(ended_.front());
@@ -148,27 +143,11 @@ absl::StatusOr<Coordinator::SaveRef> Coordinator::JoinSave(const v1::NodeSavePla
                      "again"));
   }
   SaveRef save;
-  SaveRef failed_before;  // this step's save that failed before this host came
   size_t active = 0;
   for (const auto& [id, other] : saves_) {
-    if (other->job == node.job() && other->step == node.step() &&
-        other->phase == ActiveSave::Phase::kFailed && other->node_index.count(host) == 0 &&
-        other->told_late.count(host) == 0 &&
-        absl::Now() - other->ended_at < rendezvous_.plan_timeout) {
-      failed_before = other;
-    }
     if (other->ended()) continue;
     ++active;
     if (other->job == node.job() && other->step == node.step()) save = other;
-  }
-  if (save == nullptr && failed_before != nullptr) {
-    // The hosts that had joined it were told it failed; a new save opened
-    // for this late one would wait for them to its plan timeout, then fail
-    // naming ranks that did come. It hears the first failure instead, once.
-    failed_before->told_late.insert(host);
-    return absl::Status(failed_before->error.code(),
-                        absl::StrCat("host ", host, "'s plan came after the save had failed: ",
-                                     failed_before->error.message()));
   }
   if (save == nullptr) {
     if (active >= rendezvous_.max_active_saves) {
@@ -214,7 +193,6 @@ absl::StatusOr<Coordinator::SaveRef> Coordinator::JoinSave(const v1::NodeSavePla
   }
   if (!bad.ok()) {
     FailLocked(*save, bad);
-    save->told_late.insert(host);  // it hears `bad` now: its next plan is a retry
     return bad;
   }
   save->node_index[host] = save->nodes.size();

@@ -149,24 +149,92 @@ TEST_CASE("ckptctl cancel at the coordinator fails a save on every host that joi
   } while (cancel.exit_code != 0 && absl::Now() < deadline);
   INFO(cancel.output);
   REQUIRE(cancel.exit_code == 0);
+  int cancelled_ranks = 0;
   for (int r = 0; r < kWorld - 1; ++r) {
     REQUIRE(ranks[r] != nullptr);
     const ExitInfo ended = ranks[r]->Wait();
     INFO("rank " << r << ": " << ended.output);
     CHECK(!ended.ok());
-    // The cancel reaches h0 and h1 whether their plans came before it or
-    // after (a late host hears the failure it missed), or, when it came as
-    // a host began writing, that host finds its save's directory gone; h2
-    // was still waiting for its rank 7, and says so at its plan timeout.
+    // The cancel found the save once h0's or h1's plan reached the
+    // coordinator: it reaches the ranks of whichever host had joined (or,
+    // when it came as that host began, its save's directory is gone). The
+    // other's plan may have come after: then it opened a new attempt at
+    // the step, which fails when h2 gives up on its rank 7. h2 says so at
+    // its plan timeout.
+    const bool cancelled =
+        absl::StrContains(ended.output, "cancelled by operator at the coordinator") ||
+        absl::StrContains(ended.output, "found the save's directory gone");
     if (r < 6) {
-      CHECK((absl::StrContains(ended.output, "cancelled by operator at the coordinator") ||
-             absl::StrContains(ended.output, "found the save's directory gone")));
+      CHECK((cancelled || absl::StrContains(ended.output, "ranks [7]")));
+      cancelled_ranks += cancelled ? 1 : 0;
     } else {
       CHECK(absl::StrContains(ended.output, "ranks [7]"));
     }
   }
+  CHECK(cancelled_ranks >= 3);  // every rank of a host that had joined
   ranks[7].reset();
   RequireRecovered(cluster, "job", 3);
+}
+
+TEST_CASE("A node killed during a load spread over hosts fails the other host's ranks, naming it",
+          "[multi_host_fault]") {
+  TestCluster cluster;
+  REQUIRE(cluster.Start(3).ok());
+  RequireAllOk(cluster.RunRanks("job", "save", kHosts, 1));
+
+  // Six ranks on h0 and h1 load it; h1 dies once it read its first group,
+  // before it sent h0 anything.
+  cluster.node(1).Kill();
+  REQUIRE(cluster.RestartNode(1, {"--fault_kill_at=load.exchange"}).ok());
+  const absl::Time start = absl::Now();
+  std::vector<std::unique_ptr<Subprocess>> ranks =
+      cluster.StartRanks("job", "load", {3, 3}, -1, kWorld);
+  for (int r = 0; r < 6; ++r) {
+    REQUIRE(ranks[r] != nullptr);
+    const ExitInfo ended = ranks[r]->Wait();
+    INFO("rank " << r << ": " << ended.output);
+    CHECK(!ended.ok());
+    // h0's ranks: h1 refused or cut the transfer, or the coordinator lost it.
+    if (r < 3) CHECK(absl::StrContains(ended.output, "h1"));
+  }
+  // Within the heartbeat timeout and a little, not the 120 s a peer may
+  // take to get to a group.
+  CHECK(absl::Now() - start < absl::Seconds(20));
+
+  // Back without the fault, h1 loads its part again.
+  cluster.node(1).Kill();
+  REQUIRE(cluster.RestartNode(1).ok());
+  REQUIRE(cluster.AwaitLiveHosts(3));
+  RequireAllOk(cluster.RunRanks("job", "load", {3, 3}, -1, kWorld));
+}
+
+TEST_CASE("A node that dies before sending its group fails the load within the heartbeat timeout",
+          "[multi_host_fault]") {
+  TestCluster cluster;
+  REQUIRE(cluster.Start(3).ok());
+  RequireAllOk(cluster.RunRanks("job", "save", kHosts, 1));
+  // h1 stops at its first exchange (alive, sending nothing); h0 may have
+  // sent it all it had and be waiting only for h1's chunks, which no
+  // connection will ever bring. h1 is then killed: the coordinator loses
+  // it, and its heartbeat answers tell h0.
+  cluster.node(1).Kill();
+  REQUIRE(cluster.RestartNode(1, {"--fault_kill_at=load.exchange", "--fault_pause_s=300"}).ok());
+  std::vector<std::unique_ptr<Subprocess>> ranks =
+      cluster.StartRanks("job", "load", {3, 3}, -1, kWorld);
+  REQUIRE(cluster.node(1).WaitForOutput("fault point load.exchange reached"));
+  const absl::Time start = absl::Now();
+  cluster.node(1).Kill();
+  for (int r = 0; r < 6; ++r) {
+    REQUIRE(ranks[r] != nullptr);
+    const ExitInfo ended = ranks[r]->Wait();
+    INFO("rank " << r << ": " << ended.output);
+    CHECK(!ended.ok());
+    if (r < 3) CHECK(absl::StrContains(ended.output, "h1"));
+  }
+  CHECK(absl::Now() - start < absl::Seconds(20));
+  REQUIRE(cluster.RestartNode(1).ok());
+  REQUIRE(cluster.AwaitLiveHosts(3));
+  RequireAllOk(cluster.RunRanks("job", "load", {3, 3}, -1, kWorld));
 }
 
 }  // namespace

@@ -286,29 +286,6 @@ TEST_CASE("rendezvous: a host's abort by job and step frees the hosts waiting", 
   CKPT_REQUIRE_ERROR(h0.get(), absl::StatusCode::kAborted, "host h1: rank 2 went away");
 }
 
-TEST_CASE("rendezvous: a host whose plan comes after the save failed hears why, once",
-          "[rendezvous]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
-  Coordinator coord(*backend, kRoot, SmallChunks());
-  auto h0 = std::async(std::launch::async, [&] { return coord.PlanSave(HostPlan(0)); });
-  v1::AbortSaveRequest cancel;
-  cancel.set_job("job");
-  cancel.set_step(5);
-  cancel.set_reason("cancelled by operator");
-  while (h0.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
-    coord.AbortSave(cancel);
-  }
-  CKPT_REQUIRE_ERROR(h0.get(), absl::StatusCode::kAborted, "cancelled by operator");
-  // h1 was late: a new save opened for it would wait for h0 to its plan
-  // timeout; it hears the cancel instead.
-  CKPT_REQUIRE_ERROR(coord.PlanSave(HostPlan(1)), absl::StatusCode::kAborted,
-                     "host h1's plan came after the save had failed: cancelled by operator");
-  // Both retry: a new save, planned and answered.
-  auto retry1 = std::async(std::launch::async, [&] { return coord.PlanSave(HostPlan(1)); });
-  CKPT_REQUIRE_OK(coord.PlanSave(HostPlan(0)));
-  CKPT_REQUIRE_OK(retry1.get());
-}
-
 TEST_CASE("rendezvous: saves nobody waits on still end at their deadlines", "[rendezvous]") {
   std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
   Coordinator coord(
