@@ -74,6 +74,10 @@ grpc::Status ClusterServiceImpl::Heartbeat(grpc::ServerContext* context,
   absl::StatusOr<auth::Caller> caller = auth_.Authorize(*context, auth::Permission::kAdmin);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   response->set_register_again(!registry_.Heartbeat(*request, MonotonicNow()));
+  constexpr size_t kMaxLostHosts = 1024;
+  for (std::string& host : registry_.LostHosts(MonotonicNow(), kMaxLostHosts)) {
+    response->add_lost_hosts(std::move(host));
+  }
   if (options_.coordinator != nullptr && request->save_ids_size() > 0) {
     // A host takes part in a few saves at a time: a heartbeat listing more,
     // or ids longer than any save's, is answered for the first only, so the

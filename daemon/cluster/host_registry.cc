@@ -88,6 +88,16 @@ std::vector<std::string> HostRegistry::ExpireSilent(absl::Time now) {
   return lost;
 }
 
+std::vector<std::string> HostRegistry::LostHosts(absl::Time now, size_t max) const {
+  std::vector<std::string> lost;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, host] : hosts_) {
+    if (lost.size() == max) break;
+    if (Lost(host, now)) lost.push_back(name);
+  }
+  return lost;
+}
+
 v1::ClusterStatusResponse HostRegistry::Status(absl::Time now) const {
   v1::ClusterStatusResponse status;
   status.set_heartbeat_timeout_s(absl::ToDoubleSeconds(options_.heartbeat_timeout));

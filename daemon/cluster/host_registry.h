@@ -46,6 +46,8 @@ class HostRegistry {
   std::vector<std::string> ExpireSilent(absl::Time now);
   v1::ClusterStatusResponse Status(absl::Time now) const;
   size_t live_hosts() const;
+  // Lost hosts not registered again, at most `max` of them.
+  std::vector<std::string> LostHosts(absl::Time now, size_t max) const;
   // Registered, and heard from within the timeout.
   bool Live(const std::string& host, absl::Time now) const;
 

@@ -71,6 +71,14 @@ void PeerTransfer::Cancel(const absl::Status& why) {
   done_ = true;
 }
 
+bool PeerTransfer::AwaitDone(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithDeadline(
+      absl::Condition(
+          +[](PeerTransfer* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) { return t->done_; }, this),
+      deadline);
+}
+
 absl::Status PeerTransfer::Wait(absl::Time deadline) {
   {
     absl::MutexLock lock(&mu_);

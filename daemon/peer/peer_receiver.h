@@ -69,6 +69,8 @@ class PeerTransfer {
   // transfer's error otherwise. At the deadline the transfer is cancelled
   // (DEADLINE_EXCEEDED).
   absl::Status Wait(absl::Time deadline);
+  // Whether the transfer ended (either way) by `deadline`; cancels nothing.
+  bool AwaitDone(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
   // Fails the transfer (a sender still connected is cut off) and returns
   // once no thread writes into the destination.
   void Cancel(const absl::Status& why);

@@ -1,9 +1,11 @@
 #include "daemon/peer/peer_sender.h"
 
+#include <poll.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -41,11 +43,18 @@ absl::Status PeerSend(const std::string& address, const PeerToken& token,
     iovec hello_iov{hello, sizeof hello};
     if (absl::Status s = WriteFull(*fd, &hello_iov, 1, peer); !s.ok()) return s;
     // Nothing more until the receiver took the transfer (or refused it).
+    const absl::Time claim_end = absl::Now() + options.claim_timeout;
+    for (pollfd answer{*fd, POLLIN, 0}; absl::Now() < claim_end;) {
+      const int rc = ::poll(&answer, 1, 200);
+      if (rc > 0 || (rc < 0 && errno != EINTR)) break;  // ReadFull says which
+      if (options.cancelled && options.cancelled()) {
+        return absl::CancelledError(
+            absl::StrCat("gave up waiting for ", peer, " to take the transfer"));
+      }
+    }
     SetTimeouts(*fd, options.claim_timeout, options.idle_timeout);
     char ready[kAckBytes];
-    if (absl::Status s =
-            ReadFull(*fd, ready, sizeof ready, peer, absl::Now() + options.claim_timeout);
-        !s.ok()) {
+    if (absl::Status s = ReadFull(*fd, ready, sizeof ready, peer, claim_end); !s.ok()) {
       return WithContext(s, "waiting for the receiver to take the transfer");
     }
     SetTimeouts(*fd, options.idle_timeout, options.idle_timeout);

@@ -5,6 +5,7 @@
 #define CKPT_DAEMON_PEER_PEER_SENDER_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -27,6 +28,9 @@ struct PeerSendOptions {
   // How long the receiver may take to expect the transfer (its load's
   // readers may be behind this host's).
   absl::Duration claim_timeout = absl::Seconds(120);
+  // Asked now and then while the receiver has not taken the transfer:
+  // true gives up (CANCELLED), e.g. once the sending load failed.
+  std::function<bool()> cancelled;
 };
 
 // Sends `blocks` (in any order; none may overlap) as the transfer `token` names to the receiver at

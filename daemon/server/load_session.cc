@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "daemon/coordinator/fault_points.h"
 #include "daemon/coordinator/layout.h"
 #include "daemon/coordinator/retention.h"
 #include "daemon/peer/peer_sender.h"
@@ -400,6 +401,8 @@ peer::PeerToken LoadSession::TransferToken(uint32_t group, const std::string& fr
 absl::Status LoadSession::ExchangeGroup(const LoadGroup& group, char* room,
                                         std::vector<peer::ExpectedTransfer>& incoming) {
   const std::string& self = context_.host.host();
+  // Fault tests kill a host here: it read its first group, sent nothing.
+  FaultPoint("load.exchange");
   for (const GroupTransfer& t : group.outgoing) {
     std::vector<peer::PeerBlockRef> blocks;
     uint64_t at = 0;
@@ -409,8 +412,11 @@ absl::Status LoadSession::ExchangeGroup(const LoadGroup& group, char* room,
       at += chunk.chunk->length();
     }
     const std::string& address = assignment_.peers().addresses().at(t.host);
-    if (absl::Status s = peer::PeerSend(address, TransferToken(group.peer_group, self, t.host),
-                                        blocks, {.claim_timeout = kPeerWait});
+    peer::PeerSendOptions options;
+    options.claim_timeout = kPeerWait;
+    options.cancelled = [this] { return failed_.load(std::memory_order_acquire); };
+    if (absl::Status s =
+            peer::PeerSend(address, TransferToken(group.peer_group, self, t.host), blocks, options);
         !s.ok()) {
       return WithContext(
           s, absl::StrCat(Name(), ": forwarding group ", group.peer_group, " to host ", t.host));
@@ -419,7 +425,16 @@ absl::Status LoadSession::ExchangeGroup(const LoadGroup& group, char* room,
   }
   for (size_t k = 0; k < group.incoming.size(); ++k) {
     const GroupTransfer& t = group.incoming[k];
-    if (absl::Status s = incoming[k]->Wait(absl::Now() + kPeerWait); !s.ok()) return s;
+    // Awake now and then: a load failed meanwhile (a peer lost, a rank
+    // gone) stops waiting at once.
+    const absl::Time until = absl::Now() + kPeerWait;
+    while (!incoming[k]->AwaitDone(std::min(until, absl::Now() + absl::Milliseconds(200))) &&
+           absl::Now() < until) {
+      if (failed_.load(std::memory_order_acquire)) {
+        return absl::CancelledError(absl::StrCat(Who(), "failed while waiting for host ", t.host));
+      }
+    }
+    if (absl::Status s = incoming[k]->Wait(absl::Now()); !s.ok()) return s;
     for (size_t i : t.chunks) {
       const GroupChunk& chunk = group.chunks[i];
       if (Crc32c(room + chunk.room_offset, chunk.chunk->length()) != chunk.chunk->crc32c()) {
@@ -600,6 +615,19 @@ void LoadSession::RankGone(int rank) {
       Who(), "rank ", rank,
       " went away (its process exited or its connection closed) before its load completed; "
       "aborted")));
+}
+
+void LoadSession::PeersLost(const google::protobuf::RepeatedPtrField<std::string>& hosts) {
+  absl::MutexLock lock(&mu_);
+  if (!planned_ || peer_index_.empty() || done_ranks_ == local_world_size_) return;
+  for (const std::string& host : hosts) {
+    if (host == context_.host.host() || peer_index_.count(host) == 0) continue;
+    FailLocked(absl::UnavailableError(absl::StrCat(
+        Who(), "host ", host,
+        ", which this load exchanges chunks with, was lost to the coordinator (its ckptd died "
+        "or its network is cut); aborted")));
+    return;
+  }
 }
 
 void LoadSession::CheckDeadlines(absl::Time now) {

@@ -53,6 +53,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
                                           absl::Duration wait);
   void Fail(const absl::Status& status);
   void RankGone(int rank);
+  // The coordinator lost these hosts: a load spread over one of them fails.
+  void PeersLost(const google::protobuf::RepeatedPtrField<std::string>& hosts);
   void CheckDeadlines(absl::Time now);
   // Every rank is done or the load failed, and the readers have stopped.
   bool finished() const;

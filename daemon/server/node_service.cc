@@ -605,6 +605,14 @@ std::vector<std::string> NodeService::SpanningSaveIds() {
 }
 
 void NodeService::FailSpanningSaves(const v1::HeartbeatResponse& answer) {
+  if (answer.lost_hosts_size() > 0) {
+    std::vector<std::shared_ptr<LoadSession>> loads;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [id, load] : loads_) loads.push_back(load);
+    }
+    for (const auto& load : loads) load->PeersLost(answer.lost_hosts());
+  }
   for (const v1::HeartbeatResponse::FailedSave& failed : answer.failed_saves()) {
     std::shared_ptr<SaveSession> save = FindSave(failed.save_id());
     if (save == nullptr) continue;

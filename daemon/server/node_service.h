@@ -54,7 +54,8 @@ class NodeService final
   // those in flight (its heartbeat lists them) ...
   std::vector<std::string> SpanningSaveIds();
   // ... those the coordinator says failed (another host was lost, or it
-  // restarted and forgot them), with its reason ...
+  // restarted and forgot them), with its reason, and the loads spread over
+  // a host it lost ...
   void FailSpanningSaves(const v1::HeartbeatResponse& answer);
   // ... and all of them, when this host lost contact with the coordinator.
   void FailSpanningSaves(const absl::Status& status);

@@ -164,6 +164,25 @@ TEST_CASE("A job on three hosts saves one checkpoint and loads resharded on two"
   CHECK(ListedSteps(cluster.coordinator(), "llm") == std::vector<int64_t>{1, 2});
 }
 
+TEST_CASE("A load spread over hosts streams through pools smaller than its part", "[multi_host]") {
+  // 1 MiB pools, 128 KiB groups: each host's part of the load (about
+  // 3.5 MB needed on each) goes through its pool several times over, with
+  // rooms filled in the global group order on both hosts.
+  TestCluster cluster;
+  REQUIRE(cluster.Start(3, {"--pool_bytes=1048576", "--batch_bytes=131072"}).ok());
+  REQUIRE(cluster.node(0).Status().pool_bytes() == 1048576);
+  RequireAllOk(cluster.RunRanks("llm", "save", kSaveHosts, 1, 0, kScale, kSaveLayout));
+  const v1::CheckpointManifest manifest = InspectManifest(cluster.coordinator(), "llm", 1);
+  const std::vector<HostTraffic> before = TrafficPerHost(cluster);
+  RequireAllOk(cluster.RunRanks("llm", "load", {3, 3}, -1, kSaveWorld, kScale, kLoadLayout));
+  const std::vector<HostTraffic> after = TrafficPerHost(cluster);
+  CHECK(after[0].chunk_bytes_read - before[0].chunk_bytes_read + after[1].chunk_bytes_read -
+            before[1].chunk_bytes_read ==
+        NeededChunkBytes(manifest, {0, 1, 2, 3, 4, 5}));
+  CHECK(after[0].peer_sent > before[0].peer_sent);
+  CHECK(after[1].peer_sent > before[1].peer_sent);
+}
+
 TEST_CASE("An unchanged layout skips the planning barrier; a changed one plans afresh",
           "[multi_host]") {
   TestCluster cluster;
