@@ -123,7 +123,7 @@ std::vector<LoadGroup> GroupLoadReads(const v1::LoadAssignment& assignment, int 
     const v1::ChunkRead& read = *read_ptr;
     LoadGroup& group = room_for(read.chunk().length());
     const uint64_t at = group.room_bytes;
-    group.chunks.push_back({&read.chunk(), absl::StrCat("tensor ", read.fqn()), at});
+    group.chunks.push_back({&read.chunk(), absl::StrCat("tensor ", read.fqn()), at, ""});
     group.room_bytes += AlignUp(read.chunk().length(), alignment);
     AddTensorDeliveries(group, read, at, world_size, on_device);
   }
@@ -133,7 +133,7 @@ std::vector<LoadGroup> GroupLoadReads(const v1::LoadAssignment& assignment, int 
     if (chunk.length() == 0) continue;  // an empty object: nothing to read or copy
     LoadGroup& group = room_for(chunk.length());
     const uint64_t at = group.room_bytes;
-    group.chunks.push_back({&chunk, absl::StrCat("object ", wanted.front()->key()), at});
+    group.chunks.push_back({&chunk, absl::StrCat("object ", wanted.front()->key()), at, ""});
     group.room_bytes += AlignUp(chunk.length(), alignment);
     AddObjectDeliveries(group, wanted, at, world_size);
   }

@@ -182,6 +182,7 @@ absl::Status LoadSession::Plan() {
     for (const auto& [host, address] : assignment_.peers().addresses()) hosts.push_back(host);
     std::sort(hosts.begin(), hosts.end());
     for (const std::string& host : hosts) peer_index_[host] = index++;
+    peers_ = assignment_.peers();
     char prefix[peer::kTokenPrefixBytes];
     peer::PutU64(prefix, assignment_.peers().load_id());
     peer_prefix_ = context_.peer->OpenPrefix(std::string(prefix, sizeof prefix));
@@ -386,7 +387,7 @@ peer::PeerToken LoadSession::TransferToken(uint32_t group, const std::string& fr
                                            const std::string& to) const {
   peer::PeerToken token;
   char* p = reinterpret_cast<char*>(token.bytes.data());
-  peer::PutU64(p, assignment_.peers().load_id());
+  peer::PutU64(p, peers_.load_id());
   peer::PutU32(p + 8, group);
   const uint16_t sender = peer_index_.at(from);
   const uint16_t receiver = peer_index_.at(to);
@@ -394,7 +395,7 @@ peer::PeerToken LoadSession::TransferToken(uint32_t group, const std::string& fr
   p[13] = static_cast<char>(sender >> 8);
   p[14] = static_cast<char>(receiver);
   p[15] = static_cast<char>(receiver >> 8);
-  std::memcpy(p + 16, assignment_.peers().secret().data(), peer::kTokenBytes / 2);
+  std::memcpy(p + 16, peers_.secret().data(), peer::kTokenBytes / 2);
   return token;
 }
 
@@ -411,7 +412,7 @@ absl::Status LoadSession::ExchangeGroup(const LoadGroup& group, char* room,
       blocks.push_back({at, room + chunk.room_offset, chunk.chunk->length()});
       at += chunk.chunk->length();
     }
-    const std::string& address = assignment_.peers().addresses().at(t.host);
+    const std::string& address = peers_.addresses().at(t.host);
     peer::PeerSendOptions options;
     options.claim_timeout = kPeerWait;
     options.cancelled = [this] { return failed_.load(std::memory_order_acquire); };

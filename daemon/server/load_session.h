@@ -133,6 +133,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // index in the sorted names), and this load's senders' hold on the peer
   // receiver (see PeerReceiver::OpenPrefix) while it runs.
   std::map<std::string, uint16_t> peer_index_;  // set with assignment_, then read-only
+  v1::LoadPeers peers_;                         // the same
   std::shared_ptr<void> peer_prefix_ ABSL_GUARDED_BY(mu_);
   // The step's pin (coordinator/retention.h): gc keeps the step until every
   // rank is done or the session is gone.

@@ -54,7 +54,7 @@ struct NodeContext {
   // The peer data channel's receiver and the address other hosts reach it
   // at (--peer_address); null and empty without one. Set before serving.
   peer::PeerReceiver* peer = nullptr;
-  std::string peer_address;
+  std::string peer_address{};
   std::atomic<uint64_t> peer_bytes_sent{0};   // forwarded to other hosts' loads
   std::atomic<uint64_t> chunk_bytes_read{0};  // GetStatusResponse.chunk_bytes_read
 };
