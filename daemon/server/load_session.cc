@@ -189,7 +189,10 @@ absl::Status LoadSession::Plan() {
   }
   groups_.resize(planned.size());
   for (size_t g = 0; g < planned.size(); ++g) {
-    for (const GroupChunk& chunk : planned[g].chunks) bytes_to_read_ += chunk.chunk->length();
+    for (const GroupChunk& chunk : planned[g].chunks) {
+      // What other hosts send is not read here: progress counts storage reads.
+      if (chunk.source.empty()) bytes_to_read_ += chunk.chunk->length();
+    }
     groups_[g].plan = std::move(planned[g]);
     for (int r = 0; r < world_size_; ++r) {
       if (groups_[g].plan.host[r].empty()) continue;  // only this host's ranks have any
