@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <optional>
 #include <thread>
 
@@ -623,8 +624,14 @@ class ClientImpl final : public Client {
       }
       copies_.Start(std::move(pieces));
       v1::SaveBatch following;
-      absl::Status ahead;
-      if (!batch.last()) ahead = next_batch(&following);
+      // The next batch is asked for while this one is copied and submitted,
+      // not before it is submitted: its room may have to wait for this
+      // one's to be written, and ranks that each held a room unsubmitted
+      // while waiting for another would wedge a pool of one room per rank.
+      std::future<absl::Status> ahead;
+      if (!batch.last()) {
+        ahead = std::async(std::launch::async, [&] { return next_batch(&following); });
+      }
       copies_.Wait();
       {
         grpc::ClientContext context;
@@ -638,7 +645,7 @@ class ClientImpl final : public Client {
         if (!s.ok()) return fail(s);
       }
       if (batch.last()) break;
-      if (!ahead.ok()) return fail(ahead);
+      if (absl::Status s = ahead.get(); !s.ok()) return fail(s);
       batch = std::move(following);
     }
     state.SnapshotDone(absl::OkStatus());

@@ -408,6 +408,52 @@ TEST_CASE("state four times the pool saves and loads, two jobs at once", "[pipel
 
 namespace ckpt::testing {
 
+TEST_CASE("ranks that together hold every room of the pool still save", "[pipeline][pool]") {
+  // 1 MiB of pool in 256 KiB batches: four rooms, one per rank of four.
+  // Each rank holds its room while it copies; its next one can only come
+  // from a room written and freed, so a rank must submit before it waits
+  // for the next (else all four wait on each other to pool_wait_timeout).
+  InProcessDaemon d(/*gate_open=*/true, 1 << 20, /*batch_bytes=*/256 << 10);
+  std::vector<char> whole;
+  HostTensor w = Weight(1024, whole);  // [1024, 1024] float32: 4 MiB, 1 MiB per rank
+  std::vector<std::unique_ptr<Client>> ranks;
+  for (int r = 0; r < 4; ++r) {
+    ClientOptions options;
+    options.socket_path = d.dir + "/ckptd.sock";
+    options.job = "wide";
+    options.rank = r;
+    options.world_size = 4;
+    auto client = Client::Attach(options);
+    REQUIRE(client.ok());
+    ranks.push_back(std::move(*client));
+  }
+  std::vector<std::shared_ptr<SaveHandle>> handles;
+  for (int r = 0; r < 4; ++r) {
+    HostTensor quarter = w;
+    quarter.region = Region::Box({r * 256, 0}, {256, 1024});
+    quarter.data = whole.data() + r * (whole.size() / 4);
+    auto h = ranks[r]->Save(1, {quarter}, {});
+    REQUIRE(h.ok());
+    handles.push_back(*h);
+  }
+  for (auto& handle : handles) {
+    absl::Status s = handle->WaitPersisted();
+    INFO(s.ToString());
+    CHECK(s.ok());
+  }
+  std::vector<char> loaded(whole.size(), 0);
+  HostTensor target = w;
+  target.data = loaded.data();
+  ClientOptions options;
+  options.socket_path = d.dir + "/ckptd.sock";
+  options.job = "wide";
+  auto reader = Client::Attach(options);
+  REQUIRE(reader.ok());
+  REQUIRE((*reader)->Load(1, {target}).ok());
+  CHECK(loaded == whole);
+  CHECK(d.Status().pool_used_bytes() == 0);
+}
+
 TEST_CASE("empty objects and zero-size tensors save and load", "[pipeline]") {
   InProcessDaemon d(/*gate_open=*/true, 4 << 20);
   ClientOptions options;
