@@ -1,6 +1,8 @@
 // Without a GPU the GPU paths are compiled in, selected off, and asking for
 // them is a clear error, on the client and on the daemon; the daemon serves
 // on. (tests/gpu/ runs the paths themselves where a GPU exists.)
+#include <chrono>
+
 #include <grpcpp/grpcpp.h>
 
 #include <catch2/catch.hpp>
@@ -50,11 +52,17 @@ TEST_CASE("GPU tensors without a GPU get a clear error", "[integration][gpu_fall
   SECTION("the daemon refuses a pull it cannot do, and serves on") {
     auto stub = d.Stub();
     grpc::ClientContext attach_context;
+    // A fresh channel's first call may find the connection still being
+    // made (CI once failed here without saying why): it waits for it.
+    attach_context.set_wait_for_ready(true);
+    attach_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     v1::AttachRequest attach;
     attach.set_job("gpu-raw");
     attach.set_world_size(1);
     v1::AttachResponse attached;
-    REQUIRE(stub->Attach(&attach_context, attach, &attached).ok());
+    const grpc::Status attach_status = stub->Attach(&attach_context, attach, &attached);
+    INFO(attach_status.error_code() << ": " << attach_status.error_message());
+    REQUIRE(attach_status.ok());
     grpc::ClientContext plan_context;
     v1::PlanSaveRequest plan;
     plan.set_session_id(attached.session_id());
