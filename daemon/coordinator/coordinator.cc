@@ -40,7 +40,8 @@ struct Coordinator::ActiveSave {
   bool planner_busy = false;                             // so they stay until it is done
   std::map<std::string, size_t> node_index;              // by host name
   std::map<int, std::string> rank_hosts;                 // ranks arrived, and from where
-  v1::SaveAssignment assignment;                         // all hosts'
+  SavePlan plan;                                         // all hosts'
+  int64_t created_unix_ms = 0;                           // when it was planned
   std::string partial_dir;                               // absolute
   std::map<std::string, v1::NodePersistReport> reports;  // by host name
   // Hosts answered at once from the job's known layout, with the part they
@@ -91,7 +92,7 @@ void Coordinator::EndLocked(ActiveSave& save) {
   if (!save.planner_busy) std::vector<v1::NodeSavePlan>().swap(save.nodes);
   save.reports.clear();
   save.early.clear();
-  save.assignment.Clear();
+  save.plan = SavePlan();
   ended_.push_back(save.save_id);
   while (ended_.size() > rendezvous_.ended_saves_kept) {
     saves_.erase(ended_.front());
@@ -270,7 +271,7 @@ void Coordinator::RememberLayoutLocked(const ActiveSave& save) {
   if (save.nodes.size() < 2) return;  // one host has no barrier to skip
   KnownLayout layout;
   layout.world_size = save.world_size;
-  layout.chunk_bytes = save.assignment.chunk_bytes();
+  layout.chunk_bytes = save.plan.assignment->chunk_bytes();
   layout.parts = save.parts;  // shared, not copied
   layout.keys = save.layout_keys;
   for (const auto& [host, part] : layout.parts) layout.bytes += part->ByteSizeLong();
@@ -291,9 +292,9 @@ void Coordinator::PlanGathered(const SaveRef& save) {
             [](const v1::NodeSavePlan& a, const v1::NodeSavePlan& b) {
               return a.host().host() < b.host().host();
             });
-  absl::StatusOr<v1::SaveAssignment> assignment = plan_cache_.Plan(save->nodes, options_);
+  absl::StatusOr<SavePlan> plan = plan_cache_.Plan(save->nodes, options_);
   const std::string& partial = save->partial_dir;  // set once, at the save's start
-  absl::Status status = assignment.status();
+  absl::Status status = plan.status();
   if (status.ok()) status = CreatePartialDir(save->job, partial);
   // Outside mu_ (parts are big): each host's part, shared by its answer and
   // the layout the next step may reuse, checked against the parts hosts
@@ -301,8 +302,9 @@ void Coordinator::PlanGathered(const SaveRef& save) {
   Parts parts;
   std::vector<std::string> changed;
   if (status.ok()) {
+    const std::shared_ptr<const v1::SaveAssignment>& assignment = plan->assignment;
     for (const v1::HostAssignment& h : assignment->hosts()) {
-      parts[h.host().host()] = std::make_shared<const v1::HostAssignment>(h);
+      parts[h.host().host()] = std::shared_ptr<const v1::HostAssignment>(assignment, &h);
     }
     Parts early;
     uint64_t early_chunk_bytes = 0;
@@ -315,7 +317,7 @@ void Coordinator::PlanGathered(const SaveRef& save) {
       auto now = parts.find(host);
       if (now == parts.end() ||
           !google::protobuf::util::MessageDifferencer::Equals(*now->second, *part) ||
-          assignment->chunk_bytes() != early_chunk_bytes) {
+          plan->assignment->chunk_bytes() != early_chunk_bytes) {
         changed.push_back(host);
       }
     }
@@ -346,11 +348,8 @@ void Coordinator::PlanGathered(const SaveRef& save) {
   save->node_index.clear();
   for (size_t i = 0; i < save->nodes.size(); ++i)
     save->node_index[save->nodes[i].host().host()] = i;
-  save->assignment = std::move(*assignment);
-  save->assignment.set_save_id(save->save_id);
-  save->assignment.set_partial_dir(partial.substr(root().size() + 1));
-  save->assignment.mutable_manifest_template()->set_created_unix_ms(
-      absl::ToUnixMillis(absl::Now()));
+  save->plan = std::move(*plan);
+  save->created_unix_ms = absl::ToUnixMillis(absl::Now());
   save->parts = std::move(parts);
   save->phase = ActiveSave::Phase::kWriting;
   save->deadline = absl::Now() + rendezvous_.write_timeout;
@@ -457,12 +456,13 @@ absl::StatusOr<v1::SaveAssignment> Coordinator::PlanSave(const v1::NodeSavePlan&
       error = absl::FailedPreconditionError(absl::StrCat(save->Who(), " has already moved on"));
     } else {
       mine.set_save_id(save->save_id);
-      mine.set_chunk_bytes(save->assignment.chunk_bytes());
-      mine.set_partial_dir(save->assignment.partial_dir());
+      mine.set_chunk_bytes(save->plan.assignment->chunk_bytes());
+      mine.set_partial_dir(save->partial_dir.substr(root().size() + 1));
       auto found = save->parts.find(host);
       if (found != save->parts.end()) part = found->second;
       if (save->nodes.size() == 1) {
-        *mine.mutable_manifest_template() = save->assignment.manifest_template();
+        *mine.mutable_manifest_template() = save->plan.Manifest();
+        mine.mutable_manifest_template()->set_created_unix_ms(save->created_unix_ms);
       }
     }
   }
@@ -581,7 +581,8 @@ absl::Status Coordinator::Commit(const SaveRef& save) {
     for (const v1::ChunkChecksum& c : report.checksums())
       crcs[{c.file(), c.file_offset()}] = c.crc32c();
   }
-  v1::CheckpointManifest manifest = save->assignment.manifest_template();
+  v1::CheckpointManifest manifest = save->plan.Manifest();
+  manifest.set_created_unix_ms(save->created_unix_ms);
   absl::Status status = ForEachMutableChunk(
       manifest, [&](v1::StoredChunk& chunk, const std::string& owner) -> absl::Status {
         // 0-byte items are complete in the plan: nothing written, no report.

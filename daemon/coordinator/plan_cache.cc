@@ -1,5 +1,7 @@
 #include "daemon/coordinator/plan_cache.h"
 
+#include <openssl/evp.h>
+
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -9,48 +11,80 @@
 namespace ckpt::coordinator {
 namespace {
 
-// Writes fields as raw bytes, each string and list behind its length (so
-// the encoding is unambiguous), either appending them to a key or
-// comparing them with an existing one: a key is built from millions of
-// shards, and protobuf's serializer, per message, was most of the cache's
-// cost.
+// Encodes fields unambiguously (each integer as a varint, each string and
+// list behind its length) into a SHA-256 digest, the key. A cluster's plan
+// is millions of shards: its encoding, kept whole, was a gigabyte that the
+// kernel first had to fault in (5 s at 8 million shards), more than the
+// cache's whole budget, so large plans were never cached. The digest is 32
+// bytes; SHA-256 collisions are found neither by chance nor by
+// construction, so equal digests are equal plans (the reason a weaker,
+// faster hash is not used). Fields gather in a small buffer and are
+// digested a buffer at a time.
 class KeyWriter {
  public:
-  explicit KeyWriter(std::string* out) : out_(out) {}
-  explicit KeyWriter(absl::string_view expected) : expected_(expected) {}
+  KeyWriter() : digest_(EVP_MD_CTX_new()) {
+    if (digest_ == nullptr || EVP_DigestInit_ex(digest_.get(), EVP_sha256(), nullptr) != 1) {
+      failed_ = true;
+    }
+  }
+  KeyWriter(const KeyWriter&) = delete;
+  KeyWriter& operator=(const KeyWriter&) = delete;
 
-  // Comparing: whether everything written so far, and nothing more, is the
-  // expected key.
-  bool Matches() const { return same_ && at_ == expected_.size(); }
-
-  void Int(int64_t v) { Bytes(&v, sizeof(v)); }
+  void Int(int64_t v) {
+    if (staged_ + kMaxVarint > sizeof(stage_)) Flush();
+    uint64_t u = static_cast<uint64_t>(v);
+    while (u >= 0x80) {
+      stage_[staged_++] = static_cast<unsigned char>(u | 0x80);
+      u >>= 7;
+    }
+    stage_[staged_++] = static_cast<unsigned char>(u);
+  }
   void Text(absl::string_view text) {
     Int(static_cast<int64_t>(text.size()));
     Bytes(text.data(), text.size());
   }
   void Ints(const google::protobuf::RepeatedField<int64_t>& values) {
     Int(values.size());
-    Bytes(values.data(), values.size() * sizeof(int64_t));
+    for (int64_t v : values) Int(v);
+  }
+
+  // The key: the digest of everything written. Empty if OpenSSL failed
+  // (out of memory): an empty key matches no plan, so nothing is reused.
+  std::string Finish() {
+    Flush();
+    unsigned char out[EVP_MAX_MD_SIZE];
+    unsigned int size = 0;
+    if (failed_ || EVP_DigestFinal_ex(digest_.get(), out, &size) != 1) return std::string();
+    return std::string(reinterpret_cast<const char*>(out), size);
   }
 
  private:
+  static constexpr size_t kMaxVarint = 10;
+  struct FreeDigest {
+    void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
+  };
+
   void Bytes(const void* data, size_t size) {
-    if (out_ != nullptr) {
-      out_->append(static_cast<const char*>(data), size);
+    if (staged_ + size > sizeof(stage_)) Flush();
+    if (size > sizeof(stage_)) {
+      Digest(data, size);
       return;
     }
-    if (!same_) return;
-    if (expected_.size() - at_ < size || std::memcmp(expected_.data() + at_, data, size) != 0) {
-      same_ = false;
-      return;
-    }
-    at_ += size;
+    std::memcpy(stage_ + staged_, data, size);
+    staged_ += size;
+  }
+  void Flush() {
+    Digest(stage_, staged_);
+    staged_ = 0;
+  }
+  void Digest(const void* data, size_t size) {
+    if (!failed_ && size > 0 && EVP_DigestUpdate(digest_.get(), data, size) != 1) failed_ = true;
   }
 
-  std::string* out_ = nullptr;
-  absl::string_view expected_;
-  size_t at_ = 0;
-  bool same_ = true;
+  std::unique_ptr<EVP_MD_CTX, FreeDigest> digest_;
+  bool failed_ = false;
+  unsigned char stage_[16384];
+  size_t staged_ = 0;
 };
 
 void WriteShard(const v1::TensorShard& shard, KeyWriter& key) {
@@ -104,29 +138,32 @@ void WriteKey(absl::Span<const v1::NodeSavePlan> nodes, KeyWriter& key) {
 }  // namespace
 
 std::string PlanKey(absl::Span<const v1::NodeSavePlan> nodes) {
-  size_t shards = 0;
-  for (const v1::NodeSavePlan& node : nodes) {
-    for (const v1::RankSavePlan& rank : node.ranks()) shards += rank.shards_size();
-  }
-  std::string out;
-  out.reserve(shards * 96);  // a 2-d box shard of a short name
-  KeyWriter key(&out);
+  KeyWriter key;
   WriteKey(nodes, key);
-  return out;
+  return key.Finish();
 }
 
-bool PlanKeyEquals(absl::Span<const v1::NodeSavePlan> nodes, absl::string_view expected) {
-  KeyWriter key(expected);
-  WriteKey(nodes, key);
-  return key.Matches();
+bool PlanKeyEquals(absl::Span<const v1::NodeSavePlan> nodes, absl::string_view key) {
+  return !key.empty() && PlanKey(nodes) == key;
 }
 
-absl::StatusOr<v1::SaveAssignment> SavePlanCache::Plan(absl::Span<const v1::NodeSavePlan> nodes,
-                                                       const SavePlannerOptions& options,
-                                                       bool* hit) {
+v1::CheckpointManifest SavePlan::Manifest() const {
+  v1::CheckpointManifest manifest = assignment->manifest_template();
+  manifest.set_step(step);
+  *manifest.mutable_user_metadata() = user_metadata;
+  return manifest;
+}
+
+absl::StatusOr<SavePlan> SavePlanCache::Plan(absl::Span<const v1::NodeSavePlan> nodes,
+                                             const SavePlannerOptions& options, bool* hit) {
   if (hit != nullptr) *hit = false;
-  if (nodes.empty()) return PlanSave(nodes, options);  // names the error
+  if (nodes.empty()) return PlanSave(nodes, options).status();  // names the error
   const v1::NodeSavePlan& first = nodes.front();
+  SavePlan plan;
+  plan.step = first.step();
+  for (const v1::NodeSavePlan& node : nodes) {
+    for (const auto& [k, v] : node.user_metadata()) plan.user_metadata[k] = v;
+  }
   std::shared_ptr<const Cached> cached;
   {
     absl::MutexLock lock(&mu_);
@@ -142,39 +179,34 @@ absl::StatusOr<v1::SaveAssignment> SavePlanCache::Plan(absl::Span<const v1::Node
             "host ", node.host().host(), " disagrees on job, step, world size or partial"));
       }
     }
-    v1::SaveAssignment assignment = cached->assignment;
-    v1::CheckpointManifest& manifest = *assignment.mutable_manifest_template();
-    manifest.set_step(first.step());
-    manifest.clear_user_metadata();
-    for (const v1::NodeSavePlan& node : nodes) {
-      for (const auto& [k, v] : node.user_metadata()) (*manifest.mutable_user_metadata())[k] = v;
-    }
+    plan.assignment = cached->assignment;
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(first.job());
     if (it != entries_.end() && it->second.cached == cached) it->second.last_use = ++clock_;
     ++hits_;
     if (hit != nullptr) *hit = true;
-    return assignment;
+    return plan;
   }
-  std::string key = PlanKey(nodes);
   absl::StatusOr<v1::SaveAssignment> planned = PlanSave(nodes, options);
   if (!planned.ok()) {
     absl::MutexLock lock(&mu_);
     ++misses_;
-    return planned;
+    return planned.status();
   }
-  const uint64_t bytes = key.size() + planned->ByteSizeLong();
+  auto assignment = std::make_shared<v1::SaveAssignment>(std::move(*planned));
+  plan.assignment = assignment;
+  // The key only once the plans proved valid: a refused plan costs none.
+  std::string key = PlanKey(nodes);
+  const uint64_t bytes = key.size() + assignment->ByteSizeLong();
   std::shared_ptr<Cached> fresh;
   if (bytes <= max_bytes_) {  // else too large to keep: planned every time
     fresh = std::make_shared<Cached>();
     fresh->key = std::move(key);
-    fresh->assignment = *planned;
-    fresh->assignment.clear_save_id();
-    fresh->assignment.clear_partial_dir();
+    fresh->assignment = assignment;
   }
   absl::MutexLock lock(&mu_);
   ++misses_;
-  if (fresh == nullptr) return planned;
+  if (fresh == nullptr) return plan;
   auto old = entries_.find(first.job());
   if (old != entries_.end()) {
     bytes_ -= old->second.bytes;
@@ -187,7 +219,7 @@ absl::StatusOr<v1::SaveAssignment> SavePlanCache::Plan(absl::Span<const v1::Node
   bytes_ += bytes;
   entries_.emplace(first.job(), std::move(entry));
   EvictLocked();
-  return planned;
+  return plan;
 }
 
 void SavePlanCache::EvictLocked() {

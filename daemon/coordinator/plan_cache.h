@@ -1,15 +1,17 @@
 // The save plan cache (DESIGN.md §4): a job that checkpoints the same
 // shards on the same hosts step after step gets the assignment it got
 // before, without planning again. Only the step and the user metadata may
-// differ from the cached plan; they are validated and stamped into a copy
-// of the cached assignment. Anything else (a shard, a rank, a host, the
-// writer count, partial) misses and is planned afresh.
+// differ from the cached plan; they are validated and carried beside the
+// cached assignment, which is shared, never copied (at cluster scale it is
+// hundreds of megabytes: copying it was most of a hit's cost). Anything
+// else (a shard, a rank, a host, the writer count, partial) misses and is
+// planned afresh.
 //
-// The key is the plans themselves (every field written out, step and
-// metadata cleared), compared byte for byte: a hash collision could hand a
-// job a wrong assignment, so none is trusted. The cache holds one plan per
-// job and at most `max_bytes` of keys and assignments in all, evicting the
-// least recently used job's. A cache serves one set of planner options
+// The key is a SHA-256 digest of the plans (every field but step and
+// metadata): a collision would hand a job a wrong assignment, and none is
+// found by chance or by construction, where a plain hash's could be. The
+// cache holds one plan per job and at most `max_bytes` of assignments in
+// all, evicting the least recently used job's. A cache serves one set of planner options
 // (one coordinator's).
 //
 // Thread-safety: all methods are safe from any thread.
@@ -31,12 +33,24 @@
 
 namespace ckpt::coordinator {
 
-// The plans as the cache compares them: deterministic bytes of all but what
-// may change from step to step (the step, the user metadata). Equal plans
-// give equal keys.
+// The plans as the cache compares them: the SHA-256 digest (32 bytes) of
+// all but what may change from step to step (the step, the user metadata).
+// Equal plans give equal keys; different plans, different keys.
 std::string PlanKey(absl::Span<const v1::NodeSavePlan> nodes);
-// PlanKey(nodes) == key, without building the key: a hit allocates nothing.
+// PlanKey(nodes) == key; false for an empty key (OpenSSL failed).
 bool PlanKeyEquals(absl::Span<const v1::NodeSavePlan> nodes, absl::string_view key);
+
+// A save's plan: the assignment, shared with the cache, and this save's
+// step and user metadata. The shared assignment's manifest template has
+// those of the step that was planned first: Manifest() is the one this
+// save commits.
+struct SavePlan {
+  std::shared_ptr<const v1::SaveAssignment> assignment;
+  int64_t step = 0;
+  google::protobuf::Map<std::string, std::string> user_metadata;
+
+  v1::CheckpointManifest Manifest() const;
+};
 
 struct PlanCacheStats {
   uint64_t hits = 0;
@@ -51,8 +65,8 @@ class SavePlanCache {
 
   // PlanSave(nodes, options), or the cached assignment when the plans equal
   // the job's last ones but for step and user metadata. *hit says which.
-  absl::StatusOr<v1::SaveAssignment> Plan(absl::Span<const v1::NodeSavePlan> nodes,
-                                          const SavePlannerOptions& options, bool* hit = nullptr);
+  absl::StatusOr<SavePlan> Plan(absl::Span<const v1::NodeSavePlan> nodes,
+                                const SavePlannerOptions& options, bool* hit = nullptr);
   PlanCacheStats Stats() const;
 
  private:
@@ -60,7 +74,7 @@ class SavePlanCache {
   // plan is hundreds of megabytes; other jobs must not wait on it).
   struct Cached {
     std::string key;
-    v1::SaveAssignment assignment;
+    std::shared_ptr<const v1::SaveAssignment> assignment;
   };
   struct Entry {
     std::shared_ptr<const Cached> cached;

@@ -130,21 +130,21 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
   for (ckpt::v1::NodeSavePlan& node : save_nodes) node.set_step(1);
   ckpt::coordinator::SavePlanCache cache(uint64_t{1} << 40);
   auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<ckpt::v1::SaveAssignment> saved = cache.Plan(save_nodes, options);
+  absl::StatusOr<ckpt::coordinator::SavePlan> saved = cache.Plan(save_nodes, options);
   f.save_plan_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!saved.ok()) return ckpt::WithContext(saved.status(), "save plan");
   for (ckpt::v1::NodeSavePlan& node : save_nodes) node.set_step(node.step() + 1);
   bool hit = false;
   start = std::chrono::steady_clock::now();
-  absl::StatusOr<ckpt::v1::SaveAssignment> cached = cache.Plan(save_nodes, options, &hit);
+  absl::StatusOr<ckpt::coordinator::SavePlan> cached = cache.Plan(save_nodes, options, &hit);
   f.plan_cache_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!cached.ok()) return ckpt::WithContext(cached.status(), "the next step's plan");
   if (!hit) return absl::InternalError("the next step's plan did not come from the cache");
   *items = 0;
-  for (const auto& host : saved->hosts()) *items += host.items_size();
+  for (const auto& host : saved->assignment->hosts()) *items += host.items_size();
   start = std::chrono::steady_clock::now();
   absl::StatusOr<ckpt::v1::LoadAssignment> loaded =
-      ckpt::coordinator::PlanLoad(saved->manifest_template(), load_nodes, load_limits);
+      ckpt::coordinator::PlanLoad(saved->assignment->manifest_template(), load_nodes, load_limits);
   f.load_plan_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!loaded.ok()) return ckpt::WithContext(loaded.status(), "load plan");
   *reads = loaded->reads_size();

@@ -6,7 +6,7 @@ packages=(
   build-essential cmake ninja-build pkg-config ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev liburing-dev libisal-dev catch2 libcli11-dev
-  clang libclang-rt-14-dev fio openssl iproute2
+  libssl-dev clang libclang-rt-14-dev fio openssl iproute2
   libsystemd-dev prometheus-cpp-dev prometheus clang-format
   python3-dev pybind11-dev python3-pytest python3-torch
   dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps, and file to find the binaries

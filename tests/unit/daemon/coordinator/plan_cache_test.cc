@@ -40,6 +40,14 @@ bool Same(const google::protobuf::Message& x, const google::protobuf::Message& y
   return google::protobuf::util::MessageDifferencer::Equals(x, y);
 }
 
+// The assignment as this save commits it: the shared plan with its step
+// and metadata.
+v1::SaveAssignment Stamped(const SavePlan& plan) {
+  v1::SaveAssignment out = *plan.assignment;
+  *out.mutable_manifest_template() = plan.Manifest();
+  return out;
+}
+
 TEST_CASE("an unchanged layout reuses the plan, with the new step and metadata", "[plan_cache]") {
   SavePlanCache cache;
   bool hit = true;
@@ -54,9 +62,13 @@ TEST_CASE("an unchanged layout reuses the plan, with the new step and metadata",
   // Exactly what planning from scratch gives.
   auto fresh = PlanSave(next, Options());
   REQUIRE(fresh.ok());
-  CHECK(Same(*second, *fresh));
-  CHECK(second->manifest_template().step() == 20);
-  CHECK(second->manifest_template().user_metadata().at("lr") == "0.1");
+  CHECK(Same(Stamped(*second), *fresh));
+  CHECK(second->Manifest().step() == 20);
+  CHECK(second->Manifest().user_metadata().at("lr") == "0.1");
+  // Shared with the cache, not copied; the first save's manifest unchanged.
+  CHECK(second->assignment == first->assignment);
+  CHECK(first->Manifest().step() == 10);
+  CHECK(first->Manifest().user_metadata().empty());
   const PlanCacheStats stats = cache.Stats();
   CHECK(stats.hits == 1);
   CHECK(stats.misses == 1);
@@ -74,7 +86,7 @@ TEST_CASE("any change of layout plans afresh", "[plan_cache]") {
     CHECK_FALSE(hit);
     auto fresh = PlanSave(nodes, Options());
     REQUIRE(fresh.ok());
-    CHECK(Same(*plan, *fresh));
+    CHECK(Same(Stamped(*plan), *fresh));
     REQUIRE(cache.Plan(Layout(1), Options()).ok());  // back to the original
   };
   std::vector<v1::NodeSavePlan> nodes = Layout(2);
@@ -135,6 +147,29 @@ TEST_CASE("the key covers every field of a node's plan but step and metadata", "
   CHECK(names(v1::DeviceBuffer::descriptor()) ==
         std::vector<std::string>{"ipc_handle", "offset", "allocation_bytes", "device"});
   CHECK(names(v1::ObjectDesc::descriptor()) == std::vector<std::string>{"key", "global", "length"});
+}
+
+TEST_CASE("the key is a digest: small, equal for equal plans, not for others", "[plan_cache]") {
+  const std::string key = PlanKey(Layout(1));
+  CHECK(key.size() == 32);
+  CHECK(PlanKey(Layout(7)) == key);  // the step is not part of it
+  CHECK(PlanKeyEquals(Layout(1), key));
+  CHECK_FALSE(PlanKeyEquals(Layout(1), ""));
+  // Fields that differ only in where a length ends: the encoding keeps
+  // them apart.
+  std::vector<v1::NodeSavePlan> a = Layout(1);
+  std::vector<v1::NodeSavePlan> b = Layout(1);
+  a[0].mutable_host()->set_host("h0x");
+  a[0].mutable_host()->set_address("");
+  b[0].mutable_host()->set_host("h0");
+  b[0].mutable_host()->set_address("x");
+  CHECK(PlanKey(a) != PlanKey(b));
+  // A large value and a negative one.
+  b = Layout(1);
+  b[0].set_writer_threads(1 << 30);
+  CHECK(PlanKey(b) != key);
+  b[0].set_writer_threads(-1);
+  CHECK(PlanKey(b) != key);
 }
 
 TEST_CASE("the cache keeps within its bytes, dropping the least recently used job",
