@@ -1,7 +1,6 @@
 #include "daemon/coordinator/load_planner.h"
 
 #include <algorithm>
-#include <deque>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -26,13 +25,14 @@ std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-// One copy into a rank's request, before it becomes a CopyRun: a
-// cluster-scale load emits millions, so they are gathered as plain structs
-// and turned into messages once, grouped by chunk, at the end.
+// One copy into a request, before it becomes a CopyRun: a cluster-scale
+// load emits millions, so they are gathered as plain structs and turned
+// into messages once, grouped by chunk, at the end. Runs are worked out
+// once per distinct region (Planned) and replayed for every request of it
+// (Request) only when the messages are made: copies per request were 8
+// million structs, half a gigabyte, at 4096 ranks x 1000 tensors.
 struct Run {
   uint32_t read = 0;  // index into Reads::chunks
-  int rank = 0;
-  uint32_t request = 0;
   uint64_t chunk_offset = 0;
   uint64_t dest_offset = 0;
   uint64_t length = 0;
@@ -50,7 +50,6 @@ struct Reads {
   };
   std::vector<Chunk> chunks;
   absl::flat_hash_map<std::pair<absl::string_view, uint64_t>, uint32_t> by_place;
-  std::vector<Run> runs;
 
   uint32_t ReadOf(const v1::StoredChunk& chunk, const std::string& fqn) {
     auto [placed, first] = by_place.try_emplace(
@@ -84,8 +83,8 @@ absl::Status CheckChunksTile(const v1::StoredShard& stored, uint64_t bytes,
   return absl::OkStatus();
 }
 
-// Adds one copy (count reps) from `chunk`, for a rank and request filled
-// in when the copies are replayed.
+// Adds one copy (count reps) from `chunk`, for the requests it is
+// replayed for.
 void Emit(const v1::StoredChunk& chunk, const std::string& fqn, uint64_t in_chunk, uint64_t dst,
           uint64_t length, uint64_t count, uint64_t chunk_stride, uint64_t dest_stride,
           Reads& reads, std::vector<Run>& out) {
@@ -193,7 +192,14 @@ absl::StatusOr<StoredIndex> IndexStoredShards(const v1::TensorEntry& entry, cons
 // the first such request, replayed for the others.
 struct Planned {
   int64_t bytes = 0;
-  std::vector<Run> runs;  // rank and request not set
+  std::vector<Run> runs;
+};
+
+// One rank's request, served by a Planned.
+struct Request {
+  int rank = 0;
+  uint32_t index = 0;    // into the rank's tensors
+  uint32_t planned = 0;  // Planner's id of what it gets
 };
 
 // The tensors of the manifest and what has been worked out about them.
@@ -211,9 +217,9 @@ class Planner {
 
   const std::string& where() const { return where_; }
 
-  // The request's copies (rank and request not set), or why it cannot be
+  // The id of the request's copies (planned(id)), or why it cannot be
   // served. `i` is its index in the rank's requests.
-  absl::StatusOr<const Planned*> Plan(const v1::TensorShard& request, int rank, int i) {
+  absl::StatusOr<uint32_t> Plan(const v1::TensorShard& request, int rank, int i) {
     const auto invalid_first = [&](absl::Status otherwise) {
       // A malformed request is named as such before it is looked up.
       if (absl::Status s = ValidateShardRequest(request, limits_).status(); !s.ok()) {
@@ -250,16 +256,17 @@ class Planner {
       if (absl::Status s = ValidateDeviceBuffer(request, known.bytes); !s.ok()) {
         return WithContext(s, absl::StrCat("rank ", rank));
       }
-      return &known;
+      return id;
     }
     // A failure ends the planning: the table's new id gets no entry.
     absl::StatusOr<Planned> planned = PlanFirst(request, entry, t, rank);
     if (!planned.ok()) return planned.status();
     planned_.push_back(std::move(*planned));
-    return &planned_.back();
+    return id;
   }
 
-  Reads& reads() { return reads_; }
+  const Planned& planned(uint32_t id) const { return planned_[id]; }
+  const Reads& reads() const { return reads_; }
 
  private:
   // The first request for this spelling: validated, intersected with the
@@ -321,13 +328,15 @@ class Planner {
   std::vector<std::optional<StoredIndex>> indexes_;  // built on a tensor's first request
   absl::flat_hash_map<const v1::StoredShard*, absl::Status> tiles_;  // checked once each
   RegionTable regions_;
-  std::deque<Planned> planned_;  // by region id; stable addresses
+  std::vector<Planned> planned_;  // by region id
   Reads reads_;
 };
 
 // The reads in (file, offset) order, each with its copies in the order the
 // requests were planned.
-void AddReads(const Reads& reads, v1::LoadAssignment& out) {
+void AddReads(const Planner& planner, const std::vector<Request>& requests,
+              v1::LoadAssignment& out) {
+  const Reads& reads = planner.reads();
   // Sorted on plain keys: the files ranked by name once (a cluster writes a
   // few thousand), so comparisons never chase a chunk's strings.
   std::vector<absl::string_view> files;
@@ -349,13 +358,23 @@ void AddReads(const Reads& reads, v1::LoadAssignment& out) {
   std::sort(places.begin(), places.end(), [](const Place& a, const Place& b) {
     return std::tie(a.file, a.offset) < std::tie(b.file, b.offset);
   });
-  std::vector<uint32_t> first(reads.chunks.size() + 1, 0);
-  for (const Run& run : reads.runs) ++first[run.read + 1];
+  // Each read's copies: (request, run of its Planned), grouped by read.
+  struct Copy {
+    uint32_t request;
+    uint32_t run;
+  };
+  std::vector<uint64_t> first(reads.chunks.size() + 1, 0);
+  for (const Request& request : requests) {
+    for (const Run& run : planner.planned(request.planned).runs) ++first[run.read + 1];
+  }
   std::partial_sum(first.begin(), first.end(), first.begin());
-  std::vector<uint32_t> by_read(reads.runs.size());
+  std::vector<Copy> by_read(first.back());
   {
-    std::vector<uint32_t> next(first.begin(), first.end() - 1);
-    for (uint32_t k = 0; k < reads.runs.size(); ++k) by_read[next[reads.runs[k].read]++] = k;
+    std::vector<uint64_t> next(first.begin(), first.end() - 1);
+    for (uint32_t q = 0; q < requests.size(); ++q) {
+      const std::vector<Run>& runs = planner.planned(requests[q].planned).runs;
+      for (uint32_t k = 0; k < runs.size(); ++k) by_read[next[runs[k].read]++] = Copy{q, k};
+    }
   }
   out.mutable_reads()->Reserve(static_cast<int>(places.size()));
   for (const Place& place : places) {
@@ -364,11 +383,12 @@ void AddReads(const Reads& reads, v1::LoadAssignment& out) {
     *read->mutable_chunk() = *reads.chunks[r].chunk;
     read->set_fqn(*reads.chunks[r].fqn);
     read->mutable_runs()->Reserve(static_cast<int>(first[r + 1] - first[r]));
-    for (uint32_t k = first[r]; k < first[r + 1]; ++k) {
-      const Run& run = reads.runs[by_read[k]];
+    for (uint64_t k = first[r]; k < first[r + 1]; ++k) {
+      const Request& request = requests[by_read[k].request];
+      const Run& run = planner.planned(request.planned).runs[by_read[k].run];
       v1::CopyRun* copy = read->add_runs();
-      copy->set_rank(run.rank);
-      copy->set_request(run.request);
+      copy->set_rank(request.rank);
+      copy->set_request(request.index);
       copy->set_chunk_offset(run.chunk_offset);
       copy->set_dest_offset(run.dest_offset);
       copy->set_length(run.length);
@@ -397,6 +417,7 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
   }
   Planner planner(manifest, limits);
   const std::string& where = planner.where();
+  std::vector<Request> requests;
   v1::LoadAssignment out;
   out.set_step(manifest.step());
   for (const v1::NodeLoadPlan& node : nodes) {
@@ -415,16 +436,11 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
       v1::LoadAssignment::RankSizes* sizes = out.add_sizes();
       sizes->set_rank(rank.rank());
       sizes->mutable_tensor_bytes()->Reserve(rank.tensors_size());
-      std::vector<Run>& runs = planner.reads().runs;
       for (int i = 0; i < rank.tensors_size(); ++i) {
-        absl::StatusOr<const Planned*> planned = planner.Plan(rank.tensors(i), rank.rank(), i);
+        absl::StatusOr<uint32_t> planned = planner.Plan(rank.tensors(i), rank.rank(), i);
         if (!planned.ok()) return planned.status();
-        sizes->add_tensor_bytes((*planned)->bytes);
-        for (Run run : (*planned)->runs) {
-          run.rank = rank.rank();
-          run.request = static_cast<uint32_t>(i);
-          runs.push_back(run);
-        }
+        sizes->add_tensor_bytes(planner.planned(*planned).bytes);
+        requests.push_back(Request{rank.rank(), static_cast<uint32_t>(i), *planned});
       }
       for (int i = 0; i < rank.object_keys_size(); ++i) {
         const std::string& key = rank.object_keys(i);
@@ -443,7 +459,7 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
       }
     }
   }
-  AddReads(planner.reads(), out);
+  AddReads(planner, requests, out);
   return out;
 }
 
