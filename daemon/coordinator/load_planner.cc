@@ -25,6 +25,10 @@ std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+// How many requests ahead region lookups are prefetched: about as many as
+// the memory has in flight while one request is planned.
+constexpr int kPrefetchAhead = 8;
+
 // One copy into a request, before it becomes a CopyRun: a cluster-scale
 // load emits millions, so they are gathered as plain structs and turned
 // into messages once, grouped by chunk, at the end. Runs are worked out
@@ -265,6 +269,15 @@ class Planner {
     return id;
   }
 
+  // Starts loading what Plan(request, rank, i) will look up, for a request
+  // a few ahead of the one being planned: at a million regions each lookup
+  // otherwise waits for memory.
+  void Prefetch(const v1::TensorShard& request, int i) const {
+    if (static_cast<size_t>(i) < hint_.size() && hint_[i] >= 0) {
+      regions_.Prefetch(hint_[i], request.region(), limits_.max_dims);
+    }
+  }
+
   const Planned& planned(uint32_t id) const { return planned_[id]; }
   const Reads& reads() const { return reads_; }
 
@@ -437,6 +450,9 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
       sizes->set_rank(rank.rank());
       sizes->mutable_tensor_bytes()->Reserve(rank.tensors_size());
       for (int i = 0; i < rank.tensors_size(); ++i) {
+        if (const int ahead = i + kPrefetchAhead; ahead < rank.tensors_size()) {
+          planner.Prefetch(rank.tensors(ahead), ahead);
+        }
         absl::StatusOr<uint32_t> planned = planner.Plan(rank.tensors(i), rank.rank(), i);
         if (!planned.ok()) return planned.status();
         sizes->add_tensor_bytes(planner.planned(*planned).bytes);

@@ -187,13 +187,14 @@ absl::StatusOr<SavePlan> SavePlanCache::Plan(absl::Span<const v1::NodeSavePlan> 
     if (hit != nullptr) *hit = true;
     return plan;
   }
-  absl::StatusOr<v1::SaveAssignment> planned = PlanSave(nodes, options);
+  absl::StatusOr<std::shared_ptr<const v1::SaveAssignment>> planned =
+      PlanSaveShared(nodes, options);
   if (!planned.ok()) {
     absl::MutexLock lock(&mu_);
     ++misses_;
     return planned.status();
   }
-  auto assignment = std::make_shared<v1::SaveAssignment>(std::move(*planned));
+  const std::shared_ptr<const v1::SaveAssignment>& assignment = *planned;
   plan.assignment = assignment;
   // The key only once the plans proved valid: a refused plan costs none.
   std::string key = PlanKey(nodes);

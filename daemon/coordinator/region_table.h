@@ -5,9 +5,9 @@
 // here, its geometry is worked out once, and each further copy costs one
 // hash lookup that reads the request's own fields in place.
 //
-// The table keeps one copy of each distinct region's fields in one array
-// and indexes them by id (4 bytes a slot): at 8192 ranks a table of
-// copies was hundreds of megabytes that the kernel had to zero first.
+// The table keeps one copy of each distinct region's fields and indexes
+// them by id (4 bytes a slot): at 8192 ranks a table of copies was hundreds
+// of megabytes that the kernel had to zero first.
 // Callers check a box's dimension count against --max_dims before
 // interning it.
 //
@@ -34,7 +34,12 @@ class RegionTable {
   // The id of `region` of tensor `tensor` (the caller's numbering), and
   // whether it was new. Ids are dense, in order of first appearance.
   std::pair<uint32_t, bool> Intern(int tensor, const v1::Region& region);
-  size_t size() const { return tensor_.size(); }
+  size_t size() const { return entries_.size(); }
+  // Starts loading what Intern(tensor, region) will read of the table, for
+  // callers that know the next lookups: at a million regions each lookup
+  // otherwise waits for memory twice. Boxes of more than `max_dims`
+  // dimensions are not looked at.
+  void Prefetch(int tensor, const v1::Region& region, int max_dims) const;
 
  private:
   // A region's identity: its tensor, its kind and its fields (box offsets
@@ -62,11 +67,23 @@ class RegionTable {
     bool operator()(const View& a, uint32_t b) const { return Same(a, table->ViewOf(b)); }
   };
 
-  std::vector<int64_t> fields_;       // every region's, back to back
-  std::vector<uint64_t> start_{0};    // id -> its fields; size() + 1 entries
-  std::vector<uint32_t> first_size_;  // id -> how many of its fields are `first`
-  std::vector<int> tensor_;
-  std::vector<int> kind_;
+  // One region, in one cache line: a lookup that finds it compares its
+  // fields there. Split over five arrays, a lookup missed the cache up to
+  // five times, most of the planners' cost at 8 million shards. Fields of
+  // regions of more than kInline (a box of more than 2 dimensions) are
+  // kept in `spilled_`.
+  static constexpr uint32_t kInline = 4;
+  struct alignas(64) Entry {
+    int tensor = 0;
+    int kind = 0;
+    uint32_t first_size = 0;  // how many of its fields are `first`
+    uint32_t size = 0;        // all its fields
+    uint64_t spilled_at = 0;  // into spilled_, if size > kInline
+    int64_t fields[kInline] = {};
+  };
+
+  std::vector<Entry> entries_;    // by id
+  std::vector<int64_t> spilled_;  // fields of large regions, back to back
   absl::flat_hash_set<uint32_t, Hash, Eq> ids_;
 };
 

@@ -167,6 +167,10 @@ absl::Status ValidateHostsAndRanks(absl::Span<const v1::NodeSavePlan> nodes) {
   return absl::OkStatus();
 }
 
+// How many shards ahead region lookups are prefetched: about as many as
+// the memory has in flight while one shard is handled.
+constexpr int kPrefetchAhead = 8;
+
 // Finds each shard's tensor and spelling. A tensor's first shard and each
 // new spelling are validated in full against the limits before their
 // geometry is used; a replica of a known spelling only has its tensor's
@@ -203,6 +207,12 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
         tensor_hint.resize(rank.shards_size(), -1);
       }
       for (int i = 0; i < rank.shards_size(); ++i) {
+        // The region a few shards on, of the tensor the last rank had
+        // there: its lookup's memory is loading while these are done.
+        if (const int ahead = i + kPrefetchAhead;
+            ahead < rank.shards_size() && tensor_hint[ahead] >= 0) {
+          regions.Prefetch(tensor_hint[ahead], rank.shards(ahead).region(), limits.max_dims);
+        }
         const v1::TensorShard& shard = rank.shards(i);
         // Set when this shard was validated as its tensor's first.
         std::optional<absl::StatusOr<ShardGeometry>> checked;
@@ -587,12 +597,10 @@ absl::Status CheckLoadable(const v1::CheckpointManifest& manifest, uint64_t chun
 // The assignment, and the manifest the commit will write with every chunk
 // placed: the commit then only fills in checksums, so what is committed is
 // exactly what was planned.
-v1::SaveAssignment BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes, const Shards& shards,
-                                   const std::vector<UniqueItem>& items,
-                                   const std::vector<uint32_t>& order,
-                                   const SavePlannerOptions& options) {
+void BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes, const Shards& shards,
+                     const std::vector<UniqueItem>& items, const std::vector<uint32_t>& order,
+                     const SavePlannerOptions& options, v1::SaveAssignment& out) {
   const v1::NodeSavePlan& first = nodes.front();
-  v1::SaveAssignment out;
   out.set_chunk_bytes(options.chunk_bytes);
   std::vector<std::vector<std::string>> files(nodes.size());
   std::vector<int> items_per_host(nodes.size(), 0);
@@ -667,13 +675,11 @@ v1::SaveAssignment BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes, con
                  std::min<uint64_t>(options.chunk_bytes, item.bytes - offset));
     }
   }
-  return out;
 }
 
-}  // namespace
-
-absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> nodes,
-                                            const SavePlannerOptions& options) {
+// Plans into `out`, empty: on the heap or on an arena.
+absl::Status PlanSaveInto(absl::Span<const v1::NodeSavePlan> nodes,
+                          const SavePlannerOptions& options, v1::SaveAssignment& out) {
   if (nodes.empty()) return Invalid("save plan has no hosts");
   if (absl::Status s = ValidateSaveHeader(nodes.front(), options); !s.ok()) return s;
   if (absl::Status s = ValidateHostsAndRanks(nodes); !s.ok()) return s;
@@ -687,11 +693,32 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
   absl::StatusOr<uint64_t> chunks = CountChunks(items->items, options);
   if (!chunks.ok()) return chunks.status();
   const std::vector<uint32_t> order = AssignWriters(nodes, *items, options.alignment);
-  v1::SaveAssignment assignment = BuildAssignment(nodes, *shards, items->items, order, options);
-  if (absl::Status s = CheckLoadable(assignment.manifest_template(), *chunks, options); !s.ok()) {
-    return s;
-  }
-  return assignment;
+  BuildAssignment(nodes, *shards, items->items, order, options, out);
+  return CheckLoadable(out.manifest_template(), *chunks, options);
+}
+
+}  // namespace
+
+absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> nodes,
+                                            const SavePlannerOptions& options) {
+  v1::SaveAssignment out;
+  if (absl::Status s = PlanSaveInto(nodes, options, out); !s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<const v1::SaveAssignment>> PlanSaveShared(
+    absl::Span<const v1::NodeSavePlan> nodes, const SavePlannerOptions& options) {
+  struct Owner {
+    explicit Owner(const google::protobuf::ArenaOptions& o) : arena(o) {}
+    google::protobuf::Arena arena;
+  };
+  google::protobuf::ArenaOptions arena_options;
+  arena_options.start_block_size = 64 << 10;
+  arena_options.max_block_size = 8 << 20;
+  auto owner = std::make_shared<Owner>(arena_options);
+  auto* out = google::protobuf::Arena::CreateMessage<v1::SaveAssignment>(&owner->arena);
+  if (absl::Status s = PlanSaveInto(nodes, options, *out); !s.ok()) return s;
+  return std::shared_ptr<const v1::SaveAssignment>(owner, out);
 }
 
 }  // namespace ckpt::coordinator
