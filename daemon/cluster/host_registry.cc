@@ -7,6 +7,26 @@ namespace ckpt::cluster {
 namespace {
 
 constexpr size_t kMaxAddress = 256;
+// What a heartbeat's progress may hold, kept per host: a host reports at
+// most this many saves and loads, with short phases, under valid job names.
+constexpr int kMaxProgress = 64;
+constexpr size_t kMaxPhase = 64;
+
+// The first kMaxProgress entries of `from` that name a valid job, with
+// their phase cut to kMaxPhase: what a host says is shown, never trusted
+// to be small.
+template <typename Progress>
+void KeepProgress(const google::protobuf::RepeatedPtrField<Progress>& from,
+                  google::protobuf::RepeatedPtrField<Progress>* to) {
+  to->Clear();
+  for (const Progress& p : from) {
+    if (to->size() == kMaxProgress) break;
+    if (!ValidateName("job", p.job()).ok()) continue;
+    Progress* kept = to->Add();
+    *kept = p;
+    if (kept->phase().size() > kMaxPhase) kept->mutable_phase()->resize(kMaxPhase);
+  }
+}
 
 }  // namespace
 
@@ -73,6 +93,8 @@ bool HostRegistry::Heartbeat(const v1::HeartbeatRequest& request, absl::Time now
   it->second.last_heard = now;
   it->second.info.set_pool_used(request.pool_used());
   it->second.info.set_sessions(request.sessions());
+  KeepProgress(request.saves(), it->second.info.mutable_saves());
+  KeepProgress(request.loads(), it->second.info.mutable_loads());
   return true;
 }
 

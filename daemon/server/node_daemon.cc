@@ -31,6 +31,9 @@ namespace {
 
 constexpr absl::Duration kReapInterval = absl::Milliseconds(100);
 constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
+// Saves and loads whose progress a heartbeat carries (of each; the
+// coordinator keeps as many).
+constexpr int kMaxHeartbeatProgress = 64;
 
 // A zero or negative bound would refuse everything (or, cast, allow
 // anything): refuse to start instead, naming the flag.
@@ -401,6 +404,7 @@ absl::Status NodeDaemon::Start() {
     link.sample = [this](v1::HeartbeatRequest& beat) {
       beat.set_pool_used(pool_->Stats().used);
       beat.set_sessions(static_cast<uint32_t>(service_->InFlight()));
+      service_->InFlightProgress(kMaxHeartbeatProgress, beat.mutable_saves(), beat.mutable_loads());
       for (std::string& id : service_->SpanningSaveIds()) beat.add_save_ids(std::move(id));
     };
     link.on_answer = [this](const v1::HeartbeatResponse& answer) {

@@ -424,18 +424,7 @@ grpc::Status NodeService::GetStatus(grpc::ServerContext* context, const v1::GetS
   response->set_uptime_seconds(absl::ToInt64Seconds(absl::Now() - started_));
   std::vector<std::shared_ptr<SaveSession>> saves;
   std::vector<std::shared_ptr<LoadSession>> loads;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [key, save] : saves_) {
-      if (!save->finished()) saves.push_back(save);
-    }
-    for (const auto& [key, load] : load_barriers_) {
-      if (!load->finished()) loads.push_back(load);
-    }
-    for (const auto& [id, load] : loads_) {
-      if (!load->finished()) loads.push_back(load);
-    }
-  }
+  Unfinished(saves, loads);
   response->set_loads_in_flight(static_cast<int>(loads.size()));
   // Outside mu_: ownership may be read from storage.
   const auto visible = [&](const std::string& job) {
@@ -633,6 +622,36 @@ void NodeService::FailSpanningSaves(const absl::Status& status) {
   for (const auto& save : saves) {
     save->Fail(absl::Status(status.code(), absl::StrCat("save of job ", save->job(), " step ",
                                                         save->step(), ": ", status.message())));
+  }
+}
+
+void NodeService::Unfinished(std::vector<std::shared_ptr<SaveSession>>& saves,
+                             std::vector<std::shared_ptr<LoadSession>>& loads) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, save] : saves_) {
+    if (!save->finished()) saves.push_back(save);
+  }
+  for (const auto& [key, load] : load_barriers_) {
+    if (!load->finished()) loads.push_back(load);
+  }
+  for (const auto& [id, load] : loads_) {
+    if (!load->finished()) loads.push_back(load);
+  }
+}
+
+void NodeService::InFlightProgress(int max,
+                                   google::protobuf::RepeatedPtrField<v1::SaveProgress>* saves,
+                                   google::protobuf::RepeatedPtrField<v1::LoadProgress>* loads) {
+  std::vector<std::shared_ptr<SaveSession>> save_sessions;
+  std::vector<std::shared_ptr<LoadSession>> load_sessions;
+  Unfinished(save_sessions, load_sessions);  // progress is read outside mu_
+  for (const auto& save : save_sessions) {
+    if (saves->size() == max) break;
+    *saves->Add() = save->Progress();
+  }
+  for (const auto& load : load_sessions) {
+    if (loads->size() == max) break;
+    *loads->Add() = load->Progress();
   }
 }
 

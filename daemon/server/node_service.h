@@ -47,6 +47,9 @@ class NodeService final
   void AbortAll(const absl::Status& status);
   // Saves and loads still in flight.
   int InFlight();
+  // The progress of up to `max` of each, for the coordinator's view.
+  void InFlightProgress(int max, google::protobuf::RepeatedPtrField<v1::SaveProgress>* saves,
+                        google::protobuf::RepeatedPtrField<v1::LoadProgress>* loads);
   // The rank behind the session is gone (its Watch ended).
   void RankGone(const RankSession& rank);
 
@@ -110,6 +113,9 @@ class NodeService final
                             auth::Permission operator_needs);
   std::shared_ptr<SaveSession> FindSave(const std::string& save_id);
   std::shared_ptr<LoadSession> FindLoad(const std::string& load_id);
+  // The saves and loads not finished yet (their barriers included).
+  void Unfinished(std::vector<std::shared_ptr<SaveSession>>& saves,
+                  std::vector<std::shared_ptr<LoadSession>>& loads) ABSL_LOCKS_EXCLUDED(mu_);
   void WatchEnded(WatchReactor* watch);
 
   NodeContext& context_;

@@ -9,10 +9,12 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "ckpt/client.h"
 #include "ckpt/v1/cluster.grpc.pb.h"
 #include "daemon/peer/peer_sender.h"
 #include "tests/support/test_daemon.h"
@@ -159,6 +161,50 @@ TEST_CASE("A node's peer channel is registered, and refuses senders without a to
   CHECK(refused.code() == absl::StatusCode::kPermissionDenied);
   CHECK(node.Status().pool_bytes() > 0);
   SaveStep(node, "after-peer", 1);
+}
+
+TEST_CASE("ckptctl cluster shows each host's saves in flight with their progress", "[cluster]") {
+  TestDaemon coordinator;
+  REQUIRE(coordinator.StartWithTcp(kCoordinatorFlags).ok());
+  TestDaemon node;
+  std::vector<std::string> flags = NodeFlags(coordinator, "host-s", "rack1");
+  // The save stops once planned (its handler paused): in flight on host-s
+  // until the node is killed.
+  flags.insert(flags.end(), {"--fault_kill_at=save.planned", "--fault_pause_s=300"});
+  REQUIRE(node.Start(flags).ok());
+  REQUIRE(node.WaitForOutput("registered with coordinator"));
+  std::vector<char> bytes(1 << 20, 'x');
+  std::thread saver([&] {
+    ClientOptions options;
+    options.socket_path = node.socket();
+    options.job = "shown";
+    auto client = Client::Attach(options);
+    if (!client.ok()) return;
+    HostTensor t;
+    t.fqn = "model.w";
+    t.dtype = DType::kUInt8;
+    t.global_shape = {static_cast<int64_t>(bytes.size())};
+    t.data = bytes.data();
+    (void)(*client)->Save(7, {t}, {});  // fails when the node is killed
+  });
+  REQUIRE(node.WaitForOutput("fault point save.planned reached"));
+  v1::ClusterStatusResponse status;
+  REQUIRE(AwaitCluster(coordinator, [&](const v1::ClusterStatusResponse& s) {
+    status = s;
+    const v1::ClusterHost* h = Find(status, "host-s");
+    return h != nullptr && h->saves_size() == 1;
+  }));
+  const v1::SaveProgress& save = Find(status, "host-s")->saves(0);
+  CHECK(save.job() == "shown");
+  CHECK(save.step() == 7);
+  CHECK(save.phase() == "snapshot");
+  CHECK(save.world_size() == 1);
+  CHECK(Find(status, "host-s")->sessions() == 1);
+  const ExitInfo shown = coordinator.Ckptctl({"cluster"});
+  CHECK(shown.exit_code == 0);
+  CHECK_THAT(shown.output, Catch::Contains("save job shown step 7: snapshot"));
+  node.Kill();
+  saver.join();
 }
 
 TEST_CASE("A node with a wrong token is refused and never listed", "[cluster]") {

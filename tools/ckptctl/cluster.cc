@@ -36,6 +36,10 @@ int RunCluster(const Call& call, v1::ClusterService::StubInterface& stub, bool j
         "  %-24s %-6s %8.1fs %-12s %-21s %d\n", h.host().host(), h.lost() ? "LOST" : "alive",
         h.heartbeat_age_s(), h.failure_domain().empty() ? "-" : h.failure_domain(),
         absl::StrCat(FormatBytes(h.pool_used()), " / ", FormatBytes(h.pool_bytes())), h.sessions());
+    // Each host's saves and loads with their progress, as its last
+    // heartbeat reported them.
+    for (const v1::SaveProgress& save : h.saves()) out << "    " << DescribeSave(save) << "\n";
+    for (const v1::LoadProgress& load : h.loads()) out << "    " << DescribeLoad(load) << "\n";
   }
   return kExitOk;
 }

@@ -227,20 +227,32 @@ std::string RateAndEta(uint64_t done, uint64_t total, uint64_t elapsed_ms) {
 
 }  // namespace
 
+std::string DescribeSave(const v1::SaveProgress& save) {
+  return absl::StrFormat("save job %s step %d: %s, %s / %s (%s), %s, ranks %d/%d snapshotted",
+                         save.job(), save.step(), save.phase().empty() ? "?" : save.phase(),
+                         FormatBytes(save.bytes_written()), FormatBytes(save.bytes_total()),
+                         Percent(save.bytes_written(), save.bytes_total()),
+                         RateAndEta(save.bytes_written(), save.bytes_total(), save.elapsed_ms()),
+                         save.ranks_snapshotted(), save.world_size());
+}
+
+std::string DescribeLoad(const v1::LoadProgress& load) {
+  return absl::StrFormat(
+      "load job %s step %s: %s, %s / %s read (%s), %s, ranks %d/%d arrived", load.job(),
+      load.step() < 0 ? std::string("latest") : absl::StrCat(load.step()), load.phase(),
+      FormatBytes(load.bytes_read()), FormatBytes(load.bytes_total()),
+      Percent(load.bytes_read(), load.bytes_total()),
+      RateAndEta(load.bytes_read(), load.bytes_total(), load.elapsed_ms()), load.ranks_arrived(),
+      load.world_size());
+}
+
 void PrintInFlight(std::ostream& out, const v1::GetStatusResponse& response) {
   if (response.saves().empty()) {
     out << "saves in flight: none\n";
   } else {
     out << "saves in flight: " << response.saves_size() << "\n";
   }
-  for (const v1::SaveProgress& save : response.saves()) {
-    out << absl::StrFormat("  save job %s step %d: %s, %s / %s (%s), %s, ranks %d/%d snapshotted\n",
-                           save.job(), save.step(), save.phase().empty() ? "?" : save.phase(),
-                           FormatBytes(save.bytes_written()), FormatBytes(save.bytes_total()),
-                           Percent(save.bytes_written(), save.bytes_total()),
-                           RateAndEta(save.bytes_written(), save.bytes_total(), save.elapsed_ms()),
-                           save.ranks_snapshotted(), save.world_size());
-  }
+  for (const v1::SaveProgress& save : response.saves()) out << "  " << DescribeSave(save) << "\n";
   if (response.loads().empty()) {
     out << "loads in flight: "
         << (response.loads_in_flight() == 0 ? "none" : absl::StrCat(response.loads_in_flight()))
@@ -248,15 +260,7 @@ void PrintInFlight(std::ostream& out, const v1::GetStatusResponse& response) {
   } else {
     out << "loads in flight: " << response.loads_size() << "\n";
   }
-  for (const v1::LoadProgress& load : response.loads()) {
-    out << absl::StrFormat(
-        "  load job %s step %s: %s, %s / %s read (%s), %s, ranks %d/%d arrived\n", load.job(),
-        load.step() < 0 ? std::string("latest") : absl::StrCat(load.step()), load.phase(),
-        FormatBytes(load.bytes_read()), FormatBytes(load.bytes_total()),
-        Percent(load.bytes_read(), load.bytes_total()),
-        RateAndEta(load.bytes_read(), load.bytes_total(), load.elapsed_ms()), load.ranks_arrived(),
-        load.world_size());
-  }
+  for (const v1::LoadProgress& load : response.loads()) out << "  " << DescribeLoad(load) << "\n";
 }
 
 int RunStatus(const Call& call, bool json) {

@@ -84,6 +84,10 @@ struct Call {
 int RunStatus(const Call& call, bool json);
 // The saves and loads in flight with phase, bytes, rate and ETA.
 void PrintInFlight(std::ostream& out, const v1::GetStatusResponse& response);
+// One line for a save or load in flight: job, step, phase, bytes done of
+// the total, rate and ETA, ranks (status and cluster print them).
+std::string DescribeSave(const v1::SaveProgress& save);
+std::string DescribeLoad(const v1::LoadProgress& load);
 // Status every `interval` until no save or load is in flight (exit 0).
 int RunWatch(const Call& call, std::chrono::milliseconds interval, bool json);
 int RunList(const Call& call, const std::string& job, bool json);

@@ -62,6 +62,35 @@ TEST_CASE("Hosts heartbeat, go lost when silent, and come back by registering", 
   CHECK(registry.Heartbeat(Beat("b", "i2"), t0 + absl::Seconds(9)));
 }
 
+TEST_CASE("A heartbeat's progress is kept bounded: 64 of each, valid jobs, short phases",
+          "[cluster]") {
+  HostRegistry registry({.heartbeat_timeout = absl::Seconds(5), .max_hosts = 8});
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  REQUIRE(registry.Register(Host("a", "i1"), t0).ok());
+  v1::HeartbeatRequest beat = Beat("a", "i1");
+  v1::SaveProgress* bad = beat.add_saves();
+  bad->set_job("../etc");
+  for (int i = 0; i < 1000; ++i) {
+    v1::SaveProgress* save = beat.add_saves();
+    save->set_job(absl::StrCat("job", i));
+    save->set_step(i);
+    save->set_phase(std::string(10000, 'p'));
+  }
+  beat.add_loads()->set_job("loaded");
+  beat.add_loads()->set_job(std::string(100000, 'j'));
+  REQUIRE(registry.Heartbeat(beat, t0));
+  const v1::ClusterHost host = registry.Status(t0).hosts(0);
+  REQUIRE(host.saves_size() == 64);
+  CHECK(host.saves(0).job() == "job0");  // the invalid one is dropped
+  CHECK(host.saves(63).step() == 63);
+  CHECK(host.saves(0).phase().size() == 64);
+  REQUIRE(host.loads_size() == 1);
+  CHECK(host.loads(0).job() == "loaded");
+  // The next heartbeat replaces them.
+  REQUIRE(registry.Heartbeat(Beat("a", "i1"), t0 + absl::Seconds(1)));
+  CHECK(registry.Status(t0 + absl::Seconds(1)).hosts(0).saves_size() == 0);
+}
+
 TEST_CASE("Registration is bounded and checked before anything is kept", "[cluster]") {
   HostRegistry registry({.heartbeat_timeout = absl::Seconds(5), .max_hosts = 2});
   const absl::Time t0 = absl::FromUnixSeconds(1000);
