@@ -395,11 +395,21 @@ void AddReads(const Planner& planner, const std::vector<Request>& requests,
     v1::ChunkRead* read = out.add_reads();
     *read->mutable_chunk() = *reads.chunks[r].chunk;
     read->set_fqn(*reads.chunks[r].fqn);
-    read->mutable_runs()->Reserve(static_cast<int>(first[r + 1] - first[r]));
+    v1::CopyRun* copy = nullptr;
+    const Copy* last = nullptr;  // what `copy` was made from
     for (uint64_t k = first[r]; k < first[r + 1]; ++k) {
       const Request& request = requests[by_read[k].request];
       const Run& run = planner.planned(request.planned).runs[by_read[k].run];
-      v1::CopyRun* copy = read->add_runs();
+      // The same run of the same region at the same place of another
+      // rank's list (a replica): one more rank of the last copy.
+      if (last != nullptr && by_read[k].run == last->run &&
+          request.planned == requests[last->request].planned &&
+          request.index == requests[last->request].index) {
+        copy->add_more_ranks(request.rank);
+        continue;
+      }
+      last = &by_read[k];
+      copy = read->add_runs();
       copy->set_rank(request.rank);
       copy->set_request(request.index);
       copy->set_chunk_offset(run.chunk_offset);

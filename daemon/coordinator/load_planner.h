@@ -5,7 +5,9 @@
 // at chunk boundaries and grouped by chunk, so each stored chunk that any
 // rank of any host needs appears once, with every (rank, request, offset)
 // it must be copied to. A host reads each chunk once, verifies its CRC and
-// scatters it, however many ranks need it.
+// scatters it, however many ranks need it. Ranks that get the very same
+// copy (replicas asking for one region at one place of their lists) share
+// one CopyRun (more_ranks).
 //
 // Runs are strided (CopyRun.count, see coordinator.proto): the cost and the
 // size of the plan are proportional to the chunks read and the requests'

@@ -6,6 +6,8 @@
 #include <tuple>
 #include <vector>
 
+#include "proto/lib/copy_run.h"
+
 namespace ckpt::coordinator {
 namespace {
 
@@ -34,7 +36,9 @@ std::vector<Unit> CollectUnits(const v1::LoadAssignment& global,
     Unit& u = units.emplace_back();
     u.read = &read;
     u.length = read.chunk().length();
-    for (const v1::CopyRun& run : read.runs()) u.hosts.insert(host_of(run.rank()));
+    for (const v1::CopyRun& run : read.runs()) {
+      ForEachRunRank(run, [&](int rank) { u.hosts.insert(host_of(rank)); });
+    }
   }
   // Objects by their whole stored chunk, as every host groups them
   // (load_groups.cc), so that both ends of a transfer list them alike.
@@ -141,9 +145,21 @@ LoadSpread SpreadLoad(const v1::LoadAssignment& global,
         v1::ChunkRead& read = *part.add_reads();
         *read.mutable_chunk() = u.read->chunk();
         read.set_fqn(u.read->fqn());
+        // Each run with this host's ranks only.
         for (const v1::CopyRun& run : u.read->runs()) {
-          auto it = rank_hosts.find(run.rank());
-          if (it != rank_hosts.end() && it->second == host) *read.add_runs() = run;
+          v1::CopyRun* mine = nullptr;
+          ForEachRunRank(run, [&](int rank) {
+            auto it = rank_hosts.find(rank);
+            if (it == rank_hosts.end() || it->second != host) return;
+            if (mine != nullptr) {
+              mine->add_more_ranks(rank);
+              return;
+            }
+            mine = read.add_runs();
+            *mine = run;
+            mine->clear_more_ranks();
+            mine->set_rank(rank);
+          });
         }
         Route(*read.mutable_route(), u, host);
         continue;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/lib/align.h"
+#include "proto/lib/copy_run.h"
 
 namespace ckpt::server {
 namespace {
@@ -29,13 +30,15 @@ v1::Delivery FromRun(const v1::CopyRun& run, uint64_t room_offset) {
 void AddTensorDeliveries(LoadGroup& group, const v1::ChunkRead& read, uint64_t at, int world_size,
                          const std::vector<std::vector<bool>>& on_device) {
   for (const v1::CopyRun& run : read.runs()) {
-    if (run.rank() < 0 || run.rank() >= world_size) continue;  // planner guarantees it
-    const auto& device = on_device[run.rank()];
-    if (run.request() < device.size() && device[run.request()]) {
-      group.device.push_back({run.rank(), run.request(), FromRun(run, at)});
-    } else {
-      group.host[run.rank()].push_back(FromRun(run, at));
-    }
+    ForEachRunRank(run, [&](int rank) {
+      if (rank < 0 || rank >= world_size) return;  // planner guarantees it
+      const auto& device = on_device[rank];
+      if (run.request() < device.size() && device[run.request()]) {
+        group.device.push_back({rank, run.request(), FromRun(run, at)});
+      } else {
+        group.host[rank].push_back(FromRun(run, at));
+      }
+    });
   }
 }
 

@@ -15,6 +15,14 @@
 
 namespace ckpt {
 
+// Calls fn(rank) for every rank the run copies to: its rank, then
+// more_ranks.
+template <typename Fn>
+void ForEachRunRank(const v1::CopyRun& run, Fn&& fn) {
+  fn(run.rank());
+  for (int rank : run.more_ranks()) fn(rank);
+}
+
 // Repetitions of the run: count 0 and 1 both mean one.
 inline uint64_t CopyRunRepetitions(const v1::CopyRun& run) {
   return run.count() <= 1 ? 1 : run.count();

@@ -261,15 +261,17 @@ void CheckLoadAssignment(const v1::LoadAssignment& assignment,
   for (const v1::ChunkRead& read : assignment.reads()) {
     CKPT_FUZZ_CHECK(read.chunk().length() > 0, "a read of an empty chunk");
     for (const v1::CopyRun& run : read.runs()) {
-      CKPT_FUZZ_CHECK(run.rank() >= 0 && run.rank() < world &&
-                          run.request() < static_cast<uint32_t>(ranks[run.rank()].tensors_size()),
-                      absl::StrCat("run for rank ", run.rank(), " request ", run.request()));
-      const absl::Status s =
-          CheckCopyRun(run, read.chunk().length(),
-                       assignment.sizes(run.rank()).tensor_bytes(static_cast<int>(run.request())));
-      CKPT_FUZZ_CHECK(
-          s.ok(), absl::StrCat("read of ", read.chunk().file(), " at ", read.chunk().file_offset(),
-                               " (", read.fqn(), "): ", s.ToString()));
+      ForEachRunRank(run, [&](int rank) {
+        CKPT_FUZZ_CHECK(rank >= 0 && rank < world &&
+                            run.request() < static_cast<uint32_t>(ranks[rank].tensors_size()),
+                        absl::StrCat("run for rank ", rank, " request ", run.request()));
+        const absl::Status s =
+            CheckCopyRun(run, read.chunk().length(),
+                         assignment.sizes(rank).tensor_bytes(static_cast<int>(run.request())));
+        CKPT_FUZZ_CHECK(s.ok(), absl::StrCat("read of ", read.chunk().file(), " at ",
+                                             read.chunk().file_offset(), " (", read.fqn(),
+                                             "): ", s.ToString()));
+      });
     }
   }
   for (const v1::ObjectRead& read : assignment.objects()) {

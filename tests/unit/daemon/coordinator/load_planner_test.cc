@@ -23,8 +23,9 @@ using namespace testing;  // NOLINT
 
 struct LoadStats {
   size_t reads = 0;
-  size_t runs = 0;
-  size_t copies = 0;  // repetitions of strided runs
+  size_t runs = 0;      // one per rank a CopyRun copies to
+  size_t messages = 0;  // CopyRun messages (ranks given the same copy share one)
+  size_t copies = 0;    // repetitions of strided runs
 };
 
 // Plans the load, checks its structure, executes it against saved.files and
@@ -97,18 +98,24 @@ LoadStats LoadAndCheck(const Saved& saved, const std::vector<v1::NodeLoadPlan>& 
     ++stats.reads;
     for (const v1::CopyRun& run : read.runs()) {
       INFO("run " << run.ShortDebugString());
-      ++stats.runs;
-      const std::pair<int, uint32_t> key{run.rank(), run.request()};
-      REQUIRE(dest.count(key) == 1);
-      CHECK(requests[key]->fqn() == read.fqn());
-      REQUIRE(run.length() > 0);
-      // Strided runs: every repetition inside the chunk and the buffer.
-      CKPT_REQUIRE_OK(CheckCopyRun(run, c.length(), dest[key].size()));
-      stats.copies += CopyRunRepetitions(run);
-      ForEachCopy(run, [&](uint64_t src, uint64_t dst, uint64_t length) {
-        dest[key].replace(dst, length, bytes, src, length);
-        for (uint64_t b = dst; b < dst + length; ++b) ++written[key][b];
-      });
+      ++stats.messages;
+      // Every rank of the run gets the same copy.
+      std::vector<int> ranks;
+      ForEachRunRank(run, [&](int rank) { ranks.push_back(rank); });
+      for (int rank : ranks) {
+        ++stats.runs;
+        const std::pair<int, uint32_t> key{rank, run.request()};
+        REQUIRE(dest.count(key) == 1);
+        CHECK(requests[key]->fqn() == read.fqn());
+        REQUIRE(run.length() > 0);
+        // Strided runs: every repetition inside the chunk and the buffer.
+        CKPT_REQUIRE_OK(CheckCopyRun(run, c.length(), dest[key].size()));
+        stats.copies += CopyRunRepetitions(run);
+        ForEachCopy(run, [&](uint64_t src, uint64_t dst, uint64_t length) {
+          dest[key].replace(dst, length, bytes, src, length);
+          for (uint64_t b = dst; b < dst + length; ++b) ++written[key][b];
+        });
+      }
     }
   }
 
@@ -245,7 +252,8 @@ TEST_CASE("load: three ranks asking for the whole tensor read each chunk once", 
   // On one host and spread over two.
   LoadStats one = LoadAndCheck(saved, {LoadNode("a", {{0, {whole}}, {1, {whole}}, {2, {whole}}})});
   CHECK(one.reads == 24);
-  CHECK(one.runs == 72);  // one run per rank per chunk
+  CHECK(one.runs == 72);      // one copy per rank per chunk
+  CHECK(one.messages == 24);  // the three ranks share each chunk's run
   LoadStats two = LoadAndCheck(
       saved, {LoadNode("a", {{0, {whole}}, {1, {whole}}}), LoadNode("b", {{2, {whole}}})});
   CHECK(two.reads == 24);
@@ -254,6 +262,7 @@ TEST_CASE("load: three ranks asking for the whole tensor read each chunk once", 
   LoadStats twice = LoadAndCheck(saved, {LoadNode("a", {{0, {whole, whole}}})});
   CHECK(twice.reads == 24);
   CHECK(twice.runs == 48);
+  CHECK(twice.messages == 48);  // two requests of one rank: a run each
 }
 
 TEST_CASE("load: only the chunks a request touches are read", "[load_planner]") {

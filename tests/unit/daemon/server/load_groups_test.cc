@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "daemon/coordinator/load_planner.h"
+#include "proto/lib/copy_run.h"
 #include "tests/unit/daemon/coordinator/test_helpers.h"
 
 namespace ckpt::server {
@@ -263,7 +264,9 @@ TEST_CASE("load groups: a resharded load through groups of several sizes", "[loa
   size_t shared = 0;
   for (const v1::ChunkRead& read : assignment->reads()) {
     std::set<int> ranks;
-    for (const v1::CopyRun& run : read.runs()) ranks.insert(run.rank());
+    for (const v1::CopyRun& run : read.runs()) {
+      ForEachRunRank(run, [&](int rank) { ranks.insert(rank); });
+    }
     shared += ranks.size() == static_cast<size_t>(kWorld);
   }
   CHECK(shared >= 24);
