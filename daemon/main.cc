@@ -120,6 +120,9 @@ ABSL_FLAG(std::string, failure_domain, "", "This host's failure domain, e.g. its
 ABSL_FLAG(std::string, peer_address, "",
           "host:port of the peer data channel other daemons send bytes to (port 0: any); "
           "plain TCP gated by one-use tokens: put it on the cluster's data network");
+ABSL_FLAG(double, peer_wait_s, 120,
+          "A load spread over hosts: how long to wait for another host to take or send a group "
+          "of chunks (its ranks may be consuming earlier groups); a lost host fails it sooner");
 ABSL_FLAG(double, heartbeat_interval_s, 1.0, "Coordinator: how often hosts heartbeat");
 ABSL_FLAG(double, heartbeat_timeout_s, 5.0,
           "Coordinator: a host silent this long is lost, and what it holds fails naming it");
@@ -225,6 +228,7 @@ int main(int argc, char** argv) {
   o.coordinator_token_file = absl::GetFlag(FLAGS_coordinator_token_file);
   o.failure_domain = absl::GetFlag(FLAGS_failure_domain);
   o.peer_address = absl::GetFlag(FLAGS_peer_address);
+  o.peer_wait = absl::Seconds(absl::GetFlag(FLAGS_peer_wait_s));
   o.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
   o.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   o.plan_timeout = absl::Seconds(absl::GetFlag(FLAGS_plan_timeout_s));

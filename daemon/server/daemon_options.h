@@ -83,6 +83,11 @@ struct DaemonOptions {
   // The peer data channel's listener (daemon/peer), host:port; empty: none.
   // Its address is what this host registers for other hosts to send to.
   std::string peer_address;
+  // How long a load spread over hosts waits for another host to take or
+  // send a group: that host's readers may be behind this one's by as long
+  // as its ranks take to consume the groups before. A host that is lost
+  // fails the load sooner (heartbeat_timeout).
+  absl::Duration peer_wait = absl::Seconds(120);
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(5);
 

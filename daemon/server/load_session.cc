@@ -20,15 +20,6 @@
 #include "proto/lib/status_context.h"
 
 namespace ckpt::server {
-namespace {
-
-// How long a load spread over hosts waits for another host to take or send
-// a group: that host's readers may be behind this one's by as long as its
-// ranks take to consume the groups before.
-constexpr absl::Duration kPeerWait = absl::Seconds(120);
-
-}  // namespace
-
 LoadSession::LoadSession(NodeContext& context, std::string job, int64_t step, int world_size,
                          int local_world_size)
     : context_(context),
@@ -417,7 +408,7 @@ absl::Status LoadSession::ExchangeGroup(const LoadGroup& group, char* room,
     }
     const std::string& address = peers_.addresses().at(t.host);
     peer::PeerSendOptions options;
-    options.claim_timeout = kPeerWait;
+    options.claim_timeout = context_.options.peer_wait;
     options.cancelled = [this] { return failed_.load(std::memory_order_acquire); };
     if (absl::Status s =
             peer::PeerSend(address, TransferToken(group.peer_group, self, t.host), blocks, options);
@@ -431,7 +422,7 @@ absl::Status LoadSession::ExchangeGroup(const LoadGroup& group, char* room,
     const GroupTransfer& t = group.incoming[k];
     // Awake now and then: a load failed meanwhile (a peer lost, a rank
     // gone) stops waiting at once.
-    const absl::Time until = absl::Now() + kPeerWait;
+    const absl::Time until = absl::Now() + context_.options.peer_wait;
     while (!incoming[k]->AwaitDone(std::min(until, absl::Now() + absl::Milliseconds(200))) &&
            absl::Now() < until) {
       if (failed_.load(std::memory_order_acquire)) {

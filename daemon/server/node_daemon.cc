@@ -151,6 +151,9 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
         "--heartbeat_interval_s must be at least 0.01 and --heartbeat_timeout_s at least twice "
         "it");
   }
+  if (options.peer_wait < absl::Seconds(1)) {
+    return absl::InvalidArgumentError("--peer_wait_s must be at least 1");
+  }
   if (options.host_name.empty()) options.host_name = DefaultHostName();
   // Only one daemon per socket. With none alive, the sockets left by a
   // killed one are stale and reclaimed (the pool is memfds: nothing of it

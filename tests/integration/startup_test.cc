@@ -89,6 +89,10 @@ TEST_CASE("limit flags bound requests, and a non-positive one refuses to start",
   INFO(refused.ToString());
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.ToString().find("--max_tensors_per_plan must be positive") != std::string::npos);
+  // The same for the wait of a load spread over hosts.
+  const absl::Status no_wait = d.Start({"--peer_wait_s=0"});
+  REQUIRE_FALSE(no_wait.ok());
+  CHECK(no_wait.ToString().find("--peer_wait_s must be at least 1") != std::string::npos);
 
   REQUIRE(d.Start({"--max_tensors_per_plan=2", "--max_world_size=4"}).ok());
   auto stub = d.Stub();
