@@ -123,6 +123,9 @@ ABSL_FLAG(std::string, peer_address, "",
 ABSL_FLAG(double, peer_wait_s, 120,
           "A load spread over hosts: how long to wait for another host to take or send a group "
           "of chunks (its ranks may be consuming earlier groups); a lost host fails it sooner");
+ABSL_FLAG(uint64_t, plan_cache_mib, 1024,
+          "Coordinator: memory the save plan cache may hold; a job whose plan is larger (about "
+          "200 MiB at 8192 ranks x 1000 tensors) is planned afresh every step");
 ABSL_FLAG(double, heartbeat_interval_s, 1.0, "Coordinator: how often hosts heartbeat");
 ABSL_FLAG(double, heartbeat_timeout_s, 5.0,
           "Coordinator: a host silent this long is lost, and what it holds fails naming it");
@@ -229,6 +232,8 @@ int main(int argc, char** argv) {
   o.failure_domain = absl::GetFlag(FLAGS_failure_domain);
   o.peer_address = absl::GetFlag(FLAGS_peer_address);
   o.peer_wait = absl::Seconds(absl::GetFlag(FLAGS_peer_wait_s));
+  o.plan_cache_bytes = std::min<uint64_t>(absl::GetFlag(FLAGS_plan_cache_mib), uint64_t{1} << 40)
+                       << 20;
   o.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
   o.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   o.plan_timeout = absl::Seconds(absl::GetFlag(FLAGS_plan_timeout_s));

@@ -67,6 +67,7 @@ Coordinator::Coordinator(storage::Backend& backend, std::string root, SavePlanne
         r.ended_saves_kept = std::max<size_t>(r.ended_saves_kept, 1);
         return r;
       }()),
+      plan_cache_(rendezvous.plan_cache_bytes),
       gc_(backend, catalog_) {}
 
 void Coordinator::EnableRetention(RetentionConfig config) {

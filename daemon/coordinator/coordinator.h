@@ -48,6 +48,10 @@ struct RendezvousOptions {
   // How long hosts may write once planned before the save fails naming
   // those that have not reported (ExpireSaves).
   absl::Duration write_timeout = absl::Seconds(300);
+  // Memory the save plan cache may hold (plan_cache.h): a job's plan at
+  // thousands of ranks takes hundreds of megabytes; one larger than this
+  // is planned afresh every step.
+  uint64_t plan_cache_bytes = uint64_t{1} << 30;
 };
 
 // True once the caller of a blocking method has gone (its RPC was

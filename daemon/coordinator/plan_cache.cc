@@ -198,7 +198,11 @@ absl::StatusOr<SavePlan> SavePlanCache::Plan(absl::Span<const v1::NodeSavePlan> 
   plan.assignment = assignment;
   // The key only once the plans proved valid: a refused plan costs none.
   std::string key = PlanKey(nodes);
-  const uint64_t bytes = key.size() + assignment->ByteSizeLong();
+  // What it holds in memory: its arena's blocks (PlanSaveShared builds it
+  // on one), two to three times its encoded size.
+  const google::protobuf::Arena* arena = assignment->GetArena();
+  const uint64_t bytes =
+      key.size() + (arena != nullptr ? arena->SpaceAllocated() : assignment->SpaceUsedLong());
   std::shared_ptr<Cached> fresh;
   if (bytes <= max_bytes_) {  // else too large to keep: planned every time
     fresh = std::make_shared<Cached>();

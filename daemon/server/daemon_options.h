@@ -88,6 +88,8 @@ struct DaemonOptions {
   // as its ranks take to consume the groups before. A host that is lost
   // fails the load sooner (heartbeat_timeout).
   absl::Duration peer_wait = absl::Seconds(120);
+  // Memory the coordinator's save plan cache may hold (all jobs).
+  uint64_t plan_cache_bytes = uint64_t{1} << 30;
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(5);
 

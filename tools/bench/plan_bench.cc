@@ -22,7 +22,8 @@
 // Prints the figures and, with --json, one JSON object:
 //   save_plan_s, plan_cache_s, load_plan_s, first_save_plan_s,
 //   first_plan_cache_s, first_load_plan_s, repeat, ranks, shards_per_rank,
-//   replication, unique_shards, hosts.
+//   replication, unique_shards, hosts, cached_plan_bytes (the memory the
+//   plan cache holds for the job: --plan_cache_mib must allow it).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -117,6 +118,7 @@ struct Figures {
   double save_plan_s = 0;
   double plan_cache_s = 0;
   double load_plan_s = 0;
+  uint64_t cached_bytes = 0;  // memory the cached plan takes (key and assignment)
 };
 
 // One round: a save planned through an empty cache, the next step's from
@@ -140,6 +142,7 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
   f.plan_cache_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!cached.ok()) return ckpt::WithContext(cached.status(), "the next step's plan");
   if (!hit) return absl::InternalError("the next step's plan did not come from the cache");
+  f.cached_bytes = cache.Stats().bytes;
   *items = 0;
   for (const auto& host : saved->assignment->hosts()) *items += host.items_size();
   start = std::chrono::steady_clock::now();
@@ -215,7 +218,9 @@ int main(int argc, char** argv) {
       "s\n",
       l.ranks, l.shards_per_rank, l.replication, static_cast<unsigned long long>(items),
       save_nodes.size(), save_plan_s);
-  std::printf("save plan of the next step, from the plan cache: %.3f s\n", plan_cache_s);
+  std::printf(
+      "save plan of the next step, from the plan cache: %.3f s (the cached plan: %.1f MiB)\n",
+      plan_cache_s, first.cached_bytes / 1048576.0);
   std::printf("load plan: %d ranks, %d chunk reads: %.3f s\n", l.ranks / 2, reads, load_plan_s);
   std::printf("first round (a fresh process's heap): save %.3f s, cache %.3f s, load %.3f s\n",
               first.save_plan_s, first.plan_cache_s, first.load_plan_s);
@@ -224,10 +229,11 @@ int main(int argc, char** argv) {
         "{\"save_plan_s\":%.4f,\"plan_cache_s\":%.4f,\"load_plan_s\":%.4f,"
         "\"first_save_plan_s\":%.4f,\"first_plan_cache_s\":%.4f,\"first_load_plan_s\":%.4f,"
         "\"repeat\":%d,\"ranks\":%d,\"shards_per_rank\":%d,\"replication\":%d,"
-        "\"unique_shards\":%llu,\"hosts\":%zu}\n",
+        "\"unique_shards\":%llu,\"hosts\":%zu,\"cached_plan_bytes\":%llu}\n",
         save_plan_s, plan_cache_s, load_plan_s, first.save_plan_s, first.plan_cache_s,
         first.load_plan_s, repeat, l.ranks, l.shards_per_rank, l.replication,
-        static_cast<unsigned long long>(items), save_nodes.size());
+        static_cast<unsigned long long>(items), save_nodes.size(),
+        static_cast<unsigned long long>(first.cached_bytes));
   }
   return 0;
 }
