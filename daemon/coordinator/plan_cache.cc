@@ -143,10 +143,6 @@ std::string PlanKey(absl::Span<const v1::NodeSavePlan> nodes) {
   return key.Finish();
 }
 
-bool PlanKeyEquals(absl::Span<const v1::NodeSavePlan> nodes, absl::string_view key) {
-  return !key.empty() && PlanKey(nodes) == key;
-}
-
 v1::CheckpointManifest SavePlan::Manifest() const {
   v1::CheckpointManifest manifest = assignment->manifest_template();
   manifest.set_step(step);
@@ -170,7 +166,9 @@ absl::StatusOr<SavePlan> SavePlanCache::Plan(absl::Span<const v1::NodeSavePlan> 
     auto it = entries_.find(first.job());
     if (it != entries_.end()) cached = it->second.cached;
   }
-  if (cached != nullptr && PlanKeyEquals(nodes, cached->key)) {
+  // Digested once: compared with the job's cached plan, kept on a miss.
+  std::string key = PlanKey(nodes);
+  if (cached != nullptr && !key.empty() && key == cached->key) {
     // What may differ is checked as PlanSave would.
     if (absl::Status s = ValidateSaveHeader(first, options); !s.ok()) return s;
     for (const v1::NodeSavePlan& node : nodes) {
@@ -196,15 +194,13 @@ absl::StatusOr<SavePlan> SavePlanCache::Plan(absl::Span<const v1::NodeSavePlan> 
   }
   const std::shared_ptr<const v1::SaveAssignment>& assignment = *planned;
   plan.assignment = assignment;
-  // The key only once the plans proved valid: a refused plan costs none.
-  std::string key = PlanKey(nodes);
   // What it holds in memory: its arena's blocks (PlanSaveShared builds it
   // on one), two to three times its encoded size.
   const google::protobuf::Arena* arena = assignment->GetArena();
   const uint64_t bytes =
       key.size() + (arena != nullptr ? arena->SpaceAllocated() : assignment->SpaceUsedLong());
   std::shared_ptr<Cached> fresh;
-  if (bytes <= max_bytes_) {  // else too large to keep: planned every time
+  if (bytes <= max_bytes_ && !key.empty()) {  // else planned every time
     fresh = std::make_shared<Cached>();
     fresh->key = std::move(key);
     fresh->assignment = assignment;

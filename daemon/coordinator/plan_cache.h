@@ -35,10 +35,9 @@ namespace ckpt::coordinator {
 
 // The plans as the cache compares them: the SHA-256 digest (32 bytes) of
 // all but what may change from step to step (the step, the user metadata).
-// Equal plans give equal keys; different plans, different keys.
+// Equal plans give equal keys; different plans, different keys. Empty if
+// OpenSSL failed (out of memory): such a key is never looked up.
 std::string PlanKey(absl::Span<const v1::NodeSavePlan> nodes);
-// PlanKey(nodes) == key; false for an empty key (OpenSSL failed).
-bool PlanKeyEquals(absl::Span<const v1::NodeSavePlan> nodes, absl::string_view key);
 
 // A save's plan: the assignment, shared with the cache, and this save's
 // step and user metadata. The shared assignment's manifest template has
