@@ -125,7 +125,7 @@ ABSL_FLAG(double, peer_wait_s, 120,
           "of chunks (its ranks may be consuming earlier groups); a lost host fails it sooner");
 ABSL_FLAG(uint64_t, plan_cache_mib, 1024,
           "Coordinator: memory the save plan cache may hold; a job whose plan is larger (about "
-          "200 MiB at 8192 ranks x 1000 tensors) is planned afresh every step");
+          "450 MiB at 8192 ranks x 1000 tensors) is planned afresh every step");
 ABSL_FLAG(double, heartbeat_interval_s, 1.0, "Coordinator: how often hosts heartbeat");
 ABSL_FLAG(double, heartbeat_timeout_s, 5.0,
           "Coordinator: a host silent this long is lost, and what it holds fails naming it");
