@@ -20,8 +20,17 @@
 namespace ckpt::coordinator {
 namespace {
 
-// Known layouts kept for the barrier skip, in all (beyond: others' go).
-constexpr uint64_t kMaxLayoutBytes = uint64_t{256} << 20;
+// The memory a known layout's parts hold: they alias one plan's arena
+// (shared with the plan cache, PlanSaveShared), or are messages of their own.
+uint64_t PartsBytes(const std::map<std::string, std::shared_ptr<const v1::HostAssignment>>& parts) {
+  if (parts.empty()) return 0;
+  if (const google::protobuf::Arena* arena = parts.begin()->second->GetArena()) {
+    return arena->SpaceAllocated();
+  }
+  uint64_t bytes = 0;
+  for (const auto& [host, part] : parts) bytes += part->SpaceUsedLong();
+  return bytes;
+}
 
 }  // namespace
 
@@ -275,10 +284,12 @@ void Coordinator::RememberLayoutLocked(const ActiveSave& save) {
   layout.chunk_bytes = save.plan.assignment->chunk_bytes();
   layout.parts = save.parts;  // shared, not copied
   layout.keys = save.layout_keys;
-  for (const auto& [host, part] : layout.parts) layout.bytes += part->ByteSizeLong();
+  layout.bytes = PartsBytes(layout.parts);
   for (const auto& [host, key] : layout.keys) layout.bytes += key.size();
-  if (layout.bytes > kMaxLayoutBytes) return;
-  while (layout_bytes_ + layout.bytes > kMaxLayoutBytes && !layouts_.empty()) {
+  // Known layouts share the plan cache's budget (and mostly its memory).
+  const uint64_t most = rendezvous_.plan_cache_bytes;
+  if (layout.bytes > most) return;
+  while (layout_bytes_ + layout.bytes > most && !layouts_.empty()) {
     layout_bytes_ -= layouts_.begin()->second.bytes;
     layouts_.erase(layouts_.begin());
   }

@@ -50,7 +50,8 @@ struct RendezvousOptions {
   absl::Duration write_timeout = absl::Seconds(300);
   // Memory the save plan cache may hold (plan_cache.h): a job's plan at
   // thousands of ranks takes hundreds of megabytes; one larger than this
-  // is planned afresh every step.
+  // is planned afresh every step. Jobs' known layouts (the barrier skip)
+  // are kept within the same bound.
   uint64_t plan_cache_bytes = uint64_t{1} << 30;
 };
 
