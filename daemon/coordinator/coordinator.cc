@@ -18,21 +18,6 @@
 #include "proto/lib/status_context.h"
 
 namespace ckpt::coordinator {
-namespace {
-
-// The memory a known layout's parts hold: they alias one plan's arena
-// (shared with the plan cache, PlanSaveShared), or are messages of their own.
-uint64_t PartsBytes(const std::map<std::string, std::shared_ptr<const v1::HostAssignment>>& parts) {
-  if (parts.empty()) return 0;
-  if (const google::protobuf::Arena* arena = parts.begin()->second->GetArena()) {
-    return arena->SpaceAllocated();
-  }
-  uint64_t bytes = 0;
-  for (const auto& [host, part] : parts) bytes += part->SpaceUsedLong();
-  return bytes;
-}
-
-}  // namespace
 
 // A save between the first host's plan and its end. Fields other than the
 // gathered plans are guarded by the coordinator's mu_; the plans are
@@ -284,7 +269,8 @@ void Coordinator::RememberLayoutLocked(const ActiveSave& save) {
   layout.chunk_bytes = save.plan.assignment->chunk_bytes();
   layout.parts = save.parts;  // shared, not copied
   layout.keys = save.layout_keys;
-  layout.bytes = PartsBytes(layout.parts);
+  // The parts alias the plan's assignment: what they hold is all of it.
+  layout.bytes = AssignmentBytes(*save.plan.assignment);
   for (const auto& [host, key] : layout.keys) layout.bytes += key.size();
   // Known layouts share the plan cache's budget (and mostly its memory).
   const uint64_t most = rendezvous_.plan_cache_bytes;

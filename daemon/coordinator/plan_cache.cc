@@ -194,11 +194,7 @@ absl::StatusOr<SavePlan> SavePlanCache::Plan(absl::Span<const v1::NodeSavePlan> 
   }
   const std::shared_ptr<const v1::SaveAssignment>& assignment = *planned;
   plan.assignment = assignment;
-  // What it holds in memory: its arena's blocks (PlanSaveShared builds it
-  // on one), two to three times its encoded size.
-  const google::protobuf::Arena* arena = assignment->GetArena();
-  const uint64_t bytes =
-      key.size() + (arena != nullptr ? arena->SpaceAllocated() : assignment->SpaceUsedLong());
+  const uint64_t bytes = key.size() + AssignmentBytes(*assignment);
   std::shared_ptr<Cached> fresh;
   if (bytes <= max_bytes_ && !key.empty()) {  // else planned every time
     fresh = std::make_shared<Cached>();

@@ -11,8 +11,8 @@
 // metadata): a collision would hand a job a wrong assignment, and none is
 // found by chance or by construction, where a plain hash's could be. The
 // cache holds one plan per job and at most `max_bytes` of assignments (the
-// memory they take) in all, evicting the least recently used job's. A cache serves one set of
-// planner options (one coordinator's).
+// memory they take) in all, evicting the least recently used job's. A
+// cache serves one set of planner options (one coordinator's).
 //
 // Thread-safety: all methods are safe from any thread.
 #ifndef CKPT_DAEMON_COORDINATOR_PLAN_CACHE_H_

@@ -708,17 +708,18 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
 
 absl::StatusOr<std::shared_ptr<const v1::SaveAssignment>> PlanSaveShared(
     absl::Span<const v1::NodeSavePlan> nodes, const SavePlannerOptions& options) {
-  struct Owner {
-    explicit Owner(const google::protobuf::ArenaOptions& o) : arena(o) {}
-    google::protobuf::Arena arena;
-  };
   google::protobuf::ArenaOptions arena_options;
   arena_options.start_block_size = 64 << 10;
   arena_options.max_block_size = 8 << 20;
-  auto owner = std::make_shared<Owner>(arena_options);
-  auto* out = google::protobuf::Arena::CreateMessage<v1::SaveAssignment>(&owner->arena);
+  auto arena = std::make_shared<google::protobuf::Arena>(arena_options);
+  auto* out = google::protobuf::Arena::CreateMessage<v1::SaveAssignment>(arena.get());
   if (absl::Status s = PlanSaveInto(nodes, options, *out); !s.ok()) return s;
-  return std::shared_ptr<const v1::SaveAssignment>(owner, out);
+  return std::shared_ptr<const v1::SaveAssignment>(arena, out);
+}
+
+uint64_t AssignmentBytes(const v1::SaveAssignment& assignment) {
+  const google::protobuf::Arena* arena = assignment.GetArena();
+  return arena != nullptr ? arena->SpaceAllocated() : assignment.SpaceUsedLong();
 }
 
 }  // namespace ckpt::coordinator

@@ -51,6 +51,9 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
 // when it is dropped) was a second or more of the plan.
 absl::StatusOr<std::shared_ptr<const v1::SaveAssignment>> PlanSaveShared(
     absl::Span<const v1::NodeSavePlan> nodes, const SavePlannerOptions& options);
+// The memory an assignment holds: its arena's blocks (PlanSaveShared's,
+// two to three times its encoded size), else its own messages'.
+uint64_t AssignmentBytes(const v1::SaveAssignment& assignment);
 
 // What PlanSave checks of the first host's plan before anything else: the
 // options, the job name, the step, the world size and the user metadata.
