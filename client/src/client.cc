@@ -30,6 +30,8 @@ using client::PoolMapping;
 
 constexpr int kMaxMessageBytes = 256 << 20;
 constexpr auto kAttachTimeout = std::chrono::seconds(30);
+constexpr int kAttachAttempts = 3;
+constexpr auto kAttachRetryPause = std::chrono::milliseconds(100);
 
 void ToProto(const HostTensor& t, v1::TensorShard* out, const gpu::IpcExport* device = nullptr) {
   if (device != nullptr) {
@@ -159,8 +161,6 @@ class ClientImpl final : public Client {
   // Attaches and starts the Watch stream that tells the daemon we are alive.
   absl::Status AttachNow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(attach_mu_) {
     const std::string target = absl::StrCat("unix:", options_.socket_path);
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + kAttachTimeout);
     v1::AttachRequest request;
     request.set_job(options_.job);
     request.set_rank(options_.rank);
@@ -168,8 +168,22 @@ class ClientImpl final : public Client {
     request.set_local_rank(options_.local_rank);
     request.set_local_world_size(options_.local_world_size);
     v1::AttachResponse response;
-    std::shared_ptr<v1::NodeService::Stub> stub = NewStub(options_.socket_path);
-    if (absl::Status s = FromGrpcStatus(stub->Attach(&context, request, &response)); !s.ok()) {
+    std::shared_ptr<v1::NodeService::Stub> stub;
+    // A fresh connection to a live daemon is now and then closed while it
+    // is being made ("Socket closed"; CI saw it twice in a few hundred
+    // attaches): a new channel tries again at once, where the old one
+    // would back off for a second. A daemon that is not there fails every
+    // try, within a few hundred milliseconds.
+    grpc::Status attached;
+    for (int attempt = 0; attempt < kAttachAttempts; ++attempt) {
+      if (attempt > 0) std::this_thread::sleep_for(attempt * kAttachRetryPause);
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + kAttachTimeout);
+      stub = NewStub(options_.socket_path);
+      attached = stub->Attach(&context, request, &response);
+      if (attached.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    }
+    if (absl::Status s = FromGrpcStatus(attached); !s.ok()) {
       return WithContext(s, absl::StrCat("attach to ckptd at ", target));
     }
     absl::StatusOr<std::unique_ptr<PoolMapping>> pool =
