@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/coordinator/region_table.h"
@@ -45,22 +47,51 @@ struct Run {
   uint64_t dest_stride = 0;
 };
 
-// The chunks to read, each once however many requests need it: by (file,
-// offset), the manifest's own strings, which outlive the planning.
+// The chunks to read, each once however many requests need it. A stored
+// shard's chunks get read ids when a request first meets the shard (one
+// slot per chunk, filled when a run first copies from it), so finding a
+// chunk's read is an array lookup; its file is numbered once, when its read
+// is made, so ordering the reads compares integers.
 struct Reads {
+  static constexpr uint32_t kNone = ~uint32_t{0};
+  // A copy of the stored chunk's fields, taken while it is in the cache:
+  // the reads are made in file order, far from the manifest's.
   struct Chunk {
-    const v1::StoredChunk* chunk = nullptr;
+    uint32_t file = 0;  // index into files
+    uint32_t crc32c = 0;
+    uint64_t file_offset = 0;
+    uint64_t shard_offset = 0;
+    uint64_t length = 0;
     const std::string* fqn = nullptr;
   };
   std::vector<Chunk> chunks;
-  absl::flat_hash_map<std::pair<absl::string_view, uint64_t>, uint32_t> by_place;
+  std::vector<uint32_t> read_of_slot;  // kNone: not read (yet)
+  std::vector<absl::string_view> files;
+  absl::flat_hash_map<absl::string_view, uint32_t> file_ids;
 
-  uint32_t ReadOf(const v1::StoredChunk& chunk, const std::string& fqn) {
-    auto [placed, first] = by_place.try_emplace(
-        std::pair<absl::string_view, uint64_t>{chunk.file(), chunk.file_offset()},
-        static_cast<uint32_t>(chunks.size()));
-    if (first) chunks.push_back({&chunk, &fqn});
-    return placed->second;
+  // Slots for a stored shard's chunks; returns the first.
+  uint32_t AddSlots(int chunks) {
+    const uint32_t first = static_cast<uint32_t>(read_of_slot.size());
+    read_of_slot.resize(read_of_slot.size() + chunks, kNone);
+    return first;
+  }
+
+  uint32_t ReadOf(uint32_t slot, const v1::StoredChunk& chunk, const std::string& fqn) {
+    uint32_t& read = read_of_slot[slot];
+    if (read == kNone) {
+      read = static_cast<uint32_t>(chunks.size());
+      // Consecutive reads are mostly of one file: compared before hashed.
+      uint32_t file = chunks.empty() ? kNone : chunks.back().file;
+      if (file == kNone || files[file] != chunk.file()) {
+        auto [known, fresh] =
+            file_ids.try_emplace(chunk.file(), static_cast<uint32_t>(files.size()));
+        if (fresh) files.push_back(chunk.file());
+        file = known->second;
+      }
+      chunks.push_back(
+          {file, chunk.crc32c(), chunk.file_offset(), chunk.shard_offset(), chunk.length(), &fqn});
+    }
+    return read;
   }
 };
 
@@ -68,13 +99,14 @@ struct Reads {
 // shard_offset, contiguous from 0, no gap, no overlap, no wrap. Runs are
 // mapped onto chunks by offset, so anything else would copy bytes from
 // outside the chunk read (a damaged or hostile manifest).
+// `what` names the shard, made only for an error.
 absl::Status CheckChunksTile(const v1::StoredShard& stored, uint64_t bytes,
-                             const std::string& what) {
+                             absl::FunctionRef<std::string()> what) {
   uint64_t at = 0;
   for (const v1::StoredChunk& chunk : stored.chunks()) {
     if (chunk.shard_offset() != at || chunk.length() == 0 || chunk.length() > bytes - at) {
       return absl::DataLossError(absl::StrCat(
-          what, ": chunk at shard offset ", chunk.shard_offset(), " of ", chunk.length(),
+          what(), ": chunk at shard offset ", chunk.shard_offset(), " of ", chunk.length(),
           " bytes (in ", chunk.file(), ") does not continue the shard's chunks at ", at, " of its ",
           bytes, " bytes"));
     }
@@ -82,18 +114,18 @@ absl::Status CheckChunksTile(const v1::StoredShard& stored, uint64_t bytes,
   }
   if (at != bytes) {
     return absl::DataLossError(
-        absl::StrCat(what, ": chunks hold ", at, " of the shard's ", bytes, " bytes"));
+        absl::StrCat(what(), ": chunks hold ", at, " of the shard's ", bytes, " bytes"));
   }
   return absl::OkStatus();
 }
 
 // Adds one copy (count reps) from `chunk`, for the requests it is
 // replayed for.
-void Emit(const v1::StoredChunk& chunk, const std::string& fqn, uint64_t in_chunk, uint64_t dst,
-          uint64_t length, uint64_t count, uint64_t chunk_stride, uint64_t dest_stride,
-          Reads& reads, std::vector<Run>& out) {
+void Emit(uint32_t slot, const v1::StoredChunk& chunk, const std::string& fqn, uint64_t in_chunk,
+          uint64_t dst, uint64_t length, uint64_t count, uint64_t chunk_stride,
+          uint64_t dest_stride, Reads& reads, std::vector<Run>& out) {
   Run& run = out.emplace_back();
-  run.read = reads.ReadOf(chunk, fqn);
+  run.read = reads.ReadOf(slot, chunk, fqn);
   run.chunk_offset = in_chunk;
   run.dest_offset = dst;
   run.length = length;
@@ -108,8 +140,9 @@ void Emit(const v1::StoredChunk& chunk, const std::string& fqn, uint64_t in_chun
 // CheckChunksTile): the repetitions that fall inside one chunk become one
 // strided CopyRun; a repetition that straddles chunk boundaries is cut into
 // single runs. Cost: the chunks the run crosses plus its straddling
-// repetitions, at most one per chunk boundary.
-void AddRunToChunks(const v1::StoredShard& stored, const std::string& fqn,
+// repetitions, at most one per chunk boundary. `first_slot`: the shard's
+// first chunk's in `reads`.
+void AddRunToChunks(const v1::StoredShard& stored, uint32_t first_slot, const std::string& fqn,
                     const geo::StridedRun& run, Reads& reads, std::vector<Run>& out) {
   const auto& chunks = stored.chunks();
   auto chunk_at = [&](uint64_t offset) {
@@ -122,6 +155,9 @@ void AddRunToChunks(const v1::StoredShard& stored, const std::string& fqn,
   const uint64_t length = static_cast<uint64_t>(run.length);
   const uint64_t ss = static_cast<uint64_t>(run.src_stride);
   const uint64_t ds = static_cast<uint64_t>(run.dst_stride);
+  const auto slot = [&](auto it) {
+    return first_slot + static_cast<uint32_t>(it - chunks.begin());
+  };
   uint64_t k = 0;
   while (k < n) {
     const uint64_t start = static_cast<uint64_t>(run.src_offset) + k * ss;
@@ -131,7 +167,8 @@ void AddRunToChunks(const v1::StoredShard& stored, const std::string& fqn,
     if (start + length <= chunk_end) {
       const uint64_t last =
           n == 1 ? k : std::min<uint64_t>(n - 1, k + (chunk_end - start - length) / ss);
-      Emit(*it, fqn, start - it->shard_offset(), dst, length, last - k + 1, ss, ds, reads, out);
+      Emit(slot(it), *it, fqn, start - it->shard_offset(), dst, length, last - k + 1, ss, ds, reads,
+           out);
       k = last + 1;
       continue;
     }
@@ -141,7 +178,7 @@ void AddRunToChunks(const v1::StoredShard& stored, const std::string& fqn,
     for (; left > 0; ++it) {
       const uint64_t in_chunk = src - it->shard_offset();
       const uint64_t piece = std::min<uint64_t>(left, it->length() - in_chunk);
-      Emit(*it, fqn, in_chunk, to, piece, 1, 0, 0, reads, out);
+      Emit(slot(it), *it, fqn, in_chunk, to, piece, 1, 0, 0, reads, out);
       src += piece;
       to += piece;
       left -= piece;
@@ -162,6 +199,8 @@ struct StoredIndex {
     int64_t end = 0;
     int shard = 0;  // index into the TensorEntry's shards
     geo::Region region;
+    // Its chunks' first slot in Reads, once they were found to tile it.
+    uint32_t first_slot = Reads::kNone;
   };
   std::vector<Entry> by_begin;
   int64_t longest = 0;
@@ -279,6 +318,7 @@ class Planner {
   }
 
   const Planned& planned(uint32_t id) const { return planned_[id]; }
+  uint32_t planned_count() const { return static_cast<uint32_t>(planned_.size()); }
   const Reads& reads() const { return reads_; }
 
  private:
@@ -293,7 +333,7 @@ class Planner {
       if (!built.ok()) return built.status();
       indexes_[t] = std::move(*built);
     }
-    const StoredIndex& index = *indexes_[t];
+    StoredIndex& index = *indexes_[t];
     absl::StatusOr<std::pair<int64_t, int64_t>> want = geo::RegionSpan(g->shape, g->region);
     if (!want.ok()) return want.status();
     Planned out;
@@ -311,15 +351,16 @@ class Planner {
           g->shape, g->element_size, it->region, g->region, limits_.max_runs_per_shard);
       if (!runs.ok()) return WithContext(runs.status(), what());
       if (runs->empty()) continue;
-      auto [tile, unchecked] = tiles_.try_emplace(&stored);
-      if (unchecked) {
+      if (it->first_slot == Reads::kNone) {
         // The region was validated by the intersection, and its bytes fit.
         const int64_t bytes = *geo::RegionNumElements(g->shape, it->region) * g->element_size;
-        tile->second = CheckChunksTile(stored, static_cast<uint64_t>(bytes), what());
+        if (absl::Status s = CheckChunksTile(stored, static_cast<uint64_t>(bytes), what); !s.ok()) {
+          return s;
+        }
+        it->first_slot = reads_.AddSlots(stored.chunks_size());
       }
-      if (!tile->second.ok()) return tile->second;
       for (const geo::StridedRun& run : *runs) {
-        AddRunToChunks(stored, entry.fqn(), run, reads_, out.runs);
+        AddRunToChunks(stored, it->first_slot, entry.fqn(), run, reads_, out.runs);
         covered += run.length * run.count;
       }
     }
@@ -339,26 +380,28 @@ class Planner {
   // rank's i-th request is the likely one.
   std::vector<int> hint_;
   std::vector<std::optional<StoredIndex>> indexes_;  // built on a tensor's first request
-  absl::flat_hash_map<const v1::StoredShard*, absl::Status> tiles_;  // checked once each
   RegionTable regions_;
   std::vector<Planned> planned_;  // by region id
   Reads reads_;
 };
 
-// The reads in (file, offset) order, each with its copies in the order the
-// requests were planned.
+// The reads in (file, offset) order. A read's copies: for each run of a
+// planned region that reads it (regions in the order first asked for), one
+// CopyRun per place in the ranks' lists where the region was asked for,
+// the ranks in request order (rank, then more_ranks). Everything is walked
+// in the order it was made, not the reads': at a million reads every
+// lookup out of order was a cache miss, most of this function's time.
 void AddReads(const Planner& planner, const std::vector<Request>& requests,
               v1::LoadAssignment& out) {
   const Reads& reads = planner.reads();
-  // Sorted on plain keys: the files ranked by name once (a cluster writes a
-  // few thousand), so comparisons never chase a chunk's strings.
-  std::vector<absl::string_view> files;
-  absl::flat_hash_map<absl::string_view, uint32_t> file_rank;
-  for (const Reads::Chunk& c : reads.chunks) {
-    if (file_rank.try_emplace(c.chunk->file(), 0).second) files.push_back(c.chunk->file());
-  }
-  std::sort(files.begin(), files.end());
-  for (size_t f = 0; f < files.size(); ++f) file_rank[files[f]] = static_cast<uint32_t>(f);
+  // Sorted on plain keys: the files (a cluster writes a few thousand)
+  // ranked by name once.
+  std::vector<uint32_t> by_name(reads.files.size());
+  std::iota(by_name.begin(), by_name.end(), 0);
+  std::sort(by_name.begin(), by_name.end(),
+            [&](uint32_t a, uint32_t b) { return reads.files[a] < reads.files[b]; });
+  std::vector<uint32_t> file_rank(reads.files.size());
+  for (uint32_t k = 0; k < by_name.size(); ++k) file_rank[by_name[k]] = k;
   struct Place {
     uint32_t file;
     uint64_t offset;
@@ -366,59 +409,73 @@ void AddReads(const Planner& planner, const std::vector<Request>& requests,
   };
   std::vector<Place> places(reads.chunks.size());
   for (uint32_t r = 0; r < reads.chunks.size(); ++r) {
-    places[r] = {file_rank[reads.chunks[r].chunk->file()], reads.chunks[r].chunk->file_offset(), r};
+    places[r] = {file_rank[reads.chunks[r].file], reads.chunks[r].file_offset, r};
   }
   std::sort(places.begin(), places.end(), [](const Place& a, const Place& b) {
     return std::tie(a.file, a.offset) < std::tie(b.file, b.offset);
   });
-  // Each read's copies: (request, run of its Planned), grouped by read.
-  struct Copy {
-    uint32_t request;
-    uint32_t run;
-  };
-  std::vector<uint64_t> first(reads.chunks.size() + 1, 0);
-  for (const Request& request : requests) {
-    for (const Run& run : planner.planned(request.planned).runs) ++first[run.read + 1];
-  }
-  std::partial_sum(first.begin(), first.end(), first.begin());
-  std::vector<Copy> by_read(first.back());
+  // Each planned region's requests, in request order.
+  const uint32_t regions = planner.planned_count();
+  std::vector<uint32_t> first_request(regions + 1, 0);
+  for (const Request& request : requests) ++first_request[request.planned + 1];
+  std::partial_sum(first_request.begin(), first_request.end(), first_request.begin());
+  std::vector<Request> requests_of(requests.size());
   {
-    std::vector<uint64_t> next(first.begin(), first.end() - 1);
-    for (uint32_t q = 0; q < requests.size(); ++q) {
-      const std::vector<Run>& runs = planner.planned(requests[q].planned).runs;
-      for (uint32_t k = 0; k < runs.size(); ++k) by_read[next[runs[k].read]++] = Copy{q, k};
+    std::vector<uint32_t> next(first_request.begin(), first_request.end() - 1);
+    for (const Request& request : requests) requests_of[next[request.planned]++] = request;
+  }
+  // Each read's uses: the runs that copy from it, by planned region.
+  struct Use {
+    uint32_t planned;
+    const Run* run;
+  };
+  std::vector<uint32_t> first_use(reads.chunks.size() + 1, 0);
+  for (uint32_t p = 0; p < regions; ++p) {
+    for (const Run& run : planner.planned(p).runs) ++first_use[run.read + 1];
+  }
+  std::partial_sum(first_use.begin(), first_use.end(), first_use.begin());
+  std::vector<Use> uses(first_use.back());
+  {
+    std::vector<uint32_t> next(first_use.begin(), first_use.end() - 1);
+    for (uint32_t p = 0; p < regions; ++p) {
+      for (const Run& run : planner.planned(p).runs) uses[next[run.read]++] = Use{p, &run};
     }
   }
   out.mutable_reads()->Reserve(static_cast<int>(places.size()));
   for (const Place& place : places) {
-    const uint32_t r = place.read;
+    const Reads::Chunk& chunk = reads.chunks[place.read];
     v1::ChunkRead* read = out.add_reads();
-    *read->mutable_chunk() = *reads.chunks[r].chunk;
-    read->set_fqn(*reads.chunks[r].fqn);
-    v1::CopyRun* copy = nullptr;
-    const Copy* last = nullptr;  // what `copy` was made from
-    for (uint64_t k = first[r]; k < first[r + 1]; ++k) {
-      const Request& request = requests[by_read[k].request];
-      const Run& run = planner.planned(request.planned).runs[by_read[k].run];
-      // The same run of the same region at the same place of another
-      // rank's list (a replica): one more rank of the last copy.
-      if (last != nullptr && by_read[k].run == last->run &&
-          request.planned == requests[last->request].planned &&
-          request.index == requests[last->request].index) {
-        copy->add_more_ranks(request.rank);
-        continue;
-      }
-      last = &by_read[k];
-      copy = read->add_runs();
-      copy->set_rank(request.rank);
-      copy->set_request(request.index);
-      copy->set_chunk_offset(run.chunk_offset);
-      copy->set_dest_offset(run.dest_offset);
-      copy->set_length(run.length);
-      if (run.count > 1) {
-        copy->set_count(run.count);
-        copy->set_chunk_stride(run.chunk_stride);
-        copy->set_dest_stride(run.dest_stride);
+    v1::StoredChunk* stored = read->mutable_chunk();
+    const absl::string_view file = reads.files[chunk.file];
+    stored->set_file(file.data(), file.size());
+    stored->set_file_offset(chunk.file_offset);
+    stored->set_shard_offset(chunk.shard_offset);
+    stored->set_length(chunk.length);
+    stored->set_crc32c(chunk.crc32c);
+    read->set_fqn(*chunk.fqn);
+    for (uint32_t u = first_use[place.read]; u < first_use[place.read + 1]; ++u) {
+      const Run& run = *uses[u].run;
+      const uint32_t p = uses[u].planned;
+      v1::CopyRun* copy = nullptr;
+      for (uint32_t q = first_request[p]; q < first_request[p + 1]; ++q) {
+        const Request& request = requests_of[q];
+        // The same run at the same place of another rank's list (a
+        // replica): one more rank of the last copy.
+        if (copy != nullptr && request.index == copy->request()) {
+          copy->add_more_ranks(request.rank);
+          continue;
+        }
+        copy = read->add_runs();
+        copy->set_rank(request.rank);
+        copy->set_request(request.index);
+        copy->set_chunk_offset(run.chunk_offset);
+        copy->set_dest_offset(run.dest_offset);
+        copy->set_length(run.length);
+        if (run.count > 1) {
+          copy->set_count(run.count);
+          copy->set_chunk_stride(run.chunk_stride);
+          copy->set_dest_stride(run.dest_stride);
+        }
       }
     }
   }
@@ -431,9 +488,12 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
   return PlanLoad(manifest, nodes, RequestLimits{});
 }
 
-absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
-                                            absl::Span<const v1::NodeLoadPlan> nodes,
-                                            const RequestLimits& limits) {
+namespace {
+
+// Plans into `out`, empty: on the heap or on an arena.
+absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
+                          absl::Span<const v1::NodeLoadPlan> nodes, const RequestLimits& limits,
+                          v1::LoadAssignment& out) {
   std::map<std::pair<std::string, int>, const v1::ObjectEntry*> objects;  // (key, rank)
   for (const v1::ObjectEntry& entry : manifest.objects()) {
     objects[{entry.key(), entry.rank()}] = &entry;
@@ -441,7 +501,6 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
   Planner planner(manifest, limits);
   const std::string& where = planner.where();
   std::vector<Request> requests;
-  v1::LoadAssignment out;
   out.set_step(manifest.step());
   for (const v1::NodeLoadPlan& node : nodes) {
     for (const v1::NodeLoadPlan::RankRequests& rank : node.ranks()) {
@@ -486,7 +545,29 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
     }
   }
   AddReads(planner, requests, out);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
+                                            absl::Span<const v1::NodeLoadPlan> nodes,
+                                            const RequestLimits& limits) {
+  v1::LoadAssignment out;
+  if (absl::Status s = PlanLoadInto(manifest, nodes, limits, out); !s.ok()) return s;
   return out;
+}
+
+absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> PlanLoadShared(
+    const v1::CheckpointManifest& manifest, absl::Span<const v1::NodeLoadPlan> nodes,
+    const RequestLimits& limits) {
+  google::protobuf::ArenaOptions arena_options;
+  arena_options.start_block_size = 64 << 10;
+  arena_options.max_block_size = 8 << 20;
+  auto arena = std::make_shared<google::protobuf::Arena>(arena_options);
+  auto* out = google::protobuf::Arena::CreateMessage<v1::LoadAssignment>(arena.get());
+  if (absl::Status s = PlanLoadInto(manifest, nodes, limits, *out); !s.ok()) return s;
+  return std::shared_ptr<v1::LoadAssignment>(arena, out);
 }
 
 }  // namespace ckpt::coordinator

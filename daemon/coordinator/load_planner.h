@@ -19,6 +19,8 @@
 #ifndef CKPT_DAEMON_COORDINATOR_LOAD_PLANNER_H_
 #define CKPT_DAEMON_COORDINATOR_LOAD_PLANNER_H_
 
+#include <memory>
+
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "ckpt/v1/coordinator.pb.h"
@@ -36,6 +38,11 @@ namespace ckpt::coordinator {
 absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
                                             absl::Span<const v1::NodeLoadPlan> nodes,
                                             const RequestLimits& limits);
+// The same plan, built on an arena the pointer owns: a cluster's load is
+// millions of messages (the coordinator splits it among the hosts).
+absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> PlanLoadShared(
+    const v1::CheckpointManifest& manifest, absl::Span<const v1::NodeLoadPlan> nodes,
+    const RequestLimits& limits);
 // With the default limits.
 absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
                                             absl::Span<const v1::NodeLoadPlan> nodes);

@@ -5,6 +5,7 @@
 #include <sys/random.h>
 
 #include <algorithm>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -192,10 +193,11 @@ absl::Status Coordinator::PlanGatheredLoad(ActiveLoad& load) {
   // "latest" is resolved once, so that every host loads the same step.
   absl::StatusOr<v1::CheckpointManifest> manifest = catalog_.ReadManifest(load.job, load.step);
   if (!manifest.ok()) return manifest.status();
-  absl::StatusOr<v1::LoadAssignment> global =
-      coordinator::PlanLoad(*manifest, load.nodes, options_.limits);
+  // On an arena: the whole job's plan, split among the hosts below.
+  absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> global =
+      coordinator::PlanLoadShared(*manifest, load.nodes, options_.limits);
   if (!global.ok()) return global.status();
-  global->set_checkpoint_path(StepDir(root(), load.job, manifest->step()));
+  (*global)->set_checkpoint_path(StepDir(root(), load.job, manifest->step()));
   std::map<std::string, std::string> addresses;
   bool every_host_has_a_channel = true;
   for (const v1::NodeLoadPlan& node : load.nodes) {
@@ -206,7 +208,7 @@ absl::Status Coordinator::PlanGatheredLoad(ActiveLoad& load) {
   FillRandom(&load_id, sizeof load_id);
   std::string secret(16, '\0');
   FillRandom(secret.data(), secret.size());
-  LoadSpread spread = SpreadLoad(*global, load.rank_hosts, addresses,
+  LoadSpread spread = SpreadLoad(**global, load.rank_hosts, addresses,
                                  load.group_bytes == ~uint64_t{0} ? (64u << 20) : load.group_bytes,
                                  load_id, secret);
   if (!every_host_has_a_channel) {

@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -146,11 +147,12 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
   *items = 0;
   for (const auto& host : saved->assignment->hosts()) *items += host.items_size();
   start = std::chrono::steady_clock::now();
-  absl::StatusOr<ckpt::v1::LoadAssignment> loaded =
-      ckpt::coordinator::PlanLoad(saved->assignment->manifest_template(), load_nodes, load_limits);
+  absl::StatusOr<std::shared_ptr<ckpt::v1::LoadAssignment>> loaded =
+      ckpt::coordinator::PlanLoadShared(saved->assignment->manifest_template(), load_nodes,
+                                        load_limits);
   f.load_plan_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!loaded.ok()) return ckpt::WithContext(loaded.status(), "load plan");
-  *reads = loaded->reads_size();
+  *reads = (*loaded)->reads_size();
   return f;
 }
 
