@@ -4,13 +4,13 @@
 #include <map>
 #include <memory>
 #include <numeric>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/coordinator/region_table.h"
@@ -199,17 +199,17 @@ struct StoredIndex {
     int64_t end = 0;
     int shard = 0;  // index into the TensorEntry's shards
     geo::Region region;
-    // Its chunks' first slot in Reads, once they were found to tile it.
-    uint32_t first_slot = Reads::kNone;
   };
   std::vector<Entry> by_begin;
   int64_t longest = 0;
+  std::vector<int64_t> shard_bytes;  // by index into the TensorEntry's shards
 };
 
 absl::StatusOr<StoredIndex> IndexStoredShards(const v1::TensorEntry& entry, const geo::Shape& shape,
-                                              const std::string& where) {
+                                              int64_t element_size, const std::string& where) {
   StoredIndex index;
   index.by_begin.reserve(entry.shards_size());
+  index.shard_bytes.resize(entry.shards_size(), 0);
   for (int k = 0; k < entry.shards_size(); ++k) {
     StoredIndex::Entry e;
     e.shard = k;
@@ -220,6 +220,8 @@ absl::StatusOr<StoredIndex> IndexStoredShards(const v1::TensorEntry& entry, cons
                                                      ", its stored region"));
     }
     if (span->first >= span->second) continue;  // empty: meets nothing
+    // The region is valid (it has a span), so its count is.
+    index.shard_bytes[k] = *geo::RegionNumElements(shape, e.region) * element_size;
     e.begin = span->first;
     e.end = span->second;
     index.longest = std::max(index.longest, e.end - e.begin);
@@ -230,6 +232,60 @@ absl::StatusOr<StoredIndex> IndexStoredShards(const v1::TensorEntry& entry, cons
       [](const StoredIndex::Entry& a, const StoredIndex::Entry& b) { return a.begin < b.begin; });
   return index;
 }
+
+bool SameRegion(const v1::Region& a, const v1::Region& b) {
+  if (a.kind_case() != b.kind_case()) return false;
+  const auto same = [](const auto& x, const auto& y) {
+    return std::equal(x.begin(), x.end(), y.begin(), y.end());
+  };
+  if (a.has_box()) {
+    return same(a.box().offsets(), b.box().offsets()) && same(a.box().lengths(), b.box().lengths());
+  }
+  return !a.has_flat() ||
+         (a.flat().begin() == b.flat().begin() && a.flat().end() == b.flat().end());
+}
+
+// Tensors stored alike: the same dtype, shape and stored regions in the
+// same order (the layers of a model, saved by the same ranks). Where a
+// request meets the stored shards depends on nothing else, so it is worked
+// out once per layout (Geometry) and mapped onto each tensor's own chunks.
+bool SameLayout(const v1::TensorEntry& a, const v1::TensorEntry& b) {
+  if (a.dtype() != b.dtype() || a.shards_size() != b.shards_size() ||
+      !std::equal(a.global_shape().begin(), a.global_shape().end(), b.global_shape().begin(),
+                  b.global_shape().end())) {
+    return false;
+  }
+  for (int k = 0; k < a.shards_size(); ++k) {
+    if (!SameRegion(a.shards(k).region(), b.shards(k).region())) return false;
+  }
+  return true;
+}
+
+size_t LayoutHash(const v1::TensorEntry& entry) {
+  size_t h =
+      absl::HashOf(entry.dtype(), absl::MakeConstSpan(entry.global_shape()), entry.shards_size());
+  for (const v1::StoredShard& stored : entry.shards()) {
+    const v1::Region& r = stored.region();
+    h = absl::HashOf(h, static_cast<int>(r.kind_case()), absl::MakeConstSpan(r.box().offsets()),
+                     absl::MakeConstSpan(r.box().lengths()), r.flat().begin(), r.flat().end());
+  }
+  return h;
+}
+
+struct Layout {
+  const v1::TensorEntry* first = nullptr;  // the tensor it was found in
+  StoredIndex index;
+};
+
+// What a request's region of a layout meets: each stored shard's part.
+struct Geometry {
+  int64_t bytes = 0;
+  struct Piece {
+    int shard = 0;  // index into the TensorEntry's shards
+    geo::StridedRun run;
+  };
+  std::vector<Piece> pieces;
+};
 
 // What every rank asking for one spelling of a region gets: worked out for
 // the first such request, replayed for the others.
@@ -255,7 +311,8 @@ class Planner {
     for (int t = 0; t < manifest.tensors_size(); ++t) {
       tensor_by_fqn_.try_emplace(manifest.tensors(t).fqn(), t);
     }
-    indexes_.resize(manifest.tensors_size());
+    layout_of_tensor_.resize(manifest.tensors_size(), -1);
+    first_slot_.resize(manifest.tensors_size());
   }
 
   const std::string& where() const { return where_; }
@@ -322,21 +379,76 @@ class Planner {
   const Reads& reads() const { return reads_; }
 
  private:
-  // The first request for this spelling: validated, intersected with the
-  // stored shards it meets, mapped onto their chunks.
+  // The first request for this spelling of a region of this tensor:
+  // where it meets the stored shards (worked out once per layout), mapped
+  // onto this tensor's chunks.
   absl::StatusOr<Planned> PlanFirst(const v1::TensorShard& request, const v1::TensorEntry& entry,
                                     int t, int rank) {
+    if (layout_of_tensor_[t] < 0) {
+      // A tensor's first request is validated in full, whatever its layout.
+      absl::StatusOr<ShardGeometry> g = ValidateShardRequestGeometry(request, limits_);
+      if (!g.ok()) return WithContext(g.status(), absl::StrCat("rank ", rank));
+      absl::StatusOr<int> layout = LayoutOf(entry, *g);
+      if (!layout.ok()) return layout.status();
+      layout_of_tensor_[t] = *layout;
+      first_slot_[t].assign(entry.shards_size(), Reads::kNone);
+    }
+    const Layout& layout = layouts_[layout_of_tensor_[t]];
+    const auto [id, fresh] = geometry_regions_.Intern(layout_of_tensor_[t], request.region());
+    if (fresh) {
+      // A failure ends the planning: the table's new id gets no entry.
+      absl::StatusOr<Geometry> g = Meet(request, layout, rank);
+      if (!g.ok()) return g.status();
+      geometries_.push_back(std::move(*g));
+    } else if (absl::Status s = ValidateDeviceBuffer(request, geometries_[id].bytes); !s.ok()) {
+      return WithContext(s, absl::StrCat("rank ", rank));
+    }
+    const Geometry& geometry = geometries_[id];
+    Planned out;
+    out.bytes = geometry.bytes;
+    for (const Geometry::Piece& piece : geometry.pieces) {
+      const int k = piece.shard;
+      const v1::StoredShard& stored = entry.shards(k);
+      uint32_t& first_slot = first_slot_[t][k];
+      if (first_slot == Reads::kNone) {
+        const auto what = [&] {
+          return absl::StrCat(where_, " tensor ", entry.fqn(), " shard ", k);
+        };
+        if (absl::Status s =
+                CheckChunksTile(stored, static_cast<uint64_t>(layout.index.shard_bytes[k]), what);
+            !s.ok()) {
+          return s;
+        }
+        first_slot = reads_.AddSlots(stored.chunks_size());
+      }
+      AddRunToChunks(stored, first_slot, entry.fqn(), piece.run, reads_, out.runs);
+    }
+    return out;
+  }
+
+  // The layout of a tensor whose first request had geometry `g`: an
+  // earlier tensor's, or a new one indexed here.
+  absl::StatusOr<int> LayoutOf(const v1::TensorEntry& entry, const ShardGeometry& g) {
+    std::vector<int>& alike = layouts_by_hash_[LayoutHash(entry)];
+    for (int l : alike) {
+      if (SameLayout(*layouts_[l].first, entry)) return l;
+    }
+    absl::StatusOr<StoredIndex> index = IndexStoredShards(entry, g.shape, g.element_size, where_);
+    if (!index.ok()) return index.status();
+    alike.push_back(static_cast<int>(layouts_.size()));
+    layouts_.push_back(Layout{&entry, std::move(*index)});
+    return alike.back();
+  }
+
+  // Where the request's region meets the layout's stored shards: validated,
+  // intersected with those whose spans meet it, covered in full.
+  absl::StatusOr<Geometry> Meet(const v1::TensorShard& request, const Layout& layout, int rank) {
     absl::StatusOr<ShardGeometry> g = ValidateShardRequestGeometry(request, limits_);
     if (!g.ok()) return WithContext(g.status(), absl::StrCat("rank ", rank));
-    if (!indexes_[t]) {
-      absl::StatusOr<StoredIndex> built = IndexStoredShards(entry, g->shape, where_);
-      if (!built.ok()) return built.status();
-      indexes_[t] = std::move(*built);
-    }
-    StoredIndex& index = *indexes_[t];
+    const StoredIndex& index = layout.index;
     absl::StatusOr<std::pair<int64_t, int64_t>> want = geo::RegionSpan(g->shape, g->region);
     if (!want.ok()) return want.status();
-    Planned out;
+    Geometry out;
     out.bytes = g->bytes;
     int64_t covered = 0;
     auto first =
@@ -344,23 +456,14 @@ class Planner {
                          [](const StoredIndex::Entry& e, int64_t at) { return e.begin < at; });
     for (auto it = first; it != index.by_begin.end() && it->begin < want->second; ++it) {
       if (it->end <= want->first) continue;
-      const int k = it->shard;
-      const v1::StoredShard& stored = entry.shards(k);
-      const auto what = [&] { return absl::StrCat(where_, " tensor ", entry.fqn(), " shard ", k); };
       absl::StatusOr<std::vector<geo::StridedRun>> runs = geo::IntersectRegionsStrided(
           g->shape, g->element_size, it->region, g->region, limits_.max_runs_per_shard);
-      if (!runs.ok()) return WithContext(runs.status(), what());
-      if (runs->empty()) continue;
-      if (it->first_slot == Reads::kNone) {
-        // The region was validated by the intersection, and its bytes fit.
-        const int64_t bytes = *geo::RegionNumElements(g->shape, it->region) * g->element_size;
-        if (absl::Status s = CheckChunksTile(stored, static_cast<uint64_t>(bytes), what); !s.ok()) {
-          return s;
-        }
-        it->first_slot = reads_.AddSlots(stored.chunks_size());
+      if (!runs.ok()) {
+        return WithContext(runs.status(), absl::StrCat(where_, " tensor ", layout.first->fqn(),
+                                                       " shard ", it->shard));
       }
       for (const geo::StridedRun& run : *runs) {
-        AddRunToChunks(stored, it->first_slot, entry.fqn(), run, reads_, out.runs);
+        out.pieces.push_back({it->shard, run});
         covered += run.length * run.count;
       }
     }
@@ -379,7 +482,14 @@ class Planner {
   // Ranks list their requests in the same order: the tensor of the previous
   // rank's i-th request is the likely one.
   std::vector<int> hint_;
-  std::vector<std::optional<StoredIndex>> indexes_;  // built on a tensor's first request
+  std::vector<int> layout_of_tensor_;  // -1 until the tensor's first request
+  std::vector<Layout> layouts_;
+  absl::flat_hash_map<size_t, std::vector<int>> layouts_by_hash_;
+  RegionTable geometry_regions_;  // (layout, region): ids into geometries_
+  std::vector<Geometry> geometries_;
+  // Each tensor's stored shards' first chunk slots in reads_, once their
+  // chunks were found to tile them (Reads::kNone before).
+  std::vector<std::vector<uint32_t>> first_slot_;
   RegionTable regions_;
   std::vector<Planned> planned_;  // by region id
   Reads reads_;

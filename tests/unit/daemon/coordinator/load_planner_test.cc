@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/coordinator/save_planner.h"
 #include "proto/lib/copy_run.h"
 #include "tests/unit/daemon/coordinator/test_helpers.h"
@@ -497,6 +498,67 @@ TEST_CASE("load: runs that straddle chunk boundaries are cut", "[load_planner]")
   }
   LoadAndCheck(saved,
                {LoadNode("a", {{0, {BoxShard("w", v1::FLOAT32, {1000, 3}, {1, 1}, {998, 2})}}})});
+}
+
+// Layers of a model: tensors of one dtype and shape saved by the same
+// ranks in the same regions. The planner works out where a request meets
+// them once and maps it onto each tensor's own chunks.
+std::vector<v1::NodeSavePlan> LayersSave() {
+  v1::NodeSavePlan node = SingleHost(4);
+  for (int r = 0; r < 4; ++r) {
+    for (int layer = 0; layer < 3; ++layer) {
+      AddShard(node, r,
+               BoxShard(absl::StrCat("layers.", layer, ".w"), v1::FLOAT32, {64, 96}, {16 * r, 0},
+                        {16, 96}));
+    }
+    // The same dtype and shape split another way, and the same split of
+    // another dtype: layouts of their own.
+    AddShard(node, r, BoxShard("cols", v1::FLOAT32, {64, 96}, {0, 24 * r}, {64, 24}));
+    AddShard(node, r, BoxShard("half", v1::FLOAT16, {64, 96}, {16 * r, 0}, {16, 96}));
+  }
+  return {node};
+}
+
+TEST_CASE("load: tensors stored alike each read their own chunks", "[load_planner]") {
+  const Saved saved = Save(LayersSave(), 4096);
+  std::vector<v1::TensorShard> wanted;
+  for (const char* fqn : {"layers.0.w", "layers.1.w", "layers.2.w", "cols"}) {
+    wanted.push_back(BoxShard(fqn, v1::FLOAT32, {64, 96}, {8, 10}, {40, 50}));
+  }
+  wanted.push_back(BoxShard("half", v1::FLOAT16, {64, 96}, {8, 10}, {40, 50}));
+  // Every tensor asked for the same box by two ranks, and at other places
+  // of their lists by a third.
+  std::vector<v1::TensorShard> reversed(wanted.rbegin(), wanted.rend());
+  const LoadStats stats =
+      LoadAndCheck(saved, {LoadNode("a", {{0, wanted}, {1, wanted}, {2, reversed}})});
+  // Per rank: 6 runs for each layer (row-split: a run per chunk), 10 for
+  // the column split, 3 for the fp16 tensor. Ranks 0 and 1 share every
+  // run; rank 2 shares only layers.2.w's, asked for at the same place.
+  CHECK(stats.runs == 3 * 31);
+  CHECK(stats.messages == 31 + 31 - 6);
+}
+
+TEST_CASE("load: a tensor stored like another is checked against its own chunks",
+          "[load_planner]") {
+  const Saved saved = Save(LayersSave());
+  v1::CheckpointManifest m = saved.manifest;
+  for (v1::TensorEntry& t : *m.mutable_tensors()) {
+    if (t.fqn() == "layers.2.w") t.mutable_shards(1)->mutable_chunks(0)->set_length(100);
+  }
+  std::vector<v1::TensorShard> all;
+  for (int layer = 0; layer < 3; ++layer) {
+    all.push_back(Whole(absl::StrCat("layers.", layer, ".w"), v1::FLOAT32, {64, 96}));
+  }
+  CKPT_REQUIRE_ERROR(PlanLoad(m, {LoadNode("a", {{0, all}})}), absl::StatusCode::kDataLoss,
+                     "tensor layers.2.w shard 1");
+  // A tensor of that layout holding only part of its shape: partial.
+  m = saved.manifest;
+  for (v1::TensorEntry& t : *m.mutable_tensors()) {
+    if (t.fqn() == "layers.1.w") t.mutable_shards()->RemoveLast();
+  }
+  all.resize(2);
+  CKPT_REQUIRE_ERROR(PlanLoad(m, {LoadNode("a", {{0, all}})}),
+                     absl::StatusCode::kFailedPrecondition, "layers.1.w");
 }
 
 TEST_CASE("load: a manifest whose chunks do not tile their shard is DATA_LOSS", "[load_planner]") {
