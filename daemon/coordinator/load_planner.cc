@@ -233,18 +233,6 @@ absl::StatusOr<StoredIndex> IndexStoredShards(const v1::TensorEntry& entry, cons
   return index;
 }
 
-bool SameRegion(const v1::Region& a, const v1::Region& b) {
-  if (a.kind_case() != b.kind_case()) return false;
-  const auto same = [](const auto& x, const auto& y) {
-    return std::equal(x.begin(), x.end(), y.begin(), y.end());
-  };
-  if (a.has_box()) {
-    return same(a.box().offsets(), b.box().offsets()) && same(a.box().lengths(), b.box().lengths());
-  }
-  return !a.has_flat() ||
-         (a.flat().begin() == b.flat().begin() && a.flat().end() == b.flat().end());
-}
-
 // Tensors stored alike: the same dtype, shape and stored regions in the
 // same order (the layers of a model, saved by the same ranks). Where a
 // request meets the stored shards depends on nothing else, so it is worked

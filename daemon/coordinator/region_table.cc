@@ -14,7 +14,7 @@ RegionTable::View RegionTable::ViewOf(uint32_t id) const {
   return View{e.tensor, e.kind, all.subspan(0, e.first_size), all.subspan(e.first_size)};
 }
 
-size_t RegionTable::Hash::operator()(const View& v) const {
+size_t RegionTable::HashOf(const View& v) {
   return absl::HashOf(v.tensor, v.kind, v.first, v.second);
 }
 
@@ -55,8 +55,9 @@ std::pair<uint32_t, bool> RegionTable::Intern(int tensor, const v1::Region& regi
   View view{tensor, static_cast<int>(region.kind_case()), {}, {}};
   int64_t flat[2];
   FillView(region, view.first, view.second, flat);
-  auto found = ids_.find(view);
-  if (found != ids_.end()) return {*found, false};
+  const size_t hash = HashOf(view);
+  auto found = ids_.find(view, hash);
+  if (found != ids_.end()) return {found->id, false};
   const uint32_t id = static_cast<uint32_t>(entries_.size());
   Entry& e = entries_.emplace_back();
   e.tensor = tensor;
@@ -71,7 +72,7 @@ std::pair<uint32_t, bool> RegionTable::Intern(int tensor, const v1::Region& regi
   }
   std::copy(view.first.begin(), view.first.end(), to);
   std::copy(view.second.begin(), view.second.end(), to + view.first.size());
-  ids_.insert(id);
+  ids_.insert(Slot{hash, id});
   return {id, true};
 }
 

@@ -27,7 +27,7 @@ namespace ckpt::coordinator {
 
 class RegionTable {
  public:
-  RegionTable() : ids_(0, Hash{this}, Eq{this}) {}
+  RegionTable() : ids_(0, Hash{}, Eq{this}) {}
   RegionTable(const RegionTable&) = delete;
   RegionTable& operator=(const RegionTable&) = delete;
 
@@ -51,20 +51,27 @@ class RegionTable {
     absl::Span<const int64_t> second;
   };
   View ViewOf(uint32_t id) const;
+  static size_t HashOf(const View& v);
 
+  // A slot of the index: the id and its region's hash, so that growing the
+  // index does not read every region again (a million cache misses at
+  // each doubling).
+  struct Slot {
+    size_t hash = 0;
+    uint32_t id = 0;
+  };
   struct Hash {
     using is_transparent = void;
-    const RegionTable* table;
-    size_t operator()(const View& v) const;
-    size_t operator()(uint32_t id) const { return (*this)(table->ViewOf(id)); }
+    size_t operator()(const View& v) const { return HashOf(v); }
+    size_t operator()(const Slot& s) const { return s.hash; }
   };
   struct Eq {
     using is_transparent = void;
     const RegionTable* table;
     static bool Same(const View& a, const View& b);
-    bool operator()(uint32_t a, uint32_t b) const { return a == b; }
-    bool operator()(uint32_t a, const View& b) const { return Same(table->ViewOf(a), b); }
-    bool operator()(const View& a, uint32_t b) const { return Same(a, table->ViewOf(b)); }
+    bool operator()(const Slot& a, const Slot& b) const { return a.id == b.id; }
+    bool operator()(const Slot& a, const View& b) const { return Same(table->ViewOf(a.id), b); }
+    bool operator()(const View& a, const Slot& b) const { return Same(a, table->ViewOf(b.id)); }
   };
 
   // One region, in one cache line: a lookup that finds it compares its
@@ -84,7 +91,7 @@ class RegionTable {
 
   std::vector<Entry> entries_;    // by id
   std::vector<int64_t> spilled_;  // fields of large regions, back to back
-  absl::flat_hash_set<uint32_t, Hash, Eq> ids_;
+  absl::flat_hash_set<Slot, Hash, Eq> ids_;
 };
 
 }  // namespace ckpt::coordinator

@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/coordinator/manifest_check.h"
@@ -171,12 +172,87 @@ absl::Status ValidateHostsAndRanks(absl::Span<const v1::NodeSavePlan> nodes) {
 // the memory has in flight while one shard is handled.
 constexpr int kPrefetchAhead = 8;
 
+// A rank's shards in short: each shard's tensor and which of the rank's
+// few distinct regions (as written) it holds. Data-parallel replicas list
+// the same shards, and a rank holds the same rows or range of every tensor
+// of a layer, so this is small and a replica's equals an earlier rank's.
+struct RankForm {
+  static constexpr size_t kMaxRegions = 8;  // more: no short form
+  std::vector<uint64_t> codes;              // per shard: tensor << 8 | region
+  std::vector<const v1::Region*> regions;
+  bool valid = true;
+
+  void Clear() {
+    codes.clear();
+    regions.clear();
+    valid = true;
+  }
+  void Add(int tensor, const v1::Region& region) {
+    if (!valid) return;
+    size_t r = regions.empty() || !SameRegion(*regions.back(), region) ? 0 : regions.size();
+    if (r == 0) {
+      while (r < regions.size() && !SameRegion(*regions[r], region)) ++r;
+      if (r == regions.size()) {
+        if (regions.size() == kMaxRegions) {
+          valid = false;
+          return;
+        }
+        regions.push_back(&region);
+      }
+    } else {
+      r = regions.size() - 1;
+    }
+    codes.push_back(static_cast<uint64_t>(tensor) << 8 | r);
+  }
+  size_t Hash() const {
+    size_t h = absl::HashOf(absl::MakeConstSpan(codes));
+    for (const v1::Region* r : regions) {
+      h = absl::HashOf(h, static_cast<int>(r->kind_case()), absl::MakeConstSpan(r->box().offsets()),
+                       absl::MakeConstSpan(r->box().lengths()), r->flat().begin(), r->flat().end());
+    }
+    return h;
+  }
+  bool operator==(const RankForm& o) const {
+    if (codes != o.codes || regions.size() != o.regions.size()) return false;
+    for (size_t r = 0; r < regions.size(); ++r) {
+      if (!SameRegion(*regions[r], *o.regions[r])) return false;
+    }
+    return true;
+  }
+};
+
+// Ranks whose shards were looked up one by one, by the hash of their form:
+// where their spellings start in spelling_of_shard.
+struct KnownForms {
+  struct Known {
+    RankForm form;
+    size_t first = 0;
+  };
+  std::vector<Known> known;
+  absl::flat_hash_map<size_t, std::vector<uint32_t>> by_hash;
+
+  const Known* Find(const RankForm& form, size_t hash) const {
+    auto found = by_hash.find(hash);
+    if (found == by_hash.end()) return nullptr;
+    for (uint32_t k : found->second) {
+      if (known[k].form == form) return &known[k];
+    }
+    return nullptr;
+  }
+  void Add(const RankForm& form, size_t hash, size_t first) {
+    by_hash[hash].push_back(static_cast<uint32_t>(known.size()));
+    known.push_back(Known{form, first});
+  }
+};
+
 // Finds each shard's tensor and spelling. A tensor's first shard and each
 // new spelling are validated in full against the limits before their
 // geometry is used; a replica of a known spelling only has its tensor's
 // dtype and shape compared (ranks must agree: replicas and coverage only
 // mean something within one tensor's index space) and its own device
 // buffer checked.
+// A rank whose shards are an earlier rank's (RankForm) takes that rank's
+// spellings; the others' are looked up shard by shard.
 absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
                                      const RequestLimits& limits) {
   Shards out;
@@ -185,6 +261,9 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
   // Ranks list their tensors in the same order: the tensor of the previous
   // rank's i-th shard is the likely one, found with one comparison.
   std::vector<int> tensor_hint;
+  std::vector<int> tensor_of;  // this rank's shards'
+  RankForm form;
+  KnownForms known;
   size_t total = 0;
   for (const v1::NodeSavePlan& node : nodes) {
     for (const v1::RankSavePlan& rank : node.ranks()) total += rank.shards_size();
@@ -206,24 +285,18 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
       if (tensor_hint.size() < static_cast<size_t>(rank.shards_size())) {
         tensor_hint.resize(rank.shards_size(), -1);
       }
+      // Each shard's tensor, checked against what earlier ranks said of it.
+      tensor_of.clear();
+      form.Clear();
       for (int i = 0; i < rank.shards_size(); ++i) {
-        // The region a few shards on, of the tensor the last rank had
-        // there: its lookup's memory is loading while these are done.
-        if (const int ahead = i + kPrefetchAhead;
-            ahead < rank.shards_size() && tensor_hint[ahead] >= 0) {
-          regions.Prefetch(tensor_hint[ahead], rank.shards(ahead).region(), limits.max_dims);
-        }
         const v1::TensorShard& shard = rank.shards(i);
-        // Set when this shard was validated as its tensor's first.
-        std::optional<absl::StatusOr<ShardGeometry>> checked;
         int t = tensor_hint[i];
         if (t < 0 || out.tensors[t].fqn != shard.fqn()) {
           auto found = tensor_by_fqn.find(shard.fqn());
           if (found != tensor_by_fqn.end()) {
             t = found->second;
           } else {
-            checked = ValidateShardRequestGeometry(shard, limits);
-            const absl::StatusOr<ShardGeometry>& g = *checked;
+            absl::StatusOr<ShardGeometry> g = ValidateShardRequestGeometry(shard, limits);
             if (!g.ok()) return WithContext(g.status(), who());
             t = static_cast<int>(out.tensors.size());
             tensor_by_fqn.emplace(shard.fqn(), t);
@@ -249,15 +322,40 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
                                       " but rank ", info.first_rank, " has dtype ",
                                       DTypeName(info.dtype), " shape ", ShapeString(info.shape)));
         }
-        // The table reads the box: its size is checked first.
+        // The box is read from here on: its size is checked first.
         const v1::Box& box = shard.region().box();
         if (box.offsets_size() > limits.max_dims || box.lengths_size() > limits.max_dims) {
           return WithContext(ValidateShardRequest(shard, limits).status(), who());
         }
+        tensor_of.push_back(t);
+        form.Add(t, shard.region());
+      }
+      // A replica of an earlier rank: its spellings, and only its own
+      // device buffers to check.
+      const size_t hash = form.valid ? form.Hash() : 0;
+      if (const KnownForms::Known* same = form.valid ? known.Find(form, hash) : nullptr) {
+        for (int i = 0; i < rank.shards_size(); ++i) {
+          const uint32_t id = out.spelling_of_shard[same->first + i];
+          if (absl::Status s = ValidateDeviceBuffer(rank.shards(i), out.spellings[id].bytes);
+              !s.ok()) {
+            return WithContext(s, who());
+          }
+          out.spelling_of_shard.push_back(id);
+        }
+        continue;
+      }
+      const size_t first = out.spelling_of_shard.size();
+      for (int i = 0; i < rank.shards_size(); ++i) {
+        // The region a few shards on: its lookup's memory is loading while
+        // these are done.
+        if (const int ahead = i + kPrefetchAhead; ahead < rank.shards_size()) {
+          regions.Prefetch(tensor_of[ahead], rank.shards(ahead).region(), limits.max_dims);
+        }
+        const v1::TensorShard& shard = rank.shards(i);
+        const int t = tensor_of[i];
         const auto [id, fresh] = regions.Intern(t, shard.region());
         if (fresh) {
-          if (!checked) checked = ValidateShardRequestGeometry(shard, limits);
-          const absl::StatusOr<ShardGeometry>& g = *checked;
+          absl::StatusOr<ShardGeometry> g = ValidateShardRequestGeometry(shard, limits);
           if (!g.ok()) return WithContext(g.status(), who());
           Spelling& spelling = out.spellings.emplace_back();
           spelling.tensor = t;
@@ -271,6 +369,7 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
         }
         out.spelling_of_shard.push_back(id);
       }
+      if (form.valid) known.Add(form, hash, first);
     }
   }
   return out;

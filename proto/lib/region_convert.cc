@@ -1,5 +1,6 @@
 #include "proto/lib/region_convert.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -38,6 +39,18 @@ void RegionToProto(const geo::Region& region, v1::Region* out) {
     case geo::Region::Kind::kWhole:
       break;
   }
+}
+
+bool SameRegion(const v1::Region& a, const v1::Region& b) {
+  if (a.kind_case() != b.kind_case()) return false;
+  const auto same = [](const auto& x, const auto& y) {
+    return std::equal(x.begin(), x.end(), y.begin(), y.end());
+  };
+  if (a.has_box()) {
+    return same(a.box().offsets(), b.box().offsets()) && same(a.box().lengths(), b.box().lengths());
+  }
+  return !a.has_flat() ||
+         (a.flat().begin() == b.flat().begin() && a.flat().end() == b.flat().end());
 }
 
 geo::Shape ShapeFromProto(const google::protobuf::RepeatedField<int64_t>& dims) {

@@ -15,6 +15,9 @@ namespace ckpt {
 geo::Region RegionFromProto(const v1::Region& region);
 void RegionToProto(const geo::Region& region, v1::Region* out);
 geo::Shape ShapeFromProto(const google::protobuf::RepeatedField<int64_t>& dims);
+// Whether two regions are written alike: the same kind and the same fields
+// (a box and a flat range of the same elements are not).
+bool SameRegion(const v1::Region& a, const v1::Region& b);
 
 // A validated TensorShard.
 struct ShardGeometry {

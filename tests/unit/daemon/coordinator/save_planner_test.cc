@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "proto/lib/align.h"
 #include "tests/unit/daemon/coordinator/test_helpers.h"
 
@@ -292,6 +293,69 @@ TEST_CASE("FSDP flat ranges: one item per range, chunked", "[save_planner]") {
     CHECK(s.writer_rank() == (s.region().flat().begin() == 0      ? 0
                               : s.region().flat().begin() == 2401 ? 1
                                                                   : 2));
+  }
+  CheckLayout(*a);
+}
+
+// Data-parallel replicas list the very same shards: the planner knows a
+// rank whose list equals an earlier rank's without looking up each shard.
+TEST_CASE("whole-rank replicas are found, and only exact ones", "[save_planner]") {
+  // 12 tensors of a layer in 3 row parts; ranks 3-8 replicate ranks 0-2.
+  v1::NodeSavePlan node = SingleHost(9);
+  for (int r = 0; r < 9; ++r) {
+    for (int t = 0; t < 12; ++t) {
+      AddShard(node, r,
+               BoxShard(absl::StrCat("l.w", t), v1::FLOAT32, {6, 8}, {2 * (r % 3), 0}, {2, 8}));
+    }
+  }
+  auto a = Plan({node});
+  CKPT_REQUIRE_OK(a);
+  CHECK(AllItems(*a).size() == 36);
+  // Each part's 12 items spread over the 3 ranks that hold it.
+  for (const auto& [rank, bytes] : RankLoads(*a)) {
+    INFO("rank " << rank);
+    CHECK(bytes == 4 * 4096);
+  }
+  CheckLayout(*a);
+
+  // Like rank 2 but for one tensor's rows: not a replica, and those rows
+  // overlap rank 0's and rank 1's.
+  v1::NodeSavePlan near = node;
+  *RankOf(near, 8).mutable_shards(5) = BoxShard("l.w5", v1::FLOAT32, {6, 8}, {1, 0}, {2, 8});
+  CKPT_REQUIRE_ERROR(Plan({near}), absl::StatusCode::kInvalidArgument, "tensor l.w5", "overlaps");
+  // Like rank 2 but listing a tensor twice: refused, as from any rank.
+  near = node;
+  *RankOf(near, 8).mutable_shards(5) = RankOf(near, 8).shards(4);
+  CKPT_REQUIRE_ERROR(Plan({near}), absl::StatusCode::kInvalidArgument, "rank 8", "twice");
+  // A replica listing its tensors in another order is planned shard by
+  // shard, to the same items.
+  v1::NodeSavePlan reordered = node;
+  auto* shards = RankOf(reordered, 8).mutable_shards();
+  std::reverse(shards->begin(), shards->end());
+  a = Plan({reordered});
+  CKPT_REQUIRE_OK(a);
+  CHECK(AllItems(*a).size() == 36);
+  CheckLayout(*a);
+}
+
+TEST_CASE("ranks of many distinct regions are planned shard by shard", "[save_planner]") {
+  // FSDP: every tensor cut at its own place; ranks 2 and 3 replicate 0 and 1.
+  v1::NodeSavePlan node = SingleHost(4);
+  for (int r = 0; r < 4; ++r) {
+    for (int t = 0; t < 12; ++t) {
+      const int64_t n = 64 + t;
+      const int64_t cut = n / 2 + t % 3;
+      AddShard(node, r,
+               r % 2 == 0 ? FlatShard(absl::StrCat("f", t), v1::FLOAT32, {n}, 0, cut)
+                          : FlatShard(absl::StrCat("f", t), v1::FLOAT32, {n}, cut, n));
+    }
+  }
+  auto a = Plan({node});
+  CKPT_REQUIRE_OK(a);
+  CHECK(AllItems(*a).size() == 24);
+  for (const auto& [rank, bytes] : RankLoads(*a)) {
+    INFO("rank " << rank);
+    CHECK(bytes == 6 * 4096);
   }
   CheckLayout(*a);
 }
