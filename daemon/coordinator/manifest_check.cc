@@ -106,10 +106,19 @@ class Checker {
     }
     shards_ += tensor.shards_size();
     if (absl::Status s = CheckCount("shards", shards_, limits_.max_shards); !s.ok()) return s;
-    v1::TensorShard shape;
-    shape.set_fqn(tensor.fqn());
-    shape.set_dtype(tensor.dtype());
-    *shape.mutable_global_shape() = tensor.global_shape();
+    if (tensor.shards().empty()) return absl::OkStatus();
+    // Name, dtype and shape once; then each shard's region in that shape
+    // (a cluster's manifest has a million shards).
+    v1::TensorShard whole;
+    whole.set_fqn(tensor.fqn());
+    whole.set_dtype(tensor.dtype());
+    *whole.mutable_global_shape() = tensor.global_shape();
+    absl::StatusOr<ShardGeometry> tensor_geometry = ValidateShard(whole);
+    if (!tensor_geometry.ok()) {
+      // The message names the tensor already.
+      return Lost(absl::StrCat(tensor_geometry.status().message(), " (shard 0)"));
+    }
+    const geo::Shape& shape = tensor_geometry->shape;
     for (int i = 0; i < tensor.shards_size(); ++i) {
       const v1::StoredShard& shard = tensor.shards(i);
       // Built only for an error: a cluster's manifest has millions of shards.
@@ -119,14 +128,15 @@ class Checker {
         return Lost(absl::StrCat(where(), ": its box has more dimensions than the limit of ",
                                  limits_.max_dims));
       }
-      *shape.mutable_region() = shard.region();
-      absl::StatusOr<ShardGeometry> geometry = ValidateShard(shape);
-      if (!geometry.ok()) {
-        // The message names the tensor already.
-        return Lost(absl::StrCat(geometry.status().message(), " (shard ", i, ")"));
+      absl::StatusOr<int64_t> elements =
+          geo::RegionNumElements(shape, RegionFromProto(shard.region()));
+      if (!elements.ok()) {
+        return Lost(absl::StrCat("tensor ", tensor.fqn(), ": ", elements.status().message(),
+                                 " (shard ", i, ")"));
       }
-      if (absl::Status s = CheckChunks(shard, static_cast<uint64_t>(geometry->bytes), where);
-          !s.ok()) {
+      // Cannot overflow: the region lies inside a shape whose byte size fits.
+      const int64_t bytes = *elements * tensor_geometry->element_size;
+      if (absl::Status s = CheckChunks(shard, static_cast<uint64_t>(bytes), where); !s.ok()) {
         return s;
       }
     }
