@@ -13,6 +13,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "daemon/coordinator/fault_points.h"
+#include "daemon/coordinator/planner_memory.h"
 #include "daemon/pool/huge_pages.h"
 #include "daemon/server/node_daemon.h"
 
@@ -155,6 +156,7 @@ ABSL_FLAG(double, fault_pause_s, 0,
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("ckptd: the ckpt node daemon (with the embedded coordinator)");
   absl::ParseCommandLine(argc, argv);
+  ckpt::coordinator::KeepFreedMemoryForReuse();
 #ifdef CKPT_FAULT_INJECTION
   ckpt::ArmFaultPoint(absl::GetFlag(FLAGS_fault_kill_at),
                       absl::Seconds(absl::GetFlag(FLAGS_fault_pause_s)));

@@ -38,6 +38,7 @@
 #include "ckpt/v1/coordinator.pb.h"
 #include "daemon/coordinator/load_planner.h"
 #include "daemon/coordinator/plan_cache.h"
+#include "daemon/coordinator/planner_memory.h"
 #include "daemon/coordinator/save_planner.h"
 #include "proto/lib/status_context.h"
 
@@ -175,6 +176,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100));
   app.add_flag("--json", json, "print the figures as one JSON object");
   CLI11_PARSE(app, argc, argv);
+  // As ckptd does: a plan's freed memory is kept for the next one.
+  ckpt::coordinator::KeepFreedMemoryForReuse();
   if (l.ranks <= 0 || l.shards_per_rank <= 0 || l.replication <= 0 ||
       l.ranks % (2 * l.replication) != 0) {
     std::fprintf(stderr,
