@@ -13,6 +13,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/coordinator/rank_form.h"
 #include "daemon/coordinator/region_table.h"
 #include "proto/lib/dtype.h"
 #include "proto/lib/geometry.h"
@@ -305,9 +306,10 @@ class Planner {
 
   const std::string& where() const { return where_; }
 
-  // The id of the request's copies (planned(id)), or why it cannot be
-  // served. `i` is its index in the rank's requests.
-  absl::StatusOr<uint32_t> Plan(const v1::TensorShard& request, int rank, int i) {
+  // The request's tensor (its index in the manifest) once its dtype and
+  // shape were found to be the stored ones, or why not. `i` is its index
+  // in the rank's requests.
+  absl::StatusOr<int> TensorOf(const v1::TensorShard& request, int rank, int i) {
     const auto invalid_first = [&](absl::Status otherwise) {
       // A malformed request is named as such before it is looked up.
       if (absl::Status s = ValidateShardRequest(request, limits_).status(); !s.ok()) {
@@ -334,32 +336,41 @@ class Planner {
           " shape ", ShapeString(request.global_shape()), " but ", where_, " holds dtype ",
           DTypeName(entry.dtype()), " shape ", ShapeString(entry.global_shape()))));
     }
+    // The region is read from here on: its size is checked first.
     const v1::Box& box = request.region().box();
     if (box.offsets_size() > limits_.max_dims || box.lengths_size() > limits_.max_dims) {
       return invalid_first(absl::InternalError("a box past --max_dims passed validation"));
     }
+    return t;
+  }
+
+  // The id of the copies of a request of tensor t (from TensorOf):
+  // planned(id), or why it cannot be served.
+  absl::StatusOr<uint32_t> Plan(const v1::TensorShard& request, int t, int rank) {
     const auto [id, fresh] = regions_.Intern(t, request.region());
     if (!fresh) {
-      const Planned& known = planned_[id];
-      if (absl::Status s = ValidateDeviceBuffer(request, known.bytes); !s.ok()) {
+      if (absl::Status s = CheckBuffer(request, id); !s.ok()) {
         return WithContext(s, absl::StrCat("rank ", rank));
       }
       return id;
     }
     // A failure ends the planning: the table's new id gets no entry.
-    absl::StatusOr<Planned> planned = PlanFirst(request, entry, t, rank);
+    absl::StatusOr<Planned> planned = PlanFirst(request, manifest_.tensors(t), t, rank);
     if (!planned.ok()) return planned.status();
     planned_.push_back(std::move(*planned));
     return id;
   }
 
-  // Starts loading what Plan(request, rank, i) will look up, for a request
+  // A request's own device buffer, for what planned(id) copies into it.
+  absl::Status CheckBuffer(const v1::TensorShard& request, uint32_t id) const {
+    return ValidateDeviceBuffer(request, planned_[id].bytes);
+  }
+
+  // Starts loading what Plan(request, t, ...) will look up, for a request
   // a few ahead of the one being planned: at a million regions each lookup
   // otherwise waits for memory.
-  void Prefetch(const v1::TensorShard& request, int i) const {
-    if (static_cast<size_t>(i) < hint_.size() && hint_[i] >= 0) {
-      regions_.Prefetch(hint_[i], request.region(), limits_.max_dims);
-    }
+  void Prefetch(const v1::TensorShard& request, int t) const {
+    regions_.Prefetch(t, request.region(), limits_.max_dims);
   }
 
   const Planned& planned(uint32_t id) const { return planned_[id]; }
@@ -599,6 +610,9 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
   Planner planner(manifest, limits);
   const std::string& where = planner.where();
   std::vector<Request> requests;
+  std::vector<int> tensor_of;  // of one rank's requests
+  RankForm form;               // of one rank's requests
+  RankForms forms;             // of ranks planned request by request
   out.set_step(manifest.step());
   for (const v1::NodeLoadPlan& node : nodes) {
     for (const v1::NodeLoadPlan::RankRequests& rank : node.ranks()) {
@@ -616,14 +630,39 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
       v1::LoadAssignment::RankSizes* sizes = out.add_sizes();
       sizes->set_rank(rank.rank());
       sizes->mutable_tensor_bytes()->Reserve(rank.tensors_size());
+      tensor_of.clear();
+      form.Clear();
       for (int i = 0; i < rank.tensors_size(); ++i) {
-        if (const int ahead = i + kPrefetchAhead; ahead < rank.tensors_size()) {
-          planner.Prefetch(rank.tensors(ahead), ahead);
+        absl::StatusOr<int> t = planner.TensorOf(rank.tensors(i), rank.rank(), i);
+        if (!t.ok()) return t.status();
+        tensor_of.push_back(*t);
+        form.Add(*t, rank.tensors(i).region());
+      }
+      // A replica of an earlier rank gets its copies; only its own device
+      // buffers are checked.
+      const size_t hash = form.valid ? form.Hash() : 0;
+      if (const RankForms::Known* same = form.valid ? forms.Find(form, hash) : nullptr) {
+        for (int i = 0; i < rank.tensors_size(); ++i) {
+          const uint32_t planned = requests[same->first + i].planned;
+          if (absl::Status s = planner.CheckBuffer(rank.tensors(i), planned); !s.ok()) {
+            return WithContext(s, absl::StrCat("rank ", rank.rank()));
+          }
+          sizes->add_tensor_bytes(planner.planned(planned).bytes);
+          requests.push_back(Request{rank.rank(), static_cast<uint32_t>(i), planned});
         }
-        absl::StatusOr<uint32_t> planned = planner.Plan(rank.tensors(i), rank.rank(), i);
-        if (!planned.ok()) return planned.status();
-        sizes->add_tensor_bytes(planner.planned(*planned).bytes);
-        requests.push_back(Request{rank.rank(), static_cast<uint32_t>(i), *planned});
+      } else {
+        const size_t first = requests.size();
+        for (int i = 0; i < rank.tensors_size(); ++i) {
+          if (const int ahead = i + kPrefetchAhead; ahead < rank.tensors_size()) {
+            planner.Prefetch(rank.tensors(ahead), tensor_of[ahead]);
+          }
+          absl::StatusOr<uint32_t> planned =
+              planner.Plan(rank.tensors(i), tensor_of[i], rank.rank());
+          if (!planned.ok()) return planned.status();
+          sizes->add_tensor_bytes(planner.planned(*planned).bytes);
+          requests.push_back(Request{rank.rank(), static_cast<uint32_t>(i), *planned});
+        }
+        if (form.valid) forms.Add(form, hash, first);
       }
       for (int i = 0; i < rank.object_keys_size(); ++i) {
         const std::string& key = rank.object_keys(i);

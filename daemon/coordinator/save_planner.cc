@@ -11,10 +11,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/coordinator/manifest_check.h"
+#include "daemon/coordinator/rank_form.h"
 #include "daemon/coordinator/region_table.h"
 #include "proto/lib/align.h"
 #include "proto/lib/dtype.h"
@@ -172,79 +172,6 @@ absl::Status ValidateHostsAndRanks(absl::Span<const v1::NodeSavePlan> nodes) {
 // the memory has in flight while one shard is handled.
 constexpr int kPrefetchAhead = 8;
 
-// A rank's shards in short: each shard's tensor and which of the rank's
-// few distinct regions (as written) it holds. Data-parallel replicas list
-// the same shards, and a rank holds the same rows or range of every tensor
-// of a layer, so this is small and a replica's equals an earlier rank's.
-struct RankForm {
-  static constexpr size_t kMaxRegions = 8;  // more: no short form
-  std::vector<uint64_t> codes;              // per shard: tensor << 8 | region
-  std::vector<const v1::Region*> regions;
-  bool valid = true;
-
-  void Clear() {
-    codes.clear();
-    regions.clear();
-    valid = true;
-  }
-  void Add(int tensor, const v1::Region& region) {
-    if (!valid) return;
-    size_t r = regions.empty() || !SameRegion(*regions.back(), region) ? 0 : regions.size();
-    if (r == 0) {
-      while (r < regions.size() && !SameRegion(*regions[r], region)) ++r;
-      if (r == regions.size()) {
-        if (regions.size() == kMaxRegions) {
-          valid = false;
-          return;
-        }
-        regions.push_back(&region);
-      }
-    } else {
-      r = regions.size() - 1;
-    }
-    codes.push_back(static_cast<uint64_t>(tensor) << 8 | r);
-  }
-  size_t Hash() const {
-    size_t h = absl::HashOf(absl::MakeConstSpan(codes));
-    for (const v1::Region* r : regions) {
-      h = absl::HashOf(h, static_cast<int>(r->kind_case()), absl::MakeConstSpan(r->box().offsets()),
-                       absl::MakeConstSpan(r->box().lengths()), r->flat().begin(), r->flat().end());
-    }
-    return h;
-  }
-  bool operator==(const RankForm& o) const {
-    if (codes != o.codes || regions.size() != o.regions.size()) return false;
-    for (size_t r = 0; r < regions.size(); ++r) {
-      if (!SameRegion(*regions[r], *o.regions[r])) return false;
-    }
-    return true;
-  }
-};
-
-// Ranks whose shards were looked up one by one, by the hash of their form:
-// where their spellings start in spelling_of_shard.
-struct KnownForms {
-  struct Known {
-    RankForm form;
-    size_t first = 0;
-  };
-  std::vector<Known> known;
-  absl::flat_hash_map<size_t, std::vector<uint32_t>> by_hash;
-
-  const Known* Find(const RankForm& form, size_t hash) const {
-    auto found = by_hash.find(hash);
-    if (found == by_hash.end()) return nullptr;
-    for (uint32_t k : found->second) {
-      if (known[k].form == form) return &known[k];
-    }
-    return nullptr;
-  }
-  void Add(const RankForm& form, size_t hash, size_t first) {
-    by_hash[hash].push_back(static_cast<uint32_t>(known.size()));
-    known.push_back(Known{form, first});
-  }
-};
-
 // Finds each shard's tensor and spelling. A tensor's first shard and each
 // new spelling are validated in full against the limits before their
 // geometry is used; a replica of a known spelling only has its tensor's
@@ -263,7 +190,7 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
   std::vector<int> tensor_hint;
   std::vector<int> tensor_of;  // this rank's shards'
   RankForm form;
-  KnownForms known;
+  RankForms known;
   size_t total = 0;
   for (const v1::NodeSavePlan& node : nodes) {
     for (const v1::RankSavePlan& rank : node.ranks()) total += rank.shards_size();
@@ -333,7 +260,7 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
       // A replica of an earlier rank: its spellings, and only its own
       // device buffers to check.
       const size_t hash = form.valid ? form.Hash() : 0;
-      if (const KnownForms::Known* same = form.valid ? known.Find(form, hash) : nullptr) {
+      if (const RankForms::Known* same = form.valid ? known.Find(form, hash) : nullptr) {
         for (int i = 0; i < rank.shards_size(); ++i) {
           const uint32_t id = out.spelling_of_shard[same->first + i];
           if (absl::Status s = ValidateDeviceBuffer(rank.shards(i), out.spellings[id].bytes);

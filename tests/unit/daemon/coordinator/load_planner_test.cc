@@ -5,6 +5,7 @@
 // runs and compares every requested buffer byte for byte with the pattern.
 #include "daemon/coordinator/load_planner.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <map>
@@ -536,6 +537,44 @@ TEST_CASE("load: tensors stored alike each read their own chunks", "[load_planne
   // run; rank 2 shares only layers.2.w's, asked for at the same place.
   CHECK(stats.runs == 3 * 31);
   CHECK(stats.messages == 31 + 31 - 6);
+}
+
+// Ranks asking for the very same list (data-parallel replicas of the new
+// layout) get an earlier rank's copies without a lookup per request.
+TEST_CASE("load: whole-rank replicas share copies, and only exact ones", "[load_planner]") {
+  const Saved saved = Save(LayersSave());
+  auto rows = [](int part) {
+    std::vector<v1::TensorShard> list;
+    for (int layer = 0; layer < 3; ++layer) {
+      list.push_back(BoxShard(absl::StrCat("layers.", layer, ".w"), v1::FLOAT32, {64, 96},
+                              {32 * part, 0}, {32, 96}));
+    }
+    return list;
+  };
+  // Ranks 0-1 and 2-3 ask for the two halves; rank 4 for half 0 but one
+  // tensor's rows moved by one; rank 5 for many distinct flat ranges.
+  std::vector<v1::TensorShard> near = rows(0);
+  near[1] = BoxShard("layers.1.w", v1::FLOAT32, {64, 96}, {1, 0}, {32, 96});
+  std::vector<v1::TensorShard> ranges;
+  for (int k = 0; k < 12; ++k) {
+    ranges.push_back(FlatShard(absl::StrCat("layers.", k % 3, ".w"), v1::FLOAT32, {64, 96}, 100 * k,
+                               100 * k + 7 + k));
+  }
+  // Rank 6 asks for half 0 in another order.
+  std::vector<v1::TensorShard> reordered = rows(0);
+  std::reverse(reordered.begin(), reordered.end());
+  const LoadStats stats =
+      LoadAndCheck(saved, {LoadNode("a", {{0, rows(0)}, {1, rows(1)}}),
+                           LoadNode("b", {{2, rows(0)}, {3, rows(1)}}),
+                           LoadNode("c", {{4, near}, {5, ranges}, {6, reordered}})});
+  CHECK(stats.messages < stats.runs);
+
+  // A replica's own device buffer is still checked.
+  std::vector<v1::TensorShard> bad = rows(1);
+  bad[2].mutable_device_buffer()->set_allocation_bytes(8);
+  CKPT_REQUIRE_ERROR(
+      PlanLoad(saved.manifest, {LoadNode("a", {{0, rows(1)}, {1, rows(0)}, {2, bad}})}),
+      absl::StatusCode::kInvalidArgument, "rank 2", "device buffer");
 }
 
 TEST_CASE("load: a tensor stored like another is checked against its own chunks",

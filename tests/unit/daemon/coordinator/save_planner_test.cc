@@ -297,6 +297,31 @@ TEST_CASE("FSDP flat ranges: one item per range, chunked", "[save_planner]") {
   CheckLayout(*a);
 }
 
+// Every stored shard is written from a shard of its own tensor and region.
+void CheckSources(const v1::NodeSavePlan& node, const v1::SaveAssignment& a) {
+  std::map<std::pair<std::string, uint64_t>, v1::WriteItem> items;
+  for (const v1::HostAssignment& host : a.hosts()) {
+    for (const v1::WriteItem& item : host.items()) {
+      items[{host.files(item.writer()), item.file_offset()}] = item;
+    }
+  }
+  for (const v1::TensorEntry& entry : a.manifest_template().tensors()) {
+    for (const v1::StoredShard& stored : entry.shards()) {
+      INFO(entry.fqn() << " shard " << stored.ShortDebugString());
+      REQUIRE(stored.chunks_size() > 0);
+      auto found = items.find({stored.chunks(0).file(), stored.chunks(0).file_offset()});
+      REQUIRE(found != items.end());
+      const v1::WriteItem& item = found->second;
+      auto rank = std::find_if(node.ranks().begin(), node.ranks().end(),
+                               [&](const v1::RankSavePlan& r) { return r.rank() == item.rank(); });
+      REQUIRE(rank != node.ranks().end());
+      const v1::TensorShard& source = rank->shards(static_cast<int>(item.index()));
+      CHECK(source.fqn() == entry.fqn());
+      CHECK(source.region().SerializeAsString() == stored.region().SerializeAsString());
+    }
+  }
+}
+
 // Data-parallel replicas list the very same shards: the planner knows a
 // rank whose list equals an earlier rank's without looking up each shard.
 TEST_CASE("whole-rank replicas are found, and only exact ones", "[save_planner]") {
@@ -311,6 +336,7 @@ TEST_CASE("whole-rank replicas are found, and only exact ones", "[save_planner]"
   auto a = Plan({node});
   CKPT_REQUIRE_OK(a);
   CHECK(AllItems(*a).size() == 36);
+  CheckSources(node, *a);
   // Each part's 12 items spread over the 3 ranks that hold it.
   for (const auto& [rank, bytes] : RankLoads(*a)) {
     INFO("rank " << rank);
@@ -336,6 +362,7 @@ TEST_CASE("whole-rank replicas are found, and only exact ones", "[save_planner]"
   CKPT_REQUIRE_OK(a);
   CHECK(AllItems(*a).size() == 36);
   CheckLayout(*a);
+  CheckSources(reordered, *a);
 }
 
 TEST_CASE("ranks of many distinct regions are planned shard by shard", "[save_planner]") {
@@ -358,6 +385,7 @@ TEST_CASE("ranks of many distinct regions are planned shard by shard", "[save_pl
     CHECK(bytes == 6 * 4096);
   }
   CheckLayout(*a);
+  CheckSources(node, *a);
 }
 
 TEST_CASE("mixed shards: boxes, flat ranges and replicas in one save", "[save_planner]") {
