@@ -550,10 +550,14 @@ void AddReads(const Planner& planner, const std::vector<Request>& requests,
       for (const Run& run : planner.planned(p).runs) uses[next[run.read]++] = Use{p, &run};
     }
   }
-  out.mutable_reads()->Reserve(static_cast<int>(places.size()));
-  for (const Place& place : places) {
-    const Reads::Chunk& chunk = reads.chunks[place.read];
-    v1::ChunkRead* read = out.add_reads();
+  // Made in the order the reads were found (their uses, and the requests
+  // of the regions that use them, then lie next to each other in memory),
+  // listed in file order.
+  std::vector<v1::ChunkRead*> made(reads.chunks.size());
+  for (uint32_t r = 0; r < reads.chunks.size(); ++r) {
+    const Reads::Chunk& chunk = reads.chunks[r];
+    v1::ChunkRead* read = google::protobuf::Arena::CreateMessage<v1::ChunkRead>(out.GetArena());
+    made[r] = read;
     v1::StoredChunk* stored = read->mutable_chunk();
     const absl::string_view file = reads.files[chunk.file];
     stored->set_file(file.data(), file.size());
@@ -562,9 +566,10 @@ void AddReads(const Planner& planner, const std::vector<Request>& requests,
     stored->set_length(chunk.length);
     stored->set_crc32c(chunk.crc32c);
     read->set_fqn(*chunk.fqn);
-    for (uint32_t u = first_use[place.read]; u < first_use[place.read + 1]; ++u) {
+    for (uint32_t u = first_use[r]; u < first_use[r + 1]; ++u) {
       const Run& run = *uses[u].run;
       const uint32_t p = uses[u].planned;
+      const uint32_t asked = first_request[p + 1] - first_request[p];
       v1::CopyRun* copy = nullptr;
       for (uint32_t q = first_request[p]; q < first_request[p + 1]; ++q) {
         const Request& request = requests_of[q];
@@ -585,9 +590,14 @@ void AddReads(const Planner& planner, const std::vector<Request>& requests,
           copy->set_chunk_stride(run.chunk_stride);
           copy->set_dest_stride(run.dest_stride);
         }
+        // Replicas nearly always ask at the same place: room for all.
+        if (q == first_request[p] && asked > 1) copy->mutable_more_ranks()->Reserve(asked - 1);
       }
     }
   }
+  google::protobuf::RepeatedPtrField<v1::ChunkRead>& listed = *out.mutable_reads();
+  listed.Reserve(static_cast<int>(places.size()));
+  for (const Place& place : places) listed.AddAllocated(made[place.read]);
 }
 
 }  // namespace
