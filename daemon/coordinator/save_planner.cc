@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -43,6 +44,7 @@ struct TensorInfo {
   absl::string_view fqn;
   v1::DType dtype = v1::DTYPE_UNSPECIFIED;
   geo::Shape shape;
+  int like = 0;  // tensors of one dtype and shape share this number
   int first_rank = 0;
   int64_t elements = 0;
   int64_t covered = 0;  // elements of its distinct regions
@@ -191,6 +193,15 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
   std::vector<int> tensor_of;  // this rank's shards'
   RankForm form;
   RankForms known;
+  // Numbers for (dtype, shape), and one rank's validated geometries by
+  // (that number, region of its form).
+  std::map<std::pair<v1::DType, std::vector<int64_t>>, int> likes;
+  struct Geometry {
+    std::pair<int64_t, int64_t> span;
+    int64_t elements = 0;
+    int64_t bytes = 0;
+  };
+  absl::flat_hash_map<uint64_t, Geometry> geometries;
   size_t total = 0;
   for (const v1::NodeSavePlan& node : nodes) {
     for (const v1::RankSavePlan& rank : node.ranks()) total += rank.shards_size();
@@ -233,6 +244,12 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
             info.shape = g->shape;
             info.first_rank = rank.rank();
             info.elements = *geo::NumElements(g->shape);
+            info.like =
+                likes
+                    .try_emplace(std::make_pair(info.dtype, std::vector<int64_t>(info.shape.begin(),
+                                                                                 info.shape.end())),
+                                 static_cast<int>(likes.size()))
+                    .first->second;
           }
           tensor_hint[i] = t;
         }
@@ -272,6 +289,7 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
         continue;
       }
       const size_t first = out.spelling_of_shard.size();
+      geometries.clear();
       for (int i = 0; i < rank.shards_size(); ++i) {
         // The region a few shards on: its lookup's memory is loading while
         // these are done.
@@ -282,15 +300,33 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
         const int t = tensor_of[i];
         const auto [id, fresh] = regions.Intern(t, shard.region());
         if (fresh) {
-          absl::StatusOr<ShardGeometry> g = ValidateShardRequestGeometry(shard, limits);
-          if (!g.ok()) return WithContext(g.status(), who());
           Spelling& spelling = out.spellings.emplace_back();
           spelling.tensor = t;
           spelling.shard = &shard;
           spelling.first_rank = rank.rank();
-          spelling.span = *geo::RegionSpan(g->shape, g->region);
-          spelling.elements = g->elements;
-          spelling.bytes = g->bytes;
+          // A region of the rank's form in tensors alike (the layers of a
+          // model) has the same geometry: validated once per rank.
+          // (Without a form, codes stop where the rank had too many regions.)
+          const uint64_t key =
+              form.valid ? static_cast<uint64_t>(out.tensors[t].like) << 8 | (form.codes[i] & 0xff)
+                         : 0;
+          auto known_geometry = form.valid ? geometries.find(key) : geometries.end();
+          if (known_geometry != geometries.end()) {
+            if (absl::Status s = ValidateDeviceBuffer(shard, known_geometry->second.bytes);
+                !s.ok()) {
+              return WithContext(s, who());
+            }
+            spelling.span = known_geometry->second.span;
+            spelling.elements = known_geometry->second.elements;
+            spelling.bytes = known_geometry->second.bytes;
+          } else {
+            absl::StatusOr<ShardGeometry> g = ValidateShardRequestGeometry(shard, limits);
+            if (!g.ok()) return WithContext(g.status(), who());
+            spelling.span = *geo::RegionSpan(g->shape, g->region);
+            spelling.elements = g->elements;
+            spelling.bytes = g->bytes;
+            if (form.valid) geometries[key] = {spelling.span, spelling.elements, spelling.bytes};
+          }
         } else if (absl::Status s = ValidateDeviceBuffer(shard, out.spellings[id].bytes); !s.ok()) {
           return WithContext(s, who());
         }

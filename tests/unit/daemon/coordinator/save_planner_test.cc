@@ -365,6 +365,42 @@ TEST_CASE("whole-rank replicas are found, and only exact ones", "[save_planner]"
   CheckSources(reordered, *a);
 }
 
+TEST_CASE("a rank's tensors alike share a geometry; other dtypes and shapes do not",
+          "[save_planner]") {
+  // The same rows of tensors of two dtypes and two shapes, on two ranks
+  // (partial: they hold 4 of wide's 6 columns).
+  v1::NodeSavePlan node = SingleHost(2);
+  node.set_partial(true);
+  for (int r = 0; r < 2; ++r) {
+    for (const char* fqn : {"a", "b"}) {
+      AddShard(node, r, BoxShard(fqn, v1::FLOAT32, {8, 4}, {4 * r, 0}, {4, 4}));
+    }
+    AddShard(node, r, BoxShard("half", v1::FLOAT16, {8, 4}, {4 * r, 0}, {4, 4}));
+    AddShard(node, r, BoxShard("wide", v1::FLOAT32, {8, 6}, {4 * r, 0}, {4, 4}));
+    AddShard(node, r, BoxShard("wide2", v1::FLOAT32, {8, 6}, {4 * r, 0}, {4, 4}));
+  }
+  auto a = Plan({node});
+  CKPT_REQUIRE_OK(a);
+  std::map<std::string, uint64_t> bytes;
+  for (const v1::TensorEntry& e : a->manifest_template().tensors()) {
+    REQUIRE(e.shards_size() == 2);
+    for (const v1::StoredShard& s : e.shards()) {
+      for (const v1::StoredChunk& c : s.chunks()) bytes[e.fqn()] += c.length();
+    }
+  }
+  CHECK(bytes == std::map<std::string, uint64_t>{
+                     {"a", 128}, {"b", 128}, {"half", 64}, {"wide", 128}, {"wide2", 128}});
+  CheckSources(node, *a);
+
+  // Each shard's own device buffer is checked, even where the geometry
+  // was known from a tensor alike.
+  v1::NodeSavePlan bad = node;
+  v1::TensorShard* b = RankOf(bad, 1).mutable_shards(1);
+  b->mutable_device_buffer()->set_allocation_bytes(60);
+  CKPT_REQUIRE_ERROR(Plan({bad}), absl::StatusCode::kInvalidArgument, "rank 1", "tensor b",
+                     "device buffer");
+}
+
 TEST_CASE("ranks of many distinct regions are planned shard by shard", "[save_planner]") {
   // FSDP: every tensor cut at its own place; ranks 2 and 3 replicate 0 and 1.
   v1::NodeSavePlan node = SingleHost(4);
