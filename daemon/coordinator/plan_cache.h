@@ -8,8 +8,10 @@
 // planned afresh.
 //
 // The key is a SHA-256 digest of the plans (every field but step and
-// metadata): a collision would hand a job a wrong assignment, and none is
-// found by chance or by construction, where a plain hash's could be. The
+// metadata, plan_key.h): a collision would hand a job a wrong assignment,
+// and none is found by chance or by construction, where a plain hash's
+// could be. A job with no cached plan has its key digested by the planner
+// on its own walk over the plans. The
 // cache holds one plan per job and at most `max_bytes` of assignments (the
 // memory they take) in all, evicting the least recently used job's. A
 // cache serves one set of planner options (one coordinator's).
@@ -29,15 +31,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "ckpt/v1/coordinator.pb.h"
+#include "daemon/coordinator/plan_key.h"
 #include "daemon/coordinator/save_planner.h"
 
 namespace ckpt::coordinator {
-
-// The plans as the cache compares them: the SHA-256 digest (32 bytes) of
-// all but what may change from step to step (the step, the user metadata).
-// Equal plans give equal keys; different plans, different keys. Empty if
-// OpenSSL failed (out of memory): such a key is never looked up.
-std::string PlanKey(absl::Span<const v1::NodeSavePlan> nodes);
 
 // A save's plan: the assignment, shared with the cache, and this save's
 // step and user metadata. The shared assignment's manifest template has

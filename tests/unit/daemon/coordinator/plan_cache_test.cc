@@ -170,6 +170,28 @@ TEST_CASE("the key is a digest: small, equal for equal plans, not for others", "
   CHECK(PlanKey(b) != key);
 }
 
+TEST_CASE("the planner's own digest of the plans is PlanKey's", "[plan_cache]") {
+  // Replicas (planned from an earlier rank), objects and a device buffer.
+  std::vector<v1::NodeSavePlan> plans = Layout(3);
+  *RankOf(plans[1], 3).add_objects() = Object("opt", false, 100);
+  *RankOf(plans[0], 0).add_objects() = Object("rng", true, 8);
+  *RankOf(plans[1], 2).add_objects() = Object("rng", true, 8);
+  RankOf(plans[0], 1).mutable_shards(0)->mutable_device_buffer()->set_allocation_bytes(1 << 20);
+  for (const std::vector<v1::NodeSavePlan>& nodes : {Layout(3), plans}) {
+    PlanKeyWriter writer;
+    CKPT_REQUIRE_OK(PlanSaveShared(nodes, Options(), &writer));
+    CHECK(writer.Finish() == PlanKey(nodes));
+  }
+  // So a job's first plan, digested by the planner, is found by the next.
+  SavePlanCache cache;
+  bool hit = false;
+  CKPT_REQUIRE_OK(cache.Plan(plans, Options(), &hit));
+  CHECK_FALSE(hit);
+  for (v1::NodeSavePlan& node : plans) node.set_step(4);
+  CKPT_REQUIRE_OK(cache.Plan(plans, Options(), &hit));
+  CHECK(hit);
+}
+
 TEST_CASE("the cache keeps within its bytes, dropping the least recently used job",
           "[plan_cache]") {
   SavePlanCache probe;

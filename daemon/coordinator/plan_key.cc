@@ -1,0 +1,126 @@
+#include "daemon/coordinator/plan_key.h"
+
+#include <openssl/evp.h>
+
+#include <cstring>
+
+namespace ckpt::coordinator {
+
+PlanKeyWriter::PlanKeyWriter() : digest_(EVP_MD_CTX_new()) {
+  if (digest_ == nullptr || EVP_DigestInit_ex(digest_, EVP_sha256(), nullptr) != 1) {
+    failed_ = true;
+  }
+}
+
+PlanKeyWriter::~PlanKeyWriter() { EVP_MD_CTX_free(digest_); }
+
+inline void PlanKeyWriter::Int(int64_t v) {
+  if (staged_ + kMaxVarint > sizeof(stage_)) Flush();
+  uint64_t u = static_cast<uint64_t>(v);
+  while (u >= 0x80) {
+    stage_[staged_++] = static_cast<unsigned char>(u | 0x80);
+    u >>= 7;
+  }
+  stage_[staged_++] = static_cast<unsigned char>(u);
+}
+
+inline void PlanKeyWriter::Text(absl::string_view text) {
+  Int(static_cast<int64_t>(text.size()));
+  Bytes(text.data(), text.size());
+}
+
+inline void PlanKeyWriter::Ints(const google::protobuf::RepeatedField<int64_t>& values) {
+  Int(values.size());
+  for (int64_t v : values) Int(v);
+}
+
+inline void PlanKeyWriter::Bytes(const void* data, size_t size) {
+  if (staged_ + size > sizeof(stage_)) Flush();
+  if (size > sizeof(stage_)) {
+    Digest(data, size);
+    return;
+  }
+  std::memcpy(stage_ + staged_, data, size);
+  staged_ += size;
+}
+
+// Every field of these messages but the step and the user metadata
+// (plan_cache_test checks the messages have no field this misses).
+void PlanKeyWriter::Node(const v1::NodeSavePlan& node) {
+  Text(node.host().host());
+  Text(node.host().address());
+  Text(node.job());
+  Int(node.world_size());
+  Int(node.writer_threads());
+  Int(node.partial() ? 1 : 0);
+  Int(node.ranks_size());
+}
+
+void PlanKeyWriter::Rank(const v1::RankSavePlan& rank) {
+  Int(rank.rank());
+  Int(rank.shards_size());
+}
+
+void PlanKeyWriter::Shard(const v1::TensorShard& shard) {
+  Text(shard.fqn());
+  Int(shard.dtype());
+  Ints(shard.global_shape());
+  const v1::Region& region = shard.region();
+  Int(region.kind_case());
+  if (region.has_box()) {
+    Ints(region.box().offsets());
+    Ints(region.box().lengths());
+  } else if (region.has_flat()) {
+    Int(region.flat().begin());
+    Int(region.flat().end());
+  }
+  Int(shard.has_device_buffer() ? 1 : 0);
+  if (shard.has_device_buffer()) {
+    const v1::DeviceBuffer& buffer = shard.device_buffer();
+    Text(buffer.ipc_handle());
+    Int(static_cast<int64_t>(buffer.offset()));
+    Int(static_cast<int64_t>(buffer.allocation_bytes()));
+    Int(buffer.device());
+  }
+}
+
+void PlanKeyWriter::Objects(const v1::RankSavePlan& rank) {
+  Int(rank.objects_size());
+  for (const v1::ObjectDesc& object : rank.objects()) {
+    Text(object.key());
+    Int(object.global() ? 1 : 0);
+    Int(static_cast<int64_t>(object.length()));
+  }
+}
+
+std::string PlanKeyWriter::Finish() {
+  Flush();
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  if (failed_ || EVP_DigestFinal_ex(digest_, out, &size) != 1) return std::string();
+  return std::string(reinterpret_cast<const char*>(out), size);
+}
+
+void PlanKeyWriter::Flush() {
+  Digest(stage_, staged_);
+  staged_ = 0;
+}
+
+void PlanKeyWriter::Digest(const void* data, size_t size) {
+  if (!failed_ && size > 0 && EVP_DigestUpdate(digest_, data, size) != 1) failed_ = true;
+}
+
+std::string PlanKey(absl::Span<const v1::NodeSavePlan> nodes) {
+  PlanKeyWriter key;
+  for (const v1::NodeSavePlan& node : nodes) {
+    key.Node(node);
+    for (const v1::RankSavePlan& rank : node.ranks()) {
+      key.Rank(rank);
+      for (const v1::TensorShard& shard : rank.shards()) key.Shard(shard);
+      key.Objects(rank);
+    }
+  }
+  return key.Finish();
+}
+
+}  // namespace ckpt::coordinator
