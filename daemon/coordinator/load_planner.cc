@@ -13,6 +13,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/coordinator/planner_memory.h"
 #include "daemon/coordinator/rank_form.h"
 #include "daemon/coordinator/region_table.h"
 #include "proto/lib/dtype.h"
@@ -708,13 +709,9 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
 absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> PlanLoadShared(
     const v1::CheckpointManifest& manifest, absl::Span<const v1::NodeLoadPlan> nodes,
     const RequestLimits& limits) {
-  google::protobuf::ArenaOptions arena_options;
-  arena_options.start_block_size = 64 << 10;
-  arena_options.max_block_size = 8 << 20;
-  auto arena = std::make_shared<google::protobuf::Arena>(arena_options);
-  auto* out = google::protobuf::Arena::CreateMessage<v1::LoadAssignment>(arena.get());
+  std::shared_ptr<v1::LoadAssignment> out = NewOnPlanArena<v1::LoadAssignment>();
   if (absl::Status s = PlanLoadInto(manifest, nodes, limits, *out); !s.ok()) return s;
-  return std::shared_ptr<v1::LoadAssignment>(arena, out);
+  return out;
 }
 
 }  // namespace ckpt::coordinator

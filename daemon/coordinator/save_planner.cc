@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/coordinator/manifest_check.h"
+#include "daemon/coordinator/planner_memory.h"
 #include "daemon/coordinator/rank_form.h"
 #include "daemon/coordinator/region_table.h"
 #include "proto/lib/align.h"
@@ -776,13 +777,9 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
 absl::StatusOr<std::shared_ptr<const v1::SaveAssignment>> PlanSaveShared(
     absl::Span<const v1::NodeSavePlan> nodes, const SavePlannerOptions& options,
     PlanKeyWriter* key) {
-  google::protobuf::ArenaOptions arena_options;
-  arena_options.start_block_size = 64 << 10;
-  arena_options.max_block_size = 8 << 20;
-  auto arena = std::make_shared<google::protobuf::Arena>(arena_options);
-  auto* out = google::protobuf::Arena::CreateMessage<v1::SaveAssignment>(arena.get());
+  std::shared_ptr<v1::SaveAssignment> out = NewOnPlanArena<v1::SaveAssignment>();
   if (absl::Status s = PlanSaveInto(nodes, options, key, *out); !s.ok()) return s;
-  return std::shared_ptr<const v1::SaveAssignment>(arena, out);
+  return out;
 }
 
 uint64_t AssignmentBytes(const v1::SaveAssignment& assignment) {
