@@ -132,17 +132,20 @@ TEST_CASE("rendezvous: two hosts plan together, write their parts, commit once",
   CHECK(NoPartials(*backend));
 }
 
-// Saves `step` on both hosts, each from its own thread, and commits it.
+// Saves `step` on both hosts, each planning and reporting from its own
+// thread, and commits it. Only this thread asserts: Catch's assertions are
+// not thread-safe (from two threads at once they corrupted its heap).
 void SaveBoth(Coordinator& coord, Backend& backend, int64_t step) {
-  auto h1 = std::async(std::launch::async, [&] {
-    absl::StatusOr<v1::SaveAssignment> a = coord.PlanSave(HostPlan(1, step));
-    CKPT_REQUIRE_OK(a);
-    return coord.ReportPersisted(WriteOwnPart(backend, *a, HostPlan(1, step)));
-  });
+  auto h1 = std::async(std::launch::async, [&] { return coord.PlanSave(HostPlan(1, step)); });
   absl::StatusOr<v1::SaveAssignment> a0 = coord.PlanSave(HostPlan(0, step));
+  absl::StatusOr<v1::SaveAssignment> a1 = h1.get();
   CKPT_REQUIRE_OK(a0);
-  CKPT_REQUIRE_OK(coord.ReportPersisted(WriteOwnPart(backend, *a0, HostPlan(0, step))));
-  CKPT_REQUIRE_OK(h1.get());
+  CKPT_REQUIRE_OK(a1);
+  const v1::NodePersistReport r1 = WriteOwnPart(backend, *a1, HostPlan(1, step));
+  const v1::NodePersistReport r0 = WriteOwnPart(backend, *a0, HostPlan(0, step));
+  auto commit1 = std::async(std::launch::async, [&] { return coord.ReportPersisted(r1); });
+  CKPT_REQUIRE_OK(coord.ReportPersisted(r0));
+  CKPT_REQUIRE_OK(commit1.get());
   REQUIRE(StepExists(coord, step));
 }
 
@@ -193,10 +196,11 @@ TEST_CASE("rendezvous: an unchanged layout skips the barrier; a changed one plan
   absl::StatusOr<v1::SaveAssignment> b0 = h0.get();
   CKPT_REQUIRE_OK(b0);
   CHECK(coord.barrier_skips() == skips);
-  auto commit = std::async(std::launch::async, [&] {
-    return coord.ReportPersisted(WriteOwnPart(*backend, *b0, HostPlan(0, 7)));
-  });
-  CKPT_REQUIRE_OK(coord.ReportPersisted(WriteOwnPart(*backend, *b1, changed)));
+  // Written here: only this thread asserts (see SaveBoth).
+  const v1::NodePersistReport s0 = WriteOwnPart(*backend, *b0, HostPlan(0, 7));
+  const v1::NodePersistReport s1 = WriteOwnPart(*backend, *b1, changed);
+  auto commit = std::async(std::launch::async, [&] { return coord.ReportPersisted(s0); });
+  CKPT_REQUIRE_OK(coord.ReportPersisted(s1));
   CKPT_REQUIRE_OK(commit.get());
   CHECK(StepExists(coord, 7));
 }
