@@ -149,7 +149,9 @@ TEST_CASE("spread load: each chunk read once, forwarded, every byte delivered on
       }
     }
     // Every incoming transfer has its sender.
-    for (const auto& [host, list] : groups) {
+    for (const auto& [host_name, list] : groups) {
+      // A plain reference: clang before 16 cannot capture a structured binding.
+      const std::string& host = host_name;
       for (const LoadGroup& g : list) {
         for (const GroupTransfer& in : g.incoming) {
           const std::vector<LoadGroup>& theirs = groups.at(in.host);
