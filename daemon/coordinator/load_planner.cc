@@ -254,11 +254,7 @@ bool SameLayout(const v1::TensorEntry& a, const v1::TensorEntry& b) {
 size_t LayoutHash(const v1::TensorEntry& entry) {
   size_t h =
       absl::HashOf(entry.dtype(), absl::MakeConstSpan(entry.global_shape()), entry.shards_size());
-  for (const v1::StoredShard& stored : entry.shards()) {
-    const v1::Region& r = stored.region();
-    h = absl::HashOf(h, static_cast<int>(r.kind_case()), absl::MakeConstSpan(r.box().offsets()),
-                     absl::MakeConstSpan(r.box().lengths()), r.flat().begin(), r.flat().end());
-  }
+  for (const v1::StoredShard& stored : entry.shards()) h = HashRegion(h, stored.region());
   return h;
 }
 
@@ -651,8 +647,7 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
       }
       // A replica of an earlier rank gets its copies; only its own device
       // buffers are checked.
-      const size_t hash = form.valid ? form.Hash() : 0;
-      if (const RankForms::Known* same = form.valid ? forms.Find(form, hash) : nullptr) {
+      if (const RankForms::Known* same = forms.Find(form)) {
         for (int i = 0; i < rank.tensors_size(); ++i) {
           const uint32_t planned = requests[same->first + i].planned;
           if (absl::Status s = planner.CheckBuffer(rank.tensors(i), planned); !s.ok()) {
@@ -673,7 +668,7 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
           sizes->add_tensor_bytes(planner.planned(*planned).bytes);
           requests.push_back(Request{rank.rank(), static_cast<uint32_t>(i), *planned});
         }
-        if (form.valid) forms.Add(form, hash, first);
+        forms.Add(form, first);
       }
       for (int i = 0; i < rank.object_keys_size(); ++i) {
         const std::string& key = rank.object_keys(i);

@@ -35,10 +35,7 @@ void RankForm::Add(int tensor, const v1::Region& region) {
 
 size_t RankForm::Hash() const {
   size_t h = absl::HashOf(absl::MakeConstSpan(codes));
-  for (const v1::Region* r : regions) {
-    h = absl::HashOf(h, static_cast<int>(r->kind_case()), absl::MakeConstSpan(r->box().offsets()),
-                     absl::MakeConstSpan(r->box().lengths()), r->flat().begin(), r->flat().end());
-  }
+  for (const v1::Region* r : regions) h = HashRegion(h, *r);
   return h;
 }
 
@@ -50,8 +47,9 @@ bool RankForm::operator==(const RankForm& other) const {
   return true;
 }
 
-const RankForms::Known* RankForms::Find(const RankForm& form, size_t hash) const {
-  auto found = by_hash_.find(hash);
+const RankForms::Known* RankForms::Find(const RankForm& form) const {
+  if (!form.valid) return nullptr;
+  auto found = by_hash_.find(form.Hash());
   if (found == by_hash_.end()) return nullptr;
   for (uint32_t k : found->second) {
     if (known_[k].form == form) return &known_[k];
@@ -59,8 +57,9 @@ const RankForms::Known* RankForms::Find(const RankForm& form, size_t hash) const
   return nullptr;
 }
 
-void RankForms::Add(const RankForm& form, size_t hash, size_t first) {
-  by_hash_[hash].push_back(static_cast<uint32_t>(known_.size()));
+void RankForms::Add(const RankForm& form, size_t first) {
+  if (!form.valid) return;
+  by_hash_[form.Hash()].push_back(static_cast<uint32_t>(known_.size()));
   known_.push_back(Known{form, first});
 }
 

@@ -29,6 +29,8 @@ struct RankForm {
   void Clear();
   // The next entry: the caller's number for its tensor, and its region.
   void Add(int tensor, const v1::Region& region);
+  // Which of `regions` entry i holds (of a valid form).
+  int RegionOf(size_t i) const { return static_cast<int>(codes[i] & 0xff); }
   size_t Hash() const;
   bool operator==(const RankForm& other) const;
 };
@@ -41,9 +43,11 @@ class RankForms {
     RankForm form;
     size_t first = 0;
   };
-  // An earlier rank of exactly this form (compared in full), or null.
-  const Known* Find(const RankForm& form, size_t hash) const;
-  void Add(const RankForm& form, size_t hash, size_t first);
+  // An earlier rank of exactly this form (compared in full), or null; null
+  // too for a form that is not valid.
+  const Known* Find(const RankForm& form) const;
+  // Records a valid form; an invalid one is not kept.
+  void Add(const RankForm& form, size_t first);
 
  private:
   std::vector<Known> known_;

@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <map>
 #include <numeric>
-#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -281,8 +280,7 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
       if (key != nullptr) key->Objects(rank);
       // A replica of an earlier rank: its spellings, and only its own
       // device buffers to check.
-      const size_t hash = form.valid ? form.Hash() : 0;
-      if (const RankForms::Known* same = form.valid ? known.Find(form, hash) : nullptr) {
+      if (const RankForms::Known* same = known.Find(form)) {
         for (int i = 0; i < rank.shards_size(); ++i) {
           const uint32_t id = out.spelling_of_shard[same->first + i];
           if (absl::Status s = ValidateDeviceBuffer(rank.shards(i), out.spellings[id].bytes);
@@ -311,10 +309,8 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
           spelling.first_rank = rank.rank();
           // A region of the rank's form in tensors alike (the layers of a
           // model) has the same geometry: validated once per rank.
-          // (Without a form, codes stop where the rank had too many regions.)
           const uint64_t key =
-              form.valid ? static_cast<uint64_t>(out.tensors[t].like) << 8 | (form.codes[i] & 0xff)
-                         : 0;
+              form.valid ? static_cast<uint64_t>(out.tensors[t].like) << 8 | form.RegionOf(i) : 0;
           auto known_geometry = form.valid ? geometries.find(key) : geometries.end();
           if (known_geometry != geometries.end()) {
             if (absl::Status s = ValidateDeviceBuffer(shard, known_geometry->second.bytes);
@@ -337,7 +333,7 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
         }
         out.spelling_of_shard.push_back(id);
       }
-      if (form.valid) known.Add(form, hash, first);
+      known.Add(form, first);
     }
   }
   return out;

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "proto/lib/dtype.h"
 #include "proto/lib/status_context.h"
 #include "proto/lib/validation.h"
@@ -51,6 +53,12 @@ bool SameRegion(const v1::Region& a, const v1::Region& b) {
   }
   return !a.has_flat() ||
          (a.flat().begin() == b.flat().begin() && a.flat().end() == b.flat().end());
+}
+
+size_t HashRegion(size_t seed, const v1::Region& region) {
+  return absl::HashOf(
+      seed, static_cast<int>(region.kind_case()), absl::MakeConstSpan(region.box().offsets()),
+      absl::MakeConstSpan(region.box().lengths()), region.flat().begin(), region.flat().end());
 }
 
 geo::Shape ShapeFromProto(const google::protobuf::RepeatedField<int64_t>& dims) {

@@ -18,6 +18,9 @@ geo::Shape ShapeFromProto(const google::protobuf::RepeatedField<int64_t>& dims);
 // Whether two regions are written alike: the same kind and the same fields
 // (a box and a flat range of the same elements are not).
 bool SameRegion(const v1::Region& a, const v1::Region& b);
+// `seed` combined with the region's kind and fields: regions that
+// SameRegion finds alike hash alike.
+size_t HashRegion(size_t seed, const v1::Region& region);
 
 // A validated TensorShard.
 struct ShardGeometry {
