@@ -1,6 +1,5 @@
 #include "daemon/coordinator/plan_cache.h"
 
-#include <cstring>
 #include <memory>
 #include <utility>
 

@@ -18,7 +18,6 @@
 #include <openssl/types.h>
 
 #include <cstddef>
-#include <memory>
 #include <string>
 
 #include "absl/strings/string_view.h"
