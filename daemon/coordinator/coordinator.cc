@@ -43,7 +43,7 @@ struct Coordinator::ActiveSave {
   Parts early;
   uint64_t early_chunk_bytes = 0;
   Parts parts;                                     // by host, once planned
-  std::map<std::string, std::string> layout_keys;  // by host (PlanKey)
+  std::map<std::string, std::string> layout_keys;  // by host (HostPlanKey)
   absl::Status error;
   v1::CommitResult result;
   bool ended() const { return phase == Phase::kCommitted || phase == Phase::kFailed; }
@@ -127,9 +127,9 @@ absl::StatusOr<Coordinator::SaveRef> Coordinator::JoinSave(const v1::NodeSavePla
   absl::StatusOr<bool> exists = catalog_.StepExists(node.job(), node.step());
   if (!exists.ok()) return exists.status();
   if (*exists) return absl::AlreadyExistsError("this step is already committed");
-  // The host's plan as its job's layout compares it; before the lock: plans
-  // are big.
-  const std::string key = PlanKey(absl::MakeConstSpan(&node, 1));
+  // The host's plan as its job's layout and the plan cache compare it;
+  // before the lock: plans are big.
+  const std::string key = HostPlanKey(node);
 
   absl::MutexLock lock(&mu_);
   if (lost_hosts_.count(host) > 0) {
@@ -290,7 +290,12 @@ void Coordinator::PlanGathered(const SaveRef& save) {
             [](const v1::NodeSavePlan& a, const v1::NodeSavePlan& b) {
               return a.host().host() < b.host().host();
             });
-  absl::StatusOr<SavePlan> plan = plan_cache_.Plan(save->nodes, options_);
+  // Their keys, digested as they arrived, in the same order: layout_keys
+  // is a map by host name.
+  std::vector<std::string> host_keys;
+  host_keys.reserve(save->nodes.size());
+  for (const auto& [host, key] : save->layout_keys) host_keys.push_back(key);
+  absl::StatusOr<SavePlan> plan = plan_cache_.Plan(save->nodes, host_keys, options_);
   const std::string& partial = save->partial_dir;  // set once, at the save's start
   absl::Status status = plan.status();
   if (status.ok()) status = CreatePartialDir(save->job, partial);

@@ -1,7 +1,9 @@
 #include "daemon/coordinator/plan_cache.h"
 
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -16,8 +18,21 @@ v1::CheckpointManifest SavePlan::Manifest() const {
 
 absl::StatusOr<SavePlan> SavePlanCache::Plan(absl::Span<const v1::NodeSavePlan> nodes,
                                              const SavePlannerOptions& options, bool* hit) {
+  std::vector<std::string> host_keys;
+  host_keys.reserve(nodes.size());
+  for (const v1::NodeSavePlan& node : nodes) host_keys.push_back(HostPlanKey(node));
+  return Plan(nodes, host_keys, options, hit);
+}
+
+absl::StatusOr<SavePlan> SavePlanCache::Plan(absl::Span<const v1::NodeSavePlan> nodes,
+                                             absl::Span<const std::string> host_keys,
+                                             const SavePlannerOptions& options, bool* hit) {
   if (hit != nullptr) *hit = false;
   if (nodes.empty()) return PlanSave(nodes, options).status();  // names the error
+  if (host_keys.size() != nodes.size()) {
+    return absl::InternalError(absl::StrCat("the plan cache got ", host_keys.size(),
+                                            " host keys for ", nodes.size(), " hosts"));
+  }
   const v1::NodeSavePlan& first = nodes.front();
   SavePlan plan;
   plan.step = first.step();
@@ -30,36 +45,26 @@ absl::StatusOr<SavePlan> SavePlanCache::Plan(absl::Span<const v1::NodeSavePlan> 
     auto it = entries_.find(first.job());
     if (it != entries_.end()) cached = it->second.cached;
   }
-  // Digested once: compared with the job's cached plan, kept on a miss.
-  // With nothing to compare with, the planner digests the plans on its own
-  // walk over them (a second walk was a sixth of a cluster-scale plan).
-  std::string key;
-  absl::StatusOr<std::shared_ptr<const v1::SaveAssignment>> planned;
-  if (cached == nullptr) {
-    PlanKeyWriter writer;
-    planned = PlanSaveShared(nodes, options, &writer);
-    if (planned.ok()) key = writer.Finish();
-  } else {
-    key = PlanKey(nodes);
-    if (!key.empty() && key == cached->key) {
-      // What may differ is checked as PlanSave would.
-      if (absl::Status s = ValidateSaveHeader(first, options); !s.ok()) return s;
-      for (const v1::NodeSavePlan& node : nodes) {
-        if (node.step() != first.step()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "host ", node.host().host(), " disagrees on job, step, world size or partial"));
-        }
+  std::string key = PlanKeyOfHosts(host_keys);
+  if (cached != nullptr && !key.empty() && key == cached->key) {
+    // What may differ is checked as PlanSave would.
+    if (absl::Status s = ValidateSaveHeader(first, options); !s.ok()) return s;
+    for (const v1::NodeSavePlan& node : nodes) {
+      if (node.step() != first.step()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "host ", node.host().host(), " disagrees on job, step, world size or partial"));
       }
-      plan.assignment = cached->assignment;
-      absl::MutexLock lock(&mu_);
-      auto it = entries_.find(first.job());
-      if (it != entries_.end() && it->second.cached == cached) it->second.last_use = ++clock_;
-      ++hits_;
-      if (hit != nullptr) *hit = true;
-      return plan;
     }
-    planned = PlanSaveShared(nodes, options);
+    plan.assignment = cached->assignment;
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(first.job());
+    if (it != entries_.end() && it->second.cached == cached) it->second.last_use = ++clock_;
+    ++hits_;
+    if (hit != nullptr) *hit = true;
+    return plan;
   }
+  absl::StatusOr<std::shared_ptr<const v1::SaveAssignment>> planned =
+      PlanSaveShared(nodes, options);
   if (!planned.ok()) {
     absl::MutexLock lock(&mu_);
     ++misses_;

@@ -10,9 +10,7 @@
 // The key is a SHA-256 digest of the plans (every field but step and
 // metadata, plan_key.h): a collision would hand a job a wrong assignment,
 // and none is found by chance or by construction, where a plain hash's
-// could be. A job with no cached plan has its key digested by the planner
-// on its own walk over the plans. The
-// cache holds one plan per job and at most `max_bytes` of assignments (the
+// could be. The cache holds one plan per job and at most `max_bytes` of assignments (the
 // memory they take) in all, evicting the least recently used job's. A
 // cache serves one set of planner options (one coordinator's).
 //
@@ -61,7 +59,12 @@ class SavePlanCache {
 
   // PlanSave(nodes, options), or the cached assignment when the plans equal
   // the job's last ones but for step and user metadata. *hit says which.
+  // `host_keys` are the plans' HostPlanKeys in their order (the coordinator
+  // digests each as it arrives); the first overload digests them itself.
   absl::StatusOr<SavePlan> Plan(absl::Span<const v1::NodeSavePlan> nodes,
+                                const SavePlannerOptions& options, bool* hit = nullptr);
+  absl::StatusOr<SavePlan> Plan(absl::Span<const v1::NodeSavePlan> nodes,
+                                absl::Span<const std::string> host_keys,
                                 const SavePlannerOptions& options, bool* hit = nullptr);
   PlanCacheStats Stats() const;
 

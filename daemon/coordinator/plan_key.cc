@@ -3,8 +3,42 @@
 #include <openssl/evp.h>
 
 #include <cstring>
+#include <vector>
+
+#include "absl/strings/string_view.h"
 
 namespace ckpt::coordinator {
+namespace {
+
+// Takes a plan's fields one by one, staging them a buffer at a time for
+// the digest.
+class PlanKeyWriter {
+ public:
+  PlanKeyWriter();
+  ~PlanKeyWriter();
+  PlanKeyWriter(const PlanKeyWriter&) = delete;
+  PlanKeyWriter& operator=(const PlanKeyWriter&) = delete;
+
+  void Node(const v1::NodeSavePlan& node);  // its fields but its ranks
+  void Rank(const v1::RankSavePlan& rank);  // its number and shard count
+  void Shard(const v1::TensorShard& shard);
+  void Objects(const v1::RankSavePlan& rank);
+  void Text(absl::string_view text);
+  void Int(int64_t v);
+  std::string Finish();
+
+ private:
+  static constexpr size_t kMaxVarint = 10;
+  void Ints(const google::protobuf::RepeatedField<int64_t>& values);
+  void Bytes(const void* data, size_t size);
+  void Flush();
+  void Digest(const void* data, size_t size);
+
+  EVP_MD_CTX* digest_ = nullptr;
+  bool failed_ = false;
+  unsigned char stage_[16384];
+  size_t staged_ = 0;
+};
 
 PlanKeyWriter::PlanKeyWriter() : digest_(EVP_MD_CTX_new()) {
   if (digest_ == nullptr || EVP_DigestInit_ex(digest_, EVP_sha256(), nullptr) != 1) {
@@ -110,17 +144,34 @@ void PlanKeyWriter::Digest(const void* data, size_t size) {
   if (!failed_ && size > 0 && EVP_DigestUpdate(digest_, data, size) != 1) failed_ = true;
 }
 
-std::string PlanKey(absl::Span<const v1::NodeSavePlan> nodes) {
+}  // namespace
+
+std::string HostPlanKey(const v1::NodeSavePlan& node) {
   PlanKeyWriter key;
-  for (const v1::NodeSavePlan& node : nodes) {
-    key.Node(node);
-    for (const v1::RankSavePlan& rank : node.ranks()) {
-      key.Rank(rank);
-      for (const v1::TensorShard& shard : rank.shards()) key.Shard(shard);
-      key.Objects(rank);
-    }
+  key.Node(node);
+  for (const v1::RankSavePlan& rank : node.ranks()) {
+    key.Rank(rank);
+    for (const v1::TensorShard& shard : rank.shards()) key.Shard(shard);
+    key.Objects(rank);
   }
   return key.Finish();
+}
+
+std::string PlanKeyOfHosts(absl::Span<const std::string> host_keys) {
+  PlanKeyWriter key;
+  key.Int(static_cast<int64_t>(host_keys.size()));
+  for (const std::string& host : host_keys) {
+    if (host.empty()) return std::string();
+    key.Text(host);
+  }
+  return key.Finish();
+}
+
+std::string PlanKey(absl::Span<const v1::NodeSavePlan> nodes) {
+  std::vector<std::string> host_keys;
+  host_keys.reserve(nodes.size());
+  for (const v1::NodeSavePlan& node : nodes) host_keys.push_back(HostPlanKey(node));
+  return PlanKeyOfHosts(host_keys);
 }
 
 }  // namespace ckpt::coordinator

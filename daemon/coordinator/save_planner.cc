@@ -183,7 +183,7 @@ constexpr int kPrefetchAhead = 8;
 // A rank whose shards are an earlier rank's (RankForm) takes that rank's
 // spellings; the others' are looked up shard by shard.
 absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
-                                     const RequestLimits& limits, PlanKeyWriter* key) {
+                                     const RequestLimits& limits) {
   Shards out;
   absl::flat_hash_map<absl::string_view, int> tensor_by_fqn;
   RegionTable regions;  // spelling ids are its ids
@@ -208,7 +208,6 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
   }
   out.spelling_of_shard.reserve(total);
   for (const v1::NodeSavePlan& node : nodes) {
-    if (key != nullptr) key->Node(node);
     for (const v1::RankSavePlan& rank : node.ranks()) {
       const auto who = [&] { return absl::StrCat("rank ", rank.rank()); };
       if (rank.shards_size() > limits.max_tensors_per_plan) {
@@ -227,10 +226,8 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
       // Each shard's tensor, checked against what earlier ranks said of it.
       tensor_of.clear();
       form.Clear();
-      if (key != nullptr) key->Rank(rank);
       for (int i = 0; i < rank.shards_size(); ++i) {
         const v1::TensorShard& shard = rank.shards(i);
-        if (key != nullptr) key->Shard(shard);
         int t = tensor_hint[i];
         if (t < 0 || out.tensors[t].fqn != shard.fqn()) {
           auto found = tensor_by_fqn.find(shard.fqn());
@@ -277,7 +274,6 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
         tensor_of.push_back(t);
         form.Add(t, shard.region());
       }
-      if (key != nullptr) key->Objects(rank);
       // A replica of an earlier rank: its spellings, and only its own
       // device buffers to check.
       if (const RankForms::Known* same = known.Find(form)) {
@@ -742,12 +738,11 @@ void BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes, const Shards& sha
 
 // Plans into `out`, empty: on the heap or on an arena.
 absl::Status PlanSaveInto(absl::Span<const v1::NodeSavePlan> nodes,
-                          const SavePlannerOptions& options, PlanKeyWriter* key,
-                          v1::SaveAssignment& out) {
+                          const SavePlannerOptions& options, v1::SaveAssignment& out) {
   if (nodes.empty()) return Invalid("save plan has no hosts");
   if (absl::Status s = ValidateSaveHeader(nodes.front(), options); !s.ok()) return s;
   if (absl::Status s = ValidateHostsAndRanks(nodes); !s.ok()) return s;
-  absl::StatusOr<Shards> shards = CollectShards(nodes, options.limits, key);
+  absl::StatusOr<Shards> shards = CollectShards(nodes, options.limits);
   if (!shards.ok()) return shards.status();
   if (absl::Status s = GroupRegions(*shards, nodes.front().partial(), options.limits); !s.ok()) {
     return s;
@@ -766,15 +761,14 @@ absl::Status PlanSaveInto(absl::Span<const v1::NodeSavePlan> nodes,
 absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> nodes,
                                             const SavePlannerOptions& options) {
   v1::SaveAssignment out;
-  if (absl::Status s = PlanSaveInto(nodes, options, nullptr, out); !s.ok()) return s;
+  if (absl::Status s = PlanSaveInto(nodes, options, out); !s.ok()) return s;
   return out;
 }
 
 absl::StatusOr<std::shared_ptr<const v1::SaveAssignment>> PlanSaveShared(
-    absl::Span<const v1::NodeSavePlan> nodes, const SavePlannerOptions& options,
-    PlanKeyWriter* key) {
+    absl::Span<const v1::NodeSavePlan> nodes, const SavePlannerOptions& options) {
   std::shared_ptr<v1::SaveAssignment> out = NewOnPlanArena<v1::SaveAssignment>();
-  if (absl::Status s = PlanSaveInto(nodes, options, key, *out); !s.ok()) return s;
+  if (absl::Status s = PlanSaveInto(nodes, options, *out); !s.ok()) return s;
   return out;
 }
 

@@ -31,7 +31,6 @@
 #include "absl/types/span.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "daemon/coordinator/manifest_check.h"
-#include "daemon/coordinator/plan_key.h"
 #include "proto/lib/request_limits.h"
 
 namespace ckpt::coordinator {
@@ -50,12 +49,8 @@ absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> n
 // The same plan, built on an arena the pointer owns: a cluster's is
 // millions of messages, and one heap allocation each (and one free each
 // when it is dropped) was a second or more of the plan.
-// With `key`, the plans are also digested into it on the planner's walk
-// over them (the plan cache's key, plan_key.h); it is complete only when
-// the plan succeeded.
 absl::StatusOr<std::shared_ptr<const v1::SaveAssignment>> PlanSaveShared(
-    absl::Span<const v1::NodeSavePlan> nodes, const SavePlannerOptions& options,
-    PlanKeyWriter* key = nullptr);
+    absl::Span<const v1::NodeSavePlan> nodes, const SavePlannerOptions& options);
 // The memory an assignment holds: its arena's blocks (PlanSaveShared's,
 // two to three times its encoded size), else its own messages'.
 uint64_t AssignmentBytes(const v1::SaveAssignment& assignment);

@@ -9,9 +9,14 @@
 // half the ranks, each asking for two consecutive parts' rows of every
 // tensor, so every request spans two stored shards.
 //
-// plan_cache_s is the next step's save of the same layout through the
-// coordinator's plan cache (plan_cache.h): the first plan is made through
-// the cache, then the step changes and the cache answers.
+// save_plan_s and plan_cache_s are what the coordinator spends once the
+// last host's plan arrived (the barrier): plan_cache_s is the next step's
+// save of the same layout through its plan cache (plan_cache.h): the first
+// plan is made through the cache, then the step changes and the cache
+// answers. Before the barrier, the coordinator digests each host's plan as
+// it arrives (HostPlanKey: its layout's and the cache's key); host_key_s is
+// that for all hosts of a step, one after the other, and host_key_max_s
+// the slowest host's.
 //
 // Each phase runs --repeat times in one process; the figures are each
 // phase's fastest round (the machines are shared and noisy, and a
@@ -20,8 +25,8 @@
 // the kernel zeroing every page it touches for the first time.
 //
 // Prints the figures and, with --json, one JSON object:
-//   save_plan_s, plan_cache_s, load_plan_s, first_save_plan_s,
-//   first_plan_cache_s, first_load_plan_s, repeat, ranks, shards_per_rank,
+//   save_plan_s, plan_cache_s, load_plan_s, host_key_s, host_key_max_s,
+//   first_save_plan_s, first_plan_cache_s, first_load_plan_s, repeat, ranks, shards_per_rank,
 //   replication, unique_shards, hosts, cached_plan_bytes (the memory the
 //   plan cache holds for the job: --plan_cache_mib must allow it).
 #include <algorithm>
@@ -38,6 +43,7 @@
 #include "ckpt/v1/coordinator.pb.h"
 #include "daemon/coordinator/load_planner.h"
 #include "daemon/coordinator/plan_cache.h"
+#include "daemon/coordinator/plan_key.h"
 #include "daemon/coordinator/planner_memory.h"
 #include "daemon/coordinator/save_planner.h"
 #include "proto/lib/status_context.h"
@@ -120,6 +126,8 @@ struct Figures {
   double save_plan_s = 0;
   double plan_cache_s = 0;
   double load_plan_s = 0;
+  double host_key_s = 0;      // every host's plan digested, one after the other
+  double host_key_max_s = 0;  // the slowest host's
   uint64_t cached_bytes = 0;  // memory the cached plan takes (key and assignment)
 };
 
@@ -132,15 +140,29 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
                                 int* reads) {
   Figures f;
   for (ckpt::v1::NodeSavePlan& node : save_nodes) node.set_step(1);
+  // As the plans arrive.
+  std::vector<std::string> host_keys;
+  for (const ckpt::v1::NodeSavePlan& node : save_nodes) {
+    const auto arrived = std::chrono::steady_clock::now();
+    host_keys.push_back(ckpt::coordinator::HostPlanKey(node));
+    const double s = Seconds(std::chrono::steady_clock::now() - arrived);
+    f.host_key_s += s;
+    f.host_key_max_s = std::max(f.host_key_max_s, s);
+  }
   ckpt::coordinator::SavePlanCache cache(uint64_t{1} << 40);
   auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<ckpt::coordinator::SavePlan> saved = cache.Plan(save_nodes, options);
+  absl::StatusOr<ckpt::coordinator::SavePlan> saved = cache.Plan(save_nodes, host_keys, options);
   f.save_plan_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!saved.ok()) return ckpt::WithContext(saved.status(), "save plan");
+  // The next step: its plans arrive and are digested again.
   for (ckpt::v1::NodeSavePlan& node : save_nodes) node.set_step(node.step() + 1);
+  for (size_t h = 0; h < save_nodes.size(); ++h) {
+    host_keys[h] = ckpt::coordinator::HostPlanKey(save_nodes[h]);
+  }
   bool hit = false;
   start = std::chrono::steady_clock::now();
-  absl::StatusOr<ckpt::coordinator::SavePlan> cached = cache.Plan(save_nodes, options, &hit);
+  absl::StatusOr<ckpt::coordinator::SavePlan> cached =
+      cache.Plan(save_nodes, host_keys, options, &hit);
   f.plan_cache_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!cached.ok()) return ckpt::WithContext(cached.status(), "the next step's plan");
   if (!hit) return absl::InternalError("the next step's plan did not come from the cache");
@@ -213,6 +235,8 @@ int main(int argc, char** argv) {
     best.save_plan_s = std::min(best.save_plan_s, figures->save_plan_s);
     best.plan_cache_s = std::min(best.plan_cache_s, figures->plan_cache_s);
     best.load_plan_s = std::min(best.load_plan_s, figures->load_plan_s);
+    best.host_key_s = std::min(best.host_key_s, figures->host_key_s);
+    best.host_key_max_s = std::min(best.host_key_max_s, figures->host_key_max_s);
   }
   const double save_plan_s = best.save_plan_s;
   const double plan_cache_s = best.plan_cache_s;
@@ -227,17 +251,22 @@ int main(int argc, char** argv) {
       "save plan of the next step, from the plan cache: %.3f s (the cached plan: %.1f MiB)\n",
       plan_cache_s, first.cached_bytes / 1048576.0);
   std::printf("load plan: %d ranks, %d chunk reads: %.3f s\n", l.ranks / 2, reads, load_plan_s);
+  std::printf(
+      "before the barrier, each host's plan digested as it arrives: %.3f s for all %zu hosts, "
+      "%.4f s the slowest\n",
+      best.host_key_s, save_nodes.size(), best.host_key_max_s);
   std::printf("first round (a fresh process's heap): save %.3f s, cache %.3f s, load %.3f s\n",
               first.save_plan_s, first.plan_cache_s, first.load_plan_s);
   if (json) {
     std::printf(
         "{\"save_plan_s\":%.4f,\"plan_cache_s\":%.4f,\"load_plan_s\":%.4f,"
-        "\"first_save_plan_s\":%.4f,\"first_plan_cache_s\":%.4f,\"first_load_plan_s\":%.4f,"
+        "\"host_key_s\":%.4f,\"host_key_max_s\":%.5f,\"first_save_plan_s\":%.4f,\"first_plan_cache_"
+        "s\":%.4f,\"first_load_plan_s\":%.4f,"
         "\"repeat\":%d,\"ranks\":%d,\"shards_per_rank\":%d,\"replication\":%d,"
         "\"unique_shards\":%llu,\"hosts\":%zu,\"cached_plan_bytes\":%llu}\n",
-        save_plan_s, plan_cache_s, load_plan_s, first.save_plan_s, first.plan_cache_s,
-        first.load_plan_s, repeat, l.ranks, l.shards_per_rank, l.replication,
-        static_cast<unsigned long long>(items), save_nodes.size(),
+        save_plan_s, plan_cache_s, load_plan_s, best.host_key_s, best.host_key_max_s,
+        first.save_plan_s, first.plan_cache_s, first.load_plan_s, repeat, l.ranks,
+        l.shards_per_rank, l.replication, static_cast<unsigned long long>(items), save_nodes.size(),
         static_cast<unsigned long long>(first.cached_bytes));
   }
   return 0;

@@ -170,26 +170,46 @@ TEST_CASE("the key is a digest: small, equal for equal plans, not for others", "
   CHECK(PlanKey(b) != key);
 }
 
-TEST_CASE("the planner's own digest of the plans is PlanKey's", "[plan_cache]") {
-  // Replicas (planned from an earlier rank), objects and a device buffer.
+TEST_CASE("the plans' key is their hosts' keys digested in order", "[plan_cache]") {
+  // Replicas, objects and a device buffer.
   std::vector<v1::NodeSavePlan> plans = Layout(3);
   *RankOf(plans[1], 3).add_objects() = Object("opt", false, 100);
   *RankOf(plans[0], 0).add_objects() = Object("rng", true, 8);
   *RankOf(plans[1], 2).add_objects() = Object("rng", true, 8);
   RankOf(plans[0], 1).mutable_shards(0)->mutable_device_buffer()->set_allocation_bytes(1 << 20);
-  for (const std::vector<v1::NodeSavePlan>& nodes : {Layout(3), plans}) {
-    PlanKeyWriter writer;
-    CKPT_REQUIRE_OK(PlanSaveShared(nodes, Options(), &writer));
-    CHECK(writer.Finish() == PlanKey(nodes));
-  }
-  // So a job's first plan, digested by the planner, is found by the next.
+  REQUIRE(plans.size() >= 2);
+  std::vector<std::string> host_keys;
+  for (const v1::NodeSavePlan& node : plans) host_keys.push_back(HostPlanKey(node));
+  CHECK(host_keys[0] != host_keys[1]);
+  CHECK(PlanKeyOfHosts(host_keys) == PlanKey(plans));
+  CHECK(PlanKeyOfHosts(host_keys) != PlanKey(Layout(3)));
+  // Order, count and every host's key count; an empty one is no key.
+  std::vector<std::string> swapped = host_keys;
+  std::swap(swapped[0], swapped[1]);
+  CHECK(PlanKeyOfHosts(swapped) != PlanKeyOfHosts(host_keys));
+  CHECK(PlanKeyOfHosts(absl::MakeConstSpan(host_keys).subspan(1)) != PlanKeyOfHosts(host_keys));
+  swapped = host_keys;
+  swapped[1].clear();
+  CHECK(PlanKeyOfHosts(swapped).empty());
+
+  // Keys digested as the plans arrived find the job's plan; a host's
+  // changed key misses.
   SavePlanCache cache;
   bool hit = false;
-  CKPT_REQUIRE_OK(cache.Plan(plans, Options(), &hit));
+  CKPT_REQUIRE_OK(cache.Plan(plans, host_keys, Options(), &hit));
   CHECK_FALSE(hit);
   for (v1::NodeSavePlan& node : plans) node.set_step(4);
-  CKPT_REQUIRE_OK(cache.Plan(plans, Options(), &hit));
+  CKPT_REQUIRE_OK(cache.Plan(plans, host_keys, Options(), &hit));
   CHECK(hit);
+  CKPT_REQUIRE_OK(cache.Plan(plans, Options(), &hit));  // digests them itself
+  CHECK(hit);
+  std::vector<std::string> other = host_keys;
+  other[1] = HostPlanKey(Layout(4, "other")[1]);
+  CKPT_REQUIRE_OK(cache.Plan(plans, other, Options(), &hit));
+  CHECK_FALSE(hit);
+  // A key per host, or the plan is refused.
+  CHECK(cache.Plan(plans, absl::MakeConstSpan(host_keys).subspan(1), Options()).status().code() ==
+        absl::StatusCode::kInternal);
 }
 
 TEST_CASE("the cache keeps within its bytes, dropping the least recently used job",
