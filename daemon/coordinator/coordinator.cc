@@ -15,6 +15,7 @@
 #include "daemon/coordinator/load_planner.h"
 #include "daemon/coordinator/manifest_io.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "proto/lib/compact_save_plan.h"
 #include "proto/lib/status_context.h"
 
 namespace ckpt::coordinator {
@@ -127,9 +128,13 @@ absl::StatusOr<Coordinator::SaveRef> Coordinator::JoinSave(const v1::NodeSavePla
   absl::StatusOr<bool> exists = catalog_.StepExists(node.job(), node.step());
   if (!exists.ok()) return exists.status();
   if (*exists) return absl::AlreadyExistsError("this step is already committed");
-  // The host's plan as its job's layout and the plan cache compare it;
-  // before the lock: plans are big.
-  const std::string key = HostPlanKey(node);
+  // Compact (as node daemons send it) and digested as its job's layout and
+  // the plan cache compare it; before the lock: plans are big.
+  v1::NodeSavePlan plan = node;
+  if (absl::Status s = CompactSavePlan(plan, options_.limits); !s.ok()) {
+    return WithContext(s, absl::StrCat("host ", host));
+  }
+  const std::string key = HostPlanKey(plan);
 
   absl::MutexLock lock(&mu_);
   if (lost_hosts_.count(host) > 0) {
@@ -192,7 +197,7 @@ absl::StatusOr<Coordinator::SaveRef> Coordinator::JoinSave(const v1::NodeSavePla
     return bad;
   }
   save->node_index[host] = save->nodes.size();
-  save->nodes.push_back(node);
+  save->nodes.push_back(std::move(plan));
   save->layout_keys[host] = key;
   *plan_it = save->rank_hosts.size() == static_cast<size_t>(save->world_size);
   if (*plan_it) {

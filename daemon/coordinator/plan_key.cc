@@ -20,7 +20,7 @@ class PlanKeyWriter {
   PlanKeyWriter& operator=(const PlanKeyWriter&) = delete;
 
   void Node(const v1::NodeSavePlan& node);  // its fields but its ranks
-  void Rank(const v1::RankSavePlan& rank);  // its number and shard count
+  void Rank(const v1::RankSavePlan& rank);  // its number, compact shards and shard count
   void Shard(const v1::TensorShard& shard);
   void Objects(const v1::RankSavePlan& rank);
   void Text(absl::string_view text);
@@ -30,6 +30,8 @@ class PlanKeyWriter {
  private:
   static constexpr size_t kMaxVarint = 10;
   void Ints(const google::protobuf::RepeatedField<int64_t>& values);
+  void Indexes(const google::protobuf::RepeatedField<uint32_t>& values);
+  void Region(const v1::Region& region);
   void Bytes(const void* data, size_t size);
   void Flush();
   void Digest(const void* data, size_t size);
@@ -87,19 +89,27 @@ void PlanKeyWriter::Node(const v1::NodeSavePlan& node) {
   Int(node.world_size());
   Int(node.writer_threads());
   Int(node.partial() ? 1 : 0);
+  Int(node.compact() ? 1 : 0);
+  Int(node.tensors_size());
+  for (const v1::TensorDesc& tensor : node.tensors()) {
+    Text(tensor.fqn());
+    Int(tensor.dtype());
+    Ints(tensor.global_shape());
+  }
+  Int(node.regions_size());
+  for (const v1::Region& region : node.regions()) Region(region);
   Int(node.ranks_size());
 }
 
 void PlanKeyWriter::Rank(const v1::RankSavePlan& rank) {
   Int(rank.rank());
+  // Fixed width: these are a compact plan's millions of shards.
+  Indexes(rank.shard_tensors());
+  Indexes(rank.shard_regions());
   Int(rank.shards_size());
 }
 
-void PlanKeyWriter::Shard(const v1::TensorShard& shard) {
-  Text(shard.fqn());
-  Int(shard.dtype());
-  Ints(shard.global_shape());
-  const v1::Region& region = shard.region();
+void PlanKeyWriter::Region(const v1::Region& region) {
   Int(region.kind_case());
   if (region.has_box()) {
     Ints(region.box().offsets());
@@ -108,6 +118,18 @@ void PlanKeyWriter::Shard(const v1::TensorShard& shard) {
     Int(region.flat().begin());
     Int(region.flat().end());
   }
+}
+
+void PlanKeyWriter::Indexes(const google::protobuf::RepeatedField<uint32_t>& values) {
+  Int(values.size());
+  Bytes(values.data(), values.size() * sizeof(uint32_t));
+}
+
+void PlanKeyWriter::Shard(const v1::TensorShard& shard) {
+  Text(shard.fqn());
+  Int(shard.dtype());
+  Ints(shard.global_shape());
+  Region(shard.region());
   Int(shard.has_device_buffer() ? 1 : 0);
   if (shard.has_device_buffer()) {
     const v1::DeviceBuffer& buffer = shard.device_buffer();

@@ -11,13 +11,14 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/coordinator/manifest_check.h"
 #include "daemon/coordinator/planner_memory.h"
-#include "daemon/coordinator/rank_form.h"
 #include "daemon/coordinator/region_table.h"
 #include "proto/lib/align.h"
+#include "proto/lib/compact_save_plan.h"
 #include "proto/lib/dtype.h"
 #include "proto/lib/geometry.h"
 #include "proto/lib/region_convert.h"
@@ -44,9 +45,10 @@ struct TensorInfo {
   absl::string_view fqn;
   v1::DType dtype = v1::DTYPE_UNSPECIFIED;
   geo::Shape shape;
-  int like = 0;  // tensors of one dtype and shape share this number
+  int like = -1;           // tensors of one dtype and shape share this number
+  bool validated = false;  // a shard of it was, in full
   int first_rank = 0;
-  int64_t elements = 0;
+  int64_t elements = -1;
   int64_t covered = 0;  // elements of its distinct regions
 };
 
@@ -56,26 +58,37 @@ struct TensorInfo {
 // range) are one region.
 struct Spelling {
   int tensor = 0;
-  const v1::TensorShard* shard = nullptr;  // its first holder's
-  int first_rank = 0;                      // that holder's rank
-  std::pair<int64_t, int64_t> span;        // flattened [first, end); {0, 0} if empty
+  const v1::Region* written = nullptr;  // as its first holder's host listed it
+  int first_rank = 0;                   // that holder's rank
+  std::pair<int64_t, int64_t> span;     // flattened [first, end); {0, 0} if empty
   int64_t elements = 0;
   int64_t bytes = 0;
   uint32_t region = 0;  // the spelling that heads its distinct region
 };
 
-// Every shard of the plan: its spelling, in plan order (host, rank, index).
+// Every shard of the plan by its rank's form: the spellings of its shards
+// in order. Data-parallel replicas share one form, so what is worked out
+// per form is not repeated per replica (8 million shards at 8192 ranks are
+// a million forms' entries).
 struct Shards {
   std::vector<TensorInfo> tensors;
   std::vector<Spelling> spellings;
-  std::vector<uint32_t> spelling_of_shard;
+  std::vector<uint32_t> form_first;      // forms + 1 bounds into form_spellings
+  std::vector<uint32_t> form_spellings;  // each form's, in shard order
+  std::vector<uint32_t> form_of_rank;    // by rank in plan order; forms in order of first use
+
+  size_t forms() const { return form_first.size() - 1; }
+  absl::Span<const uint32_t> Form(size_t f) const {
+    return absl::MakeConstSpan(form_spellings)
+        .subspan(form_first[f], form_first[f + 1] - form_first[f]);
+  }
 };
 
 // A unique thing to write: one distinct region of a tensor, or one object.
 struct UniqueItem {
   bool is_object = false;
   int tensor = -1;                         // of a shard
-  const v1::TensorShard* shard = nullptr;  // its first holder's descriptor
+  const v1::Region* written = nullptr;     // its region, as its first holder's host listed it
   const v1::ObjectDesc* object = nullptr;  // or the object's
   int object_rank = -1;                    // -1 for a global object
   int64_t bytes = 0;
@@ -86,15 +99,38 @@ struct UniqueItem {
   uint64_t file_offset = 0;
 };
 
-// The items and their holders, each item's a contiguous range.
+// The items and their holders. A shard item is held by every rank of
+// every form that lists it, at the same index in each; an object's holders
+// are listed one by one.
 struct Items {
   std::vector<UniqueItem> items;
+  // Per item, the forms that list it and where (none for an object).
+  struct Use {
+    uint32_t form = 0;
+    uint32_t index = 0;
+  };
+  std::vector<uint32_t> first_use;  // items.size() + 1 bounds into uses
+  std::vector<Use> uses;
+  // Per form, its ranks.
+  struct HostRank {
+    int host = 0;
+    int rank = 0;
+  };
+  std::vector<uint32_t> first_rank;  // forms + 1 bounds into form_ranks
+  std::vector<HostRank> form_ranks;
+  // Per item, an object's holders (none for a shard).
   std::vector<uint32_t> first_holder;  // items.size() + 1 bounds into holders
   std::vector<Holder> holders;
 
-  absl::Span<const Holder> HoldersOf(size_t item) const {
-    return absl::MakeConstSpan(holders).subspan(first_holder[item],
-                                                first_holder[item + 1] - first_holder[item]);
+  // Calls f(holder) for each holder of the item.
+  template <typename F>
+  void ForEachHolder(size_t item, F&& f) const {
+    for (uint32_t u = first_use[item]; u < first_use[item + 1]; ++u) {
+      for (uint32_t r = first_rank[uses[u].form]; r < first_rank[uses[u].form + 1]; ++r) {
+        f(Holder{form_ranks[r].host, form_ranks[r].rank, uses[u].index});
+      }
+    }
+    for (uint32_t k = first_holder[item]; k < first_holder[item + 1]; ++k) f(holders[k]);
   }
 };
 
@@ -170,31 +206,46 @@ absl::Status ValidateHostsAndRanks(absl::Span<const v1::NodeSavePlan> nodes) {
   return absl::OkStatus();
 }
 
-// How many shards ahead region lookups are prefetched: about as many as
-// the memory has in flight while one shard is handled.
-constexpr int kPrefetchAhead = 8;
+// A plan spelled out, compacted (coordinator.proto): the planner reads the
+// compact form only. Hosts already compact are not copied.
+absl::Status CompactAll(absl::Span<const v1::NodeSavePlan>& nodes, const RequestLimits& limits,
+                        std::vector<v1::NodeSavePlan>& compacted) {
+  if (std::all_of(nodes.begin(), nodes.end(),
+                  [](const v1::NodeSavePlan& node) { return node.compact(); })) {
+    return absl::OkStatus();
+  }
+  compacted.assign(nodes.begin(), nodes.end());
+  for (v1::NodeSavePlan& node : compacted) {
+    if (absl::Status s = CompactSavePlan(node, limits); !s.ok()) return s;
+  }
+  nodes = compacted;
+  return absl::OkStatus();
+}
 
-// Finds each shard's tensor and spelling. A tensor's first shard and each
-// new spelling are validated in full against the limits before their
-// geometry is used; a replica of a known spelling only has its tensor's
-// dtype and shape compared (ranks must agree: replicas and coverage only
-// mean something within one tensor's index space) and its own device
-// buffer checked.
-// A rank whose shards are an earlier rank's (RankForm) takes that rank's
-// spellings; the others' are looked up shard by shard.
+// A host's compact tables, checked against what they index and mapped, on
+// first use, to the plan's tensors and regions.
+struct HostTables {
+  std::vector<int> tensor;      // by the host's tensor index; -1: not yet used
+  std::vector<int64_t> region;  // by the host's region index; -1: not yet used
+};
+
+// Finds each shard's tensor and spelling (a tensor and a region as it was
+// written down). Each host's tensors and regions are looked up once, where
+// a rank first uses them: a tensor's dtype and shape are compared with
+// what earlier hosts said of it (ranks must agree: replicas and coverage
+// only mean something within one tensor's index space). A tensor's first
+// shard is validated in full; a spelling's geometry is worked out once per
+// (dtype and shape, region), then shared by the tensors alike (the layers
+// of a model). A rank whose shards are an earlier rank's, tensor for
+// tensor and region for region (a data-parallel replica), takes that
+// rank's spellings; only the others' shards are looked up one by one.
 absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
                                      const RequestLimits& limits) {
   Shards out;
   absl::flat_hash_map<absl::string_view, int> tensor_by_fqn;
-  RegionTable regions;  // spelling ids are its ids
-  // Ranks list their tensors in the same order: the tensor of the previous
-  // rank's i-th shard is the likely one, found with one comparison.
-  std::vector<int> tensor_hint;
-  std::vector<int> tensor_of;  // this rank's shards'
-  RankForm form;
-  RankForms known;
-  // Numbers for (dtype, shape), and one rank's validated geometries by
-  // (that number, region of its form).
+  RegionTable regions;                       // the plan's regions, whatever their tensor (0)
+  std::vector<const v1::Region*> region_of;  // by the plan's region id
+  // Numbers for (dtype, shape), and geometries by (that number, region).
   std::map<std::pair<v1::DType, std::vector<int64_t>>, int> likes;
   struct Geometry {
     std::pair<int64_t, int64_t> span;
@@ -202,17 +253,33 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
     int64_t bytes = 0;
   };
   absl::flat_hash_map<uint64_t, Geometry> geometries;
-  size_t total = 0;
+  // Spellings by region, then tensor: a rank's shards are mostly of one
+  // region, so its lookups stay in one small table (one table of all pairs
+  // missed the cache on nearly every lookup at a million spellings).
+  std::vector<absl::flat_hash_map<uint32_t, uint32_t>> spelling_by_region;
+  // The forms' (tensor, region) pairs, found by hash.
+  std::vector<uint64_t> form_pairs;
+  absl::flat_hash_map<uint64_t, std::vector<uint32_t>> forms_by_hash;
+  std::vector<uint64_t> pairs;  // this rank's
+  out.form_first.push_back(0);
+  v1::TensorShard scratch;  // a spelling to validate
+  HostTables host;
   for (const v1::NodeSavePlan& node : nodes) {
-    for (const v1::RankSavePlan& rank : node.ranks()) total += rank.shards_size();
-  }
-  out.spelling_of_shard.reserve(total);
-  for (const v1::NodeSavePlan& node : nodes) {
+    const int64_t most = static_cast<int64_t>(node.ranks_size()) * limits.max_tensors_per_plan;
+    if (node.tensors_size() > most || node.regions_size() > most) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "host ", node.host().host(), ": plan lists ", node.tensors_size(), " tensors and ",
+          node.regions_size(), " regions for ", node.ranks_size(), " ranks; the limit is ",
+          limits.max_tensors_per_plan, " per rank (--max_tensors_per_plan)"));
+    }
+    host.tensor.assign(node.tensors_size(), -1);
+    host.region.assign(node.regions_size(), -1);
     for (const v1::RankSavePlan& rank : node.ranks()) {
       const auto who = [&] { return absl::StrCat("rank ", rank.rank()); };
-      if (rank.shards_size() > limits.max_tensors_per_plan) {
+      const int count = rank.shard_tensors_size();
+      if (count > limits.max_tensors_per_plan) {
         return absl::ResourceExhaustedError(
-            absl::StrCat(who(), ": plan has ", rank.shards_size(), " tensors; the limit is ",
+            absl::StrCat(who(), ": plan has ", count, " tensors; the limit is ",
                          limits.max_tensors_per_plan, " (--max_tensors_per_plan)"));
       }
       if (rank.objects_size() > limits.max_objects_per_plan) {
@@ -220,116 +287,135 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
             absl::StrCat(who(), ": plan has ", rank.objects_size(), " objects; the limit is ",
                          limits.max_objects_per_plan, " (--max_objects_per_plan)"));
       }
-      if (tensor_hint.size() < static_cast<size_t>(rank.shards_size())) {
-        tensor_hint.resize(rank.shards_size(), -1);
+      if (rank.shard_regions_size() != count || rank.shards_size() > 0) {
+        return Invalid(absl::StrCat(who(), " on host ", node.host().host(), ": ", count,
+                                    " shard tensors, ", rank.shard_regions_size(),
+                                    " shard regions and ", rank.shards_size(),
+                                    " shards spelled out in a compact plan"));
       }
-      // Each shard's tensor, checked against what earlier ranks said of it.
-      tensor_of.clear();
-      form.Clear();
-      for (int i = 0; i < rank.shards_size(); ++i) {
-        const v1::TensorShard& shard = rank.shards(i);
-        int t = tensor_hint[i];
-        if (t < 0 || out.tensors[t].fqn != shard.fqn()) {
-          auto found = tensor_by_fqn.find(shard.fqn());
-          if (found != tensor_by_fqn.end()) {
-            t = found->second;
-          } else {
-            absl::StatusOr<ShardGeometry> g = ValidateShardRequestGeometry(shard, limits);
-            if (!g.ok()) return WithContext(g.status(), who());
-            t = static_cast<int>(out.tensors.size());
-            tensor_by_fqn.emplace(shard.fqn(), t);
+      pairs.clear();
+      uint64_t hash = static_cast<uint64_t>(count);
+      for (int i = 0; i < count; ++i) {
+        const uint32_t k = rank.shard_tensors(i);
+        const uint32_t j = rank.shard_regions(i);
+        if (k >= host.tensor.size() || j >= host.region.size()) {
+          return Invalid(absl::StrCat(who(), ": shard ", i, " names tensor ", k, " and region ", j,
+                                      " of ", host.tensor.size(), " and ", host.region.size(),
+                                      " its host listed"));
+        }
+        if (host.tensor[k] < 0) {
+          const v1::TensorDesc& desc = node.tensors(static_cast<int>(k));
+          if (desc.global_shape_size() > limits.max_dims) {
+            scratch.Clear();
+            *scratch.mutable_global_shape() = desc.global_shape();
+            scratch.set_fqn(desc.fqn());
+            return WithContext(ValidateShardRequest(scratch, limits).status(), who());
+          }
+          auto [found, fresh] =
+              tensor_by_fqn.try_emplace(desc.fqn(), static_cast<int>(out.tensors.size()));
+          if (fresh) {
             TensorInfo& info = out.tensors.emplace_back();
-            info.fqn = shard.fqn();
-            info.dtype = shard.dtype();
-            info.shape = g->shape;
+            info.fqn = desc.fqn();
+            info.dtype = desc.dtype();
+            info.shape = ShapeFromProto(desc.global_shape());
             info.first_rank = rank.rank();
-            info.elements = *geo::NumElements(g->shape);
-            info.like =
-                likes
-                    .try_emplace(std::make_pair(info.dtype, std::vector<int64_t>(info.shape.begin(),
-                                                                                 info.shape.end())),
-                                 static_cast<int>(likes.size()))
-                    .first->second;
           }
-          tensor_hint[i] = t;
-        }
-        const TensorInfo& info = out.tensors[t];
-        if (info.dtype != shard.dtype() ||
-            !std::equal(info.shape.begin(), info.shape.end(), shard.global_shape().begin(),
-                        shard.global_shape().end())) {
-          if (shard.global_shape_size() > limits.max_dims) {
-            return WithContext(ValidateShardRequest(shard, limits).status(), who());
+          const TensorInfo& info = out.tensors[found->second];
+          if (info.dtype != desc.dtype() ||
+              !std::equal(info.shape.begin(), info.shape.end(), desc.global_shape().begin(),
+                          desc.global_shape().end())) {
+            return Invalid(absl::StrCat("tensor ", desc.fqn(), ": rank ", rank.rank(),
+                                        " has dtype ", DTypeName(desc.dtype()), " shape ",
+                                        ShapeString(ShapeFromProto(desc.global_shape())),
+                                        " but rank ", info.first_rank, " has dtype ",
+                                        DTypeName(info.dtype), " shape ", ShapeString(info.shape)));
           }
-          return Invalid(absl::StrCat("tensor ", shard.fqn(), ": rank ", rank.rank(), " has dtype ",
-                                      DTypeName(shard.dtype()), " shape ",
-                                      ShapeString(ShapeFromProto(shard.global_shape())),
-                                      " but rank ", info.first_rank, " has dtype ",
-                                      DTypeName(info.dtype), " shape ", ShapeString(info.shape)));
+          host.tensor[k] = found->second;
         }
-        // The box is read from here on: its size is checked first.
-        const v1::Box& box = shard.region().box();
-        if (box.offsets_size() > limits.max_dims || box.lengths_size() > limits.max_dims) {
-          return WithContext(ValidateShardRequest(shard, limits).status(), who());
+        if (host.region[j] < 0) {
+          const v1::Region& region = node.regions(static_cast<int>(j));
+          const v1::Box& box = region.box();
+          if (box.offsets_size() > limits.max_dims || box.lengths_size() > limits.max_dims) {
+            scratch.Clear();
+            scratch.set_fqn(node.tensors(static_cast<int>(k)).fqn());
+            *scratch.mutable_region() = region;
+            return WithContext(ValidateShardRequest(scratch, limits).status(), who());
+          }
+          const auto [id, fresh] = regions.Intern(0, region);
+          if (fresh) {
+            region_of.push_back(&region);
+            spelling_by_region.emplace_back();
+          }
+          host.region[j] = id;
         }
-        tensor_of.push_back(t);
-        form.Add(t, shard.region());
+        const uint64_t pair =
+            static_cast<uint64_t>(host.tensor[k]) << 32 | static_cast<uint64_t>(host.region[j]);
+        pairs.push_back(pair);
+        hash = absl::HashOf(hash, pair);
       }
-      // A replica of an earlier rank: its spellings, and only its own
-      // device buffers to check.
-      if (const RankForms::Known* same = known.Find(form)) {
-        for (int i = 0; i < rank.shards_size(); ++i) {
-          const uint32_t id = out.spelling_of_shard[same->first + i];
-          if (absl::Status s = ValidateDeviceBuffer(rank.shards(i), out.spellings[id].bytes);
-              !s.ok()) {
-            return WithContext(s, who());
-          }
-          out.spelling_of_shard.push_back(id);
-        }
+      // A replica of an earlier rank: its form.
+      std::vector<uint32_t>& alike = forms_by_hash[hash];
+      const auto same = std::find_if(alike.begin(), alike.end(), [&](uint32_t f) {
+        return out.form_first[f + 1] - out.form_first[f] == pairs.size() &&
+               std::equal(pairs.begin(), pairs.end(), form_pairs.begin() + out.form_first[f]);
+      });
+      if (same != alike.end()) {
+        out.form_of_rank.push_back(*same);
         continue;
       }
-      const size_t first = out.spelling_of_shard.size();
-      geometries.clear();
-      for (int i = 0; i < rank.shards_size(); ++i) {
-        // The region a few shards on: its lookup's memory is loading while
-        // these are done.
-        if (const int ahead = i + kPrefetchAhead; ahead < rank.shards_size()) {
-          regions.Prefetch(tensor_of[ahead], rank.shards(ahead).region(), limits.max_dims);
-        }
-        const v1::TensorShard& shard = rank.shards(i);
-        const int t = tensor_of[i];
-        const auto [id, fresh] = regions.Intern(t, shard.region());
-        if (fresh) {
-          Spelling& spelling = out.spellings.emplace_back();
-          spelling.tensor = t;
-          spelling.shard = &shard;
-          spelling.first_rank = rank.rank();
-          // A region of the rank's form in tensors alike (the layers of a
-          // model) has the same geometry: validated once per rank.
-          const uint64_t key =
-              form.valid ? static_cast<uint64_t>(out.tensors[t].like) << 8 | form.RegionOf(i) : 0;
-          auto known_geometry = form.valid ? geometries.find(key) : geometries.end();
-          if (known_geometry != geometries.end()) {
-            if (absl::Status s = ValidateDeviceBuffer(shard, known_geometry->second.bytes);
-                !s.ok()) {
-              return WithContext(s, who());
-            }
-            spelling.span = known_geometry->second.span;
-            spelling.elements = known_geometry->second.elements;
-            spelling.bytes = known_geometry->second.bytes;
-          } else {
-            absl::StatusOr<ShardGeometry> g = ValidateShardRequestGeometry(shard, limits);
-            if (!g.ok()) return WithContext(g.status(), who());
-            spelling.span = *geo::RegionSpan(g->shape, g->region);
-            spelling.elements = g->elements;
-            spelling.bytes = g->bytes;
-            if (form.valid) geometries[key] = {spelling.span, spelling.elements, spelling.bytes};
-          }
-        } else if (absl::Status s = ValidateDeviceBuffer(shard, out.spellings[id].bytes); !s.ok()) {
-          return WithContext(s, who());
-        }
-        out.spelling_of_shard.push_back(id);
+      const uint32_t form = static_cast<uint32_t>(out.forms());
+      alike.push_back(form);
+      out.form_of_rank.push_back(form);
+      form_pairs.insert(form_pairs.end(), pairs.begin(), pairs.end());
+      if (form_pairs.size() > UINT32_MAX) {
+        return absl::ResourceExhaustedError("the plan's ranks list more than 2^32 distinct shards");
       }
-      known.Add(form, first);
+      out.form_first.push_back(static_cast<uint32_t>(form_pairs.size()));
+      for (int i = 0; i < count; ++i) {
+        const auto [found, fresh] = spelling_by_region[static_cast<uint32_t>(pairs[i])].try_emplace(
+            static_cast<uint32_t>(pairs[i] >> 32), static_cast<uint32_t>(out.spellings.size()));
+        out.form_spellings.push_back(found->second);
+        if (!fresh) continue;
+        const int t = static_cast<int>(pairs[i] >> 32);
+        const uint32_t region = static_cast<uint32_t>(pairs[i]);
+        TensorInfo& info = out.tensors[t];
+        Spelling& spelling = out.spellings.emplace_back();
+        spelling.tensor = t;
+        spelling.written = region_of[region];
+        spelling.first_rank = rank.rank();
+        if (info.like < 0) {
+          info.like =
+              likes
+                  .try_emplace(std::make_pair(info.dtype, std::vector<int64_t>(info.shape.begin(),
+                                                                               info.shape.end())),
+                               static_cast<int>(likes.size()))
+                  .first->second;
+        }
+        // A tensor's first shard is validated in full (its name); a region
+        // of tensors alike has the same geometry.
+        const uint64_t key = static_cast<uint64_t>(info.like) << 32 | region;
+        auto known_geometry = geometries.find(key);
+        if (known_geometry == geometries.end() || !info.validated) {
+          scratch.Clear();
+          scratch.set_fqn(std::string(info.fqn));
+          scratch.set_dtype(info.dtype);
+          for (int64_t d : info.shape) scratch.add_global_shape(d);
+          *scratch.mutable_region() = *spelling.written;
+          absl::StatusOr<ShardGeometry> g = ValidateShardRequestGeometry(scratch, limits);
+          if (!g.ok()) return WithContext(g.status(), who());
+          info.validated = true;
+          if (known_geometry == geometries.end()) {
+            known_geometry = geometries
+                                 .emplace(key, Geometry{*geo::RegionSpan(g->shape, g->region),
+                                                        g->elements, g->bytes})
+                                 .first;
+          }
+        }
+        if (info.elements < 0) info.elements = *geo::NumElements(info.shape);  // valid now
+        spelling.span = known_geometry->second.span;
+        spelling.elements = known_geometry->second.elements;
+        spelling.bytes = known_geometry->second.bytes;
+      }
     }
   }
   return out;
@@ -376,7 +462,7 @@ absl::Status GroupRegions(Shards& shards, bool partial, const RequestLimits& lim
       for (size_t k = 0; k < keys.size(); ++k) begin[k] = keys[k].spelling;
     }
     const auto region_string = [&](uint32_t k) {
-      return RegionFromProto(spellings[k].shard->region()).DebugString();
+      return RegionFromProto(*spellings[k].written).DebugString();
     };
     int64_t distinct = 0;
     std::vector<uint32_t> active;  // distinct heads whose span may meet later ones
@@ -400,10 +486,10 @@ absl::Status GroupRegions(Shards& shards, bool partial, const RequestLimits& lim
       if (s.elements == 0) continue;  // meets nothing
       std::erase_if(active, [&](uint32_t a) { return spellings[a].span.second <= s.span.first; });
       if (!active.empty()) {
-        const geo::Region region = RegionFromProto(s.shard->region());
+        const geo::Region region = RegionFromProto(*s.written);
         for (uint32_t a : active) {
-          absl::StatusOr<int64_t> common = geo::CommonElements(
-              info.shape, RegionFromProto(spellings[a].shard->region()), region);
+          absl::StatusOr<int64_t> common =
+              geo::CommonElements(info.shape, RegionFromProto(*spellings[a].written), region);
           if (!common.ok()) return common.status();
           if (*common == 0) continue;
           return Invalid(absl::StrCat("tensor ", info.fqn, ": region ", region_string(a),
@@ -423,41 +509,55 @@ absl::Status GroupRegions(Shards& shards, bool partial, const RequestLimits& lim
   return absl::OkStatus();
 }
 
+// Bounds of a CSR layout: counts[k] at [k + 1], summed.
+void CountsToBounds(std::vector<uint32_t>& bounds) {
+  std::partial_sum(bounds.begin(), bounds.end(), bounds.begin());
+}
+
 // The things to write, in plan order: a distinct region becomes an item at
 // its first holder, objects where they are listed (a global object once,
-// whoever lists it). Plan order makes the assignment deterministic. A rank
-// that lists one region twice (in any spelling) is refused.
-absl::StatusOr<Items> CollectItems(absl::Span<const v1::NodeSavePlan> nodes, Shards& shards,
+// whoever lists it). Plan order makes the assignment deterministic. A form
+// (and so a rank) that lists one region twice (in any spelling) is refused.
+absl::StatusOr<Items> CollectItems(absl::Span<const v1::NodeSavePlan> nodes, const Shards& shards,
                                    const RequestLimits& limits) {
   Items out;
   std::vector<UniqueItem>& items = out.items;
-  // Each shard's item, written over its spelling (read just before).
-  std::vector<uint32_t>& item_of_shard = shards.spelling_of_shard;
+  std::vector<uint32_t> item_of_entry(shards.form_spellings.size());  // by form entry
   std::vector<std::pair<uint32_t, Holder>> object_holders;
   std::vector<int32_t> item_of_region(shards.spellings.size(), -1);  // by head spelling
-  std::vector<int32_t> last_rank(shards.spellings.size(), -1);       // by head spelling
+  std::vector<int32_t> last_form(shards.spellings.size(), -1);       // by head spelling
   absl::flat_hash_map<absl::string_view, uint32_t> global_objects;
-  size_t next_shard = 0;
+  out.first_rank.assign(shards.forms() + 1, 0);
+  size_t plan_rank = 0;
+  uint32_t forms_seen = 0;
   for (int h = 0; h < static_cast<int>(nodes.size()); ++h) {
     for (const v1::RankSavePlan& rank : nodes[h].ranks()) {
-      for (int i = 0; i < rank.shards_size(); ++i, ++next_shard) {
-        const Spelling& spelling = shards.spellings[item_of_shard[next_shard]];
-        const uint32_t region = spelling.region;
-        if (last_rank[region] == rank.rank()) {
-          return Invalid(
-              absl::StrCat("rank ", rank.rank(), " lists tensor ", rank.shards(i).fqn(), " region ",
-                           RegionFromProto(rank.shards(i).region()).DebugString(), " twice"));
+      const uint32_t form = shards.form_of_rank[plan_rank++];
+      ++out.first_rank[form + 1];
+      // Forms are numbered in order of first use: this rank is the form's
+      // first, and its new regions become items here.
+      for (; forms_seen <= form; ++forms_seen) {
+        const absl::Span<const uint32_t> spellings = shards.Form(forms_seen);
+        for (size_t i = 0; i < spellings.size(); ++i) {
+          const Spelling& spelling = shards.spellings[spellings[i]];
+          const uint32_t region = spelling.region;
+          if (last_form[region] == static_cast<int32_t>(forms_seen)) {
+            return Invalid(absl::StrCat(
+                "rank ", rank.rank(), " lists tensor ", shards.tensors[spelling.tensor].fqn,
+                " region ", RegionFromProto(*spelling.written).DebugString(), " twice"));
+          }
+          last_form[region] = static_cast<int32_t>(forms_seen);
+          if (item_of_region[region] < 0) {
+            const Spelling& head = shards.spellings[region];
+            item_of_region[region] = static_cast<int32_t>(items.size());
+            UniqueItem& item = items.emplace_back();
+            item.tensor = head.tensor;
+            item.written = head.written;
+            item.bytes = head.bytes;
+          }
+          item_of_entry[shards.form_first[forms_seen] + i] =
+              static_cast<uint32_t>(item_of_region[region]);
         }
-        last_rank[region] = rank.rank();
-        if (item_of_region[region] < 0) {
-          const Spelling& head = shards.spellings[region];
-          item_of_region[region] = static_cast<int32_t>(items.size());
-          UniqueItem& item = items.emplace_back();
-          item.tensor = head.tensor;
-          item.shard = head.shard;
-          item.bytes = head.bytes;
-        }
-        item_of_shard[next_shard] = item_of_region[region];
       }
       absl::flat_hash_set<absl::string_view> own_objects;
       for (int i = 0; i < rank.objects_size(); ++i) {
@@ -506,27 +606,38 @@ absl::StatusOr<Items> CollectItems(absl::Span<const v1::NodeSavePlan> nodes, Sha
       }
     }
   }
-  // Holders by item, each item's in plan order: a second walk over the
-  // plans rather than a list of (item, holder) the size of the plan.
-  out.first_holder.assign(items.size() + 1, 0);
-  for (uint32_t item : item_of_shard) ++out.first_holder[item + 1];
-  for (const auto& [item, holder] : object_holders) ++out.first_holder[item + 1];
-  std::partial_sum(out.first_holder.begin(), out.first_holder.end(), out.first_holder.begin());
-  out.holders.resize(out.first_holder.back());
-  std::vector<uint32_t> next(out.first_holder.begin(), out.first_holder.end() - 1);
-  next_shard = 0;
-  size_t next_object = 0;
-  for (int h = 0; h < static_cast<int>(nodes.size()); ++h) {
-    for (const v1::RankSavePlan& rank : nodes[h].ranks()) {
-      for (int i = 0; i < rank.shards_size(); ++i, ++next_shard) {
-        out.holders[next[item_of_shard[next_shard]]++] =
-            Holder{h, rank.rank(), static_cast<uint32_t>(i)};
-      }
-      for (int i = 0; i < rank.objects_size(); ++i, ++next_object) {
-        const auto& [item, holder] = object_holders[next_object];
-        out.holders[next[item]++] = holder;
+  // Each item's uses (form and index), each form's ranks, each object's
+  // holders: counted, then placed.
+  out.first_use.assign(items.size() + 1, 0);
+  for (uint32_t item : item_of_entry) ++out.first_use[item + 1];
+  CountsToBounds(out.first_use);
+  out.uses.resize(out.first_use.back());
+  {
+    std::vector<uint32_t> next(out.first_use.begin(), out.first_use.end() - 1);
+    for (uint32_t f = 0; f < shards.forms(); ++f) {
+      for (uint32_t e = shards.form_first[f]; e < shards.form_first[f + 1]; ++e) {
+        out.uses[next[item_of_entry[e]]++] = {f, e - shards.form_first[f]};
       }
     }
+  }
+  CountsToBounds(out.first_rank);
+  out.form_ranks.resize(out.first_rank.back());
+  {
+    std::vector<uint32_t> next(out.first_rank.begin(), out.first_rank.end() - 1);
+    plan_rank = 0;
+    for (int h = 0; h < static_cast<int>(nodes.size()); ++h) {
+      for (const v1::RankSavePlan& rank : nodes[h].ranks()) {
+        out.form_ranks[next[shards.form_of_rank[plan_rank++]]++] = {h, rank.rank()};
+      }
+    }
+  }
+  out.first_holder.assign(items.size() + 1, 0);
+  for (const auto& [item, holder] : object_holders) ++out.first_holder[item + 1];
+  CountsToBounds(out.first_holder);
+  out.holders.resize(out.first_holder.back());
+  {
+    std::vector<uint32_t> next(out.first_holder.begin(), out.first_holder.end() - 1);
+    for (const auto& [item, holder] : object_holders) out.holders[next[item]++] = holder;
   }
   // Names ordered once, so sorting items compares integers.
   std::vector<absl::string_view> names;
@@ -570,9 +681,11 @@ std::vector<uint32_t> AssignWriters(absl::Span<const v1::NodeSavePlan> nodes, It
   };
   std::vector<Key> keys(items.size());
   for (uint32_t i = 0; i < items.size(); ++i) {
-    const absl::Span<const Holder> holders = all.HoldersOf(i);
-    const bool one_host = std::all_of(holders.begin(), holders.end(), [&](const Holder& holder) {
-      return holder.host == holders.front().host;
+    int host = -1;
+    bool one_host = true;
+    all.ForEachHolder(i, [&](const Holder& holder) {
+      if (host >= 0 && holder.host != host) one_host = false;
+      host = holder.host;
     });
     keys[i] = {one_host, items[i].bytes, items[i].name_order, i};
   }
@@ -588,23 +701,22 @@ std::vector<uint32_t> AssignWriters(absl::Span<const v1::NodeSavePlan> nodes, It
   for (size_t h = 0; h < nodes.size(); ++h) writer_load[h].assign(nodes[h].writer_threads(), 0);
   for (uint32_t i : order) {
     UniqueItem& item = items[i];
-    const Holder* best = nullptr;
-    for (const Holder& holder : all.HoldersOf(i)) {
-      if (best == nullptr ||
-          std::tie(host_load[holder.host], rank_load[holder.rank], holder.rank) <
-              std::tie(host_load[best->host], rank_load[best->rank], best->rank)) {
-        best = &holder;
+    Holder best{-1, -1, 0};
+    all.ForEachHolder(i, [&](const Holder& holder) {
+      if (best.host < 0 || std::tie(host_load[holder.host], rank_load[holder.rank], holder.rank) <
+                               std::tie(host_load[best.host], rank_load[best.rank], best.rank)) {
+        best = holder;
       }
-    }
-    item.writer = *best;
-    std::vector<uint64_t>& writers = writer_load[best->host];
+    });
+    item.writer = best;
+    std::vector<uint64_t>& writers = writer_load[best.host];
     item.writer_thread =
         static_cast<int>(std::min_element(writers.begin(), writers.end()) - writers.begin());
     item.file_offset = writers[item.writer_thread];
     const uint64_t padded = AlignUp(static_cast<uint64_t>(item.bytes), alignment);
     writers[item.writer_thread] += padded;
-    host_load[best->host] += padded;
-    rank_load[best->rank] += padded;
+    host_load[best.host] += padded;
+    rank_load[best.rank] += padded;
   }
   return order;
 }
@@ -726,7 +838,7 @@ void BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes, const Shards& sha
       continue;
     }
     v1::StoredShard* stored = entries[item.tensor]->add_shards();
-    *stored->mutable_region() = item.shard->region();
+    *stored->mutable_region() = *item.written;
     stored->set_writer_rank(item.writer.rank);
     for (uint64_t offset = 0; offset < static_cast<uint64_t>(item.bytes);
          offset += options.chunk_bytes) {
@@ -742,6 +854,8 @@ absl::Status PlanSaveInto(absl::Span<const v1::NodeSavePlan> nodes,
   if (nodes.empty()) return Invalid("save plan has no hosts");
   if (absl::Status s = ValidateSaveHeader(nodes.front(), options); !s.ok()) return s;
   if (absl::Status s = ValidateHostsAndRanks(nodes); !s.ok()) return s;
+  std::vector<v1::NodeSavePlan> compacted;
+  if (absl::Status s = CompactAll(nodes, options.limits, compacted); !s.ok()) return s;
   absl::StatusOr<Shards> shards = CollectShards(nodes, options.limits);
   if (!shards.ok()) return shards.status();
   if (absl::Status s = GroupRegions(*shards, nodes.front().partial(), options.limits); !s.ok()) {

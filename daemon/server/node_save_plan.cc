@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/lib/align.h"
+#include "proto/lib/compact_save_plan.h"
 
 namespace ckpt::server {
 
@@ -13,12 +14,13 @@ v1::NodeSavePlan BatchRankPlans(const v1::HostIdentity& host, const std::string&
   plan.set_step(step);
   plan.set_world_size(world_size);
   plan.set_writer_threads(writer_threads);
+  CompactSavePlanBuilder compact(plan);
   for (const auto& [r, request_ptr] : requests) {
     const v1::PlanSaveRequest& request = *request_ptr;
     if (plan.ranks_size() == 0) plan.set_partial(request.partial());
     v1::RankSavePlan* rank = plan.add_ranks();
     rank->set_rank(r);
-    *rank->mutable_shards() = request.shards();
+    compact.AddShards(request.shards(), *rank);  // device buffers were checked on arrival
     *rank->mutable_objects() = request.objects();
     for (const auto& [k, v] : request.user_metadata()) (*plan.mutable_user_metadata())[k] = v;
   }

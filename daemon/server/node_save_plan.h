@@ -26,7 +26,9 @@ namespace ckpt::server {
 using RankRequests = std::map<int, const v1::PlanSaveRequest*>;
 
 // The save is partial as the lowest rank asked; user metadata is merged, a
-// higher rank's value winning for a key two ranks set.
+// higher rank's value winning for a key two ranks set. The shards are in
+// the compact form (coordinator.proto), without device buffers: the
+// requests were validated, buffers included, when they arrived.
 v1::NodeSavePlan BatchRankPlans(const v1::HostIdentity& host, const std::string& job, int64_t step,
                                 int world_size, int writer_threads, const RankRequests& requests);
 

@@ -16,7 +16,9 @@
 // answers. Before the barrier, the coordinator digests each host's plan as
 // it arrives (HostPlanKey: its layout's and the cache's key); host_key_s is
 // that for all hosts of a step, one after the other, and host_key_max_s
-// the slowest host's.
+// the slowest host's. Each node daemon sends its plan in the compact form
+// (coordinator.proto); node_compact_s is that work on all nodes, one after
+// the other, and node_compact_max_s the slowest node's.
 //
 // Each phase runs --repeat times in one process; the figures are each
 // phase's fastest round (the machines are shared and noisy, and a
@@ -26,6 +28,7 @@
 //
 // Prints the figures and, with --json, one JSON object:
 //   save_plan_s, plan_cache_s, load_plan_s, host_key_s, host_key_max_s,
+//   node_compact_s, node_compact_max_s,
 //   first_save_plan_s, first_plan_cache_s, first_load_plan_s, repeat, ranks, shards_per_rank,
 //   replication, unique_shards, hosts, cached_plan_bytes (the memory the
 //   plan cache holds for the job: --plan_cache_mib must allow it).
@@ -46,6 +49,7 @@
 #include "daemon/coordinator/plan_key.h"
 #include "daemon/coordinator/planner_memory.h"
 #include "daemon/coordinator/save_planner.h"
+#include "proto/lib/compact_save_plan.h"
 #include "proto/lib/status_context.h"
 
 namespace {
@@ -53,6 +57,10 @@ namespace {
 constexpr int kRanksPerHost = 8;
 constexpr int64_t kRowsPerPart = 4;
 constexpr int64_t kColumns = 256;  // f32: a part is 4 KiB
+
+double Seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 struct Layout {
   int ranks = 8192;
@@ -75,23 +83,41 @@ void SetRows(ckpt::v1::TensorShard* shard, int t, int64_t first_row, int64_t row
   box->add_lengths(kColumns);
 }
 
-std::vector<ckpt::v1::NodeSavePlan> SavePlans(const Layout& l) {
+// The hosts' plans as their node daemons send them: each rank's shards
+// (its request) made compact (node_save_plan.h), which `compact` times:
+// the nodes' share of the work, on their own hosts.
+struct CompactTime {
+  double all_s = 0;  // all hosts, one after the other
+  double max_s = 0;  // the slowest host
+};
+
+std::vector<ckpt::v1::NodeSavePlan> SavePlans(const Layout& l, CompactTime& compact) {
   std::vector<ckpt::v1::NodeSavePlan> nodes((l.ranks + kRanksPerHost - 1) / kRanksPerHost);
+  google::protobuf::RepeatedPtrField<ckpt::v1::TensorShard> request;
   for (size_t h = 0; h < nodes.size(); ++h) {
     nodes[h].mutable_host()->set_host(absl::StrFormat("host%05d", h));
     nodes[h].set_job("bench");
     nodes[h].set_step(1);
     nodes[h].set_world_size(l.ranks);
     nodes[h].set_writer_threads(4);
-  }
-  for (int r = 0; r < l.ranks; ++r) {
-    // Replica d of part p is rank d * parts + p: replicas on other hosts.
-    const int part = r % l.parts();
-    ckpt::v1::RankSavePlan* rank = nodes[r / kRanksPerHost].add_ranks();
-    rank->set_rank(r);
-    for (int t = 0; t < l.shards_per_rank; ++t) {
-      SetRows(rank->add_shards(), t, part * kRowsPerPart, kRowsPerPart, l.parts());
+    ckpt::CompactSavePlanBuilder builder(nodes[h]);
+    double host_s = 0;
+    for (int r = static_cast<int>(h) * kRanksPerHost;
+         r < std::min<int>(l.ranks, (static_cast<int>(h) + 1) * kRanksPerHost); ++r) {
+      // Replica d of part p is rank d * parts + p: replicas on other hosts.
+      const int part = r % l.parts();
+      request.Clear();
+      for (int t = 0; t < l.shards_per_rank; ++t) {
+        SetRows(request.Add(), t, part * kRowsPerPart, kRowsPerPart, l.parts());
+      }
+      ckpt::v1::RankSavePlan* rank = nodes[h].add_ranks();
+      rank->set_rank(r);
+      const auto begin = std::chrono::steady_clock::now();
+      builder.AddShards(request, *rank);
+      host_s += Seconds(std::chrono::steady_clock::now() - begin);
     }
+    compact.all_s += host_s;
+    compact.max_s = std::max(compact.max_s, host_s);
   }
   return nodes;
 }
@@ -116,10 +142,6 @@ std::vector<ckpt::v1::NodeLoadPlan> LoadPlans(const Layout& l) {
     }
   }
   return nodes;
-}
-
-double Seconds(std::chrono::steady_clock::duration d) {
-  return std::chrono::duration<double>(d).count();
 }
 
 struct Figures {
@@ -217,7 +239,8 @@ int main(int argc, char** argv) {
   options.manifest_limits.max_tensors = int64_t{1} << 30;
   options.manifest_limits.max_manifest_bytes = uint64_t{1} << 40;
 
-  std::vector<ckpt::v1::NodeSavePlan> save_nodes = SavePlans(l);
+  CompactTime compact;
+  std::vector<ckpt::v1::NodeSavePlan> save_nodes = SavePlans(l, compact);
   const std::vector<ckpt::v1::NodeLoadPlan> load_nodes = LoadPlans(l);
   ckpt::RequestLimits load_limits = options.limits;
   Figures best;
@@ -255,17 +278,22 @@ int main(int argc, char** argv) {
       "before the barrier, each host's plan digested as it arrives: %.3f s for all %zu hosts, "
       "%.4f s the slowest\n",
       best.host_key_s, save_nodes.size(), best.host_key_max_s);
+  std::printf(
+      "on the nodes, each host's plan made compact before it is sent: %.3f s for all hosts, "
+      "%.4f s the slowest\n",
+      compact.all_s, compact.max_s);
   std::printf("first round (a fresh process's heap): save %.3f s, cache %.3f s, load %.3f s\n",
               first.save_plan_s, first.plan_cache_s, first.load_plan_s);
   if (json) {
     std::printf(
         "{\"save_plan_s\":%.4f,\"plan_cache_s\":%.4f,\"load_plan_s\":%.4f,"
-        "\"host_key_s\":%.4f,\"host_key_max_s\":%.5f,\"first_save_plan_s\":%.4f,\"first_plan_cache_"
+        "\"host_key_s\":%.4f,\"host_key_max_s\":%.5f,\"node_compact_s\":%.4f,"
+        "\"node_compact_max_s\":%.5f,\"first_save_plan_s\":%.4f,\"first_plan_cache_"
         "s\":%.4f,\"first_load_plan_s\":%.4f,"
         "\"repeat\":%d,\"ranks\":%d,\"shards_per_rank\":%d,\"replication\":%d,"
         "\"unique_shards\":%llu,\"hosts\":%zu,\"cached_plan_bytes\":%llu}\n",
-        save_plan_s, plan_cache_s, load_plan_s, best.host_key_s, best.host_key_max_s,
-        first.save_plan_s, first.plan_cache_s, first.load_plan_s, repeat, l.ranks,
+        save_plan_s, plan_cache_s, load_plan_s, best.host_key_s, best.host_key_max_s, compact.all_s,
+        compact.max_s, first.save_plan_s, first.plan_cache_s, first.load_plan_s, repeat, l.ranks,
         l.shards_per_rank, l.replication, static_cast<unsigned long long>(items), save_nodes.size(),
         static_cast<unsigned long long>(first.cached_bytes));
   }

@@ -135,10 +135,12 @@ TEST_CASE("the key covers every field of a node's plan but step and metadata", "
   };
   CHECK(names(v1::NodeSavePlan::descriptor()) ==
         std::vector<std::string>{"host", "job", "step", "world_size", "writer_threads", "partial",
-                                 "ranks", "user_metadata"});
+                                 "ranks", "user_metadata", "compact", "tensors", "regions"});
+  CHECK(names(v1::TensorDesc::descriptor()) ==
+        std::vector<std::string>{"fqn", "dtype", "global_shape"});
   CHECK(names(v1::HostIdentity::descriptor()) == std::vector<std::string>{"host", "address"});
   CHECK(names(v1::RankSavePlan::descriptor()) ==
-        std::vector<std::string>{"rank", "shards", "objects"});
+        std::vector<std::string>{"rank", "shards", "objects", "shard_tensors", "shard_regions"});
   CHECK(names(v1::TensorShard::descriptor()) ==
         std::vector<std::string>{"fqn", "dtype", "global_shape", "region", "device_buffer"});
   CHECK(names(v1::Region::descriptor()) == std::vector<std::string>{"box", "flat"});

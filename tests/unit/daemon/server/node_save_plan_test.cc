@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "daemon/coordinator/save_planner.h"
+#include "proto/lib/region_convert.h"
 #include "tests/unit/daemon/coordinator/test_helpers.h"
 
 namespace ckpt::server {
@@ -65,10 +66,21 @@ TEST_CASE("node save plan: the ranks' requests become one plan", "[node_save_pla
   REQUIRE(plan.ranks_size() == 3);
   for (int r = 0; r < 3; ++r) {
     CHECK(plan.ranks(r).rank() == r);
-    CHECK(plan.ranks(r).shards_size() == requests[r].shards_size());
+    // Compact: each shard as its tensor and region in the host's tables.
+    const v1::RankSavePlan& rank = plan.ranks(r);
+    CHECK(rank.shards_size() == 0);
+    REQUIRE(rank.shard_tensors_size() == requests[r].shards_size());
+    REQUIRE(rank.shard_regions_size() == requests[r].shards_size());
     for (int i = 0; i < requests[r].shards_size(); ++i) {
-      CHECK(plan.ranks(r).shards(i).SerializeAsString() ==
-            requests[r].shards(i).SerializeAsString());
+      const v1::TensorShard& sent = requests[r].shards(i);
+      REQUIRE(rank.shard_tensors(i) < static_cast<uint32_t>(plan.tensors_size()));
+      REQUIRE(rank.shard_regions(i) < static_cast<uint32_t>(plan.regions_size()));
+      const v1::TensorDesc& tensor = plan.tensors(static_cast<int>(rank.shard_tensors(i)));
+      CHECK(tensor.fqn() == sent.fqn());
+      CHECK(tensor.dtype() == sent.dtype());
+      CHECK(ShapeFromProto(tensor.global_shape()) == ShapeFromProto(sent.global_shape()));
+      CHECK(plan.regions(static_cast<int>(rank.shard_regions(i))).SerializeAsString() ==
+            sent.region().SerializeAsString());
     }
     CHECK(plan.ranks(r).objects_size() == requests[r].objects_size());
     for (int i = 0; i < requests[r].objects_size(); ++i) {
@@ -76,6 +88,9 @@ TEST_CASE("node save plan: the ranks' requests become one plan", "[node_save_pla
             requests[r].objects(i).SerializeAsString());
     }
   }
+  CHECK(plan.compact());
+  CHECK(plan.tensors_size() == 2);  // w and bias, once each
+  CHECK(plan.regions_size() == 3);  // w's two halves and the whole of bias
   CHECK(plan.user_metadata().size() == 2);
   CHECK(plan.user_metadata().at("epoch") == "3");
   CHECK(plan.user_metadata().at("lr") == "0.05");

@@ -1,0 +1,165 @@
+// The compact form of a host's save plan (coordinator.proto): what node
+// daemons send and the planner reads. A plan spelled out and its compact
+// form plan alike; a compact plan is checked as hostile input (indexes,
+// counts, forms mixed) before anything is sized from it.
+#include "proto/lib/compact_save_plan.h"
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "daemon/coordinator/save_planner.h"
+#include "tests/unit/daemon/coordinator/test_helpers.h"
+
+namespace ckpt::coordinator {
+namespace {
+
+using namespace testing;  // NOLINT
+
+SavePlannerOptions Options() {
+  SavePlannerOptions o;
+  o.chunk_bytes = 4096;
+  o.alignment = 4096;
+  return o;
+}
+
+// Two hosts, 4 ranks each: TP=2 row halves of two layers, DP replicas on
+// the other host, a replicated norm, an FSDP-style flat range per rank of
+// a third tensor, and objects.
+std::vector<v1::NodeSavePlan> Spelled() {
+  std::vector<v1::NodeSavePlan> nodes = {Node("h0", 8, 2, {0, 1, 2, 3}),
+                                         Node("h1", 8, 2, {4, 5, 6, 7})};
+  for (int r = 0; r < 8; ++r) {
+    v1::NodeSavePlan& node = nodes[r / 4];
+    const int64_t half = (r % 2) * 32;
+    AddShard(node, r, BoxShard("l0.w", v1::FLOAT32, {64, 48}, {half, 0}, {32, 48}));
+    AddShard(node, r, BoxShard("l1.w", v1::FLOAT32, {64, 48}, {half, 0}, {32, 48}));
+    AddShard(node, r, Whole("norm", v1::BFLOAT16, {48}));
+    AddShard(node, r, FlatShard("emb", v1::FLOAT16, {16, 64}, (r % 4) * 256, (r % 4 + 1) * 256));
+    *RankOf(node, r).add_objects() = Object("rng", false, 16);
+  }
+  *RankOf(nodes[0], 0).add_objects() = Object("cfg", true, 100);
+  *RankOf(nodes[1], 5).add_objects() = Object("cfg", true, 100);
+  return nodes;
+}
+
+std::vector<v1::NodeSavePlan> Compacted(std::vector<v1::NodeSavePlan> nodes) {
+  for (v1::NodeSavePlan& node : nodes) CKPT_REQUIRE_OK(CompactSavePlan(node, RequestLimits()));
+  return nodes;
+}
+
+TEST_CASE("a compact plan holds each host's tensors and regions once", "[compact_plan]") {
+  const std::vector<v1::NodeSavePlan> nodes = Compacted(Spelled());
+  for (const v1::NodeSavePlan& node : nodes) {
+    CHECK(node.compact());
+    CHECK(node.tensors_size() == 4);  // l0.w, l1.w, norm, emb
+    // The two row halves (shared by both layers), the whole norm, and four
+    // flat ranges.
+    CHECK(node.regions_size() == 7);
+    for (const v1::RankSavePlan& rank : node.ranks()) {
+      CHECK(rank.shards_size() == 0);
+      CHECK(rank.shard_tensors_size() == 4);
+      CHECK(rank.shard_regions_size() == 4);
+    }
+  }
+  // Compacting again changes nothing.
+  std::vector<v1::NodeSavePlan> again = nodes;
+  CKPT_REQUIRE_OK(CompactSavePlan(again[0], RequestLimits()));
+  CHECK(google::protobuf::util::MessageDifferencer::Equals(again[0], nodes[0]));
+}
+
+TEST_CASE("a plan spelled out and its compact form get the same assignment", "[compact_plan]") {
+  const std::vector<v1::NodeSavePlan> spelled = Spelled();
+  auto a = PlanSave(spelled, Options());
+  CKPT_REQUIRE_OK(a);
+  auto b = PlanSave(Compacted(spelled), Options());
+  CKPT_REQUIRE_OK(b);
+  CHECK(google::protobuf::util::MessageDifferencer::Equals(*a, *b));
+  // Every distinct region once: 2 layers x 2 halves, the norm, 4 ranges,
+  // 8 rng objects and one cfg.
+  int items = 0;
+  for (const v1::HostAssignment& host : b->hosts()) items += host.items_size();
+  CHECK(items == 4 + 1 + 4 + 8 + 1);
+  // One host compact, the other spelled out: the same again.
+  std::vector<v1::NodeSavePlan> mixed = spelled;
+  CKPT_REQUIRE_OK(CompactSavePlan(mixed[1], RequestLimits()));
+  auto c = PlanSave(mixed, Options());
+  CKPT_REQUIRE_OK(c);
+  CHECK(google::protobuf::util::MessageDifferencer::Equals(*a, *c));
+}
+
+TEST_CASE("tensors that ranks of one host disagree on stay apart and are named", "[compact_plan]") {
+  std::vector<v1::NodeSavePlan> nodes = Spelled();
+  *RankOf(nodes[0], 2).mutable_shards(2) = Whole("norm", v1::FLOAT32, {48});
+  nodes = Compacted(nodes);
+  CHECK(nodes[0].tensors_size() == 5);
+  CKPT_REQUIRE_ERROR(PlanSave(nodes, Options()), absl::StatusCode::kInvalidArgument, "tensor norm",
+                     "rank 2 has dtype FLOAT32", "rank 0 has dtype BFLOAT16");
+}
+
+TEST_CASE("a compact plan's indexes and counts are checked before use", "[compact_plan]") {
+  const std::vector<v1::NodeSavePlan> good = Compacted(Spelled());
+  CKPT_REQUIRE_OK(PlanSave(good, Options()));
+
+  std::vector<v1::NodeSavePlan> bad = good;
+  RankOf(bad[1], 6).set_shard_tensors(3, 4);
+  CKPT_REQUIRE_ERROR(PlanSave(bad, Options()), absl::StatusCode::kInvalidArgument, "rank 6",
+                     "shard 3 names tensor 4");
+  bad = good;
+  RankOf(bad[0], 1).set_shard_regions(0, 1u << 31);
+  CKPT_REQUIRE_ERROR(PlanSave(bad, Options()), absl::StatusCode::kInvalidArgument, "rank 1",
+                     "region 2147483648");
+  bad = good;
+  RankOf(bad[0], 3).add_shard_tensors(0);  // one more tensor than regions
+  CKPT_REQUIRE_ERROR(PlanSave(bad, Options()), absl::StatusCode::kInvalidArgument, "rank 3",
+                     "5 shard tensors, 4 shard regions");
+  bad = good;
+  *RankOf(bad[0], 3).add_shards() = Whole("norm", v1::BFLOAT16, {48});  // both forms
+  CKPT_REQUIRE_ERROR(PlanSave(bad, Options()), absl::StatusCode::kInvalidArgument, "rank 3",
+                     "1 shards spelled out in a compact plan");
+  // A plan spelled out may not carry the compact form's parts.
+  bad = Spelled();
+  bad[0].add_regions();
+  CKPT_REQUIRE_ERROR(PlanSave(bad, Options()), absl::StatusCode::kInvalidArgument, "host h0",
+                     "compact form's tables");
+  bad = Spelled();
+  RankOf(bad[1], 4).add_shard_tensors(0);
+  CKPT_REQUIRE_ERROR(PlanSave(bad, Options()), absl::StatusCode::kInvalidArgument, "rank 4",
+                     "compact shards");
+  // Tables larger than the host's ranks may list are refused unread.
+  bad = good;
+  SavePlannerOptions tight = Options();
+  tight.limits.max_tensors_per_plan = 4;
+  CKPT_REQUIRE_OK(PlanSave(good, tight));
+  for (int i = 0; i < 4 * 4 + 1; ++i) bad[0].add_regions();
+  CKPT_REQUIRE_ERROR(PlanSave(bad, tight), absl::StatusCode::kResourceExhausted, "host h0",
+                     "--max_tensors_per_plan");
+  // A region of too many dimensions is refused before it is hashed.
+  bad = good;
+  v1::Box* box = bad[0].mutable_regions(0)->mutable_box();
+  for (int d = 0; d < 100; ++d) box->add_offsets(0);
+  CKPT_REQUIRE_ERROR(PlanSave(bad, Options()), absl::StatusCode::kResourceExhausted, "--max_dims");
+  bad = good;
+  for (int d = 0; d < 100; ++d) bad[1].mutable_tensors(0)->add_global_shape(1);
+  CKPT_REQUIRE_ERROR(PlanSave(bad, Options()), absl::StatusCode::kResourceExhausted, "--max_dims");
+}
+
+TEST_CASE("compacting checks the device buffers it drops", "[compact_plan]") {
+  std::vector<v1::NodeSavePlan> nodes = Spelled();
+  v1::DeviceBuffer* buffer = RankOf(nodes[1], 5).mutable_shards(0)->mutable_device_buffer();
+  buffer->set_allocation_bytes(32 * 48 * 4);  // exactly the shard
+  CKPT_REQUIRE_OK(CompactSavePlan(nodes[1], RequestLimits()));
+  nodes = Spelled();
+  buffer = RankOf(nodes[1], 5).mutable_shards(0)->mutable_device_buffer();
+  buffer->set_allocation_bytes(32 * 48 * 4);
+  buffer->set_offset(1);
+  CKPT_REQUIRE_ERROR(CompactSavePlan(nodes[1], RequestLimits()), absl::StatusCode::kInvalidArgument,
+                     "rank 5", "tensor l0.w", "outside its allocation");
+  CKPT_REQUIRE_ERROR(PlanSave(nodes, Options()), absl::StatusCode::kInvalidArgument, "rank 5",
+                     "outside its allocation");
+}
+
+}  // namespace
+}  // namespace ckpt::coordinator
