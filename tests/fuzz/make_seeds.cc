@@ -6,6 +6,7 @@
 // files those saves commit.
 //
 //   build-fuzz/tests/fuzz/fuzz_make_seeds tests/fuzz/corpus
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -15,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/coordinator/manifest_io.h"
+#include "daemon/server/node_save_plan.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace ckpt::fuzz {
@@ -178,6 +181,32 @@ std::map<std::string, LoadCase> Loads(std::map<std::string, SaveCase>& saves) {
   return loads;
 }
 
+// The save's ranks on two hosts (even and odd ranks), as their node
+// daemons send them (compact) or spelled out.
+ClusterSaveCase ClusterOf(const SaveCase& save, const std::vector<v1::PlanSaveRequest>& requests,
+                          bool compact) {
+  ClusterSaveCase out;
+  const int world = save.attach().world_size();
+  for (int parity = 0; parity < std::min(2, world); ++parity) {
+    server::RankRequests ranks;
+    for (int r = parity; r < world; r += 2) ranks[r] = &requests[r];
+    v1::HostIdentity host;
+    host.set_host(absl::StrCat("h", parity));
+    v1::NodeSavePlan* plan = out.add_hosts();
+    *plan = server::BatchRankPlans(host, save.attach().job(), requests[0].step(), world, 2, ranks);
+    if (compact) continue;
+    plan->clear_compact();
+    plan->clear_tensors();
+    plan->clear_regions();
+    for (v1::RankSavePlan& rank : *plan->mutable_ranks()) {
+      rank.clear_shard_tensors();
+      rank.clear_shard_regions();
+      *rank.mutable_shards() = requests[rank.rank()].shards();
+    }
+  }
+  return out;
+}
+
 void Write(const std::filesystem::path& path, const std::string& bytes) {
   std::filesystem::create_directories(path.parent_path());
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -210,6 +239,16 @@ int main(int argc, char** argv) {
     if (!assignment.ok()) fuzz::Refused(name, assignment.status());
     const v1::CheckpointManifest manifest = fuzz::CheckSaveAssignment(*assignment, requests);
     fuzz::Write(root / "fuzz_save_request" / (name + ".pb"), save.SerializeAsString());
+    for (const bool compact : {true, false}) {
+      const fuzz::ClusterSaveCase cluster = fuzz::ClusterOf(save, requests, compact);
+      const std::vector<v1::NodeSavePlan> hosts(cluster.hosts().begin(), cluster.hosts().end());
+      const std::string seed = compact ? name : name + "_spelled_out";
+      if (absl::Status s = coordinator::PlanSave(hosts, fuzz::DaemonPlannerOptions()).status();
+          !s.ok()) {
+        fuzz::Refused(seed, s);
+      }
+      fuzz::Write(root / "fuzz_node_save_plans" / (seed + ".pb"), cluster.SerializeAsString());
+    }
     fuzz::Write(root / "fuzz_manifest" / (name + ".MANIFEST"),
                 coordinator::EncodeManifest(manifest));
   }

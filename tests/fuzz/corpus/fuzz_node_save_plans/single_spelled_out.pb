@@ -1,0 +1,10 @@
+
+R
+
+h0traind (:.	
+w
+
+scalar
+rng
+configdB
+modelfuzz
