@@ -15,7 +15,7 @@
 #include "daemon/coordinator/load_planner.h"
 #include "daemon/coordinator/manifest_io.h"
 #include "google/protobuf/util/message_differencer.h"
-#include "proto/lib/compact_save_plan.h"
+#include "proto/lib/compact_plan.h"
 #include "proto/lib/status_context.h"
 
 namespace ckpt::coordinator {

@@ -16,6 +16,7 @@
 #include "daemon/coordinator/planner_memory.h"
 #include "daemon/coordinator/rank_form.h"
 #include "daemon/coordinator/region_table.h"
+#include "proto/lib/compact_plan.h"
 #include "proto/lib/dtype.h"
 #include "proto/lib/geometry.h"
 #include "proto/lib/region_convert.h"
@@ -303,71 +304,52 @@ class Planner {
 
   const std::string& where() const { return where_; }
 
-  // The request's tensor (its index in the manifest) once its dtype and
-  // shape were found to be the stored ones, or why not. `i` is its index
-  // in the rank's requests.
-  absl::StatusOr<int> TensorOf(const v1::TensorShard& request, int rank, int i) {
+  // The tensor a host's table names (its index in the manifest) once its
+  // dtype and shape were found to be the stored ones, or why not; `region`
+  // is what the rank first asks of it.
+  absl::StatusOr<int> TensorOf(const v1::TensorDesc& desc, const v1::Region& region, int rank) {
     const auto invalid_first = [&](absl::Status otherwise) {
       // A malformed request is named as such before it is looked up.
-      if (absl::Status s = ValidateShardRequest(request, limits_).status(); !s.ok()) {
+      if (absl::Status s = ValidateShardRequest(Scratch(desc, region), limits_).status(); !s.ok()) {
         return WithContext(s, absl::StrCat("rank ", rank));
       }
       return otherwise;
     };
-    if (hint_.size() <= static_cast<size_t>(i)) hint_.resize(i + 1, -1);
-    int t = hint_[i];
-    if (t < 0 || manifest_.tensors(t).fqn() != request.fqn()) {
-      auto found = tensor_by_fqn_.find(request.fqn());
-      if (found == tensor_by_fqn_.end()) {
-        return invalid_first(
-            absl::NotFoundError(absl::StrCat("tensor ", request.fqn(), " is not in ", where_)));
-      }
-      t = hint_[i] = found->second;
+    auto found = tensor_by_fqn_.find(desc.fqn());
+    if (found == tensor_by_fqn_.end()) {
+      return invalid_first(
+          absl::NotFoundError(absl::StrCat("tensor ", desc.fqn(), " is not in ", where_)));
     }
+    const int t = found->second;
     const v1::TensorEntry& entry = manifest_.tensors(t);
-    if (entry.dtype() != request.dtype() ||
+    if (entry.dtype() != desc.dtype() ||
         !std::equal(entry.global_shape().begin(), entry.global_shape().end(),
-                    request.global_shape().begin(), request.global_shape().end())) {
+                    desc.global_shape().begin(), desc.global_shape().end())) {
       return invalid_first(absl::InvalidArgumentError(absl::StrCat(
-          "tensor ", request.fqn(), ": rank ", rank, " asks for dtype ", DTypeName(request.dtype()),
-          " shape ", ShapeString(request.global_shape()), " but ", where_, " holds dtype ",
+          "tensor ", desc.fqn(), ": rank ", rank, " asks for dtype ", DTypeName(desc.dtype()),
+          " shape ", ShapeString(desc.global_shape()), " but ", where_, " holds dtype ",
           DTypeName(entry.dtype()), " shape ", ShapeString(entry.global_shape()))));
-    }
-    // The region is read from here on: its size is checked first.
-    const v1::Box& box = request.region().box();
-    if (box.offsets_size() > limits_.max_dims || box.lengths_size() > limits_.max_dims) {
-      return invalid_first(absl::InternalError("a box past --max_dims passed validation"));
     }
     return t;
   }
 
-  // The id of the copies of a request of tensor t (from TensorOf):
-  // planned(id), or why it cannot be served.
-  absl::StatusOr<uint32_t> Plan(const v1::TensorShard& request, int t, int rank) {
-    const auto [id, fresh] = regions_.Intern(t, request.region());
-    if (!fresh) {
-      if (absl::Status s = CheckBuffer(request, id); !s.ok()) {
-        return WithContext(s, absl::StrCat("rank ", rank));
-      }
-      return id;
-    }
+  // The id of the copies of `region` of tensor t (from TensorOf; the box
+  // checked against --max_dims): planned(id), or why it cannot be served.
+  absl::StatusOr<uint32_t> Plan(const v1::Region& region, int t, int rank) {
+    const auto [id, fresh] = regions_.Intern(t, region);
+    if (!fresh) return id;
     // A failure ends the planning: the table's new id gets no entry.
-    absl::StatusOr<Planned> planned = PlanFirst(request, manifest_.tensors(t), t, rank);
+    absl::StatusOr<Planned> planned = PlanFirst(region, manifest_.tensors(t), t, rank);
     if (!planned.ok()) return planned.status();
     planned_.push_back(std::move(*planned));
     return id;
   }
 
-  // A request's own device buffer, for what planned(id) copies into it.
-  absl::Status CheckBuffer(const v1::TensorShard& request, uint32_t id) const {
-    return ValidateDeviceBuffer(request, planned_[id].bytes);
-  }
-
-  // Starts loading what Plan(request, t, ...) will look up, for a request
+  // Starts loading what Plan(region, t, ...) will look up, for a request
   // a few ahead of the one being planned: at a million regions each lookup
   // otherwise waits for memory.
-  void Prefetch(const v1::TensorShard& request, int t) const {
-    regions_.Prefetch(t, request.region(), limits_.max_dims);
+  void Prefetch(const v1::Region& region, int t) const {
+    regions_.Prefetch(t, region, limits_.max_dims);
   }
 
   const Planned& planned(uint32_t id) const { return planned_[id]; }
@@ -378,11 +360,12 @@ class Planner {
   // The first request for this spelling of a region of this tensor:
   // where it meets the stored shards (worked out once per layout), mapped
   // onto this tensor's chunks.
-  absl::StatusOr<Planned> PlanFirst(const v1::TensorShard& request, const v1::TensorEntry& entry,
-                                    int t, int rank) {
+  absl::StatusOr<Planned> PlanFirst(const v1::Region& region, const v1::TensorEntry& entry, int t,
+                                    int rank) {
     if (layout_of_tensor_[t] < 0) {
       // A tensor's first request is validated in full, whatever its layout.
-      absl::StatusOr<ShardGeometry> g = ValidateShardRequestGeometry(request, limits_);
+      absl::StatusOr<ShardGeometry> g =
+          ValidateShardRequestGeometry(Scratch(entry, region), limits_);
       if (!g.ok()) return WithContext(g.status(), absl::StrCat("rank ", rank));
       absl::StatusOr<int> layout = LayoutOf(entry, *g);
       if (!layout.ok()) return layout.status();
@@ -390,14 +373,12 @@ class Planner {
       first_slot_[t].assign(entry.shards_size(), Reads::kNone);
     }
     const Layout& layout = layouts_[layout_of_tensor_[t]];
-    const auto [id, fresh] = geometry_regions_.Intern(layout_of_tensor_[t], request.region());
+    const auto [id, fresh] = geometry_regions_.Intern(layout_of_tensor_[t], region);
     if (fresh) {
       // A failure ends the planning: the table's new id gets no entry.
-      absl::StatusOr<Geometry> g = Meet(request, layout, rank);
+      absl::StatusOr<Geometry> g = Meet(Scratch(entry, region), layout, rank);
       if (!g.ok()) return g.status();
       geometries_.push_back(std::move(*g));
-    } else if (absl::Status s = ValidateDeviceBuffer(request, geometries_[id].bytes); !s.ok()) {
-      return WithContext(s, absl::StrCat("rank ", rank));
     }
     const Geometry& geometry = geometries_[id];
     Planned out;
@@ -471,13 +452,24 @@ class Planner {
     return out;
   }
 
+  // A request of the tensor `desc` describes, for `region`: what the
+  // validation of a request reads (the compact form has no request
+  // messages). Valid until the next call.
+  template <typename Desc>
+  const v1::TensorShard& Scratch(const Desc& desc, const v1::Region& region = v1::Region()) {
+    scratch_.Clear();
+    scratch_.set_fqn(desc.fqn());
+    scratch_.set_dtype(desc.dtype());
+    *scratch_.mutable_global_shape() = desc.global_shape();
+    *scratch_.mutable_region() = region;
+    return scratch_;
+  }
+
   const v1::CheckpointManifest& manifest_;
   const RequestLimits& limits_;
   const std::string where_;
   absl::flat_hash_map<absl::string_view, int> tensor_by_fqn_;
-  // Ranks list their requests in the same order: the tensor of the previous
-  // rank's i-th request is the likely one.
-  std::vector<int> hint_;
+  v1::TensorShard scratch_;
   std::vector<int> layout_of_tensor_;  // -1 until the tensor's first request
   std::vector<Layout> layouts_;
   absl::flat_hash_map<size_t, std::vector<int>> layouts_by_hash_;
@@ -610,6 +602,17 @@ namespace {
 absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
                           absl::Span<const v1::NodeLoadPlan> nodes, const RequestLimits& limits,
                           v1::LoadAssignment& out) {
+  // The planner reads the compact form only (coordinator.proto); hosts
+  // already compact are not copied.
+  std::vector<v1::NodeLoadPlan> compacted;
+  if (!std::all_of(nodes.begin(), nodes.end(),
+                   [](const v1::NodeLoadPlan& node) { return node.compact(); })) {
+    compacted.assign(nodes.begin(), nodes.end());
+    for (v1::NodeLoadPlan& node : compacted) {
+      if (absl::Status s = CompactLoadPlan(node, limits); !s.ok()) return s;
+    }
+    nodes = compacted;
+  }
   std::map<std::pair<std::string, int>, const v1::ObjectEntry*> objects;  // (key, rank)
   for (const v1::ObjectEntry& entry : manifest.objects()) {
     objects[{entry.key(), entry.rank()}] = &entry;
@@ -620,50 +623,101 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
   std::vector<int> tensor_of;  // of one rank's requests
   RankForm form;               // of one rank's requests
   RankForms forms;             // of ranks planned request by request
+  // A host's tables, looked up where a rank first uses them.
+  std::vector<int> host_tensor;  // manifest index; -1: not yet
+  std::vector<bool> host_region_checked;
   out.set_step(manifest.step());
+  {
+    // One growth by doubling copied up to the whole list (50 MB at 4096
+    // ranks x 1000 requests) into memory the kernel zeroes first.
+    size_t total = 0;
+    for (const v1::NodeLoadPlan& node : nodes) {
+      for (const v1::NodeLoadPlan::RankRequests& rank : node.ranks()) {
+        total += static_cast<size_t>(
+            std::min<int64_t>(rank.request_tensors_size(), limits.max_tensors_per_plan));
+      }
+    }
+    requests.reserve(total);
+  }
   for (const v1::NodeLoadPlan& node : nodes) {
+    const int64_t most = static_cast<int64_t>(node.ranks_size()) * limits.max_tensors_per_plan;
+    if (node.tensors_size() > most || node.regions_size() > most) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "host ", node.host().host(), ": plan lists ", node.tensors_size(), " tensors and ",
+          node.regions_size(), " regions for ", node.ranks_size(), " ranks; the limit is ",
+          limits.max_tensors_per_plan, " per rank (--max_tensors_per_plan)"));
+    }
+    host_tensor.assign(node.tensors_size(), -1);
+    host_region_checked.assign(node.regions_size(), false);
     for (const v1::NodeLoadPlan::RankRequests& rank : node.ranks()) {
-      if (rank.tensors_size() > limits.max_tensors_per_plan) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "rank ", rank.rank(), ": plan has ", rank.tensors_size(), " tensors; the limit is ",
-            limits.max_tensors_per_plan, " (--max_tensors_per_plan)"));
+      const auto who = [&] { return absl::StrCat("rank ", rank.rank()); };
+      const int count = rank.request_tensors_size();
+      if (count > limits.max_tensors_per_plan) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat(who(), ": plan has ", count, " tensors; the limit is ",
+                         limits.max_tensors_per_plan, " (--max_tensors_per_plan)"));
       }
       if (rank.object_keys_size() > limits.max_objects_per_plan) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("rank ", rank.rank(), ": plan has ", rank.object_keys_size(),
-                         " object keys; the limit is ", limits.max_objects_per_plan,
-                         " (--max_objects_per_plan)"));
+        return absl::ResourceExhaustedError(absl::StrCat(
+            who(), ": plan has ", rank.object_keys_size(), " object keys; the limit is ",
+            limits.max_objects_per_plan, " (--max_objects_per_plan)"));
+      }
+      if (rank.request_regions_size() != count || rank.tensors_size() > 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(who(), " on host ", node.host().host(), ": ", count, " request tensors, ",
+                         rank.request_regions_size(), " request regions and ", rank.tensors_size(),
+                         " requests spelled out in a compact plan"));
       }
       v1::LoadAssignment::RankSizes* sizes = out.add_sizes();
       sizes->set_rank(rank.rank());
-      sizes->mutable_tensor_bytes()->Reserve(rank.tensors_size());
+      sizes->mutable_tensor_bytes()->Reserve(count);
       tensor_of.clear();
       form.Clear();
-      for (int i = 0; i < rank.tensors_size(); ++i) {
-        absl::StatusOr<int> t = planner.TensorOf(rank.tensors(i), rank.rank(), i);
-        if (!t.ok()) return t.status();
-        tensor_of.push_back(*t);
-        form.Add(*t, rank.tensors(i).region());
-      }
-      // A replica of an earlier rank gets its copies; only its own device
-      // buffers are checked.
-      if (const RankForms::Known* same = forms.Find(form)) {
-        for (int i = 0; i < rank.tensors_size(); ++i) {
-          const uint32_t planned = requests[same->first + i].planned;
-          if (absl::Status s = planner.CheckBuffer(rank.tensors(i), planned); !s.ok()) {
-            return WithContext(s, absl::StrCat("rank ", rank.rank()));
+      for (int i = 0; i < count; ++i) {
+        const uint32_t k = rank.request_tensors(i);
+        const uint32_t j = rank.request_regions(i);
+        if (k >= host_tensor.size() || j >= host_region_checked.size()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              who(), ": request ", i, " names tensor ", k, " and region ", j, " of ",
+              host_tensor.size(), " and ", host_region_checked.size(), " its host listed"));
+        }
+        const v1::Region& region = node.regions(static_cast<int>(j));
+        if (!host_region_checked[j]) {
+          // The region is read from here on: its size is checked first.
+          const v1::Box& box = region.box();
+          if (box.offsets_size() > limits.max_dims || box.lengths_size() > limits.max_dims) {
+            v1::TensorShard request;
+            *request.mutable_region() = region;
+            request.set_fqn(node.tensors(static_cast<int>(k)).fqn());
+            return WithContext(ValidateShardRequest(request, limits).status(), who());
           }
+          host_region_checked[j] = true;
+        }
+        if (host_tensor[k] < 0) {
+          absl::StatusOr<int> t =
+              planner.TensorOf(node.tensors(static_cast<int>(k)), region, rank.rank());
+          if (!t.ok()) return t.status();
+          host_tensor[k] = *t;
+        }
+        tensor_of.push_back(host_tensor[k]);
+        form.Add(host_tensor[k], region);
+      }
+      // A replica of an earlier rank gets its copies.
+      if (const RankForms::Known* same = forms.Find(form)) {
+        for (int i = 0; i < count; ++i) {
+          const uint32_t planned = requests[same->first + i].planned;
           sizes->add_tensor_bytes(planner.planned(planned).bytes);
           requests.push_back(Request{rank.rank(), static_cast<uint32_t>(i), planned});
         }
       } else {
         const size_t first = requests.size();
-        for (int i = 0; i < rank.tensors_size(); ++i) {
-          if (const int ahead = i + kPrefetchAhead; ahead < rank.tensors_size()) {
-            planner.Prefetch(rank.tensors(ahead), tensor_of[ahead]);
+        for (int i = 0; i < count; ++i) {
+          if (const int ahead = i + kPrefetchAhead; ahead < count) {
+            planner.Prefetch(node.regions(static_cast<int>(rank.request_regions(ahead))),
+                             tensor_of[ahead]);
           }
-          absl::StatusOr<uint32_t> planned =
-              planner.Plan(rank.tensors(i), tensor_of[i], rank.rank());
+          absl::StatusOr<uint32_t> planned = planner.Plan(
+              node.regions(static_cast<int>(rank.request_regions(i))), tensor_of[i], rank.rank());
           if (!planned.ok()) return planned.status();
           sizes->add_tensor_bytes(planner.planned(*planned).bytes);
           requests.push_back(Request{rank.rank(), static_cast<uint32_t>(i), *planned});

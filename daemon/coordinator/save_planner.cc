@@ -18,7 +18,7 @@
 #include "daemon/coordinator/planner_memory.h"
 #include "daemon/coordinator/region_table.h"
 #include "proto/lib/align.h"
-#include "proto/lib/compact_save_plan.h"
+#include "proto/lib/compact_plan.h"
 #include "proto/lib/dtype.h"
 #include "proto/lib/geometry.h"
 #include "proto/lib/region_convert.h"

@@ -15,6 +15,7 @@
 #include "daemon/coordinator/retention.h"
 #include "daemon/peer/peer_sender.h"
 #include "daemon/server/chunk_reader.h"
+#include "proto/lib/compact_plan.h"
 #include "proto/lib/crc32c.h"
 #include "proto/lib/region_convert.h"
 #include "proto/lib/status_context.h"
@@ -114,31 +115,33 @@ absl::StatusOr<v1::LoadResponse> LoadSession::Load(const RankSession& rank,
 absl::Status LoadSession::Plan() {
   v1::NodeLoadPlan plan;
   std::vector<std::vector<bool>> on_device(world_size_);
+  std::string gpu_tensor;  // the first on a GPU
   {
     absl::MutexLock lock(&mu_);
     *plan.mutable_host() = context_.host;
     plan.set_job(job_);
     plan.set_step(step_);
     // This host's ranks only: those of a job spread over hosts elsewhere
-    // plan their own loads.
+    // plan their own loads. Compact (coordinator.proto): the requests,
+    // device buffers included, were validated as they arrived.
+    CompactShardsBuilder compact(plan);
     for (const auto& [r, state] : ranks_) {
       v1::NodeLoadPlan::RankRequests* rank = plan.add_ranks();
       rank->set_rank(r);
-      *rank->mutable_tensors() = state.request->tensors();
+      compact.AddRequests(state.request->tensors(), *rank);
       *rank->mutable_object_keys() = state.request->object_keys();
       for (const v1::TensorShard& t : state.request->tensors()) {
         on_device[r].push_back(t.has_device_buffer());
+        if (t.has_device_buffer() && gpu_tensor.empty()) {
+          gpu_tensor = absl::StrCat("tensor ", t.fqn(), " of rank ", r);
+        }
       }
     }
   }
-  for (const v1::NodeLoadPlan::RankRequests& rank : plan.ranks()) {
-    for (const v1::TensorShard& t : rank.tensors()) {
-      if (t.has_device_buffer() && !context_.gpu.HasDevice()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            Who(), "tensor ", t.fqn(), " of rank ", rank.rank(), " is on a GPU but ckptd has ",
-            context_.gpu.Describe(), "; use the push path or host tensors"));
-      }
-    }
+  if (!gpu_tensor.empty() && !context_.gpu.HasDevice()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Who(), gpu_tensor, " is on a GPU but ckptd has ", context_.gpu.Describe(),
+                     "; use the push path or host tensors"));
   }
   std::unique_ptr<storage::FileLock> pin;
   // Without a cluster, each host of a spanning job plans (and reads) its

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/lib/align.h"
-#include "proto/lib/compact_save_plan.h"
+#include "proto/lib/compact_plan.h"
 
 namespace ckpt::server {
 
@@ -14,7 +14,7 @@ v1::NodeSavePlan BatchRankPlans(const v1::HostIdentity& host, const std::string&
   plan.set_step(step);
   plan.set_world_size(world_size);
   plan.set_writer_threads(writer_threads);
-  CompactSavePlanBuilder compact(plan);
+  CompactShardsBuilder compact(plan);
   for (const auto& [r, request_ptr] : requests) {
     const v1::PlanSaveRequest& request = *request_ptr;
     if (plan.ranks_size() == 0) plan.set_partial(request.partial());

@@ -17,6 +17,7 @@
 #include "daemon/server/save_batches.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/lib/align.h"
+#include "proto/lib/compact_plan.h"
 #include "proto/lib/copy_run.h"
 #include "proto/lib/request_limits.h"
 
@@ -233,6 +234,7 @@ absl::StatusOr<v1::LoadAssignment> PlanLoadRequests(const v1::CheckpointManifest
   *plan.mutable_host() = FuzzHost();
   plan.set_job(manifest.job());
   plan.set_step(manifest.step());
+  CompactShardsBuilder compact(plan);
   for (size_t r = 0; r < ranks.size(); ++r) {
     const v1::LoadRequest& request = ranks[r];
     // NodeService::Load.
@@ -241,7 +243,7 @@ absl::StatusOr<v1::LoadAssignment> PlanLoadRequests(const v1::CheckpointManifest
     // LoadSession::Plan.
     v1::NodeLoadPlan::RankRequests* rank = plan.add_ranks();
     rank->set_rank(static_cast<int>(r));
-    *rank->mutable_tensors() = request.tensors();
+    compact.AddRequests(request.tensors(), *rank);
     *rank->mutable_object_keys() = request.object_keys();
   }
   return coordinator::PlanLoad(manifest, {plan});

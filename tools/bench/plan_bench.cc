@@ -18,7 +18,8 @@
 // that for all hosts of a step, one after the other, and host_key_max_s
 // the slowest host's. Each node daemon sends its plan in the compact form
 // (coordinator.proto); node_compact_s is that work on all nodes, one after
-// the other, and node_compact_max_s the slowest node's.
+// the other, and node_compact_max_s the slowest node's (node_load_compact_*
+// the same for the load's plans).
 //
 // Each phase runs --repeat times in one process; the figures are each
 // phase's fastest round (the machines are shared and noisy, and a
@@ -28,7 +29,8 @@
 //
 // Prints the figures and, with --json, one JSON object:
 //   save_plan_s, plan_cache_s, load_plan_s, host_key_s, host_key_max_s,
-//   node_compact_s, node_compact_max_s,
+//   node_compact_s, node_compact_max_s, node_load_compact_s,
+//   node_load_compact_max_s,
 //   first_save_plan_s, first_plan_cache_s, first_load_plan_s, repeat, ranks, shards_per_rank,
 //   replication, unique_shards, hosts, cached_plan_bytes (the memory the
 //   plan cache holds for the job: --plan_cache_mib must allow it).
@@ -49,7 +51,7 @@
 #include "daemon/coordinator/plan_key.h"
 #include "daemon/coordinator/planner_memory.h"
 #include "daemon/coordinator/save_planner.h"
-#include "proto/lib/compact_save_plan.h"
+#include "proto/lib/compact_plan.h"
 #include "proto/lib/status_context.h"
 
 namespace {
@@ -100,7 +102,7 @@ std::vector<ckpt::v1::NodeSavePlan> SavePlans(const Layout& l, CompactTime& comp
     nodes[h].set_step(1);
     nodes[h].set_world_size(l.ranks);
     nodes[h].set_writer_threads(4);
-    ckpt::CompactSavePlanBuilder builder(nodes[h]);
+    ckpt::CompactShardsBuilder builder(nodes[h]);
     double host_s = 0;
     for (int r = static_cast<int>(h) * kRanksPerHost;
          r < std::min<int>(l.ranks, (static_cast<int>(h) + 1) * kRanksPerHost); ++r) {
@@ -122,24 +124,34 @@ std::vector<ckpt::v1::NodeSavePlan> SavePlans(const Layout& l, CompactTime& comp
   return nodes;
 }
 
-std::vector<ckpt::v1::NodeLoadPlan> LoadPlans(const Layout& l) {
+std::vector<ckpt::v1::NodeLoadPlan> LoadPlans(const Layout& l, CompactTime& compact) {
   const int ranks = l.ranks / 2;
   const int parts = l.parts();
   std::vector<ckpt::v1::NodeLoadPlan> nodes((ranks + kRanksPerHost - 1) / kRanksPerHost);
+  google::protobuf::RepeatedPtrField<ckpt::v1::TensorShard> request;
+  // Each rank: two parts' rows, replicas spread over the ranks as on save.
+  const int groups = parts / 2;
   for (size_t h = 0; h < nodes.size(); ++h) {
     nodes[h].mutable_host()->set_host(absl::StrFormat("host%05d", h));
     nodes[h].set_job("bench");
     nodes[h].set_step(1);
-  }
-  // Each rank: two parts' rows, replicas spread over the ranks as on save.
-  const int groups = parts / 2;
-  for (int r = 0; r < ranks; ++r) {
-    const int group = r % groups;
-    auto* rank = nodes[r / kRanksPerHost].add_ranks();
-    rank->set_rank(r);
-    for (int t = 0; t < l.shards_per_rank; ++t) {
-      SetRows(rank->add_tensors(), t, group * 2 * kRowsPerPart, 2 * kRowsPerPart, parts);
+    ckpt::CompactShardsBuilder builder(nodes[h]);
+    double host_s = 0;
+    for (int r = static_cast<int>(h) * kRanksPerHost;
+         r < std::min<int>(ranks, (static_cast<int>(h) + 1) * kRanksPerHost); ++r) {
+      const int group = r % groups;
+      request.Clear();
+      for (int t = 0; t < l.shards_per_rank; ++t) {
+        SetRows(request.Add(), t, group * 2 * kRowsPerPart, 2 * kRowsPerPart, parts);
+      }
+      auto* rank = nodes[h].add_ranks();
+      rank->set_rank(r);
+      const auto begin = std::chrono::steady_clock::now();
+      builder.AddRequests(request, *rank);
+      host_s += Seconds(std::chrono::steady_clock::now() - begin);
     }
+    compact.all_s += host_s;
+    compact.max_s = std::max(compact.max_s, host_s);
   }
   return nodes;
 }
@@ -241,7 +253,8 @@ int main(int argc, char** argv) {
 
   CompactTime compact;
   std::vector<ckpt::v1::NodeSavePlan> save_nodes = SavePlans(l, compact);
-  const std::vector<ckpt::v1::NodeLoadPlan> load_nodes = LoadPlans(l);
+  CompactTime load_compact;
+  const std::vector<ckpt::v1::NodeLoadPlan> load_nodes = LoadPlans(l, load_compact);
   ckpt::RequestLimits load_limits = options.limits;
   Figures best;
   Figures first;
@@ -279,16 +292,17 @@ int main(int argc, char** argv) {
       "%.4f s the slowest\n",
       best.host_key_s, save_nodes.size(), best.host_key_max_s);
   std::printf(
-      "on the nodes, each host's plan made compact before it is sent: %.3f s for all hosts, "
-      "%.4f s the slowest\n",
-      compact.all_s, compact.max_s);
+      "on the nodes, each host's plan made compact before it is sent: save %.3f s for all "
+      "hosts, %.4f s the slowest; load %.3f s for all hosts, %.4f s the slowest\n",
+      compact.all_s, compact.max_s, load_compact.all_s, load_compact.max_s);
   std::printf("first round (a fresh process's heap): save %.3f s, cache %.3f s, load %.3f s\n",
               first.save_plan_s, first.plan_cache_s, first.load_plan_s);
   if (json) {
     std::printf(
         "{\"save_plan_s\":%.4f,\"plan_cache_s\":%.4f,\"load_plan_s\":%.4f,"
         "\"host_key_s\":%.4f,\"host_key_max_s\":%.5f,\"node_compact_s\":%.4f,"
-        "\"node_compact_max_s\":%.5f,\"first_save_plan_s\":%.4f,\"first_plan_cache_"
+        "\"node_compact_max_s\":%.5f,\"node_load_compact_s\":%.4f,"
+        "\"node_load_compact_max_s\":%.5f,\"first_save_plan_s\":%.4f,\"first_plan_cache_"
         "s\":%.4f,\"first_load_plan_s\":%.4f,"
         "\"repeat\":%d,\"ranks\":%d,\"shards_per_rank\":%d,\"replication\":%d,"
         "\"unique_shards\":%llu,\"hosts\":%zu,\"cached_plan_bytes\":%llu}\n",

@@ -1,8 +1,8 @@
-// The compact form of a host's save plan (coordinator.proto): what node
-// daemons send and the planner reads. A plan spelled out and its compact
-// form plan alike; a compact plan is checked as hostile input (indexes,
-// counts, forms mixed) before anything is sized from it.
-#include "proto/lib/compact_save_plan.h"
+// The compact form of a host's save and load plans (coordinator.proto):
+// what node daemons send and the planners read. A plan spelled out and its
+// compact form plan alike; a compact plan is checked as hostile input
+// (indexes, counts, forms mixed) before anything is sized from it.
+#include "proto/lib/compact_plan.h"
 
 #include <google/protobuf/util/message_differencer.h>
 
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/coordinator/load_planner.h"
 #include "daemon/coordinator/save_planner.h"
 #include "tests/unit/daemon/coordinator/test_helpers.h"
 
@@ -159,6 +160,112 @@ TEST_CASE("compacting checks the device buffers it drops", "[compact_plan]") {
                      "rank 5", "tensor l0.w", "outside its allocation");
   CKPT_REQUIRE_ERROR(PlanSave(nodes, Options()), absl::StatusCode::kInvalidArgument, "rank 5",
                      "outside its allocation");
+}
+
+// The save above loaded resharded: three row parts of the layers, the norm
+// and two of the four ranges, on two hosts; rank 3 replicates rank 0.
+std::vector<v1::NodeLoadPlan> LoadSpelled() {
+  const auto rows = [](int64_t first, int64_t count) {
+    return std::vector<v1::TensorShard>{
+        BoxShard("l0.w", v1::FLOAT32, {64, 48}, {first, 0}, {count, 48}),
+        BoxShard("l1.w", v1::FLOAT32, {64, 48}, {first, 0}, {count, 48}),
+        Whole("norm", v1::BFLOAT16, {48}),
+        FlatShard("emb", v1::FLOAT16, {16, 64}, first * 16, first * 16 + 256)};
+  };
+  std::vector<v1::NodeLoadPlan> nodes = {LoadNode("a", {{0, rows(0, 16)}, {1, rows(16, 32)}}),
+                                         LoadNode("b", {{2, rows(48, 16)}, {3, rows(0, 16)}})};
+  for (v1::NodeLoadPlan& node : nodes) node.set_world_size(4);
+  return nodes;
+}
+
+std::vector<v1::NodeLoadPlan> CompactedLoad(std::vector<v1::NodeLoadPlan> nodes) {
+  for (v1::NodeLoadPlan& node : nodes) CKPT_REQUIRE_OK(CompactLoadPlan(node, RequestLimits()));
+  return nodes;
+}
+
+v1::CheckpointManifest Saved() {
+  auto saved = PlanSave(Spelled(), Options());
+  CKPT_REQUIRE_OK(saved);
+  v1::CheckpointManifest manifest = saved->manifest_template();
+  return manifest;
+}
+
+TEST_CASE("a load spelled out and its compact form get the same plan", "[compact_plan]") {
+  const v1::CheckpointManifest manifest = Saved();
+  const std::vector<v1::NodeLoadPlan> spelled = LoadSpelled();
+  const std::vector<v1::NodeLoadPlan> compact = CompactedLoad(spelled);
+  for (const v1::NodeLoadPlan& node : compact) {
+    CHECK(node.compact());
+    CHECK(node.tensors_size() == 4);
+    for (const v1::NodeLoadPlan::RankRequests& rank : node.ranks()) {
+      CHECK(rank.tensors_size() == 0);
+      CHECK(rank.request_tensors_size() == 4);
+    }
+  }
+  auto a = PlanLoad(manifest, spelled);
+  CKPT_REQUIRE_OK(a);
+  auto b = PlanLoad(manifest, compact);
+  CKPT_REQUIRE_OK(b);
+  CHECK(google::protobuf::util::MessageDifferencer::Equals(*a, *b));
+  CHECK(b->reads_size() > 0);
+  CHECK(b->sizes_size() == 4);
+}
+
+TEST_CASE("a compact load's indexes and counts are checked before use", "[compact_plan]") {
+  const v1::CheckpointManifest manifest = Saved();
+  const std::vector<v1::NodeLoadPlan> good = CompactedLoad(LoadSpelled());
+  CKPT_REQUIRE_OK(PlanLoad(manifest, good));
+  auto rank_of = [](v1::NodeLoadPlan& node, int r) -> v1::NodeLoadPlan::RankRequests& {
+    for (auto& rank : *node.mutable_ranks()) {
+      if (rank.rank() == r) return rank;
+    }
+    FAIL("no rank " << r);
+    return *node.mutable_ranks(0);
+  };
+  std::vector<v1::NodeLoadPlan> bad = good;
+  rank_of(bad[1], 2).set_request_tensors(1, 9);
+  CKPT_REQUIRE_ERROR(PlanLoad(manifest, bad), absl::StatusCode::kInvalidArgument, "rank 2",
+                     "request 1 names tensor 9");
+  bad = good;
+  rank_of(bad[0], 1).mutable_request_regions()->RemoveLast();
+  CKPT_REQUIRE_ERROR(PlanLoad(manifest, bad), absl::StatusCode::kInvalidArgument, "rank 1",
+                     "4 request tensors, 3 request regions");
+  bad = good;
+  *rank_of(bad[0], 0).add_tensors() = Whole("norm", v1::BFLOAT16, {48});
+  CKPT_REQUIRE_ERROR(PlanLoad(manifest, bad), absl::StatusCode::kInvalidArgument, "rank 0",
+                     "1 requests spelled out in a compact plan");
+  bad = LoadSpelled();
+  bad[1].add_tensors();
+  CKPT_REQUIRE_ERROR(PlanLoad(manifest, bad), absl::StatusCode::kInvalidArgument, "host b",
+                     "compact form's tables");
+  bad = good;
+  for (int i = 0; i < 2 * RequestLimits().max_tensors_per_plan + 1; ++i) bad[1].add_regions();
+  CKPT_REQUIRE_ERROR(PlanLoad(manifest, bad), absl::StatusCode::kResourceExhausted, "host b",
+                     "--max_tensors_per_plan");
+  bad = good;
+  v1::Box* box = bad[0].mutable_regions(0)->mutable_box();
+  for (int d = 0; d < 100; ++d) box->add_lengths(1);
+  CKPT_REQUIRE_ERROR(PlanLoad(manifest, bad), absl::StatusCode::kResourceExhausted, "--max_dims");
+  // A tensor the checkpoint does not hold, and one asked with another dtype.
+  bad = good;
+  bad[0].mutable_tensors(0)->set_fqn("l9.w");
+  CKPT_REQUIRE_ERROR(PlanLoad(manifest, bad), absl::StatusCode::kNotFound, "tensor l9.w");
+  bad = good;
+  bad[1].mutable_tensors(2)->set_dtype(v1::FLOAT32);
+  CKPT_REQUIRE_ERROR(PlanLoad(manifest, bad), absl::StatusCode::kInvalidArgument, "rank 2",
+                     "asks for dtype FLOAT32");
+}
+
+TEST_CASE("compacting a load checks the device buffers it drops", "[compact_plan]") {
+  std::vector<v1::NodeLoadPlan> nodes = LoadSpelled();
+  v1::DeviceBuffer* buffer = nodes[0].mutable_ranks(1)->mutable_tensors(3)->mutable_device_buffer();
+  buffer->set_allocation_bytes(256 * 2);  // exactly the range
+  CKPT_REQUIRE_OK(CompactLoadPlan(nodes[0], RequestLimits()));
+  nodes = LoadSpelled();
+  buffer = nodes[0].mutable_ranks(1)->mutable_tensors(3)->mutable_device_buffer();
+  buffer->set_allocation_bytes(256 * 2 - 1);
+  CKPT_REQUIRE_ERROR(PlanLoad(Saved(), nodes), absl::StatusCode::kInvalidArgument, "rank 1",
+                     "tensor emb", "outside its allocation");
 }
 
 }  // namespace
