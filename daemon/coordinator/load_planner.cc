@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
@@ -626,6 +627,7 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
   // A host's tables, looked up where a rank first uses them.
   std::vector<int> host_tensor;  // manifest index; -1: not yet
   std::vector<bool> host_region_checked;
+  absl::flat_hash_set<int> ranks_seen;
   out.set_step(manifest.step());
   {
     // One growth by doubling copied up to the whole list (50 MB at 4096
@@ -651,6 +653,12 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
     host_region_checked.assign(node.regions_size(), false);
     for (const v1::NodeLoadPlan::RankRequests& rank : node.ranks()) {
       const auto who = [&] { return absl::StrCat("rank ", rank.rank()); };
+      // The assignment's sizes and copies are by rank: one list each.
+      if (rank.rank() < 0 || !ranks_seen.insert(rank.rank()).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(who(), " on host ", node.host().host(),
+                         rank.rank() < 0 ? " is negative" : " appears twice in the load"));
+      }
       const int count = rank.request_tensors_size();
       if (count > limits.max_tensors_per_plan) {
         return absl::ResourceExhaustedError(

@@ -13,12 +13,15 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/coordinator/load_planner.h"
 #include "daemon/coordinator/manifest_io.h"
 #include "daemon/server/node_save_plan.h"
+#include "proto/lib/compact_plan.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace ckpt::fuzz {
@@ -183,9 +186,9 @@ std::map<std::string, LoadCase> Loads(std::map<std::string, SaveCase>& saves) {
 
 // The save's ranks on two hosts (even and odd ranks), as their node
 // daemons send them (compact) or spelled out.
-ClusterSaveCase ClusterOf(const SaveCase& save, const std::vector<v1::PlanSaveRequest>& requests,
-                          bool compact) {
-  ClusterSaveCase out;
+ClusterCase ClusterOf(const SaveCase& save, const std::vector<v1::PlanSaveRequest>& requests,
+                      bool compact) {
+  ClusterCase out;
   const int world = save.attach().world_size();
   for (int parity = 0; parity < std::min(2, world); ++parity) {
     server::RankRequests ranks;
@@ -205,6 +208,29 @@ ClusterSaveCase ClusterOf(const SaveCase& save, const std::vector<v1::PlanSaveRe
     }
   }
   return out;
+}
+
+// The load's ranks on two hosts (even and odd ranks), compact as
+// LoadSession sends them or spelled out.
+void AddLoads(const std::vector<v1::LoadRequest>& ranks, bool compact, ClusterCase& out) {
+  const int world = static_cast<int>(ranks.size());
+  for (int parity = 0; parity < std::min(2, world); ++parity) {
+    v1::NodeLoadPlan* plan = out.add_loads();
+    plan->mutable_host()->set_host(absl::StrCat("h", parity));
+    plan->set_world_size(world);
+    std::optional<CompactShardsBuilder> builder;
+    if (compact) builder.emplace(*plan);
+    for (int r = parity; r < world; r += 2) {
+      v1::NodeLoadPlan::RankRequests* rank = plan->add_ranks();
+      rank->set_rank(r);
+      *rank->mutable_object_keys() = ranks[r].object_keys();
+      if (builder) {
+        builder->AddRequests(ranks[r].tensors(), *rank);
+      } else {
+        *rank->mutable_tensors() = ranks[r].tensors();
+      }
+    }
+  }
 }
 
 void Write(const std::filesystem::path& path, const std::string& bytes) {
@@ -240,14 +266,14 @@ int main(int argc, char** argv) {
     const v1::CheckpointManifest manifest = fuzz::CheckSaveAssignment(*assignment, requests);
     fuzz::Write(root / "fuzz_save_request" / (name + ".pb"), save.SerializeAsString());
     for (const bool compact : {true, false}) {
-      const fuzz::ClusterSaveCase cluster = fuzz::ClusterOf(save, requests, compact);
+      const fuzz::ClusterCase cluster = fuzz::ClusterOf(save, requests, compact);
       const std::vector<v1::NodeSavePlan> hosts(cluster.hosts().begin(), cluster.hosts().end());
       const std::string seed = compact ? name : name + "_spelled_out";
       if (absl::Status s = coordinator::PlanSave(hosts, fuzz::DaemonPlannerOptions()).status();
           !s.ok()) {
         fuzz::Refused(seed, s);
       }
-      fuzz::Write(root / "fuzz_node_save_plans" / (seed + ".pb"), cluster.SerializeAsString());
+      fuzz::Write(root / "fuzz_node_plans" / (seed + ".pb"), cluster.SerializeAsString());
     }
     fuzz::Write(root / "fuzz_manifest" / (name + ".MANIFEST"),
                 coordinator::EncodeManifest(manifest));
@@ -262,6 +288,21 @@ int main(int argc, char** argv) {
     if (!plan.ok()) fuzz::Refused(name, plan.status());
     fuzz::CheckLoadAssignment(*plan, ranks);
     fuzz::Write(root / "fuzz_load_request" / (name + ".pb"), load.SerializeAsString());
+    for (const bool compact : {true, false}) {
+      fuzz::ClusterCase cluster = fuzz::ClusterOf(load.save(), requests, compact);
+      fuzz::AddLoads(ranks, compact, cluster);
+      const std::vector<v1::NodeSavePlan> hosts(cluster.hosts().begin(), cluster.hosts().end());
+      const std::vector<v1::NodeLoadPlan> loads(cluster.loads().begin(), cluster.loads().end());
+      const std::string seed = compact ? name : name + "_spelled_out";
+      absl::StatusOr<v1::SaveAssignment> saved =
+          coordinator::PlanSave(hosts, fuzz::DaemonPlannerOptions());
+      if (!saved.ok()) fuzz::Refused(seed, saved.status());
+      if (absl::Status s = coordinator::PlanLoad(saved->manifest_template(), loads).status();
+          !s.ok()) {
+        fuzz::Refused(seed, s);
+      }
+      fuzz::Write(root / "fuzz_node_plans" / (seed + ".pb"), cluster.SerializeAsString());
+    }
   }
   std::printf("seeds written under %s\n", root.c_str());
   return 0;

@@ -246,6 +246,15 @@ TEST_CASE("a compact load's indexes and counts are checked before use", "[compac
   v1::Box* box = bad[0].mutable_regions(0)->mutable_box();
   for (int d = 0; d < 100; ++d) box->add_lengths(1);
   CKPT_REQUIRE_ERROR(PlanLoad(manifest, bad), absl::StatusCode::kResourceExhausted, "--max_dims");
+  // A rank on two hosts, or twice on one, or negative.
+  bad = good;
+  rank_of(bad[1], 3).set_rank(0);
+  CKPT_REQUIRE_ERROR(PlanLoad(manifest, bad), absl::StatusCode::kInvalidArgument,
+                     "rank 0 on host b appears twice");
+  bad = good;
+  rank_of(bad[0], 1).set_rank(-1);
+  CKPT_REQUIRE_ERROR(PlanLoad(manifest, bad), absl::StatusCode::kInvalidArgument,
+                     "rank -1 on host a is negative");
   // A tensor the checkpoint does not hold, and one asked with another dtype.
   bad = good;
   bad[0].mutable_tensors(0)->set_fqn("l9.w");
