@@ -1,6 +1,7 @@
 #include "daemon/coordinator/manifest_check.h"
 
 #include <algorithm>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -227,17 +228,32 @@ class Checker {
     std::sort(files.begin(), files.end());
     for (uint32_t f = 0; f < files.size(); ++f) file_number[files[f]] = f;
     for (Extent& e : extents_) e.file_number = file_number[e.file];
-    std::sort(extents_.begin(), extents_.end(), [](const Extent& a, const Extent& b) {
-      return std::tie(a.file_number, a.offset) < std::tie(b.file_number, b.offset);
-    });
-    // Sorted by start, ranges are disjoint when each ends before the next.
-    for (size_t i = 1; i < extents_.size(); ++i) {
-      const Extent& a = extents_[i - 1];
-      const Extent& b = extents_[i];
-      if (a.file_number == b.file_number && b.offset - a.offset < a.length) {
-        return Lost(absl::StrCat(OwnerName(m, a), " and ", OwnerName(m, b), " overlap in ",
-                                 Quoted(a.file), " at offset ", b.offset,
-                                 " (chunks may not share bytes)"));
+    // Grouped by file, then each file's sorted by offset on plain pairs: one
+    // sort of a million whole extents moved 50 MB about, most of a
+    // cluster-scale plan's check.
+    std::vector<uint32_t> first(files.size() + 1, 0);
+    for (const Extent& e : extents_) ++first[e.file_number + 1];
+    std::partial_sum(first.begin(), first.end(), first.begin());
+    std::vector<std::pair<uint64_t, uint32_t>> by_file(extents_.size());  // (offset, extent)
+    {
+      std::vector<uint32_t> next(first.begin(), first.end() - 1);
+      for (uint32_t i = 0; i < extents_.size(); ++i) {
+        by_file[next[extents_[i].file_number]++] = {extents_[i].offset, i};
+      }
+    }
+    for (size_t f = 0; f < files.size(); ++f) {
+      const auto begin = by_file.begin() + first[f];
+      const auto end = by_file.begin() + first[f + 1];
+      std::sort(begin, end);
+      // Sorted by start, ranges are disjoint when each ends before the next.
+      for (auto it = begin + (begin == end ? 0 : 1); it < end; ++it) {
+        const Extent& a = extents_[(it - 1)->second];
+        const Extent& b = extents_[it->second];
+        if (b.offset - a.offset < a.length) {
+          return Lost(absl::StrCat(OwnerName(m, a), " and ", OwnerName(m, b), " overlap in ",
+                                   Quoted(a.file), " at offset ", b.offset,
+                                   " (chunks may not share bytes)"));
+        }
       }
     }
     return absl::OkStatus();
