@@ -78,7 +78,9 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::WatchEvent> {
   }
   const RankSession& rank() const { return rank_; }
 
- private:
+  // Finishes the stream once, whoever asks first: gRPC aborts the daemon
+  // on a second Finish (a refused Watch whose client then went away did
+  // that: OnCancel after the refusal's Finish).
   void End(const grpc::Status& status) {
     absl::MutexLock lock(&mu_);
     if (finished_) return;
@@ -86,6 +88,7 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::WatchEvent> {
     Finish(status);
   }
 
+ private:
   NodeService* const service_;
   const RankSession rank_;
   absl::Mutex mu_;
@@ -174,7 +177,7 @@ grpc::ServerWriteReactor<v1::WatchEvent>* NodeService::Watch(grpc::CallbackServe
       absl::MutexLock lock(&mu_);
       watches_.insert(reactor);
     }
-    reactor->Finish(ToGrpc(rank.status()));
+    reactor->End(ToGrpc(rank.status()));
     return reactor;
   }
   auto* reactor = new WatchReactor(this, *rank);

@@ -804,6 +804,24 @@ void RealSaveAndLoad(Target& t, const Transport& transport) {
   t.RequireIdle("a real save and load");
 }
 
+// Watch streams the daemon refuses (no such session, another's id) and
+// that their client then drops at once: the refusal and the cancel both
+// end the stream, and a second end aborted the daemon (gRPC's callback
+// API allows one Finish). Many in a row: the cancel must land while the
+// refusal is still being sent.
+void RefusedWatchesDropped(Target& t) {
+  for (int i = 0; i < 200; ++i) {
+    grpc::ClientContext context;
+    v1::WatchRequest request;
+    request.set_session_id(i % 2 == 0 ? "no-such-session" : std::string(40, 'x'));
+    std::unique_ptr<grpc::ClientReader<v1::WatchEvent>> reader = t.stub().Watch(&context, request);
+    context.TryCancel();
+    const grpc::Status status = reader->Finish();
+    CHECK_FALSE(status.ok());
+  }
+  t.RequireAlive("refused Watch streams dropped by their client");
+}
+
 }  // namespace
 
 TEST_CASE("A hostile raw-gRPC client gets clear errors and ckptd keeps serving",
@@ -817,6 +835,7 @@ TEST_CASE("A hostile raw-gRPC client gets clear errors and ckptd keeps serving",
   HostileAttaches(t);
   ForeignIds(t);
   LoadsAndWaits(t);
+  RefusedWatchesDropped(t);
   GarbageBytes(t);
   t.RequireIdle("the attack");
   RealSaveAndLoad(t, transport);

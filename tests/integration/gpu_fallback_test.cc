@@ -39,6 +39,7 @@ TEST_CASE("GPU tensors without a GPU get a clear error", "[integration][gpu_fall
     options.gpu_transfer = transfer;
     auto client = Client::Attach(options);
     INFO(client.status().ToString());
+    INFO("daemon running: " << d.Running() << "; its output: " << d.Output());
     REQUIRE(client.ok());
     auto saved = (*client)->Save(1, {t}, {});
     INFO(saved.status().ToString());
