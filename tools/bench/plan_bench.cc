@@ -35,14 +35,21 @@
 //   node_load_compact_max_s,
 //   first_save_plan_s, first_plan_cache_s, first_load_plan_s, repeat, ranks, shards_per_rank,
 //   replication, unique_shards, hosts, cached_plan_bytes (the memory the
-//   plan cache holds for the job: --plan_cache_mib must allow it).
+//   plan cache holds for the job: --plan_cache_mib must allow it),
+//   huge_heap (glibc's malloc asked for transparent huge pages, as
+//   deploy/ckptd.service runs ckptd; --no-huge-heap for glibc's default).
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 
@@ -65,6 +72,24 @@ constexpr int64_t kColumns = 256;  // f32: a part is 4 KiB
 
 double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
+}
+
+// glibc's malloc madvises its heap for transparent huge pages with this
+// tunable (glibc 2.35+): the planners' out-of-order walks over hundreds of
+// megabytes miss the TLB less.
+constexpr const char* kHugeHeapTunable = "glibc.malloc.hugetlb=1";
+
+bool HugeHeapTunableSet() {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  return tunables != nullptr && std::strstr(tunables, kHugeHeapTunable) != nullptr;
+}
+
+void SetHugeHeapTunable() {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  const std::string value = tunables == nullptr || *tunables == '\0'
+                                ? std::string(kHugeHeapTunable)
+                                : absl::StrCat(tunables, ":", kHugeHeapTunable);
+  setenv("GLIBC_TUNABLES", value.c_str(), 1);
 }
 
 struct Layout {
@@ -248,7 +273,21 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 100));
   app.add_flag("--json", json, "print the figures as one JSON object");
+  bool huge_heap = true;
+  app.add_flag("--huge-heap,!--no-huge-heap", huge_heap,
+               "run with glibc's malloc asking for transparent huge pages "
+               "(GLIBC_TUNABLES=glibc.malloc.hugetlb=1, as deploy/ckptd.service runs ckptd); "
+               "re-executes itself to set it")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (huge_heap && !HugeHeapTunableSet()) {
+    // Tunables are read at startup only: the bench runs again with it.
+    SetHugeHeapTunable();
+    execv("/proc/self/exe", argv);
+    std::fprintf(stderr, "ckpt-plan-bench: re-executing with %s: %s (running without)\n",
+                 kHugeHeapTunable, std::strerror(errno));
+    huge_heap = false;
+  }
   // As ckptd does: a plan's freed memory is kept for the next one.
   ckpt::coordinator::KeepFreedMemoryForReuse();
   if (l.ranks <= 0 || l.shards_per_rank <= 0 || l.replication <= 0 ||
@@ -306,6 +345,9 @@ int main(int argc, char** argv) {
       "save plan of the next step, from the plan cache: %.3f s (the cached plan: %.1f MiB)\n",
       plan_cache_s, first.cached_bytes / 1048576.0);
   std::printf("load plan: %d ranks, %d chunk reads: %.3f s\n", l.ranks / 2, reads, load_plan_s);
+  std::printf("heap: %s\n", huge_heap ? "transparent huge pages (glibc.malloc.hugetlb=1, as "
+                                        "deploy/ckptd.service runs ckptd)"
+                                      : "glibc's default (4 KiB pages; --no-huge-heap)");
   std::printf(
       "on-CPU time of this thread (without what others took of the core): save %.3f s, "
       "load %.3f s\n",
@@ -329,12 +371,13 @@ int main(int argc, char** argv) {
         "\"node_load_compact_max_s\":%.5f,\"first_save_plan_s\":%.4f,\"first_plan_cache_"
         "s\":%.4f,\"first_load_plan_s\":%.4f,"
         "\"repeat\":%d,\"ranks\":%d,\"shards_per_rank\":%d,\"replication\":%d,"
-        "\"unique_shards\":%llu,\"hosts\":%zu,\"cached_plan_bytes\":%llu}\n",
+        "\"unique_shards\":%llu,\"hosts\":%zu,\"cached_plan_bytes\":%llu,\"huge_heap\":%s}\n",
         save_plan_s, plan_cache_s, load_plan_s, best.save_plan_cpu_s, best.load_plan_cpu_s,
         best.host_key_s, best.host_key_max_s, compact.all_s, compact.max_s, load_compact.all_s,
         load_compact.max_s, first.save_plan_s, first.plan_cache_s, first.load_plan_s, repeat,
         l.ranks, l.shards_per_rank, l.replication, static_cast<unsigned long long>(items),
-        save_nodes.size(), static_cast<unsigned long long>(first.cached_bytes));
+        save_nodes.size(), static_cast<unsigned long long>(first.cached_bytes),
+        huge_heap ? "true" : "false");
   }
   return 0;
 }
