@@ -645,13 +645,7 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
     requests.reserve(total);
   }
   for (const v1::NodeLoadPlan& node : nodes) {
-    const int64_t most = static_cast<int64_t>(node.ranks_size()) * limits.max_tensors_per_plan;
-    if (node.tensors_size() > most || node.regions_size() > most) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "host ", node.host().host(), ": plan lists ", node.tensors_size(), " tensors and ",
-          node.regions_size(), " regions for ", node.ranks_size(), " ranks; the limit is ",
-          limits.max_tensors_per_plan, " per rank (--max_tensors_per_plan)"));
-    }
+    if (absl::Status s = CheckCompactTables(node, limits); !s.ok()) return s;
     host_tensor.assign(node.tensors_size(), -1);
     host_region_checked.assign(node.regions_size(), false);
     for (const v1::NodeLoadPlan::RankRequests& rank : node.ranks()) {

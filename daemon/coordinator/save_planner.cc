@@ -265,13 +265,7 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
   v1::TensorShard scratch;  // a spelling to validate
   HostTables host;
   for (const v1::NodeSavePlan& node : nodes) {
-    const int64_t most = static_cast<int64_t>(node.ranks_size()) * limits.max_tensors_per_plan;
-    if (node.tensors_size() > most || node.regions_size() > most) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "host ", node.host().host(), ": plan lists ", node.tensors_size(), " tensors and ",
-          node.regions_size(), " regions for ", node.ranks_size(), " ranks; the limit is ",
-          limits.max_tensors_per_plan, " per rank (--max_tensors_per_plan)"));
-    }
+    if (absl::Status s = CheckCompactTables(node, limits); !s.ok()) return s;
     host.tensor.assign(node.tensors_size(), -1);
     host.region.assign(node.regions_size(), -1);
     for (const v1::RankSavePlan& rank : node.ranks()) {

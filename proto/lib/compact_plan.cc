@@ -73,6 +73,18 @@ uint32_t CompactShardsBuilder::RegionOf(const v1::Region& region) {
   return r;
 }
 
+absl::Status CheckCompactTableSizes(const std::string& host, int ranks, int tensors, int regions,
+                                    const RequestLimits& limits) {
+  const int64_t most = static_cast<int64_t>(ranks) * limits.max_tensors_per_plan;
+  if (tensors > most || regions > most) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("host ", host, ": plan lists ", tensors, " tensors and ", regions,
+                     " regions for ", ranks, " ranks; the limit is ", limits.max_tensors_per_plan,
+                     " per rank (--max_tensors_per_plan)"));
+  }
+  return absl::OkStatus();
+}
+
 namespace {
 
 // What a plan spelled out must be before it is compacted: no compact parts

@@ -9,6 +9,7 @@
 #define CKPT_PROTO_LIB_COMPACT_PLAN_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -63,6 +64,16 @@ class CompactShardsBuilder {
   // shard's tensor is the likely one.
   std::vector<uint32_t> tensor_hint_;
 };
+
+// A compact plan's tables list at most what its ranks may send
+// (--max_tensors_per_plan each): checked before anything is sized from them.
+absl::Status CheckCompactTableSizes(const std::string& host, int ranks, int tensors, int regions,
+                                    const RequestLimits& limits);
+template <typename Node>
+absl::Status CheckCompactTables(const Node& node, const RequestLimits& limits) {
+  return CheckCompactTableSizes(node.host().host(), node.ranks_size(), node.tensors_size(),
+                                node.regions_size(), limits);
+}
 
 // Turn a plan spelled out into the compact form in place (a compact plan
 // is left as it is). Each shard or request with a device buffer is
