@@ -624,12 +624,16 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
   Planner planner(manifest, limits);
   const std::string& where = planner.where();
   std::vector<Request> requests;
-  std::vector<int> tensor_of;  // of one rank's requests
-  RankForm form;               // of one rank's requests
-  RankForms forms;             // of ranks planned request by request
+  std::vector<int> tensor_of;   // of one rank's requests
+  std::vector<uint64_t> pairs;  // of one rank's requests
+  RankForms forms;
+  std::vector<size_t> form_request;  // by form: its first rank's first request
+  // The plan's regions, whatever their tensor (0): a rank's form is in
+  // these numbers.
+  RegionTable regions;
   // A host's tables, looked up where a rank first uses them.
-  std::vector<int> host_tensor;  // manifest index; -1: not yet
-  std::vector<bool> host_region_checked;
+  std::vector<int> host_tensor;      // manifest index; -1: not yet
+  std::vector<int64_t> host_region;  // the plan's region number; -1: not yet
   absl::flat_hash_set<int> ranks_seen;
   out.set_step(manifest.step());
   {
@@ -647,7 +651,7 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
   for (const v1::NodeLoadPlan& node : nodes) {
     if (absl::Status s = CheckCompactTables(node, limits); !s.ok()) return s;
     host_tensor.assign(node.tensors_size(), -1);
-    host_region_checked.assign(node.regions_size(), false);
+    host_region.assign(node.regions_size(), -1);
     for (const v1::NodeLoadPlan::RankRequests& rank : node.ranks()) {
       const auto who = [&] { return absl::StrCat("rank ", rank.rank()); };
       // The assignment's sizes and copies are by rank: one list each.
@@ -677,17 +681,17 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
       sizes->set_rank(rank.rank());
       sizes->mutable_tensor_bytes()->Reserve(count);
       tensor_of.clear();
-      form.Clear();
+      pairs.clear();
       for (int i = 0; i < count; ++i) {
         const uint32_t k = rank.request_tensors(i);
         const uint32_t j = rank.request_regions(i);
-        if (k >= host_tensor.size() || j >= host_region_checked.size()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              who(), ": request ", i, " names tensor ", k, " and region ", j, " of ",
-              host_tensor.size(), " and ", host_region_checked.size(), " its host listed"));
+        if (k >= host_tensor.size() || j >= host_region.size()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(who(), ": request ", i, " names tensor ", k, " and region ", j, " of ",
+                           host_tensor.size(), " and ", host_region.size(), " its host listed"));
         }
         const v1::Region& region = node.regions(static_cast<int>(j));
-        if (!host_region_checked[j]) {
+        if (host_region[j] < 0) {
           // The region is read from here on: its size is checked first.
           const v1::Box& box = region.box();
           if (box.offsets_size() > limits.max_dims || box.lengths_size() > limits.max_dims) {
@@ -696,7 +700,7 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
             request.set_fqn(node.tensors(static_cast<int>(k)).fqn());
             return WithContext(ValidateShardRequest(request, limits).status(), who());
           }
-          host_region_checked[j] = true;
+          host_region[j] = regions.Intern(0, region).first;
         }
         if (host_tensor[k] < 0) {
           absl::StatusOr<int> t =
@@ -705,17 +709,18 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
           host_tensor[k] = *t;
         }
         tensor_of.push_back(host_tensor[k]);
-        form.Add(host_tensor[k], region);
+        pairs.push_back(FormPair(host_tensor[k], static_cast<uint32_t>(host_region[j])));
       }
       // A replica of an earlier rank gets its copies.
-      if (const RankForms::Known* same = forms.Find(form)) {
+      const auto [form, fresh_form] = forms.Intern(pairs);
+      if (!fresh_form) {
         for (int i = 0; i < count; ++i) {
-          const uint32_t planned = requests[same->first + i].planned;
+          const uint32_t planned = requests[form_request[form] + i].planned;
           sizes->add_tensor_bytes(planner.planned(planned).bytes);
           requests.push_back(Request{rank.rank(), static_cast<uint32_t>(i), planned});
         }
       } else {
-        const size_t first = requests.size();
+        form_request.push_back(requests.size());
         for (int i = 0; i < count; ++i) {
           if (const int ahead = i + kPrefetchAhead; ahead < count) {
             planner.Prefetch(node.regions(static_cast<int>(rank.request_regions(ahead))),
@@ -727,7 +732,6 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
           sizes->add_tensor_bytes(planner.planned(*planned).bytes);
           requests.push_back(Request{rank.rank(), static_cast<uint32_t>(i), *planned});
         }
-        forms.Add(form, first);
       }
       for (int i = 0; i < rank.object_keys_size(); ++i) {
         const std::string& key = rank.object_keys(i);

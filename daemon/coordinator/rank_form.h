@@ -1,56 +1,48 @@
-// A rank's list of tensor regions in short, for finding whole-rank
-// replicas. Data-parallel replicas list the very same shards (on save) or
-// ask for the very same regions (on load), and a rank holds the same rows
-// or range of every tensor of a layer, so a list of a thousand shards is a
-// thousand small codes over a few distinct regions, and a replica's form
-// equals an earlier rank's. Planners look up the shards of one rank per
-// form and give its replicas the same answers without a lookup per shard.
+// A rank's list of shards (on save) or requests (on load) in short, for
+// finding whole-rank replicas: each entry as a (tensor, region) pair in
+// the planner's numbering of the plan's tensors and regions. Data-parallel
+// replicas list the very same shards or ask for the very same regions, so
+// a replica's pairs equal an earlier rank's; planners work out the entries
+// of one rank per form and give its replicas the same answers without a
+// lookup per entry.
 //
-// Thread-safety: none; one planner's. Regions are the requests' own
-// messages, which must outlive the forms.
+// Thread-safety: none; one planner's.
 #ifndef CKPT_DAEMON_COORDINATOR_RANK_FORM_H_
 #define CKPT_DAEMON_COORDINATOR_RANK_FORM_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "ckpt/v1/common.pb.h"
+#include "absl/types/span.h"
 
 namespace ckpt::coordinator {
 
-struct RankForm {
-  static constexpr size_t kMaxRegions = 8;  // more distinct regions: no form
-  std::vector<uint64_t> codes;              // per entry: tensor << 8 | region
-  std::vector<const v1::Region*> regions;   // the distinct ones, as written
-  bool valid = true;
+// One entry of a form: the planner's tensor and region numbers.
+inline uint64_t FormPair(int tensor, uint32_t region) {
+  return static_cast<uint64_t>(tensor) << 32 | region;
+}
+inline int TensorOfPair(uint64_t pair) { return static_cast<int>(pair >> 32); }
+inline uint32_t RegionOfPair(uint64_t pair) { return static_cast<uint32_t>(pair); }
 
-  void Clear();
-  // The next entry: the caller's number for its tensor, and its region.
-  void Add(int tensor, const v1::Region& region);
-  // Which of `regions` entry i holds (of a valid form).
-  int RegionOf(size_t i) const { return static_cast<int>(codes[i] & 0xff); }
-  size_t Hash() const;
-  bool operator==(const RankForm& other) const;
-};
-
-// Forms of ranks that were planned entry by entry, with where their
-// answers start in the planner's per-entry arrays.
 class RankForms {
  public:
-  struct Known {
-    RankForm form;
-    size_t first = 0;
-  };
-  // An earlier rank of exactly this form (compared in full), or null; null
-  // too for a form that is not valid.
-  const Known* Find(const RankForm& form) const;
-  // Records a valid form; an invalid one is not kept.
-  void Add(const RankForm& form, size_t first);
+  // The form of a rank with these entries, numbered in order of first
+  // appearance, and whether it is new (no earlier rank had the very same
+  // entries, compared in full, not by hash alone).
+  std::pair<uint32_t, bool> Intern(absl::Span<const uint64_t> pairs);
+
+  size_t size() const { return first_.size() - 1; }
+  // Where form f's entries start among all forms' entries (size() + 1
+  // bounds: the forms' entries lie one after the other).
+  size_t first(size_t f) const { return first_[f]; }
+  size_t entries() const { return pairs_.size(); }
 
  private:
-  std::vector<Known> known_;
+  std::vector<uint64_t> pairs_;  // every form's entries, one form after the other
+  std::vector<size_t> first_ = {0};
   absl::flat_hash_map<size_t, std::vector<uint32_t>> by_hash_;
 };
 

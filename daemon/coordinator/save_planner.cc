@@ -11,11 +11,11 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/coordinator/manifest_check.h"
 #include "daemon/coordinator/planner_memory.h"
+#include "daemon/coordinator/rank_form.h"
 #include "daemon/coordinator/region_table.h"
 #include "proto/lib/align.h"
 #include "proto/lib/compact_plan.h"
@@ -73,14 +73,15 @@ struct Spelling {
 struct Shards {
   std::vector<TensorInfo> tensors;
   std::vector<Spelling> spellings;
-  std::vector<uint32_t> form_first;      // forms + 1 bounds into form_spellings
+  RankForms forms;                       // their entries lie as form_spellings' do
   std::vector<uint32_t> form_spellings;  // each form's, in shard order
   std::vector<uint32_t> form_of_rank;    // by rank in plan order; forms in order of first use
 
-  size_t forms() const { return form_first.size() - 1; }
+  // Where form f's spellings start in form_spellings (forms.size() + 1
+  // bounds; fewer than 2^32 entries, CollectShards checks).
+  uint32_t first(size_t f) const { return static_cast<uint32_t>(forms.first(f)); }
   absl::Span<const uint32_t> Form(size_t f) const {
-    return absl::MakeConstSpan(form_spellings)
-        .subspan(form_first[f], form_first[f + 1] - form_first[f]);
+    return absl::MakeConstSpan(form_spellings).subspan(first(f), first(f + 1) - first(f));
   }
 };
 
@@ -257,12 +258,8 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
   // region, so its lookups stay in one small table (one table of all pairs
   // missed the cache on nearly every lookup at a million spellings).
   std::vector<absl::flat_hash_map<uint32_t, uint32_t>> spelling_by_region;
-  // The forms' (tensor, region) pairs, found by hash.
-  std::vector<uint64_t> form_pairs;
-  absl::flat_hash_map<uint64_t, std::vector<uint32_t>> forms_by_hash;
   std::vector<uint64_t> pairs;  // this rank's
-  out.form_first.push_back(0);
-  v1::TensorShard scratch;  // a spelling to validate
+  v1::TensorShard scratch;      // a spelling to validate
   HostTables host;
   for (const v1::NodeSavePlan& node : nodes) {
     if (absl::Status s = CheckCompactTables(node, limits); !s.ok()) return s;
@@ -288,7 +285,6 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
                                     " shards spelled out in a compact plan"));
       }
       pairs.clear();
-      uint64_t hash = static_cast<uint64_t>(count);
       for (int i = 0; i < count; ++i) {
         const uint32_t k = rank.shard_tensors(i);
         const uint32_t j = rank.shard_regions(i);
@@ -342,36 +338,22 @@ absl::StatusOr<Shards> CollectShards(absl::Span<const v1::NodeSavePlan> nodes,
           }
           host.region[j] = id;
         }
-        const uint64_t pair =
-            static_cast<uint64_t>(host.tensor[k]) << 32 | static_cast<uint64_t>(host.region[j]);
-        pairs.push_back(pair);
-        hash = absl::HashOf(hash, pair);
+        pairs.push_back(FormPair(host.tensor[k], static_cast<uint32_t>(host.region[j])));
       }
-      // A replica of an earlier rank: its form.
-      std::vector<uint32_t>& alike = forms_by_hash[hash];
-      const auto same = std::find_if(alike.begin(), alike.end(), [&](uint32_t f) {
-        return out.form_first[f + 1] - out.form_first[f] == pairs.size() &&
-               std::equal(pairs.begin(), pairs.end(), form_pairs.begin() + out.form_first[f]);
-      });
-      if (same != alike.end()) {
-        out.form_of_rank.push_back(*same);
-        continue;
-      }
-      const uint32_t form = static_cast<uint32_t>(out.forms());
-      alike.push_back(form);
+      // A replica of an earlier rank takes its form.
+      const auto [form, fresh_form] = out.forms.Intern(pairs);
       out.form_of_rank.push_back(form);
-      form_pairs.insert(form_pairs.end(), pairs.begin(), pairs.end());
-      if (form_pairs.size() > UINT32_MAX) {
+      if (!fresh_form) continue;
+      if (out.forms.entries() > UINT32_MAX) {
         return absl::ResourceExhaustedError("the plan's ranks list more than 2^32 distinct shards");
       }
-      out.form_first.push_back(static_cast<uint32_t>(form_pairs.size()));
-      for (int i = 0; i < count; ++i) {
-        const auto [found, fresh] = spelling_by_region[static_cast<uint32_t>(pairs[i])].try_emplace(
-            static_cast<uint32_t>(pairs[i] >> 32), static_cast<uint32_t>(out.spellings.size()));
+      for (const uint64_t pair : pairs) {
+        const int t = TensorOfPair(pair);
+        const uint32_t region = RegionOfPair(pair);
+        const auto [found, fresh] = spelling_by_region[region].try_emplace(
+            static_cast<uint32_t>(t), static_cast<uint32_t>(out.spellings.size()));
         out.form_spellings.push_back(found->second);
         if (!fresh) continue;
-        const int t = static_cast<int>(pairs[i] >> 32);
-        const uint32_t region = static_cast<uint32_t>(pairs[i]);
         TensorInfo& info = out.tensors[t];
         Spelling& spelling = out.spellings.emplace_back();
         spelling.tensor = t;
@@ -521,7 +503,7 @@ absl::StatusOr<Items> CollectItems(absl::Span<const v1::NodeSavePlan> nodes, con
   std::vector<int32_t> item_of_region(shards.spellings.size(), -1);  // by head spelling
   std::vector<int32_t> last_form(shards.spellings.size(), -1);       // by head spelling
   absl::flat_hash_map<absl::string_view, uint32_t> global_objects;
-  out.first_rank.assign(shards.forms() + 1, 0);
+  out.first_rank.assign(shards.forms.size() + 1, 0);
   size_t plan_rank = 0;
   uint32_t forms_seen = 0;
   for (int h = 0; h < static_cast<int>(nodes.size()); ++h) {
@@ -549,7 +531,7 @@ absl::StatusOr<Items> CollectItems(absl::Span<const v1::NodeSavePlan> nodes, con
             item.written = head.written;
             item.bytes = head.bytes;
           }
-          item_of_entry[shards.form_first[forms_seen] + i] =
+          item_of_entry[shards.first(forms_seen) + i] =
               static_cast<uint32_t>(item_of_region[region]);
         }
       }
@@ -608,9 +590,9 @@ absl::StatusOr<Items> CollectItems(absl::Span<const v1::NodeSavePlan> nodes, con
   out.uses.resize(out.first_use.back());
   {
     std::vector<uint32_t> next(out.first_use.begin(), out.first_use.end() - 1);
-    for (uint32_t f = 0; f < shards.forms(); ++f) {
-      for (uint32_t e = shards.form_first[f]; e < shards.form_first[f + 1]; ++e) {
-        out.uses[next[item_of_entry[e]]++] = {f, e - shards.form_first[f]};
+    for (uint32_t f = 0; f < shards.forms.size(); ++f) {
+      for (uint32_t e = shards.first(f); e < shards.first(f + 1); ++e) {
+        out.uses[next[item_of_entry[e]]++] = {f, e - shards.first(f)};
       }
     }
   }
