@@ -87,22 +87,40 @@ absl::Status CheckCompactTableSizes(const std::string& host, int ranks, int tens
 
 namespace {
 
-// What a plan spelled out must be before it is compacted: no compact parts
-// beside the shards, no more shards per rank than a rank may send, and
-// each device buffer inside its allocation.
-template <typename Node, typename Rank>
-absl::Status CheckSpelledOut(
-    const Node& node, const google::protobuf::RepeatedPtrField<Rank>& ranks,
-    const RequestLimits& limits,
-    const google::protobuf::RepeatedPtrField<v1::TensorShard>& (*shards_of)(const Rank&),
-    bool (*has_compact)(const Rank&)) {
+// The two plans' ranks, alike but for their fields' names.
+google::protobuf::RepeatedPtrField<v1::TensorShard>* SpelledOut(v1::RankSavePlan& rank) {
+  return rank.mutable_shards();
+}
+google::protobuf::RepeatedPtrField<v1::TensorShard>* SpelledOut(
+    v1::NodeLoadPlan::RankRequests& rank) {
+  return rank.mutable_tensors();
+}
+bool HasCompactEntries(const v1::RankSavePlan& rank) {
+  return rank.shard_tensors_size() > 0 || rank.shard_regions_size() > 0;
+}
+bool HasCompactEntries(const v1::NodeLoadPlan::RankRequests& rank) {
+  return rank.request_tensors_size() > 0 || rank.request_regions_size() > 0;
+}
+void AddCompact(CompactShardsBuilder& builder, v1::RankSavePlan& rank) {
+  builder.AddShards(rank.shards(), rank);
+}
+void AddCompact(CompactShardsBuilder& builder, v1::NodeLoadPlan::RankRequests& rank) {
+  builder.AddRequests(rank.tensors(), rank);
+}
+
+// A plan spelled out is checked first (no compact parts beside the shards,
+// no more shards per rank than a rank may send, each device buffer inside
+// its allocation), then compacted.
+template <typename Node>
+absl::Status Compact(Node& node, const RequestLimits& limits) {
+  if (node.compact()) return absl::OkStatus();
   if (node.tensors_size() > 0 || node.regions_size() > 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "host ", node.host().host(), ": a plan spelled out has the compact form's tables"));
   }
-  for (const Rank& rank : ranks) {
-    const auto& shards = shards_of(rank);
-    if (has_compact(rank)) {
+  for (auto& rank : *node.mutable_ranks()) {
+    const auto& shards = *SpelledOut(rank);
+    if (HasCompactEntries(rank)) {
       return absl::InvalidArgumentError(
           absl::StrCat("rank ", rank.rank(), ": a plan spelled out has compact shards"));
     }
@@ -118,47 +136,22 @@ absl::Status CheckSpelledOut(
       }
     }
   }
+  CompactShardsBuilder builder(node);
+  for (auto& rank : *node.mutable_ranks()) {
+    AddCompact(builder, rank);
+    SpelledOut(rank)->Clear();
+  }
   return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::Status CompactSavePlan(v1::NodeSavePlan& node, const RequestLimits& limits) {
-  if (node.compact()) return absl::OkStatus();
-  if (absl::Status s = CheckSpelledOut<v1::NodeSavePlan, v1::RankSavePlan>(
-          node, node.ranks(), limits,
-          [](const v1::RankSavePlan& r) -> const auto& { return r.shards(); },
-          [](const v1::RankSavePlan& r) {
-            return r.shard_tensors_size() > 0 || r.shard_regions_size() > 0;
-          });
-      !s.ok()) {
-    return s;
-  }
-  CompactShardsBuilder builder(node);
-  for (v1::RankSavePlan& rank : *node.mutable_ranks()) {
-    builder.AddShards(rank.shards(), rank);
-    rank.clear_shards();
-  }
-  return absl::OkStatus();
+  return Compact(node, limits);
 }
 
 absl::Status CompactLoadPlan(v1::NodeLoadPlan& node, const RequestLimits& limits) {
-  using Rank = v1::NodeLoadPlan::RankRequests;
-  if (node.compact()) return absl::OkStatus();
-  if (absl::Status s = CheckSpelledOut<v1::NodeLoadPlan, Rank>(
-          node, node.ranks(), limits, [](const Rank& r) -> const auto& { return r.tensors(); },
-          [](const Rank& r) {
-            return r.request_tensors_size() > 0 || r.request_regions_size() > 0;
-          });
-      !s.ok()) {
-    return s;
-  }
-  CompactShardsBuilder builder(node);
-  for (Rank& rank : *node.mutable_ranks()) {
-    builder.AddRequests(rank.tensors(), rank);
-    rank.clear_tensors();
-  }
-  return absl::OkStatus();
+  return Compact(node, limits);
 }
 
 }  // namespace ckpt
