@@ -11,6 +11,9 @@ std::unique_ptr<Backend> NewPosixBackend(const PosixBackendOptions& options) {
 }
 
 std::unique_ptr<Backend> NewMemoryBackend() { return std::make_unique<MemoryBackend>(); }
+std::unique_ptr<Backend> NewMemoryBackend(const MemoryBackendOptions& options) {
+  return std::make_unique<MemoryBackend>(options);
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> NewBackend(const std::string& kind,
                                                     const PosixBackendOptions& options) {

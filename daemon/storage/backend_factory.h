@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/storage/backend.h"
+#include "daemon/storage/memory/memory_backend.h"
 
 namespace ckpt::storage {
 
@@ -22,6 +23,7 @@ struct PosixBackendOptions {
 
 std::unique_ptr<Backend> NewPosixBackend(const PosixBackendOptions& options = {});
 std::unique_ptr<Backend> NewMemoryBackend();
+std::unique_ptr<Backend> NewMemoryBackend(const MemoryBackendOptions& options);
 
 // "posix" or "memory"; INVALID_ARGUMENT naming the kind otherwise.
 absl::StatusOr<std::unique_ptr<Backend>> NewBackend(const std::string& kind,

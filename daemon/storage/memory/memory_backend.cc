@@ -1,8 +1,10 @@
 #include "daemon/storage/memory/memory_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -11,15 +13,10 @@
 
 namespace ckpt::storage {
 
-// A file's bytes; shared by the name table and every open file object.
-struct MemoryBackend::Inode {
-  absl::Mutex mu;
-  std::string data ABSL_GUARDED_BY(mu);
-};
-
 namespace {
 
-// Far beyond any test, well below what std::string::resize would throw on.
+// Far beyond any test; keeps offset + length and a write's block bytes far
+// from overflowing.
 constexpr uint64_t kMaxFileSize = uint64_t{1} << 40;
 
 std::string Normalize(const std::string& path) {
@@ -49,6 +46,162 @@ bool StartsWith(const std::string& s, const std::string& prefix) {
   return s.compare(0, prefix.size(), prefix) == 0;
 }
 
+MemoryBackendOptions Normalized(MemoryBackendOptions options) {
+  if (options.block_bytes == 0) options.block_bytes = MemoryBackendOptions{}.block_bytes;
+  // A write's block bytes then stay below 2 * kMaxFileSize: no overflow.
+  options.block_bytes = std::min(options.block_bytes, kMaxFileSize);
+  return options;
+}
+
+}  // namespace
+
+// Bytes of blocks held by a backend and its inodes. Shared rather than owned
+// by the backend, so an inode kept by a file object can always give its
+// blocks back.
+struct MemoryBackend::Budget {
+  explicit Budget(uint64_t limit) : limit(limit) {}
+
+  // Adds bytes to held unless that would pass the limit; on refusal sets
+  // *held_now to what was held. A compare-exchange, so two writers cannot
+  // both take the last room.
+  bool TryReserve(uint64_t bytes, uint64_t* held_now) {
+    uint64_t current = held.load();
+    do {
+      if (limit != 0 && (current > limit || bytes > limit - current)) {
+        *held_now = current;
+        return false;
+      }
+    } while (!held.compare_exchange_weak(current, current + bytes));
+    return true;
+  }
+  void Release(uint64_t bytes) { held.fetch_sub(bytes); }
+
+  const uint64_t limit;  // 0: none
+  std::atomic<uint64_t> held{0};
+};
+
+// A file's bytes; shared by the name table and every open file object, so
+// its blocks go back to the budget when the last of them lets go, as an
+// unlinked file's space does on POSIX.
+struct MemoryBackend::Inode {
+  Inode(std::shared_ptr<Budget> budget, uint64_t block_bytes)
+      : budget(std::move(budget)), block_bytes(block_bytes) {}
+  ~Inode() { Truncate(); }
+
+  // All of it or nothing: the budget and every block are secured before a
+  // byte of the file changes. 0 < length, offset + length <= kMaxFileSize.
+  absl::Status Write(const std::string& path, uint64_t offset, const char* src, size_t length);
+  // Returns the count, short only at the end of the file.
+  size_t Read(uint64_t offset, char* dst, size_t length);
+  uint64_t Size();
+  // Empties the file and gives its blocks back, as O_TRUNC does: open
+  // readers see it empty.
+  void Truncate();
+
+  const std::shared_ptr<Budget> budget;
+  const uint64_t block_bytes;
+  absl::Mutex mu;
+  uint64_t size ABSL_GUARDED_BY(mu) = 0;
+  // Indexed by offset / block_bytes, as long as the last block written
+  // needs; null (or past the end) is a hole, read as zeros. Growing the table
+  // moves pointers, never file data.
+  std::vector<std::unique_ptr<char[]>> blocks ABSL_GUARDED_BY(mu);
+  uint64_t blocks_held ABSL_GUARDED_BY(mu) = 0;  // non-null entries
+};
+
+absl::Status MemoryBackend::Inode::Write(const std::string& path, uint64_t offset, const char* src,
+                                         size_t length) {
+  const uint64_t end = offset + length;
+  const uint64_t first = offset / block_bytes;
+  const uint64_t last = (end - 1) / block_bytes;
+  absl::MutexLock lock(&mu);
+  uint64_t missing = 0;
+  for (uint64_t i = first; i <= last; ++i) {
+    if (i >= blocks.size() || blocks[i] == nullptr) ++missing;
+  }
+  const uint64_t missing_bytes = missing * block_bytes;
+  uint64_t held_now = 0;
+  if (missing > 0 && !budget->TryReserve(missing_bytes, &held_now)) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "write %s at offset %d: %d bytes need %d bytes of new blocks, and %d of the %d-byte "
+        "memory tier budget are held",
+        path, offset, length, missing_bytes, held_now, budget->limit));
+  }
+  // Uninitialized: the bytes this write covers are copied over, and only the
+  // rest of each block is zeroed below.
+  std::vector<std::unique_ptr<char[]>> fresh(missing);
+  for (auto& block : fresh) {
+    block.reset(new (std::nothrow) char[block_bytes]);
+    if (block == nullptr) {
+      fresh.clear();
+      budget->Release(missing_bytes);
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("write %s at offset %d: out of host memory for a %d-byte block", path,
+                          offset, block_bytes));
+    }
+  }
+
+  if (blocks.size() <= last) blocks.resize(last + 1);
+  auto next_fresh = fresh.begin();
+  for (uint64_t i = first; i <= last; ++i) {
+    const uint64_t block_start = i * block_bytes;
+    const uint64_t from = std::max(offset, block_start) - block_start;
+    const uint64_t to = std::min(end, block_start + block_bytes) - block_start;
+    if (blocks[i] == nullptr) {
+      blocks[i] = std::move(*next_fresh++);
+      std::memset(blocks[i].get(), 0, from);
+      std::memset(blocks[i].get() + to, 0, block_bytes - to);
+    }
+    std::memcpy(blocks[i].get() + from, src + (block_start + from - offset), to - from);
+  }
+  blocks_held += missing;
+  size = std::max(size, end);
+  return absl::OkStatus();
+}
+
+size_t MemoryBackend::Inode::Read(uint64_t offset, char* dst, size_t length) {
+  absl::ReaderMutexLock lock(&mu);
+  if (offset >= size) return 0;
+  const size_t n = std::min<uint64_t>(length, size - offset);
+  for (size_t done = 0; done < n;) {
+    const uint64_t pos = offset + done;
+    const uint64_t index = pos / block_bytes;
+    const uint64_t within = pos % block_bytes;
+    const size_t chunk = std::min<uint64_t>(n - done, block_bytes - within);
+    const char* block = index < blocks.size() ? blocks[index].get() : nullptr;
+    if (block == nullptr) {
+      std::memset(dst + done, 0, chunk);
+    } else {
+      std::memcpy(dst + done, block + within, chunk);
+    }
+    done += chunk;
+  }
+  return n;
+}
+
+uint64_t MemoryBackend::Inode::Size() {
+  absl::ReaderMutexLock lock(&mu);
+  return size;
+}
+
+void MemoryBackend::Inode::Truncate() {
+  std::vector<std::unique_ptr<char[]>> old;
+  uint64_t old_count = 0;
+  {
+    absl::MutexLock lock(&mu);
+    old.swap(blocks);
+    old_count = blocks_held;
+    blocks_held = 0;
+    size = 0;
+  }
+  // Freed outside the lock (GiBs take a while), and before the budget hears
+  // of it, so bytes_held never reads less than what is allocated.
+  old.clear();
+  budget->Release(old_count * block_bytes);
+}
+
+namespace {
+
 class MemoryWritableFile : public WritableFile {
  public:
   MemoryWritableFile(std::string path, std::shared_ptr<MemoryBackend::Inode> inode)
@@ -64,11 +217,7 @@ class MemoryWritableFile : public WritableFile {
           offset, length));
     }
     if (length == 0) return absl::OkStatus();
-    absl::MutexLock lock(&inode_->mu);
-    std::string& bytes = inode_->data;
-    if (bytes.size() < offset + length) bytes.resize(offset + length, '\0');
-    std::memcpy(bytes.data() + offset, data, length);
-    return absl::OkStatus();
+    return inode_->Write(path_, offset, static_cast<const char*>(data), length);
   }
 
   absl::Status Sync() override {
@@ -94,13 +243,7 @@ class MemoryReadableFile : public ReadableFile {
       : path_(std::move(path)), inode_(std::move(inode)) {}
 
   absl::StatusOr<size_t> ReadAt(uint64_t offset, void* dst, size_t length) override {
-    absl::MutexLock lock(&inode_->mu);
-    // inode_->data by name each time: the analysis cannot see through a
-    // reference taken under the lock.
-    if (offset >= inode_->data.size()) return size_t{0};
-    const size_t n = std::min<uint64_t>(length, inode_->data.size() - offset);
-    if (n > 0) std::memcpy(dst, inode_->data.data() + offset, n);
-    return n;
+    return inode_->Read(offset, static_cast<char*>(dst), length);
   }
 
   // Overridden only so the error names the file.
@@ -117,10 +260,7 @@ class MemoryReadableFile : public ReadableFile {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<uint64_t> Size() override {
-    absl::MutexLock lock(&inode_->mu);
-    return inode_->data.size();
-  }
+  absl::StatusOr<uint64_t> Size() override { return inode_->Size(); }
 
  private:
   const std::string path_;
@@ -129,8 +269,13 @@ class MemoryReadableFile : public ReadableFile {
 
 }  // namespace
 
-MemoryBackend::MemoryBackend() { dirs_.insert("/"); }
+MemoryBackend::MemoryBackend(MemoryBackendOptions options)
+    : options_(Normalized(options)), budget_(std::make_shared<Budget>(options_.budget_bytes)) {
+  dirs_.insert("/");
+}
 MemoryBackend::~MemoryBackend() = default;
+
+uint64_t MemoryBackend::bytes_held() const { return budget_->held.load(); }
 
 bool MemoryBackend::IsDirLocked(const std::string& p) const { return dirs_.count(p) > 0; }
 bool MemoryBackend::IsFileLocked(const std::string& p) const { return files_.count(p) > 0; }
@@ -143,13 +288,20 @@ bool MemoryBackend::HasChildrenLocked(const std::string& dir) const {
   return d != dirs_.end() && StartsWith(*d, prefix);
 }
 
-void MemoryBackend::RemoveTreeLocked(const std::string& p) {
-  files_.erase(p);
+void MemoryBackend::RemoveTreeLocked(const std::string& p,
+                                     std::vector<std::shared_ptr<Inode>>* unlinked) {
+  if (auto it = files_.find(p); it != files_.end()) {
+    unlinked->push_back(std::move(it->second));
+    files_.erase(it);
+  }
   const std::string prefix = ChildPrefix(p);
-  for (auto it = files_.lower_bound(prefix); it != files_.end() && StartsWith(it->first, prefix);)
+  for (auto it = files_.lower_bound(prefix); it != files_.end() && StartsWith(it->first, prefix);) {
+    unlinked->push_back(std::move(it->second));
     it = files_.erase(it);
+  }
+  // "/" is its own prefix, and stays: it always exists.
   for (auto it = dirs_.lower_bound(prefix); it != dirs_.end() && StartsWith(*it, prefix);)
-    it = dirs_.erase(it);
+    it = *it == "/" ? std::next(it) : dirs_.erase(it);
   if (p != "/") dirs_.erase(p);
 }
 
@@ -165,14 +317,11 @@ absl::StatusOr<std::unique_ptr<WritableFile>> MemoryBackend::NewWritableFile(
       return ErrnoStatus(IsFileLocked(parent) ? ENOTDIR : ENOENT, absl::StrCat("open ", path));
     }
     std::shared_ptr<Inode>& slot = files_[p];
-    if (slot == nullptr) slot = std::make_shared<Inode>();
+    if (slot == nullptr) slot = std::make_shared<Inode>(budget_, options_.block_bytes);
     inode = slot;
   }
   // Truncate the existing inode, as O_TRUNC does: open readers see it empty.
-  {
-    absl::MutexLock lock(&inode->mu);
-    inode->data.clear();
-  }
+  inode->Truncate();
   return std::make_unique<MemoryWritableFile>(path, std::move(inode));
 }
 
@@ -211,6 +360,8 @@ absl::Status MemoryBackend::Rename(const std::string& from, const std::string& t
   const std::string f = Normalize(from);
   const std::string t = Normalize(to);
   const std::string context = absl::StrCat("rename ", from, " to ", to);
+  // Declared before the lock, so a replaced file's blocks are freed after it.
+  std::shared_ptr<Inode> replaced;
   absl::MutexLock lock(&mu_);
   const bool from_is_file = IsFileLocked(f);
   if (!from_is_file && !IsDirLocked(f)) return ErrnoStatus(ENOENT, context);
@@ -220,7 +371,9 @@ absl::Status MemoryBackend::Rename(const std::string& from, const std::string& t
 
   if (from_is_file) {
     if (IsDirLocked(t)) return ErrnoStatus(EISDIR, context);
-    files_[t] = std::move(files_[f]);
+    std::shared_ptr<Inode>& slot = files_[t];
+    replaced = std::move(slot);
+    slot = std::move(files_[f]);
     files_.erase(f);
     return absl::OkStatus();
   }
@@ -250,8 +403,10 @@ absl::Status MemoryBackend::Rename(const std::string& from, const std::string& t
 
 absl::Status MemoryBackend::RemoveAll(const std::string& path) {
   const std::string p = Normalize(path);
+  // Declared before the lock, so the removed files' blocks are freed after it.
+  std::vector<std::shared_ptr<Inode>> unlinked;
   absl::MutexLock lock(&mu_);
-  RemoveTreeLocked(p);
+  RemoveTreeLocked(p, &unlinked);
   return absl::OkStatus();
 }
 

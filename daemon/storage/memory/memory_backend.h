@@ -1,18 +1,28 @@
-// In-memory backend: the reference semantics every backend must match.
+// In-memory backend: the reference semantics every backend must match, and
+// the host-memory tier of checkpoints.
 //
-// Files are shared byte buffers ("inodes"): an open file object keeps its
-// buffer even after the name is renamed or removed, as an open fd does on
-// POSIX. Paths are normalized ("a//b/", "/a/./b" -> "/a/b"; relative paths
-// are taken from "/"), and "/" always exists. Sync and SyncDir only check
-// that the target exists: everything here is "durable" until the process
-// ends.
+// Files are shared inodes: an open file object keeps its inode even after the
+// name is renamed or removed, as an open fd does on POSIX. Paths are
+// normalized ("a//b/", "/a/./b" -> "/a/b"; relative paths are taken from
+// "/"), and "/" always exists. Sync and SyncDir only check that the target
+// exists: everything here is "durable" until the process ends.
 //
-// Thread-safety: all Backend methods are safe from any thread; a file object
-// may be used by one thread at a time, and readers and writers of one path
-// may run concurrently (each buffer has its own lock).
+// An inode holds its bytes in fixed-size blocks, allocated when first
+// written: a file of GiBs grows without being copied, and a range never
+// written reads as zeros without costing memory. The backend counts the
+// bytes of the blocks it holds, over all files, including removed ones still
+// open (an inode's blocks go when its last reference does), and refuses a
+// write that would take it past its budget before allocating anything.
+//
+// Thread-safety: all Backend methods are safe from any thread, and do no
+// copying or freeing of file data under the backend-wide lock. A file object
+// may be used by one thread at a time; readers and writers of one path may
+// run concurrently: each inode has its own lock, shared by readers and held
+// alone by a write.
 #ifndef CKPT_DAEMON_STORAGE_MEMORY_MEMORY_BACKEND_H_
 #define CKPT_DAEMON_STORAGE_MEMORY_MEMORY_BACKEND_H_
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <set>
@@ -25,12 +35,26 @@
 
 namespace ckpt::storage {
 
+struct MemoryBackendOptions {
+  // Bytes of blocks the backend may hold over all its files (whole blocks: a
+  // 1-byte file holds one). A write that needs more is RESOURCE_EXHAUSTED.
+  // 0: no limit.
+  uint64_t budget_bytes = 0;
+  // Size of the blocks a file is held in. 0 is taken as the default.
+  uint64_t block_bytes = uint64_t{1} << 20;
+};
+
 class MemoryBackend : public Backend {
  public:
   struct Inode;  // defined in the .cc
 
-  MemoryBackend();
+  explicit MemoryBackend(MemoryBackendOptions options = {});
   ~MemoryBackend() override;
+
+  // Bytes of blocks held now, by all files, removed-but-open ones included.
+  uint64_t bytes_held() const;
+  // options.budget_bytes; 0: no limit.
+  uint64_t budget_bytes() const { return options_.budget_bytes; }
 
   std::string Name() const override { return "memory"; }
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
@@ -43,10 +67,18 @@ class MemoryBackend : public Backend {
   absl::StatusOr<bool> Exists(const std::string& path) override;
 
  private:
+  struct Budget;  // defined in the .cc; shared with the inodes
+
   bool IsDirLocked(const std::string& p) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   bool IsFileLocked(const std::string& p) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   bool HasChildrenLocked(const std::string& dir) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  void RemoveTreeLocked(const std::string& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the inodes it unlinks to *unlinked, so the caller lets them go
+  // (and frees their blocks) after unlocking.
+  void RemoveTreeLocked(const std::string& p, std::vector<std::shared_ptr<Inode>>* unlinked)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const MemoryBackendOptions options_;
+  const std::shared_ptr<Budget> budget_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Inode>> files_ ABSL_GUARDED_BY(mu_);
