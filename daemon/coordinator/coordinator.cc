@@ -609,6 +609,41 @@ absl::Status Coordinator::Commit(const SaveRef& save) {
   return CommitCheckpoint(backend_, root(), save->partial_dir, manifest);
 }
 
+absl::StatusOr<std::string> Coordinator::CommitCopy(
+    const v1::CheckpointManifest& manifest,
+    const std::function<absl::Status(const std::string& partial_dir)>& copy) {
+  const std::string& job = manifest.job();
+  const int64_t step = manifest.step();
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, save] : saves_) {
+      if (!save->ended() && save->job == job && save->step == step) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("step ", step, " of job ", job, " is being saved here"));
+      }
+    }
+  }
+  absl::StatusOr<bool> exists = catalog_.StepExists(job, step);
+  if (!exists.ok()) return exists.status();
+  if (*exists) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("step ", step, " of job ", job, " is committed in ", root()));
+  }
+  const std::string partial = PartialDir(root(), job, step, catalog_.NewPartialId());
+  absl::Status status = CreatePartialDir(job, partial);
+  if (status.ok()) status = copy(partial);
+  if (status.ok()) {
+    absl::MutexLock lock(&commit_mu_);
+    status = CommitCheckpoint(backend_, root(), partial, manifest);
+  }
+  if (!status.ok()) {
+    (void)backend_.RemoveAll(partial);  // best effort: restart removes the rest
+    return status;
+  }
+  if (retention_ != nullptr) retention_->Committed(job);
+  return StepDir(root(), job, step);
+}
+
 bool Coordinator::AbortSave(const v1::AbortSaveRequest& request) {
   std::string partial;
   bool failed = false;

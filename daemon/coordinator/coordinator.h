@@ -68,6 +68,7 @@ class Coordinator {
               CatalogOptions catalog = {}, RendezvousOptions rendezvous = {});
 
   Catalog& catalog() { return catalog_; }
+  storage::Backend& backend() { return backend_; }
   PlanCacheStats plan_cache_stats() const { return plan_cache_.Stats(); }
   // Hosts answered without waiting for the rest of their job: their plan
   // equalled their part of the job's last layout (the plan cache's skip of
@@ -139,6 +140,17 @@ class Coordinator {
   absl::StatusOr<v1::LoadAssignment> PlanSpanningLoad(const v1::NodeLoadPlan& node,
                                                       const CallerGone& gone = {});
   size_t loads_gathering() const;
+
+  // A checkpoint copied here whole from another store (the memory tier's
+  // persistence, daemon/tier/memory_tier.h): creates a partial directory,
+  // has `copy` fill it (data files written and fsynced, as a host's would
+  // be before it reports), then commits `manifest` as a save's last report
+  // does (one commit at a time; retention after it). The step's path once
+  // committed. ALREADY_EXISTS when the step is committed here already,
+  // FAILED_PRECONDITION while a save of it is in flight here.
+  absl::StatusOr<std::string> CommitCopy(
+      const v1::CheckpointManifest& manifest,
+      const std::function<absl::Status(const std::string& partial_dir)>& copy);
 
   // Retention after each commit (retention_runner.h), and the grace period
   // of a `ckptctl gc` that names none. Call once, before serving.

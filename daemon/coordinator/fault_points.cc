@@ -18,6 +18,11 @@ std::string& ArmedName() {
 }
 std::atomic<bool> armed{false};
 absl::Duration pause_for;
+std::string& CorruptionName() {
+  static std::string name;
+  return name;
+}
+std::atomic<bool> corruption_armed{false};
 
 }  // namespace
 #endif
@@ -46,10 +51,24 @@ void FaultPoint(absl::string_view name) {
   kill(getpid(), SIGKILL);
 }
 
+void ArmCorruptionPoint(std::string name) {
+  CorruptionName() = std::move(name);
+  corruption_armed.store(!CorruptionName().empty(), std::memory_order_release);
+}
+
+bool CorruptionPoint(absl::string_view name) {
+  if (!corruption_armed.load(std::memory_order_acquire) || name != CorruptionName()) return false;
+  std::fprintf(stderr, "ckptd: corruption point %.*s reached, flipping a byte\n",
+               static_cast<int>(name.size()), name.data());
+  return true;
+}
+
 #else  // a release build: no point can be armed, reaching one costs nothing
 
 void ArmFaultPoint(std::string, absl::Duration) {}
 void FaultPoint(absl::string_view) {}
+void ArmCorruptionPoint(std::string) {}
+bool CorruptionPoint(absl::string_view) { return false; }
 
 #endif
 

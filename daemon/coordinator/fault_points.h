@@ -21,6 +21,13 @@ namespace ckpt {
 void ArmFaultPoint(std::string name, absl::Duration pause = absl::ZeroDuration());
 void FaultPoint(absl::string_view name);
 
+// Corruption points (ckptd --fault_corrupt_at=NAME): CorruptionPoint(NAME)
+// is true where NAME is armed, and its caller then damages what it just
+// made (one flipped byte), so a test checks verification and fallback on
+// real daemon memory. Always false in a release build.
+void ArmCorruptionPoint(std::string name);
+bool CorruptionPoint(absl::string_view name);
+
 }  // namespace ckpt
 
 #endif  // CKPT_DAEMON_COORDINATOR_FAULT_POINTS_H_

@@ -64,6 +64,8 @@ std::vector<StepDecision> DecideRetention(const RetentionPolicy& policy,
 struct RetentionConfig {
   RetentionPolicy defaults;
   std::map<std::string, RetentionPolicy> jobs;
+  // Who the runs are logged as ("gc of job J (<trigger>)").
+  std::string trigger = "retention";
 
   const RetentionPolicy& For(const std::string& job) const {
     auto it = jobs.find(job);

@@ -40,7 +40,7 @@ void RetentionRunner::Loop() {
     policy.delete_broken = false;
     // Collect logs its own line on success.
     absl::StatusOr<GcResult> result =
-        gc_.Collect(job, policy, /*dry_run=*/false, absl::Now(), "retention");
+        gc_.Collect(job, policy, /*dry_run=*/false, absl::Now(), config_.trigger);
     if (!result.ok()) {
       std::fprintf(stderr, "ckptd: retention of job %s failed: %s\n", job.c_str(),
                    std::string(result.status().message()).c_str());
