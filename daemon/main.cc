@@ -33,6 +33,11 @@ ABSL_FLAG(int32_t, writer_threads, 4, "Writer threads (one data file and one io_
 ABSL_FLAG(int32_t, writer_nice, 10, "Nice value of writer threads (0: same priority as ranks)");
 ABSL_FLAG(int32_t, reader_threads, 2,
           "Reader threads, shared by every load (each reads a group at a time)");
+ABSL_FLAG(uint64_t, memory_tier_bytes, 0,
+          "Host memory for the memory tier, apart from the pool: saves with tier memory are kept "
+          "here (0: no memory tier; such saves are refused)");
+ABSL_FLAG(int32_t, memory_tier_keep_steps, 1,
+          "Committed memory-tier steps kept per job (the newest), besides the one being written");
 ABSL_FLAG(uint64_t, chunk_bytes, 4 << 20, "Checksum and write unit (multiple of 4096)");
 ABSL_FLAG(uint64_t, batch_bytes, 32 << 20,
           "Pool room a rank copies into at a time, and a load's read-ahead unit: saves and "
@@ -149,6 +154,8 @@ ABSL_FLAG(int32_t, metrics_max_jobs, 50,
           "a daemon serving many jobs exports");
 #ifdef CKPT_FAULT_INJECTION
 ABSL_FLAG(std::string, fault_kill_at, "", "Testing: SIGKILL this process at the named fault point");
+ABSL_FLAG(std::string, fault_corrupt_at, "",
+          "Testing: flip a byte of what the named corruption point just made");
 ABSL_FLAG(double, fault_pause_s, 0,
           "Testing: at --fault_kill_at's point, pause the thread this long instead of killing");
 #endif
@@ -158,6 +165,7 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   ckpt::coordinator::KeepFreedMemoryForReuse();
 #ifdef CKPT_FAULT_INJECTION
+  ckpt::ArmCorruptionPoint(absl::GetFlag(FLAGS_fault_corrupt_at));
   ckpt::ArmFaultPoint(absl::GetFlag(FLAGS_fault_kill_at),
                       absl::Seconds(absl::GetFlag(FLAGS_fault_pause_s)));
 #endif
@@ -234,6 +242,8 @@ int main(int argc, char** argv) {
   o.failure_domain = absl::GetFlag(FLAGS_failure_domain);
   o.peer_address = absl::GetFlag(FLAGS_peer_address);
   o.peer_wait = absl::Seconds(absl::GetFlag(FLAGS_peer_wait_s));
+  o.memory_tier_bytes = absl::GetFlag(FLAGS_memory_tier_bytes);
+  o.memory_tier_keep_steps = absl::GetFlag(FLAGS_memory_tier_keep_steps);
   o.plan_cache_bytes = std::min<uint64_t>(absl::GetFlag(FLAGS_plan_cache_mib), uint64_t{1} << 40)
                        << 20;
   o.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));

@@ -299,8 +299,10 @@ class ClientImpl final : public Client {
     return std::shared_ptr<SaveHandle>(state);
   }
 
-  absl::StatusOr<int64_t> Load(int64_t step, const std::vector<HostTensor>& tensors,
-                               const std::vector<LoadObject>& objects) override {
+  using Client::Load;
+  absl::StatusOr<LoadResult> Load(int64_t step, const std::vector<HostTensor>& tensors,
+                                  const std::vector<LoadObject>& objects,
+                                  const LoadOptions& options) override {
     const std::string what =
         absl::StrCat("load of job ", options_.job, " step ",
                      step == kLatestStep ? std::string("latest") : absl::StrCat(step), " by rank ",
@@ -311,6 +313,10 @@ class ClientImpl final : public Client {
     v1::LoadRequest request;
     request.set_session_id(attachment->session);
     request.set_step(step);
+    request.set_tier(options.from == LoadOptions::From::kMemory    ? v1::LOAD_TIER_MEMORY
+                     : options.from == LoadOptions::From::kDurable ? v1::LOAD_TIER_DURABLE
+                                                                   : v1::LOAD_TIER_ANY);
+    LoadResult result;
     std::vector<uint64_t> expected;
     const bool pull = options_.gpu_transfer == ClientOptions::GpuTransfer::kPull;
     for (const HostTensor& t : tensors) {
@@ -370,6 +376,10 @@ class ClientImpl final : public Client {
       v1::LoadBatch batch;
       absl::Status asked = FromDaemon(*attachment, stub.NextLoadBatch(&context, next, &batch));
       if (!asked.ok()) return WithContext(asked, what);
+      if (batch.last()) {
+        result.tiers.assign(batch.tiers().begin(), batch.tiers().end());
+        result.fallback_chunks = batch.fallback_chunks();
+      }
       done = batch.batch_id();
       if (batch.batch_id() == 0) {
         if (batch.last()) break;
@@ -431,7 +441,9 @@ class ClientImpl final : public Client {
         break;
       }
     }
-    return response.step();
+    result.step = response.step();
+    if (result.tiers.empty()) result.tiers.push_back(response.tier());
+    return result;
   }
 
  private:
@@ -558,6 +570,9 @@ class ClientImpl final : public Client {
     plan.set_session_id(attachment->session);
     plan.set_step(job.step);
     plan.set_partial(job.options.partial);
+    plan.set_tier(job.options.tier == Tier::kMemory             ? v1::SAVE_TIER_MEMORY
+                  : job.options.tier == Tier::kMemoryAndDurable ? v1::SAVE_TIER_MEMORY_AND_DURABLE
+                                                                : v1::SAVE_TIER_DURABLE);
     for (const auto& [k, v] : job.options.user_metadata) (*plan.mutable_user_metadata())[k] = v;
     for (size_t i = 0; i < job.tensors.size(); ++i) {
       ToProto(job.tensors[i], plan.add_shards(), job.exports[i] ? &*job.exports[i] : nullptr);

@@ -125,6 +125,11 @@ struct Metrics::Families {
                         .Name("ckpt_last_commit_timestamp_seconds")
                         .Help("Unix time of the job's last commit by this daemon")
                         .Register(r)),
+        load_fallbacks(prometheus::BuildCounter()
+                           .Name("ckpt_load_fallback_chunks_total")
+                           .Help("Chunks that failed verification in the memory tier and were "
+                                 "read from storage instead, by job")
+                           .Register(r)),
         io_errors(prometheus::BuildCounter()
                       .Name("ckpt_io_errors_total")
                       .Help("Storage operations that failed: write, sync (data files) or read "
@@ -148,6 +153,7 @@ struct Metrics::Families {
   Family<Counter>& written;
   Family<Counter>& read;
   Family<Gauge>& last_commit;
+  Family<Counter>& load_fallbacks;
   Family<Counter>& io_errors;
   Family<Counter>& refusals;
 };
@@ -221,6 +227,45 @@ class Metrics::Sampled : public prometheus::Collectable {
     gauge("ckpt_writer_queue_chunks", "Chunks queued to the writer threads, not yet written",
           static_cast<double>(s.writer_queue_chunks));
     gauge("ckpt_attached_ranks", "Ranks attached to this daemon", s.attached_ranks);
+    gauge("ckpt_memory_tier_budget_bytes", "The memory tier's budget (--memory_tier_bytes)",
+          static_cast<double>(s.memory_tier_budget_bytes));
+    gauge("ckpt_memory_tier_bytes", "Bytes the memory tier holds now",
+          static_cast<double>(s.memory_tier_bytes));
+    {
+      prometheus::MetricFamily& f = out.emplace_back();
+      f.name = "ckpt_memory_read_bytes_total";
+      f.help = "Chunk bytes loads read from the memory tier";
+      f.type = prometheus::MetricType::Counter;
+      f.metric.emplace_back().counter.value = static_cast<double>(s.memory_bytes_read);
+    }
+    {
+      prometheus::MetricFamily& f = out.emplace_back();
+      f.name = "ckpt_memory_persists_total";
+      f.help = "Memory-tier steps persisted to storage in the background, by outcome";
+      f.type = prometheus::MetricType::Counter;
+      for (const auto& [outcome, value] :
+           {std::pair<const char*, uint64_t>{"ok", s.memory_persists},
+            std::pair<const char*, uint64_t>{"failed", s.memory_persist_failures}}) {
+        prometheus::ClientMetric& m = f.metric.emplace_back();
+        m.label.push_back({"outcome", outcome});
+        m.counter.value = static_cast<double>(value);
+      }
+    }
+    {
+      std::map<std::string, int64_t> in_memory;
+      for (const auto& [job, count] : s.memory_tier_steps) {
+        in_memory[jobs_.ExistingLabel(job)] += count;
+      }
+      prometheus::MetricFamily& f = out.emplace_back();
+      f.name = "ckpt_memory_tier_steps";
+      f.help = "Committed checkpoints in the memory tier, by job";
+      f.type = prometheus::MetricType::Gauge;
+      for (const auto& [label, count] : in_memory) {
+        prometheus::ClientMetric& m = f.metric.emplace_back();
+        m.label = {{"ckpt_job", label}};
+        m.gauge.value = static_cast<double>(count);
+      }
+    }
     std::map<std::string, int64_t> by_label;
     for (const auto& [job, count] : s.checkpoints) by_label[jobs_.ExistingLabel(job)] += count;
     prometheus::MetricFamily& f = out.emplace_back();
@@ -297,6 +342,8 @@ void Metrics::LoadEnded(const LoadReport& r) {
   std::string line =
       absl::StrFormat("ckptd: load job=%s step=%s bytes=%d duration_s=%.3f outcome=%s code=%s",
                       r.job, StepText(r.step), r.bytes, Seconds(r.duration), outcome, code);
+  if (!r.tier.empty()) absl::StrAppend(&line, " tier=", r.tier);
+  if (r.fallback_chunks > 0) absl::StrAppend(&line, " fallback_chunks=", r.fallback_chunks);
   if (r.status.ok()) {
     families_->load_duration.Add({{"ckpt_job", job}}, StageBuckets()).Observe(Seconds(r.duration));
     const std::pair<const char*, absl::Duration> stages[] = {{"plan", r.stages.plan},
@@ -324,6 +371,10 @@ void Metrics::Refused(absl::string_view method, absl::StatusCode code, absl::str
   log_.Refusal(absl::Now(),
                absl::StrCat("ckptd: refused method=", name, " code=", code_name,
                             " peer=", QuoteValue(peer, 128), " error=", QuoteValue(message)));
+}
+
+void Metrics::LoadFallback(const std::string& job) {
+  families_->load_fallbacks.Add({{"ckpt_job", jobs_.LabelFor(job)}}).Increment();
 }
 
 void Metrics::IoError(IoOp op) { families_->io_errors.Add({{"op", IoOpName(op)}}).Increment(); }

@@ -67,7 +67,9 @@ struct LoadReport {
   std::string job;
   int64_t step = -1;  // -1: latest, not resolved (the load failed first)
   absl::Status status;
-  uint64_t bytes = 0;  // read from storage
+  uint64_t bytes = 0;            // read from storage (or the memory tier: tier)
+  std::string tier;              // "memory" or "durable"; empty before it is planned
+  uint64_t fallback_chunks = 0;  // failed verification in memory, read from storage
   absl::Duration duration;
   LoadStages stages;  // observed only when status is OK
 };
@@ -84,6 +86,13 @@ struct NodeSample {
   uint64_t writer_queue_chunks = 0;
   int attached_ranks = 0;
   std::map<std::string, int64_t> checkpoints;  // committed steps on disk, by job
+  // The memory tier (all 0 without one).
+  uint64_t memory_tier_budget_bytes = 0;
+  uint64_t memory_tier_bytes = 0;
+  std::map<std::string, int64_t> memory_tier_steps;  // committed steps in memory, by job
+  uint64_t memory_bytes_read = 0;
+  uint64_t memory_persists = 0;
+  uint64_t memory_persist_failures = 0;
 };
 
 enum class IoOp { kWrite, kSync, kRead };
@@ -120,6 +129,9 @@ class Metrics {
   void Refused(absl::string_view method, absl::StatusCode code, absl::string_view message,
                absl::string_view peer);
   void IoError(IoOp op);
+  // A chunk of the job's load failed verification in one tier and was read
+  // from the next.
+  void LoadFallback(const std::string& job);
   // Periodic: reports suppressed refusal lines.
   void Tick(absl::Time now);
 

@@ -88,6 +88,11 @@ struct DaemonOptions {
   // as its ranks take to consume the groups before. A host that is lost
   // fails the load sooner (heartbeat_timeout).
   absl::Duration peer_wait = absl::Seconds(120);
+  // The memory tier (daemon/tier/memory_tier.h): host memory, apart from
+  // the pool, for saves to the memory tier (0: none, such saves are
+  // refused), and the committed steps of each job it keeps.
+  uint64_t memory_tier_bytes = 0;
+  int memory_tier_keep_steps = 1;
   // Memory the coordinator's save plan cache may hold (all jobs).
   uint64_t plan_cache_bytes = uint64_t{1} << 30;
   absl::Duration heartbeat_interval = absl::Seconds(1);

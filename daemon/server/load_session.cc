@@ -21,6 +21,34 @@
 #include "proto/lib/status_context.h"
 
 namespace ckpt::server {
+namespace {
+
+// The memory tier's step to load, or nullopt to load from storage: the step
+// asked for when memory has it; for latest, memory's newest unless storage
+// has a newer one. NOT_FOUND only when the load asked for memory alone.
+absl::StatusOr<std::optional<int64_t>> MemoryStep(NodeContext& context, const std::string& job,
+                                                  int64_t step, v1::LoadTier from) {
+  if (from == v1::LOAD_TIER_DURABLE) return std::nullopt;
+  if (context.memory_tier == nullptr) {
+    if (from == v1::LOAD_TIER_ANY) return std::nullopt;
+    return absl::FailedPreconditionError(
+        "the load asks for the memory tier, but this ckptd has none (--memory_tier_bytes)");
+  }
+  absl::StatusOr<int64_t> in_memory =
+      context.memory_tier->coordinator().catalog().ResolveStep(job, step);
+  if (!in_memory.ok()) {
+    if (from == v1::LOAD_TIER_MEMORY) return WithContext(in_memory.status(), "in the memory tier");
+    return std::nullopt;
+  }
+  if (step < 0 && from == v1::LOAD_TIER_ANY) {
+    absl::StatusOr<int64_t> durable = context.coordinator.catalog().ResolveStep(job, step);
+    if (durable.ok() && *durable > *in_memory) return std::nullopt;
+  }
+  return *in_memory;
+}
+
+}  // namespace
+
 LoadSession::LoadSession(NodeContext& context, std::string job, int64_t step, int world_size,
                          int local_world_size)
     : context_(context),
@@ -107,6 +135,7 @@ absl::StatusOr<v1::LoadResponse> LoadSession::Load(const RankSession& rank,
   if (!error_.ok()) return error_;
   v1::LoadResponse response;
   response.set_step(assignment_.step());
+  response.set_tier(from_memory_ ? "memory" : "durable");
   response.set_load_id(load_id_);
   for (uint64_t bytes : object_bytes_[rank.rank]) response.add_object_bytes(bytes);
   return response;
@@ -116,8 +145,10 @@ absl::Status LoadSession::Plan() {
   v1::NodeLoadPlan plan;
   std::vector<std::vector<bool>> on_device(world_size_);
   std::string gpu_tensor;  // the first on a GPU
+  v1::LoadTier from = v1::LOAD_TIER_ANY;
   {
     absl::MutexLock lock(&mu_);
+    if (!ranks_.empty()) from = ranks_.begin()->second.request->tier();
     *plan.mutable_host() = context_.host;
     plan.set_job(job_);
     plan.set_step(step_);
@@ -147,8 +178,25 @@ absl::Status LoadSession::Plan() {
   // Without a cluster, each host of a spanning job plans (and reads) its
   // own ranks' part, as a job on one host does.
   const bool spans = world_size_ > local_world_size_ && context_.cluster_saves != nullptr;
-  absl::StatusOr<v1::LoadAssignment> assignment =
-      spans ? PlanAcrossHosts(plan, &pin) : context_.coordinator.PlanLoad(plan, &pin);
+  absl::StatusOr<std::optional<int64_t>> in_memory =
+      spans ? std::optional<int64_t>() : MemoryStep(context_, job_, step_, from);
+  if (!in_memory.ok()) return WithContext(in_memory.status(), Name());
+  absl::StatusOr<v1::LoadAssignment> assignment = absl::NotFoundError("not planned");
+  bool memory = false;
+  if (in_memory->has_value()) {
+    plan.set_step(**in_memory);
+    assignment = context_.memory_tier->coordinator().PlanLoad(plan, &pin);
+    memory = assignment.ok();
+    // Dropped from memory since (the budget, retention): storage may have it.
+    if (absl::IsNotFound(assignment.status()) && from != v1::LOAD_TIER_MEMORY) {
+      plan.set_step(step_);
+    } else if (!assignment.ok()) {
+      return WithContext(assignment.status(), Name());
+    }
+  }
+  if (!memory) {
+    assignment = spans ? PlanAcrossHosts(plan, &pin) : context_.coordinator.PlanLoad(plan, &pin);
+  }
   if (!assignment.ok()) return WithContext(assignment.status(), Name());
   const bool spread = assignment->has_peers();
   if (spread) {
@@ -160,6 +208,8 @@ absl::Status LoadSession::Plan() {
   if (!error_.ok()) return error_;
   assignment_ = std::move(*assignment);
   pin_ = std::move(pin);
+  from_memory_ = memory;
+  read_backend_ = memory ? &context_.memory_tier->backend() : &context_.backend;
   load_id_ = absl::StrFormat("load-%016x", rng());
   object_bytes_.assign(world_size_, {});
   for (const v1::LoadAssignment::RankSizes& sizes : assignment_.sizes()) {
@@ -255,12 +305,17 @@ void LoadSession::ReadNextGroup() {
     }
   }
   // A reader per task: it caches the group's open files, a handful.
-  ChunkReader reader(context_.backend, dir, context_.pool.alignment());
+  ChunkReader reader(*read_backend_, dir, context_.pool.alignment());
   if (status.ok()) status = ReadGroup(index, reader);
-  context_.bytes_read.fetch_add(reader.bytes_read(), std::memory_order_relaxed);
-  context_.chunk_bytes_read.fetch_add(reader.chunk_bytes_read(), std::memory_order_relaxed);
+  if (from_memory_) {
+    // Storage's counters count storage: what came from memory is its own.
+    context_.memory_bytes_read.fetch_add(reader.chunk_bytes_read(), std::memory_order_relaxed);
+  } else {
+    context_.bytes_read.fetch_add(reader.bytes_read(), std::memory_order_relaxed);
+    context_.chunk_bytes_read.fetch_add(reader.chunk_bytes_read(), std::memory_order_relaxed);
+    read_metric_.Increment(static_cast<double>(reader.bytes_read()));
+  }
   bytes_read_.fetch_add(reader.bytes_read(), std::memory_order_relaxed);
-  read_metric_.Increment(static_cast<double>(reader.bytes_read()));
   times_.io.fetch_add(absl::ToInt64Nanoseconds(reader.io_time()), std::memory_order_relaxed);
   times_.verify.fetch_add(absl::ToInt64Nanoseconds(reader.verify_time()),
                           std::memory_order_relaxed);
@@ -312,7 +367,9 @@ absl::Status LoadSession::ReadGroup(size_t index, ChunkReader& reader) {
     if (chunk.source.empty())
       targets.push_back({chunk.chunk, chunk.owner, room + chunk.room_offset});
   }
-  if (absl::Status s = reader.ReadAll(targets); !s.ok()) {
+  absl::Status read = reader.ReadAll(targets);
+  if (absl::IsDataLoss(read) && from_memory_) read = ReadWithFallback(targets, reader);
+  if (absl::Status s = read; !s.ok()) {
     // A load that failed elsewhere cancels its reads: not a storage error.
     if (!absl::IsCancelled(s)) context_.metrics.IoError(metrics::IoOp::kRead);
     return WithContext(s, Name());
@@ -323,6 +380,52 @@ absl::Status LoadSession::ReadGroup(size_t index, ChunkReader& reader) {
   times_.deliver.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - deliver_start),
                            std::memory_order_relaxed);
   return delivered;
+}
+
+absl::Status LoadSession::ReadWithFallback(absl::Span<const ChunkTarget> targets,
+                                           ChunkReader& memory) {
+  std::unique_ptr<storage::FileLock> pin;
+  std::unique_ptr<ChunkReader> durable;
+  for (const ChunkTarget& target : targets) {
+    const absl::Status in_memory = memory.Read(*target.chunk, target.owner, target.dst);
+    if (!absl::IsDataLoss(in_memory)) {
+      if (!in_memory.ok()) return in_memory;
+      continue;
+    }
+    // Storage holds the same files when the step was persisted from memory;
+    // whatever it holds is checked against the same CRC.
+    const int64_t step = assignment_.step();  // immutable once planned
+    if (durable == nullptr) {
+      absl::StatusOr<std::unique_ptr<storage::FileLock>> pinned =
+          coordinator::PinStep(context_.backend, context_.coordinator.root(), job_, step);
+      if (!pinned.ok()) {
+        return WithContext(in_memory, absl::StrCat("in the memory tier, and storage has no step ",
+                                                   step, " to read it from instead"));
+      }
+      pin = std::move(*pinned);
+      durable = std::make_unique<ChunkReader>(
+          context_.backend, coordinator::StepDir(context_.coordinator.root(), job_, step),
+          context_.pool.alignment());
+    }
+    const uint64_t before = durable->chunk_bytes_read();
+    const uint64_t before_padded = durable->bytes_read();
+    absl::Status from_storage = durable->Read(*target.chunk, target.owner, target.dst);
+    context_.bytes_read.fetch_add(durable->bytes_read() - before_padded, std::memory_order_relaxed);
+    context_.chunk_bytes_read.fetch_add(durable->chunk_bytes_read() - before,
+                                        std::memory_order_relaxed);
+    if (!from_storage.ok()) {
+      return WithContext(from_storage, absl::StrCat("after the memory tier's copy failed (",
+                                                    in_memory.message(), "), storage's"));
+    }
+    fallback_chunks_.fetch_add(1, std::memory_order_relaxed);
+    used_durable_.store(true, std::memory_order_relaxed);
+    context_.load_fallback_chunks.fetch_add(1, std::memory_order_relaxed);
+    context_.metrics.LoadFallback(job_);
+    std::fprintf(stderr, "ckptd: load-fallback job=%s step=%lld from=memory to=durable error=%s\n",
+                 job_.c_str(), static_cast<long long>(step),
+                 metrics::QuoteValue(in_memory.message()).c_str());
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::LoadAssignment> LoadSession::PlanAcrossHosts(
@@ -515,6 +618,7 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
       }
     }
     batch.set_last(true);
+    SetTiersLocked(batch);
     return batch;
   }
   const size_t index = state.groups[state.next];
@@ -534,12 +638,20 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
   state.handed_at = absl::Now();
   batch.set_batch_id(index + 1);
   batch.set_last(state.next >= state.groups.size());
+  if (batch.last()) SetTiersLocked(batch);
   batch.set_segment_epoch(group.room.epoch);
   for (v1::Delivery d : group.plan.host[rank.rank]) {
     d.set_pool_offset(group.room.offset + d.pool_offset());
     *batch.add_deliveries() = std::move(d);
   }
   return batch;
+}
+
+void LoadSession::SetTiersLocked(v1::LoadBatch& batch) const {
+  if (!planned_) return;
+  batch.add_tiers(from_memory_ ? "memory" : "durable");
+  if (used_durable_.load(std::memory_order_relaxed)) batch.add_tiers("durable");
+  batch.set_fallback_chunks(fallback_chunks_.load(std::memory_order_relaxed));
 }
 
 void LoadSession::ReportEndLocked() {
@@ -558,6 +670,8 @@ void LoadSession::ReportEndLocked() {
   report.step = planned_ ? assignment_.step() : step_;
   report.status = error_;
   report.bytes = bytes_read_.load(std::memory_order_relaxed);
+  report.tier = !planned_ ? "" : from_memory_ ? "memory" : "durable";
+  report.fallback_chunks = fallback_chunks_.load(std::memory_order_relaxed);
   report.duration = absl::Now() - created_at_;
   report.stages.plan = planned_at_ - created_at_;
   report.stages.read = ns(times_.io);

@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "ckpt/v1/node.pb.h"
+#include "daemon/server/chunk_reader.h"
 #include "daemon/server/load_groups.h"
 #include "daemon/server/node_context.h"
 
@@ -88,6 +89,9 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // storage root.
   absl::StatusOr<v1::LoadAssignment> PlanAcrossHosts(v1::NodeLoadPlan& plan,
                                                      std::unique_ptr<storage::FileLock>* pin);
+  // Reads `targets` one by one after a batch failed verification in the
+  // memory tier, each that fails again from storage.
+  absl::Status ReadWithFallback(absl::Span<const ChunkTarget> targets, ChunkReader& memory);
   // The spread part's peers are usable: every host a route names has an
   // address, and this host a peer channel.
   absl::Status CheckPeers(const v1::LoadAssignment& assignment) const;
@@ -100,9 +104,11 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
                              std::vector<peer::ExpectedTransfer>& incoming);
   // A reader task: reads the next group, then queues the next task.
   void ReadNextGroup();
-  absl::Status ReadGroup(size_t index, class ChunkReader& reader);
+  absl::Status ReadGroup(size_t index, ChunkReader& reader);
   absl::Status DeliverToDevices(const LoadGroup& group, const char* room);
   void ReleaseLocked(size_t group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With a rank's last batch: the tiers the load read from.
+  void SetTiersLocked(v1::LoadBatch& batch) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The load's end for the metrics and the log line; once.
   void ReportEndLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -138,6 +144,13 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // The step's pin (coordinator/retention.h): gc keeps the step until every
   // rank is done or the session is gone.
   std::unique_ptr<storage::FileLock> pin_ ABSL_GUARDED_BY(mu_);
+  // Where chunks are read: storage, or the memory tier (set when planned,
+  // then read-only). Chunks that fail verification in memory are read at
+  // the same file and offset from storage, when it has the step.
+  storage::Backend* read_backend_ = nullptr;
+  bool from_memory_ = false;
+  std::atomic<uint64_t> fallback_chunks_{0};
+  std::atomic<bool> used_durable_{false};
   std::vector<std::vector<uint64_t>> object_bytes_ ABSL_GUARDED_BY(mu_);
   std::vector<Group> groups_ ABSL_GUARDED_BY(mu_);
   size_t next_to_read_ ABSL_GUARDED_BY(mu_) = 0;

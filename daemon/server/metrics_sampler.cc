@@ -25,6 +25,17 @@ metrics::NodeSample SampleNode(NodeContext& context) {
   s.save_plan_cache_misses = plans.misses;
   s.writer_queue_chunks = context.writers.queued_chunks();
   s.attached_ranks = context.sessions.attached();
+  if (tier::MemoryTier* memory = context.memory_tier; memory != nullptr) {
+    s.memory_tier_budget_bytes = memory->budget_bytes();
+    s.memory_tier_bytes = memory->bytes_held();
+    s.memory_bytes_read = context.memory_bytes_read.load(std::memory_order_relaxed);
+    const tier::PersistCounts persists = memory->persist_counts();
+    s.memory_persists = persists.persisted;
+    s.memory_persist_failures = persists.failed;
+    for (const v1::MemoryTierJob& job : memory->Jobs()) {
+      s.memory_tier_steps[job.job()] = job.steps_size();
+    }
+  }
   coordinator::Catalog& catalog = context.coordinator.catalog();
   absl::StatusOr<std::vector<std::string>> entries = context.backend.ListDir(catalog.root());
   if (!entries.ok()) return s;  // the gauge goes missing rather than lying

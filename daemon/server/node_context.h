@@ -22,6 +22,7 @@
 #include "daemon/server/reader_pool.h"
 #include "daemon/server/writer_pool.h"
 #include "daemon/storage/backend.h"
+#include "daemon/tier/memory_tier.h"
 #include "gpu/device_runtime.h"
 #include "gpu/ipc_mapping_cache.h"
 
@@ -57,6 +58,11 @@ struct NodeContext {
   std::string peer_address{};
   std::atomic<uint64_t> peer_bytes_sent{0};   // forwarded to other hosts' loads
   std::atomic<uint64_t> chunk_bytes_read{0};  // GetStatusResponse.chunk_bytes_read
+  // The memory tier; null without one (--memory_tier_bytes 0). Set before
+  // serving.
+  tier::MemoryTier* memory_tier = nullptr;
+  std::atomic<uint64_t> memory_bytes_read{0};     // chunk bytes loads took from memory
+  std::atomic<uint64_t> load_fallback_chunks{0};  // failed verification, read from the next tier
 };
 
 }  // namespace ckpt::server

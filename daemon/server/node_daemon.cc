@@ -151,6 +151,9 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
         "--heartbeat_interval_s must be at least 0.01 and --heartbeat_timeout_s at least twice "
         "it");
   }
+  if (options.memory_tier_keep_steps < 1) {
+    return absl::InvalidArgumentError("--memory_tier_keep_steps must be at least 1");
+  }
   if (options.peer_wait < absl::Seconds(1)) {
     return absl::InvalidArgumentError("--peer_wait_s must be at least 1");
   }
@@ -237,6 +240,13 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   if (!removed.ok()) return removed.status();
   d->removed_partials_ = *removed;
   d->coordinator_->EnableRetention(o.retention);
+  if (o.memory_tier_bytes > 0) {
+    tier::MemoryTierOptions memory;
+    memory.budget_bytes = o.memory_tier_bytes;
+    memory.keep_steps = o.memory_tier_keep_steps;
+    d->memory_tier_ =
+        std::make_unique<tier::MemoryTier>(memory, planner, catalog, rendezvous, *d->coordinator_);
+  }
 
   absl::StatusOr<auth::AccessPolicy> policy = auth::AccessPolicy::Create(o.access, geteuid());
   if (!policy.ok()) return policy.status();
@@ -279,6 +289,7 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
                                     *d->sessions_, d->bytes_written_, d->bytes_read_, d->commits_,
                                     *d->auth_, *d->owners_, *d->metrics_});
   d->context_->background = &d->background_;
+  d->context_->memory_tier = d->memory_tier_.get();
   d->service_ = std::make_unique<NodeService>(*d->context_, d->gpu_->HasDevice(), o.limits);
   d->segment_server_ = std::make_unique<SegmentServer>(
       *d->pool_, [sessions = d->sessions_.get()](const std::string& id, uid_t uid) {

@@ -79,6 +79,8 @@ class NodeDaemon {
   std::unique_ptr<pool::ShmPool> pool_;
   bool pool_registered_ = false;
   std::unique_ptr<coordinator::Coordinator> coordinator_;
+  // With --memory_tier_bytes; after the coordinator it persists to.
+  std::unique_ptr<tier::MemoryTier> memory_tier_;
   std::unique_ptr<RankSessions> sessions_;
   std::unique_ptr<WriterPool> writers_;
   std::unique_ptr<ReaderPool> readers_;

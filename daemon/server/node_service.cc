@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <map>
 #include <memory>
 
 #include "absl/cleanup/cleanup.h"
@@ -239,6 +240,25 @@ grpc::Status NodeService::PlanSave(grpc::ServerContext* context, const v1::PlanS
         " ranks attach here) but this ckptd belongs to no cluster: start it with "
         "--coordinator_address (or --coordinator)")));
   }
+  if (!v1::SaveTier_IsValid(request->tier())) {
+    return ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("save of job ", rank->job, " step ", request->step(), ": tier ",
+                     static_cast<int>(request->tier()), " is unknown")));
+  }
+  if (request->tier() != v1::SAVE_TIER_DURABLE) {
+    if (context_.memory_tier == nullptr) {
+      return ToGrpc(absl::FailedPreconditionError(
+          absl::StrCat("save of job ", rank->job, " step ", request->step(),
+                       " asks for the memory tier, but this ckptd has none: start it with "
+                       "--memory_tier_bytes")));
+    }
+    if (rank->spans_hosts()) {
+      return ToGrpc(absl::UnimplementedError(absl::StrCat(
+          "save of job ", rank->job, " step ", request->step(),
+          ": the memory tier keeps jobs on one host only; this one spans hosts (",
+          rank->local_world_size, " of its ", rank->world_size, " ranks attach here)")));
+    }
+  }
   // The job's first save records who owns it.
   if (absl::Status s = context_.owners.Persist(rank->job); !s.ok()) return ToGrpc(s);
   if (absl::Status s = EnterBarrier(rank->id); !s.ok()) return ToGrpc(s);
@@ -266,7 +286,7 @@ grpc::Status NodeService::PlanSave(grpc::ServerContext* context, const v1::PlanS
     if (slot == nullptr || slot->finished()) {
       if (slot != nullptr) finished_saves_.push_back(slot);
       slot = std::make_shared<SaveSession>(context_, rank->job, request->step(), rank->world_size,
-                                           rank->local_world_size);
+                                           rank->local_world_size, request->tier());
     }
     save = slot;
   }
@@ -363,6 +383,10 @@ grpc::Status NodeService::Load(grpc::ServerContext* context, const v1::LoadReque
         absl::InvalidArgumentError(absl::StrCat("step ", request->step(), " is negative")));
   }
   if (absl::Status s = ValidateLoadRequest(*request, limits_); !s.ok()) return ToGrpc(s);
+  if (!v1::LoadTier_IsValid(request->tier())) {
+    return ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("load tier ", static_cast<int>(request->tier()), " is unknown")));
+  }
   if (absl::Status s = EnterBarrier(rank->id); !s.ok()) return ToGrpc(s);
   absl::Cleanup leave = [&] { LeaveBarrier(rank->id); };
   std::shared_ptr<LoadSession> load;
@@ -424,6 +448,20 @@ grpc::Status NodeService::GetStatus(grpc::ServerContext* context, const v1::GetS
   if (context_.peer != nullptr)
     response->set_peer_bytes_received(context_.peer->Stats().bytes_received);
   response->set_checkpoints_committed(context_.commits.load());
+  response->set_memory_bytes_read(context_.memory_bytes_read.load());
+  response->set_load_fallback_chunks(context_.load_fallback_chunks.load());
+  if (tier::MemoryTier* memory = context_.memory_tier; memory != nullptr) {
+    response->set_memory_tier_budget_bytes(memory->budget_bytes());
+    response->set_memory_tier_bytes(memory->bytes_held());
+    const tier::PersistCounts persists = memory->persist_counts();
+    response->set_memory_persists(persists.persisted);
+    response->set_memory_persist_failures(persists.failed);
+    for (v1::MemoryTierJob& job : memory->Jobs()) {
+      if (all_jobs || AuthorizeJob(*caller, job.job(), auth::Permission::kRead).ok()) {
+        *response->add_memory_tier_jobs() = std::move(job);
+      }
+    }
+  }
   response->set_uptime_seconds(absl::ToInt64Seconds(absl::Now() - started_));
   std::vector<std::shared_ptr<SaveSession>> saves;
   std::vector<std::shared_ptr<LoadSession>> loads;
@@ -450,10 +488,38 @@ grpc::Status NodeService::ListCheckpoints(grpc::ServerContext* context,
   if (absl::Status s = AuthorizeJob(*caller, request->job(), auth::Permission::kRead); !s.ok()) {
     return ToGrpc(s);
   }
-  absl::StatusOr<std::vector<v1::CheckpointSummary>> summaries =
+  absl::StatusOr<std::vector<v1::CheckpointSummary>> durable =
       context_.coordinator.catalog().ListCheckpoints(request->job());
-  if (!summaries.ok()) return ToGrpc(summaries.status());
-  for (v1::CheckpointSummary& summary : *summaries) {
+  absl::StatusOr<std::vector<v1::CheckpointSummary>> memory = absl::NotFoundError("no memory tier");
+  if (context_.memory_tier != nullptr) {
+    memory = context_.memory_tier->coordinator().catalog().ListCheckpoints(request->job());
+  }
+  if (!durable.ok() && !(absl::IsNotFound(durable.status()) && memory.ok())) {
+    return ToGrpc(durable.status());
+  }
+  // One line per step, naming the tiers that hold it; latest is the step a
+  // load of latest takes (memory's newest unless storage has a newer one).
+  std::map<int64_t, v1::CheckpointSummary> steps;
+  int64_t latest_durable = -1, latest_memory = -1;
+  auto add = [&](absl::StatusOr<std::vector<v1::CheckpointSummary>>& list, const char* tier,
+                 int64_t& latest) {
+    if (!list.ok()) return;
+    for (v1::CheckpointSummary& summary : *list) {
+      if (summary.latest()) latest = summary.step();
+      auto [it, added] = steps.emplace(summary.step(), summary);
+      if (!added && it->second.broken() && !summary.broken()) {
+        v1::CheckpointSummary kept = summary;
+        *kept.mutable_tiers() = it->second.tiers();
+        it->second = std::move(kept);
+      }
+      it->second.add_tiers(tier);
+    }
+  };
+  add(durable, "durable", latest_durable);
+  add(memory, "memory", latest_memory);
+  const int64_t latest = latest_memory >= latest_durable ? latest_memory : latest_durable;
+  for (auto& [step, summary] : steps) {
+    summary.set_latest(step == latest);
     *response->add_checkpoints() = std::move(summary);
   }
   return grpc::Status::OK;

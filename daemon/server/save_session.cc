@@ -35,16 +35,47 @@ absl::Status ValidateRankRequest(const v1::PlanSaveRequest& request) {
   return absl::OkStatus();
 }
 
+bool ToMemory(v1::SaveTier tier) { return tier != v1::SAVE_TIER_DURABLE; }
+
+const char* TierName(v1::SaveTier tier) {
+  switch (tier) {
+    case v1::SAVE_TIER_MEMORY:
+      return "memory";
+    case v1::SAVE_TIER_MEMORY_AND_DURABLE:
+      return "memory+durable";
+    default:
+      return "durable";
+  }
+}
+
+// The memory this host's files take in the memory tier: each file's end,
+// rounded up to the tier's blocks.
+uint64_t MemoryBytes(const v1::HostAssignment& host) {
+  std::map<int, uint64_t> ends;
+  for (const v1::WriteItem& item : host.items()) {
+    uint64_t& end = ends[item.writer()];
+    end = std::max(end, item.file_offset() + item.bytes());
+  }
+  uint64_t total = 0;
+  for (const auto& [writer, end] : ends) {
+    total += AlignUp(end, storage::MemoryBackendOptions{}.block_bytes);
+  }
+  return total;
+}
+
 }  // namespace
 
 SaveSession::SaveSession(NodeContext& context, std::string job, int64_t step, int world_size,
-                         int local_world_size)
+                         int local_world_size, v1::SaveTier tier)
     : context_(context),
       job_(std::move(job)),
       step_(step),
       world_size_(world_size),
       local_world_size_(local_world_size),
-      local_coordinator_(context.coordinator),
+      tier_(tier),
+      store_(ToMemory(tier) ? context.memory_tier->coordinator() : context.coordinator),
+      store_backend_(ToMemory(tier) ? context.memory_tier->backend() : context.backend),
+      local_coordinator_(store_),
       coordinator_(local_world_size < world_size ? context.cluster_saves : &local_coordinator_),
       written_metric_(context.metrics.WrittenBytes(job_)) {
   absl::MutexLock lock(&mu_);
@@ -108,6 +139,11 @@ absl::StatusOr<v1::PlanSaveResponse> SaveSession::Plan(const RankSession& rank,
     if (phase_ != Phase::kPlanning || ranks_.count(rank.rank) > 0) {
       return absl::FailedPreconditionError(absl::StrCat(who, ": already sent its plan"));
     }
+    if (request.tier() != tier_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(who, " asks for tier ", TierName(request.tier()),
+                       "; the save's first rank asked for ", TierName(tier_)));
+    }
   }
   if (absl::Status s = ValidateRankRequest(request); !s.ok()) {
     Fail(absl::AbortedError(
@@ -160,12 +196,16 @@ void SaveSession::PlanAllRanks() {
                                               assignment->hosts_size(), " hosts, not host ",
                                               context_.host.host(), " alone"));
   }
+  // The memory tier makes room before a file exists: what it drops for this
+  // save must be gone before the first byte is written.
+  if (status.ok() && ToMemory(tier_)) {
+    status = context_.memory_tier->MakeRoom(job_, MemoryBytes(assignment->hosts(0)));
+  }
   std::vector<std::unique_ptr<storage::WritableFile>> files;
   if (status.ok()) {
     for (const std::string& name : assignment->hosts(0).files()) {
-      absl::StatusOr<std::unique_ptr<storage::WritableFile>> file =
-          context_.backend.NewWritableFile(
-              absl::StrCat(context_.coordinator.root(), "/", assignment->partial_dir(), "/", name));
+      absl::StatusOr<std::unique_ptr<storage::WritableFile>> file = store_backend_.NewWritableFile(
+          absl::StrCat(store_.root(), "/", assignment->partial_dir(), "/", name));
       if (!file.ok()) {
         status = file.status();
         // Spread over hosts, the likely cause is the coordinator ending the
@@ -185,7 +225,7 @@ void SaveSession::PlanAllRanks() {
   // The job's disk quota counts what it holds already (read before taking
   // mu_: it lists the job's checkpoints) plus this save.
   uint64_t disk_used = 0;
-  if (status.ok() && context_.options.job_max_disk_bytes > 0) {
+  if (status.ok() && context_.options.job_max_disk_bytes > 0 && !ToMemory(tier_)) {
     absl::StatusOr<std::vector<v1::CheckpointSummary>> committed =
         context_.coordinator.catalog().ListCheckpoints(job_);
     if (committed.ok()) {
@@ -551,8 +591,11 @@ void SaveSession::OnChunksWritten(absl::Span<const WrittenChunk> chunks, absl::S
         bytes += c.payload;
       }
       bytes_written_ += bytes;
-      context_.bytes_written.fetch_add(bytes, std::memory_order_relaxed);
-      written_metric_.Increment(static_cast<double>(bytes));
+      // Storage's counter: the memory tier writes none.
+      if (!ToMemory(tier_)) {
+        context_.bytes_written.fetch_add(bytes, std::memory_order_relaxed);
+        written_metric_.Increment(static_cast<double>(bytes));
+      }
     } else {
       // ABORTED is the writers' "save abandoned": chunks skipped, not a
       // failed write.
@@ -633,6 +676,13 @@ void SaveSession::Finish() {
       }
       rooms_.clear();
       ReleaseLocked();
+      // Persisted from the memory copy, after the commit: the trainer's
+      // wait ends with the memory commit.
+      if (ToMemory(tier_) && CorruptionPoint("memory.after_commit")) {
+        (void)context_.memory_tier->FlipByte(job_, step_);
+      }
+      if (tier_ == v1::SAVE_TIER_MEMORY_AND_DURABLE)
+        context_.memory_tier->PersistLater(job_, step_);
     } else {
       if (error_.ok()) error_ = WithContext(status, Who());
       phase_ = Phase::kFailed;
@@ -709,8 +759,7 @@ void SaveSession::CleanUp() {
     // directory.
     if (spans_hosts() && assignment_.hosts_size() == 1 && !reported_) {
       for (const std::string& name : assignment_.hosts(0).files()) {
-        own_files.push_back(
-            absl::StrCat(context_.coordinator.root(), "/", assignment_.partial_dir(), "/", name));
+        own_files.push_back(absl::StrCat(store_.root(), "/", assignment_.partial_dir(), "/", name));
       }
     }
     for (auto& [id, room] : rooms_) {
@@ -722,7 +771,7 @@ void SaveSession::CleanUp() {
   files_.clear();
   // This host's files go even when the coordinator cannot be reached to
   // remove the whole partial directory (its restart removes the rest).
-  for (const std::string& path : own_files) (void)context_.backend.RemoveAll(path);
+  for (const std::string& path : own_files) (void)store_backend_.RemoveAll(path);
   // Without a save id the save may still be gathering at the coordinator
   // (spread over hosts): it is aborted by job and step, so the other hosts
   // stop waiting for this one.

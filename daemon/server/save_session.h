@@ -54,8 +54,10 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
  public:
   // local_world_size: the job's ranks on this host (world_size when the job
   // is on this host alone).
+  // tier: where the step goes; a memory tier requires context.memory_tier
+  // (NodeService checks).
   SaveSession(NodeContext& context, std::string job, int64_t step, int world_size,
-              int local_world_size);
+              int local_world_size, v1::SaveTier tier = v1::SAVE_TIER_DURABLE);
   ~SaveSession() override;
 
   // Blocks until every rank has planned (or the save fails).
@@ -155,6 +157,11 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   const int64_t step_;
   const int world_size_;
   const int local_world_size_;
+  const v1::SaveTier tier_;
+  // The store the step is written to and committed in: durable storage, or
+  // the memory tier's.
+  coordinator::Coordinator& store_;
+  storage::Backend& store_backend_;
   // The embedded coordinator, or the cluster's for a job spread over hosts
   // (NodeService makes no such save on a daemon in no cluster).
   cluster::LocalSaveCoordinator local_coordinator_;

@@ -114,14 +114,20 @@ v1::GetStatusResponse TestDaemon::Status() const {
   return status;
 }
 
-std::unique_ptr<Subprocess> TestDaemon::StartRank(const std::string& job, const std::string& mode,
-                                                  int rank, int world, int64_t step,
-                                                  int saved_world, int scale) const {
-  absl::StatusOr<std::unique_ptr<Subprocess>> p =
-      Subprocess::Start({DemoRankPath(), "--socket=" + socket(), "--job=" + job, "--mode=" + mode,
-                         absl::StrCat("--rank=", rank), absl::StrCat("--world=", world),
-                         absl::StrCat("--step=", step), absl::StrCat("--saved_world=", saved_world),
-                         absl::StrCat("--scale=", scale)});
+std::unique_ptr<Subprocess> TestDaemon::StartRank(
+    const std::string& job, const std::string& mode, int rank, int world, int64_t step,
+    int saved_world, int scale, const std::vector<std::string>& extra_flags) const {
+  std::vector<std::string> argv = {DemoRankPath(),
+                                   "--socket=" + socket(),
+                                   "--job=" + job,
+                                   "--mode=" + mode,
+                                   absl::StrCat("--rank=", rank),
+                                   absl::StrCat("--world=", world),
+                                   absl::StrCat("--step=", step),
+                                   absl::StrCat("--saved_world=", saved_world),
+                                   absl::StrCat("--scale=", scale)};
+  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(argv);
   INFO(p.status().ToString());
   REQUIRE(p.ok());
   return std::move(*p);
@@ -184,15 +190,22 @@ std::unique_ptr<v1::NodeService::Stub> TestDaemon::PlaintextStubFor(const std::s
 }
 
 std::vector<ExitInfo> TestDaemon::RunRanks(const std::string& job, const std::string& mode,
-                                           int world, int64_t step, int scale,
-                                           int saved_world) const {
+                                           int world, int64_t step, int scale, int saved_world,
+                                           const std::vector<std::string>& extra_flags) const {
   std::vector<std::unique_ptr<Subprocess>> ranks;
   std::vector<ExitInfo> out(world);
   for (int r = 0; r < world; ++r) {
-    absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
-        {DemoRankPath(), "--socket=" + socket(), "--job=" + job, "--mode=" + mode,
-         absl::StrCat("--rank=", r), absl::StrCat("--world=", world), absl::StrCat("--step=", step),
-         absl::StrCat("--scale=", scale), absl::StrCat("--saved_world=", saved_world)});
+    std::vector<std::string> argv = {DemoRankPath(),
+                                     "--socket=" + socket(),
+                                     "--job=" + job,
+                                     "--mode=" + mode,
+                                     absl::StrCat("--rank=", r),
+                                     absl::StrCat("--world=", world),
+                                     absl::StrCat("--step=", step),
+                                     absl::StrCat("--scale=", scale),
+                                     absl::StrCat("--saved_world=", saved_world)};
+    argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+    absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(argv);
     if (!p.ok()) {
       out[r].output = p.status().ToString();
       ranks.emplace_back();

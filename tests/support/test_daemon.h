@@ -90,12 +90,14 @@ class TestDaemon {
   // ("save", "load" or "attach") and returns at once; `saved_world` as for
   // RunRanks. Fails the test (REQUIRE) if it cannot be spawned.
   std::unique_ptr<Subprocess> StartRank(const std::string& job, const std::string& mode, int rank,
-                                        int world, int64_t step, int saved_world = 1,
-                                        int scale = 1) const;
+                                        int world, int64_t step, int saved_world = 1, int scale = 1,
+                                        const std::vector<std::string>& extra_flags = {}) const;
   // Runs `world` demo ranks of `job` in `mode` ("save" or "load") and
   // returns each rank's outcome.
+  // `extra_flags` go to every rank (e.g. "--tier=memory").
   std::vector<ExitInfo> RunRanks(const std::string& job, const std::string& mode, int world,
-                                 int64_t step, int scale, int saved_world = 0) const;
+                                 int64_t step, int scale, int saved_world = 0,
+                                 const std::vector<std::string>& extra_flags = {}) const;
   // Runs ckptctl against this daemon.
   ExitInfo Ckptctl(const std::vector<std::string>& args) const;
 

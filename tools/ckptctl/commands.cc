@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "proto/lib/grpc_status.h"
@@ -289,6 +290,25 @@ int RunStatus(const Call& call, bool json) {
   line("bytes written", FormatBytes(response.storage_bytes_written()));
   line("bytes read", FormatBytes(response.storage_bytes_read()));
   line("checkpoints committed", absl::StrCat(response.checkpoints_committed()));
+  if (response.memory_tier_budget_bytes() > 0) {
+    line("memory tier",
+         absl::StrFormat(
+             "%s / %s held (%s)", FormatBytes(response.memory_tier_bytes()),
+             FormatBytes(response.memory_tier_budget_bytes()),
+             Percent(response.memory_tier_bytes(), response.memory_tier_budget_bytes())));
+    line("memory bytes read", FormatBytes(response.memory_bytes_read()));
+    line("memory persisted",
+         absl::StrFormat("%d steps to storage, %d failed", response.memory_persists(),
+                         response.memory_persist_failures()));
+    line("load fallbacks", absl::StrFormat("%d chunks read from storage after failing in memory",
+                                           response.load_fallback_chunks()));
+    for (const v1::MemoryTierJob& job : response.memory_tier_jobs()) {
+      line(
+          absl::StrCat("  job ", job.job()),
+          absl::StrFormat("steps [%s] in memory, %s, %d cop%s", absl::StrJoin(job.steps(), ", "),
+                          FormatBytes(job.bytes()), job.copies(), job.copies() == 1 ? "y" : "ies"));
+    }
+  }
   PrintInFlight(out, response);
   return kExitOk;
 }
@@ -339,23 +359,27 @@ int RunList(const Call& call, const std::string& job, bool json) {
   std::stable_sort(rows.begin(), rows.end(),
                    [](const auto* a, const auto* b) { return a->step() < b->step(); });
   const auto columns = [](absl::string_view step, absl::string_view created, absl::string_view size,
-                          absl::string_view tensors, absl::string_view objects) {
-    return absl::StrFormat("%12s  %-24s  %10s  %8s  %8s", step, created, size, tensors, objects);
+                          absl::string_view tensors, absl::string_view objects,
+                          absl::string_view tiers) {
+    return absl::StrFormat("%12s  %-24s  %10s  %8s  %8s  %-14s", step, created, size, tensors,
+                           objects, tiers);
   };
-  out << columns("STEP", "CREATED (UTC)", "SIZE", "TENSORS", "OBJECTS") << "\n";
+  out << columns("STEP", "CREATED (UTC)", "SIZE", "TENSORS", "OBJECTS", "TIERS") << "\n";
   for (const v1::CheckpointSummary* row : rows) {
+    // Where the step is: memory (the daemon's memory tier), durable, or both.
+    const std::string tiers = row->tiers().empty() ? "durable" : absl::StrJoin(row->tiers(), "+");
     if (row->broken()) {
       // One line, whatever the reason holds: it comes from a file on disk.
       std::string reason = row->broken_reason();
       std::replace(reason.begin(), reason.end(), '\n', ' ');
-      out << columns(absl::StrCat(row->step()), "BROKEN", "-", "-", "-")
+      out << columns(absl::StrCat(row->step()), "BROKEN", "-", "-", "-", tiers)
           << (row->latest() ? "  latest" : "") << "  " << reason << "\n";
       continue;
     }
     out << columns(absl::StrCat(row->step()),
                    row->created_unix_ms() == 0 ? "-" : FormatUtcMillis(row->created_unix_ms()),
                    FormatBytes(row->bytes()), absl::StrCat(row->tensors()),
-                   absl::StrCat(row->objects()));
+                   absl::StrCat(row->objects()), tiers);
     out << (row->latest() ? "  latest\n" : "\n");
   }
   return kExitOk;

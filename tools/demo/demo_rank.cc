@@ -12,6 +12,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "ckpt/client.h"
 #include "tools/demo/model_layout.h"
@@ -28,6 +29,10 @@ ABSL_FLAG(int32_t, local_rank, -1, "This rank's index on its host (-1: its rank)
 ABSL_FLAG(std::string, mode, "save", "save, load, or attach (attach and hang: liveness tests)");
 ABSL_FLAG(int64_t, step, 1, "Step to save, or to load (-1: latest)");
 ABSL_FLAG(int32_t, scale, 1, "Model size multiplier (1: ~1.4 MiB)");
+ABSL_FLAG(bool, linger, false,
+          "save: once saved, stay attached until killed (a trainer that goes on, then crashes)");
+ABSL_FLAG(std::string, tier, "durable", "save: durable, memory, or both (memory, then durable)");
+ABSL_FLAG(std::string, from, "any", "load: any (the fastest tier), memory or durable");
 ABSL_FLAG(int32_t, saved_world, 0, "load: ranks that saved (to know which rng objects exist)");
 ABSL_FLAG(std::string, layout, "demo",
           "demo (tools/demo/model_layout.h) or parallel (tools/demo/parallel_layout.h)");
@@ -94,9 +99,18 @@ int main(int argc, char** argv) {
   }
 
   if (mode == "save") {
+    ckpt::SaveOptions save;
+    const std::string tier = absl::GetFlag(FLAGS_tier);
+    if (tier == "memory") {
+      save.tier = ckpt::Tier::kMemory;
+    } else if (tier == "both") {
+      save.tier = ckpt::Tier::kMemoryAndDurable;
+    } else if (tier != "durable") {
+      return Fail("flags", absl::InvalidArgumentError("--tier is durable, memory or both"));
+    }
     const absl::Time start = absl::Now();
     absl::StatusOr<std::shared_ptr<ckpt::SaveHandle>> handle =
-        (*client)->Save(absl::GetFlag(FLAGS_step), tensors, ckpt::testing::SaveObjects(rank));
+        (*client)->Save(absl::GetFlag(FLAGS_step), tensors, ckpt::testing::SaveObjects(rank), save);
     if (!handle.ok()) return Fail("save", handle.status());
     if (absl::Status s = (*handle)->WaitSnapshot(); !s.ok()) return Fail("snapshot", s);
     const absl::Duration snapshot = absl::Now() - start;
@@ -104,6 +118,10 @@ int main(int argc, char** argv) {
     const absl::Duration persisted = absl::Now() - start;
     absl::PrintF("rank %d saved step %d: %.1f MiB held, snapshot %.1f ms, committed %.1f ms\n",
                  rank, (*handle)->step(), bytes / 1048576.0, Ms(snapshot), Ms(persisted));
+    if (absl::GetFlag(FLAGS_linger)) {
+      std::fflush(stdout);
+      for (;;) pause();
+    }
     return 0;
   }
 
@@ -111,9 +129,20 @@ int main(int argc, char** argv) {
   std::vector<ckpt::LoadObject> objects = {{"dataloader", &dataloader}};
   const bool has_rng = rank < absl::GetFlag(FLAGS_saved_world);
   if (has_rng) objects.push_back({"rng", &rng});
+  ckpt::LoadOptions load;
+  const std::string from = absl::GetFlag(FLAGS_from);
+  if (from == "memory") {
+    load.from = ckpt::LoadOptions::From::kMemory;
+  } else if (from == "durable") {
+    load.from = ckpt::LoadOptions::From::kDurable;
+  } else if (from != "any") {
+    return Fail("flags", absl::InvalidArgumentError("--from is any, memory or durable"));
+  }
   const absl::Time start = absl::Now();
-  absl::StatusOr<int64_t> step = (*client)->Load(absl::GetFlag(FLAGS_step), tensors, objects);
-  if (!step.ok()) return Fail("load", step.status());
+  absl::StatusOr<ckpt::LoadResult> result =
+      (*client)->Load(absl::GetFlag(FLAGS_step), tensors, objects, load);
+  if (!result.ok()) return Fail("load", result.status());
+  const int64_t* step = &result->step;
   const absl::Duration loaded = absl::Now() - start;
   for (const HostTensor& t : tensors) {
     int64_t first = -1;
@@ -134,7 +163,10 @@ int main(int argc, char** argv) {
     absl::FPrintF(stderr, "rank %d: object rng differs\n", rank);
     return 1;
   }
-  absl::PrintF("rank %d loaded step %d: %.1f MiB in %.1f ms, every byte checked\n", rank, *step,
-               bytes / 1048576.0, Ms(loaded));
+  absl::PrintF(
+      "rank %d loaded step %d: %.1f MiB in %.1f ms, every byte checked, tiers=%s "
+      "fallback_chunks=%d\n",
+      rank, *step, bytes / 1048576.0, Ms(loaded), absl::StrJoin(result->tiers, "+"),
+      result->fallback_chunks);
   return 0;
 }

@@ -54,7 +54,21 @@ struct ClientOptions {
   GpuTransfer gpu_transfer = GpuTransfer::kPull;
 };
 
+// Where a save's step goes (DESIGN.md §8). kMemory: the daemon's memory
+// tier (ckptd --memory_tier_bytes), committed once in place; it survives
+// this process, not the daemon. kMemoryAndDurable: committed in memory, then
+// persisted to storage from that copy in the background; WaitPersisted
+// returns at the memory commit.
+enum class Tier { kDurable, kMemory, kMemoryAndDurable };
+
+// The common policy: every step to memory, every `durable_every`-th step
+// to storage as well (0: never).
+inline Tier TierForStep(int64_t step, int64_t durable_every) {
+  return durable_every > 0 && step % durable_every == 0 ? Tier::kMemoryAndDurable : Tier::kMemory;
+}
+
 struct SaveOptions {
+  Tier tier = Tier::kDurable;
   bool partial = false;   // allow tensors this save does not cover fully
   bool blocking = false;  // Save returns only once the snapshot is taken
   // The CUDA stream (a cudaStream_t) whose queued work writes the GPU
@@ -62,6 +76,21 @@ struct SaveOptions {
   // Save. nullptr: the default stream.
   void* cuda_stream = nullptr;
   std::map<std::string, std::string> user_metadata;
+};
+
+struct LoadOptions {
+  // kAny: the fastest tier that has the step (for kLatestStep, the newest
+  // step in any tier).
+  enum class From { kAny, kMemory, kDurable };
+  From from = From::kAny;
+};
+
+struct LoadResult {
+  int64_t step = 0;
+  // The tiers the bytes came from ("memory", "durable"), and the chunks
+  // read from storage after failing verification in memory.
+  std::vector<std::string> tiers;
+  uint64_t fallback_chunks = 0;
 };
 
 class SaveHandle {
@@ -87,8 +116,16 @@ class Client {
                                                            SaveOptions options = {}) = 0;
   // Fills each tensor's region (any sharding) and each object from the given
   // step, or the latest one with kLatestStep. Returns the step loaded.
-  virtual absl::StatusOr<int64_t> Load(int64_t step, const std::vector<HostTensor>& tensors,
-                                       const std::vector<LoadObject>& objects = {}) = 0;
+  absl::StatusOr<int64_t> Load(int64_t step, const std::vector<HostTensor>& tensors,
+                               const std::vector<LoadObject>& objects = {}) {
+    absl::StatusOr<LoadResult> result = Load(step, tensors, objects, LoadOptions{});
+    if (!result.ok()) return result.status();
+    return result->step;
+  }
+  // The same, choosing the tier, and saying where the bytes came from.
+  virtual absl::StatusOr<LoadResult> Load(int64_t step, const std::vector<HostTensor>& tensors,
+                                          const std::vector<LoadObject>& objects,
+                                          const LoadOptions& options) = 0;
 };
 
 }  // namespace ckpt

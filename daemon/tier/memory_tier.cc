@@ -1,0 +1,299 @@
+#include "daemon/tier/memory_tier.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "daemon/coordinator/fault_points.h"
+#include "daemon/coordinator/layout.h"
+#include "daemon/coordinator/manifest_io.h"
+#include "daemon/coordinator/retention.h"
+#include "daemon/storage/backend_factory.h"
+#include "proto/lib/align.h"
+#include "proto/lib/crc32c.h"
+#include "proto/lib/status_context.h"
+
+namespace ckpt::tier {
+namespace {
+
+// Pieces a persisted file is copied in: large enough for storage to stream,
+// small enough to be one allocation of the persister thread.
+constexpr size_t kCopyPieceBytes = 8 << 20;
+// O_DIRECT wants aligned buffers; 4 KiB suits every block device here.
+constexpr size_t kCopyAlignment = 4096;
+
+void Log(const std::string& line) { std::fprintf(stderr, "ckptd: %s\n", line.c_str()); }
+
+struct FreeDeleter {
+  void operator()(char* p) const { std::free(p); }
+};
+
+// A chunk of a persisted file: where it is, and what it must hold.
+struct ChunkToCopy {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint32_t crc32c = 0;
+  std::string owner;
+};
+
+// One file's chunks, each read from memory, checked against its CRC and
+// written at the same offset; the copy is fsynced. The padding after a chunk
+// goes with it where the file holds it, so storage gets whole aligned blocks
+// (direct I/O) and the same layout. A chunk that fails its CRC stops the
+// copy: memory that went bad is never made durable.
+absl::Status CopyFile(storage::Backend& from, const std::string& from_path, storage::Backend& to,
+                      const std::string& to_path, std::vector<ChunkToCopy>& chunks) {
+  std::sort(chunks.begin(), chunks.end(),
+            [](const ChunkToCopy& a, const ChunkToCopy& b) { return a.offset < b.offset; });
+  absl::StatusOr<std::unique_ptr<storage::ReadableFile>> in = from.NewReadableFile(from_path);
+  if (!in.ok()) return in.status();
+  absl::StatusOr<uint64_t> size = (*in)->Size();
+  if (!size.ok()) return size.status();
+  uint64_t largest = 0;
+  for (const ChunkToCopy& c : chunks) {
+    if (c.offset > *size || c.length > *size - c.offset) {
+      return absl::DataLossError(
+          absl::StrFormat("%s ends at %d bytes, before the chunk of %s at offset %d (%d bytes)",
+                          from_path, *size, c.owner, c.offset, c.length));
+    }
+    largest = std::max(largest, AlignUp(c.length, kCopyAlignment));
+  }
+  std::unique_ptr<char, FreeDeleter> buffer(
+      static_cast<char*>(std::aligned_alloc(kCopyAlignment, std::max<uint64_t>(largest, 1))));
+  if (buffer == nullptr) return absl::ResourceExhaustedError("no memory for the copy buffer");
+  absl::StatusOr<std::unique_ptr<storage::WritableFile>> out = to.NewWritableFile(to_path);
+  if (!out.ok()) return out.status();
+  for (const ChunkToCopy& c : chunks) {
+    const uint64_t padded = std::min(AlignUp(c.length, kCopyAlignment), *size - c.offset);
+    absl::StatusOr<size_t> n = (*in)->ReadAt(c.offset, buffer.get(), padded);
+    if (!n.ok()) return n.status();
+    if (*n != padded) {
+      return absl::DataLossError(
+          absl::StrFormat("short read %s at offset %d", from_path, c.offset));
+    }
+    if (Crc32c(buffer.get(), c.length) != c.crc32c) {
+      return absl::DataLossError(
+          absl::StrFormat("the chunk of %s at %s offset %d fails its CRC32C in the memory tier",
+                          c.owner, from_path, c.offset));
+    }
+    if (absl::Status s = (*out)->WriteAt(c.offset, buffer.get(), padded); !s.ok()) return s;
+  }
+  if (absl::Status s = (*out)->Sync(); !s.ok()) return s;
+  return (*out)->Close();
+}
+
+}  // namespace
+
+MemoryTier::MemoryTier(MemoryTierOptions options, coordinator::SavePlannerOptions planner,
+                       coordinator::CatalogOptions catalog,
+                       coordinator::RendezvousOptions rendezvous, coordinator::Coordinator& durable)
+    : options_(options), durable_(durable) {
+  storage::MemoryBackendOptions memory;
+  memory.budget_bytes = options_.budget_bytes;
+  backend_ = std::make_unique<storage::MemoryBackend>(memory);
+  (void)backend_->CreateDirs(kRoot);
+  coordinator_ = std::make_unique<coordinator::Coordinator>(*backend_, kRoot, planner,
+                                                            std::move(catalog), rendezvous);
+  coordinator::RetentionConfig retention;
+  retention.defaults.keep_last = std::max(1, options_.keep_steps);
+  // Memory is not kept for a grace period: the budget is the point.
+  retention.defaults.grace = absl::ZeroDuration();
+  retention.trigger = "memory tier retention";
+  coordinator_->EnableRetention(retention);
+  persister_ = std::thread([this] { RunPersists(); });
+}
+
+MemoryTier::~MemoryTier() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  persister_.join();
+}
+
+absl::Status MemoryTier::MakeRoom(const std::string& job, uint64_t bytes) {
+  const uint64_t budget = options_.budget_bytes;
+  if (bytes > budget) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "this host's part of the save needs %d bytes of memory; the memory tier's budget is %d "
+        "(--memory_tier_bytes)",
+        bytes, budget));
+  }
+  auto fits = [&] { return bytes_held() <= budget - bytes; };
+  if (fits()) return absl::OkStatus();
+  coordinator::RetentionPolicy newest;
+  newest.keep_last = 1;
+  newest.grace = absl::ZeroDuration();
+  // The job's own older steps first: they are what this save replaces.
+  std::vector<std::string> jobs = {job};
+  if (absl::StatusOr<std::vector<std::string>> all = backend_->ListDir(kRoot); all.ok()) {
+    for (const std::string& other : *all) {
+      if (other != job) jobs.push_back(other);
+    }
+  }
+  for (const std::string& j : jobs) {
+    // Pinned steps (being read or persisted) are kept; a job with nothing
+    // committed has nothing to drop.
+    (void)coordinator_->garbage_collector().Collect(j, newest, /*dry_run=*/false, absl::Now(),
+                                                    "memory tier budget");
+    if (fits()) return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "the memory tier holds %d bytes and this host's part of the save needs %d more; its budget "
+      "is %d (--memory_tier_bytes). Each job's newest step and the steps being read or persisted "
+      "stay: raise the budget, or save to memory less often",
+      bytes_held(), bytes, budget));
+}
+
+void MemoryTier::PersistLater(const std::string& job, int64_t step) {
+  absl::StatusOr<std::unique_ptr<storage::FileLock>> pin =
+      coordinator::PinStep(*backend_, kRoot, job, step);
+  absl::MutexLock lock(&mu_);
+  if (!pin.ok()) {
+    ++persist_failed_;
+    Log(absl::StrFormat("persist job=%s step=%d outcome=failed error=\"%s\"", job, step,
+                        pin.status().message()));
+    return;
+  }
+  persists_.push_back(Queued{job, step, std::move(*pin)});
+}
+
+absl::Status MemoryTier::Persist(const std::string& job, int64_t step) {
+  const std::string who = absl::StrCat("persisting step ", step, " of job ", job, " from memory");
+  // Pinned: neither retention nor the budget drops it while it is copied.
+  absl::StatusOr<std::unique_ptr<storage::FileLock>> pin =
+      coordinator::PinStep(*backend_, kRoot, job, step);
+  if (!pin.ok()) return WithContext(pin.status(), who);
+  absl::StatusOr<v1::CheckpointManifest> manifest = coordinator_->catalog().ReadManifest(job, step);
+  if (!manifest.ok()) return WithContext(manifest.status(), who);
+  std::map<std::string, std::vector<ChunkToCopy>> by_file;
+  if (absl::Status s = coordinator::ForEachChunk(
+          *manifest,
+          [&](const v1::StoredChunk& chunk, const std::string& owner) {
+            // 0-byte items have no bytes in any file.
+            if (chunk.length() > 0) {
+              by_file[chunk.file()].push_back(
+                  {chunk.file_offset(), chunk.length(), chunk.crc32c(), owner});
+            }
+            return absl::OkStatus();
+          });
+      !s.ok()) {
+    return WithContext(s, who);
+  }
+  const std::string dir = coordinator::StepDir(kRoot, job, step);
+  storage::Backend& to = durable_.backend();
+  auto copy = [&](const std::string& partial) -> absl::Status {
+    // The manifest's file names were checked when it was read (confined to
+    // the step directory), so they name the same place in both stores.
+    std::set<std::string> dirs;
+    for (auto& [name, chunks] : by_file) {
+      const std::string to_path = absl::StrCat(partial, "/", name);
+      const std::string parent = to_path.substr(0, to_path.find_last_of('/'));
+      if (dirs.insert(parent).second) {
+        if (absl::Status s = to.CreateDirs(parent); !s.ok()) return s;
+      }
+      if (absl::Status s = CopyFile(*backend_, absl::StrCat(dir, "/", name), to, to_path, chunks);
+          !s.ok()) {
+        return s;
+      }
+    }
+    for (const std::string& parent : dirs) {
+      if (absl::Status s = to.SyncDir(parent); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  };
+  absl::StatusOr<std::string> path = durable_.CommitCopy(*manifest, copy);
+  if (!path.ok()) return WithContext(path.status(), who);
+  return absl::OkStatus();
+}
+
+void MemoryTier::RunPersists() {
+  while (true) {
+    Queued next;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](MemoryTier* t)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) { return t->stop_ || !t->persists_.empty(); },
+          this));
+      if (stop_) return;
+      next = std::move(persists_.front());
+      persists_.pop_front();
+      persisting_ = true;
+    }
+    const absl::Time start = absl::Now();
+    const absl::Status status = Persist(next.job, next.step);
+    if (status.ok() && CorruptionPoint("memory.after_persist")) (void)FlipByte(next.job, next.step);
+    next.pin.reset();
+    Log(absl::StrFormat("persist job=%s step=%d duration_s=%.3f outcome=%s%s", next.job, next.step,
+                        absl::ToDoubleSeconds(absl::Now() - start), status.ok() ? "ok" : "failed",
+                        status.ok() ? "" : absl::StrCat(" error=\"", status.message(), "\"")));
+    absl::MutexLock lock(&mu_);
+    persisting_ = false;
+    ++(status.ok() ? persisted_ : persist_failed_);
+  }
+}
+
+absl::Status MemoryTier::FlipByte(const std::string& job, int64_t step) {
+  absl::StatusOr<v1::CheckpointManifest> manifest = coordinator_->catalog().ReadManifest(job, step);
+  if (!manifest.ok()) return manifest.status();
+  std::string file;
+  uint64_t offset = 0;
+  (void)coordinator::ForEachChunk(*manifest, [&](const v1::StoredChunk& chunk, const std::string&) {
+    if (file.empty() && chunk.length() > 0) {
+      file = chunk.file();
+      offset = chunk.file_offset() + chunk.length() / 2;
+    }
+    return absl::OkStatus();
+  });
+  if (file.empty()) return absl::NotFoundError("the step has no bytes to flip");
+  const std::string path = absl::StrCat(coordinator::StepDir(kRoot, job, step), "/", file);
+  absl::StatusOr<std::string> bytes = storage::ReadWholeFile(*backend_, path);
+  if (!bytes.ok()) return bytes.status();
+  (*bytes)[offset] = static_cast<char>((*bytes)[offset] ^ 0x01);
+  absl::StatusOr<std::unique_ptr<storage::WritableFile>> out = backend_->NewWritableFile(path);
+  if (!out.ok()) return out.status();
+  if (absl::Status s = (*out)->WriteAt(0, bytes->data(), bytes->size()); !s.ok()) return s;
+  return (*out)->Close();
+}
+
+PersistCounts MemoryTier::persist_counts() const {
+  absl::MutexLock lock(&mu_);
+  return PersistCounts{persisted_, persist_failed_, persists_.size() + (persisting_ ? 1u : 0u)};
+}
+
+void MemoryTier::WaitPersisted() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](MemoryTier* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) {
+        return t->stop_ || (t->persists_.empty() && !t->persisting_);
+      },
+      this));
+}
+
+std::vector<v1::MemoryTierJob> MemoryTier::Jobs() {
+  std::vector<v1::MemoryTierJob> jobs;
+  absl::StatusOr<std::vector<std::string>> names = backend_->ListDir(kRoot);
+  if (!names.ok()) return jobs;
+  for (const std::string& name : *names) {
+    absl::StatusOr<std::vector<v1::CheckpointSummary>> steps =
+        coordinator_->catalog().ListCheckpoints(name);
+    if (!steps.ok() || steps->empty()) continue;
+    v1::MemoryTierJob& job = jobs.emplace_back();
+    job.set_job(name);
+    job.set_copies(1);  // this host's; peer replicas are not kept yet
+    for (const v1::CheckpointSummary& step : *steps) {
+      if (step.broken()) continue;
+      job.add_steps(step.step());
+      job.set_bytes(job.bytes() + step.bytes());
+    }
+  }
+  return jobs;
+}
+
+}  // namespace ckpt::tier

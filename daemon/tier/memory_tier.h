@@ -1,0 +1,129 @@
+// The memory tier (DESIGN.md §8): checkpoints kept in this daemon's memory,
+// so a trainer that crashed restarts from them without reading storage.
+//
+// It is a second store beside the durable one, with the same parts: a
+// memory backend (daemon/storage/memory) holding the step directories under
+// kRoot, and a coordinator over it that plans, commits (the same protocol,
+// the same MANIFEST with a CRC32C per chunk) and lists them. So a save or a
+// load picks its store and runs unchanged. What is particular to memory:
+//
+//  - A budget (--memory_tier_bytes), separate from the staging pool. The
+//    backend refuses any write past it; before a save is written, the tier
+//    makes room by dropping older steps (never a job's newest committed
+//    step, never one being read or persisted), and refuses the save, naming
+//    the budget, when that is not enough.
+//  - Retention: the newest keep_steps committed steps of each job are kept
+//    (with the one being written, at least two versions); older ones go as
+//    each step commits.
+//  - Persistence: a step saved to memory and durable storage is copied,
+//    file by file and byte for byte, to the durable store in the background
+//    and committed there with the same manifest (no second snapshot). So a
+//    chunk that fails verification in memory can be read at the same file
+//    and offset from storage.
+//
+// The tier lives and dies with the daemon: it survives the trainer, not
+// ckptd.
+//
+// Thread-safety: all methods are safe from any thread.
+#ifndef CKPT_DAEMON_TIER_MEMORY_TIER_H_
+#define CKPT_DAEMON_TIER_MEMORY_TIER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "ckpt/v1/node.pb.h"
+#include "daemon/coordinator/coordinator.h"
+#include "daemon/storage/memory/memory_backend.h"
+
+namespace ckpt::tier {
+
+struct MemoryTierOptions {
+  uint64_t budget_bytes = 0;  // must be positive
+  // Committed steps kept per job, newest first (a step being written is
+  // held besides them).
+  int keep_steps = 1;
+};
+
+// Persistence outcomes, for status and metrics.
+struct PersistCounts {
+  uint64_t persisted = 0;
+  uint64_t failed = 0;
+  uint64_t queued = 0;  // waiting or running now
+};
+
+class MemoryTier {
+ public:
+  static constexpr char kRoot[] = "/memory";
+
+  // `durable` is where persisted steps go. The coordinator options are the
+  // durable coordinator's: the memory tier plans and checks as it does.
+  MemoryTier(MemoryTierOptions options, coordinator::SavePlannerOptions planner,
+             coordinator::CatalogOptions catalog, coordinator::RendezvousOptions rendezvous,
+             coordinator::Coordinator& durable);
+  ~MemoryTier();  // waits for the persistence running now; drops the queued ones
+
+  coordinator::Coordinator& coordinator() { return *coordinator_; }
+  storage::Backend& backend() { return *backend_; }
+  uint64_t budget_bytes() const { return options_.budget_bytes; }
+  uint64_t bytes_held() const { return backend_->bytes_held(); }
+
+  // Room for `bytes` more in the budget, for a save of `job`: drops older
+  // steps of that job, then of the others, until they fit (each job keeps
+  // its newest committed step). RESOURCE_EXHAUSTED naming the budget, the
+  // bytes held and the flag when they cannot.
+  absl::Status MakeRoom(const std::string& job, uint64_t bytes);
+
+  // Queues the persistence of a committed memory step to storage; it runs
+  // on the tier's own thread, one step at a time, in order. The step is
+  // pinned here, before the caller's commit returns: retention and the
+  // budget never drop a step waiting to be persisted.
+  void PersistLater(const std::string& job, int64_t step);
+  // Copies the step's files to the durable store and commits it there with
+  // the same manifest; ALREADY_EXISTS when storage has the step. Runs in
+  // the caller (PersistLater's thread, tests).
+  absl::Status Persist(const std::string& job, int64_t step);
+  PersistCounts persist_counts() const;
+  // Blocks until no persistence is queued or running (tests, shutdown).
+  void WaitPersisted();
+
+  // Tests of verification (fault_points.h CorruptionPoint): flips one byte
+  // in the middle of the step's first chunk, in place.
+  absl::Status FlipByte(const std::string& job, int64_t step);
+
+  // Per job: the committed steps in memory and their bytes.
+  std::vector<v1::MemoryTierJob> Jobs();
+
+ private:
+  void RunPersists();
+
+  const MemoryTierOptions options_;
+  std::unique_ptr<storage::MemoryBackend> backend_;
+  std::unique_ptr<coordinator::Coordinator> coordinator_;
+  coordinator::Coordinator& durable_;
+
+  mutable absl::Mutex mu_;
+  struct Queued {
+    std::string job;
+    int64_t step = 0;
+    std::unique_ptr<storage::FileLock> pin;
+  };
+  std::deque<Queued> persists_ ABSL_GUARDED_BY(mu_);
+  bool persisting_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t persisted_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t persist_failed_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread persister_;  // last: started once the rest exists
+};
+
+}  // namespace ckpt::tier
+
+#endif  // CKPT_DAEMON_TIER_MEMORY_TIER_H_
