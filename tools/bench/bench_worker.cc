@@ -106,10 +106,15 @@ int RunWorker(const WorkerOptions& options) {
       client::ParallelCopy(floor_copy, options.copy_threads);
       std::cout << "ok " << Since(start) << std::endl;
     } else if (command == "blocking") {
+      // "blocking STEP [durable|memory|both]"
       int64_t step = 0;
-      in >> step;
+      std::string tier = "durable";
+      in >> step >> tier;
       SaveOptions save;
       save.blocking = true;
+      save.tier = tier == "memory" ? Tier::kMemory
+                  : tier == "both" ? Tier::kMemoryAndDurable
+                                   : Tier::kDurable;
       const auto start = Clock::now();
       auto handle = (*client)->Save(step, shards, {}, save);
       const double stall = Since(start);
@@ -187,15 +192,27 @@ int RunWorker(const WorkerOptions& options) {
     } else if (command == "load") {
       // "load [STEP]", latest without one. The shards are cleared first so
       // that the check below sees this load's bytes, not an earlier one's.
+      // "load [STEP [any|memory|durable]]"
       int64_t wanted = kLatestStep;
       if (!(in >> wanted)) wanted = kLatestStep;
+      std::string from = "any";
+      in >> from;
+      LoadOptions load;
+      load.from = from == "memory"    ? LoadOptions::From::kMemory
+                  : from == "durable" ? LoadOptions::From::kDurable
+                                      : LoadOptions::From::kAny;
       for (const HostTensor& t : shards) {
         std::memset(t.data, 0, static_cast<size_t>(t.region.lengths[0] * kColumns * kElement));
       }
       const auto start = Clock::now();
-      absl::StatusOr<int64_t> step = (*client)->Load(wanted, shards);
+      absl::StatusOr<LoadResult> step = (*client)->Load(wanted, shards, {}, load);
       if (!step.ok()) {
         std::cout << Reply(step.status()) << std::endl;
+        continue;
+      }
+      if (from != "any" && (step->tiers.size() != 1 || step->tiers[0] != from)) {
+        std::cout << "error the load read from " << absl::StrJoin(step->tiers, "+") << ", not "
+                  << from << std::endl;
         continue;
       }
       const double seconds = Since(start);

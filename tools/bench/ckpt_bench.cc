@@ -49,7 +49,8 @@ struct Config {
   int copy_threads = 4;
   double pool_gib = 0;  // 0: room for two snapshots
   bool json = false;
-  bool keep_host = false;  // leave shmem_enabled as it is
+  bool keep_host = false;    // leave shmem_enabled as it is
+  bool memory_tier = false;  // the memory tier's figures instead of storage's
   std::string ckptd;
 };
 
@@ -155,6 +156,111 @@ std::vector<std::string> DataFiles(const std::string& step_dir) {
     }
   }
   return files;
+}
+
+// The memory tier (--memory-tier): what an every-step save to the daemon's
+// memory costs the trainer, and how fast a restarted trainer restores from
+// it, each against the memcpy floor measured right before it in the same
+// processes (the machine's memory bandwidth swings from minute to minute).
+int RunMemoryTier(const Config& c) {
+  const uint64_t bytes = static_cast<uint64_t>(c.state_gib * (1ull << 30));
+  const std::string work = absl::StrCat(c.dir, "/ckpt-bench-", getpid());
+  const std::string socket = absl::StrCat("/tmp/ckpt-bench-", getpid(), ".sock");
+  std::filesystem::create_directories(work);
+  auto fail = [&](const absl::Status& s) {
+    absl::FPrintF(stderr, "ckpt-bench: %s\n", s.ToString());
+    std::error_code ec;
+    std::filesystem::remove_all(work, ec);
+    return 1;
+  };
+  std::map<std::string, double> f;
+  const uint64_t pool = c.pool_gib > 0
+                            ? static_cast<uint64_t>(c.pool_gib * (1ull << 30)) / 4096 * 4096
+                            : (2 * bytes + (512ull << 20)) / 4096 * 4096;
+  // The newest step and the one being written, with room for padding.
+  const uint64_t tier = 2 * bytes + (256ull << 20);
+  f["pool_gib"] = pool / double(1ull << 30);
+  f["memory_tier_gib"] = tier / double(1ull << 30);
+  auto daemon = ChildProcess::Start(
+      {c.ckptd, "--storage_root=" + work + "/root", "--socket_path=" + socket,
+       absl::StrCat("--pool_bytes=", pool), absl::StrCat("--memory_tier_bytes=", tier),
+       absl::StrCat("--writer_threads=", c.writer_threads),
+       absl::StrCat("--reader_threads=", c.reader_threads),
+       absl::StrCat("--writer_nice=", c.writer_nice),
+       absl::StrCat("--batch_bytes=", uint64_t(c.batch_mib) << 20)},
+      /*merge_stderr=*/true);
+  if (!daemon.ok()) return fail(daemon.status());
+  if (absl::Status s = (*daemon)->WaitFor("ckptd: serving"); !s.ok()) return fail(s);
+  int64_t last_step = 0;
+  {
+    auto workers = StartWorkers(c, socket, c.ranks, /*load=*/false, bytes);
+    if (!workers.ok()) return fail(workers.status());
+    absl::FPrintF(stderr, "ckpt-bench: %d ranks hold %.2f GiB; %d memory-tier saves...\n", c.ranks,
+                  bytes / double(1 << 30), c.checkpoints);
+    std::vector<double> floors, stalls, commits;
+    for (int k = 0; k < c.checkpoints; ++k) {
+      auto floor = Broadcast(*workers, "floor");
+      if (!floor.ok()) return fail(floor.status());
+      floors.push_back(MaxOver(*floor, 0));
+      last_step = 100 + k;
+      auto a = Broadcast(*workers, absl::StrCat("blocking ", last_step, " memory"));
+      if (!a.ok()) return fail(a.status());
+      stalls.push_back(MaxOver(*a, 0));
+      commits.push_back(MaxOver(*a, 1));
+      absl::FPrintF(stderr,
+                    "ckpt-bench: memory save %d: floor %.3f s, stall %.3f s, commit %.3f s\n", k,
+                    floors.back(), stalls.back(), commits.back());
+    }
+    f["save_memcpy_floor_s"] = Median(floors);
+    f["stall_memory_s"] = Median(stalls);
+    f["memory_commit_s"] = Median(commits);
+    f["stall_memory_over_floor"] = f["stall_memory_s"] / f["save_memcpy_floor_s"];
+    for (auto& w : *workers) (void)w->Send("quit");
+  }
+  {
+    // A restarted trainer: new processes, the same sharding.
+    auto workers = StartWorkers(c, socket, c.ranks, /*load=*/true, bytes);
+    if (!workers.ok()) return fail(workers.status());
+    absl::FPrintF(stderr, "ckpt-bench: %d ranks restore step %d from memory, %d times...\n",
+                  c.ranks, last_step, c.checkpoints);
+    std::vector<double> floors, restores, ratios;
+    for (int k = 0; k < c.checkpoints; ++k) {
+      auto floor = Broadcast(*workers, "floor");
+      if (!floor.ok()) return fail(floor.status());
+      auto load = Broadcast(*workers, absl::StrCat("load ", last_step, " memory"));
+      if (!load.ok()) return fail(load.status());
+      floors.push_back(bytes / MaxOver(*floor, 0) / 1e9);
+      restores.push_back(bytes / MaxOver(*load, 0) / 1e9);
+      ratios.push_back(restores.back() / floors.back());
+      absl::FPrintF(stderr, "ckpt-bench: restore %d: memcpy %.3f GB/s, restore %.3f GB/s: %.3f\n",
+                    k, floors.back(), restores.back(), ratios.back());
+    }
+    f["memcpy_floor_gbps"] = Median(floors);
+    f["memory_restore_gbps"] = Median(restores);
+    f["memory_restore_over_memcpy"] = Median(ratios);
+    for (auto& w : *workers) (void)w->Send("quit");
+  }
+  (*daemon)->Stop();
+  for (absl::StatusOr<std::string> line; (line = (*daemon)->ReadLine()).ok();) {
+    if (line->find("ckptd: load job=") != std::string::npos) {
+      absl::FPrintF(stderr, "ckpt-bench: %s\n", *line);
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(work, ec);
+  absl::PrintF("ckpt-bench --memory-tier: %.2f GiB, %d ranks\n", c.state_gib, c.ranks);
+  for (const auto& [k, v] : f) absl::PrintF("  %-28s %10.3f\n", k, v);
+  absl::PrintF("  %-32s %8.3f  (>= 0.80)  %s\n", "memory_restore / memcpy_floor",
+               f["memory_restore_over_memcpy"],
+               f["memory_restore_over_memcpy"] >= 0.8 ? "ok" : "MISSED");
+  if (c.json) {
+    std::string line = absl::StrFormat("{\"mode\":\"memory_tier\",\"state_gib\":%.3f,\"ranks\":%d",
+                                       c.state_gib, c.ranks);
+    for (const auto& [k, v] : f) absl::StrAppendFormat(&line, ",\"%s\":%.4f", k, v);
+    line += "}";
+    absl::PrintF("%s\n", line);
+  }
+  return 0;
 }
 
 int Run(const Config& c) {
@@ -383,6 +489,9 @@ int main(int argc, char** argv) {
   app.add_option("--pool-gib", c.pool_gib, "ckptd's pool in GiB (default: room for two snapshots)");
   app.add_option("--ckptd", c.ckptd, "Path of ckptd (default: beside this build)");
   app.add_flag("--json", c.json, "Also print one JSON line");
+  app.add_flag("--memory-tier", c.memory_tier,
+               "Measure the memory tier instead: every-step save stall and restore from memory, "
+               "each against the memcpy floor");
   app.add_flag("--keep-host-settings", c.keep_host,
                "Run ckptd without the huge page setting ckptd.service makes");
   // Internal: the rank processes.
@@ -415,5 +524,5 @@ int main(int argc, char** argv) {
     if (!std::filesystem::exists(c.ckptd)) c.ckptd = "ckptd";
   }
   ckpt::bench::ServiceHostSetup host(c.keep_host);
-  return ckpt::bench::Run(c);
+  return c.memory_tier ? ckpt::bench::RunMemoryTier(c) : ckpt::bench::Run(c);
 }
