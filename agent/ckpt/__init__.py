@@ -7,9 +7,13 @@ a second, survive crashes and load into a different sharding.
     ...                                   # compute goes on meanwhile
     h.wait_snapshot()                     # or cp.wrap_optimizer(opt) once
     cp.load("latest", state)              # fills the tensors in place
+
+With ckptd's memory tier (--memory_tier_bytes), Checkpointer(...,
+durable_every=K) saves every step to the daemons' memory and every K-th
+also to storage; a restarted trainer's load("latest") reads memory.
 """
 from ._ckpt import CheckpointError
-from .checkpointer import Checkpointer, SaveHandle, init_optimizer_state
+from .checkpointer import Checkpointer, SaveHandle, init_optimizer_state, tier_for_step
 from .sharding import Shard, shard_box, shard_flat, shard_rows, shard_columns, split_range
 from .values import PickleRefused
 
@@ -25,4 +29,5 @@ __all__ = [
     "shard_flat",
     "shard_rows",
     "split_range",
+    "tier_for_step",
 ]

@@ -78,6 +78,14 @@ class SaveHandle:
             self._keep = None
 
 
+def tier_for_step(step: int, durable_every: Optional[int]) -> str:
+    """The every-step policy: every step to memory, every durable_every-th
+    also to storage (persisted from the memory copy). None: storage only."""
+    if durable_every is None:
+        return "durable"
+    return "both" if durable_every > 0 and step % durable_every == 0 else "memory"
+
+
 class Checkpointer:
     """Attaches to the local ckptd as one rank of a job.
 
@@ -90,7 +98,7 @@ class Checkpointer:
     def __init__(self, job: str, rank: int = 0, world_size: int = 1, *,
                  socket_path: Optional[str] = None, local_rank: Optional[int] = None,
                  copy_threads: int = 4, gpu_transfer: str = "pull",
-                 local_world_size: int = 0):
+                 local_world_size: int = 0, durable_every: Optional[int] = None):
         if gpu_transfer not in ("pull", "push"):
             raise ValueError(f"gpu_transfer is 'pull' or 'push', not {gpu_transfer!r}")
         socket_path = socket_path or os.environ.get("CKPTD_SOCKET", "/run/ckptd/ckptd.sock")
@@ -98,6 +106,13 @@ class Checkpointer:
                                     rank if local_rank is None else local_rank, copy_threads,
                                     gpu_transfer == "push", local_world_size)
         self._rank = rank
+        if durable_every is not None and durable_every < 0:
+            raise ValueError(f"durable_every is a step count, not {durable_every!r}")
+        self._durable_every = durable_every
+        # Where the last load's bytes came from, and the chunks it read from
+        # storage after they failed verification in memory.
+        self.last_load_tiers: List[str] = []
+        self.last_load_fallback_chunks = 0
         self._last: Optional[SaveHandle] = None
         self._watcher = _PersistWatcher()
 
@@ -114,11 +129,19 @@ class Checkpointer:
 
     def save(self, step: int, state: Union[Dict[str, Any], List[Any]], *,
              blocking: bool = False, allow_pickle: bool = False, partial: bool = False,
-             metadata: Optional[Dict[str, str]] = None) -> SaveHandle:
+             metadata: Optional[Dict[str, str]] = None,
+             tier: Optional[str] = None) -> SaveHandle:
         """Starts a checkpoint of state (nested dicts and lists of tensors,
         Shards and values). Returns at once unless blocking; the tensors must
         not change until the handle's wait_snapshot() (wrap_optimizer does it
-        for you). Raises the previous save's failure if it failed since."""
+        for you). Raises the previous save's failure if it failed since.
+
+        tier: "durable" (storage), "memory" (ckptd's memory tier: survives
+        this process, not the daemon) or "both" (memory, then persisted to
+        storage from that copy in the background). None: the policy given as
+        durable_every (memory every step, both every K-th), else durable."""
+        if tier is None:
+            tier = tier_for_step(step, self._durable_every)
         last, self._last = self._last, None
         if last is not None and not last.reported:
             # Saves run in order: the previous one's snapshot precedes this
@@ -139,7 +162,7 @@ class Checkpointer:
             stream = torch.cuda.current_stream().cuda_stream
         handle = SaveHandle(
             self._client.save(int(step), tensors, objects, blocking, partial, stream,
-                              dict(metadata or {})), keep)
+                              dict(metadata or {}), tier), keep)
         self._last = handle
         self._watcher.watch(handle)
         return handle
@@ -150,14 +173,18 @@ class Checkpointer:
             self._last.wait_snapshot()
 
     def load(self, step: Union[int, str], state: Union[Dict[str, Any], List[Any]], *,
-             allow_pickle: bool = False):
+             allow_pickle: bool = False, source: str = "any"):
         """Fills state from a checkpoint ("latest" or a step): tensors in
         place, in their current sharding; values replaced in their dicts and
         lists. Returns the step loaded. (Tuples cannot change in place: use
-        load_state() to get a state with them rebuilt.)"""
-        return self.load_state(step, state, allow_pickle=allow_pickle)[0]
+        load_state() to get a state with them rebuilt.)
 
-    def load_state(self, step, state, *, allow_pickle: bool = False):
+        source: "any" (the fastest tier with the step; "latest" is the newest
+        step in any tier), "memory" or "durable". last_load_tiers says where
+        the bytes came from."""
+        return self.load_state(step, state, allow_pickle=allow_pickle, source=source)[0]
+
+    def load_state(self, step, state, *, allow_pickle: bool = False, source: str = "any"):
         """load(), returning (step loaded, state with tuples rebuilt)."""
         want = _ckpt.LATEST if step == "latest" else int(step)
         tensors, targets, keys, setters, keep = [], [], [], [], []
@@ -172,7 +199,9 @@ class Checkpointer:
             else:
                 keys.append(name)
                 setters.append(setter)
-        loaded, values = self._client.load(want, tensors, keys)
+        loaded, values, tiers, fallbacks = self._client.load(want, tensors, keys, source)
+        self.last_load_tiers = list(tiers)
+        self.last_load_fallback_chunks = fallbacks
         with torch.no_grad():
             for target, filled in targets:
                 if filled.data_ptr() != target.data_ptr():  # a packed copy was filled

@@ -133,7 +133,7 @@ class PyClient {
   PySaveHandle Save(int64_t step, const std::vector<TensorSpec>& tensors,
                     const std::vector<std::tuple<std::string, py::bytes, bool>>& objects,
                     bool blocking, bool partial, uintptr_t cuda_stream,
-                    const std::map<std::string, std::string>& metadata) {
+                    const std::map<std::string, std::string>& metadata, const std::string& tier) {
     std::vector<HostTensor> host = ToHostTensors(tensors);
     std::vector<SaveObject> saved;
     saved.reserve(objects.size());
@@ -141,6 +141,13 @@ class PyClient {
       saved.push_back({key, global, std::string(bytes)});
     }
     SaveOptions options;
+    if (tier == "memory") {
+      options.tier = Tier::kMemory;
+    } else if (tier == "both") {
+      options.tier = Tier::kMemoryAndDurable;
+    } else if (tier != "durable") {
+      throw py::value_error("tier is 'durable', 'memory' or 'both', not '" + tier + "'");
+    }
     options.blocking = blocking;
     options.partial = partial;
     options.cuda_stream = reinterpret_cast<void*>(cuda_stream);
@@ -154,23 +161,34 @@ class PyClient {
     return PySaveHandle(std::move(*handle));
   }
 
-  // Fills the tensors; returns (step loaded, {key: bytes}).
-  std::pair<int64_t, py::dict> Load(int64_t step, const std::vector<TensorSpec>& tensors,
-                                    const std::vector<std::string>& keys) {
+  // Fills the tensors; returns (step loaded, {key: bytes}, [tiers read],
+  // chunks read from storage after failing verification in memory).
+  py::tuple Load(int64_t step, const std::vector<TensorSpec>& tensors,
+                 const std::vector<std::string>& keys, const std::string& source) {
+    LoadOptions options;
+    if (source == "memory") {
+      options.from = LoadOptions::From::kMemory;
+    } else if (source == "durable") {
+      options.from = LoadOptions::From::kDurable;
+    } else if (source != "any") {
+      throw py::value_error("source is 'any', 'memory' or 'durable', not '" + source + "'");
+    }
     std::vector<HostTensor> host = ToHostTensors(tensors);
     std::vector<std::string> values(keys.size());
     std::vector<LoadObject> objects;
     objects.reserve(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) objects.push_back({keys[i], &values[i]});
-    absl::StatusOr<int64_t> loaded;
+    absl::StatusOr<LoadResult> loaded;
     {
       py::gil_scoped_release release;
-      loaded = client_->Load(step, host, objects);
+      loaded = client_->Load(step, host, objects, options);
     }
     Check(loaded.status());
     py::dict out;
     for (size_t i = 0; i < keys.size(); ++i) out[py::str(keys[i])] = py::bytes(values[i]);
-    return {*loaded, out};
+    py::list tiers;
+    for (const std::string& t : loaded->tiers) tiers.append(py::str(t));
+    return py::make_tuple(loaded->step, out, tiers, loaded->fallback_chunks);
   }
 
  private:
@@ -208,6 +226,8 @@ PYBIND11_MODULE(_ckpt, m) {
            py::arg("local_rank"), py::arg("copy_threads"), py::arg("gpu_push"),
            py::arg("local_world_size") = 0)
       .def("save", &PyClient::Save, py::arg("step"), py::arg("tensors"), py::arg("objects"),
-           py::arg("blocking"), py::arg("partial"), py::arg("cuda_stream"), py::arg("metadata"))
-      .def("load", &PyClient::Load, py::arg("step"), py::arg("tensors"), py::arg("keys"));
+           py::arg("blocking"), py::arg("partial"), py::arg("cuda_stream"), py::arg("metadata"),
+           py::arg("tier") = "durable")
+      .def("load", &PyClient::Load, py::arg("step"), py::arg("tensors"), py::arg("keys"),
+           py::arg("source") = "any");
 }
