@@ -48,21 +48,6 @@ const char* TierName(v1::SaveTier tier) {
   }
 }
 
-// The memory this host's files take in the memory tier: each file's end,
-// rounded up to the tier's blocks.
-uint64_t MemoryBytes(const v1::HostAssignment& host) {
-  std::map<int, uint64_t> ends;
-  for (const v1::WriteItem& item : host.items()) {
-    uint64_t& end = ends[item.writer()];
-    end = std::max(end, item.file_offset() + item.bytes());
-  }
-  uint64_t total = 0;
-  for (const auto& [writer, end] : ends) {
-    total += AlignUp(end, storage::MemoryBackendOptions{}.block_bytes);
-  }
-  return total;
-}
-
 }  // namespace
 
 SaveSession::SaveSession(NodeContext& context, std::string job, int64_t step, int world_size,
@@ -182,6 +167,19 @@ absl::StatusOr<v1::PlanSaveResponse> SaveSession::Plan(const RankSession& rank,
   return response;
 }
 
+absl::Status SaveSession::StepInOtherTier() const {
+  tier::MemoryTier* memory = context_.memory_tier;
+  if (memory == nullptr) return absl::OkStatus();
+  coordinator::Catalog& other =
+      ToMemory(tier_) ? context_.coordinator.catalog() : memory->coordinator().catalog();
+  absl::StatusOr<bool> exists = other.StepExists(job_, step_);
+  if (!exists.ok()) return WithContext(exists.status(), "checking the other tier for the step");
+  if (!*exists) return absl::OkStatus();
+  return absl::AlreadyExistsError(absl::StrCat(
+      "step ", step_, " of job ", job_, " is committed ",
+      ToMemory(tier_) ? "on storage" : "in the memory tier", " already; save another step number"));
+}
+
 void SaveSession::PlanAllRanks() {
   v1::NodeSavePlan plan;
   {
@@ -189,7 +187,12 @@ void SaveSession::PlanAllRanks() {
     plan = BatchRankPlans(context_.host, job_, step_, world_size_, context_.writers.threads(),
                           RequestsLocked());
   }
-  absl::StatusOr<v1::SaveAssignment> assignment = coordinator_->PlanSave(plan);
+  // One step number, one checkpoint: a step committed in the other tier is
+  // not saved again in this one (the two would differ under one number, and
+  // persisting this one would fail after the trainer was told it saved).
+  absl::Status other = StepInOtherTier();
+  absl::StatusOr<v1::SaveAssignment> assignment =
+      other.ok() ? coordinator_->PlanSave(plan) : absl::StatusOr<v1::SaveAssignment>(other);
   absl::Status status = assignment.status();
   if (status.ok() && assignment->hosts_size() != 1) {
     status = absl::InternalError(absl::StrCat("the coordinator's assignment is for ",
@@ -198,8 +201,17 @@ void SaveSession::PlanAllRanks() {
   }
   // The memory tier makes room before a file exists: what it drops for this
   // save must be gone before the first byte is written.
+  std::unique_ptr<tier::MemoryTier::Room> memory_room;
   if (status.ok() && ToMemory(tier_)) {
-    status = context_.memory_tier->MakeRoom(job_, MemoryBytes(assignment->hosts(0)));
+    tier::MemoryTier& memory = *context_.memory_tier;
+    absl::StatusOr<std::unique_ptr<tier::MemoryTier::Room>> room = memory.Reserve(
+        job_,
+        memory.SaveBytes(assignment->hosts(0), assignment->manifest_template().ByteSizeLong()));
+    if (room.ok()) {
+      memory_room = std::move(*room);
+    } else {
+      status = room.status();
+    }
   }
   std::vector<std::unique_ptr<storage::WritableFile>> files;
   if (status.ok()) {
@@ -242,6 +254,7 @@ void SaveSession::PlanAllRanks() {
     // its id, which frees the step at the coordinator and removes the
     // partial directory it made.
     if (assignment.ok()) assignment_ = std::move(*assignment);
+    memory_room_ = std::move(memory_room);
     if (status.ok()) {
       files_ = std::move(files);
       absl::StatusOr<std::map<int, RankItems>> split =
@@ -798,6 +811,9 @@ void SaveSession::ReportEndLocked() {
 }
 
 void SaveSession::ReleaseLocked() {
+  // Committed (the step's files count as held now) or cleaned up (its files
+  // are gone): the room it was promised goes back.
+  memory_room_.reset();
   ranks_.clear();
   std::vector<v1::ChunkChecksum>().swap(checksums_);
   // FindSave still finds a finished save by its id.

@@ -114,6 +114,8 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   };
 
   void PlanAllRanks();  // run by the last rank to arrive, without mu_
+  // ALREADY_EXISTS when the other tier has the step committed.
+  absl::Status StepInOtherTier() const;
   // Every local rank's request, by rank; only once all have arrived.
   RankRequests RequestsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The attached ranks of this host that have not planned (or snapshotted),
@@ -193,6 +195,8 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   // in flight, so writer threads read it without mu_.
   std::vector<std::unique_ptr<storage::WritableFile>> files_;
   std::vector<v1::ChunkChecksum> checksums_ ABSL_GUARDED_BY(mu_);
+  // A memory-tier save's room in the tier's budget, until it ends.
+  std::unique_ptr<tier::MemoryTier::Room> memory_room_ ABSL_GUARDED_BY(mu_);
   std::string committed_path_ ABSL_GUARDED_BY(mu_);
   bool reported_ ABSL_GUARDED_BY(mu_) = false;  // the persist report was sent
   std::atomic<bool> abandoned_{false};

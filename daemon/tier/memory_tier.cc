@@ -26,6 +26,10 @@ namespace {
 constexpr size_t kCopyPieceBytes = 8 << 20;
 // O_DIRECT wants aligned buffers; 4 KiB suits every block device here.
 constexpr size_t kCopyAlignment = 4096;
+// The memory store's blocks: small enough that a step's small files (its
+// MANIFEST, LATEST) and each data file's tail waste little of the budget,
+// large enough that a chunk is a few copies.
+constexpr uint64_t kBlockBytes = 64 << 10;
 
 void Log(const std::string& line) { std::fprintf(stderr, "ckptd: %s\n", line.c_str()); }
 
@@ -95,6 +99,7 @@ MemoryTier::MemoryTier(MemoryTierOptions options, coordinator::SavePlannerOption
     : options_(options), durable_(durable) {
   storage::MemoryBackendOptions memory;
   memory.budget_bytes = options_.budget_bytes;
+  memory.block_bytes = kBlockBytes;
   backend_ = std::make_unique<storage::MemoryBackend>(memory);
   (void)backend_->CreateDirs(kRoot);
   coordinator_ = std::make_unique<coordinator::Coordinator>(*backend_, kRoot, planner,
@@ -116,7 +121,67 @@ MemoryTier::~MemoryTier() {
   persister_.join();
 }
 
-absl::Status MemoryTier::MakeRoom(const std::string& job, uint64_t bytes) {
+MemoryTier::Room::~Room() {
+  absl::MutexLock lock(&tier_.room_mu_);
+  tier_.reserved_ -= bytes_;
+}
+
+uint64_t MemoryTier::SaveBytes(const v1::HostAssignment& host, uint64_t manifest_bytes) const {
+  const uint64_t block = kBlockBytes;
+  std::map<int, uint64_t> ends;
+  for (const v1::WriteItem& item : host.items()) {
+    uint64_t& end = ends[item.writer()];
+    end = std::max(end, item.file_offset() + item.bytes());
+  }
+  uint64_t total = 0;
+  for (const auto& [writer, end] : ends) total += AlignUp(end, block);
+  // MANIFEST (its checksums and trailer added at commit), LATEST, and
+  // LATEST's temporary and intent files while it is replaced.
+  return total + AlignUp(manifest_bytes + (manifest_bytes >> 3) + 4096, block) + 3 * block;
+}
+
+uint64_t MemoryTier::BytesUnder(const std::string& dir) const {
+  const uint64_t block = kBlockBytes;
+  absl::StatusOr<std::vector<std::string>> names = backend_->ListDir(dir);
+  if (!names.ok()) return 0;
+  uint64_t total = 0;
+  for (const std::string& name : *names) {
+    const std::string path = absl::StrCat(dir, "/", name);
+    absl::StatusOr<std::unique_ptr<storage::ReadableFile>> file = backend_->NewReadableFile(path);
+    if (!file.ok()) {
+      total += BytesUnder(path);  // a directory
+      continue;
+    }
+    absl::StatusOr<uint64_t> size = (*file)->Size();
+    if (size.ok()) total += AlignUp(*size, block);
+  }
+  return total;
+}
+
+uint64_t MemoryTier::BytesBeingWritten() const {
+  uint64_t total = 0;
+  absl::StatusOr<std::vector<std::string>> jobs = backend_->ListDir(kRoot);
+  if (!jobs.ok()) return 0;
+  for (const std::string& job : *jobs) {
+    const std::string dir = coordinator::JobDir(kRoot, job);
+    absl::StatusOr<std::vector<std::string>> entries = backend_->ListDir(dir);
+    if (!entries.ok()) continue;
+    for (const std::string& entry : *entries) {
+      if (coordinator::IsPartialDirName(entry)) total += BytesUnder(absl::StrCat(dir, "/", entry));
+    }
+  }
+  return total;
+}
+
+uint64_t MemoryTier::UsedLocked() const {
+  // What is written of saves in flight is in their rooms already.
+  const uint64_t held = bytes_held();
+  const uint64_t writing = std::min(held, BytesBeingWritten());
+  return held - writing + reserved_;
+}
+
+absl::StatusOr<std::unique_ptr<MemoryTier::Room>> MemoryTier::Reserve(const std::string& job,
+                                                                      uint64_t bytes) {
   const uint64_t budget = options_.budget_bytes;
   if (bytes > budget) {
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -124,30 +189,39 @@ absl::Status MemoryTier::MakeRoom(const std::string& job, uint64_t bytes) {
         "(--memory_tier_bytes)",
         bytes, budget));
   }
-  auto fits = [&] { return bytes_held() <= budget - bytes; };
-  if (fits()) return absl::OkStatus();
-  coordinator::RetentionPolicy newest;
-  newest.keep_last = 1;
-  newest.grace = absl::ZeroDuration();
-  // The job's own older steps first: they are what this save replaces.
-  std::vector<std::string> jobs = {job};
-  if (absl::StatusOr<std::vector<std::string>> all = backend_->ListDir(kRoot); all.ok()) {
-    for (const std::string& other : *all) {
-      if (other != job) jobs.push_back(other);
+  absl::MutexLock lock(&room_mu_);
+  auto fits = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(room_mu_) {
+    return UsedLocked() <= budget - bytes;
+  };
+  if (!fits()) {
+    coordinator::RetentionPolicy newest;
+    newest.keep_last = 1;
+    newest.grace = absl::ZeroDuration();
+    // The job's own older steps first: they are what this save replaces.
+    std::vector<std::string> jobs = {job};
+    if (absl::StatusOr<std::vector<std::string>> all = backend_->ListDir(kRoot); all.ok()) {
+      for (const std::string& other : *all) {
+        if (other != job) jobs.push_back(other);
+      }
+    }
+    for (const std::string& j : jobs) {
+      // Pinned steps (being read or waiting to be persisted) are kept; a
+      // job with nothing committed has nothing to drop.
+      (void)coordinator_->garbage_collector().Collect(j, newest, /*dry_run=*/false, absl::Now(),
+                                                      "memory tier budget");
+      if (fits()) break;
     }
   }
-  for (const std::string& j : jobs) {
-    // Pinned steps (being read or persisted) are kept; a job with nothing
-    // committed has nothing to drop.
-    (void)coordinator_->garbage_collector().Collect(j, newest, /*dry_run=*/false, absl::Now(),
-                                                    "memory tier budget");
-    if (fits()) return absl::OkStatus();
+  if (!fits()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the memory tier holds or has promised %d bytes and this host's part of the save needs "
+        "%d more; its budget is %d (--memory_tier_bytes). Each job's newest step, steps being "
+        "read or persisted, and saves in flight stay: raise the budget, or save to memory less "
+        "often",
+        UsedLocked(), bytes, budget));
   }
-  return absl::ResourceExhaustedError(absl::StrFormat(
-      "the memory tier holds %d bytes and this host's part of the save needs %d more; its budget "
-      "is %d (--memory_tier_bytes). Each job's newest step and the steps being read or persisted "
-      "stay: raise the budget, or save to memory less often",
-      bytes_held(), bytes, budget));
+  reserved_ += bytes;
+  return std::make_unique<Room>(*this, bytes);
 }
 
 void MemoryTier::PersistLater(const std::string& job, int64_t step) {

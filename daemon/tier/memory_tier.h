@@ -76,11 +76,33 @@ class MemoryTier {
   uint64_t budget_bytes() const { return options_.budget_bytes; }
   uint64_t bytes_held() const { return backend_->bytes_held(); }
 
-  // Room for `bytes` more in the budget, for a save of `job`: drops older
-  // steps of that job, then of the others, until they fit (each job keeps
-  // its newest committed step). RESOURCE_EXHAUSTED naming the budget, the
-  // bytes held and the flag when they cannot.
-  absl::Status MakeRoom(const std::string& job, uint64_t bytes);
+  // Room in the budget held for one save from its plan to its end (commit
+  // or failure): admissions are counted one at a time, so two saves are
+  // never admitted into room for one.
+  class Room {
+   public:
+    Room(MemoryTier& tier, uint64_t bytes) : tier_(tier), bytes_(bytes) {}
+    ~Room();
+    Room(const Room&) = delete;
+    Room& operator=(const Room&) = delete;
+
+   private:
+    MemoryTier& tier_;
+    const uint64_t bytes_;
+  };
+
+  // What a save holds in the tier: its data files (the ends of each
+  // writer's items) and its commit's files (MANIFEST of about
+  // `manifest_bytes`, LATEST and its temporary and intent files), each in
+  // whole blocks of the store.
+  uint64_t SaveBytes(const v1::HostAssignment& host, uint64_t manifest_bytes) const;
+
+  // Room for `bytes` more, for a save of `job`: what committed steps hold,
+  // plus the room of saves admitted before, must leave it. Drops older
+  // steps of that job, then of the others, until it fits (each job keeps
+  // its newest committed step; pinned ones stay). RESOURCE_EXHAUSTED naming
+  // the budget, the bytes held and the flag when it cannot.
+  absl::StatusOr<std::unique_ptr<Room>> Reserve(const std::string& job, uint64_t bytes);
 
   // Queues the persistence of a committed memory step to storage; it runs
   // on the tier's own thread, one step at a time, in order. The step is
@@ -104,11 +126,21 @@ class MemoryTier {
 
  private:
   void RunPersists();
+  // Bytes held now by steps being written (partial directories): counted in
+  // their saves' rooms, not twice.
+  uint64_t BytesBeingWritten() const;
+  // Bytes of the blocks of the files under `dir`, recursively.
+  uint64_t BytesUnder(const std::string& dir) const;
+  uint64_t UsedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(room_mu_);
 
   const MemoryTierOptions options_;
   std::unique_ptr<storage::MemoryBackend> backend_;
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   coordinator::Coordinator& durable_;
+
+  // Admissions, one at a time, and the room they hold.
+  mutable absl::Mutex room_mu_;
+  uint64_t reserved_ ABSL_GUARDED_BY(room_mu_) = 0;
 
   mutable absl::Mutex mu_;
   struct Queued {

@@ -76,6 +76,11 @@ TEST_CASE("a trainer killed after saving to memory restarts from memory, reading
   const ExitInfo list = d.Ckptctl({"list", "crash"});
   INFO(list.output);
   CHECK(StepsIn(list.output, "memory") == std::vector<std::string>{"2"});
+  // Operators inspect and verify a step in memory as one on disk.
+  const ExitInfo verify = d.Ckptctl({"verify", "crash", "latest"});
+  INFO(verify.output);
+  CHECK(verify.ok());
+  CHECK(InspectManifest(d, "crash", -1).step() == 2);
 
   // The restarted trainer has two ranks (another sharding) and loads latest.
   for (const ExitInfo& r : d.RunRanks("crash", "load", 2, -1, 1, 4)) {
@@ -98,7 +103,11 @@ TEST_CASE("a byte flipped in memory is read from storage instead, and counted", 
   // The persisted copy was taken before the flip: storage has good bytes.
   REQUIRE(AwaitStatus(d, [](const v1::GetStatusResponse& s) { return s.memory_persists() == 1; }));
   REQUIRE(d.WaitForOutput("corruption point memory.after_persist reached"));
-  CHECK(d.Ckptctl({"verify", "flip", "5"}).ok());
+  // Verify checks every tier's copy: the memory one is now bad.
+  const ExitInfo verify = d.Ckptctl({"verify", "flip", "5"});
+  INFO(verify.output);
+  CHECK_FALSE(verify.ok());
+  CHECK(absl::StrContains(verify.output, "the memory copy"));
   const ExitInfo list = d.Ckptctl({"list", "flip"});
   INFO(list.output);
   CHECK(StepsIn(list.output, "durable+memory") == std::vector<std::string>{"5"});
@@ -127,6 +136,10 @@ TEST_CASE("a byte flipped in memory with no durable copy fails the load, naming 
     CHECK(absl::StrContains(r.output, "DATA_LOSS"));
     CHECK(absl::StrContains(r.output, "storage has no step 1"));
   }
+  const ExitInfo verify = d.Ckptctl({"verify", "flip", "1"});
+  INFO(verify.output);
+  CHECK_FALSE(verify.ok());
+  CHECK(absl::StrContains(verify.output, "the memory copy"));
   // A memory copy that went bad is never made durable either.
   RequireAllOk(d.RunRanks("flip", "save", 1, 2, 1, 0, {"--tier=both"}));
   REQUIRE(AwaitStatus(
