@@ -240,11 +240,6 @@ grpc::Status NodeService::PlanSave(grpc::ServerContext* context, const v1::PlanS
         " ranks attach here) but this ckptd belongs to no cluster: start it with "
         "--coordinator_address (or --coordinator)")));
   }
-  if (!v1::SaveTier_IsValid(request->tier())) {
-    return ToGrpc(absl::InvalidArgumentError(
-        absl::StrCat("save of job ", rank->job, " step ", request->step(), ": tier ",
-                     static_cast<int>(request->tier()), " is unknown")));
-  }
   if (request->tier() != v1::SAVE_TIER_DURABLE) {
     if (context_.memory_tier == nullptr) {
       return ToGrpc(absl::FailedPreconditionError(
@@ -383,10 +378,6 @@ grpc::Status NodeService::Load(grpc::ServerContext* context, const v1::LoadReque
         absl::InvalidArgumentError(absl::StrCat("step ", request->step(), " is negative")));
   }
   if (absl::Status s = ValidateLoadRequest(*request, limits_); !s.ok()) return ToGrpc(s);
-  if (!v1::LoadTier_IsValid(request->tier())) {
-    return ToGrpc(absl::InvalidArgumentError(
-        absl::StrCat("load tier ", static_cast<int>(request->tier()), " is unknown")));
-  }
   if (absl::Status s = EnterBarrier(rank->id); !s.ok()) return ToGrpc(s);
   absl::Cleanup leave = [&] { LeaveBarrier(rank->id); };
   std::shared_ptr<LoadSession> load;
@@ -533,11 +524,43 @@ grpc::Status NodeService::InspectCheckpoint(grpc::ServerContext* context,
   if (absl::Status s = AuthorizeJob(*caller, request->job(), auth::Permission::kRead); !s.ok()) {
     return ToGrpc(s);
   }
+  absl::StatusOr<std::vector<Store>> stores = StoresOf(request->job(), request->step());
+  if (!stores.ok()) return ToGrpc(stores.status());
   absl::StatusOr<v1::CheckpointManifest> manifest =
-      context_.coordinator.catalog().ReadManifest(request->job(), request->step());
+      stores->front().catalog->ReadManifest(request->job(), stores->front().step);
   if (!manifest.ok()) return ToGrpc(manifest.status());
   *response->mutable_manifest() = std::move(*manifest);
   return grpc::Status::OK;
+}
+
+absl::StatusOr<std::vector<NodeService::Store>> NodeService::StoresOf(const std::string& job,
+                                                                      int64_t step) {
+  if (absl::Status s = ValidateName("job", job); !s.ok()) return s;
+  coordinator::Catalog& durable = context_.coordinator.catalog();
+  absl::StatusOr<int64_t> on_disk = durable.ResolveStep(job, step);
+  absl::StatusOr<int64_t> in_memory = absl::NotFoundError("no memory tier");
+  if (context_.memory_tier != nullptr) {
+    in_memory = context_.memory_tier->coordinator().catalog().ResolveStep(job, step);
+  }
+  if (!on_disk.ok() && !in_memory.ok()) return on_disk.status();
+  // Latest is the newest step of either tier, as a load takes it.
+  const int64_t wanted = !on_disk.ok()     ? *in_memory
+                         : !in_memory.ok() ? *on_disk
+                                           : std::max(*on_disk, *in_memory);
+  std::vector<Store> stores;
+  if (in_memory.ok() && *in_memory == wanted) {
+    stores.push_back({"memory", &context_.memory_tier->backend(),
+                      &context_.memory_tier->coordinator().catalog(), wanted});
+  }
+  if (on_disk.ok() && *on_disk == wanted) {
+    stores.push_back({"durable", &context_.backend, &durable, wanted});
+  } else if (step < 0 && on_disk.ok()) {
+    // Storage's latest is older: it may still hold memory's step.
+    if (absl::StatusOr<bool> has = durable.StepExists(job, wanted); has.ok() && *has) {
+      stores.push_back({"durable", &context_.backend, &durable, wanted});
+    }
+  }
+  return stores;
 }
 
 grpc::Status NodeService::VerifyCheckpoint(grpc::ServerContext* context,
@@ -548,12 +571,22 @@ grpc::Status NodeService::VerifyCheckpoint(grpc::ServerContext* context,
   if (absl::Status s = AuthorizeJob(*caller, request->job(), auth::Permission::kRead); !s.ok()) {
     return ToGrpc(s);
   }
-  absl::StatusOr<coordinator::VerifyResult> result = coordinator::VerifyCheckpoint(
-      context_.backend, context_.coordinator.catalog(), request->job(), request->step());
-  if (!result.ok()) return ToGrpc(result.status());
-  response->set_chunks_checked(result->chunks);
-  response->set_bytes_checked(result->bytes);
-  context_.bytes_read.fetch_add(result->bytes, std::memory_order_relaxed);
+  // Every tier that holds the step is checked: a copy in memory can go bad
+  // as well as one on disk.
+  absl::StatusOr<std::vector<Store>> stores = StoresOf(request->job(), request->step());
+  if (!stores.ok()) return ToGrpc(stores.status());
+  for (const Store& store : *stores) {
+    absl::StatusOr<coordinator::VerifyResult> result =
+        coordinator::VerifyCheckpoint(*store.backend, *store.catalog, request->job(), store.step);
+    if (!result.ok()) {
+      return ToGrpc(WithContext(result.status(), absl::StrCat("the ", store.tier, " copy")));
+    }
+    response->set_chunks_checked(response->chunks_checked() + result->chunks);
+    response->set_bytes_checked(response->bytes_checked() + result->bytes);
+    if (store.backend == &context_.backend) {
+      context_.bytes_read.fetch_add(result->bytes, std::memory_order_relaxed);
+    }
+  }
   return grpc::Status::OK;
 }
 

@@ -92,6 +92,15 @@ class NodeService final
                               v1::CollectGarbageResponse*) override;
 
  private:
+  // Where a committed step is: each tier that holds it (the memory tier
+  // first), with the step resolved (latest: the newest of either tier).
+  struct Store {
+    const char* tier;
+    storage::Backend* backend;
+    coordinator::Catalog* catalog;
+    int64_t step;
+  };
+  absl::StatusOr<std::vector<Store>> StoresOf(const std::string& job, int64_t step);
   friend class WatchReactor;
   using Key = std::pair<std::string, int64_t>;  // (job, step)
   // Admits one more PlanSave or Load of the session into its barrier:

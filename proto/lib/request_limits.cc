@@ -180,6 +180,11 @@ absl::Status ValidatePlanSaveRequest(const v1::PlanSaveRequest& request,
   if (request.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step ", request.step(), " is negative"));
   }
+  // proto3 enums are open: any number arrives.
+  if (!v1::SaveTier_IsValid(request.tier())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tier ", static_cast<int>(request.tier()), " is unknown"));
+  }
   if (absl::Status s = CheckCount("tensors", request.shards_size(), limits.max_tensors_per_plan,
                                   "max_tensors_per_plan");
       !s.ok()) {
@@ -215,6 +220,10 @@ absl::Status ValidateLoadRequest(const v1::LoadRequest& request, const RequestLi
   if (request.step() < -1) {
     return absl::InvalidArgumentError(
         absl::StrCat("step ", request.step(), " is neither a step nor -1 (latest)"));
+  }
+  if (!v1::LoadTier_IsValid(request.tier())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("load tier ", static_cast<int>(request.tier()), " is unknown"));
   }
   if (absl::Status s = CheckCount("tensors", request.tensors_size(), limits.max_tensors_per_plan,
                                   "max_tensors_per_plan");

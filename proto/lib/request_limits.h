@@ -95,13 +95,13 @@ absl::Status ValidateUserMetadata(const google::protobuf::Map<std::string, std::
 // local_rank >= 0.
 absl::Status ValidateAttachRequest(const v1::AttachRequest& request, const RequestLimits& limits);
 
-// Step >= 0, counts of shards and objects, every shard and object, distinct
+// Step >= 0, a known tier, counts of shards and objects, every shard and object, distinct
 // object keys, per-rank bytes, user metadata. World size and the session's
 // job are the caller's to check (they live in the session).
 absl::Status ValidatePlanSaveRequest(const v1::PlanSaveRequest& request,
                                      const RequestLimits& limits);
 
-// Step >= -1 (-1: latest), counts of tensors and object keys, every tensor,
+// Step >= -1 (-1: latest), a known tier, counts of tensors and object keys, every tensor,
 // every key's name, per-rank bytes.
 absl::Status ValidateLoadRequest(const v1::LoadRequest& request, const RequestLimits& limits);
 

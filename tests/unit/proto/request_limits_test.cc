@@ -266,3 +266,33 @@ TEST_CASE("limits: 0-d and zero-size shards are valid", "[limits]") {
 
 }  // namespace
 }  // namespace ckpt
+
+namespace ckpt {
+namespace {
+
+TEST_CASE("limits: tiers are known values", "[limits]") {
+  const RequestLimits limits;
+  v1::PlanSaveRequest save = Plan(1);
+  for (v1::SaveTier tier :
+       {v1::SAVE_TIER_DURABLE, v1::SAVE_TIER_MEMORY, v1::SAVE_TIER_MEMORY_AND_DURABLE}) {
+    save.set_tier(tier);
+    CHECK(ValidatePlanSaveRequest(save, limits).ok());
+  }
+  for (int unknown : {3, -1, 1 << 30}) {
+    save.set_tier(static_cast<v1::SaveTier>(unknown));
+    RequireError(ValidatePlanSaveRequest(save, limits), kInvalid,
+                 {"tier " + std::to_string(unknown), "unknown"});
+  }
+  v1::LoadRequest load;
+  load.set_session_id("s1");
+  load.set_step(-1);
+  for (v1::LoadTier tier : {v1::LOAD_TIER_ANY, v1::LOAD_TIER_MEMORY, v1::LOAD_TIER_DURABLE}) {
+    load.set_tier(tier);
+    CHECK(ValidateLoadRequest(load, limits).ok());
+  }
+  load.set_tier(static_cast<v1::LoadTier>(9));
+  RequireError(ValidateLoadRequest(load, limits), kInvalid, {"load tier 9", "unknown"});
+}
+
+}  // namespace
+}  // namespace ckpt
