@@ -114,9 +114,10 @@ v1::GetStatusResponse TestDaemon::Status() const {
   return status;
 }
 
-std::unique_ptr<Subprocess> TestDaemon::StartRank(
-    const std::string& job, const std::string& mode, int rank, int world, int64_t step,
-    int saved_world, int scale, const std::vector<std::string>& extra_flags) const {
+std::vector<std::string> TestDaemon::RankArgv(const std::string& job, const std::string& mode,
+                                              int rank, int world, int64_t step, int saved_world,
+                                              int scale,
+                                              const std::vector<std::string>& extra_flags) const {
   std::vector<std::string> argv = {DemoRankPath(),
                                    "--socket=" + socket(),
                                    "--job=" + job,
@@ -127,7 +128,14 @@ std::unique_ptr<Subprocess> TestDaemon::StartRank(
                                    absl::StrCat("--saved_world=", saved_world),
                                    absl::StrCat("--scale=", scale)};
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
-  absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(argv);
+  return argv;
+}
+
+std::unique_ptr<Subprocess> TestDaemon::StartRank(
+    const std::string& job, const std::string& mode, int rank, int world, int64_t step,
+    int saved_world, int scale, const std::vector<std::string>& extra_flags) const {
+  absl::StatusOr<std::unique_ptr<Subprocess>> p =
+      Subprocess::Start(RankArgv(job, mode, rank, world, step, saved_world, scale, extra_flags));
   INFO(p.status().ToString());
   REQUIRE(p.ok());
   return std::move(*p);
@@ -195,17 +203,8 @@ std::vector<ExitInfo> TestDaemon::RunRanks(const std::string& job, const std::st
   std::vector<std::unique_ptr<Subprocess>> ranks;
   std::vector<ExitInfo> out(world);
   for (int r = 0; r < world; ++r) {
-    std::vector<std::string> argv = {DemoRankPath(),
-                                     "--socket=" + socket(),
-                                     "--job=" + job,
-                                     "--mode=" + mode,
-                                     absl::StrCat("--rank=", r),
-                                     absl::StrCat("--world=", world),
-                                     absl::StrCat("--step=", step),
-                                     absl::StrCat("--scale=", scale),
-                                     absl::StrCat("--saved_world=", saved_world)};
-    argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
-    absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(argv);
+    absl::StatusOr<std::unique_ptr<Subprocess>> p =
+        Subprocess::Start(RankArgv(job, mode, r, world, step, saved_world, scale, extra_flags));
     if (!p.ok()) {
       out[r].output = p.status().ToString();
       ranks.emplace_back();

@@ -102,6 +102,11 @@ class TestDaemon {
   ExitInfo Ckptctl(const std::vector<std::string>& args) const;
 
  private:
+  // A demo rank's command line.
+  std::vector<std::string> RankArgv(const std::string& job, const std::string& mode, int rank,
+                                    int world, int64_t step, int saved_world, int scale,
+                                    const std::vector<std::string>& extra_flags) const;
+
   std::string dir_;
   std::string tcp_address_;
   std::unique_ptr<Subprocess> process_;

@@ -158,6 +158,32 @@ std::vector<std::string> DataFiles(const std::string& step_dir) {
   return files;
 }
 
+// The pool: --pool-gib, by default room for two snapshots (one fills while
+// the other drains).
+uint64_t PoolBytes(const Config& c, uint64_t bytes) {
+  return c.pool_gib > 0 ? static_cast<uint64_t>(c.pool_gib * (1ull << 30)) / 4096 * 4096
+                        : (2 * bytes + (512ull << 20)) / 4096 * 4096;
+}
+
+// This run's ckptd, serving once it returns.
+absl::StatusOr<std::unique_ptr<ChildProcess>> StartDaemon(const Config& c, const std::string& work,
+                                                          const std::string& socket, uint64_t pool,
+                                                          std::vector<std::string> extra_flags) {
+  std::vector<std::string> argv = {c.ckptd,
+                                   "--storage_root=" + work + "/root",
+                                   "--socket_path=" + socket,
+                                   absl::StrCat("--pool_bytes=", pool),
+                                   absl::StrCat("--writer_threads=", c.writer_threads),
+                                   absl::StrCat("--reader_threads=", c.reader_threads),
+                                   absl::StrCat("--writer_nice=", c.writer_nice),
+                                   absl::StrCat("--batch_bytes=", uint64_t(c.batch_mib) << 20)};
+  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  auto daemon = ChildProcess::Start(argv, /*merge_stderr=*/true);
+  if (!daemon.ok()) return daemon.status();
+  if (absl::Status s = (*daemon)->WaitFor("ckptd: serving"); !s.ok()) return s;
+  return daemon;
+}
+
 // The memory tier (--memory-tier): what an every-step save to the daemon's
 // memory costs the trainer, and how fast a restarted trainer restores from
 // it, each against the memcpy floor measured right before it in the same
@@ -174,23 +200,13 @@ int RunMemoryTier(const Config& c) {
     return 1;
   };
   std::map<std::string, double> f;
-  const uint64_t pool = c.pool_gib > 0
-                            ? static_cast<uint64_t>(c.pool_gib * (1ull << 30)) / 4096 * 4096
-                            : (2 * bytes + (512ull << 20)) / 4096 * 4096;
+  const uint64_t pool = PoolBytes(c, bytes);
   // The newest step and the one being written, with room for padding.
   const uint64_t tier = 2 * bytes + (256ull << 20);
   f["pool_gib"] = pool / double(1ull << 30);
   f["memory_tier_gib"] = tier / double(1ull << 30);
-  auto daemon = ChildProcess::Start(
-      {c.ckptd, "--storage_root=" + work + "/root", "--socket_path=" + socket,
-       absl::StrCat("--pool_bytes=", pool), absl::StrCat("--memory_tier_bytes=", tier),
-       absl::StrCat("--writer_threads=", c.writer_threads),
-       absl::StrCat("--reader_threads=", c.reader_threads),
-       absl::StrCat("--writer_nice=", c.writer_nice),
-       absl::StrCat("--batch_bytes=", uint64_t(c.batch_mib) << 20)},
-      /*merge_stderr=*/true);
+  auto daemon = StartDaemon(c, work, socket, pool, {absl::StrCat("--memory_tier_bytes=", tier)});
   if (!daemon.ok()) return fail(daemon.status());
-  if (absl::Status s = (*daemon)->WaitFor("ckptd: serving"); !s.ok()) return fail(s);
   int64_t last_step = 0;
   {
     auto workers = StartWorkers(c, socket, c.ranks, /*load=*/false, bytes);
@@ -284,20 +300,10 @@ int Run(const Config& c) {
   f["disk_read_gbps"] = disk->read_gbps;
   for (const auto& [way, gbps] : disk->ways) f[way] = gbps;
 
-  // By default room for two snapshots (one fills while the other drains).
-  const uint64_t pool = c.pool_gib > 0
-                            ? static_cast<uint64_t>(c.pool_gib * (1ull << 30)) / 4096 * 4096
-                            : (2 * bytes + (512ull << 20)) / 4096 * 4096;
+  const uint64_t pool = PoolBytes(c, bytes);
   f["pool_gib"] = pool / double(1ull << 30);
-  auto daemon = ChildProcess::Start(
-      {c.ckptd, "--storage_root=" + work + "/root", "--socket_path=" + socket,
-       absl::StrCat("--pool_bytes=", pool), absl::StrCat("--writer_threads=", c.writer_threads),
-       absl::StrCat("--reader_threads=", c.reader_threads),
-       absl::StrCat("--writer_nice=", c.writer_nice),
-       absl::StrCat("--batch_bytes=", uint64_t(c.batch_mib) << 20)},
-      /*merge_stderr=*/true);
+  auto daemon = StartDaemon(c, work, socket, pool, {});
   if (!daemon.ok()) return fail(daemon.status());
-  if (absl::Status s = (*daemon)->WaitFor("ckptd: serving"); !s.ok()) return fail(s);
   f["pool_huge_fraction"] = pool::ShmemHugePageBytes((*daemon)->pid()) / double(pool);
   auto heap = std::make_unique<RssSampler>((*daemon)->pid());
 
