@@ -355,16 +355,16 @@ std::vector<v1::MemoryTierJob> MemoryTier::Jobs() {
   absl::StatusOr<std::vector<std::string>> names = backend_->ListDir(kRoot);
   if (!names.ok()) return jobs;
   for (const std::string& name : *names) {
-    absl::StatusOr<std::vector<v1::CheckpointSummary>> steps =
-        coordinator_->catalog().ListCheckpoints(name);
+    // Directory names and block counts only: status and every metrics
+    // scrape ask, and a large job's MANIFEST is hundreds of MB to decode.
+    absl::StatusOr<std::vector<int64_t>> steps = coordinator_->catalog().ListSteps(name);
     if (!steps.ok() || steps->empty()) continue;
     v1::MemoryTierJob& job = jobs.emplace_back();
     job.set_job(name);
     job.set_copies(1);  // this host's; peer replicas are not kept yet
-    for (const v1::CheckpointSummary& step : *steps) {
-      if (step.broken()) continue;
-      job.add_steps(step.step());
-      job.set_bytes(job.bytes() + step.bytes());
+    for (int64_t step : *steps) {
+      job.add_steps(step);
+      job.set_bytes(job.bytes() + BytesUnder(coordinator::StepDir(kRoot, name, step)));
     }
   }
   return jobs;

@@ -121,7 +121,7 @@ class MemoryTier {
   // in the middle of the step's first chunk, in place.
   absl::Status FlipByte(const std::string& job, int64_t step);
 
-  // Per job: the committed steps in memory and their bytes.
+  // Per job: the committed steps in memory and the bytes they hold.
   std::vector<v1::MemoryTierJob> Jobs();
 
  private:
