@@ -227,6 +227,34 @@ class Metrics::Sampled : public prometheus::Collectable {
     gauge("ckpt_writer_queue_chunks", "Chunks queued to the writer threads, not yet written",
           static_cast<double>(s.writer_queue_chunks));
     gauge("ckpt_attached_ranks", "Ranks attached to this daemon", s.attached_ranks);
+    // Only with a memory tier: a daemon without one has nothing to say.
+    if (s.memory_tier_budget_bytes > 0) AddMemoryTier(s, out);
+    std::map<std::string, int64_t> by_label;
+    for (const auto& [job, count] : s.checkpoints) by_label[jobs_.ExistingLabel(job)] += count;
+    prometheus::MetricFamily& f = out.emplace_back();
+    f.name = "ckpt_checkpoints";
+    f.help =
+        "Committed checkpoints (step directories) on disk, by job; jobs not saved or "
+        "loaded since ckptd started count under _other";
+    f.type = prometheus::MetricType::Gauge;
+    for (const auto& [label, count] : by_label) {
+      prometheus::ClientMetric& m = f.metric.emplace_back();
+      m.label = {{"ckpt_job", label}};
+      m.gauge.value = static_cast<double>(count);
+    }
+    return out;
+  }
+
+ private:
+  // The memory tier's gauges and counters (daemon/tier/memory_tier.h).
+  void AddMemoryTier(const NodeSample& s, std::vector<prometheus::MetricFamily>& out) const {
+    auto gauge = [&](const char* name, const char* help, double value) {
+      prometheus::MetricFamily& f = out.emplace_back();
+      f.name = name;
+      f.help = help;
+      f.type = prometheus::MetricType::Gauge;
+      f.metric.emplace_back().gauge.value = value;
+    };
     gauge("ckpt_memory_tier_budget_bytes", "The memory tier's budget (--memory_tier_bytes)",
           static_cast<double>(s.memory_tier_budget_bytes));
     gauge("ckpt_memory_tier_bytes", "Bytes the memory tier holds now",
@@ -266,23 +294,8 @@ class Metrics::Sampled : public prometheus::Collectable {
         m.gauge.value = static_cast<double>(count);
       }
     }
-    std::map<std::string, int64_t> by_label;
-    for (const auto& [job, count] : s.checkpoints) by_label[jobs_.ExistingLabel(job)] += count;
-    prometheus::MetricFamily& f = out.emplace_back();
-    f.name = "ckpt_checkpoints";
-    f.help =
-        "Committed checkpoints (step directories) on disk, by job; jobs not saved or "
-        "loaded since ckptd started count under _other";
-    f.type = prometheus::MetricType::Gauge;
-    for (const auto& [label, count] : by_label) {
-      prometheus::ClientMetric& m = f.metric.emplace_back();
-      m.label = {{"ckpt_job", label}};
-      m.gauge.value = static_cast<double>(count);
-    }
-    return out;
   }
 
- private:
   JobLabels& jobs_;
   const absl::Time started_;
   mutable absl::Mutex mu_;
@@ -358,6 +371,9 @@ void Metrics::LoadEnded(const LoadReport& r) {
   } else {
     absl::StrAppend(&line, " error=", QuoteValue(r.status.message()));
   }
+  // Every job that loads has a fallback series, at 0 until one happens, so
+  // an alert on its increase sees it from the start.
+  families_->load_fallbacks.Add({{"ckpt_job", job}});
   families_->loads.Add({{"ckpt_job", job}, {"outcome", outcome}, {"code", code}}).Increment();
   log_.Event(line);
 }

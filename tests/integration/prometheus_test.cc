@@ -186,7 +186,10 @@ std::optional<double> LoggedValue(const std::string& output, const std::string& 
 TEST_CASE("Prometheus scrapes a save's and a load's metrics with the right values",
           "[integration][metrics]") {
   TestDaemon d;
-  const std::string target = StartWithMetrics(d, {absl::StrCat("--pool_bytes=", kPoolBytes)});
+  // With a memory tier (these saves do not use it), so that every metric
+  // the example alerts name is served.
+  const std::string target = StartWithMetrics(
+      d, {absl::StrCat("--pool_bytes=", kPoolBytes), "--memory_tier_bytes=1048576"});
   PrometheusServer prometheus(d.dir() + "/prometheus", target);
 
   REQUIRE(Eventually([&] { return prometheus.Query("up{job=\"ckptd\"}") == 1.0; }));
@@ -289,6 +292,38 @@ TEST_CASE("Prometheus scrapes a save's and a load's metrics with the right value
     INFO("deploy/prometheus-alerts.yml uses " << name);
     CHECK(names.find("\"" + name + "\"") != std::string::npos);
   }
+}
+
+TEST_CASE("Prometheus scrapes the memory tier's gauges and counters", "[integration][metrics]") {
+  constexpr uint64_t kTier = uint64_t{64} << 20;
+  TestDaemon d;
+  const std::string target = StartWithMetrics(
+      d, {absl::StrCat("--pool_bytes=", kPoolBytes), absl::StrCat("--memory_tier_bytes=", kTier)});
+  PrometheusServer prometheus(d.dir() + "/prometheus", target);
+  REQUIRE(Eventually([&] { return prometheus.Query("up{job=\"ckptd\"}") == 1.0; }));
+  RequireAllOk(d.RunRanks("tiered", "save", 2, 3, 1, 0, {"--tier=both"}));
+  REQUIRE(AwaitStatus(d, [](const v1::GetStatusResponse& s) { return s.memory_persists() == 1; }));
+  RequireAllOk(d.RunRanks("tiered", "load", 2, -1, 1, 2, {"--from=memory"}));
+  INFO("ckptd output:\n" << d.Output());
+  const v1::GetStatusResponse status = d.Status();
+  REQUIRE(status.memory_tier_bytes() > 0);
+  REQUIRE(status.memory_bytes_read() > 0);
+  CHECK(prometheus.Query("ckpt_memory_tier_budget_bytes") == static_cast<double>(kTier));
+  CHECK(Eventually([&] {
+    return prometheus.Query("ckpt_memory_tier_bytes") ==
+           static_cast<double>(status.memory_tier_bytes());
+  }));
+  CHECK(Eventually(
+      [&] { return prometheus.Query("ckpt_memory_tier_steps{ckpt_job=\"tiered\"}") == 1.0; }));
+  CHECK(Eventually([&] {
+    return prometheus.Query("ckpt_memory_read_bytes_total") ==
+           static_cast<double>(status.memory_bytes_read());
+  }));
+  CHECK(Eventually(
+      [&] { return prometheus.Query("ckpt_memory_persists_total{outcome=\"ok\"}") == 1.0; }));
+  CHECK(prometheus.Query("ckpt_memory_persists_total{outcome=\"failed\"}") == 0.0);
+  // The load read memory alone: storage's read counter never moved.
+  CHECK(prometheus.Query("sum(ckpt_read_bytes_total)").value_or(0) == 0.0);
 }
 
 TEST_CASE("a save that times out is logged and counted as aborted", "[integration][metrics]") {
