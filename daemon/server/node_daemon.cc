@@ -241,6 +241,16 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   d->removed_partials_ = *removed;
   d->coordinator_->EnableRetention(o.retention);
   if (o.memory_tier_bytes > 0) {
+    // The budget is taken as it comes, not at start: say so when it could
+    // not be, before the host finds out by swapping or the OOM killer.
+    const uint64_t physical =
+        static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(getpagesize());
+    if (physical > 0 && o.memory_tier_bytes + o.pool_bytes > physical / 2) {
+      absl::FPrintF(stderr,
+                    "ckptd: warning: --memory_tier_bytes (%d) and --pool_bytes (%d) are more than "
+                    "half of this host's %d bytes of memory; the trainers need the rest\n",
+                    o.memory_tier_bytes, o.pool_bytes, physical);
+    }
     tier::MemoryTierOptions memory;
     memory.budget_bytes = o.memory_tier_bytes;
     memory.keep_steps = o.memory_tier_keep_steps;

@@ -279,6 +279,8 @@ absl::Status MemoryTier::Persist(const std::string& job, int64_t step) {
     for (const std::string& parent : dirs) {
       if (absl::Status s = to.SyncDir(parent); !s.ok()) return s;
     }
+    // Tests kill ckptd here: the copy is on storage, not committed.
+    FaultPoint("persist.copied");
     return absl::OkStatus();
   };
   absl::StatusOr<std::string> path = durable_.CommitCopy(*manifest, copy);

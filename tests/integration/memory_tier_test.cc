@@ -237,4 +237,31 @@ TEST_CASE("latest is the newest step in any tier", "[memory_tier]") {
   CHECK(absl::StrContains(list.output, "memory          latest"));
 }
 
+TEST_CASE("ckptd SIGKILLed while persisting from memory leaves storage as it was",
+          "[memory_tier]") {
+  TestDaemon d;
+  REQUIRE(d.Start({BudgetFlag()}).ok());
+  RequireAllOk(d.RunRanks("kill", "save", 2, 1, 1));  // a durable step before
+  d.Kill();
+  REQUIRE(d.Start({BudgetFlag(), "--fault_kill_at=persist.copied"}).ok());
+  // The trainer is told step 2 saved once it is in memory; the daemon dies
+  // with its copy on storage not yet committed.
+  RequireAllOk(d.RunRanks("kill", "save", 2, 2, 1, 0, {"--tier=both"}));
+  const ExitInfo daemon = d.WaitExit();
+  REQUIRE(daemon.signal == SIGKILL);
+  REQUIRE(absl::StrContains(daemon.output, "fault point persist.copied"));
+  REQUIRE(d.Start({BudgetFlag()}).ok());
+  // Memory went with the daemon; storage holds step 1 only, no partial.
+  CHECK(ListedSteps(d, "kill") == std::vector<int64_t>{1});
+  for (const std::string& entry : ListDir(d.job_dir("kill"))) {
+    CHECK(entry.find(".partial-") == std::string::npos);
+  }
+  for (const ExitInfo& r : d.RunRanks("kill", "load", 2, -1, 1, 2)) {
+    INFO(r.output);
+    CHECK(r.ok());
+    CHECK(absl::StrContains(r.output, "loaded step 1"));
+    CHECK(absl::StrContains(r.output, "tiers=durable"));
+  }
+}
+
 }  // namespace ckpt::testing
