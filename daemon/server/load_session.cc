@@ -178,6 +178,10 @@ absl::Status LoadSession::Plan() {
   // Without a cluster, each host of a spanning job plans (and reads) its
   // own ranks' part, as a job on one host does.
   const bool spans = world_size_ > local_world_size_ && context_.cluster_saves != nullptr;
+  if (spans && from == v1::LOAD_TIER_MEMORY) {
+    return absl::UnimplementedError(
+        absl::StrCat(Who(), "the memory tier keeps jobs on one host only; this one spans hosts"));
+  }
   absl::StatusOr<std::optional<int64_t>> in_memory =
       spans ? std::optional<int64_t>() : MemoryStep(context_, job_, step_, from);
   if (!in_memory.ok()) return WithContext(in_memory.status(), Name());
