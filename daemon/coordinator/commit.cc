@@ -74,7 +74,7 @@ absl::StatusOr<std::optional<int64_t>> RepairLatest(storage::Backend& backend,
 
 absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root,
                               const std::string& partial_dir,
-                              const v1::CheckpointManifest& manifest) {
+                              const v1::CheckpointManifest& manifest, bool make_latest) {
   const std::string job_dir = JobDir(root, manifest.job());
   const std::string step_dir = StepDir(root, manifest.job(), manifest.step());
   const std::string intent_path = absl::StrCat(job_dir, "/", kLatestIntentName);
@@ -113,8 +113,11 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
   absl::StatusOr<bool> exists = backend.Exists(step_dir);
   if (!exists.ok()) return WithContext(exists.status(), kCommit);
   if (*exists) return absl::AlreadyExistsError(absl::StrCat(kCommit, ": ", step_dir, " exists"));
-  absl::Status intent = WriteSynced(backend, intent_path, absl::StrCat(manifest.step(), "\n"));
-  if (intent.ok()) intent = backend.SyncDir(job_dir);
+  absl::Status intent = absl::OkStatus();
+  if (make_latest) {
+    intent = WriteSynced(backend, intent_path, absl::StrCat(manifest.step(), "\n"));
+    if (intent.ok()) intent = backend.SyncDir(job_dir);
+  }
   if (!intent.ok()) {
     undo_intent();
     return WithContext(intent, kCommit);
@@ -133,6 +136,7 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
   FaultPoint("commit.after_rename");
 
   // Committed. What follows is repaired, never reported as a failed save.
+  if (!make_latest) return absl::OkStatus();
   if (absl::Status s = WriteLatest(backend, job_dir, manifest.step()); !s.ok()) {
     std::fprintf(stderr,
                  "ckptd: %s: committed, but LATEST could not be written (%s); %s names the "

@@ -45,9 +45,12 @@ namespace ckpt::coordinator {
 // visible); once step 5 is done it returns OK, and a failure to write LATEST
 // (retried) is logged on stderr and left to RepairLatest. Errors read
 // "commit: <what failed>": the caller names the save.
+// make_latest = false commits the step without touching LATEST (steps 3
+// and 6): a step copied in late (the memory tier's persistence) that is
+// older than the latest must not become latest.
 absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root,
                               const std::string& partial_dir,
-                              const v1::CheckpointManifest& manifest);
+                              const v1::CheckpointManifest& manifest, bool make_latest = true);
 
 // The step LATEST.next names when that step is committed (its directory
 // exists), nullopt otherwise; never fails on a missing or torn LATEST.next.

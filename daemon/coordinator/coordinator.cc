@@ -634,7 +634,10 @@ absl::StatusOr<std::string> Coordinator::CommitCopy(
   if (status.ok()) status = copy(partial);
   if (status.ok()) {
     absl::MutexLock lock(&commit_mu_);
-    status = CommitCheckpoint(backend_, root(), partial, manifest);
+    // Copied in late: a newer step committed meanwhile stays latest.
+    absl::StatusOr<int64_t> latest = catalog_.ResolveStep(job, -1);
+    status = CommitCheckpoint(backend_, root(), partial, manifest,
+                              /*make_latest=*/!latest.ok() || *latest < step);
   }
   if (!status.ok()) {
     (void)backend_.RemoveAll(partial);  // best effort: restart removes the rest

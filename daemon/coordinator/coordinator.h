@@ -145,7 +145,8 @@ class Coordinator {
   // persistence, daemon/tier/memory_tier.h): creates a partial directory,
   // has `copy` fill it (data files written and fsynced, as a host's would
   // be before it reports), then commits `manifest` as a save's last report
-  // does (one commit at a time; retention after it). The step's path once
+  // does (one commit at a time; retention after it), except that it becomes
+  // latest only when newer than the latest step here. The step's path once
   // committed. ALREADY_EXISTS when the step is committed here already,
   // FAILED_PRECONDITION while a save of it is in flight here.
   absl::StatusOr<std::string> CommitCopy(

@@ -271,7 +271,10 @@ void SaveSession::PlanAllRanks() {
       }
     }
     const uint64_t quota = context_.options.job_max_disk_bytes;
-    if (status.ok() && quota > 0 && (bytes_total_ > quota || disk_used > quota - bytes_total_)) {
+    // Memory-tier saves hold no disk (their persisted copy is counted with
+    // the job's steps on disk from then on).
+    if (status.ok() && quota > 0 && !ToMemory(tier_) &&
+        (bytes_total_ > quota || disk_used > quota - bytes_total_)) {
       status = absl::ResourceExhaustedError(absl::StrCat(
           "job ", job_, " holds ", disk_used, " bytes of checkpoints on disk and this save adds ",
           bytes_total_, "; its quota is ", quota,

@@ -58,34 +58,46 @@ absl::Status CopyFile(storage::Backend& from, const std::string& from_path, stor
   if (!in.ok()) return in.status();
   absl::StatusOr<uint64_t> size = (*in)->Size();
   if (!size.ok()) return size.status();
-  uint64_t largest = 0;
   for (const ChunkToCopy& c : chunks) {
     if (c.offset > *size || c.length > *size - c.offset) {
       return absl::DataLossError(
           absl::StrFormat("%s ends at %d bytes, before the chunk of %s at offset %d (%d bytes)",
                           from_path, *size, c.owner, c.offset, c.length));
     }
-    largest = std::max(largest, AlignUp(c.length, kCopyAlignment));
   }
+  // One piece at a time, whatever a chunk's size (an object may be GiBs):
+  // the copy's memory is outside the tier's budget.
   std::unique_ptr<char, FreeDeleter> buffer(
-      static_cast<char*>(std::aligned_alloc(kCopyAlignment, std::max<uint64_t>(largest, 1))));
+      static_cast<char*>(std::aligned_alloc(kCopyAlignment, kCopyPieceBytes)));
   if (buffer == nullptr) return absl::ResourceExhaustedError("no memory for the copy buffer");
   absl::StatusOr<std::unique_ptr<storage::WritableFile>> out = to.NewWritableFile(to_path);
   if (!out.ok()) return out.status();
   for (const ChunkToCopy& c : chunks) {
     const uint64_t padded = std::min(AlignUp(c.length, kCopyAlignment), *size - c.offset);
-    absl::StatusOr<size_t> n = (*in)->ReadAt(c.offset, buffer.get(), padded);
-    if (!n.ok()) return n.status();
-    if (*n != padded) {
-      return absl::DataLossError(
-          absl::StrFormat("short read %s at offset %d", from_path, c.offset));
+    uint32_t crc = 0;
+    // Written before the CRC is known: a chunk that fails it fails the copy,
+    // whose partial directory is then removed, never committed.
+    for (uint64_t done = 0; done < padded;) {
+      const size_t piece = static_cast<size_t>(std::min<uint64_t>(kCopyPieceBytes, padded - done));
+      absl::StatusOr<size_t> n = (*in)->ReadAt(c.offset + done, buffer.get(), piece);
+      if (!n.ok()) return n.status();
+      if (*n != piece) {
+        return absl::DataLossError(
+            absl::StrFormat("short read %s at offset %d", from_path, c.offset + done));
+      }
+      if (done < c.length) {
+        crc = Crc32cExtend(crc, buffer.get(), std::min<uint64_t>(piece, c.length - done));
+      }
+      if (absl::Status s = (*out)->WriteAt(c.offset + done, buffer.get(), piece); !s.ok()) {
+        return s;
+      }
+      done += piece;
     }
-    if (Crc32c(buffer.get(), c.length) != c.crc32c) {
+    if (crc != c.crc32c) {
       return absl::DataLossError(
           absl::StrFormat("the chunk of %s at %s offset %d fails its CRC32C in the memory tier",
                           c.owner, from_path, c.offset));
     }
-    if (absl::Status s = (*out)->WriteAt(c.offset, buffer.get(), padded); !s.ok()) return s;
   }
   if (absl::Status s = (*out)->Sync(); !s.ok()) return s;
   return (*out)->Close();
@@ -137,7 +149,8 @@ uint64_t MemoryTier::SaveBytes(const v1::HostAssignment& host, uint64_t manifest
   for (const auto& [writer, end] : ends) total += AlignUp(end, block);
   // MANIFEST (its checksums and trailer added at commit), LATEST, and
   // LATEST's temporary and intent files while it is replaced.
-  return total + AlignUp(manifest_bytes + (manifest_bytes >> 3) + 4096, block) + 3 * block;
+  // Checksums filled in at commit grow a chunk's entry by up to a fifth.
+  return total + AlignUp(manifest_bytes + (manifest_bytes >> 2) + 4096, block) + 3 * block;
 }
 
 uint64_t MemoryTier::BytesUnder(const std::string& dir) const {
@@ -297,7 +310,14 @@ void MemoryTier::RunPersists() {
           +[](MemoryTier* t)
                ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) { return t->stop_ || !t->persists_.empty(); },
           this));
-      if (stop_) return;
+      if (stop_) {
+        // The steps still queued go with the daemon, as their memory does.
+        for (const Queued& q : persists_) {
+          Log(absl::StrFormat("persist job=%s step=%d outcome=dropped reason=\"ckptd is stopping\"",
+                              q.job, q.step));
+        }
+        return;
+      }
       next = std::move(persists_.front());
       persists_.pop_front();
       persisting_ = true;
@@ -331,6 +351,7 @@ absl::Status MemoryTier::FlipByte(const std::string& job, int64_t step) {
   const std::string path = absl::StrCat(coordinator::StepDir(kRoot, job, step), "/", file);
   absl::StatusOr<std::string> bytes = storage::ReadWholeFile(*backend_, path);
   if (!bytes.ok()) return bytes.status();
+  if (offset >= bytes->size()) return absl::OutOfRangeError("the chunk is past the file's end");
   (*bytes)[offset] = static_cast<char>((*bytes)[offset] ^ 0x01);
   absl::StatusOr<std::unique_ptr<storage::WritableFile>> out = backend_->NewWritableFile(path);
   if (!out.ok()) return out.status();

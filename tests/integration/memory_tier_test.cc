@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -261,6 +263,25 @@ TEST_CASE("ckptd SIGKILLed while persisting from memory leaves storage as it was
     CHECK(r.ok());
     CHECK(absl::StrContains(r.output, "loaded step 1"));
     CHECK(absl::StrContains(r.output, "tiers=durable"));
+  }
+}
+
+TEST_CASE("a step persisted late never takes latest from a newer one", "[memory_tier]") {
+  TestDaemon d;
+  // The persist of step 10 stops for a while with its copy made, so the
+  // trainer's next step (11, to storage) commits first.
+  REQUIRE(d.Start({BudgetFlag(), "--fault_kill_at=persist.copied", "--fault_pause_s=5"}).ok());
+  RequireAllOk(d.RunRanks("late", "save", 1, 10, 1, 0, {"--tier=both"}));
+  REQUIRE(d.WaitForOutput("fault point persist.copied reached, pausing"));
+  RequireAllOk(d.RunRanks("late", "save", 1, 11, 1));
+  REQUIRE(AwaitStatus(d, [](const v1::GetStatusResponse& s) { return s.memory_persists() == 1; }));
+  CHECK(ListedSteps(d, "late") == std::vector<int64_t>{10, 11});
+  std::ifstream latest(d.job_dir("late") + "/LATEST");
+  std::string text((std::istreambuf_iterator<char>(latest)), std::istreambuf_iterator<char>());
+  CHECK(text == "11\n");
+  for (const ExitInfo& r : d.RunRanks("late", "load", 1, -1, 1, 1, {"--from=durable"})) {
+    INFO(r.output);
+    CHECK(absl::StrContains(r.output, "loaded step 11"));
   }
 }
 
