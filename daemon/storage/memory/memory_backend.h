@@ -40,8 +40,10 @@ struct MemoryBackendOptions {
   // 1-byte file holds one). A write that needs more is RESOURCE_EXHAUSTED.
   // 0: no limit.
   uint64_t budget_bytes = 0;
-  // Size of the blocks a file is held in. 0 is taken as the default.
-  uint64_t block_bytes = uint64_t{1} << 20;
+  // Size of the blocks a file is held in. 0 is taken as the default: a
+  // page, so many small files (a step's MANIFEST, LATEST) cost what they
+  // hold; a store of large files sets larger blocks (the memory tier).
+  uint64_t block_bytes = uint64_t{4} << 10;
 };
 
 class MemoryBackend : public Backend {
