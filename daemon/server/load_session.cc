@@ -390,6 +390,11 @@ absl::Status LoadSession::ReadWithFallback(absl::Span<const ChunkTarget> targets
                                            ChunkReader& memory) {
   std::unique_ptr<storage::FileLock> pin;
   std::unique_ptr<ChunkReader> durable;
+  int64_t step = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    step = assignment_.step();
+  }
   for (const ChunkTarget& target : targets) {
     const absl::Status in_memory = memory.Read(*target.chunk, target.owner, target.dst);
     if (!absl::IsDataLoss(in_memory)) {
@@ -398,7 +403,6 @@ absl::Status LoadSession::ReadWithFallback(absl::Span<const ChunkTarget> targets
     }
     // Storage holds the same files when the step was persisted from memory;
     // whatever it holds is checked against the same CRC.
-    const int64_t step = assignment_.step();  // immutable once planned
     if (durable == nullptr) {
       absl::StatusOr<std::unique_ptr<storage::FileLock>> pinned =
           coordinator::PinStep(context_.backend, context_.coordinator.root(), job_, step);
