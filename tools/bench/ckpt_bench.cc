@@ -158,6 +158,26 @@ std::vector<std::string> DataFiles(const std::string& step_dir) {
   return files;
 }
 
+// A run's state size, work directory under --dir (made here) and socket;
+// Fail reports an error, removes the directory, and gives the exit code.
+struct Workspace {
+  explicit Workspace(const Config& c)
+      : bytes(static_cast<uint64_t>(c.state_gib * (1ull << 30))),
+        work(absl::StrCat(c.dir, "/ckpt-bench-", getpid())),
+        socket(absl::StrCat("/tmp/ckpt-bench-", getpid(), ".sock")) {
+    std::filesystem::create_directories(work);
+  }
+  int Fail(const absl::Status& s) const {
+    absl::FPrintF(stderr, "ckpt-bench: %s\n", s.ToString());
+    std::error_code ec;
+    std::filesystem::remove_all(work, ec);
+    return 1;
+  }
+  const uint64_t bytes;
+  const std::string work;
+  const std::string socket;
+};
+
 // The pool: --pool-gib, by default room for two snapshots (one fills while
 // the other drains).
 uint64_t PoolBytes(const Config& c, uint64_t bytes) {
@@ -189,16 +209,11 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> StartDaemon(const Config& c, const
 // it, each against the memcpy floor measured right before it in the same
 // processes (the machine's memory bandwidth swings from minute to minute).
 int RunMemoryTier(const Config& c) {
-  const uint64_t bytes = static_cast<uint64_t>(c.state_gib * (1ull << 30));
-  const std::string work = absl::StrCat(c.dir, "/ckpt-bench-", getpid());
-  const std::string socket = absl::StrCat("/tmp/ckpt-bench-", getpid(), ".sock");
-  std::filesystem::create_directories(work);
-  auto fail = [&](const absl::Status& s) {
-    absl::FPrintF(stderr, "ckpt-bench: %s\n", s.ToString());
-    std::error_code ec;
-    std::filesystem::remove_all(work, ec);
-    return 1;
-  };
+  const Workspace ws(c);
+  const uint64_t bytes = ws.bytes;
+  const std::string& work = ws.work;
+  const std::string& socket = ws.socket;
+  auto fail = [&](const absl::Status& s) { return ws.Fail(s); };
   std::map<std::string, double> f;
   const uint64_t pool = PoolBytes(c, bytes);
   // The newest step and the one being written, with room for padding.
@@ -280,16 +295,11 @@ int RunMemoryTier(const Config& c) {
 }
 
 int Run(const Config& c) {
-  const uint64_t bytes = static_cast<uint64_t>(c.state_gib * (1ull << 30));
-  const std::string work = absl::StrCat(c.dir, "/ckpt-bench-", getpid());
-  const std::string socket = absl::StrCat("/tmp/ckpt-bench-", getpid(), ".sock");
-  std::filesystem::create_directories(work);
-  auto fail = [&](const absl::Status& s) {
-    absl::FPrintF(stderr, "ckpt-bench: %s\n", s.ToString());
-    std::error_code ec;
-    std::filesystem::remove_all(work, ec);
-    return 1;
-  };
+  const Workspace ws(c);
+  const uint64_t bytes = ws.bytes;
+  const std::string& work = ws.work;
+  const std::string& socket = ws.socket;
+  auto fail = [&](const absl::Status& s) { return ws.Fail(s); };
   std::map<std::string, double> f;  // the figures
 
   absl::FPrintF(stderr, "ckpt-bench: measuring the disk under %s with %.2f GiB...\n", c.dir,
