@@ -38,6 +38,10 @@ ABSL_FLAG(uint64_t, memory_tier_bytes, 0,
           "here (0: no memory tier; such saves are refused)");
 ABSL_FLAG(int32_t, memory_tier_keep_steps, 1,
           "Committed memory-tier steps kept per job (the newest), besides the one being written");
+ABSL_FLAG(int32_t, memory_tier_replicas, 1,
+          "With --coordinator: copies of each host's part of a memory-tier save of a job spread "
+          "over hosts, kept on the hosts after it (by name, in a ring); the commit waits for "
+          "every copy");
 ABSL_FLAG(uint64_t, chunk_bytes, 4 << 20, "Checksum and write unit (multiple of 4096)");
 ABSL_FLAG(uint64_t, batch_bytes, 32 << 20,
           "Pool room a rank copies into at a time, and a load's read-ahead unit: saves and "
@@ -244,6 +248,7 @@ int main(int argc, char** argv) {
   o.peer_wait = absl::Seconds(absl::GetFlag(FLAGS_peer_wait_s));
   o.memory_tier_bytes = absl::GetFlag(FLAGS_memory_tier_bytes);
   o.memory_tier_keep_steps = absl::GetFlag(FLAGS_memory_tier_keep_steps);
+  o.memory_tier_replicas = absl::GetFlag(FLAGS_memory_tier_replicas);
   o.plan_cache_bytes = std::min<uint64_t>(absl::GetFlag(FLAGS_plan_cache_mib), uint64_t{1} << 40)
                        << 20;
   o.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));

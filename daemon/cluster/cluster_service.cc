@@ -31,10 +31,10 @@ ClusterServiceImpl::ClusterServiceImpl(const auth::Authenticator& auth,
                                              absl::FormatDuration(options_.heartbeat_timeout),
                                              " (its ckptd died, or its network is cut)");
         absl::FPrintF(stderr, "ckptd: host %s %s\n", host, why);
-        if (options_.coordinator != nullptr) options_.coordinator->HostLost(host, why);
+        for (coordinator::Coordinator* c : Coordinators()) c->HostLost(host, why);
       }
       // Saves no host waits on still end at their deadlines.
-      if (options_.coordinator != nullptr) options_.coordinator->ExpireSaves(absl::Now());
+      for (coordinator::Coordinator* c : Coordinators()) c->ExpireSaves(absl::Now());
     }
   });
 }
@@ -53,10 +53,9 @@ grpc::Status ClusterServiceImpl::Register(grpc::ServerContext* context,
     return ToGrpcStatus(s);
   // A host registers anew after its daemon restarted (or after it was
   // lost): whatever its earlier instance was saving is gone.
-  if (options_.coordinator != nullptr) {
-    options_.coordinator->HostLost(request->host().host(),
-                                   "registered again: its earlier ckptd instance is gone");
-    options_.coordinator->HostRegistered(request->host().host());
+  for (coordinator::Coordinator* c : Coordinators()) {
+    c->HostLost(request->host().host(), "registered again: its earlier ckptd instance is gone");
+    c->HostRegistered(request->host().host());
   }
   absl::FPrintF(stderr, "ckptd: host %s registered (instance %s, peer channel %s, from %s)\n",
                 request->host().host(), request->instance(),
@@ -89,13 +88,35 @@ grpc::Status ClusterServiceImpl::Heartbeat(grpc::ServerContext* context,
       if (static_cast<int>(ids.size()) == kMaxSaveIds) break;
       if (id.size() <= kMaxSaveIdBytes) ids.push_back(id);
     }
-    for (auto& [id, reason] : options_.coordinator->FailedSaves(ids)) {
+    // A memory-tier save is its coordinator's; the other does not know it.
+    std::vector<std::string> durable_ids;
+    std::vector<std::string> memory_ids;
+    for (std::string& id : ids) {
+      const bool memory =
+          options_.memory_coordinator != nullptr && options_.memory_coordinator->KnowsSave(id);
+      (memory ? memory_ids : durable_ids).push_back(std::move(id));
+    }
+    std::vector<std::pair<std::string, std::string>> failed =
+        options_.coordinator->FailedSaves(durable_ids);
+    if (!memory_ids.empty()) {
+      for (auto& f : options_.memory_coordinator->FailedSaves(memory_ids)) {
+        failed.push_back(std::move(f));
+      }
+    }
+    for (auto& [id, reason] : failed) {
       v1::HeartbeatResponse::FailedSave* failed = response->add_failed_saves();
       failed->set_save_id(id);
       failed->set_reason(reason);
     }
   }
   return grpc::Status::OK;
+}
+
+std::vector<coordinator::Coordinator*> ClusterServiceImpl::Coordinators() const {
+  std::vector<coordinator::Coordinator*> all;
+  if (options_.coordinator != nullptr) all.push_back(options_.coordinator);
+  if (options_.memory_coordinator != nullptr) all.push_back(options_.memory_coordinator);
+  return all;
 }
 
 bool ClusterServiceImpl::HostLive(const std::string& host) const {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -28,6 +29,9 @@ struct ClusterServiceOptions {
   // Told of every host lost or restarted (its saves fail, naming it), and
   // asked which of a host's saves failed, for its heartbeat's answer.
   coordinator::Coordinator* coordinator = nullptr;
+  // The coordinator's memory tier (its own coordinator, coordinator.h
+  // ServeClusterMemoryTier), told of hosts lost as the other is; or null.
+  coordinator::Coordinator* memory_coordinator = nullptr;
 };
 
 class ClusterServiceImpl final : public v1::ClusterService::Service {
@@ -46,6 +50,9 @@ class ClusterServiceImpl final : public v1::ClusterService::Service {
   bool HostLive(const std::string& host) const;
 
  private:
+  // The coordinators told of hosts lost and saves' deadlines.
+  std::vector<coordinator::Coordinator*> Coordinators() const;
+
   const auth::Authenticator& auth_;
   const ClusterServiceOptions options_;
   HostRegistry registry_;

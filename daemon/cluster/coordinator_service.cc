@@ -46,11 +46,26 @@ absl::Status CoordinatorServiceImpl::Admit(const grpc::ServerContext& context,
   return absl::OkStatus();
 }
 
+absl::StatusOr<coordinator::Coordinator*> CoordinatorServiceImpl::Store(v1::SaveTier tier) const {
+  if (!v1::SaveTier_IsValid(tier)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown save tier ", static_cast<int>(tier)));
+  }
+  if (tier == v1::SAVE_TIER_DURABLE) return &coordinator_;
+  if (memory_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "the save asks for the memory tier, but the coordinator has none: start its ckptd with "
+        "--memory_tier_bytes");
+  }
+  return memory_;
+}
+
 grpc::Status CoordinatorServiceImpl::PlanSave(grpc::ServerContext* context,
                                               const v1::NodeSavePlan* request,
                                               v1::SaveAssignment* response) {
   if (absl::Status s = Admit(*context, request->host()); !s.ok()) return Refuse(s);
-  absl::StatusOr<v1::SaveAssignment> assignment = coordinator_.PlanSave(*request, Gone(context));
+  absl::StatusOr<coordinator::Coordinator*> store = Store(request->tier());
+  if (!store.ok()) return Refuse(store.status());
+  absl::StatusOr<v1::SaveAssignment> assignment = (*store)->PlanSave(*request, Gone(context));
   if (!assignment.ok()) return Refuse(assignment.status());
   *response = std::move(*assignment);
   return grpc::Status::OK;
@@ -60,7 +75,9 @@ grpc::Status CoordinatorServiceImpl::ReportPersisted(grpc::ServerContext* contex
                                                      const v1::NodePersistReport* request,
                                                      v1::CommitResult* response) {
   if (absl::Status s = Admit(*context, request->host()); !s.ok()) return Refuse(s);
-  absl::StatusOr<v1::CommitResult> result = coordinator_.ReportPersisted(*request, Gone(context));
+  absl::StatusOr<coordinator::Coordinator*> store = Store(request->tier());
+  if (!store.ok()) return Refuse(store.status());
+  absl::StatusOr<v1::CommitResult> result = (*store)->ReportPersisted(*request, Gone(context));
   if (!result.ok()) return Refuse(result.status());
   *response = std::move(*result);
   return grpc::Status::OK;
@@ -83,13 +100,15 @@ grpc::Status CoordinatorServiceImpl::AbortSave(grpc::ServerContext* context,
   // A lost host may still abort: its saves fail either way.
   absl::StatusOr<auth::Caller> caller = auth_.Authorize(*context, auth::Permission::kAdmin);
   if (!caller.ok()) return Refuse(caller.status());
+  absl::StatusOr<coordinator::Coordinator*> store = Store(request->tier());
+  if (!store.ok()) return Refuse(store.status());
   if (request->reason().size() <= kMaxReasonBytes) {
-    coordinator_.AbortSave(*request);
+    (*store)->AbortSave(*request);
     return grpc::Status::OK;
   }
   v1::AbortSaveRequest bounded = *request;
   bounded.mutable_reason()->resize(kMaxReasonBytes);
-  coordinator_.AbortSave(bounded);
+  (*store)->AbortSave(bounded);
   return grpc::Status::OK;
 }
 

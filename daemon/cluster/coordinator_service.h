@@ -20,9 +20,12 @@ namespace ckpt::cluster {
 
 class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
  public:
+  // `memory`: the coordinator's memory tier, which plans and commits the
+  // memory-tier saves of jobs spread over hosts; null without one.
   CoordinatorServiceImpl(const auth::Authenticator& auth, coordinator::Coordinator& coordinator,
-                         const ClusterServiceImpl& cluster)
-      : auth_(auth), coordinator_(coordinator), cluster_(cluster) {}
+                         const ClusterServiceImpl& cluster,
+                         coordinator::Coordinator* memory = nullptr)
+      : auth_(auth), coordinator_(coordinator), cluster_(cluster), memory_(memory) {}
 
   grpc::Status PlanSave(grpc::ServerContext* context, const v1::NodeSavePlan* request,
                         v1::SaveAssignment* response) override;
@@ -37,10 +40,14 @@ class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
  private:
   // The admin token and a live registered host, or the refusal.
   absl::Status Admit(const grpc::ServerContext& context, const v1::HostIdentity& host) const;
+  // The store a save's messages go to by its tier; FAILED_PRECONDITION for
+  // a memory tier this coordinator lacks.
+  absl::StatusOr<coordinator::Coordinator*> Store(v1::SaveTier tier) const;
 
   const auth::Authenticator& auth_;
   coordinator::Coordinator& coordinator_;
   const ClusterServiceImpl& cluster_;
+  coordinator::Coordinator* const memory_;
 };
 
 }  // namespace ckpt::cluster

@@ -42,23 +42,33 @@ class SaveCoordinator {
 class LocalSaveCoordinator final : public SaveCoordinator {
  public:
   // `stopping`: waits for other hosts end when it turns true (shutdown).
+  // `memory`: where memory-tier saves go (the cluster coordinator's memory
+  // tier); null: every save goes to `coordinator`.
   explicit LocalSaveCoordinator(coordinator::Coordinator& coordinator,
-                                coordinator::CallerGone stopping = {})
-      : coordinator_(coordinator), stopping_(std::move(stopping)) {}
+                                coordinator::CallerGone stopping = {},
+                                coordinator::Coordinator* memory = nullptr)
+      : coordinator_(coordinator), stopping_(std::move(stopping)), memory_(memory) {}
   absl::StatusOr<v1::SaveAssignment> PlanSave(const v1::NodeSavePlan& plan) override {
-    return coordinator_.PlanSave(plan, stopping_);
+    return For(plan.tier()).PlanSave(plan, stopping_);
   }
   absl::StatusOr<v1::CommitResult> ReportPersisted(const v1::NodePersistReport& report) override {
-    return coordinator_.ReportPersisted(report, stopping_);
+    return For(report.tier()).ReportPersisted(report, stopping_);
   }
-  void AbortSave(const v1::AbortSaveRequest& request) override { coordinator_.AbortSave(request); }
+  void AbortSave(const v1::AbortSaveRequest& request) override {
+    For(request.tier()).AbortSave(request);
+  }
   absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::NodeLoadPlan& plan) override {
     return coordinator_.PlanSpanningLoad(plan, stopping_);
   }
 
  private:
+  coordinator::Coordinator& For(v1::SaveTier tier) {
+    return tier != v1::SAVE_TIER_DURABLE && memory_ != nullptr ? *memory_ : coordinator_;
+  }
+
   coordinator::Coordinator& coordinator_;
   const coordinator::CallerGone stopping_;
+  coordinator::Coordinator* const memory_;
 };
 
 // The cluster's coordinator over gRPC. Errors name it. Calls wait as long

@@ -61,7 +61,8 @@ Catalog::Catalog(storage::Backend& backend, std::string root, CatalogOptions opt
       root_(std::move(root)),
       host_(SafeHost(std::move(options.host))),
       instance_(IsInstanceId(options.instance) ? options.instance : RandomInstanceId()),
-      limits_(options.limits) {}
+      limits_(options.limits),
+      files_elsewhere_(options.files_elsewhere) {}
 
 std::string Catalog::NewPartialId() {
   return PartialId(host_, instance_, next_partial_.fetch_add(1, std::memory_order_relaxed));
@@ -222,6 +223,7 @@ absl::Status Catalog::CheckDataFiles(const std::string& job, int64_t step,
   for (const auto& [file, need] : needed) {
     absl::StatusOr<std::unique_ptr<storage::ReadableFile>> f =
         backend_.OpenReadOnlyBeneath(dir, file);
+    if (files_elsewhere_ && absl::IsNotFound(f.status())) continue;
     if (!f.ok()) return AsBroken(f.status());
     absl::StatusOr<uint64_t> size = (*f)->Size();
     if (!size.ok()) return size.status();

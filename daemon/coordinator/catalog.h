@@ -35,6 +35,11 @@ struct CatalogOptions {
   // is once per daemon start.
   std::string instance;
   ManifestLimits limits;
+  // The steps' data files may be on other hosts (the memory tier of a job
+  // spread over hosts: each host holds its own files and its replicas):
+  // a data file missing here does not make a step broken; one present
+  // must still be long enough.
+  bool files_elsewhere = false;
 };
 
 class Catalog {
@@ -91,6 +96,7 @@ class Catalog {
   const std::string host_;
   const std::string instance_;
   const ManifestLimits limits_;
+  const bool files_elsewhere_;
   std::atomic<uint64_t> next_partial_{0};
 };
 

@@ -14,6 +14,8 @@
 #include "daemon/coordinator/layout.h"
 #include "daemon/coordinator/load_planner.h"
 #include "daemon/coordinator/manifest_io.h"
+#include "daemon/coordinator/random_bytes.h"
+#include "daemon/coordinator/replica_placement.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "proto/lib/compact_plan.h"
 #include "proto/lib/status_context.h"
@@ -47,6 +49,10 @@ struct Coordinator::ActiveSave {
   std::map<std::string, std::string> layout_keys;  // by host (HostPlanKey)
   absl::Status error;
   v1::CommitResult result;
+  // A memory-tier save spread over hosts (ServeClusterMemoryTier): each
+  // host's copies, and the manifest's planned size.
+  std::map<std::string, v1::ReplicaPlan> replicas;
+  uint64_t manifest_bytes = 0;
   bool ended() const { return phase == Phase::kCommitted || phase == Phase::kFailed; }
   std::string Who() const { return absl::StrCat("save of job ", job, " step ", step); }
 };
@@ -206,7 +212,8 @@ absl::StatusOr<Coordinator::SaveRef> Coordinator::JoinSave(const v1::NodeSavePla
     return save;
   }
   auto known = layouts_.find(node.job());
-  if (known != layouts_.end() && known->second.world_size == save->world_size) {
+  // Replicas are placed once every host's part is known: no early answers.
+  if (!memory_cluster_ && known != layouts_.end() && known->second.world_size == save->world_size) {
     auto same = known->second.keys.find(host);
     if (same != known->second.keys.end() && same->second == key &&
         known->second.parts.count(host) > 0) {
@@ -330,6 +337,23 @@ void Coordinator::PlanGathered(const SaveRef& save) {
       }
     }
   }
+  std::map<std::string, v1::ReplicaPlan> replicas;
+  uint64_t manifest_bytes = 0;
+  if (status.ok() && memory_cluster_ && save->nodes.size() > 1) {
+    std::map<std::string, std::string> addresses;
+    for (const v1::NodeSavePlan& node : save->nodes) {
+      addresses[node.host().host()] = node.host().address();
+    }
+    uint64_t replica_id = 0;
+    FillRandom(&replica_id, sizeof replica_id);
+    std::string secret(16, '\0');
+    FillRandom(secret.data(), secret.size());
+    absl::StatusOr<std::map<std::string, v1::ReplicaPlan>> placed =
+        PlaceReplicas(parts, addresses, replicas_, replica_id, secret);
+    status = placed.status();
+    if (placed.ok()) replicas = std::move(*placed);
+    manifest_bytes = plan->Manifest().ByteSizeLong();
+  }
   absl::ReleasableMutexLock lock(&mu_);
   save->planner_busy = false;
   if (save->phase != ActiveSave::Phase::kPlanning) {
@@ -359,6 +383,8 @@ void Coordinator::PlanGathered(const SaveRef& save) {
   save->plan = std::move(*plan);
   save->created_unix_ms = absl::ToUnixMillis(absl::Now());
   save->parts = std::move(parts);
+  save->replicas = std::move(replicas);
+  save->manifest_bytes = manifest_bytes;
   save->phase = ActiveSave::Phase::kWriting;
   save->deadline = absl::Now() + rendezvous_.write_timeout;
   RememberLayoutLocked(*save);
@@ -468,6 +494,10 @@ absl::StatusOr<v1::SaveAssignment> Coordinator::PlanSave(const v1::NodeSavePlan&
       mine.set_partial_dir(save->partial_dir.substr(root().size() + 1));
       auto found = save->parts.find(host);
       if (found != save->parts.end()) part = found->second;
+      if (auto r = save->replicas.find(host); r != save->replicas.end()) {
+        *mine.mutable_replicas() = r->second;
+      }
+      mine.set_manifest_bytes(save->manifest_bytes);
       if (save->nodes.size() == 1) {
         *mine.mutable_manifest_template() = save->plan.Manifest();
         mine.mutable_manifest_template()->set_created_unix_ms(save->created_unix_ms);
@@ -548,7 +578,8 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(const v1::NodePers
     if (commit_it) save->phase = ActiveSave::Phase::kCommitting;
   }
   if (commit_it) {
-    absl::Status status = Commit(save);
+    std::string manifest;
+    absl::Status status = Commit(save, memory_cluster_ ? &manifest : nullptr);
     std::string partial;
     {
       absl::MutexLock lock(&mu_);
@@ -556,6 +587,7 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(const v1::NodePers
         save->phase = ActiveSave::Phase::kCommitted;
         save->result.set_step(save->step);
         save->result.set_path(StepDir(root(), save->job, save->step));
+        save->result.set_manifest(std::move(manifest));
       } else {
         save->phase = ActiveSave::Phase::kFailed;
         save->error = status;
@@ -583,7 +615,7 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(const v1::NodePers
   return save->result;
 }
 
-absl::Status Coordinator::Commit(const SaveRef& save) {
+absl::Status Coordinator::Commit(const SaveRef& save, std::string* manifest_out) {
   std::map<std::pair<std::string, uint64_t>, uint32_t> crcs;
   for (const auto& [host, report] : save->reports) {
     for (const v1::ChunkChecksum& c : report.checksums())
@@ -605,6 +637,7 @@ absl::Status Coordinator::Commit(const SaveRef& save) {
         return absl::OkStatus();
       });
   if (!status.ok()) return status;
+  if (manifest_out != nullptr) *manifest_out = manifest.SerializeAsString();
   absl::MutexLock lock(&commit_mu_);
   return CommitCheckpoint(backend_, root(), save->partial_dir, manifest);
 }
@@ -717,6 +750,11 @@ std::vector<std::pair<std::string, std::string>> Coordinator::FailedSaves(
     }
   }
   return failed;
+}
+
+bool Coordinator::KnowsSave(const std::string& save_id) const {
+  absl::MutexLock lock(&mu_);
+  return saves_.count(save_id) > 0;
 }
 
 absl::StatusOr<v1::LoadAssignment> Coordinator::PlanLoad(const v1::NodeLoadPlan& node,

@@ -27,6 +27,7 @@
 #include "absl/types/span.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "daemon/coordinator/catalog.h"
+#include "daemon/coordinator/load_spread.h"
 #include "daemon/coordinator/plan_cache.h"
 #include "daemon/coordinator/retention.h"
 #include "daemon/coordinator/retention_policy.h"
@@ -124,6 +125,8 @@ class Coordinator {
   // (it restarted), with the reason: heartbeats carry it to the hosts.
   std::vector<std::pair<std::string, std::string>> FailedSaves(
       absl::Span<const std::string> save_ids);
+  // Whether a save of this id is, or was lately, here (in flight or ended).
+  bool KnowsSave(const std::string& save_id) const;
   // With `pin`, the step is pinned (retention.h PinStep) before its
   // manifest is read, and *pin holds the pin: gc does not delete the step
   // while the caller keeps it.
@@ -158,12 +161,31 @@ class Coordinator {
   void EnableRetention(RetentionConfig config);
   const RetentionConfig& retention() const { return retention_config_; }
 
+  // This coordinator is the cluster coordinator's memory tier: a save
+  // spread over hosts is written in the hosts' memory, each host's files
+  // copied to the `replicas` hosts after it (replica_placement.h), and the
+  // commit's result carries the manifest for every host to commit beside
+  // its files. Here only the manifest is kept. Call once, before serving.
+  void ServeClusterMemoryTier(int replicas) {
+    memory_cluster_ = true;
+    replicas_ = replicas;
+  }
+  // The memory tier's catalog, where a load spread over hosts that may
+  // come from memory looks first (PlanSpanningLoad). Call once, before
+  // serving.
+  void LoadFromMemoryToo(Catalog* memory) { memory_catalog_ = memory; }
+
  private:
   struct ActiveSave;
   using SaveRef = std::shared_ptr<ActiveSave>;
   struct ActiveLoad;
   // Plans a spanning load whose hosts all arrived; without mu_.
   absl::Status PlanGatheredLoad(ActiveLoad& load);
+  // The whole load's plan from the memory tier when it may and can come
+  // from there (every file it needs held by a host of the load, *holders
+  // says which); null when it comes from storage.
+  absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> PlanFromMemory(const ActiveLoad& load,
+                                                                     FileHolders* holders);
   // Fails the gathering spanning loads `host` takes part in.
   void FailLoadsOfLocked(const std::string& host, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -192,8 +214,10 @@ class Coordinator {
   absl::Status CreatePartialDir(const std::string& job, const std::string& partial);
   void RememberLayoutLocked(const ActiveSave& save) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ForgetLayoutLocked(const std::string& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PlanGathered(const SaveRef& save);    // without mu_
-  absl::Status Commit(const SaveRef& save);  // without mu_; the last report runs it
+  void PlanGathered(const SaveRef& save);  // without mu_
+  // Without mu_; the last report runs it. With manifest_out, the committed
+  // manifest serialized.
+  absl::Status Commit(const SaveRef& save, std::string* manifest_out = nullptr);
   // Fails the save unless it ended; true if this call failed it.
   bool FailLocked(ActiveSave& save, const absl::Status& error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndLocked(ActiveSave& save) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -225,6 +249,9 @@ class Coordinator {
   absl::Mutex commit_mu_;
   GarbageCollector gc_;
   RetentionConfig retention_config_;
+  bool memory_cluster_ = false;  // set before serving
+  int replicas_ = 0;
+  Catalog* memory_catalog_ = nullptr;
   std::unique_ptr<RetentionRunner> retention_;  // last: stops before gc_ goes
 };
 

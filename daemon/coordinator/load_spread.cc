@@ -20,6 +20,16 @@ struct Unit {
   std::set<std::string> hosts;  // that need it
   std::string reader;
   uint32_t group = 0;
+  const std::string& file() const {
+    return read != nullptr ? read->chunk().file() : objects.front()->chunk().file();
+  }
+  // The hosts whose rooms hold it: those that need it, and its reader (a
+  // host that holds it without needing it only forwards it).
+  std::set<std::string> Involved() const {
+    std::set<std::string> all = hosts;
+    if (!reader.empty()) all.insert(reader);
+    return all;
+  }
 };
 
 std::vector<Unit> CollectUnits(const v1::LoadAssignment& global,
@@ -59,7 +69,7 @@ std::vector<Unit> CollectUnits(const v1::LoadAssignment& global,
 
 // Readers balanced by bytes, largest chunks first; ties to the host named
 // first, so the plan is the same every time.
-void ChooseReaders(std::vector<Unit>& units) {
+void ChooseReaders(std::vector<Unit>& units, const FileHolders* holders) {
   std::vector<size_t> order(units.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
@@ -67,7 +77,21 @@ void ChooseReaders(std::vector<Unit>& units) {
   std::map<std::string, uint64_t> load;
   for (size_t i : order) {
     Unit& u = units[i];
-    for (const std::string& host : u.hosts) {
+    std::set<std::string> candidates = u.hosts;
+    if (holders != nullptr) {
+      // Only a host holding the file can read it: one that needs it too if
+      // any, else any holder (which forwards it all).
+      std::set<std::string> held;
+      auto it = holders->find(u.file());
+      if (it != holders->end()) {
+        for (const std::string& host : it->second) {
+          if (u.hosts.count(host) > 0) held.insert(host);
+        }
+        if (held.empty()) held = it->second;
+      }
+      candidates = std::move(held);
+    }
+    for (const std::string& host : candidates) {
       if (u.reader.empty() || load[host] < load[u.reader]) u.reader = host;
     }
     load[u.reader] += u.length;
@@ -82,14 +106,15 @@ uint32_t NumberGroups(std::vector<Unit>& units, uint64_t group_bytes) {
   bool empty = true;
   for (Unit& u : units) {
     bool full = false;
-    for (const std::string& host : u.hosts) {
+    const std::set<std::string> involved = u.Involved();
+    for (const std::string& host : involved) {
       if (in_group[host] > 0 && in_group[host] + u.length > group_bytes) full = true;
     }
     if (full) {
       ++group;
       in_group.clear();
     }
-    for (const std::string& host : u.hosts) in_group[host] += u.length;
+    for (const std::string& host : involved) in_group[host] += u.length;
     u.group = group;
     empty = false;
   }
@@ -112,9 +137,9 @@ void Route(v1::PeerRoute& route, const Unit& u, const std::string& host) {
 LoadSpread SpreadLoad(const v1::LoadAssignment& global,
                       const std::map<int, std::string>& rank_hosts,
                       const std::map<std::string, std::string>& addresses, uint64_t group_bytes,
-                      uint64_t load_id, const std::string& secret) {
+                      uint64_t load_id, const std::string& secret, const FileHolders* holders) {
   std::vector<Unit> units = CollectUnits(global, rank_hosts);
-  ChooseReaders(units);
+  ChooseReaders(units, holders);
   const uint32_t groups = NumberGroups(units, std::max<uint64_t>(group_bytes, 1));
 
   LoadSpread spread;
@@ -139,8 +164,24 @@ LoadSpread SpreadLoad(const v1::LoadAssignment& global,
   }
   for (const Unit& u : units) {
     spread.unique_bytes += u.length;
-    for (const std::string& host : u.hosts) {
+    for (const std::string& host : u.Involved()) {
       v1::LoadAssignment& part = spread.parts[host];
+      if (u.hosts.count(host) == 0) {
+        // Its reader only: read and forwarded, delivered to no rank here.
+        if (u.read != nullptr) {
+          v1::ChunkRead& read = *part.add_reads();
+          *read.mutable_chunk() = u.read->chunk();
+          read.set_fqn(u.read->fqn());
+          Route(*read.mutable_route(), u, host);
+        } else {
+          v1::ObjectRead& read = *part.add_objects();
+          read = *u.objects.front();
+          read.set_rank(-1);
+          read.set_request(0);
+          Route(*read.mutable_route(), u, host);
+        }
+        continue;
+      }
       if (u.read != nullptr) {
         v1::ChunkRead& read = *part.add_reads();
         *read.mutable_chunk() = u.read->chunk();

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 
 #include "ckpt/v1/coordinator.pb.h"
@@ -24,12 +25,21 @@ struct LoadSpread {
   uint64_t unique_bytes = 0;                        // of the chunks read, each once
 };
 
+// By data file, the hosts that hold it (a memory-tier step: the host that
+// wrote it and its replicas).
+using FileHolders = std::map<std::string, std::set<std::string>>;
+
 // `rank_hosts`: the host of every rank in `global`. `addresses`: each
-// host's peer data channel; `secret` is LoadPeers.secret.
+// host's peer data channel; `secret` is LoadPeers.secret. With `holders`,
+// each chunk is read by a host holding its file (every file must have a
+// holder among the hosts): one that needs it if any, else a holder that
+// reads it only to forward it (its part lists it with no runs, or as an
+// object read of rank -1).
 LoadSpread SpreadLoad(const v1::LoadAssignment& global,
                       const std::map<int, std::string>& rank_hosts,
                       const std::map<std::string, std::string>& addresses, uint64_t group_bytes,
-                      uint64_t load_id, const std::string& secret);
+                      uint64_t load_id, const std::string& secret,
+                      const FileHolders* holders = nullptr);
 
 }  // namespace ckpt::coordinator
 

@@ -2,10 +2,9 @@
 // PlanSpanningLoad). Each host's plan waits here until every rank of the
 // job arrived; the last arrival plans them all at once (load_planner.h)
 // and cuts the plan into the hosts' parts (load_spread.h).
-#include <sys/random.h>
-
 #include <algorithm>
 #include <memory>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -14,6 +13,7 @@
 #include "daemon/coordinator/layout.h"
 #include "daemon/coordinator/load_planner.h"
 #include "daemon/coordinator/load_spread.h"
+#include "daemon/coordinator/random_bytes.h"
 #include "proto/lib/validation.h"
 
 namespace ckpt::coordinator {
@@ -30,19 +30,6 @@ struct Coordinator::ActiveLoad {
   absl::Status error;
   std::map<std::string, v1::LoadAssignment> parts;  // by host, taken as answered
 };
-
-namespace {
-
-void FillRandom(void* p, size_t n) {
-  auto* bytes = static_cast<char*>(p);
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::getrandom(bytes + got, n - got, 0);
-    if (r > 0) got += static_cast<size_t>(r);
-  }
-}
-
-}  // namespace
 
 size_t Coordinator::loads_gathering() const {
   absl::MutexLock lock(&mu_);
@@ -189,15 +176,86 @@ absl::StatusOr<v1::LoadAssignment> Coordinator::PlanSpanningLoad(const v1::NodeL
   return mine;
 }
 
-absl::Status Coordinator::PlanGatheredLoad(ActiveLoad& load) {
-  // "latest" is resolved once, so that every host loads the same step.
-  absl::StatusOr<v1::CheckpointManifest> manifest = catalog_.ReadManifest(load.job, load.step);
-  if (!manifest.ok()) return manifest.status();
-  // On an arena: the whole job's plan, split among the hosts below.
+namespace {
+
+// Every data file a load needs, once.
+std::set<std::string> NeededFiles(const v1::LoadAssignment& global) {
+  std::set<std::string> files;
+  for (const v1::ChunkRead& read : global.reads()) files.insert(read.chunk().file());
+  for (const v1::ObjectRead& read : global.objects()) files.insert(read.chunk().file());
+  return files;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> Coordinator::PlanFromMemory(
+    const ActiveLoad& load, FileHolders* holders) {
+  const v1::LoadTier tier = load.nodes.front().tier();
+  if (tier == v1::LOAD_TIER_DURABLE) return nullptr;
+  if (memory_catalog_ == nullptr) {
+    if (tier == v1::LOAD_TIER_ANY) return nullptr;
+    return absl::FailedPreconditionError(
+        "the load asks for the memory tier, but the coordinator has none (--memory_tier_bytes)");
+  }
+  absl::StatusOr<int64_t> step = memory_catalog_->ResolveStep(load.job, load.step);
+  if (!step.ok()) {
+    if (tier == v1::LOAD_TIER_ANY) return nullptr;
+    return absl::Status(step.status().code(),
+                        absl::StrCat("in the memory tier: ", step.status().message()));
+  }
+  if (load.step < 0 && tier == v1::LOAD_TIER_ANY) {
+    absl::StatusOr<int64_t> durable = catalog_.ResolveStep(load.job, load.step);
+    if (durable.ok() && *durable > *step) return nullptr;  // storage has a newer one
+  }
+  absl::StatusOr<v1::CheckpointManifest> manifest = memory_catalog_->ReadManifest(load.job, *step);
+  if (!manifest.ok()) {
+    if (tier == v1::LOAD_TIER_ANY) return nullptr;
+    return manifest.status();
+  }
   absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> global =
       coordinator::PlanLoadShared(*manifest, load.nodes, options_.limits);
   if (!global.ok()) return global.status();
-  (*global)->set_checkpoint_path(StepDir(root(), load.job, manifest->step()));
+  holders->clear();
+  for (const v1::NodeLoadPlan& node : load.nodes) {
+    for (const v1::NodeLoadPlan::HeldStep& held : node.memory_steps()) {
+      if (held.step() != *step) continue;
+      for (const std::string& file : held.files()) (*holders)[file].insert(node.host().host());
+    }
+  }
+  for (const std::string& file : NeededFiles(**global)) {
+    if (holders->count(file) > 0) continue;
+    if (tier == v1::LOAD_TIER_ANY) return nullptr;
+    return absl::UnavailableError(absl::StrCat(
+        "step ", *step, " of job ", load.job, " is in the memory tier, but no host of this load ",
+        "holds its file ", file, " any more (the host that wrote it and its replicas lost their ",
+        "memory): load it from storage"));
+  }
+  (*global)->set_checkpoint_path(StepDir(memory_catalog_->root(), load.job, manifest->step()));
+  (*global)->set_from_memory(true);
+  return global;
+}
+
+absl::Status Coordinator::PlanGatheredLoad(ActiveLoad& load) {
+  for (const v1::NodeLoadPlan& node : load.nodes) {
+    if (node.tier() != load.nodes.front().tier()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("host ", node.host().host(), " asks for another tier than host ",
+                       load.nodes.front().host().host(), " for one load"));
+    }
+  }
+  FileHolders holders;
+  absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> global = PlanFromMemory(load, &holders);
+  if (!global.ok()) return global.status();
+  if (*global == nullptr) {
+    // "latest" is resolved once, so that every host loads the same step.
+    absl::StatusOr<v1::CheckpointManifest> manifest = catalog_.ReadManifest(load.job, load.step);
+    if (!manifest.ok()) return manifest.status();
+    // On an arena: the whole job's plan, split among the hosts below.
+    global = coordinator::PlanLoadShared(*manifest, load.nodes, options_.limits);
+    if (!global.ok()) return global.status();
+    (*global)->set_checkpoint_path(StepDir(root(), load.job, manifest->step()));
+  }
+  const bool from_memory = (*global)->from_memory();
   std::map<std::string, std::string> addresses;
   bool every_host_has_a_channel = true;
   for (const v1::NodeLoadPlan& node : load.nodes) {
@@ -210,7 +268,13 @@ absl::Status Coordinator::PlanGatheredLoad(ActiveLoad& load) {
   FillRandom(secret.data(), secret.size());
   LoadSpread spread = SpreadLoad(**global, load.rank_hosts, addresses,
                                  load.group_bytes == ~uint64_t{0} ? (64u << 20) : load.group_bytes,
-                                 load_id, secret);
+                                 load_id, secret, from_memory ? &holders : nullptr);
+  for (auto& [host, part] : spread.parts) part.set_from_memory(from_memory);
+  if (from_memory && !every_host_has_a_channel) {
+    return absl::FailedPreconditionError(
+        "a load from the memory tier spread over hosts needs every host's peer data channel "
+        "(--peer_address)");
+  }
   if (!every_host_has_a_channel) {
     // No way to forward: each host reads all it needs itself (a chunk two
     // hosts need is then read twice).

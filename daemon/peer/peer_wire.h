@@ -20,6 +20,7 @@
 #ifndef CKPT_DAEMON_PEER_PEER_WIRE_H_
 #define CKPT_DAEMON_PEER_PEER_WIRE_H_
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -68,6 +69,23 @@ inline uint64_t GetU64(const char* p) {
   uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= uint64_t{static_cast<uint8_t>(p[i])} << (8 * i);
   return v;
+}
+
+// The token of one transfer of a load (its group) or of a save's replicas
+// (its piece): the load's or save's id, the sequence number, the sender's
+// and receiver's indexes among the hosts, then the 16-byte secret.
+inline PeerToken TransferToken(uint64_t id, uint32_t sequence, uint16_t sender, uint16_t receiver,
+                               absl::string_view secret) {
+  PeerToken token;
+  char* p = reinterpret_cast<char*>(token.bytes.data());
+  PutU64(p, id);
+  PutU32(p + 8, sequence);
+  p[12] = static_cast<char>(sender);
+  p[13] = static_cast<char>(sender >> 8);
+  p[14] = static_cast<char>(receiver);
+  p[15] = static_cast<char>(receiver >> 8);
+  std::memcpy(p + 16, secret.data(), std::min(secret.size(), kTokenBytes / 2));
+  return token;
 }
 
 }  // namespace ckpt::peer

@@ -93,6 +93,9 @@ struct DaemonOptions {
   // refused), and the committed steps of each job it keeps.
   uint64_t memory_tier_bytes = 0;
   int memory_tier_keep_steps = 1;
+  // The coordinator's: copies of each host's part of a memory-tier save
+  // spread over hosts, on the hosts after it in name order.
+  int memory_tier_replicas = 1;
   // Memory the coordinator's save plan cache may hold (all jobs).
   uint64_t plan_cache_bytes = uint64_t{1} << 30;
   absl::Duration heartbeat_interval = absl::Seconds(1);

@@ -178,10 +178,8 @@ absl::Status LoadSession::Plan() {
   // Without a cluster, each host of a spanning job plans (and reads) its
   // own ranks' part, as a job on one host does.
   const bool spans = world_size_ > local_world_size_ && context_.cluster_saves != nullptr;
-  if (spans && from == v1::LOAD_TIER_MEMORY) {
-    return absl::UnimplementedError(
-        absl::StrCat(Who(), "the memory tier keeps jobs on one host only; this one spans hosts"));
-  }
+  // Spread over hosts, the coordinator chooses the tier for all of them.
+  plan.set_tier(from);
   absl::StatusOr<std::optional<int64_t>> in_memory =
       spans ? std::optional<int64_t>() : MemoryStep(context_, job_, step_, from);
   if (!in_memory.ok()) return WithContext(in_memory.status(), Name());
@@ -202,6 +200,15 @@ absl::Status LoadSession::Plan() {
     assignment = spans ? PlanAcrossHosts(plan, &pin) : context_.coordinator.PlanLoad(plan, &pin);
   }
   if (!assignment.ok()) return WithContext(assignment.status(), Name());
+  if (spans && assignment->from_memory()) {
+    if (context_.memory_tier == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          Who(),
+          "the coordinator planned the load from the memory tier, but this ckptd has none "
+          "(--memory_tier_bytes)"));
+    }
+    memory = true;
+  }
   const bool spread = assignment->has_peers();
   if (spread) {
     if (absl::Status s = CheckPeers(*assignment); !s.ok()) return WithContext(s, Name());
@@ -441,15 +448,27 @@ absl::StatusOr<v1::LoadAssignment> LoadSession::PlanAcrossHosts(
   plan.set_world_size(world_size_);
   plan.set_group_bytes(LoadGroupBytes(context_.options));
   plan.mutable_host()->set_address(context_.peer_address);  // empty: no channel, read it all here
+  if (context_.memory_tier != nullptr && plan.tier() != v1::LOAD_TIER_DURABLE) {
+    for (auto& [step, files] : context_.memory_tier->HeldSteps(job_)) {
+      v1::NodeLoadPlan::HeldStep* held = plan.add_memory_steps();
+      held->set_step(step);
+      for (std::string& file : files) held->add_files(std::move(file));
+    }
+  }
   absl::StatusOr<v1::LoadAssignment> assignment = context_.cluster_saves->PlanLoad(plan);
   if (!assignment.ok()) return assignment.status();
+  const bool memory = assignment->from_memory() && context_.memory_tier != nullptr;
   // This host's path to the step (the storage is shared; mount points may differ).
-  const std::string& root = context_.coordinator.root();
+  const std::string& root =
+      memory ? context_.memory_tier->coordinator().root() : context_.coordinator.root();
+  storage::Backend& backend = memory ? context_.memory_tier->backend() : context_.backend;
   assignment->set_checkpoint_path(coordinator::StepDir(root, job_, assignment->step()));
   absl::StatusOr<std::unique_ptr<storage::FileLock>> pinned =
-      coordinator::PinStep(context_.backend, root, job_, assignment->step());
+      coordinator::PinStep(backend, root, job_, assignment->step());
   if (pinned.ok()) {
     *pin = std::move(*pinned);
+  } else if (memory && absl::IsNotFound(pinned.status())) {
+    // A host that holds none of the step (it lost its memory) gets it all from the others.
   } else if (absl::IsNotFound(pinned.status())) {
     return WithContext(pinned.status(), absl::StrCat("step ", assignment->step(),
                                                      " was deleted while the hosts planned"));
@@ -493,18 +512,8 @@ absl::Status LoadSession::CheckPeers(const v1::LoadAssignment& assignment) const
 
 peer::PeerToken LoadSession::TransferToken(uint32_t group, const std::string& from,
                                            const std::string& to) const {
-  peer::PeerToken token;
-  char* p = reinterpret_cast<char*>(token.bytes.data());
-  peer::PutU64(p, peers_.load_id());
-  peer::PutU32(p + 8, group);
-  const uint16_t sender = peer_index_.at(from);
-  const uint16_t receiver = peer_index_.at(to);
-  p[12] = static_cast<char>(sender);
-  p[13] = static_cast<char>(sender >> 8);
-  p[14] = static_cast<char>(receiver);
-  p[15] = static_cast<char>(receiver >> 8);
-  std::memcpy(p + 16, peers_.secret().data(), peer::kTokenBytes / 2);
-  return token;
+  return peer::TransferToken(peers_.load_id(), group, peer_index_.at(from), peer_index_.at(to),
+                             peers_.secret());
 }
 
 absl::Status LoadSession::ExchangeGroup(const LoadGroup& group, char* room,

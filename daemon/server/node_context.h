@@ -56,7 +56,7 @@ struct NodeContext {
   // at (--peer_address); null and empty without one. Set before serving.
   peer::PeerReceiver* peer = nullptr;
   std::string peer_address{};
-  std::atomic<uint64_t> peer_bytes_sent{0};   // forwarded to other hosts' loads
+  std::atomic<uint64_t> peer_bytes_sent{0};   // forwarded to other hosts: loads, replicas
   std::atomic<uint64_t> chunk_bytes_read{0};  // GetStatusResponse.chunk_bytes_read
   // The memory tier; null without one (--memory_tier_bytes 0). Set before
   // serving.

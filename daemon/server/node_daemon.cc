@@ -151,6 +151,9 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
         "--heartbeat_interval_s must be at least 0.01 and --heartbeat_timeout_s at least twice "
         "it");
   }
+  if (options.memory_tier_replicas < 0) {
+    return absl::InvalidArgumentError("--memory_tier_replicas must not be negative");
+  }
   if (options.memory_tier_keep_steps < 1) {
     return absl::InvalidArgumentError("--memory_tier_keep_steps must be at least 1");
   }
@@ -363,19 +366,28 @@ absl::Status NodeDaemon::Start() {
   }
   builder.RegisterService(service_.get());
   if (options_.coordinator) {
+    // Memory-tier saves of jobs spread over hosts meet in this daemon's
+    // memory tier (it keeps their manifests; the hosts keep the data).
+    coordinator::Coordinator* memory = nullptr;
+    if (memory_tier_ != nullptr) {
+      memory = &memory_tier_->coordinator();
+      memory->ServeClusterMemoryTier(options_.memory_tier_replicas);
+      coordinator_->LoadFromMemoryToo(&memory->catalog());
+    }
     cluster_ = std::make_unique<cluster::ClusterServiceImpl>(
         *auth_, cluster::ClusterServiceOptions{.instance = coordinator_->catalog().instance(),
                                                .heartbeat_interval = options_.heartbeat_interval,
                                                .heartbeat_timeout = options_.heartbeat_timeout,
-                                               .coordinator = coordinator_.get()});
+                                               .coordinator = coordinator_.get(),
+                                               .memory_coordinator = memory});
     builder.RegisterService(cluster_.get());
     coordinator_service_ =
-        std::make_unique<cluster::CoordinatorServiceImpl>(*auth_, *coordinator_, *cluster_);
+        std::make_unique<cluster::CoordinatorServiceImpl>(*auth_, *coordinator_, *cluster_, memory);
     builder.RegisterService(coordinator_service_.get());
     // Ranks of a job spread over hosts that attach here meet the others
     // in this process.
     cluster_saves_ = std::make_unique<cluster::LocalSaveCoordinator>(
-        *coordinator_, [this] { return stop_.HasBeenNotified(); });
+        *coordinator_, [this] { return stop_.HasBeenNotified(); }, memory);
     context_->cluster_saves = cluster_saves_.get();
   }
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;

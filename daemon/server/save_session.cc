@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "daemon/coordinator/fault_points.h"
 #include "daemon/server/node_save_plan.h"
+#include "daemon/server/replica_transfer.h"
 #include "proto/lib/align.h"
 #include "proto/lib/region_convert.h"
 #include "proto/lib/status_context.h"
@@ -187,6 +188,9 @@ void SaveSession::PlanAllRanks() {
     plan = BatchRankPlans(context_.host, job_, step_, world_size_, context_.writers.threads(),
                           RequestsLocked());
   }
+  plan.set_tier(tier_);
+  // Other hosts send this host's replicas to its peer data channel.
+  if (spans_hosts()) plan.mutable_host()->set_address(context_.peer_address);
   // One step number, one checkpoint: a step committed in the other tier is
   // not saved again in this one (the two would differ under one number, and
   // persisting this one would fail after the trainer was told it saved).
@@ -204,13 +208,33 @@ void SaveSession::PlanAllRanks() {
   std::unique_ptr<tier::MemoryTier::Room> memory_room;
   if (status.ok() && ToMemory(tier_)) {
     tier::MemoryTier& memory = *context_.memory_tier;
-    absl::StatusOr<std::unique_ptr<tier::MemoryTier::Room>> room = memory.Reserve(
-        job_,
-        memory.SaveBytes(assignment->hosts(0), assignment->manifest_template().ByteSizeLong()));
+    const v1::ReplicaPlan& replicas = assignment->replicas();
+    // Replicas are counted in the save's room: what it must hold is its
+    // own files, the copies it keeps for others, and the manifest.
+    const uint64_t replica_bytes = ReplicaBytesToReceive(replicas, tier::MemoryTier::kBlockBytes);
+    const uint64_t own = memory.SaveBytes(
+        assignment->hosts(0), spans_hosts() ? assignment->manifest_bytes()
+                                            : assignment->manifest_template().ByteSizeLong());
+    if (replica_bytes > memory.budget_bytes() || own > memory.budget_bytes() - replica_bytes) {
+      status = absl::ResourceExhaustedError(absl::StrCat(
+          "host ", context_.host.host(), " must hold ", own, " bytes of its own and ",
+          replica_bytes, " bytes of replicas of this save in its memory tier, more than its ",
+          memory.budget_bytes(), " (--memory_tier_bytes)"));
+    }
+    if (status.ok()) status = CheckReplicaPlan(replicas, replica_bytes);
+    absl::StatusOr<std::unique_ptr<tier::MemoryTier::Room>> room =
+        status.ok() ? memory.Reserve(job_, own + replica_bytes)
+                    : absl::StatusOr<std::unique_ptr<tier::MemoryTier::Room>>(status);
     if (room.ok()) {
       memory_room = std::move(*room);
     } else {
       status = room.status();
+    }
+    // Spread over hosts, the coordinator made its directory in its own
+    // memory: this host makes its own.
+    if (status.ok() && spans_hosts()) {
+      status = store_backend_.CreateDirs(
+          absl::StrCat(store_.root(), "/", assignment->partial_dir(), "/data"));
     }
   }
   std::vector<std::unique_ptr<storage::WritableFile>> files;
@@ -293,6 +317,7 @@ void SaveSession::PlanAllRanks() {
     CleanUp();
     return;
   }
+  StartReceivingReplicas();
   FaultPoint("save.planned");
 }
 
@@ -634,6 +659,66 @@ bool SaveSession::ReadyToFinishLocked() {
   return true;
 }
 
+void SaveSession::StartReceivingReplicas() {
+  v1::ReplicaPlan plan;
+  std::string dir;
+  {
+    absl::MutexLock lock(&mu_);
+    plan = assignment_.replicas();
+    dir = absl::StrCat(store_.root(), "/", assignment_.partial_dir());
+    if (plan.receive_from_size() == 0) {
+      replicas_received_ = absl::OkStatus();
+      return;
+    }
+  }
+  auto receive = [self = shared_from_this(), plan = std::move(plan), dir = std::move(dir)] {
+    absl::Status status =
+        self->context_.peer == nullptr
+            ? absl::FailedPreconditionError(
+                  "other hosts replicate to this one, but it has no peer data channel "
+                  "(--peer_address)")
+            : ReceiveReplicas(
+                  *self->context_.peer, self->store_backend_, dir, plan,
+                  [&] { return self->abandoned_.load(std::memory_order_acquire); },
+                  absl::Now() + self->context_.options.snapshot_timeout);
+    absl::MutexLock lock(&self->mu_);
+    self->replicas_received_ = status;
+  };
+  if (context_.background == nullptr) {
+    absl::MutexLock lock(&mu_);
+    replicas_received_ = absl::FailedPreconditionError("this ckptd has no background threads");
+    return;
+  }
+  context_.background->Spawn(std::move(receive));
+}
+
+absl::Status SaveSession::ExchangeReplicas() {
+  v1::ReplicaPlan plan;
+  std::string dir;
+  {
+    absl::MutexLock lock(&mu_);
+    plan = assignment_.replicas();
+    dir = absl::StrCat(store_.root(), "/", assignment_.partial_dir());
+  }
+  const absl::Time start = absl::Now();
+  uint64_t bytes_sent = 0;
+  absl::Status sent = SendReplicas(
+      store_backend_, dir, plan, [this] { return abandoned_.load(std::memory_order_acquire); },
+      &bytes_sent);
+  context_.peer_bytes_sent.fetch_add(bytes_sent, std::memory_order_relaxed);
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](SaveSession* s)
+           ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->replicas_received_.has_value(); },
+      this));
+  if (!sent.ok()) return WithContext(sent, "sending this host's replicas");
+  if (!replicas_received_->ok()) {
+    return WithContext(*replicas_received_, "receiving replicas from other hosts");
+  }
+  times_.replicate = absl::Now() - start;
+  return absl::OkStatus();
+}
+
 void SaveSession::StartFinish() {
   if (!spans_hosts() || context_.background == nullptr) {
     Finish();  // the embedded coordinator commits at once
@@ -651,6 +736,7 @@ void SaveSession::Finish() {
     absl::MutexLock lock(&mu_);
     *report.mutable_host() = context_.host;
     report.set_save_id(assignment_.save_id());
+    report.set_tier(tier_);
     for (const std::string& f : assignment_.hosts(0).files()) report.add_files(f);
     for (const v1::ChunkChecksum& c : checksums_) *report.add_checksums() = c;
   }
@@ -662,6 +748,10 @@ void SaveSession::Finish() {
   }
   if (!status.ok()) context_.metrics.IoError(metrics::IoOp::kSync);
   FaultPoint("save.data_synced");
+  // A memory-tier save spread over hosts reports once its replicas are in
+  // place on other hosts and theirs here: the commit waits for every copy.
+  const bool replicated = spans_hosts() && ToMemory(tier_);
+  if (status.ok() && replicated) status = ExchangeReplicas();
   const absl::Time commit_start = absl::Now();
   absl::StatusOr<v1::CommitResult> result;
   if (status.ok()) {
@@ -672,6 +762,7 @@ void SaveSession::Finish() {
     result = coordinator_->ReportPersisted(report);
     status = result.status();
   }
+  if (status.ok() && replicated) status = CommitHere(*result);
   const absl::Time commit_end = absl::Now();
   bool cleanup = false;
   {
@@ -707,6 +798,30 @@ void SaveSession::Finish() {
     }
   }
   if (cleanup) CleanUp();
+}
+
+absl::Status SaveSession::CommitHere(const v1::CommitResult& result) {
+  v1::CheckpointManifest manifest;
+  std::string partial;
+  int copies = 1;
+  {
+    absl::MutexLock lock(&mu_);
+    partial = assignment_.partial_dir();
+    copies += assignment_.replicas().send_to_size();
+  }
+  absl::Status status;
+  if (!manifest.ParseFromString(result.manifest()) || manifest.job() != job_ ||
+      manifest.step() != step_) {
+    status = absl::InternalError("the coordinator's commit carries no manifest of this step");
+  }
+  absl::StatusOr<std::string> path =
+      status.ok() ? context_.memory_tier->CommitHere(manifest, partial, copies)
+                  : absl::StatusOr<std::string>(status);
+  if (path.ok()) return absl::OkStatus();
+  // The cluster has the step; this host does not: its ranks must know.
+  return absl::DataLossError(
+      absl::StrCat("step ", step_, " committed at the coordinator, but host ", context_.host.host(),
+                   " could not keep its part in its memory tier: ", path.status().message()));
 }
 
 void SaveSession::Fail(const absl::Status& status) {
@@ -778,6 +893,12 @@ void SaveSession::CleanUp() {
         own_files.push_back(absl::StrCat(store_.root(), "/", assignment_.partial_dir(), "/", name));
       }
     }
+    // In memory, the directory is this host's own (the coordinator's is in
+    // its memory): replicas go with it.
+    if (spans_hosts() && ToMemory(tier_) && !assignment_.partial_dir().empty()) {
+      own_files.push_back(absl::StrCat(store_.root(), "/", assignment_.partial_dir()));
+    }
+    abort.set_tier(tier_);
     for (auto& [id, room] : rooms_) {
       if (room.has_allocation) context_.pool.Free(room.allocation);
     }

@@ -135,6 +135,13 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   // Finish here, or (a save spread over hosts, whose commit waits for the
   // other hosts) on a background thread.
   void StartFinish();
+  // A memory-tier save spread over hosts: receives other hosts' replicas
+  // in the background from its plan on; sends this host's and waits for
+  // both before it reports (replica_transfer.h).
+  void StartReceivingReplicas();
+  absl::Status ExchangeReplicas();
+  // Commits the coordinator's manifest in this host's memory tier.
+  absl::Status CommitHere(const v1::CommitResult& result);
   void CleanUp();  // after failure, once nothing is in flight; without mu_
   void CleanUpIfDue();
   // Whether the caller must now run Finish() or CleanUp().
@@ -199,11 +206,13 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   std::unique_ptr<tier::MemoryTier::Room> memory_room_ ABSL_GUARDED_BY(mu_);
   std::string committed_path_ ABSL_GUARDED_BY(mu_);
   bool reported_ ABSL_GUARDED_BY(mu_) = false;  // the persist report was sent
+  // The replicas other hosts send here, once received (or failed).
+  std::optional<absl::Status> replicas_received_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> abandoned_{false};
   // When each stage ended, for metrics::SaveStages.
   struct StageTimes {
     absl::Time created, planned, snapshotted, written;
-    absl::Duration fsync, commit;
+    absl::Duration fsync, commit, replicate;
   };
   StageTimes times_ ABSL_GUARDED_BY(mu_);
   prometheus::Counter& written_metric_;  // the job's ckpt_written_bytes_total

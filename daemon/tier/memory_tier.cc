@@ -26,11 +26,6 @@ namespace {
 constexpr size_t kCopyPieceBytes = 8 << 20;
 // O_DIRECT wants aligned buffers; 4 KiB suits every block device here.
 constexpr size_t kCopyAlignment = 4096;
-// The memory store's blocks: small enough that a step's small files (its
-// MANIFEST, LATEST) and each data file's tail waste little of the budget,
-// large enough that a chunk is a few copies.
-constexpr uint64_t kBlockBytes = 64 << 10;
-
 void Log(const std::string& line) { std::fprintf(stderr, "ckptd: %s\n", line.c_str()); }
 
 struct FreeDeleter {
@@ -114,6 +109,9 @@ MemoryTier::MemoryTier(MemoryTierOptions options, coordinator::SavePlannerOption
   memory.block_bytes = kBlockBytes;
   backend_ = std::make_unique<storage::MemoryBackend>(memory);
   (void)backend_->CreateDirs(kRoot);
+  // Steps of jobs spread over hosts are here in part (this host's files
+  // and its replicas).
+  catalog.files_elsewhere = true;
   coordinator_ = std::make_unique<coordinator::Coordinator>(*backend_, kRoot, planner,
                                                             std::move(catalog), rendezvous);
   coordinator::RetentionConfig retention;
@@ -384,13 +382,63 @@ std::vector<v1::MemoryTierJob> MemoryTier::Jobs() {
     if (!steps.ok() || steps->empty()) continue;
     v1::MemoryTierJob& job = jobs.emplace_back();
     job.set_job(name);
-    job.set_copies(1);  // this host's; peer replicas are not kept yet
+    {
+      absl::MutexLock lock(&copies_mu_);
+      auto copies = copies_.find(name);
+      job.set_copies(copies == copies_.end() ? 1 : copies->second);
+    }
     for (int64_t step : *steps) {
       job.add_steps(step);
       job.set_bytes(job.bytes() + BytesUnder(coordinator::StepDir(kRoot, name, step)));
     }
   }
   return jobs;
+}
+
+std::vector<std::pair<int64_t, std::vector<std::string>>> MemoryTier::HeldSteps(
+    const std::string& job) {
+  std::vector<std::pair<int64_t, std::vector<std::string>>> held;
+  absl::StatusOr<std::vector<int64_t>> steps = coordinator_->catalog().ListSteps(job);
+  if (!steps.ok()) return held;
+  for (int64_t step : *steps) {
+    absl::StatusOr<std::vector<std::string>> names =
+        backend_->ListDir(absl::StrCat(coordinator::StepDir(kRoot, job, step), "/data"));
+    if (!names.ok()) continue;
+    auto& [number, files] = held.emplace_back();
+    number = step;
+    for (const std::string& name : *names) files.push_back(absl::StrCat("data/", name));
+  }
+  return held;
+}
+
+absl::StatusOr<std::string> MemoryTier::CommitHere(const v1::CheckpointManifest& manifest,
+                                                   const std::string& partial_dir, int copies) {
+  {
+    absl::MutexLock lock(&copies_mu_);
+    copies_[manifest.job()] = copies;
+  }
+  const std::string from = absl::StrCat(kRoot, "/", partial_dir);
+  // This host is the cluster's coordinator too: its commit already moved
+  // the files, this host's with the rest, into the step.
+  absl::StatusOr<bool> exists = coordinator_->catalog().StepExists(manifest.job(), manifest.step());
+  absl::StatusOr<bool> partial_left = backend_->Exists(from);
+  if (exists.ok() && *exists && partial_left.ok() && !*partial_left) {
+    return coordinator::StepDir(kRoot, manifest.job(), manifest.step());
+  }
+  absl::StatusOr<std::string> path =
+      coordinator_->CommitCopy(manifest, [&](const std::string& partial) -> absl::Status {
+        // Moved, not copied: the files are this save's.
+        absl::StatusOr<std::vector<std::string>> names = backend_->ListDir(from + "/data");
+        if (!names.ok()) return names.status();
+        for (const std::string& name : *names) {
+          absl::Status s = backend_->Rename(absl::StrCat(from, "/data/", name),
+                                            absl::StrCat(partial, "/data/", name));
+          if (!s.ok()) return s;
+        }
+        return absl::OkStatus();
+      });
+  (void)backend_->RemoveAll(from);
+  return path;
 }
 
 }  // namespace ckpt::tier

@@ -31,6 +31,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -63,6 +64,10 @@ struct PersistCounts {
 class MemoryTier {
  public:
   static constexpr char kRoot[] = "/memory";
+  // The memory store's blocks: small enough that a step's small files (its
+  // MANIFEST, LATEST) and each data file's tail waste little of the budget,
+  // large enough that a chunk is a few copies.
+  static constexpr uint64_t kBlockBytes = 64 << 10;
 
   // `durable` is where persisted steps go. The coordinator options are the
   // durable coordinator's: the memory tier plans and checks as it does.
@@ -124,6 +129,18 @@ class MemoryTier {
   // Per job: the committed steps in memory and the bytes they hold.
   std::vector<v1::MemoryTierJob> Jobs();
 
+  // The job's committed steps here, each with the data files held of it
+  // ("data/<host>-<writer>.bin": this host's and its replicas).
+  std::vector<std::pair<int64_t, std::vector<std::string>>> HeldSteps(const std::string& job);
+
+  // A save spread over hosts committed at the cluster's coordinator: this
+  // host commits `manifest` in its own memory over the files it wrote and
+  // received into `partial_dir` (relative to kRoot), which it then removes.
+  // The step's path here.
+  // `copies`: on how many hosts the job's step is (status shows it).
+  absl::StatusOr<std::string> CommitHere(const v1::CheckpointManifest& manifest,
+                                         const std::string& partial_dir, int copies);
+
  private:
   void RunPersists();
   // Bytes held now by steps being written (partial directories): counted in
@@ -134,6 +151,10 @@ class MemoryTier {
   uint64_t UsedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(room_mu_);
 
   const MemoryTierOptions options_;
+  // Per job, the copies of its newest step committed by CommitHere (a job
+  // on this host alone has one).
+  absl::Mutex copies_mu_;
+  std::map<std::string, int> copies_ ABSL_GUARDED_BY(copies_mu_);
   std::unique_ptr<storage::MemoryBackend> backend_;
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   coordinator::Coordinator& durable_;

@@ -1,0 +1,153 @@
+#include "daemon/server/replica_transfer.h"
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/peer/peer_sender.h"
+#include "daemon/peer/peer_wire.h"
+
+namespace ckpt::server {
+namespace {
+
+uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+peer::PeerToken PieceToken(const v1::ReplicaPlan& plan, uint32_t piece, uint32_t sender,
+                           uint32_t receiver) {
+  return peer::TransferToken(plan.replica_id(), piece, static_cast<uint16_t>(sender),
+                             static_cast<uint16_t>(receiver), plan.secret());
+}
+
+absl::Status CheckPeer(const v1::ReplicaPeer& peer) {
+  if (peer.index() > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("replica host index ", peer.index()));
+  }
+  for (const v1::ReplicaFile& file : peer.files()) {
+    if (!absl::StartsWith(file.name(), "data/") ||
+        !storage::ValidateConfinedName(file.name().substr(5)).ok() ||
+        file.name().find('/', 5) != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("replica file name ", file.name().substr(0, 128)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+uint64_t ReplicaBytesToReceive(const v1::ReplicaPlan& plan, uint64_t block) {
+  uint64_t total = 0;
+  for (const v1::ReplicaPeer& from : plan.receive_from()) {
+    for (const v1::ReplicaFile& file : from.files()) {
+      const uint64_t rounded = AlignUp(file.bytes(), block);
+      // Saturating: a hostile plan must not wrap around to a small total.
+      if (rounded < file.bytes() || total + rounded < total) return ~uint64_t{0};
+      total += rounded;
+    }
+  }
+  return total;
+}
+
+absl::Status CheckReplicaPlan(const v1::ReplicaPlan& plan, uint64_t max_receive_bytes) {
+  if (plan.send_to_size() == 0 && plan.receive_from_size() == 0) return absl::OkStatus();
+  auto bad = [](const absl::Status& s) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the coordinator's replica plan is malformed: ", s.message()));
+  };
+  if (plan.piece_bytes() == 0 || plan.piece_bytes() > kMaxReplicaPieceBytes) {
+    return bad(absl::InvalidArgumentError(absl::StrCat("piece of ", plan.piece_bytes(), " bytes")));
+  }
+  if (plan.secret().size() != peer::kTokenBytes / 2 || plan.index() > 65535) {
+    return bad(absl::InvalidArgumentError("secret or host index"));
+  }
+  for (const v1::ReplicaPeer& peer : plan.send_to()) {
+    if (absl::Status s = CheckPeer(peer); !s.ok()) return bad(s);
+  }
+  for (const v1::ReplicaPeer& peer : plan.receive_from()) {
+    if (absl::Status s = CheckPeer(peer); !s.ok()) return bad(s);
+  }
+  if (ReplicaBytesToReceive(plan, 1) > max_receive_bytes) {
+    return bad(absl::InvalidArgumentError(
+        absl::StrCat("more bytes to receive than the ", max_receive_bytes, " planned")));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SendReplicas(storage::Backend& backend, const std::string& dir,
+                          const v1::ReplicaPlan& plan, const std::function<bool()>& cancelled,
+                          uint64_t* sent) {
+  if (plan.send_to_size() == 0) return absl::OkStatus();
+  const uint64_t piece_bytes = plan.piece_bytes();
+  std::unique_ptr<char[]> buffer(new char[piece_bytes]);
+  peer::PeerSendOptions options;
+  options.cancelled = cancelled;
+  for (const v1::ReplicaPeer& to : plan.send_to()) {
+    uint32_t piece = 0;
+    for (const v1::ReplicaFile& file : to.files()) {
+      const std::string path = absl::StrCat(dir, "/", file.name());
+      absl::StatusOr<std::unique_ptr<storage::ReadableFile>> in = backend.NewReadableFile(path);
+      if (!in.ok()) return in.status();
+      for (uint64_t at = 0; at < file.bytes(); at += piece_bytes, ++piece) {
+        if (cancelled && cancelled()) return absl::CancelledError("the save ended");
+        const uint64_t length = std::min(piece_bytes, file.bytes() - at);
+        absl::StatusOr<size_t> read = (*in)->ReadAt(at, buffer.get(), length);
+        if (!read.ok()) return read.status();
+        if (*read != length) {
+          return absl::DataLossError(
+              absl::StrCat(path, " is shorter than its ", file.bytes(), " bytes planned"));
+        }
+        const peer::PeerBlockRef block{0, buffer.get(), length};
+        absl::Status done = peer::PeerSend(
+            to.address(), PieceToken(plan, piece, plan.index(), to.index()), {&block, 1}, options);
+        if (!done.ok()) {
+          return absl::Status(done.code(), absl::StrCat("replica of ", file.name(), " to host ",
+                                                        to.host(), ": ", done.message()));
+        }
+        *sent += length;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReceiveReplicas(peer::PeerReceiver& receiver, storage::Backend& backend,
+                             const std::string& dir, const v1::ReplicaPlan& plan,
+                             const std::function<bool()>& cancelled, absl::Time deadline) {
+  if (plan.receive_from_size() == 0) return absl::OkStatus();
+  // Senders that come before this host expects a piece wait for it.
+  char prefix[peer::kTokenPrefixBytes];
+  peer::PutU64(prefix, plan.replica_id());
+  std::shared_ptr<void> open = receiver.OpenPrefix(std::string(prefix, sizeof prefix));
+  const uint64_t piece_bytes = plan.piece_bytes();
+  std::unique_ptr<char[]> buffer(new char[piece_bytes]);
+  for (const v1::ReplicaPeer& from : plan.receive_from()) {
+    uint32_t piece = 0;
+    for (const v1::ReplicaFile& file : from.files()) {
+      const std::string path = absl::StrCat(dir, "/", file.name());
+      absl::StatusOr<std::unique_ptr<storage::WritableFile>> out = backend.NewWritableFile(path);
+      if (!out.ok()) return out.status();
+      for (uint64_t at = 0; at < file.bytes(); at += piece_bytes, ++piece) {
+        const uint64_t length = std::min(piece_bytes, file.bytes() - at);
+        const std::string what =
+            absl::StrCat("replica of ", file.name(), " from host ", from.host());
+        peer::ExpectedTransfer transfer = receiver.Expect(
+            what, buffer.get(), length, PieceToken(plan, piece, from.index(), plan.index()));
+        // Polled, so that a save that fails meanwhile stops waiting.
+        while (!transfer->AwaitDone(std::min(deadline, absl::Now() + absl::Milliseconds(100)))) {
+          if (cancelled && cancelled()) return absl::CancelledError("the save ended");
+          if (absl::Now() >= deadline) break;
+        }
+        if (absl::Status s = transfer->Wait(deadline); !s.ok()) return s;
+        if (absl::Status s = (*out)->WriteAt(at, buffer.get(), length); !s.ok()) return s;
+      }
+      if (absl::Status s = (*out)->Sync(); !s.ok()) return s;
+      if (absl::Status s = (*out)->Close(); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ckpt::server

@@ -1,0 +1,56 @@
+// The copies of a memory-tier save spread over hosts (DESIGN.md §8,
+// coordinator.proto ReplicaPlan): each host sends its data files, from its
+// memory tier, to its replica hosts over the peer data channel, and keeps
+// the files its predecessors send it in its own memory tier beside its
+// own. A save reports only once both ended, so its commit waits for every
+// replica. Files go in pieces (one transfer each, into a buffer of one
+// piece), so no host needs room for a whole file outside its budget.
+//
+// Thread-safety: functions; each call runs in its caller's thread.
+#ifndef CKPT_DAEMON_SERVER_REPLICA_TRANSFER_H_
+#define CKPT_DAEMON_SERVER_REPLICA_TRANSFER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "ckpt/v1/coordinator.pb.h"
+#include "daemon/peer/peer_receiver.h"
+#include "daemon/storage/backend.h"
+
+namespace ckpt::server {
+
+// The largest piece accepted from a coordinator's plan.
+inline constexpr uint64_t kMaxReplicaPieceBytes = uint64_t{64} << 20;
+
+// INVALID_ARGUMENT when the plan cannot be followed safely: a piece size
+// of 0 or above kMaxReplicaPieceBytes, a secret of the wrong size, a file
+// name that is not data/<name> (confined to the step's directory), or more
+// bytes to receive than `max_receive_bytes` (the room the save holds).
+absl::Status CheckReplicaPlan(const v1::ReplicaPlan& plan, uint64_t max_receive_bytes);
+
+// Sends this host's files under `dir` (the save's partial directory in
+// `backend`) to every host of plan.send_to, one after the other. Each
+// piece waits for its receiver's acknowledgement. `cancelled` is asked
+// between pieces and while a receiver has not yet taken one.
+// *sent counts the bytes acknowledged.
+absl::Status SendReplicas(storage::Backend& backend, const std::string& dir,
+                          const v1::ReplicaPlan& plan, const std::function<bool()>& cancelled,
+                          uint64_t* sent);
+
+// Receives the files of every host of plan.receive_from into `dir`.
+// Returns once every piece arrived and was written, or at the first error
+// (naming the sender), or CANCELLED once `cancelled` says so, or
+// DEADLINE_EXCEEDED when a piece has not arrived by `deadline`.
+absl::Status ReceiveReplicas(peer::PeerReceiver& receiver, storage::Backend& backend,
+                             const std::string& dir, const v1::ReplicaPlan& plan,
+                             const std::function<bool()>& cancelled, absl::Time deadline);
+
+// The bytes plan.receive_from brings, each file rounded up to `block`.
+uint64_t ReplicaBytesToReceive(const v1::ReplicaPlan& plan, uint64_t block);
+
+}  // namespace ckpt::server
+
+#endif  // CKPT_DAEMON_SERVER_REPLICA_TRANSFER_H_

@@ -1,0 +1,151 @@
+// The memory tier of a job spread over hosts (DESIGN.md §8): a coordinator
+// and three node daemons, each a real ckptd process, eight rank processes.
+// Each host keeps its part of a memory-tier save in its own memory and a
+// replica of the host before it (R=1, a ring by name); the commit waits for
+// every copy. A host whose daemon is SIGKILLed and started again (its
+// memory empty) restores its ranks from its peers' copies over the peer
+// data channel, and no host reads storage: every byte checked in the
+// ranks (ckpt-demo-rank), the counters of every host compared.
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "tests/support/test_cluster.h"
+
+namespace ckpt::testing {
+namespace {
+
+constexpr int kScale = 2;
+const std::vector<int> kHosts = {3, 3, 2};  // ranks per host: 8 in all
+constexpr int kWorld = 8;
+const std::vector<std::string> kNodeFlags = {"--memory_tier_bytes=268435456"};
+const std::vector<std::string> kCoordinatorFlags = {"--memory_tier_bytes=67108864",
+                                                    "--memory_tier_replicas=1"};
+
+std::vector<std::string> Layout(int tp, int pp, const std::string& tier_flag) {
+  return {"--layout=parallel", absl::StrCat("--tp=", tp), absl::StrCat("--pp=", pp), tier_flag};
+}
+
+struct HostCounters {
+  uint64_t storage_written = 0;
+  uint64_t storage_read = 0;  // chunk bytes read from storage
+  uint64_t memory_read = 0;
+  uint64_t peer_sent = 0;
+  uint64_t peer_received = 0;
+  uint64_t memory_held = 0;
+};
+
+std::vector<HostCounters> Counters(TestCluster& cluster) {
+  std::vector<HostCounters> out;
+  for (int i = 0; i < cluster.hosts(); ++i) {
+    const v1::GetStatusResponse s = cluster.node(i).Status();
+    out.push_back({s.storage_bytes_written(), s.chunk_bytes_read(), s.memory_bytes_read(),
+                   s.peer_bytes_sent(), s.peer_bytes_received(), s.memory_tier_bytes()});
+  }
+  return out;
+}
+
+void RequireAllSay(const std::vector<ExitInfo>& ranks, const std::string& what) {
+  for (const ExitInfo& r : ranks) {
+    INFO(r.output);
+    CHECK(absl::StrContains(r.output, what));
+  }
+}
+
+TEST_CASE("A host that lost its memory restores its ranks from its peers' replicas",
+          "[memory_tier_cluster]") {
+  TestCluster cluster;
+  const absl::Status started = cluster.Start(3, kNodeFlags, kCoordinatorFlags);
+  INFO(started.ToString());
+  REQUIRE(started.ok());
+  const std::vector<HostCounters> c0 = Counters(cluster);
+  RequireAllOk(
+      cluster.RunRanks("mem", "save", kHosts, 1, 0, kScale, Layout(2, 2, "--tier=memory")));
+  const std::vector<HostCounters> c1 = Counters(cluster);
+  // Nothing on storage; every host holds its part and its predecessor's.
+  for (int i = 0; i < 3; ++i) {
+    INFO("host " << i);
+    CHECK(c1[i].storage_written == c0[i].storage_written);
+    CHECK(c1[i].memory_held > 0);
+    // Each host sent its files to its successor, and got its predecessor's.
+    CHECK(c1[i].peer_sent > c0[i].peer_sent);
+    CHECK(c1[i].peer_received > c0[i].peer_received);
+  }
+  // Committed once, listed by the coordinator and every host as in memory.
+  CHECK(ListedSteps(cluster.coordinator(), "mem") == std::vector<int64_t>{1});
+  for (int i = 0; i < 3; ++i) CHECK(ListedSteps(cluster.node(i), "mem") == std::vector<int64_t>{1});
+  const v1::GetStatusResponse h0 = cluster.node(0).Status();
+  REQUIRE(h0.memory_tier_jobs_size() == 1);
+  CHECK(h0.memory_tier_jobs(0).copies() == 2);
+
+  // h1's daemon dies; a new one for the same host starts with empty memory.
+  cluster.node(1).Kill();
+  REQUIRE(cluster.RestartNode(1).ok());
+  REQUIRE(cluster.AwaitLiveHosts(3));
+  CHECK(cluster.node(1).Status().memory_tier_bytes() == 0);
+
+  // The same ranks load latest from memory: h1's ranks get every byte from
+  // h0 and h2 (h2 holds h1's replica), and no host reads storage.
+  const std::vector<HostCounters> c2 = Counters(cluster);
+  std::vector<ExitInfo> loaded =
+      cluster.RunRanks("mem", "load", kHosts, -1, kWorld, kScale, Layout(2, 2, "--from=memory"));
+  RequireAllOk(loaded);
+  RequireAllSay(loaded, "tiers=memory");
+  const std::vector<HostCounters> c3 = Counters(cluster);
+  for (int i = 0; i < 3; ++i) {
+    INFO("host " << i);
+    CHECK(c3[i].storage_read == c2[i].storage_read);
+  }
+  CHECK(c3[1].memory_read == c2[1].memory_read);  // it holds nothing
+  CHECK(c3[1].peer_received > c2[1].peer_received);
+  CHECK(c3[2].memory_read > c2[2].memory_read);  // h1's replica is there
+
+  // Resharded into six ranks on two hosts (TP=3) from memory too.
+  const std::vector<HostCounters> c4 = Counters(cluster);
+  RequireAllOk(cluster.RunRanks("mem", "load", {3, 0, 3}, -1, kWorld, kScale,
+                                Layout(3, 1, "--from=memory")));
+  const std::vector<HostCounters> c5 = Counters(cluster);
+  for (int i = 0; i < 3; ++i) CHECK(c5[i].storage_read == c4[i].storage_read);
+}
+
+TEST_CASE("A memory-tier step whose holders are all gone is refused, naming a missing file",
+          "[memory_tier_cluster]") {
+  TestCluster cluster;
+  REQUIRE(cluster.Start(3, kNodeFlags, kCoordinatorFlags).ok());
+  RequireAllOk(
+      cluster.RunRanks("gone", "save", kHosts, 4, 0, kScale, Layout(2, 2, "--tier=memory")));
+  // h0's files live on h0 and h1: both lose their memory.
+  for (int i : {0, 1}) {
+    cluster.node(i).Kill();
+    REQUIRE(cluster.RestartNode(i).ok());
+  }
+  REQUIRE(cluster.AwaitLiveHosts(3));
+  const std::vector<ExitInfo> loaded =
+      cluster.RunRanks("gone", "load", kHosts, -1, kWorld, kScale, Layout(2, 2, "--from=memory"));
+  for (const ExitInfo& r : loaded) {
+    INFO(r.output);
+    CHECK_FALSE(r.ok());
+    CHECK(absl::StrContains(r.output, "no host of this load holds its file data/h0-"));
+  }
+}
+
+TEST_CASE("A memory-tier save spread over hosts needs as many hosts as copies",
+          "[memory_tier_cluster]") {
+  TestCluster cluster;
+  REQUIRE(cluster.Start(2, kNodeFlags, {"--memory_tier_bytes=67108864", "--memory_tier_replicas=2"})
+              .ok());
+  const std::vector<ExitInfo> saved =
+      cluster.RunRanks("few", "save", {2, 2}, 1, 0, 1, {"--tier=memory"});
+  for (const ExitInfo& r : saved) {
+    INFO(r.output);
+    CHECK_FALSE(r.ok());
+    CHECK(absl::StrContains(r.output, "--memory_tier_replicas"));
+  }
+  // Nothing was kept on either host.
+  for (int i = 0; i < 2; ++i) CHECK(ListedSteps(cluster.node(i), "few").empty());
+}
+
+}  // namespace
+}  // namespace ckpt::testing
