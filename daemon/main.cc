@@ -42,6 +42,10 @@ ABSL_FLAG(int32_t, memory_tier_replicas, 1,
           "With --coordinator: copies of each host's part of a memory-tier save of a job spread "
           "over hosts, kept on the hosts after it (by name, in a ring); the commit waits for "
           "every copy");
+ABSL_FLAG(std::string, memory_tier_erasure, "",
+          "With --coordinator: \"k,m\" erasure codes memory-tier saves of jobs spread over hosts "
+          "instead of replicating them (Reed-Solomon, groups of k+m hosts: each host holds its "
+          "part and m/k of it in parity; a group survives the loss of any m hosts)");
 ABSL_FLAG(uint64_t, chunk_bytes, 4 << 20, "Checksum and write unit (multiple of 4096)");
 ABSL_FLAG(uint64_t, batch_bytes, 32 << 20,
           "Pool room a rank copies into at a time, and a load's read-ahead unit: saves and "
@@ -249,6 +253,7 @@ int main(int argc, char** argv) {
   o.memory_tier_bytes = absl::GetFlag(FLAGS_memory_tier_bytes);
   o.memory_tier_keep_steps = absl::GetFlag(FLAGS_memory_tier_keep_steps);
   o.memory_tier_replicas = absl::GetFlag(FLAGS_memory_tier_replicas);
+  o.memory_tier_erasure = absl::GetFlag(FLAGS_memory_tier_erasure);
   o.plan_cache_bytes = std::min<uint64_t>(absl::GetFlag(FLAGS_plan_cache_mib), uint64_t{1} << 40)
                        << 20;
   o.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));

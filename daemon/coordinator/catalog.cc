@@ -236,6 +236,11 @@ absl::Status Catalog::CheckDataFiles(const std::string& job, int64_t step,
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> Catalog::ReadStepFile(const std::string& job, int64_t step,
+                                                  const std::string& name, uint64_t max_bytes) {
+  return storage::ReadWholeFileBeneath(backend_, StepDir(root_, job, step), name, max_bytes);
+}
+
 absl::Status Catalog::VerifiesShallow(const std::string& job, int64_t step) {
   absl::StatusOr<v1::CheckpointManifest> manifest = ReadStepManifest(job, step);
   if (!manifest.ok()) return manifest.status();

@@ -51,6 +51,11 @@ class Catalog {
   const std::string& instance() const { return instance_; }
   const ManifestLimits& limits() const { return limits_; }
 
+  // A file beside a committed step's MANIFEST (at most max_bytes), e.g. the
+  // memory tier's stripes (Coordinator::kErasureFile); NOT_FOUND if none.
+  absl::StatusOr<std::string> ReadStepFile(const std::string& job, int64_t step,
+                                           const std::string& name, uint64_t max_bytes);
+
   // A fresh id for a partial directory of this daemon (layout.h PartialId).
   std::string NewPartialId();
 

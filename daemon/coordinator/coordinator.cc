@@ -52,6 +52,7 @@ struct Coordinator::ActiveSave {
   // A memory-tier save spread over hosts (ServeClusterMemoryTier): each
   // host's copies, and the manifest's planned size.
   std::map<std::string, v1::ReplicaPlan> replicas;
+  std::map<std::string, v1::ErasurePlan> erasure;
   uint64_t manifest_bytes = 0;
   bool ended() const { return phase == Phase::kCommitted || phase == Phase::kFailed; }
   std::string Who() const { return absl::StrCat("save of job ", job, " step ", step); }
@@ -237,6 +238,18 @@ absl::Status Coordinator::CreatePartialDir(const std::string& job, const std::st
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::WriteErasureLayout(const std::string& partial,
+                                             const v1::ErasurePlan& whole) {
+  const std::string bytes = whole.SerializeAsString();
+  absl::StatusOr<std::unique_ptr<storage::WritableFile>> file =
+      backend_.NewWritableFile(absl::StrCat(partial, "/", kErasureFile));
+  if (!file.ok()) return file.status();
+  absl::Status status = (*file)->WriteAt(0, bytes.data(), bytes.size());
+  if (status.ok()) status = (*file)->Sync();
+  absl::Status closed = (*file)->Close();
+  return status.ok() ? closed : status;
+}
+
 absl::StatusOr<v1::SaveAssignment> Coordinator::AnswerEarly(const SaveRef& save,
                                                             const v1::HostIdentity& host) {
   const absl::Status created = CreatePartialDir(save->job, save->partial_dir);
@@ -338,6 +351,7 @@ void Coordinator::PlanGathered(const SaveRef& save) {
     }
   }
   std::map<std::string, v1::ReplicaPlan> replicas;
+  std::map<std::string, v1::ErasurePlan> erasure;
   uint64_t manifest_bytes = 0;
   if (status.ok() && memory_cluster_ && save->nodes.size() > 1) {
     std::map<std::string, std::string> addresses;
@@ -348,10 +362,20 @@ void Coordinator::PlanGathered(const SaveRef& save) {
     FillRandom(&replica_id, sizeof replica_id);
     std::string secret(16, '\0');
     FillRandom(secret.data(), secret.size());
-    absl::StatusOr<std::map<std::string, v1::ReplicaPlan>> placed =
-        PlaceReplicas(parts, addresses, replicas_, replica_id, secret);
-    status = placed.status();
-    if (placed.ok()) replicas = std::move(*placed);
+    if (erasure_k_ > 0) {
+      absl::StatusOr<ErasurePlacement> placed =
+          PlaceErasure(parts, addresses, erasure_k_, erasure_m_, replica_id, secret);
+      status = placed.status();
+      if (status.ok()) {
+        erasure = std::move(placed->hosts);
+        status = WriteErasureLayout(partial, placed->whole);
+      }
+    } else {
+      absl::StatusOr<std::map<std::string, v1::ReplicaPlan>> placed =
+          PlaceReplicas(parts, addresses, replicas_, replica_id, secret);
+      status = placed.status();
+      if (placed.ok()) replicas = std::move(*placed);
+    }
     manifest_bytes = plan->Manifest().ByteSizeLong();
   }
   absl::ReleasableMutexLock lock(&mu_);
@@ -384,6 +408,7 @@ void Coordinator::PlanGathered(const SaveRef& save) {
   save->created_unix_ms = absl::ToUnixMillis(absl::Now());
   save->parts = std::move(parts);
   save->replicas = std::move(replicas);
+  save->erasure = std::move(erasure);
   save->manifest_bytes = manifest_bytes;
   save->phase = ActiveSave::Phase::kWriting;
   save->deadline = absl::Now() + rendezvous_.write_timeout;
@@ -496,6 +521,9 @@ absl::StatusOr<v1::SaveAssignment> Coordinator::PlanSave(const v1::NodeSavePlan&
       if (found != save->parts.end()) part = found->second;
       if (auto r = save->replicas.find(host); r != save->replicas.end()) {
         *mine.mutable_replicas() = r->second;
+      }
+      if (auto e = save->erasure.find(host); e != save->erasure.end()) {
+        *mine.mutable_erasure() = e->second;
       }
       mine.set_manifest_bytes(save->manifest_bytes);
       if (save->nodes.size() == 1) {

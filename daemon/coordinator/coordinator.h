@@ -60,6 +60,16 @@ struct RendezvousOptions {
 // cancelled): the method returns CANCELLED instead of waiting on.
 using CallerGone = std::function<bool()>;
 
+// A memory-tier step's lost data shares (hosts that hold none of their
+// files any more, or take no part in the load), each rebuilt by one host of
+// the load from k surviving shares: the lost host itself when it takes part
+// (a replacement), else the host holding the fewest files. `holders` gains
+// the rebuilders of the lost files. UNAVAILABLE when a stripe lost more
+// than its parity can rebuild.
+absl::StatusOr<v1::ErasureRebuild> PlanRebuild(const v1::ErasurePlan& stripes,
+                                               const std::set<std::string>& load_hosts,
+                                               FileHolders& holders);
+
 class Coordinator {
  public:
   // `catalog` names this daemon (host, instance) for its partial
@@ -166,10 +176,17 @@ class Coordinator {
   // copied to the `replicas` hosts after it (replica_placement.h), and the
   // commit's result carries the manifest for every host to commit beside
   // its files. Here only the manifest is kept. Call once, before serving.
-  void ServeClusterMemoryTier(int replicas) {
+  // With erasure_k > 0 each group of k+m hosts is erasure coded instead
+  // (replica_placement.h PlaceErasure); the stripes are kept with the
+  // step (kErasureFile) for loads that must rebuild.
+  void ServeClusterMemoryTier(int replicas, int erasure_k = 0, int erasure_m = 0) {
     memory_cluster_ = true;
     replicas_ = replicas;
+    erasure_k_ = erasure_k;
+    erasure_m_ = erasure_m;
   }
+  // The step's stripes (ErasurePlan, serialized), beside its MANIFEST.
+  static constexpr char kErasureFile[] = "ERASURE";
   // The memory tier's catalog, where a load spread over hosts that may
   // come from memory looks first (PlanSpanningLoad). Call once, before
   // serving.
@@ -215,6 +232,8 @@ class Coordinator {
   void RememberLayoutLocked(const ActiveSave& save) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ForgetLayoutLocked(const std::string& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PlanGathered(const SaveRef& save);  // without mu_
+  // The stripes of an erasure-coded save, into its partial directory.
+  absl::Status WriteErasureLayout(const std::string& partial, const v1::ErasurePlan& whole);
   // Without mu_; the last report runs it. With manifest_out, the committed
   // manifest serialized.
   absl::Status Commit(const SaveRef& save, std::string* manifest_out = nullptr);
@@ -251,6 +270,8 @@ class Coordinator {
   RetentionConfig retention_config_;
   bool memory_cluster_ = false;  // set before serving
   int replicas_ = 0;
+  int erasure_k_ = 0;
+  int erasure_m_ = 0;
   Catalog* memory_catalog_ = nullptr;
   std::unique_ptr<RetentionRunner> retention_;  // last: stops before gc_ goes
 };

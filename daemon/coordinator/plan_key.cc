@@ -90,6 +90,7 @@ void PlanKeyWriter::Node(const v1::NodeSavePlan& node) {
   Int(node.writer_threads());
   Int(node.partial() ? 1 : 0);
   Int(node.compact() ? 1 : 0);
+  Int(node.tier());
   Int(node.tensors_size());
   for (const v1::TensorDesc& tensor : node.tensors()) {
     Text(tensor.fqn());

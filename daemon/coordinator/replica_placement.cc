@@ -73,4 +73,92 @@ absl::StatusOr<std::map<std::string, v1::ReplicaPlan>> PlaceReplicas(
   return plans;
 }
 
+std::string ParityFileName(uint32_t stripe, uint32_t j) {
+  return absl::StrCat("parity/", stripe, "-", j, ".bin");
+}
+
+absl::StatusOr<ErasurePlacement> PlaceErasure(
+    const std::map<std::string, std::shared_ptr<const v1::HostAssignment>>& parts,
+    const std::map<std::string, std::string>& addresses, int k, int m, uint64_t id,
+    const std::string& secret) {
+  const int g = k + m;
+  const int n = static_cast<int>(parts.size());
+  if (k < 1 || m < 1 || n % g != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the memory tier erasure codes each group of k+m = ", g,
+        " hosts (--memory_tier_erasure=", k, ",", m, "), but this save spans ", n,
+        " host(s), not a multiple of it: save to durable storage, or change the code"));
+  }
+  std::vector<std::string> hosts;  // sorted: a map's keys
+  std::vector<v1::ReplicaPeer> files;
+  std::vector<uint64_t> totals;
+  for (const auto& [host, part] : parts) {
+    auto it = addresses.find(host);
+    if (it == addresses.end() || it->second.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "host ", host, " has no peer data channel (--peer_address): its memory-tier part ",
+          "cannot be erasure coded"));
+    }
+    hosts.push_back(host);
+    files.push_back(ReplicaFilesOf(*part));
+    uint64_t total = 0;
+    for (const v1::ReplicaFile& f : files.back().files()) total += f.bytes();
+    totals.push_back(total);
+  }
+  ErasurePlacement placement;
+  v1::ErasurePlan& whole = placement.whole;
+  whole.set_id(id);
+  whole.set_secret(secret);
+  whole.set_piece_bytes(kErasurePieceBytes);
+  whole.set_k(k);
+  whole.set_m(m);
+  for (int first = 0; first < n; first += g) {
+    auto host_at = [&](int position) { return first + position % g; };
+    for (int s = 0; s < g; ++s) {
+      v1::ErasureStripe& stripe = *whole.add_stripes();
+      stripe.set_number(static_cast<uint32_t>(first + s));
+      for (int t = 0; t < k; ++t) {  // data share t: host at s+t, its share t
+        const int h = host_at(s + t);
+        const uint64_t unit = (totals[h] + k - 1) / k;
+        const uint64_t offset = std::min(totals[h], unit * t);
+        v1::ErasureShare& share = *stripe.add_shares();
+        share.set_host(hosts[h]);
+        share.set_address(addresses.at(hosts[h]));
+        share.set_offset(offset);
+        share.set_bytes(std::min(totals[h], offset + unit) - offset);
+        *share.mutable_files() = files[h].files();
+        stripe.set_unit_bytes(std::max(stripe.unit_bytes(), share.bytes()));
+      }
+      for (int j = 0; j < m; ++j) {
+        const int h = host_at(s + k + j);
+        v1::ErasureShare& share = *stripe.add_shares();
+        share.set_host(hosts[h]);
+        share.set_address(addresses.at(hosts[h]));
+        share.set_bytes(stripe.unit_bytes());
+        v1::ReplicaFile* parity = share.add_files();
+        parity->set_name(ParityFileName(stripe.number(), j));
+        parity->set_bytes(stripe.unit_bytes());
+      }
+    }
+  }
+  for (const v1::ErasureStripe& stripe : whole.stripes()) {
+    for (const v1::ErasureShare& share : stripe.shares()) {
+      v1::ErasurePlan& mine = placement.hosts[share.host()];
+      if (mine.stripes_size() > 0 &&
+          mine.stripes(mine.stripes_size() - 1).number() == stripe.number()) {
+        continue;  // a host is in a stripe once
+      }
+      *mine.add_stripes() = stripe;
+    }
+  }
+  for (auto& [host, mine] : placement.hosts) {
+    mine.set_id(id);
+    mine.set_secret(secret);
+    mine.set_piece_bytes(kErasurePieceBytes);
+    mine.set_k(k);
+    mine.set_m(m);
+  }
+  return placement;
+}
+
 }  // namespace ckpt::coordinator

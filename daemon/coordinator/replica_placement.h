@@ -32,6 +32,31 @@ absl::StatusOr<std::map<std::string, v1::ReplicaPlan>> PlaceReplicas(
 // The files of one host's part, each with the end of its last item.
 v1::ReplicaPeer ReplicaFilesOf(const v1::HostAssignment& part);
 
+// Pieces of an erasure-coded share: k + m of them are in memory at once
+// on the host encoding or rebuilding a stripe.
+inline constexpr uint64_t kErasurePieceBytes = uint64_t{4} << 20;
+
+// Erasure coding instead of replicas (coordinator.proto ErasurePlan): the
+// hosts sorted by name in groups of k+m; in a group, the host at position
+// p cuts its files (laid end to end) into k shares of ceil(bytes / k), its
+// share t going to stripe (p - t) mod (k+m), whose data shares are those of
+// positions s .. s+k-1 and whose parity shares are on positions
+// s+k .. s+k+m-1 (mod k+m). Every host is data in k stripes and parity in
+// m. `whole` lists every stripe; `hosts` each host's (those it is in).
+struct ErasurePlacement {
+  v1::ErasurePlan whole;
+  std::map<std::string, v1::ErasurePlan> hosts;
+};
+// FAILED_PRECONDITION, naming the flag, when the hosts are not a multiple
+// of k+m or a host has no peer data channel.
+absl::StatusOr<ErasurePlacement> PlaceErasure(
+    const std::map<std::string, std::shared_ptr<const v1::HostAssignment>>& parts,
+    const std::map<std::string, std::string>& addresses, int k, int m, uint64_t id,
+    const std::string& secret);
+
+// Parity share j of stripe s, in the step's directory.
+std::string ParityFileName(uint32_t stripe, uint32_t j);
+
 }  // namespace ckpt::coordinator
 
 #endif  // CKPT_DAEMON_COORDINATOR_REPLICA_PLACEMENT_H_

@@ -65,6 +65,26 @@ absl::StatusOr<v1::LoadAssignment> Coordinator::PlanSpanningLoad(const v1::NodeL
         "host ", host, " says the world has ", node.world_size(), " ranks; the limit is ",
         options_.limits.max_world_size, " (--max_world_size)"));
   }
+  if (!v1::LoadTier_IsValid(node.tier())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host ", host, " asks for load tier ", static_cast<int>(node.tier())));
+  }
+  // What a host holds of a job in memory: a few steps of a few files each.
+  constexpr int kMaxHeldSteps = 1024;
+  constexpr int kMaxHeldFiles = 1 << 16;
+  constexpr size_t kMaxFileName = 4096;
+  int held_files = 0;
+  bool held_ok = node.memory_steps_size() <= kMaxHeldSteps;
+  for (const v1::NodeLoadPlan::HeldStep& held : node.memory_steps()) {
+    held_files += held.files_size();
+    for (const std::string& file : held.files()) held_ok = held_ok && file.size() <= kMaxFileName;
+  }
+  if (!held_ok || held_files > kMaxHeldFiles) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host ", host, " says it holds ", node.memory_steps_size(), " steps and ",
+                     held_files, " files of the job in memory (at most ", kMaxHeldSteps, " and ",
+                     kMaxHeldFiles, ", names of at most ", kMaxFileName, " bytes)"));
+  }
   if (node.ranks_size() == 0 || node.ranks_size() > node.world_size()) {
     return absl::InvalidArgumentError(absl::StrCat("host ", host, " sent ", node.ranks_size(),
                                                    " ranks of a world of ", node.world_size()));
@@ -186,7 +206,90 @@ std::set<std::string> NeededFiles(const v1::LoadAssignment& global) {
   return files;
 }
 
+// Whether `host` holds every file of `share` its range touches.
+bool HoldsShare(const FileHolders& holders, const std::string& host,
+                const v1::ErasureShare& share) {
+  uint64_t start = 0;
+  for (const v1::ReplicaFile& f : share.files()) {
+    const uint64_t end = start + f.bytes();
+    const bool touched = share.offset() < end && share.offset() + share.bytes() > start;
+    start = end;
+    if (!touched) continue;
+    auto it = holders.find(f.name());
+    if (it == holders.end() || it->second.count(host) == 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+absl::StatusOr<v1::ErasureRebuild> PlanRebuild(const v1::ErasurePlan& stripes,
+                                               const std::set<std::string>& load_hosts,
+                                               FileHolders& holders) {
+  const int k = static_cast<int>(stripes.k());
+  auto available = [&](const v1::ErasureShare& share) {
+    return share.bytes() == 0 ||
+           (load_hosts.count(share.host()) > 0 && HoldsShare(holders, share.host(), share));
+  };
+  // Files each host holds, to give a lost host's shares to the emptiest.
+  std::map<std::string, size_t> held;
+  for (const std::string& host : load_hosts) held[host] = 0;
+  for (const auto& [file, hosts] : holders) {
+    for (const std::string& host : hosts) ++held[host];
+  }
+  std::map<std::string, std::string> rebuilder_of;  // lost host -> who rebuilds its shares
+  auto rebuilder = [&](const std::string& lost) {
+    auto it = rebuilder_of.find(lost);
+    if (it != rebuilder_of.end()) return it->second;
+    std::string chosen = lost;  // its replacement, when it takes part
+    if (load_hosts.count(lost) == 0) {
+      for (const auto& [host, files] : held) {
+        if (chosen == lost || files < held[chosen]) chosen = host;
+      }
+    }
+    return rebuilder_of[lost] = chosen;
+  };
+  v1::ErasureRebuild rebuild;
+  std::vector<std::pair<const v1::ErasureShare*, std::string>> rebuilt;  // share, its rebuilder
+  for (const v1::ErasureStripe& stripe : stripes.stripes()) {
+    if (stripe.shares_size() != k + static_cast<int>(stripes.m())) {
+      return absl::DataLossError(
+          absl::StrCat("stripe ", stripe.number(), " has ", stripe.shares_size(), " shares"));
+    }
+    std::vector<uint32_t> sources;
+    std::vector<uint32_t> lost;
+    for (int i = 0; i < stripe.shares_size(); ++i) {
+      if (available(stripe.shares(i))) {
+        if (static_cast<int>(sources.size()) < k) sources.push_back(i);
+      } else if (i < k) {
+        lost.push_back(i);
+      }
+    }
+    if (lost.empty()) continue;
+    if (static_cast<int>(sources.size()) < k) {
+      return absl::UnavailableError(absl::StrCat(
+          "stripe ", stripe.number(), " lost more shares than its ", stripes.m(),
+          " parity can rebuild (hosts ", stripe.shares(lost.front()).host(), " and others)"));
+    }
+    for (uint32_t t : lost) {
+      v1::StripeRebuild& sr = *rebuild.add_stripes();
+      *sr.mutable_stripe() = stripe;
+      for (uint32_t i : sources) sr.add_sources(i);
+      sr.add_lost(t);
+      const v1::ErasureShare& share = stripe.shares(t);
+      sr.set_rebuilder(rebuilder(share.host()));
+      rebuilt.emplace_back(&share, sr.rebuilder());
+    }
+  }
+  // The rebuilt files are held by their rebuilders from now on.
+  for (const auto& [share, host] : rebuilt) {
+    for (const v1::ReplicaFile& f : share->files()) holders[f.name()].insert(host);
+  }
+  rebuild.set_k(stripes.k());
+  rebuild.set_m(stripes.m());
+  rebuild.set_piece_bytes(stripes.piece_bytes());
+  return rebuild;
+}
 
 absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> Coordinator::PlanFromMemory(
     const ActiveLoad& load, FileHolders* holders) {
@@ -220,6 +323,35 @@ absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> Coordinator::PlanFromMemory(
     for (const v1::NodeLoadPlan::HeldStep& held : node.memory_steps()) {
       if (held.step() != *step) continue;
       for (const std::string& file : held.files()) (*holders)[file].insert(node.host().host());
+    }
+  }
+  // Files no host holds any more: rebuilt from parity when the step was
+  // erasure coded.
+  bool missing = false;
+  for (const std::string& file : NeededFiles(**global))
+    missing = missing || holders->count(file) == 0;
+  if (missing) {
+    absl::StatusOr<std::string> layout = memory_catalog_->ReadStepFile(
+        load.job, *step, kErasureFile, memory_catalog_->limits().max_manifest_bytes);
+    v1::ErasurePlan stripes;
+    if (layout.ok() && stripes.ParseFromString(*layout)) {
+      std::set<std::string> load_hosts;
+      for (const v1::NodeLoadPlan& node : load.nodes) load_hosts.insert(node.host().host());
+      absl::StatusOr<v1::ErasureRebuild> rebuild = PlanRebuild(stripes, load_hosts, *holders);
+      if (!rebuild.ok()) {
+        if (tier == v1::LOAD_TIER_ANY) return nullptr;
+        return absl::Status(rebuild.status().code(),
+                            absl::StrCat("step ", *step, " of job ", load.job,
+                                         " in the memory tier: ", rebuild.status().message()));
+      }
+      uint64_t rebuild_id = 0;
+      FillRandom(&rebuild_id, sizeof rebuild_id);
+      std::string secret(16, '\0');
+      FillRandom(secret.data(), secret.size());
+      rebuild->set_rebuild_id(rebuild_id);
+      rebuild->set_secret(secret);
+      rebuild->set_manifest(manifest->SerializeAsString());
+      *(*global)->mutable_rebuild() = std::move(*rebuild);
     }
   }
   for (const std::string& file : NeededFiles(**global)) {
@@ -269,7 +401,25 @@ absl::Status Coordinator::PlanGatheredLoad(ActiveLoad& load) {
   LoadSpread spread = SpreadLoad(**global, load.rank_hosts, addresses,
                                  load.group_bytes == ~uint64_t{0} ? (64u << 20) : load.group_bytes,
                                  load_id, secret, from_memory ? &holders : nullptr);
-  for (auto& [host, part] : spread.parts) part.set_from_memory(from_memory);
+  for (auto& [host, part] : spread.parts) {
+    part.set_from_memory(from_memory);
+    // Each host's rebuilds: those it runs, and those it sends shares to.
+    const v1::ErasureRebuild& all = (*global)->rebuild();
+    if (all.stripes().empty()) continue;
+    v1::ErasureRebuild& mine = *part.mutable_rebuild();
+    mine = all;
+    mine.clear_stripes();
+    for (const v1::StripeRebuild& sr : all.stripes()) {
+      bool takes_part = sr.rebuilder() == host;
+      for (uint32_t i : sr.sources())
+        takes_part = takes_part || sr.stripe().shares(i).host() == host;
+      if (!takes_part) continue;
+      v1::StripeRebuild& copy = *mine.add_stripes();
+      copy = sr;
+      copy.set_rebuilder_address(addresses[sr.rebuilder()]);
+    }
+    if (mine.stripes().empty()) part.clear_rebuild();
+  }
   if (from_memory && !every_host_has_a_channel) {
     return absl::FailedPreconditionError(
         "a load from the memory tier spread over hosts needs every host's peer data channel "

@@ -96,6 +96,8 @@ struct DaemonOptions {
   // The coordinator's: copies of each host's part of a memory-tier save
   // spread over hosts, on the hosts after it in name order.
   int memory_tier_replicas = 1;
+  // The coordinator's: "k,m" erasure codes them instead; empty: replicas.
+  std::string memory_tier_erasure;
   // Memory the coordinator's save plan cache may hold (all jobs).
   uint64_t plan_cache_bytes = uint64_t{1} << 30;
   absl::Duration heartbeat_interval = absl::Seconds(1);

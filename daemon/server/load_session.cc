@@ -1,6 +1,7 @@
 #include "daemon/server/load_session.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
@@ -15,6 +16,7 @@
 #include "daemon/coordinator/retention.h"
 #include "daemon/peer/peer_sender.h"
 #include "daemon/server/chunk_reader.h"
+#include "daemon/server/erasure_transfer.h"
 #include "proto/lib/compact_plan.h"
 #include "proto/lib/crc32c.h"
 #include "proto/lib/region_convert.h"
@@ -241,6 +243,7 @@ absl::Status LoadSession::Plan() {
     char prefix[peer::kTokenPrefixBytes];
     peer::PutU64(prefix, assignment_.peers().load_id());
     peer_prefix_ = context_.peer->OpenPrefix(std::string(prefix, sizeof prefix));
+    early_prefix_.reset();
   }
   groups_.resize(planned.size());
   for (size_t g = 0; g < planned.size(); ++g) {
@@ -463,6 +466,11 @@ absl::StatusOr<v1::LoadAssignment> LoadSession::PlanAcrossHosts(
       memory ? context_.memory_tier->coordinator().root() : context_.coordinator.root();
   storage::Backend& backend = memory ? context_.memory_tier->backend() : context_.backend;
   assignment->set_checkpoint_path(coordinator::StepDir(root, job_, assignment->step()));
+  if (memory && !assignment->rebuild().stripes().empty()) {
+    if (absl::Status s = RebuildLostShares(*assignment); !s.ok()) {
+      return WithContext(s, "rebuilding shares lost with a host from parity");
+    }
+  }
   absl::StatusOr<std::unique_ptr<storage::FileLock>> pinned =
       coordinator::PinStep(backend, root, job_, assignment->step());
   if (pinned.ok()) {
@@ -474,6 +482,75 @@ absl::StatusOr<v1::LoadAssignment> LoadSession::PlanAcrossHosts(
                                                      " was deleted while the hosts planned"));
   }  // else locks do not work on this filesystem: gc cannot take the step either
   return assignment;
+}
+
+absl::Status LoadSession::RebuildLostShares(const v1::LoadAssignment& assignment) {
+  const v1::ErasureRebuild& rebuild = assignment.rebuild();
+  tier::MemoryTier& memory = *context_.memory_tier;
+  if (absl::Status s =
+          CheckStripes(rebuild.k(), rebuild.m(), rebuild.piece_bytes(), rebuild.secret(), {});
+      !s.ok()) {
+    return s;
+  }
+  std::string dir;
+  bool rebuilder = false;
+  for (const v1::StripeRebuild& sr : rebuild.stripes()) {
+    google::protobuf::RepeatedPtrField<v1::ErasureStripe> one;
+    *one.Add() = sr.stripe();
+    if (absl::Status s =
+            CheckStripes(rebuild.k(), rebuild.m(), rebuild.piece_bytes(), rebuild.secret(), one);
+        !s.ok()) {
+      return s;
+    }
+    rebuilder = rebuilder || sr.rebuilder() == context_.host.host();
+  }
+  v1::CheckpointManifest manifest;
+  if (rebuilder) {
+    if (!manifest.ParseFromString(rebuild.manifest()) || manifest.job() != job_ ||
+        manifest.step() != assignment.step()) {
+      return absl::InvalidArgumentError(
+          "the coordinator's rebuild carries no manifest of the step");
+    }
+    absl::StatusOr<std::string> scratch = memory.NewScratchDir(job_, assignment.step());
+    if (!scratch.ok()) return scratch.status();
+    dir = *scratch;
+  }
+  // The other hosts may finish their part first and send this host its
+  // chunks of the load meanwhile: they wait for it, not fail.
+  std::shared_ptr<void> load_prefix;
+  if (context_.peer != nullptr && assignment.has_peers()) {
+    char prefix[peer::kTokenPrefixBytes];
+    peer::PutU64(prefix, assignment.peers().load_id());
+    load_prefix = context_.peer->OpenPrefix(std::string(prefix, sizeof prefix));
+  }
+  const absl::Time start = absl::Now();
+  uint64_t sent = 0;
+  absl::Status status = RunRebuild(
+      context_.peer, memory.backend(),
+      coordinator::StepDir(memory.coordinator().root(), job_, assignment.step()), dir, rebuild,
+      context_.host.host(), [this] { return failed_.load(std::memory_order_acquire); },
+      absl::Now() + context_.options.plan_timeout, &sent);
+  context_.peer_bytes_sent.fetch_add(sent, std::memory_order_relaxed);
+  if (rebuilder) {
+    if (status.ok()) {
+      status = memory.AdoptRebuilt(manifest, dir);
+    } else {
+      (void)memory.backend().RemoveAll(dir);
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (error_.ok()) early_prefix_ = std::move(load_prefix);
+  }
+  if (status.ok()) {
+    std::fprintf(stderr,
+                 "ckptd: rebuild job=%s step=%lld stripes=%d rebuilder=%s sent_bytes=%llu "
+                 "seconds=%.3f\n",
+                 job_.c_str(), static_cast<long long>(assignment.step()), rebuild.stripes_size(),
+                 rebuilder ? "yes" : "no", static_cast<unsigned long long>(sent),
+                 absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  return status;
 }
 
 absl::Status LoadSession::CheckPeers(const v1::LoadAssignment& assignment) const {
@@ -724,6 +801,7 @@ void LoadSession::FailLocked(const absl::Status& status) {
   failed_.store(true, std::memory_order_release);
   pin_.reset();          // nothing more will be delivered: gc may have the step
   peer_prefix_.reset();  // senders still to come are refused at once
+  early_prefix_.reset();
   FreeReadyRoomsLocked();
   ReportEndLocked();
 }

@@ -94,6 +94,9 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   absl::Status ReadWithFallback(absl::Span<const ChunkTarget> targets, ChunkReader& memory);
   // The spread part's peers are usable: every host a route names has an
   // address, and this host a peer channel.
+  // Runs this host's part of the coordinator's rebuild of shares lost with
+  // a host (erasure_transfer.h), before the load reads anything.
+  absl::Status RebuildLostShares(const v1::LoadAssignment& assignment);
   absl::Status CheckPeers(const v1::LoadAssignment& assignment) const;
   // The token of group `group`'s transfer from `from` to `to` (coordinator.proto LoadPeers).
   peer::PeerToken TransferToken(uint32_t group, const std::string& from,
@@ -141,6 +144,9 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   std::map<std::string, uint16_t> peer_index_;  // set with assignment_, then read-only
   v1::LoadPeers peers_;                         // the same
   std::shared_ptr<void> peer_prefix_ ABSL_GUARDED_BY(mu_);
+  // The same prefix, opened before a rebuild from parity and held until
+  // peer_prefix_ is: a sender waiting for it in between would be refused.
+  std::shared_ptr<void> early_prefix_ ABSL_GUARDED_BY(mu_);
   // The step's pin (coordinator/retention.h): gc keeps the step until every
   // rank is done or the session is gone.
   std::unique_ptr<storage::FileLock> pin_ ABSL_GUARDED_BY(mu_);

@@ -15,13 +15,16 @@
 #include <grpcpp/server_builder.h>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "daemon/auth/pem_file.h"
 #include "daemon/server/metrics_sampler.h"
 #include "daemon/server/refusal_interceptor.h"
 #include "daemon/storage/backend_factory.h"
+#include "daemon/tier/erasure_code.h"
 #include "gpu/device_factory.h"
 #include "proto/lib/request_limits.h"
 #include "proto/lib/status_context.h"
@@ -37,6 +40,20 @@ constexpr int kMaxHeartbeatProgress = 64;
 
 // A zero or negative bound would refuse everything (or, cast, allow
 // anything): refuse to start instead, naming the flag.
+// --memory_tier_erasure: "k,m", or empty for (0, 0): replicas instead.
+absl::StatusOr<std::pair<int, int>> ParseErasure(const std::string& flag) {
+  if (flag.empty()) return std::pair<int, int>(0, 0);
+  std::vector<std::string> parts = absl::StrSplit(flag, ',');
+  int k = 0, m = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &k) || !absl::SimpleAtoi(parts[1], &m) ||
+      k < 1 || m < 1 || k + m > tier::ErasureCode::kMaxShares) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--memory_tier_erasure is \"k,m\" with k, m >= 1 and k + m <= ",
+                     tier::ErasureCode::kMaxShares, ", not \"", flag.substr(0, 64), "\""));
+  }
+  return std::pair<int, int>(k, m);
+}
+
 absl::Status CheckLimits(const RequestLimits& l, const coordinator::ManifestLimits& m) {
   const std::pair<const char*, int64_t> bounds[] = {
       {"--max_world_size", l.max_world_size},
@@ -150,6 +167,9 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
     return absl::InvalidArgumentError(
         "--heartbeat_interval_s must be at least 0.01 and --heartbeat_timeout_s at least twice "
         "it");
+  }
+  if (absl::StatusOr<std::pair<int, int>> e = ParseErasure(options.memory_tier_erasure); !e.ok()) {
+    return e.status();
   }
   if (options.memory_tier_replicas < 0) {
     return absl::InvalidArgumentError("--memory_tier_replicas must not be negative");
@@ -371,7 +391,8 @@ absl::Status NodeDaemon::Start() {
     coordinator::Coordinator* memory = nullptr;
     if (memory_tier_ != nullptr) {
       memory = &memory_tier_->coordinator();
-      memory->ServeClusterMemoryTier(options_.memory_tier_replicas);
+      const std::pair<int, int> erasure = *ParseErasure(options_.memory_tier_erasure);
+      memory->ServeClusterMemoryTier(options_.memory_tier_replicas, erasure.first, erasure.second);
       coordinator_->LoadFromMemoryToo(&memory->catalog());
     }
     cluster_ = std::make_unique<cluster::ClusterServiceImpl>(

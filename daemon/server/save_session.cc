@@ -10,6 +10,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/coordinator/fault_points.h"
+#include "daemon/peer/peer_wire.h"
+#include "daemon/server/erasure_transfer.h"
 #include "daemon/server/node_save_plan.h"
 #include "daemon/server/replica_transfer.h"
 #include "proto/lib/align.h"
@@ -206,12 +208,17 @@ void SaveSession::PlanAllRanks() {
   // The memory tier makes room before a file exists: what it drops for this
   // save must be gone before the first byte is written.
   std::unique_ptr<tier::MemoryTier::Room> memory_room;
+  std::shared_ptr<void> erasure_prefix;
   if (status.ok() && ToMemory(tier_)) {
     tier::MemoryTier& memory = *context_.memory_tier;
     const v1::ReplicaPlan& replicas = assignment->replicas();
     // Replicas are counted in the save's room: what it must hold is its
     // own files, the copies it keeps for others, and the manifest.
-    const uint64_t replica_bytes = ReplicaBytesToReceive(replicas, tier::MemoryTier::kBlockBytes);
+    const v1::ErasurePlan& erasure = assignment->erasure();
+    const uint64_t copies = ReplicaBytesToReceive(replicas, tier::MemoryTier::kBlockBytes);
+    const uint64_t parity =
+        ParityBytesToHold(erasure, context_.host.host(), tier::MemoryTier::kBlockBytes);
+    const uint64_t replica_bytes = copies + parity < copies ? ~uint64_t{0} : copies + parity;
     const uint64_t own = memory.SaveBytes(
         assignment->hosts(0), spans_hosts() ? assignment->manifest_bytes()
                                             : assignment->manifest_template().ByteSizeLong());
@@ -221,7 +228,11 @@ void SaveSession::PlanAllRanks() {
           replica_bytes, " bytes of replicas of this save in its memory tier, more than its ",
           memory.budget_bytes(), " (--memory_tier_bytes)"));
     }
-    if (status.ok()) status = CheckReplicaPlan(replicas, replica_bytes);
+    if (status.ok()) status = CheckReplicaPlan(replicas, copies);
+    if (status.ok()) {
+      status = CheckStripes(erasure.k(), erasure.m(), erasure.piece_bytes(), erasure.secret(),
+                            erasure.stripes());
+    }
     absl::StatusOr<std::unique_ptr<tier::MemoryTier::Room>> room =
         status.ok() ? memory.Reserve(job_, own + replica_bytes)
                     : absl::StatusOr<std::unique_ptr<tier::MemoryTier::Room>>(status);
@@ -235,6 +246,12 @@ void SaveSession::PlanAllRanks() {
     if (status.ok() && spans_hosts()) {
       status = store_backend_.CreateDirs(
           absl::StrCat(store_.root(), "/", assignment->partial_dir(), "/data"));
+    }
+    // Senders of data shares may come before this host encodes: they wait.
+    if (status.ok() && !erasure.stripes().empty() && context_.peer != nullptr) {
+      char prefix[peer::kTokenPrefixBytes];
+      peer::PutU64(prefix, erasure.id());
+      erasure_prefix = context_.peer->OpenPrefix(std::string(prefix, sizeof prefix));
     }
   }
   std::vector<std::unique_ptr<storage::WritableFile>> files;
@@ -279,6 +296,7 @@ void SaveSession::PlanAllRanks() {
     // partial directory it made.
     if (assignment.ok()) assignment_ = std::move(*assignment);
     memory_room_ = std::move(memory_room);
+    erasure_prefix_ = std::move(erasure_prefix);
     if (status.ok()) {
       files_ = std::move(files);
       absl::StatusOr<std::map<int, RankItems>> split =
@@ -694,13 +712,22 @@ void SaveSession::StartReceivingReplicas() {
 
 absl::Status SaveSession::ExchangeReplicas() {
   v1::ReplicaPlan plan;
+  v1::ErasurePlan erasure;
   std::string dir;
   {
     absl::MutexLock lock(&mu_);
     plan = assignment_.replicas();
+    erasure = assignment_.erasure();
     dir = absl::StrCat(store_.root(), "/", assignment_.partial_dir());
   }
   const absl::Time start = absl::Now();
+  uint64_t shares_sent = 0;
+  absl::Status coded = ExchangeStripes(
+      context_.peer, store_backend_, dir, erasure, context_.host.host(),
+      [this] { return abandoned_.load(std::memory_order_acquire); },
+      absl::Now() + context_.options.snapshot_timeout, &shares_sent);
+  context_.peer_bytes_sent.fetch_add(shares_sent, std::memory_order_relaxed);
+  if (!coded.ok()) return WithContext(coded, "erasure coding this host's part");
   uint64_t bytes_sent = 0;
   absl::Status sent = SendReplicas(
       store_backend_, dir, plan, [this] { return abandoned_.load(std::memory_order_acquire); },
@@ -938,6 +965,7 @@ void SaveSession::ReleaseLocked() {
   // Committed (the step's files count as held now) or cleaned up (its files
   // are gone): the room it was promised goes back.
   memory_room_.reset();
+  erasure_prefix_.reset();
   ranks_.clear();
   std::vector<v1::ChunkChecksum>().swap(checksums_);
   // FindSave still finds a finished save by its id.

@@ -208,6 +208,8 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   bool reported_ ABSL_GUARDED_BY(mu_) = false;  // the persist report was sent
   // The replicas other hosts send here, once received (or failed).
   std::optional<absl::Status> replicas_received_ ABSL_GUARDED_BY(mu_);
+  // An erasure-coded save: senders of data shares to this host wait for it.
+  std::shared_ptr<void> erasure_prefix_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> abandoned_{false};
   // When each stage ended, for metrics::SaveStages.
   struct StageTimes {

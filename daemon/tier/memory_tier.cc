@@ -401,12 +401,14 @@ std::vector<std::pair<int64_t, std::vector<std::string>>> MemoryTier::HeldSteps(
   absl::StatusOr<std::vector<int64_t>> steps = coordinator_->catalog().ListSteps(job);
   if (!steps.ok()) return held;
   for (int64_t step : *steps) {
-    absl::StatusOr<std::vector<std::string>> names =
-        backend_->ListDir(absl::StrCat(coordinator::StepDir(kRoot, job, step), "/data"));
-    if (!names.ok()) continue;
     auto& [number, files] = held.emplace_back();
     number = step;
-    for (const std::string& name : *names) files.push_back(absl::StrCat("data/", name));
+    for (const char* sub : {"data", "parity"}) {
+      absl::StatusOr<std::vector<std::string>> names =
+          backend_->ListDir(absl::StrCat(coordinator::StepDir(kRoot, job, step), "/", sub));
+      if (!names.ok()) continue;
+      for (const std::string& name : *names) files.push_back(absl::StrCat(sub, "/", name));
+    }
   }
   return held;
 }
@@ -425,20 +427,51 @@ absl::StatusOr<std::string> MemoryTier::CommitHere(const v1::CheckpointManifest&
   if (exists.ok() && *exists && partial_left.ok() && !*partial_left) {
     return coordinator::StepDir(kRoot, manifest.job(), manifest.step());
   }
-  absl::StatusOr<std::string> path =
-      coordinator_->CommitCopy(manifest, [&](const std::string& partial) -> absl::Status {
-        // Moved, not copied: the files are this save's.
-        absl::StatusOr<std::vector<std::string>> names = backend_->ListDir(from + "/data");
-        if (!names.ok()) return names.status();
-        for (const std::string& name : *names) {
-          absl::Status s = backend_->Rename(absl::StrCat(from, "/data/", name),
-                                            absl::StrCat(partial, "/data/", name));
-          if (!s.ok()) return s;
-        }
-        return absl::OkStatus();
-      });
+  absl::StatusOr<std::string> path = coordinator_->CommitCopy(
+      manifest,
+      [&](const std::string& partial) -> absl::Status { return MoveFiles(from, partial); });
   (void)backend_->RemoveAll(from);
   return path;
+}
+
+absl::Status MemoryTier::MoveFiles(const std::string& from, const std::string& to) {
+  // Moved, not copied: the files are the caller's.
+  for (const char* sub : {"data", "parity"}) {
+    absl::StatusOr<std::vector<std::string>> names =
+        backend_->ListDir(absl::StrCat(from, "/", sub));
+    if (absl::IsNotFound(names.status())) continue;
+    if (!names.ok()) return names.status();
+    if (absl::Status s = backend_->CreateDirs(absl::StrCat(to, "/", sub)); !s.ok()) return s;
+    for (const std::string& name : *names) {
+      absl::Status s = backend_->Rename(absl::StrCat(from, "/", sub, "/", name),
+                                        absl::StrCat(to, "/", sub, "/", name));
+      if (!s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> MemoryTier::NewScratchDir(const std::string& job, int64_t step) {
+  const std::string dir =
+      coordinator::PartialDir(kRoot, job, step, coordinator_->catalog().NewPartialId());
+  if (absl::Status s = backend_->CreateDirs(dir + "/data"); !s.ok()) return s;
+  return dir;
+}
+
+absl::Status MemoryTier::AdoptRebuilt(const v1::CheckpointManifest& manifest,
+                                      const std::string& dir) {
+  const std::string step_dir = coordinator::StepDir(kRoot, manifest.job(), manifest.step());
+  absl::StatusOr<bool> exists = coordinator_->catalog().StepExists(manifest.job(), manifest.step());
+  absl::Status status = exists.status();
+  if (status.ok() && *exists) {
+    status = MoveFiles(dir, step_dir);
+  } else if (status.ok()) {
+    absl::StatusOr<std::string> path = coordinator_->CommitCopy(
+        manifest, [&](const std::string& partial) { return MoveFiles(dir, partial); });
+    status = path.status();
+  }
+  (void)backend_->RemoveAll(dir);
+  return status;
 }
 
 }  // namespace ckpt::tier

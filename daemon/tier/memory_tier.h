@@ -141,8 +141,18 @@ class MemoryTier {
   absl::StatusOr<std::string> CommitHere(const v1::CheckpointManifest& manifest,
                                          const std::string& partial_dir, int copies);
 
+  // A directory for shares rebuilt from parity before a load (created,
+  // with data/); a partial directory, so a restart would remove it.
+  absl::StatusOr<std::string> NewScratchDir(const std::string& job, int64_t step);
+  // Makes the files rebuilt into `dir` part of the manifest's step here:
+  // moved into it when this host has the step, else the step is committed
+  // here with them. `dir` is removed either way.
+  absl::Status AdoptRebuilt(const v1::CheckpointManifest& manifest, const std::string& dir);
+
  private:
   void RunPersists();
+  // Moves the data/ and parity/ files of directory `from` into `to`.
+  absl::Status MoveFiles(const std::string& from, const std::string& to);
   // Bytes held now by steps being written (partial directories): counted in
   // their saves' rooms, not twice.
   uint64_t BytesBeingWritten() const;

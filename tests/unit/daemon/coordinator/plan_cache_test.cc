@@ -135,7 +135,8 @@ TEST_CASE("the key covers every field of a node's plan but step and metadata", "
   };
   CHECK(names(v1::NodeSavePlan::descriptor()) ==
         std::vector<std::string>{"host", "job", "step", "world_size", "writer_threads", "partial",
-                                 "ranks", "user_metadata", "compact", "tensors", "regions"});
+                                 "ranks", "user_metadata", "compact", "tensors", "regions",
+                                 "tier"});
   CHECK(names(v1::TensorDesc::descriptor()) ==
         std::vector<std::string>{"fqn", "dtype", "global_shape"});
   CHECK(names(v1::HostIdentity::descriptor()) == std::vector<std::string>{"host", "address"});
