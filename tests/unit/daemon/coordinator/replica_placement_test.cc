@@ -3,10 +3,14 @@
 // list the same at both ends, and clear refusals.
 #include "daemon/coordinator/replica_placement.h"
 
+#include "daemon/coordinator/coordinator.h"
+
 #include <catch2/catch.hpp>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <tuple>
 
 #include "absl/strings/match.h"
 
@@ -91,6 +95,115 @@ TEST_CASE("replicas: more copies than other hosts, or a host without a channel, 
   auto none = PlaceReplicas(parts, {}, 0, 1, std::string(16, 'k'));
   REQUIRE(none.ok());
   CHECK(none->at("h0").send_to_size() == 0);
+}
+
+// The concatenated bytes of a host's files (Part): 5000 + 300.
+constexpr uint64_t kHostBytes = 5300;
+
+TEST_CASE("erasure stripes: each host's data in k stripes, parity in m, any m hosts lost",
+          "[replica_placement]") {
+  const std::map<std::string, std::string> addresses = {
+      {"h0", "a:0"}, {"h1", "a:1"}, {"h2", "a:2"}, {"h3", "a:3"}, {"h4", "a:4"}, {"h5", "a:5"}};
+  for (auto [k, m, n] : {std::tuple{2, 1, 3}, std::tuple{2, 1, 6}, std::tuple{3, 2, 5}}) {
+    INFO("k=" << k << " m=" << m << " on " << n << " hosts");
+    Parts parts;
+    for (int i = 0; i < n; ++i) parts["h" + std::to_string(i)] = Part("h" + std::to_string(i));
+    absl::StatusOr<ErasurePlacement> placed =
+        PlaceErasure(parts, addresses, k, m, 9, std::string(16, 's'));
+    REQUIRE(placed.ok());
+    const v1::ErasurePlan& whole = placed->whole;
+    REQUIRE(whole.stripes_size() == n);  // k shares per host, k per stripe
+    std::map<std::string, int> data, parity;
+    std::map<std::string, uint64_t> covered;  // bytes of each host's data in stripes
+    for (const v1::ErasureStripe& stripe : whole.stripes()) {
+      REQUIRE(stripe.shares_size() == k + m);
+      std::set<std::string> hosts;
+      for (int i = 0; i < k + m; ++i) {
+        const v1::ErasureShare& share = stripe.shares(i);
+        hosts.insert(share.host());
+        CHECK(share.bytes() <= stripe.unit_bytes());
+        if (i < k) {
+          ++data[share.host()];
+          covered[share.host()] += share.bytes();
+        } else {
+          ++parity[share.host()];
+          CHECK(share.files(0).name() == ParityFileName(stripe.number(), i - k));
+        }
+      }
+      // Every share on another host: losing any m hosts loses at most m
+      // shares of the stripe, which its m parity shares rebuild.
+      CHECK(hosts.size() == static_cast<size_t>(k + m));
+    }
+    for (const auto& [host, part] : parts) {
+      CHECK(data[host] == k);
+      CHECK(parity[host] == m);
+      CHECK(covered[host] == kHostBytes);  // the shares cover the host's data, once
+      // Each host's own plan has the stripes it is in.
+      CHECK(placed->hosts.at(host).stripes_size() == k + m);
+    }
+  }
+  absl::StatusOr<ErasurePlacement> uneven = PlaceErasure({{"h0", Part("h0")}, {"h1", Part("h1")}},
+                                                         addresses, 2, 1, 9, std::string(16, 's'));
+  REQUIRE(absl::IsFailedPrecondition(uneven.status()));
+  CHECK(absl::StrContains(uneven.status().message(), "--memory_tier_erasure"));
+}
+
+TEST_CASE("rebuild: a lost host's shares rebuilt from k survivors, by its replacement",
+          "[replica_placement]") {
+  const Parts parts = {{"h0", Part("h0")}, {"h1", Part("h1")}, {"h2", Part("h2")}};
+  absl::StatusOr<ErasurePlacement> placed =
+      PlaceErasure(parts, kAddresses, 2, 1, 9, std::string(16, 's'));
+  REQUIRE(placed.ok());
+  // What each host holds: its data files and its parity files.
+  auto holders_without = [&](const std::set<std::string>& lost) {
+    FileHolders holders;
+    for (const v1::ErasureStripe& stripe : placed->whole.stripes()) {
+      for (const v1::ErasureShare& share : stripe.shares()) {
+        if (lost.count(share.host()) > 0) continue;
+        for (const v1::ReplicaFile& f : share.files()) holders[f.name()].insert(share.host());
+      }
+    }
+    return holders;
+  };
+  SECTION("the replacement takes part: it rebuilds its own") {
+    FileHolders holders = holders_without({"h1"});
+    absl::StatusOr<v1::ErasureRebuild> rebuild =
+        PlanRebuild(placed->whole, {"h0", "h1", "h2"}, holders);
+    REQUIRE(rebuild.ok());
+    REQUIRE(rebuild->stripes_size() == 2);  // h1's two data shares
+    for (const v1::StripeRebuild& sr : rebuild->stripes()) {
+      CHECK(sr.rebuilder() == "h1");
+      REQUIRE(sr.lost_size() == 1);
+      CHECK(sr.stripe().shares(sr.lost(0)).host() == "h1");
+      REQUIRE(sr.sources_size() == 2);
+      for (uint32_t i : sr.sources()) CHECK(sr.stripe().shares(i).host() != "h1");
+    }
+    CHECK(holders.at("data/h1-0.bin").count("h1") == 1);
+    CHECK(holders.at("data/h1-1.bin").count("h1") == 1);
+  }
+  SECTION("without it: the host holding the fewest files rebuilds") {
+    FileHolders holders = holders_without({"h1"});
+    absl::StatusOr<v1::ErasureRebuild> rebuild = PlanRebuild(placed->whole, {"h0", "h2"}, holders);
+    REQUIRE(rebuild.ok());
+    REQUIRE(rebuild->stripes_size() == 2);
+    const std::string by = rebuild->stripes(0).rebuilder();
+    CHECK((by == "h0" || by == "h2"));
+    CHECK(rebuild->stripes(1).rebuilder() == by);  // one host rebuilds all of h1
+  }
+  SECTION("two hosts lost: more than one parity share can rebuild") {
+    FileHolders holders = holders_without({"h0", "h1"});
+    absl::StatusOr<v1::ErasureRebuild> rebuild =
+        PlanRebuild(placed->whole, {"h0", "h1", "h2"}, holders);
+    REQUIRE(absl::IsUnavailable(rebuild.status()));
+    CHECK(absl::StrContains(rebuild.status().message(), "more shares than its 1 parity"));
+  }
+  SECTION("nothing lost: nothing to rebuild") {
+    FileHolders holders = holders_without({});
+    absl::StatusOr<v1::ErasureRebuild> rebuild =
+        PlanRebuild(placed->whole, {"h0", "h1", "h2"}, holders);
+    REQUIRE(rebuild.ok());
+    CHECK(rebuild->stripes_size() == 0);
+  }
 }
 
 }  // namespace
