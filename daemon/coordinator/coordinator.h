@@ -60,16 +60,6 @@ struct RendezvousOptions {
 // cancelled): the method returns CANCELLED instead of waiting on.
 using CallerGone = std::function<bool()>;
 
-// A memory-tier step's lost data shares (hosts that hold none of their
-// files any more, or take no part in the load), each rebuilt by one host of
-// the load from k surviving shares: the lost host itself when it takes part
-// (a replacement), else the host holding the fewest files. `holders` gains
-// the rebuilders of the lost files. UNAVAILABLE when a stripe lost more
-// than its parity can rebuild.
-absl::StatusOr<v1::ErasureRebuild> PlanRebuild(const v1::ErasurePlan& stripes,
-                                               const std::set<std::string>& load_hosts,
-                                               FileHolders& holders);
-
 class Coordinator {
  public:
   // `catalog` names this daemon (host, instance) for its partial

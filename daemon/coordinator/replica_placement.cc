@@ -6,6 +6,24 @@
 #include "absl/strings/str_cat.h"
 
 namespace ckpt::coordinator {
+namespace {
+
+// Whether `host` holds every file of `share` its range touches.
+bool HoldsShare(const FileHolders& holders, const std::string& host,
+                const v1::ErasureShare& share) {
+  uint64_t start = 0;
+  for (const v1::ReplicaFile& f : share.files()) {
+    const uint64_t end = start + f.bytes();
+    const bool touched = share.offset() < end && share.offset() + share.bytes() > start;
+    start = end;
+    if (!touched) continue;
+    auto it = holders.find(f.name());
+    if (it == holders.end() || it->second.count(host) == 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 v1::ReplicaPeer ReplicaFilesOf(const v1::HostAssignment& part) {
   std::map<std::string, uint64_t> ends;
@@ -159,6 +177,74 @@ absl::StatusOr<ErasurePlacement> PlaceErasure(
     mine.set_m(m);
   }
   return placement;
+}
+
+absl::StatusOr<v1::ErasureRebuild> PlanRebuild(const v1::ErasurePlan& stripes,
+                                               const std::set<std::string>& load_hosts,
+                                               FileHolders& holders) {
+  const int k = static_cast<int>(stripes.k());
+  auto available = [&](const v1::ErasureShare& share) {
+    return share.bytes() == 0 ||
+           (load_hosts.count(share.host()) > 0 && HoldsShare(holders, share.host(), share));
+  };
+  // Files each host holds, to give a lost host's shares to the emptiest.
+  std::map<std::string, size_t> held;
+  for (const std::string& host : load_hosts) held[host] = 0;
+  for (const auto& [file, hosts] : holders) {
+    for (const std::string& host : hosts) ++held[host];
+  }
+  std::map<std::string, std::string> rebuilder_of;  // lost host -> who rebuilds its shares
+  auto rebuilder = [&](const std::string& lost) {
+    auto it = rebuilder_of.find(lost);
+    if (it != rebuilder_of.end()) return it->second;
+    std::string chosen = lost;  // its replacement, when it takes part
+    if (load_hosts.count(lost) == 0) {
+      for (const auto& [host, files] : held) {
+        if (chosen == lost || files < held[chosen]) chosen = host;
+      }
+    }
+    return rebuilder_of[lost] = chosen;
+  };
+  v1::ErasureRebuild rebuild;
+  std::vector<std::pair<const v1::ErasureShare*, std::string>> rebuilt;  // share, its rebuilder
+  for (const v1::ErasureStripe& stripe : stripes.stripes()) {
+    if (stripe.shares_size() != k + static_cast<int>(stripes.m())) {
+      return absl::DataLossError(
+          absl::StrCat("stripe ", stripe.number(), " has ", stripe.shares_size(), " shares"));
+    }
+    std::vector<uint32_t> sources;
+    std::vector<uint32_t> lost;
+    for (int i = 0; i < stripe.shares_size(); ++i) {
+      if (available(stripe.shares(i))) {
+        if (static_cast<int>(sources.size()) < k) sources.push_back(i);
+      } else if (i < k) {
+        lost.push_back(i);
+      }
+    }
+    if (lost.empty()) continue;
+    if (static_cast<int>(sources.size()) < k) {
+      return absl::UnavailableError(absl::StrCat(
+          "stripe ", stripe.number(), " lost more shares than its ", stripes.m(),
+          " parity can rebuild (hosts ", stripe.shares(lost.front()).host(), " and others)"));
+    }
+    for (uint32_t t : lost) {
+      v1::StripeRebuild& sr = *rebuild.add_stripes();
+      *sr.mutable_stripe() = stripe;
+      for (uint32_t i : sources) sr.add_sources(i);
+      sr.add_lost(t);
+      const v1::ErasureShare& share = stripe.shares(t);
+      sr.set_rebuilder(rebuilder(share.host()));
+      rebuilt.emplace_back(&share, sr.rebuilder());
+    }
+  }
+  // The rebuilt files are held by their rebuilders from now on.
+  for (const auto& [share, host] : rebuilt) {
+    for (const v1::ReplicaFile& f : share->files()) holders[f.name()].insert(host);
+  }
+  rebuild.set_k(stripes.k());
+  rebuild.set_m(stripes.m());
+  rebuild.set_piece_bytes(stripes.piece_bytes());
+  return rebuild;
 }
 
 }  // namespace ckpt::coordinator

@@ -11,10 +11,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "ckpt/v1/coordinator.pb.h"
+#include "daemon/coordinator/load_spread.h"
 
 namespace ckpt::coordinator {
 
@@ -53,6 +55,16 @@ absl::StatusOr<ErasurePlacement> PlaceErasure(
     const std::map<std::string, std::shared_ptr<const v1::HostAssignment>>& parts,
     const std::map<std::string, std::string>& addresses, int k, int m, uint64_t id,
     const std::string& secret);
+
+// A memory-tier step's lost data shares (hosts that hold none of their
+// files any more, or take no part in the load), each rebuilt by one host of
+// the load from k surviving shares: the lost host itself when it takes part
+// (a replacement), else the host holding the fewest files. `holders` gains
+// the rebuilders of the lost files. UNAVAILABLE when a stripe lost more
+// than its parity can rebuild.
+absl::StatusOr<v1::ErasureRebuild> PlanRebuild(const v1::ErasurePlan& stripes,
+                                               const std::set<std::string>& load_hosts,
+                                               FileHolders& holders);
 
 // Parity share j of stripe s, in the step's directory.
 std::string ParityFileName(uint32_t stripe, uint32_t j);

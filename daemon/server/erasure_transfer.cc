@@ -20,22 +20,10 @@
 namespace ckpt::server {
 namespace {
 
-constexpr uint32_t kMaxStripes = 4096;  // the stripe number's room in a token
-constexpr uint64_t kMaxPieceBytes = uint64_t{64} << 20;
-constexpr uint64_t kMaxPieces = uint64_t{1} << 20;  // a piece number's room in a token
-
-uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-
 peer::PeerToken PieceToken(uint64_t id, const std::string& secret, uint32_t stripe, uint64_t piece,
                            uint32_t from, uint32_t to) {
   return peer::TransferToken(id, (stripe << 20) | static_cast<uint32_t>(piece),
                              static_cast<uint16_t>(from), static_cast<uint16_t>(to), secret);
-}
-
-uint64_t FilesBytes(const v1::ErasureShare& share) {
-  uint64_t total = 0;
-  for (const v1::ReplicaFile& f : share.files()) total += f.bytes();
-  return total;
 }
 
 // A share's bytes: a range of its files laid end to end.
@@ -241,63 +229,6 @@ std::shared_ptr<void> OpenPrefix(peer::PeerReceiver& receiver, uint64_t id) {
 }
 
 }  // namespace
-
-absl::Status CheckStripes(uint32_t k, uint32_t m, uint64_t piece_bytes, const std::string& secret,
-                          const google::protobuf::RepeatedPtrField<v1::ErasureStripe>& stripes) {
-  auto bad = [](const std::string& what) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the coordinator's erasure-coding plan is malformed: ", what));
-  };
-  if (stripes.empty()) return absl::OkStatus();
-  if (k < 1 || m < 1 || k + m > static_cast<uint32_t>(tier::ErasureCode::kMaxShares)) {
-    return bad(absl::StrCat("k=", k, " m=", m));
-  }
-  if (piece_bytes == 0 || piece_bytes > kMaxPieceBytes) {
-    return bad(absl::StrCat("pieces of ", piece_bytes, " bytes"));
-  }
-  if (secret.size() != peer::kTokenBytes / 2) return bad("the secret");
-  if (stripes.size() > static_cast<int>(kMaxStripes)) return bad("too many stripes");
-  for (const v1::ErasureStripe& stripe : stripes) {
-    if (stripe.number() >= kMaxStripes || stripe.shares_size() != static_cast<int>(k + m)) {
-      return bad(absl::StrCat("stripe ", stripe.number()));
-    }
-    if (stripe.unit_bytes() > piece_bytes * (kMaxPieces - 1)) {
-      return bad(absl::StrCat("stripe ", stripe.number(), " of ", stripe.unit_bytes(), " bytes"));
-    }
-    for (const v1::ErasureShare& share : stripe.shares()) {
-      for (const v1::ReplicaFile& f : share.files()) {
-        const bool data = absl::StartsWith(f.name(), "data/");
-        const bool parity = absl::StartsWith(f.name(), "parity/");
-        const size_t slash = f.name().find('/');
-        if ((!data && !parity) || f.name().find('/', slash + 1) != std::string::npos ||
-            !storage::ValidateConfinedName(f.name().substr(slash + 1)).ok() ||
-            f.bytes() > (uint64_t{1} << 50)) {
-          return bad(absl::StrCat("file ", f.name().substr(0, 128)));
-        }
-      }
-      const uint64_t files = FilesBytes(share);
-      if (share.bytes() > stripe.unit_bytes() || share.offset() > files ||
-          share.bytes() > files - share.offset() || share.files_size() > 1024) {
-        return bad(absl::StrCat("a share of stripe ", stripe.number(), " on host ", share.host()));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-uint64_t ParityBytesToHold(const v1::ErasurePlan& plan, const std::string& host, uint64_t block) {
-  uint64_t total = 0;
-  const int k = static_cast<int>(plan.k());
-  for (const v1::ErasureStripe& stripe : plan.stripes()) {
-    for (int j = k; j < stripe.shares_size(); ++j) {
-      if (stripe.shares(j).host() != host) continue;
-      const uint64_t rounded = AlignUp(stripe.unit_bytes(), block);
-      if (rounded < stripe.unit_bytes() || total + rounded < total) return ~uint64_t{0};
-      total += rounded;
-    }
-  }
-  return total;
-}
 
 absl::Status ExchangeStripes(peer::PeerReceiver* receiver, storage::Backend& backend,
                              const std::string& dir, const v1::ErasurePlan& plan,

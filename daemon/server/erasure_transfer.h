@@ -27,21 +27,10 @@
 #include "absl/time/time.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "daemon/peer/peer_receiver.h"
+#include "daemon/server/memory_plan_check.h"
 #include "daemon/storage/backend.h"
 
 namespace ckpt::server {
-
-// INVALID_ARGUMENT naming what is wrong with a coordinator's stripes: k, m
-// out of range, pieces over 64 MiB, a bad secret, a stripe without k+m
-// shares or numbered 4096 or above, a file name outside data/ and
-// parity/, a share's range outside its files or longer than its stripe's
-// unit.
-absl::Status CheckStripes(uint32_t k, uint32_t m, uint64_t piece_bytes, const std::string& secret,
-                          const google::protobuf::RepeatedPtrField<v1::ErasureStripe>& stripes);
-
-// The parity bytes `host` keeps of the plan, each file rounded up to
-// `block` (saturating).
-uint64_t ParityBytesToHold(const v1::ErasurePlan& plan, const std::string& host, uint64_t block);
 
 // Save: sends the data shares `host` holds (its files under `dir`) to their
 // parity hosts, and encodes the parity shares it holds into their files

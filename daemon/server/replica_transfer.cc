@@ -13,68 +13,13 @@
 namespace ckpt::server {
 namespace {
 
-uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-
 peer::PeerToken PieceToken(const v1::ReplicaPlan& plan, uint32_t piece, uint32_t sender,
                            uint32_t receiver) {
   return peer::TransferToken(plan.replica_id(), piece, static_cast<uint16_t>(sender),
                              static_cast<uint16_t>(receiver), plan.secret());
 }
 
-absl::Status CheckPeer(const v1::ReplicaPeer& peer) {
-  if (peer.index() > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("replica host index ", peer.index()));
-  }
-  for (const v1::ReplicaFile& file : peer.files()) {
-    if (!absl::StartsWith(file.name(), "data/") ||
-        !storage::ValidateConfinedName(file.name().substr(5)).ok() ||
-        file.name().find('/', 5) != std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("replica file name ", file.name().substr(0, 128)));
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
-
-uint64_t ReplicaBytesToReceive(const v1::ReplicaPlan& plan, uint64_t block) {
-  uint64_t total = 0;
-  for (const v1::ReplicaPeer& from : plan.receive_from()) {
-    for (const v1::ReplicaFile& file : from.files()) {
-      const uint64_t rounded = AlignUp(file.bytes(), block);
-      // Saturating: a hostile plan must not wrap around to a small total.
-      if (rounded < file.bytes() || total + rounded < total) return ~uint64_t{0};
-      total += rounded;
-    }
-  }
-  return total;
-}
-
-absl::Status CheckReplicaPlan(const v1::ReplicaPlan& plan, uint64_t max_receive_bytes) {
-  if (plan.send_to_size() == 0 && plan.receive_from_size() == 0) return absl::OkStatus();
-  auto bad = [](const absl::Status& s) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the coordinator's replica plan is malformed: ", s.message()));
-  };
-  if (plan.piece_bytes() == 0 || plan.piece_bytes() > kMaxReplicaPieceBytes) {
-    return bad(absl::InvalidArgumentError(absl::StrCat("piece of ", plan.piece_bytes(), " bytes")));
-  }
-  if (plan.secret().size() != peer::kTokenBytes / 2 || plan.index() > 65535) {
-    return bad(absl::InvalidArgumentError("secret or host index"));
-  }
-  for (const v1::ReplicaPeer& peer : plan.send_to()) {
-    if (absl::Status s = CheckPeer(peer); !s.ok()) return bad(s);
-  }
-  for (const v1::ReplicaPeer& peer : plan.receive_from()) {
-    if (absl::Status s = CheckPeer(peer); !s.ok()) return bad(s);
-  }
-  if (ReplicaBytesToReceive(plan, 1) > max_receive_bytes) {
-    return bad(absl::InvalidArgumentError(
-        absl::StrCat("more bytes to receive than the ", max_receive_bytes, " planned")));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status SendReplicas(storage::Backend& backend, const std::string& dir,
                           const v1::ReplicaPlan& plan, const std::function<bool()>& cancelled,

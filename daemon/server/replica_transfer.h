@@ -18,18 +18,10 @@
 #include "absl/time/time.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "daemon/peer/peer_receiver.h"
+#include "daemon/server/memory_plan_check.h"
 #include "daemon/storage/backend.h"
 
 namespace ckpt::server {
-
-// The largest piece accepted from a coordinator's plan.
-inline constexpr uint64_t kMaxReplicaPieceBytes = uint64_t{64} << 20;
-
-// INVALID_ARGUMENT when the plan cannot be followed safely: a piece size
-// of 0 or above kMaxReplicaPieceBytes, a secret of the wrong size, a file
-// name that is not data/<name> (confined to the step's directory), or more
-// bytes to receive than `max_receive_bytes` (the room the save holds).
-absl::Status CheckReplicaPlan(const v1::ReplicaPlan& plan, uint64_t max_receive_bytes);
 
 // Sends this host's files under `dir` (the save's partial directory in
 // `backend`) to every host of plan.send_to, one after the other. Each
@@ -47,9 +39,6 @@ absl::Status SendReplicas(storage::Backend& backend, const std::string& dir,
 absl::Status ReceiveReplicas(peer::PeerReceiver& receiver, storage::Backend& backend,
                              const std::string& dir, const v1::ReplicaPlan& plan,
                              const std::function<bool()>& cancelled, absl::Time deadline);
-
-// The bytes plan.receive_from brings, each file rounded up to `block`.
-uint64_t ReplicaBytesToReceive(const v1::ReplicaPlan& plan, uint64_t block);
 
 }  // namespace ckpt::server
 

@@ -830,11 +830,15 @@ void SaveSession::Finish() {
 absl::Status SaveSession::CommitHere(const v1::CommitResult& result) {
   v1::CheckpointManifest manifest;
   std::string partial;
-  int copies = 1;
+  v1::MemoryTierJob protection;
   {
     absl::MutexLock lock(&mu_);
     partial = assignment_.partial_dir();
-    copies += assignment_.replicas().send_to_size();
+    protection.set_copies(1 + assignment_.replicas().send_to_size());
+    const v1::ErasurePlan& erasure = assignment_.erasure();
+    if (!erasure.stripes().empty()) {
+      protection.set_erasure(absl::StrCat(erasure.k(), "+", erasure.m()));
+    }
   }
   absl::Status status;
   if (!manifest.ParseFromString(result.manifest()) || manifest.job() != job_ ||
@@ -842,7 +846,7 @@ absl::Status SaveSession::CommitHere(const v1::CommitResult& result) {
     status = absl::InternalError("the coordinator's commit carries no manifest of this step");
   }
   absl::StatusOr<std::string> path =
-      status.ok() ? context_.memory_tier->CommitHere(manifest, partial, copies)
+      status.ok() ? context_.memory_tier->CommitHere(manifest, partial, protection)
                   : absl::StatusOr<std::string>(status);
   if (path.ok()) return absl::OkStatus();
   // The cluster has the step; this host does not: its ranks must know.

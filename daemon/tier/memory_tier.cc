@@ -385,7 +385,8 @@ std::vector<v1::MemoryTierJob> MemoryTier::Jobs() {
     {
       absl::MutexLock lock(&copies_mu_);
       auto copies = copies_.find(name);
-      job.set_copies(copies == copies_.end() ? 1 : copies->second);
+      job.set_copies(copies == copies_.end() ? 1 : copies->second.copies());
+      if (copies != copies_.end()) job.set_erasure(copies->second.erasure());
     }
     for (int64_t step : *steps) {
       job.add_steps(step);
@@ -414,10 +415,11 @@ std::vector<std::pair<int64_t, std::vector<std::string>>> MemoryTier::HeldSteps(
 }
 
 absl::StatusOr<std::string> MemoryTier::CommitHere(const v1::CheckpointManifest& manifest,
-                                                   const std::string& partial_dir, int copies) {
+                                                   const std::string& partial_dir,
+                                                   const v1::MemoryTierJob& protection) {
   {
     absl::MutexLock lock(&copies_mu_);
-    copies_[manifest.job()] = copies;
+    copies_[manifest.job()] = protection;
   }
   const std::string from = absl::StrCat(kRoot, "/", partial_dir);
   // This host is the cluster's coordinator too: its commit already moved

@@ -137,9 +137,11 @@ class MemoryTier {
   // host commits `manifest` in its own memory over the files it wrote and
   // received into `partial_dir` (relative to kRoot), which it then removes.
   // The step's path here.
-  // `copies`: on how many hosts the job's step is (status shows it).
+  // `protection`: how the job's step is kept on other hosts (status shows
+  // it: copies and erasure of MemoryTierJob).
   absl::StatusOr<std::string> CommitHere(const v1::CheckpointManifest& manifest,
-                                         const std::string& partial_dir, int copies);
+                                         const std::string& partial_dir,
+                                         const v1::MemoryTierJob& protection);
 
   // A directory for shares rebuilt from parity before a load (created,
   // with data/); a partial directory, so a restart would remove it.
@@ -164,7 +166,7 @@ class MemoryTier {
   // Per job, the copies of its newest step committed by CommitHere (a job
   // on this host alone has one).
   absl::Mutex copies_mu_;
-  std::map<std::string, int> copies_ ABSL_GUARDED_BY(copies_mu_);
+  std::map<std::string, v1::MemoryTierJob> copies_ ABSL_GUARDED_BY(copies_mu_);
   std::unique_ptr<storage::MemoryBackend> backend_;
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   coordinator::Coordinator& durable_;

@@ -224,6 +224,9 @@ TEST_CASE("Erasure coded over three hosts: any one host lost, its part is rebuil
     CHECK(absl::StrContains(cluster.node(lost).Output(),
                             "rebuild job=ec step=" + std::to_string(step) + " stripes="));
     CHECK(c1[lost].memory_held > 0);
+    const v1::GetStatusResponse status = cluster.node((lost + 1) % 3).Status();
+    REQUIRE(status.memory_tier_jobs_size() == 1);
+    CHECK(status.memory_tier_jobs(0).erasure() == "2+1");
   }
 }
 

@@ -303,10 +303,13 @@ int RunStatus(const Call& call, bool json) {
     line("load fallbacks", absl::StrFormat("%d chunks read from storage after failing in memory",
                                            response.load_fallback_chunks()));
     for (const v1::MemoryTierJob& job : response.memory_tier_jobs()) {
-      line(
-          absl::StrCat("  job ", job.job()),
-          absl::StrFormat("steps [%s] in memory, %s, %d cop%s", absl::StrJoin(job.steps(), ", "),
-                          FormatBytes(job.bytes()), job.copies(), job.copies() == 1 ? "y" : "ies"));
+      const std::string kept =
+          job.erasure().empty()
+              ? absl::StrFormat("%d cop%s", job.copies(), job.copies() == 1 ? "y" : "ies")
+              : absl::StrCat("erasure coded ", job.erasure());
+      line(absl::StrCat("  job ", job.job()),
+           absl::StrFormat("steps [%s] in memory, %s, %s", absl::StrJoin(job.steps(), ", "),
+                           FormatBytes(job.bytes()), kept));
     }
   }
   PrintInFlight(out, response);
