@@ -65,6 +65,24 @@ grpc::Status CoordinatorServiceImpl::PlanSave(grpc::ServerContext* context,
   if (absl::Status s = Admit(*context, request->host()); !s.ok()) return Refuse(s);
   absl::StatusOr<coordinator::Coordinator*> store = Store(request->tier());
   if (!store.ok()) return Refuse(store.status());
+  // The tiers meet in different stores: hosts that disagree would each
+  // wait for the others until the plan timeout, naming the wrong cause.
+  coordinator::Coordinator* other = *store == &coordinator_ ? memory_ : &coordinator_;
+  if (other != nullptr && other->SaveInFlight(request->job(), request->step())) {
+    const absl::Status disagree = absl::FailedPreconditionError(absl::StrCat(
+        "host ", request->host().host().substr(0, 256), " saves step ", request->step(), " of job ",
+        request->job().substr(0, 256), " to the ",
+        request->tier() == v1::SAVE_TIER_DURABLE ? "durable" : "memory",
+        " tier, but other hosts of the save asked for another tier: every rank must ask for "
+        "the same"));
+    v1::AbortSaveRequest abort;
+    abort.set_job(request->job());
+    abort.set_step(request->step());
+    *abort.mutable_host() = request->host();
+    abort.set_reason(std::string(disagree.message()));
+    other->AbortSave(abort);
+    return Refuse(disagree);
+  }
   absl::StatusOr<v1::SaveAssignment> assignment = (*store)->PlanSave(*request, Gone(context));
   if (!assignment.ok()) return Refuse(assignment.status());
   *response = std::move(*assignment);

@@ -780,6 +780,14 @@ std::vector<std::pair<std::string, std::string>> Coordinator::FailedSaves(
   return failed;
 }
 
+bool Coordinator::SaveInFlight(const std::string& job, int64_t step) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, save] : saves_) {
+    if (!save->ended() && save->job == job && save->step == step) return true;
+  }
+  return false;
+}
+
 bool Coordinator::KnowsSave(const std::string& save_id) const {
   absl::MutexLock lock(&mu_);
   return saves_.count(save_id) > 0;

@@ -127,6 +127,8 @@ class Coordinator {
       absl::Span<const std::string> save_ids);
   // Whether a save of this id is, or was lately, here (in flight or ended).
   bool KnowsSave(const std::string& save_id) const;
+  // Whether a save of the job's step is in flight here.
+  bool SaveInFlight(const std::string& job, int64_t step) const;
   // With `pin`, the step is pinned (retention.h PinStep) before its
   // manifest is read, and *pin holds the pin: gc does not delete the step
   // while the caller keeps it.

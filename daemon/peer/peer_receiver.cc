@@ -1,10 +1,13 @@
 #include "daemon/peer/peer_receiver.h"
 
+#include <poll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <functional>
 #include <system_error>
 #include <utility>
 
@@ -154,24 +157,47 @@ std::shared_ptr<void> PeerReceiver::OpenPrefix(std::string prefix) {
   });
 }
 
-std::shared_ptr<PeerTransfer> PeerReceiver::AwaitExpected(const PeerToken& token) {
-  {
-    const std::string id(token.id());
-    const std::string prefix = id.substr(0, kTokenPrefixBytes);
-    absl::MutexLock lock(&mu_);
-    // Hosts get their parts of a load at about the same time, not at once:
-    // a sender may come before this host opened the load's prefix. It gets
-    // as long as a hello may take (a stranger can hold a connection that
-    // long anyway); only a load this host takes part in keeps it longer.
-    auto opened = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      return stopping_.load() || expected_.count(id) > 0 || open_prefixes_.count(prefix) > 0;
-    };
-    mu_.AwaitWithTimeout(absl::Condition(&opened), options_.hello_timeout);
-    auto ready = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      return stopping_.load() || expected_.count(id) > 0 || open_prefixes_.count(prefix) == 0;
-    };
-    mu_.AwaitWithTimeout(absl::Condition(&ready), options_.claim_timeout);
-  }
+namespace {
+
+// Whether the other end of `fd` hung up (or the connection broke).
+bool HungUp(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+}  // namespace
+
+std::shared_ptr<PeerTransfer> PeerReceiver::AwaitExpected(const PeerToken& token, int fd) {
+  const std::string id(token.id());
+  const std::string prefix = id.substr(0, kTokenPrefixBytes);
+  // Hosts get their parts of a load at about the same time, not at once:
+  // a sender may come before this host opened the load's prefix. It gets
+  // as long as a hello may take (a stranger can hold a connection that
+  // long anyway); only a load this host takes part in keeps it longer.
+  auto opened = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return stopping_.load() || expected_.count(id) > 0 || open_prefixes_.count(prefix) > 0;
+  };
+  auto ready = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return stopping_.load() || expected_.count(id) > 0 || open_prefixes_.count(prefix) == 0;
+  };
+  // Waited in slices: a sender that hangs up meanwhile (a stranger's
+  // hello) gives its connection slot back at once, so a stream of them
+  // cannot hold every slot. False: it hung up.
+  auto wait = [&](const std::function<bool()>& condition, absl::Duration limit) {
+    const absl::Time end = absl::Now() + limit;
+    for (;;) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (mu_.AwaitWithTimeout(absl::Condition(&condition),
+                                 std::min(end - absl::Now(), absl::Milliseconds(100)))) {
+          return true;
+        }
+      }
+      if (absl::Now() >= end) return true;
+      if (HungUp(fd)) return false;
+    }
+  };
+  if (!wait(opened, options_.hello_timeout) || !wait(ready, options_.claim_timeout)) return nullptr;
   return TakeExpected(token);
 }
 
@@ -256,7 +282,7 @@ void PeerReceiver::Serve(int fd) {
   }
   PeerToken token;
   std::memcpy(token.bytes.data(), hello + 16, kTokenBytes);
-  std::shared_ptr<PeerTransfer> transfer = AwaitExpected(token);
+  std::shared_ptr<PeerTransfer> transfer = AwaitExpected(token, fd);
   if (transfer == nullptr || !transfer->Claim(fd)) {
     Refuse();
     SendAck(fd, 0, absl::StatusCode::kPermissionDenied, peer);

@@ -152,8 +152,9 @@ class PeerReceiver {
   // The transfer a hello names, removed from the expected ones; null (and
   // counted) when none matches.
   std::shared_ptr<PeerTransfer> TakeExpected(const PeerToken& token);
-  // The same, waiting up to claim_timeout while the token's prefix is open.
-  std::shared_ptr<PeerTransfer> AwaitExpected(const PeerToken& token);
+  // The same, waiting up to claim_timeout while the token's prefix is open
+  // (and while the sender on `fd` has not hung up).
+  std::shared_ptr<PeerTransfer> AwaitExpected(const PeerToken& token, int fd);
   void Refuse() { connections_refused_.fetch_add(1, std::memory_order_relaxed); }
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
