@@ -182,6 +182,11 @@ absl::StatusOr<ErasurePlacement> PlaceErasure(
 absl::StatusOr<v1::ErasureRebuild> PlanRebuild(const v1::ErasurePlan& stripes,
                                                const std::set<std::string>& load_hosts,
                                                FileHolders& holders) {
+  // The stripes come from this coordinator's own memory, but are checked
+  // as any input is: k and m as the code allows.
+  if (stripes.k() < 1 || stripes.m() < 1 || uint64_t{stripes.k()} + stripes.m() > 32) {
+    return absl::DataLossError(absl::StrCat("the stripes say k=", stripes.k(), " m=", stripes.m()));
+  }
   const int k = static_cast<int>(stripes.k());
   auto available = [&](const v1::ErasureShare& share) {
     return share.bytes() == 0 ||
@@ -191,8 +196,11 @@ absl::StatusOr<v1::ErasureRebuild> PlanRebuild(const v1::ErasurePlan& stripes,
   std::map<std::string, size_t> held;
   for (const std::string& host : load_hosts) held[host] = 0;
   for (const auto& [file, hosts] : holders) {
-    for (const std::string& host : hosts) ++held[host];
+    for (const std::string& host : hosts) {
+      if (load_hosts.count(host) > 0) ++held[host];
+    }
   }
+  if (load_hosts.empty()) return absl::UnavailableError("no host takes part in the load");
   std::map<std::string, std::string> rebuilder_of;  // lost host -> who rebuilds its shares
   auto rebuilder = [&](const std::string& lost) {
     auto it = rebuilder_of.find(lost);

@@ -121,10 +121,11 @@ absl::Status CheckStripes(uint32_t k, uint32_t m, uint64_t piece_bytes, const st
 
 uint64_t ParityBytesToHold(const v1::ErasurePlan& plan, const std::string& host, uint64_t block) {
   uint64_t total = 0;
-  const int k = static_cast<int>(plan.k());
+  // Unsigned: a k from the wire past INT_MAX must not index before share 0.
+  const uint64_t k = plan.k();
   for (const v1::ErasureStripe& stripe : plan.stripes()) {
-    for (int j = k; j < stripe.shares_size(); ++j) {
-      if (stripe.shares(j).host() != host) continue;
+    for (uint64_t j = k; j < static_cast<uint64_t>(stripe.shares_size()); ++j) {
+      if (stripe.shares(static_cast<int>(j)).host() != host) continue;
       const uint64_t rounded = AlignUp(stripe.unit_bytes(), block);
       if (rounded < stripe.unit_bytes() || total + rounded < total) return ~uint64_t{0};
       total += rounded;

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/coordinator/load_planner.h"
 #include "daemon/coordinator/manifest_io.h"
+#include "daemon/coordinator/replica_placement.h"
 #include "daemon/server/node_save_plan.h"
 #include "proto/lib/compact_plan.h"
 #include "tests/fuzz/fuzz_support.h"
@@ -248,6 +250,35 @@ void Write(const std::filesystem::path& path, const std::string& bytes) {
   std::exit(1);
 }
 
+// fuzz_memory_plans: the save's replica plans (R=1) and stripes (k = hosts
+// - 1, m = 1) as the coordinator would send them to its first host, after
+// 4 bytes naming the hosts lost (none, then the first).
+void WriteMemoryPlanSeeds(const std::filesystem::path& root, const std::string& name,
+                          const std::vector<v1::NodeSavePlan>& hosts) {
+  if (hosts.size() < 2) return;
+  absl::StatusOr<v1::SaveAssignment> saved = coordinator::PlanSave(hosts, DaemonPlannerOptions());
+  if (!saved.ok()) Refused(name, saved.status());
+  std::map<std::string, std::shared_ptr<const v1::HostAssignment>> parts;
+  std::map<std::string, std::string> addresses;
+  for (const v1::HostAssignment& h : saved->hosts()) {
+    parts[h.host().host()] = std::make_shared<v1::HostAssignment>(h);
+    addresses[h.host().host()] = "127.0.0.1:1";
+  }
+  const std::string secret(16, 's');
+  auto replicas = coordinator::PlaceReplicas(parts, addresses, 1, 7, secret);
+  auto erasure =
+      coordinator::PlaceErasure(parts, addresses, static_cast<int>(parts.size()) - 1, 1, 7, secret);
+  if (!replicas.ok()) Refused(name, replicas.status());
+  if (!erasure.ok()) Refused(name, erasure.status());
+  v1::SaveAssignment seed;
+  *seed.mutable_replicas() = replicas->begin()->second;
+  *seed.mutable_erasure() = erasure->whole;
+  for (const char lost : {'\0', '\1'}) {
+    Write(root / "fuzz_memory_plans" / absl::StrCat(name, lost == 0 ? "" : "_lost", ".pb"),
+          std::string(1, lost) + std::string(3, '\0') + seed.SerializeAsString());
+  }
+}
+
 }  // namespace
 }  // namespace ckpt::fuzz
 
@@ -274,6 +305,7 @@ int main(int argc, char** argv) {
         fuzz::Refused(seed, s);
       }
       fuzz::Write(root / "fuzz_node_plans" / (seed + ".pb"), cluster.SerializeAsString());
+      if (compact) fuzz::WriteMemoryPlanSeeds(root, name, hosts);
     }
     fuzz::Write(root / "fuzz_manifest" / (name + ".MANIFEST"),
                 coordinator::EncodeManifest(manifest));
