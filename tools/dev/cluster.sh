@@ -17,7 +17,7 @@
 # Under DIR: root/ (the storage), tls/ (certificate, key, tokens),
 # coord/ and h<I>/ (each daemon's socket, log and pid), cluster.env.
 # Host I's ranks attach to DIR/h<I>/ckptd.sock. CKPTD and CKPTCTL name the
-# binaries (default: build/).
+# binaries (default: build/); CKPT_CLUSTER_FLAGS adds flags to every daemon.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ckptd="${CKPTD:-$PWD/build/daemon/ckptd}"
@@ -64,7 +64,9 @@ start_daemon() {  # NAME [EXTRA FLAGS...]
             --coordinator_token_file="$dir/tls/admin.token"
             --failure_domain="rack$(( ${n#h} % 2 ))")
   fi
-  flags+=("${@:2}")
+  # CKPT_CLUSTER_FLAGS: more flags for every daemon (e.g. --memory_tier_bytes=N).
+  # shellcheck disable=SC2206
+  flags+=(${CKPT_CLUSTER_FLAGS:-} "${@:2}")
   rm -f "$dir/$n/log"
   # Not through a function: $! must be the daemon itself (ip netns exec
   # execs it in place), so that kill reaches it.

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Restore from a peer's memory against the link (issue "Memory tier",
+# figure 6b). Two hosts, each in its own network namespace on a bridge
+# (tools/dev/cluster.sh; loopback without root), and a coordinator; one
+# rank per host saves a model to the memory tier, each host's part copied
+# to the other (R=1). Host h1's ckptd is then SIGKILLed and started again
+# with empty memory, and the two ranks load the step from memory: h1's rank
+# gets every byte from h0 over the peer data channel. Its restore rate
+# (bytes / the rank's Load call, every byte checked after) is compared with
+# raw TCP between the same two namespaces, measured right after (a Python
+# sender and receiver moving the same number of bytes; the link's limit).
+#
+#   tools/bench/memory-peer-bench.sh [--scale N] [--rounds R] [--json]
+#
+# --scale: the demo model's size (1: ~1.4 MiB; default 400, about 0.5 GiB).
+# Figures: peer_restore_gbps (median over rounds), raw_tcp_gbps (median),
+# peer_restore_over_raw_tcp. Needs a built tree (CKPT_BUILD_DIR, default
+# build/).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+scale=400
+rounds=3
+json=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --scale) scale="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    --json) json=1; shift ;;
+    *) echo "usage: $0 [--scale N] [--rounds R] [--json]" >&2; exit 2 ;;
+  esac
+done
+build="$PWD/${CKPT_BUILD_DIR:-build}"
+export CKPTD="$build/daemon/ckptd" CKPTCTL="$build/tools/ckptctl/ckptctl"
+rank_bin="$build/tools/demo/ckpt-demo-rank"
+cluster="$PWD/tools/dev/cluster.sh"
+dir="$(mktemp -d /tmp/ckpt-peer-restore-XXXXXX)"
+trap '[ -n "${CKPT_BENCH_KEEP:-}" ] || { "$cluster" down "$dir" >/dev/null 2>&1 || true; rm -rf "$dir"; }' EXIT
+
+# Room for the model, its replica and the blocks' rounding on each host.
+export CKPT_CLUSTER_FLAGS="--memory_tier_bytes=$(( (scale * 4 + 512) << 20 )) --peer_wait_s=60"
+"$cluster" up "$dir" 2 >/dev/null
+# shellcheck disable=SC1091
+source "$dir/cluster.env"
+[ "$mode" = netns ] || echo "memory-peer-bench: no network namespaces (not root): loopback" >&2
+
+ns() {  # HOST: the words that run a command in its namespace
+  [ "$mode" = netns ] && echo "ip netns exec ckpt-$tag-$1"
+}
+
+# One rank per host, world 2; fails with the ranks' output.
+run_ranks() {  # MODE STEP FLAGS...
+  local pids=() i
+  for i in 0 1; do
+    "$rank_bin" --socket="$dir/h$i/ckptd.sock" --job=bench --mode="$1" --rank=$i --world=2 \
+      --local_world=1 --local_rank=0 --step="$2" --saved_world=2 --scale="$scale" "${@:3}" \
+      >"$dir/rank$i.out" 2>&1 &
+    pids+=($!)
+  done
+  for i in 0 1; do
+    wait "${pids[$i]}" || { cat "$dir"/rank*.out >&2; exit 1; }
+  done
+}
+
+# Raw TCP from h0 to h1: BYTES moved, GB/s at the receiver.
+raw_tcp() {
+  local bytes="$1" address port=7481
+  if [ "$mode" = netns ]; then address="10.233.$net.11"; else address=127.0.0.1; port=$((base_port + 15)); fi
+  # shellcheck disable=SC2046
+  $(ns h1) python3 -c '
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(1)
+print("ready", flush=True)
+c, _ = s.accept(); buf = bytearray(16 << 20); view = memoryview(buf); got = 0
+n = c.recv_into(view); start = time.monotonic(); got = n
+while n:
+    n = c.recv_into(view); got += n
+print("%.4f" % (got / (time.monotonic() - start) / 1e9))' "$address" "$port" >"$dir/tcp.out" &
+  local server=$!
+  for _ in $(seq 1 100); do grep -q ready "$dir/tcp.out" 2>/dev/null && break; sleep 0.05; done
+  # shellcheck disable=SC2046
+  $(ns h0) python3 -c '
+import socket, sys
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+buf = memoryview(bytearray(16 << 20)); left = int(sys.argv[3])
+while left > 0:
+    n = min(left, len(buf)); c.sendall(buf[:n]); left -= n
+c.close()' "$address" "$port" "$bytes"
+  wait "$server"
+  tail -1 "$dir/tcp.out"
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+restores=()
+tcps=()
+for round in $(seq 1 "$rounds"); do
+  run_ranks save "$round" --tier=memory
+  "$cluster" kill "$dir" 1 >/dev/null
+  "$cluster" start "$dir" 1 >/dev/null
+  # Timed from the new h1 registered (it waits for its old instance to be
+  # declared lost first; a load before that waits for it).
+  for _ in $(seq 1 600); do
+    grep -q "registered with coordinator" "$dir/h1/log" 2>/dev/null && break
+    sleep 0.05
+  done
+  run_ranks load -1 --from=memory
+  line="$(grep "loaded step $round:" "$dir/rank1.out")" ||
+    { cat "$dir"/rank*.out >&2; exit 1; }
+  grep -q "tiers=memory " <<<"$line" || { echo "not from memory: $line" >&2; exit 1; }
+  mib="$(sed -E 's/.*: ([0-9.]+) MiB in ([0-9.]+) ms.*/\1/' <<<"$line")"
+  ms="$(sed -E 's/.*: ([0-9.]+) MiB in ([0-9.]+) ms.*/\2/' <<<"$line")"
+  restores+=("$(awk -v m="$mib" -v t="$ms" 'BEGIN {printf "%.4f", m * 1048576 / (t / 1000) / 1e9}')")
+  bytes="$(awk -v m="$mib" 'BEGIN {printf "%d", m * 1048576}')"
+  tcps+=("$(raw_tcp "$bytes")")
+done
+restore="$(printf '%s\n' "${restores[@]}" | median)"
+tcp="$(printf '%s\n' "${tcps[@]}" | median)"
+ratio="$(awk -v a="$restore" -v b="$tcp" 'BEGIN {printf "%.4f", a / b}')"
+if [ "$json" = 1 ]; then
+  printf '{"mode":"memory_peer_restore","link":"%s","scale":%d,"rank_mib":%s,"rounds":%d,' \
+    "$mode" "$scale" "$mib" "$rounds"
+  printf '"peer_restore_gbps":%s,"raw_tcp_gbps":%s,"peer_restore_over_raw_tcp":%s}\n' \
+    "$restore" "$tcp" "$ratio"
+else
+  echo "restore of h1's rank from h0's memory: ${restore} GB/s (rounds: ${restores[*]})"
+  echo "raw TCP h0 -> h1 (${mode}), same bytes: ${tcp} GB/s (rounds: ${tcps[*]})"
+  echo "peer_restore_over_raw_tcp: ${ratio}"
+fi
