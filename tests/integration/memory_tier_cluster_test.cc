@@ -148,19 +148,6 @@ TEST_CASE("A memory-tier save spread over hosts needs as many hosts as copies",
   for (int i = 0; i < 2; ++i) CHECK(ListedSteps(cluster.node(i), "few").empty());
 }
 
-uint64_t ListedBytes(const TestDaemon& d, const std::string& job, int64_t step) {
-  grpc::ClientContext context;
-  v1::ListCheckpointsRequest request;
-  request.set_job(job);
-  v1::ListCheckpointsResponse response;
-  REQUIRE(d.Stub()->ListCheckpoints(&context, request, &response).ok());
-  for (const v1::CheckpointSummary& c : response.checkpoints()) {
-    if (c.step() == step) return c.bytes();
-  }
-  FAIL("step " << step << " is not listed");
-  return 0;
-}
-
 uint64_t MemoryHeld(TestCluster& cluster) {
   uint64_t total = 0;
   for (const HostCounters& c : Counters(cluster)) total += c.memory_held;
@@ -182,7 +169,7 @@ TEST_CASE("Erasure coded over three hosts: any one host lost, its part is rebuil
     RequireAllOk(
         cluster.RunRanks("rep", "save", kHosts, 1, 0, kScale, Layout(2, 2, "--tier=memory")));
     replicated = MemoryHeld(cluster);
-    bytes = ListedBytes(cluster.coordinator(), "rep", 1);
+    bytes = CheckpointBytes(cluster.coordinator(), "rep", 1);
   }
   TestCluster cluster;
   REQUIRE(

@@ -28,19 +28,6 @@ const std::vector<std::string> kSaveLayout = {"--layout=parallel", "--tp=2", "--
 const std::vector<std::string> kLoadLayout = {"--layout=parallel", "--tp=3", "--pp=1"};
 const std::vector<std::string> kFullCopy = {"--layout=parallel", "--tp=1", "--pp=1"};
 
-uint64_t CheckpointBytes(const TestDaemon& d, const std::string& job, int64_t step) {
-  grpc::ClientContext context;
-  v1::ListCheckpointsRequest request;
-  request.set_job(job);
-  v1::ListCheckpointsResponse response;
-  REQUIRE(d.Stub()->ListCheckpoints(&context, request, &response).ok());
-  for (const v1::CheckpointSummary& c : response.checkpoints()) {
-    if (c.step() == step) return c.bytes();
-  }
-  FAIL("step " << step << " is not listed");
-  return 0;
-}
-
 // The stored chunks a load by `ranks` needs, each once: every tensor's (the
 // layouts load whole models) and the objects those ranks ask for (the
 // global ones, and each rank's own).

@@ -241,6 +241,19 @@ std::vector<int64_t> ListedSteps(const TestDaemon& d, const std::string& job) {
   return steps;
 }
 
+uint64_t CheckpointBytes(const TestDaemon& d, const std::string& job, int64_t step) {
+  grpc::ClientContext context;
+  v1::ListCheckpointsRequest request;
+  request.set_job(job);
+  v1::ListCheckpointsResponse response;
+  REQUIRE(d.Stub()->ListCheckpoints(&context, request, &response).ok());
+  for (const v1::CheckpointSummary& c : response.checkpoints()) {
+    if (c.step() == step) return c.bytes();
+  }
+  FAIL("step " << step << " is not listed");
+  return 0;
+}
+
 void SaveStep(const TestDaemon& d, const std::string& job, int64_t step) {
   for (const ExitInfo& r : d.RunRanks(job, "save", 1, step, 1)) {
     INFO(r.output);

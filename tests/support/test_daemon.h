@@ -129,6 +129,8 @@ std::vector<std::string> ListDir(const std::string& path);
 // The steps the daemon lists for `job`, asked over gRPC; every one must be
 // whole (CHECK: not broken).
 std::vector<int64_t> ListedSteps(const TestDaemon& d, const std::string& job);
+// The bytes of a listed step (FAILs when it is not listed).
+uint64_t CheckpointBytes(const TestDaemon& d, const std::string& job, int64_t step);
 // The manifest of a committed step, asked over gRPC (REQUIRE: it answers).
 v1::CheckpointManifest InspectManifest(const TestDaemon& d, const std::string& job, int64_t step);
 // Saves `step` of `job` with one demo rank; REQUIREs that it succeeded.
