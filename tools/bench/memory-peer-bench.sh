@@ -96,7 +96,10 @@ restores=()
 tcps=()
 for round in $(seq 1 "$rounds"); do
   run_ranks save "$round" --tier=memory
+  old="$(cat "$dir/h1/pid")"
   "$cluster" kill "$dir" 1 >/dev/null
+  # Gone, memory and socket with it, before the new one starts.
+  while kill -0 "$old" 2>/dev/null; do sleep 0.05; done
   "$cluster" start "$dir" 1 >/dev/null
   # Timed from the new h1 registered (it waits for its old instance to be
   # declared lost first; a load before that waits for it).
