@@ -14,8 +14,10 @@
 #
 # --scale: the demo model's size (1: ~1.4 MiB; default 400, about 0.5 GiB).
 # Figures: peer_restore_gbps (median over rounds), raw_tcp_gbps (median),
-# peer_restore_over_raw_tcp. Needs a built tree (CKPT_BUILD_DIR, default
-# build/).
+# peer_restore_over_raw_tcp. Fails when a rank's bytes differ (each rank
+# checks every byte), the restore was not from memory, or any host read
+# storage. Needs a built tree (CKPT_BUILD_DIR, default build/; or CKPTD,
+# CKPTCTL, CKPT_DEMO_RANK).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 scale=400
@@ -30,8 +32,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 build="$PWD/${CKPT_BUILD_DIR:-build}"
-export CKPTD="$build/daemon/ckptd" CKPTCTL="$build/tools/ckptctl/ckptctl"
-rank_bin="$build/tools/demo/ckpt-demo-rank"
+export CKPTD="${CKPTD:-$build/daemon/ckptd}" CKPTCTL="${CKPTCTL:-$build/tools/ckptctl/ckptctl}"
+rank_bin="${CKPT_DEMO_RANK:-$build/tools/demo/ckpt-demo-rank}"
 cluster="$PWD/tools/dev/cluster.sh"
 dir="$(mktemp -d /tmp/ckpt-peer-restore-XXXXXX)"
 trap '[ -n "${CKPT_BENCH_KEEP:-}" ] || { "$cluster" down "$dir" >/dev/null 2>&1 || true; rm -rf "$dir"; }' EXIT
@@ -90,6 +92,18 @@ c.close()' "$address" "$port" "$bytes"
   tail -1 "$dir/tcp.out"
 }
 
+# Chunk bytes every host has read from storage, summed.
+storage_read() {
+  local i total=0 n
+  for i in 0 1; do
+    n="$("$CKPTCTL" --socket="$dir/h$i/ckptd.sock" status --json | python3 -c '
+import json, sys
+print(int(json.load(sys.stdin)["chunk_bytes_read"]))')"
+    total=$((total + n))
+  done
+  echo "$total"
+}
+
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 restores=()
@@ -107,7 +121,9 @@ for round in $(seq 1 "$rounds"); do
     grep -q "registered with coordinator" "$dir/h1/log" 2>/dev/null && break
     sleep 0.05
   done
+  read_before="$(storage_read)"
   run_ranks load -1 --from=memory
+  [ "$(storage_read)" = "$read_before" ] || { echo "the restore read storage" >&2; exit 1; }
   line="$(grep "loaded step $round:" "$dir/rank1.out")" ||
     { cat "$dir"/rank*.out >&2; exit 1; }
   grep -q "tiers=memory " <<<"$line" || { echo "not from memory: $line" >&2; exit 1; }
