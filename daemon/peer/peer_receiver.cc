@@ -97,6 +97,18 @@ absl::Status PeerTransfer::Wait(absl::Time deadline) {
   return status_;
 }
 
+absl::Status PeerTransfer::WaitUnless(absl::Time deadline, const std::function<bool()>& stop) {
+  // Awake now and then to ask.
+  while (!AwaitDone(std::min(deadline, absl::Now() + absl::Milliseconds(100)))) {
+    if (stop && stop()) {
+      Cancel(absl::CancelledError(absl::StrCat(what_, ": its owner stopped waiting")));
+      return absl::CancelledError(absl::StrCat(what_, ": stopped waiting"));
+    }
+    if (absl::Now() >= deadline) break;
+  }
+  return Wait(deadline);
+}
+
 // ---- PeerReceiver ------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<PeerReceiver>> PeerReceiver::Start(
@@ -143,6 +155,12 @@ ExpectedTransfer PeerReceiver::Expect(std::string what, char* base, uint64_t byt
   }
   expected_[std::string(transfer->token().id())] = transfer;
   return ExpectedTransfer(std::move(transfer));
+}
+
+std::shared_ptr<void> PeerReceiver::OpenPrefix(uint64_t id) {
+  char prefix[kTokenPrefixBytes];
+  PutU64(prefix, id);
+  return OpenPrefix(std::string(prefix, sizeof prefix));
 }
 
 std::shared_ptr<void> PeerReceiver::OpenPrefix(std::string prefix) {

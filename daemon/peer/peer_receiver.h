@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -69,6 +70,9 @@ class PeerTransfer {
   // transfer's error otherwise. At the deadline the transfer is cancelled
   // (DEADLINE_EXCEEDED).
   absl::Status Wait(absl::Time deadline);
+  // The same, asking `stop` now and then: true ends the wait at once with
+  // CANCELLED (the transfer is cancelled), e.g. once its owner failed.
+  absl::Status WaitUnless(absl::Time deadline, const std::function<bool()>& stop);
   // Whether the transfer ended (either way) by `deadline`; cancels nothing.
   bool AwaitDone(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
   // Fails the transfer (a sender still connected is cut off) and returns
@@ -137,6 +141,9 @@ class PeerReceiver {
   // may be ahead of this host's readers. A token of no open prefix waits
   // up to hello_timeout for its prefix to open, then is refused.
   std::shared_ptr<void> OpenPrefix(std::string prefix);
+  // The same for the tokens of one load or save: those whose first 8 bytes
+  // are `id` (peer_wire.h TransferToken).
+  std::shared_ptr<void> OpenPrefix(uint64_t id);
   PeerReceiverStats Stats() const;
 
  private:

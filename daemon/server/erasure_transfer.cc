@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "daemon/peer/peer_sender.h"
 #include "daemon/peer/peer_wire.h"
+#include "daemon/server/stream_tasks.h"
 #include "daemon/tier/erasure_code.h"
 
 namespace ckpt::server {
@@ -129,37 +130,6 @@ class RebuiltFiles {
   std::map<std::string, std::unique_ptr<storage::WritableFile>> files_ ABSL_GUARDED_BY(mu_);
 };
 
-// Runs each task on a thread of its own; the first error, once all ended.
-// A task that fails stops the others (they ask `stop`).
-class Tasks {
- public:
-  void Add(std::function<absl::Status()> task) { tasks_.push_back(std::move(task)); }
-  std::function<bool()> Stop(const std::function<bool()>& cancelled) {
-    return [this, cancelled] { return failed_.load() || (cancelled && cancelled()); };
-  }
-  absl::Status Run() {
-    std::vector<std::thread> threads;
-    for (auto& task : tasks_) {
-      threads.emplace_back([this, &task] {
-        absl::Status s = task();
-        if (s.ok()) return;
-        absl::MutexLock lock(&mu_);
-        if (first_.ok()) first_ = s;
-        failed_.store(true);
-      });
-    }
-    for (std::thread& t : threads) t.join();
-    absl::MutexLock lock(&mu_);
-    return first_;
-  }
-
- private:
-  std::vector<std::function<absl::Status()>> tasks_;
-  std::atomic<bool> failed_{false};
-  absl::Mutex mu_;
-  absl::Status first_ ABSL_GUARDED_BY(mu_);
-};
-
 // Sends share `share` of `stripe` in pieces to `address`; *sent counts.
 absl::Status SendShare(storage::Backend& backend, const std::string& dir,
                        const v1::ErasureStripe& stripe, uint32_t share, uint64_t piece_bytes,
@@ -206,12 +176,8 @@ absl::Status ReceivePiece(peer::PeerReceiver& receiver, const v1::ErasureStripe&
                                           dst, n, token(i, q)));
   }
   for (peer::ExpectedTransfer& t : expected) {
-    // Polled, so that a failure elsewhere stops the wait.
-    while (!t->AwaitDone(std::min(deadline, absl::Now() + absl::Milliseconds(100)))) {
-      if (stop()) return absl::CancelledError("stopped");
-      if (absl::Now() >= deadline) break;
-    }
-    if (absl::Status s = t->Wait(deadline); !s.ok()) return s;
+    // A failure elsewhere stops the wait.
+    if (absl::Status s = t->WaitUnless(deadline, stop); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -220,12 +186,6 @@ std::vector<std::unique_ptr<uint8_t[]>> Buffers(size_t count, uint64_t bytes) {
   std::vector<std::unique_ptr<uint8_t[]>> buffers;
   for (size_t i = 0; i < count; ++i) buffers.emplace_back(new uint8_t[bytes]);
   return buffers;
-}
-
-std::shared_ptr<void> OpenPrefix(peer::PeerReceiver& receiver, uint64_t id) {
-  char prefix[peer::kTokenPrefixBytes];
-  peer::PutU64(prefix, id);
-  return receiver.OpenPrefix(std::string(prefix, sizeof prefix));
 }
 
 }  // namespace
@@ -241,7 +201,7 @@ absl::Status ExchangeStripes(peer::PeerReceiver* receiver, storage::Backend& bac
   if (!code.ok()) return code.status();
   const uint64_t piece = plan.piece_bytes();
   std::atomic<uint64_t> bytes_sent{0};
-  Tasks tasks;
+  StreamTasks tasks;
   const std::function<bool()> stop = tasks.Stop(cancelled);
   bool encodes = false;
   for (const v1::ErasureStripe& each : plan.stripes()) {
@@ -302,7 +262,7 @@ absl::Status ExchangeStripes(peer::PeerReceiver* receiver, storage::Backend& bac
   }
   std::shared_ptr<void> open;
   if (encodes && receiver != nullptr) {
-    open = OpenPrefix(*receiver, plan.id());
+    open = receiver->OpenPrefix(plan.id());
     if (absl::Status s = backend.CreateDirs(absl::StrCat(dir, "/parity")); !s.ok()) return s;
   }
   absl::Status status = tasks.Run();
@@ -323,7 +283,7 @@ absl::Status RunRebuild(peer::PeerReceiver* receiver, storage::Backend& backend,
   const uint64_t piece = rebuild.piece_bytes();
   std::atomic<uint64_t> bytes_sent{0};
   RebuiltFiles rebuilt(backend, rebuilt_dir);
-  Tasks tasks;
+  StreamTasks tasks;
   const std::function<bool()> stop = tasks.Stop(cancelled);
   bool rebuilds = false;
   for (const v1::StripeRebuild& sr : rebuild.stripes()) {
@@ -397,7 +357,7 @@ absl::Status RunRebuild(peer::PeerReceiver* receiver, storage::Backend& backend,
     });
   }
   std::shared_ptr<void> open;
-  if (rebuilds && receiver != nullptr) open = OpenPrefix(*receiver, rebuild.rebuild_id());
+  if (rebuilds && receiver != nullptr) open = receiver->OpenPrefix(rebuild.rebuild_id());
   absl::Status status = tasks.Run();
   *sent += bytes_sent.load();
   absl::Status closed = rebuilt.Close();

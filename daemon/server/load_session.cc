@@ -240,9 +240,7 @@ absl::Status LoadSession::Plan() {
     std::sort(hosts.begin(), hosts.end());
     for (const std::string& host : hosts) peer_index_[host] = index++;
     peers_ = assignment_.peers();
-    char prefix[peer::kTokenPrefixBytes];
-    peer::PutU64(prefix, assignment_.peers().load_id());
-    peer_prefix_ = context_.peer->OpenPrefix(std::string(prefix, sizeof prefix));
+    peer_prefix_ = context_.peer->OpenPrefix(assignment_.peers().load_id());
     early_prefix_.reset();
   }
   groups_.resize(planned.size());
@@ -487,21 +485,10 @@ absl::StatusOr<v1::LoadAssignment> LoadSession::PlanAcrossHosts(
 absl::Status LoadSession::RebuildLostShares(const v1::LoadAssignment& assignment) {
   const v1::ErasureRebuild& rebuild = assignment.rebuild();
   tier::MemoryTier& memory = *context_.memory_tier;
-  if (absl::Status s =
-          CheckStripes(rebuild.k(), rebuild.m(), rebuild.piece_bytes(), rebuild.secret(), {});
-      !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = CheckRebuild(rebuild); !s.ok()) return s;
   std::string dir;
   bool rebuilder = false;
   for (const v1::StripeRebuild& sr : rebuild.stripes()) {
-    google::protobuf::RepeatedPtrField<v1::ErasureStripe> one;
-    *one.Add() = sr.stripe();
-    if (absl::Status s =
-            CheckStripes(rebuild.k(), rebuild.m(), rebuild.piece_bytes(), rebuild.secret(), one);
-        !s.ok()) {
-      return s;
-    }
     rebuilder = rebuilder || sr.rebuilder() == context_.host.host();
   }
   v1::CheckpointManifest manifest;
@@ -519,9 +506,7 @@ absl::Status LoadSession::RebuildLostShares(const v1::LoadAssignment& assignment
   // chunks of the load meanwhile: they wait for it, not fail.
   std::shared_ptr<void> load_prefix;
   if (context_.peer != nullptr && assignment.has_peers()) {
-    char prefix[peer::kTokenPrefixBytes];
-    peer::PutU64(prefix, assignment.peers().load_id());
-    load_prefix = context_.peer->OpenPrefix(std::string(prefix, sizeof prefix));
+    load_prefix = context_.peer->OpenPrefix(assignment.peers().load_id());
   }
   const absl::Time start = absl::Now();
   uint64_t sent = 0;
@@ -620,16 +605,14 @@ absl::Status LoadSession::ExchangeGroup(const LoadGroup& group, char* room,
   }
   for (size_t k = 0; k < group.incoming.size(); ++k) {
     const GroupTransfer& t = group.incoming[k];
-    // Awake now and then: a load failed meanwhile (a peer lost, a rank
-    // gone) stops waiting at once.
-    const absl::Time until = absl::Now() + context_.options.peer_wait;
-    while (!incoming[k]->AwaitDone(std::min(until, absl::Now() + absl::Milliseconds(200))) &&
-           absl::Now() < until) {
-      if (failed_.load(std::memory_order_acquire)) {
-        return absl::CancelledError(absl::StrCat(Who(), "failed while waiting for host ", t.host));
-      }
+    // A load failed meanwhile (a peer lost, a rank gone) stops waiting at once.
+    const absl::Status s =
+        incoming[k]->WaitUnless(absl::Now() + context_.options.peer_wait,
+                                [this] { return failed_.load(std::memory_order_acquire); });
+    if (absl::IsCancelled(s) && failed_.load(std::memory_order_acquire)) {
+      return absl::CancelledError(absl::StrCat(Who(), "failed while waiting for host ", t.host));
     }
-    if (absl::Status s = incoming[k]->Wait(absl::Now()); !s.ok()) return s;
+    if (!s.ok()) return s;
     for (size_t i : t.chunks) {
       const GroupChunk& chunk = group.chunks[i];
       if (Crc32c(room + chunk.room_offset, chunk.chunk->length()) != chunk.chunk->crc32c()) {

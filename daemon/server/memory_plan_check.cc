@@ -76,44 +76,80 @@ absl::Status CheckReplicaPlan(const v1::ReplicaPlan& plan, uint64_t max_receive_
   return absl::OkStatus();
 }
 
-absl::Status CheckStripes(uint32_t k, uint32_t m, uint64_t piece_bytes, const std::string& secret,
-                          const google::protobuf::RepeatedPtrField<v1::ErasureStripe>& stripes) {
-  auto bad = [](const std::string& what) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the coordinator's erasure-coding plan is malformed: ", what));
-  };
-  if (stripes.empty()) return absl::OkStatus();
+namespace {
+
+absl::Status Malformed(const std::string& what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("the coordinator's erasure-coding plan is malformed: ", what));
+}
+
+// The code's parameters and the transfers' secret.
+absl::Status CheckCode(uint32_t k, uint32_t m, uint64_t piece_bytes, const std::string& secret,
+                       int stripes) {
   if (k < 1 || m < 1 || k + m > static_cast<uint32_t>(tier::ErasureCode::kMaxShares)) {
-    return bad(absl::StrCat("k=", k, " m=", m));
+    return Malformed(absl::StrCat("k=", k, " m=", m));
   }
   if (piece_bytes == 0 || piece_bytes > kMaxPieceBytes) {
-    return bad(absl::StrCat("pieces of ", piece_bytes, " bytes"));
+    return Malformed(absl::StrCat("pieces of ", piece_bytes, " bytes"));
   }
-  if (secret.size() != peer::kTokenBytes / 2) return bad("the secret");
-  if (stripes.size() > static_cast<int>(kMaxStripes)) return bad("too many stripes");
+  if (secret.size() != peer::kTokenBytes / 2) return Malformed("the secret");
+  if (stripes > static_cast<int>(kMaxStripes)) return Malformed("too many stripes");
+  return absl::OkStatus();
+}
+
+absl::Status CheckStripe(uint32_t k, uint32_t m, uint64_t piece_bytes,
+                         const v1::ErasureStripe& stripe) {
+  if (stripe.number() >= kMaxStripes || stripe.shares_size() != static_cast<int>(k + m)) {
+    return Malformed(absl::StrCat("stripe ", stripe.number()));
+  }
+  if (stripe.unit_bytes() > piece_bytes * (kMaxPieces - 1)) {
+    return Malformed(
+        absl::StrCat("stripe ", stripe.number(), " of ", stripe.unit_bytes(), " bytes"));
+  }
+  for (const v1::ErasureShare& share : stripe.shares()) {
+    for (const v1::ReplicaFile& f : share.files()) {
+      const bool data = absl::StartsWith(f.name(), "data/");
+      const bool parity = absl::StartsWith(f.name(), "parity/");
+      const size_t slash = f.name().find('/');
+      if ((!data && !parity) || f.name().find('/', slash + 1) != std::string::npos ||
+          !storage::ValidateConfinedName(f.name().substr(slash + 1)).ok() ||
+          f.bytes() > (uint64_t{1} << 50)) {
+        return Malformed(absl::StrCat("file ", f.name().substr(0, 128)));
+      }
+    }
+    const uint64_t files = FilesBytes(share);
+    if (share.bytes() > stripe.unit_bytes() || share.offset() > files ||
+        share.bytes() > files - share.offset() || share.files_size() > 1024) {
+      return Malformed(
+          absl::StrCat("a share of stripe ", stripe.number(), " on host ", share.host()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckStripes(uint32_t k, uint32_t m, uint64_t piece_bytes, const std::string& secret,
+                          const google::protobuf::RepeatedPtrField<v1::ErasureStripe>& stripes) {
+  if (stripes.empty()) return absl::OkStatus();
+  if (absl::Status s = CheckCode(k, m, piece_bytes, secret, stripes.size()); !s.ok()) return s;
   for (const v1::ErasureStripe& stripe : stripes) {
-    if (stripe.number() >= kMaxStripes || stripe.shares_size() != static_cast<int>(k + m)) {
-      return bad(absl::StrCat("stripe ", stripe.number()));
-    }
-    if (stripe.unit_bytes() > piece_bytes * (kMaxPieces - 1)) {
-      return bad(absl::StrCat("stripe ", stripe.number(), " of ", stripe.unit_bytes(), " bytes"));
-    }
-    for (const v1::ErasureShare& share : stripe.shares()) {
-      for (const v1::ReplicaFile& f : share.files()) {
-        const bool data = absl::StartsWith(f.name(), "data/");
-        const bool parity = absl::StartsWith(f.name(), "parity/");
-        const size_t slash = f.name().find('/');
-        if ((!data && !parity) || f.name().find('/', slash + 1) != std::string::npos ||
-            !storage::ValidateConfinedName(f.name().substr(slash + 1)).ok() ||
-            f.bytes() > (uint64_t{1} << 50)) {
-          return bad(absl::StrCat("file ", f.name().substr(0, 128)));
-        }
-      }
-      const uint64_t files = FilesBytes(share);
-      if (share.bytes() > stripe.unit_bytes() || share.offset() > files ||
-          share.bytes() > files - share.offset() || share.files_size() > 1024) {
-        return bad(absl::StrCat("a share of stripe ", stripe.number(), " on host ", share.host()));
-      }
+    if (absl::Status s = CheckStripe(k, m, piece_bytes, stripe); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRebuild(const v1::ErasureRebuild& rebuild) {
+  if (rebuild.stripes().empty()) return absl::OkStatus();
+  if (absl::Status s = CheckCode(rebuild.k(), rebuild.m(), rebuild.piece_bytes(), rebuild.secret(),
+                                 rebuild.stripes_size());
+      !s.ok()) {
+    return s;
+  }
+  for (const v1::StripeRebuild& sr : rebuild.stripes()) {
+    if (absl::Status s = CheckStripe(rebuild.k(), rebuild.m(), rebuild.piece_bytes(), sr.stripe());
+        !s.ok()) {
+      return s;
     }
   }
   return absl::OkStatus();

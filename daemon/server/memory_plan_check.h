@@ -36,6 +36,10 @@ uint64_t ReplicaBytesToReceive(const v1::ReplicaPlan& plan, uint64_t block);
 absl::Status CheckStripes(uint32_t k, uint32_t m, uint64_t piece_bytes, const std::string& secret,
                           const google::protobuf::RepeatedPtrField<v1::ErasureStripe>& stripes);
 
+// The same checks of a rebuild's stripes (its sources and lost shares are
+// checked where they are used, erasure_transfer.h RunRebuild).
+absl::Status CheckRebuild(const v1::ErasureRebuild& rebuild);
+
 // The parity bytes `host` keeps of the plan, each file rounded up to
 // `block` (saturating).
 uint64_t ParityBytesToHold(const v1::ErasurePlan& plan, const std::string& host, uint64_t block);

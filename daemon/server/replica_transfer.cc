@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "daemon/peer/peer_sender.h"
 #include "daemon/peer/peer_wire.h"
+#include "daemon/server/stream_tasks.h"
 
 namespace ckpt::server {
 namespace {
@@ -63,36 +64,36 @@ absl::Status ReceiveReplicas(peer::PeerReceiver& receiver, storage::Backend& bac
                              const std::function<bool()>& cancelled, absl::Time deadline) {
   if (plan.receive_from_size() == 0) return absl::OkStatus();
   // Senders that come before this host expects a piece wait for it.
-  char prefix[peer::kTokenPrefixBytes];
-  peer::PutU64(prefix, plan.replica_id());
-  std::shared_ptr<void> open = receiver.OpenPrefix(std::string(prefix, sizeof prefix));
+  std::shared_ptr<void> open = receiver.OpenPrefix(plan.replica_id());
   const uint64_t piece_bytes = plan.piece_bytes();
-  std::unique_ptr<char[]> buffer(new char[piece_bytes]);
+  // A stream per sender: each sender's pieces are taken as they come,
+  // whatever the others do (a sender waits on its receivers in turn).
+  StreamTasks streams;
+  const std::function<bool()> stop = streams.Stop(cancelled);
   for (const v1::ReplicaPeer& from : plan.receive_from()) {
-    uint32_t piece = 0;
-    for (const v1::ReplicaFile& file : from.files()) {
-      const std::string path = absl::StrCat(dir, "/", file.name());
-      absl::StatusOr<std::unique_ptr<storage::WritableFile>> out = backend.NewWritableFile(path);
-      if (!out.ok()) return out.status();
-      for (uint64_t at = 0; at < file.bytes(); at += piece_bytes, ++piece) {
-        const uint64_t length = std::min(piece_bytes, file.bytes() - at);
-        const std::string what =
-            absl::StrCat("replica of ", file.name(), " from host ", from.host());
-        peer::ExpectedTransfer transfer = receiver.Expect(
-            what, buffer.get(), length, PieceToken(plan, piece, from.index(), plan.index()));
-        // Polled, so that a save that fails meanwhile stops waiting.
-        while (!transfer->AwaitDone(std::min(deadline, absl::Now() + absl::Milliseconds(100)))) {
-          if (cancelled && cancelled()) return absl::CancelledError("the save ended");
-          if (absl::Now() >= deadline) break;
+    streams.Add([&, sender = &from]() -> absl::Status {
+      std::unique_ptr<char[]> buffer(new char[piece_bytes]);
+      uint32_t piece = 0;
+      for (const v1::ReplicaFile& file : sender->files()) {
+        const std::string path = absl::StrCat(dir, "/", file.name());
+        absl::StatusOr<std::unique_ptr<storage::WritableFile>> out = backend.NewWritableFile(path);
+        if (!out.ok()) return out.status();
+        for (uint64_t at = 0; at < file.bytes(); at += piece_bytes, ++piece) {
+          const uint64_t length = std::min(piece_bytes, file.bytes() - at);
+          peer::ExpectedTransfer transfer = receiver.Expect(
+              absl::StrCat("replica of ", file.name(), " from host ", sender->host()), buffer.get(),
+              length, PieceToken(plan, piece, sender->index(), plan.index()));
+          // A save that fails meanwhile stops waiting.
+          if (absl::Status s = transfer->WaitUnless(deadline, stop); !s.ok()) return s;
+          if (absl::Status s = (*out)->WriteAt(at, buffer.get(), length); !s.ok()) return s;
         }
-        if (absl::Status s = transfer->Wait(deadline); !s.ok()) return s;
-        if (absl::Status s = (*out)->WriteAt(at, buffer.get(), length); !s.ok()) return s;
+        if (absl::Status s = (*out)->Sync(); !s.ok()) return s;
+        if (absl::Status s = (*out)->Close(); !s.ok()) return s;
       }
-      if (absl::Status s = (*out)->Sync(); !s.ok()) return s;
-      if (absl::Status s = (*out)->Close(); !s.ok()) return s;
-    }
+      return absl::OkStatus();
+    });
   }
-  return absl::OkStatus();
+  return streams.Run();
 }
 
 }  // namespace ckpt::server

@@ -32,7 +32,8 @@ absl::Status SendReplicas(storage::Backend& backend, const std::string& dir,
                           const v1::ReplicaPlan& plan, const std::function<bool()>& cancelled,
                           uint64_t* sent);
 
-// Receives the files of every host of plan.receive_from into `dir`.
+// Receives the files of every host of plan.receive_from into `dir`, each
+// sender on a stream of its own (stream_tasks.h).
 // Returns once every piece arrived and was written, or at the first error
 // (naming the sender), or CANCELLED once `cancelled` says so, or
 // DEADLINE_EXCEEDED when a piece has not arrived by `deadline`.

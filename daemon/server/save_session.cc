@@ -10,7 +10,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/coordinator/fault_points.h"
-#include "daemon/peer/peer_wire.h"
 #include "daemon/server/erasure_transfer.h"
 #include "daemon/server/node_save_plan.h"
 #include "daemon/server/replica_transfer.h"
@@ -249,9 +248,7 @@ void SaveSession::PlanAllRanks() {
     }
     // Senders of data shares may come before this host encodes: they wait.
     if (status.ok() && !erasure.stripes().empty() && context_.peer != nullptr) {
-      char prefix[peer::kTokenPrefixBytes];
-      peer::PutU64(prefix, erasure.id());
-      erasure_prefix = context_.peer->OpenPrefix(std::string(prefix, sizeof prefix));
+      erasure_prefix = context_.peer->OpenPrefix(erasure.id());
     }
   }
   std::vector<std::unique_ptr<storage::WritableFile>> files;

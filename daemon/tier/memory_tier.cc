@@ -12,6 +12,7 @@
 #include "daemon/coordinator/fault_points.h"
 #include "daemon/coordinator/layout.h"
 #include "daemon/coordinator/manifest_io.h"
+#include "daemon/coordinator/replica_placement.h"
 #include "daemon/coordinator/retention.h"
 #include "daemon/storage/backend_factory.h"
 #include "proto/lib/align.h"
@@ -26,6 +27,7 @@ namespace {
 constexpr size_t kCopyPieceBytes = 8 << 20;
 // O_DIRECT wants aligned buffers; 4 KiB suits every block device here.
 constexpr size_t kCopyAlignment = 4096;
+
 void Log(const std::string& line) { std::fprintf(stderr, "ckptd: %s\n", line.c_str()); }
 
 struct FreeDeleter {
@@ -138,13 +140,12 @@ MemoryTier::Room::~Room() {
 
 uint64_t MemoryTier::SaveBytes(const v1::HostAssignment& host, uint64_t manifest_bytes) const {
   const uint64_t block = kBlockBytes;
-  std::map<int, uint64_t> ends;
-  for (const v1::WriteItem& item : host.items()) {
-    uint64_t& end = ends[item.writer()];
-    end = std::max(end, item.file_offset() + item.bytes());
-  }
   uint64_t total = 0;
-  for (const auto& [writer, end] : ends) total += AlignUp(end, block);
+  // Each data file to the end of its last item (what a replica copies).
+  const v1::ReplicaPeer files = coordinator::ReplicaFilesOf(host);
+  for (const v1::ReplicaFile& f : files.files()) {
+    total += AlignUp(f.bytes(), block);
+  }
   // MANIFEST (its checksums and trailer added at commit), LATEST, and
   // LATEST's temporary and intent files while it is replaced.
   // Checksums filled in at commit grow a chunk's entry by up to a fifth.
