@@ -1,10 +1,15 @@
 #include "daemon/storage/memory/memory_backend.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -81,33 +86,136 @@ struct MemoryBackend::Budget {
 };
 
 // A file's bytes; shared by the name table and every open file object, so
-// its blocks go back to the budget when the last of them lets go, as an
-// unlinked file's space does on POSIX.
+// its memory goes back to the budget when the last of them lets go, as an
+// unlinked file's space does on POSIX. The budget counts whole blocks, as
+// written.
+//
+// A small file (below kMappedFrom: a MANIFEST, LATEST, a tiny step) lives in
+// heap blocks. A large one, or one shared, lives in a memfd of its own
+// mapped here: kernel shared memory, so a committed file can be handed to a
+// rank to map read-only (Share) instead of being copied for it. Only those
+// cost a descriptor and a mapping each (a store of 100,000 small files must
+// not run out of either). The memfd is written through the mapping, in huge
+// pages where a write covers them whole and the kernel allows it
+// (shmem_enabled "advise"; daemon/pool/huge_pages.h): a rank then maps a GiB
+// in a few hundred page table entries rather than 262144 (measured here:
+// 1 ms against 88 ms per GiB), and reads and writes here run at memcpy
+// speed (pread from a memfd measured 4.5 GB/s against memcpy's 10).
 struct MemoryBackend::Inode {
   Inode(std::shared_ptr<Budget> budget, uint64_t block_bytes)
       : budget(std::move(budget)), block_bytes(block_bytes) {}
   ~Inode() { Truncate(); }
 
-  // All of it or nothing: the budget and every block are secured before a
-  // byte of the file changes. 0 < length, offset + length <= kMaxFileSize.
+  // The budget and the memory are secured before a byte of the file
+  // changes. 0 < length, offset + length <= kMaxFileSize.
   absl::Status Write(const std::string& path, uint64_t offset, const char* src, size_t length);
   // Returns the count, short only at the end of the file.
   size_t Read(uint64_t offset, char* dst, size_t length);
   uint64_t Size();
   // Empties the file and gives its blocks back, as O_TRUNC does: open
-  // readers see it empty.
+  // readers see it empty. A memfd goes with its memory: a rank mapping it
+  // keeps what it mapped.
   void Truncate();
+  absl::StatusOr<std::shared_ptr<const SharedFile>> Share(const std::string& path);
+
+  static constexpr uint64_t kHugePage = uint64_t{2} << 20;
+  static constexpr uint64_t kMappedFrom = uint64_t{1} << 20;
+
+  bool mapped() const ABSL_SHARED_LOCKS_REQUIRED(mu) { return fd >= 0; }
+  // Makes the mapping cover [0, end): the memfd created or grown (never
+  // shrunk) and mapped again, geometrically, so a file written piece by
+  // piece is mapped O(log) times. Heap blocks move into it.
+  absl::Status MapLocked(const std::string& path, uint64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Heap blocks for every missing block of [first, last]: all or none.
+  absl::Status AllocateHeapLocked(const std::string& path, uint64_t offset, uint64_t first,
+                                  uint64_t last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   const std::shared_ptr<Budget> budget;
   const uint64_t block_bytes;
   absl::Mutex mu;
   uint64_t size ABSL_GUARDED_BY(mu) = 0;
-  // Indexed by offset / block_bytes, as long as the last block written
-  // needs; null (or past the end) is a hole, read as zeros. Growing the table
-  // moves pointers, never file data.
+  // Indexed by offset / block_bytes: the blocks counted in the budget. A
+  // block never written is a hole, read as zeros.
+  std::vector<bool> present ABSL_GUARDED_BY(mu);
+  uint64_t blocks_held ABSL_GUARDED_BY(mu) = 0;
+  // Heap mode: a block per present entry (null for a hole).
   std::vector<std::unique_ptr<char[]>> blocks ABSL_GUARDED_BY(mu);
-  uint64_t blocks_held ABSL_GUARDED_BY(mu) = 0;  // non-null entries
+  // Mapped mode: the memfd and its mapping.
+  int fd ABSL_GUARDED_BY(mu) = -1;
+  char* map ABSL_GUARDED_BY(mu) = nullptr;
+  uint64_t map_bytes ABSL_GUARDED_BY(mu) = 0;  // the memfd's size, a multiple of kHugePage
 };
+
+absl::Status MemoryBackend::Inode::MapLocked(const std::string& path, uint64_t end) {
+  if (end <= map_bytes) return absl::OkStatus();
+  const uint64_t want = std::max((end + kHugePage - 1) / kHugePage * kHugePage,
+                                 std::min(2 * map_bytes, kMaxFileSize));
+  int new_fd = -1;
+  if (fd < 0) {
+    new_fd = memfd_create("ckpt-memory-tier", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (new_fd < 0) {
+      return ErrnoStatus(errno, absl::StrCat("write ", path, ": create its memory file"));
+    }
+    // A rank given the file cannot shrink it under the daemon (its next
+    // touch past the end would be SIGBUS); the daemon never shrinks one
+    // either (Truncate lets it go whole).
+    (void)fcntl(new_fd, F_ADD_SEALS, F_SEAL_SHRINK);
+  }
+  const int target = fd >= 0 ? fd : new_fd;
+  auto fail = [&](absl::Status s) {
+    if (new_fd >= 0) close(new_fd);
+    return s;
+  };
+  // Growing the file allocates nothing: pages come as they are written.
+  if (ftruncate(target, static_cast<off_t>(want)) != 0) {
+    return fail(ErrnoStatus(errno, absl::StrCat("write ", path, ": grow its memory file")));
+  }
+  void* at = mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_SHARED, target, 0);
+  if (at == MAP_FAILED) {
+    return fail(absl::ResourceExhaustedError(absl::StrFormat(
+        "write %s: cannot map %d bytes of its memory file: %s", path, want, std::strerror(errno))));
+  }
+  char* const fresh = static_cast<char*>(at);
+  // What is written already may sit in huge pages: map it so; heap blocks
+  // come in whole ones.
+  const uint64_t whole = size / kHugePage * kHugePage;
+  if (whole > 0) (void)madvise(fresh, whole, MADV_HUGEPAGE);
+  for (uint64_t i = 0; i < blocks.size(); ++i) {
+    if (blocks[i] == nullptr) continue;
+    const uint64_t from = i * block_bytes;
+    std::memcpy(fresh + from, blocks[i].get(), std::min(block_bytes, size - from));
+  }
+  blocks.clear();
+  if (map != nullptr) munmap(map, map_bytes);
+  if (new_fd >= 0) fd = new_fd;
+  map = fresh;
+  map_bytes = want;
+  return absl::OkStatus();
+}
+
+absl::Status MemoryBackend::Inode::AllocateHeapLocked(const std::string& path, uint64_t offset,
+                                                      uint64_t first, uint64_t last) {
+  std::vector<std::unique_ptr<char[]>> fresh;
+  for (uint64_t i = first; i <= last; ++i) {
+    if (i < blocks.size() && blocks[i] != nullptr) continue;
+    // Uninitialized: the write copies over what it covers; Write zeroes
+    // the rest.
+    fresh.emplace_back(new (std::nothrow) char[block_bytes]);
+    if (fresh.back() == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("write %s at offset %d: out of host memory for a %d-byte block", path,
+                          offset, block_bytes));
+    }
+  }
+  if (blocks.size() <= last) blocks.resize(last + 1);
+  auto next = fresh.begin();
+  for (uint64_t i = first; i <= last; ++i) {
+    if (blocks[i] != nullptr) continue;
+    blocks[i] = std::move(*next++);
+    std::memset(blocks[i].get(), 0, block_bytes);
+  }
+  return absl::OkStatus();
+}
 
 absl::Status MemoryBackend::Inode::Write(const std::string& path, uint64_t offset, const char* src,
                                          size_t length) {
@@ -117,7 +225,7 @@ absl::Status MemoryBackend::Inode::Write(const std::string& path, uint64_t offse
   absl::MutexLock lock(&mu);
   uint64_t missing = 0;
   for (uint64_t i = first; i <= last; ++i) {
-    if (i >= blocks.size() || blocks[i] == nullptr) ++missing;
+    if (i >= present.size() || !present[i]) ++missing;
   }
   const uint64_t missing_bytes = missing * block_bytes;
   uint64_t held_now = 0;
@@ -127,35 +235,33 @@ absl::Status MemoryBackend::Inode::Write(const std::string& path, uint64_t offse
         "memory tier budget are held",
         path, offset, length, missing_bytes, held_now, budget->limit));
   }
-  // Uninitialized: the bytes this write covers are copied over, and only the
-  // rest of each block is zeroed below.
-  std::vector<std::unique_ptr<char[]>> fresh(missing);
-  for (auto& block : fresh) {
-    block.reset(new (std::nothrow) char[block_bytes]);
-    if (block == nullptr) {
-      fresh.clear();
-      budget->Release(missing_bytes);
-      return absl::ResourceExhaustedError(
-          absl::StrFormat("write %s at offset %d: out of host memory for a %d-byte block", path,
-                          offset, block_bytes));
-    }
+  absl::Status room = mapped() || end > kMappedFrom ? MapLocked(path, end)
+                                                    : AllocateHeapLocked(path, offset, first, last);
+  if (!room.ok()) {
+    budget->Release(missing_bytes);
+    return room;
   }
-
-  if (blocks.size() <= last) blocks.resize(last + 1);
-  auto next_fresh = fresh.begin();
-  for (uint64_t i = first; i <= last; ++i) {
-    const uint64_t block_start = i * block_bytes;
-    const uint64_t from = std::max(offset, block_start) - block_start;
-    const uint64_t to = std::min(end, block_start + block_bytes) - block_start;
-    if (blocks[i] == nullptr) {
-      blocks[i] = std::move(*next_fresh++);
-      std::memset(blocks[i].get(), 0, from);
-      std::memset(blocks[i].get() + to, 0, block_bytes - to);
-    }
-    std::memcpy(blocks[i].get() + from, src + (block_start + from - offset), to - from);
-  }
+  if (present.size() <= last) present.resize(last + 1);
+  for (uint64_t i = first; i <= last; ++i) present[i] = true;
   blocks_held += missing;
   size = std::max(size, end);
+  if (!mapped()) {
+    for (uint64_t i = first; i <= last; ++i) {
+      const uint64_t block_start = i * block_bytes;
+      const uint64_t from = std::max(offset, block_start) - block_start;
+      const uint64_t to = std::min(end, block_start + block_bytes) - block_start;
+      std::memcpy(blocks[i].get() + from, src + (block_start + from - offset), to - from);
+    }
+    return absl::OkStatus();
+  }
+  // Huge pages only where this write covers them whole: a file's ragged
+  // edges must not take 2 MiB each.
+  const uint64_t huge_from = (offset + kHugePage - 1) / kHugePage * kHugePage;
+  const uint64_t huge_to = end / kHugePage * kHugePage;
+  if (huge_from < huge_to) (void)madvise(map + huge_from, huge_to - huge_from, MADV_HUGEPAGE);
+  // The kernel allocates the pages as they are touched here; out of memory
+  // is the OOM killer's, as for any allocation.
+  std::memcpy(map + offset, src, length);
   return absl::OkStatus();
 }
 
@@ -163,18 +269,28 @@ size_t MemoryBackend::Inode::Read(uint64_t offset, char* dst, size_t length) {
   absl::ReaderMutexLock lock(&mu);
   if (offset >= size) return 0;
   const size_t n = std::min<uint64_t>(length, size - offset);
+  // Block by block: a hole is zeros written here, not read from a memfd
+  // (reading a hole of shared memory allocates its page).
   for (size_t done = 0; done < n;) {
     const uint64_t pos = offset + done;
     const uint64_t index = pos / block_bytes;
     const uint64_t within = pos % block_bytes;
-    const size_t chunk = std::min<uint64_t>(n - done, block_bytes - within);
-    const char* block = index < blocks.size() ? blocks[index].get() : nullptr;
-    if (block == nullptr) {
-      std::memset(dst + done, 0, chunk);
+    size_t piece = std::min<uint64_t>(n - done, block_bytes - within);
+    const bool held = index < present.size() && present[index];
+    if (!held) {
+      std::memset(dst + done, 0, piece);
+    } else if (mapped()) {
+      // The run of held blocks from here, in one copy.
+      uint64_t next = index + 1;
+      while (done + piece < n && next < present.size() && present[next]) {
+        piece = std::min<uint64_t>(n - done, piece + block_bytes);
+        ++next;
+      }
+      std::memcpy(dst + done, map + pos, piece);
     } else {
-      std::memcpy(dst + done, block + within, chunk);
+      std::memcpy(dst + done, blocks[index].get() + within, piece);
     }
-    done += chunk;
+    done += piece;
   }
   return n;
 }
@@ -185,19 +301,55 @@ uint64_t MemoryBackend::Inode::Size() {
 }
 
 void MemoryBackend::Inode::Truncate() {
-  std::vector<std::unique_ptr<char[]>> old;
+  std::vector<std::unique_ptr<char[]>> old_blocks;
+  int old_fd = -1;
+  char* old_map = nullptr;
+  uint64_t old_map_bytes = 0;
   uint64_t old_count = 0;
   {
     absl::MutexLock lock(&mu);
-    old.swap(blocks);
-    old_count = blocks_held;
-    blocks_held = 0;
+    old_blocks.swap(blocks);
+    old_fd = std::exchange(fd, -1);
+    old_map = std::exchange(map, nullptr);
+    old_map_bytes = std::exchange(map_bytes, 0);
+    present.clear();
+    old_count = std::exchange(blocks_held, 0);
     size = 0;
   }
   // Freed outside the lock (GiBs take a while), and before the budget hears
-  // of it, so bytes_held never reads less than what is allocated.
-  old.clear();
+  // of it, so bytes_held never reads less than what is allocated (pages a
+  // rank still maps stay with it until it unmaps them).
+  old_blocks.clear();
+  if (old_map != nullptr) munmap(old_map, old_map_bytes);
+  if (old_fd >= 0) close(old_fd);
   budget->Release(old_count * block_bytes);
+}
+
+MemoryBackend::SharedFile::~SharedFile() {
+  if (data != nullptr) munmap(const_cast<char*>(data), size);
+  if (fd >= 0) close(fd);
+}
+
+absl::StatusOr<std::shared_ptr<const MemoryBackend::SharedFile>> MemoryBackend::Inode::Share(
+    const std::string& path) {
+  absl::MutexLock lock(&mu);
+  auto shared = std::make_shared<SharedFile>();
+  shared->size = size;
+  if (size == 0) return shared;
+  // A small file moves into a memfd of its own once, to be shared.
+  if (!mapped()) {
+    if (absl::Status s = MapLocked(path, size); !s.ok()) return s;
+  }
+  // Reopened read-only: a rank given this descriptor can map the bytes but
+  // neither write them nor map them writable.
+  shared->fd = open(absl::StrCat("/proc/self/fd/", fd).c_str(), O_RDONLY | O_CLOEXEC);
+  if (shared->fd < 0) return ErrnoStatus(errno, absl::StrCat("share ", path, ": reopen read-only"));
+  // Not populated: the caller may hold locks, and the pages are mapped as
+  // they are read (one fault per 2 MiB where they are huge).
+  void* at = mmap(nullptr, size, PROT_READ, MAP_SHARED, shared->fd, 0);
+  if (at == MAP_FAILED) return ErrnoStatus(errno, absl::StrCat("share ", path, ": map"));
+  shared->data = static_cast<const char*>(at);
+  return std::shared_ptr<const SharedFile>(std::move(shared));
 }
 
 namespace {
@@ -333,6 +485,21 @@ absl::StatusOr<std::unique_ptr<ReadableFile>> MemoryBackend::NewReadableFile(
   auto it = files_.find(p);
   if (it == files_.end()) return ErrnoStatus(ENOENT, absl::StrCat("open ", path));
   return std::make_unique<MemoryReadableFile>(path, it->second);
+}
+
+absl::StatusOr<std::shared_ptr<const MemoryBackend::SharedFile>> MemoryBackend::Share(
+    const std::string& path) {
+  const std::string p = Normalize(path);
+  std::shared_ptr<Inode> inode;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    auto it = files_.find(p);
+    if (it == files_.end()) {
+      return ErrnoStatus(IsDirLocked(p) ? EISDIR : ENOENT, absl::StrCat("share ", path));
+    }
+    inode = it->second;
+  }
+  return inode->Share(path);
 }
 
 absl::Status MemoryBackend::CreateDirs(const std::string& path) {

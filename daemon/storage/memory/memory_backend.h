@@ -7,12 +7,15 @@
 // "/"), and "/" always exists. Sync and SyncDir only check that the target
 // exists: everything here is "durable" until the process ends.
 //
-// An inode holds its bytes in fixed-size blocks, allocated when first
-// written: a file of GiBs grows without being copied, and a range never
-// written reads as zeros without costing memory. The backend counts the
-// bytes of the blocks it holds, over all files, including removed ones still
-// open (an inode's blocks go when its last reference does), and refuses a
-// write that would take it past its budget before allocating anything.
+// An inode holds its bytes in a memfd of its own, counted in fixed-size
+// blocks as they are first written: a file of GiBs grows without being
+// copied, and a range never written reads as zeros without costing memory.
+// The backend counts the bytes of the blocks it holds, over all files,
+// including removed ones still open (an inode's blocks go when its last
+// reference does), and refuses a write that would take it past its budget
+// before allocating anything. Being kernel memory, a file can be shared
+// read-only with another process (Share): the memory tier's zero-copy
+// loads.
 //
 // Thread-safety: all Backend methods are safe from any thread, and do no
 // copying or freeing of file data under the backend-wide lock. A file object
@@ -52,6 +55,22 @@ class MemoryBackend : public Backend {
 
   explicit MemoryBackend(MemoryBackendOptions options = {});
   ~MemoryBackend() override;
+
+  // A file's bytes mapped read-only here, with a read-only descriptor of
+  // them for another process to map. What it shows stays valid while it
+  // lives, even if the file is removed or rewritten meanwhile (a rewrite
+  // takes new memory; the shared bytes are the old ones).
+  struct SharedFile {
+    SharedFile() = default;
+    ~SharedFile();
+    SharedFile(const SharedFile&) = delete;
+    SharedFile& operator=(const SharedFile&) = delete;
+    const char* data = nullptr;  // null for an empty file
+    uint64_t size = 0;
+    int fd = -1;  // O_RDONLY; -1 for an empty file
+  };
+  // NOT_FOUND when no such file.
+  absl::StatusOr<std::shared_ptr<const SharedFile>> Share(const std::string& path);
 
   // Bytes of blocks held now, by all files, removed-but-open ones included.
   uint64_t bytes_held() const;

@@ -2,6 +2,10 @@
 // block edges, holes read as zeros), and a byte budget counted over every
 // block held, open-but-removed files included. Its Backend semantics are
 // checked by backend_conformance_test.cc with the other backends.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdint>
 #include <random>
@@ -12,6 +16,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/storage/backend_factory.h"
 #include "daemon/storage/memory/memory_backend.h"
 #include "tests/unit/daemon/storage/test_util.h"
@@ -278,6 +283,79 @@ TEST_CASE("memory backend: bytes_held follows writes, truncation, renames and re
   auto root = backend.ListDir("/");
   CKPT_REQUIRE_OK(root);
   REQUIRE(root->empty());
+}
+
+TEST_CASE("memory backend: a shared file is read-only for its taker and outlives changes",
+          "[storage]") {
+  MemoryBackend backend(MemoryBackendOptions{.budget_bytes = 0, .block_bytes = kBlock});
+  CKPT_REQUIRE_OK(backend.CreateDirs("/d"));
+  const std::string contents = Pattern(3 * kBlock + 17, 7);
+  WriteFile(backend, "/d/f", contents);
+
+  auto shared = backend.Share("/d/f");
+  CKPT_REQUIRE_OK(shared);
+  const MemoryBackend::SharedFile& file = **shared;
+  REQUIRE(file.size == contents.size());
+  REQUIRE(std::string(file.data, file.size) == contents);
+
+  // Another process's view: the descriptor maps the same bytes, but only
+  // for reading.
+  REQUIRE(fcntl(file.fd, F_GETFL) != -1);
+  REQUIRE((fcntl(file.fd, F_GETFL) & O_ACCMODE) == O_RDONLY);
+  REQUIRE(mmap(nullptr, file.size, PROT_READ | PROT_WRITE, MAP_SHARED, file.fd, 0) == MAP_FAILED);
+  REQUIRE(ftruncate(file.fd, 0) != 0);
+  void* view = mmap(nullptr, file.size, PROT_READ, MAP_SHARED, file.fd, 0);
+  REQUIRE(view != MAP_FAILED);
+  REQUIRE(std::string(static_cast<const char*>(view), file.size) == contents);
+  REQUIRE(mprotect(view, file.size, PROT_READ | PROT_WRITE) != 0);
+
+  // Rewritten and then removed: the taker keeps the bytes it was given.
+  WriteFile(backend, "/d/f", std::string(10, 'x'));
+  REQUIRE(ReadFile(backend, "/d/f") == std::string(10, 'x'));
+  CKPT_REQUIRE_OK(backend.RemoveAll("/d"));
+  REQUIRE(std::string(static_cast<const char*>(view), file.size) == contents);
+  REQUIRE(std::string(file.data, file.size) == contents);
+  munmap(view, file.size);
+
+  REQUIRE(absl::IsNotFound(backend.Share("/d/f").status()));
+}
+
+int OpenDescriptors() {
+  int n = 0;
+  for (int fd = 0; fd < 65536; ++fd) n += fcntl(fd, F_GETFD) != -1;
+  return n;
+}
+
+TEST_CASE("memory backend: only large or shared files cost a descriptor", "[storage]") {
+  MemoryBackend backend(MemoryBackendOptions{.budget_bytes = 0, .block_bytes = 64 << 10});
+  CKPT_REQUIRE_OK(backend.CreateDirs("/d"));
+  const int before = OpenDescriptors();
+  // A store of many small files (a MANIFEST per step) holds none.
+  for (int i = 0; i < 2000; ++i) WriteFile(backend, absl::StrCat("/d/small-", i), "manifest");
+  CHECK(OpenDescriptors() == before);
+  // A file that grows past a MiB moves into a memfd, bytes intact.
+  const std::string head = Pattern(700 << 10, 1);
+  const std::string tail = Pattern(900 << 10, 2);
+  {
+    std::unique_ptr<WritableFile> file = Open(backend, "/d/large");
+    CKPT_REQUIRE_OK(file->WriteAt(0, head.data(), head.size()));
+    CHECK(OpenDescriptors() == before);
+    CKPT_REQUIRE_OK(file->WriteAt(head.size() + 4096, tail.data(), tail.size()));
+    CKPT_REQUIRE_OK(file->Close());
+  }
+  CHECK(OpenDescriptors() == before + 1);
+  CHECK(ReadFile(backend, "/d/large") == head + std::string(4096, '\0') + tail);
+  // Sharing a small file moves it too; the share holds its own descriptor.
+  {
+    auto shared = backend.Share("/d/small-7");
+    CKPT_REQUIRE_OK(shared);
+    CHECK(std::string((*shared)->data, (*shared)->size) == "manifest");
+    CHECK(OpenDescriptors() == before + 3);
+  }
+  CHECK(ReadFile(backend, "/d/small-7") == "manifest");
+  CKPT_REQUIRE_OK(backend.RemoveAll("/d"));
+  CHECK(OpenDescriptors() == before);
+  CHECK(backend.bytes_held() == 0);
 }
 
 TEST_CASE("NewMemoryBackend passes its options; block_bytes 0 is the default", "[storage]") {
