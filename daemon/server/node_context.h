@@ -61,8 +61,9 @@ struct NodeContext {
   // The memory tier; null without one (--memory_tier_bytes 0). Set before
   // serving.
   tier::MemoryTier* memory_tier = nullptr;
-  std::atomic<uint64_t> memory_bytes_read{0};     // chunk bytes loads took from memory
-  std::atomic<uint64_t> load_fallback_chunks{0};  // failed verification, read from the next tier
+  std::atomic<uint64_t> memory_bytes_read{0};      // chunk bytes loads took from memory
+  std::atomic<uint64_t> memory_bytes_in_place{0};  // of those, copied where they lie
+  std::atomic<uint64_t> load_fallback_chunks{0};   // failed verification, read from the next tier
 };
 
 }  // namespace ckpt::server

@@ -324,9 +324,16 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   d->context_->background = &d->background_;
   d->context_->memory_tier = d->memory_tier_.get();
   d->service_ = std::make_unique<NodeService>(*d->context_, d->gpu_->HasDevice(), o.limits);
+  // A session id asks for its job's pool segments; a session id, a newline
+  // and a load id for the memory-tier files that load shares.
   d->segment_server_ = std::make_unique<SegmentServer>(
-      *d->pool_, [sessions = d->sessions_.get()](const std::string& id, uid_t uid) {
-        return SegmentOwner(*sessions, id, uid);
+      [sessions = d->sessions_.get(), pool = d->pool_.get(), service = d->service_.get()](
+          const std::string& request, uid_t uid) -> absl::StatusOr<pool::OwnerSegments> {
+        const size_t newline = request.find('\n');
+        absl::StatusOr<std::string> job = SegmentOwner(*sessions, request.substr(0, newline), uid);
+        if (!job.ok()) return job.status();
+        if (newline == std::string::npos) return pool->SegmentsOf(*job);
+        return service->LoadMemorySpace(*job, request.substr(newline + 1));
       });
   return d;
 }

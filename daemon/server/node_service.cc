@@ -328,6 +328,20 @@ std::shared_ptr<LoadSession> NodeService::FindLoad(const std::string& load_id) {
   return it == loads_.end() ? nullptr : it->second;
 }
 
+absl::StatusOr<pool::OwnerSegments> NodeService::LoadMemorySpace(const std::string& job,
+                                                                 const std::string& load_id) {
+  std::shared_ptr<LoadSession> load = FindLoad(load_id);
+  if (load == nullptr) {
+    return absl::NotFoundError(absl::StrCat("load ", QuoteId(load_id), " is unknown"));
+  }
+  absl::StatusOr<pool::OwnerSegments> space = load->MemorySpace(job);
+  if (absl::IsNotFound(space.status())) {
+    return absl::NotFoundError(
+        absl::StrCat("load ", QuoteId(load_id), " is unknown or over for job ", job));
+  }
+  return space;
+}
+
 grpc::Status NodeService::NextSaveBatch(grpc::ServerContext* context,
                                         const v1::NextSaveBatchRequest* request,
                                         v1::SaveBatch* response) {
@@ -443,6 +457,7 @@ grpc::Status NodeService::GetStatus(grpc::ServerContext* context, const v1::GetS
     response->set_peer_bytes_received(context_.peer->Stats().bytes_received);
   response->set_checkpoints_committed(context_.commits.load());
   response->set_memory_bytes_read(context_.memory_bytes_read.load());
+  response->set_memory_bytes_in_place(context_.memory_bytes_in_place.load());
   response->set_load_fallback_chunks(context_.load_fallback_chunks.load());
   if (tier::MemoryTier* memory = context_.memory_tier; memory != nullptr) {
     response->set_memory_tier_budget_bytes(memory->budget_bytes());

@@ -122,6 +122,15 @@ class NodeService final
                             auth::Permission operator_needs);
   std::shared_ptr<SaveSession> FindSave(const std::string& save_id);
   std::shared_ptr<LoadSession> FindLoad(const std::string& load_id);
+
+ public:
+  // For the segment socket: the memory-tier files load `load_id` of `job`
+  // shares with its ranks (LoadSession::MemorySpace). NOT_FOUND for a load
+  // that is unknown, over, or another job's.
+  absl::StatusOr<pool::OwnerSegments> LoadMemorySpace(const std::string& job,
+                                                      const std::string& load_id);
+
+ private:
   // The saves and loads not finished yet (their barriers included).
   void Unfinished(std::vector<std::shared_ptr<SaveSession>>& saves,
                   std::vector<std::shared_ptr<LoadSession>>& loads) ABSL_LOCKS_EXCLUDED(mu_);

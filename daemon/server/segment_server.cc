@@ -112,16 +112,14 @@ void SegmentServer::Run() {
 
 void SegmentServer::Serve(int conn) {
   auto refuse = [&](const absl::Status& why) { (void)segments::SendSegmentError(conn, why); };
-  absl::StatusOr<std::string> session = segments::ReceiveSessionId(conn);
-  if (!session.ok()) return refuse(session.status());
+  absl::StatusOr<std::string> request = segments::ReceiveSessionId(conn);
+  if (!request.ok()) return refuse(request.status());
   ucred peer{};
   socklen_t len = sizeof(peer);
   if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) {
     return refuse(absl::InternalError("segment socket: cannot read the peer's credentials"));
   }
-  absl::StatusOr<std::string> owner = resolve_(*session, peer.uid);
-  if (!owner.ok()) return refuse(owner.status());
-  absl::StatusOr<pool::OwnerSegments> table = pool_.SegmentsOf(*owner);
+  absl::StatusOr<pool::OwnerSegments> table = tables_(*request, peer.uid);
   if (!table.ok()) return refuse(table.status());
   std::vector<int> fds;
   fds.reserve(table->fds.size());

@@ -1,7 +1,9 @@
 // The segment socket: hands each rank its job's pool segments as file
-// descriptors (protocol in proto/lib/segment_handover.h). A request names a
-// session; the answer is that session's job's segments, and only when the
-// asking process runs as the uid that attached the session (SO_PEERCRED).
+// descriptors (protocol in proto/lib/segment_handover.h), and a load from
+// the memory tier the files it reads. A request names a session (and a
+// load); the answer is what the daemon's Tables says for it and the asking
+// process's uid (SO_PEERCRED): only the uid that attached the session gets
+// its job's segments or files.
 //
 // One thread, one poll loop: a request is answered without blocking, and a
 // connection that sends nothing is closed after a short deadline, so no
@@ -32,11 +34,13 @@ inline std::string SegmentSocketPath(const std::string& socket_path) {
 
 class SegmentServer {
  public:
-  // The pool owner (job) whose segments `uid` may have through `session`,
-  // or the error to send back (NOT_FOUND, PERMISSION_DENIED).
-  using Resolve = std::function<absl::StatusOr<std::string>(const std::string& session, uid_t uid)>;
+  // What `uid` may have for `request` (the bytes a rank sent), or the
+  // error to send back (NOT_FOUND, PERMISSION_DENIED). Called on the
+  // server's thread: it must not block.
+  using Tables =
+      std::function<absl::StatusOr<pool::OwnerSegments>(const std::string& request, uid_t uid)>;
 
-  SegmentServer(pool::ShmPool& pool, Resolve resolve) : pool_(pool), resolve_(std::move(resolve)) {}
+  explicit SegmentServer(Tables tables) : tables_(std::move(tables)) {}
   ~SegmentServer() { Stop(); }
   SegmentServer(const SegmentServer&) = delete;
   SegmentServer& operator=(const SegmentServer&) = delete;
@@ -52,8 +56,7 @@ class SegmentServer {
   // Answers the request waiting on `conn`; the caller closes it.
   void Serve(int conn);
 
-  pool::ShmPool& pool_;
-  const Resolve resolve_;
+  const Tables tables_;
   std::string path_;
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // an eventfd that Stop signals

@@ -77,7 +77,7 @@ class MemoryTier {
   ~MemoryTier();  // waits for the persistence running now; drops the queued ones
 
   coordinator::Coordinator& coordinator() { return *coordinator_; }
-  storage::Backend& backend() { return *backend_; }
+  storage::MemoryBackend& backend() { return *backend_; }
   uint64_t budget_bytes() const { return options_.budget_bytes; }
   uint64_t bytes_held() const { return backend_->bytes_held(); }
 

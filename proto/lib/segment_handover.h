@@ -7,6 +7,11 @@
 // asker's uid (SO_PEERCRED) against the session's, so a file descriptor
 // never reaches a process of another user or of another job.
 //
+// The same exchange hands a load from the memory tier the files it reads,
+// read-only (node.proto LoadResponse.memory_bytes): the request is then
+// LoadSpaceRequest(session, load id), and the "segments" are the files, laid
+// out in the load's memory space.
+//
 // The exchange, one connection per table:
 //   rank   -> daemon  one message: the session id (at most kMaxSessionIdBytes)
 //   daemon -> rank    one or more messages, each a WireHeader followed by
@@ -35,6 +40,11 @@ inline constexpr uint32_t kMaxSegmentsPerMessage = 64;
 // beyond it is refused before anything is kept.
 inline constexpr uint64_t kMaxSegments = 4096;
 inline constexpr size_t kMaxErrorBytes = 1024;
+
+// The request for a load's memory space: the session, a newline, the load.
+inline std::string LoadSpaceRequest(std::string_view session, std::string_view load_id) {
+  return std::string(session) + "\n" + std::string(load_id);
+}
 
 inline constexpr uint32_t kWireMagic = 0x47455343;  // "CSEG"
 

@@ -10,7 +10,10 @@
 // The tier's bytes are whole blocks of its store (64 KiB), so the
 // tests measure what a step holds on a daemon with room to spare and size
 // budgets from that, rather than assuming the backend's layout.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <grpcpp/grpcpp.h>
 
@@ -29,6 +32,7 @@
 #include "ckpt/v1/node.grpc.pb.h"
 #include "client/src/pool_mapping.h"
 #include "proto/lib/region_convert.h"
+#include "proto/lib/segment_handover.h"
 #include "tests/support/raw_rpc.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_daemon.h"
@@ -86,6 +90,7 @@ class TierRank {
     INFO("attach " << job << " rank " << rank << ": " << s.error_message());
     REQUIRE(s.ok());
     session_ = attached.session_id();
+    segment_socket_ = attached.segment_socket();
     absl::StatusOr<std::unique_ptr<client::PoolMapping>> pool =
         client::PoolMapping::Open(attached.segment_socket(), session_, attached.pool_bytes());
     INFO(pool.status().ToString());
@@ -95,6 +100,9 @@ class TierRank {
   ~TierRank() { (void)Detach(); }
   TierRank(const TierRank&) = delete;
   TierRank& operator=(const TierRank&) = delete;
+
+  const std::string& session() const { return session_; }
+  const std::string& segment_socket() const { return segment_socket_; }
 
   // The rank goes away, as its process would (the daemon hears the same).
   grpc::Status Detach() {
@@ -178,7 +186,14 @@ class TierRank {
       *request.add_tensors() = t.shard;
     }
     load_done_ = 0;
-    return Rpc([&](grpc::ClientContext* c) { return stub_.Load(c, request, response); });
+    memory_.reset();
+    grpc::Status s = Rpc([&](grpc::ClientContext* c) { return stub_.Load(c, request, response); });
+    if (!s.ok()) return s;
+    absl::StatusOr<std::unique_ptr<client::PoolMapping>> memory =
+        MapLoadMemory(segment_socket_, session_, *response);
+    if (!memory.ok()) return grpc::Status(grpc::StatusCode::INTERNAL, memory.status().ToString());
+    memory_ = *std::move(memory);
+    return s;
   }
 
   // Follows up to `max_batches` deliveries of the load (all when negative);
@@ -216,8 +231,7 @@ class TierRank {
         const uint64_t count = std::max<uint64_t>(d.count(), 1);
         for (uint64_t i = 0; out != nullptr && i < count; ++i) {
           const uint64_t dest = d.dest_offset() + i * d.dest_stride();
-          absl::StatusOr<char*> from =
-              pool_->Range(d.pool_offset() + i * d.src_stride(), d.length());
+          absl::StatusOr<char*> from = DeliverySource(*pool_, memory_.get(), d, i);
           if (!from.ok() || dest > out->size() || d.length() > out->size() - dest) {
             out = nullptr;
             break;
@@ -257,7 +271,9 @@ class TierRank {
  private:
   NodeStub& stub_;
   std::string session_;
+  std::string segment_socket_;
   std::unique_ptr<client::PoolMapping> pool_;
+  std::unique_ptr<client::PoolMapping> memory_;  // the load's memory space, if any
   bool detached_ = false;
   uint64_t load_done_ = 0;
 };
@@ -888,6 +904,70 @@ TEST_CASE("a memory step being loaded is pinned: newer saves never evict it mid-
   REQUIRE(trainer.Load(-1, v1::LOAD_TIER_ANY, back, &loaded).ok());
   CHECK(loaded == 3);
   CHECK(back[0].bytes == step3[0].bytes);
+}
+
+TEST_CASE("a load's memory files go read-only to its own job's ranks only, while it runs",
+          "[memory_tier_fault][zero_copy]") {
+  TestDaemon d;
+  REQUIRE(d.Start({BudgetFlag(64 * kMiB), "--batch_bytes=1048576"}).ok());
+  std::unique_ptr<NodeStub> stub = d.Stub();
+  TierRank owner(*stub, "owner");
+  TierRank stranger(*stub, "stranger");
+  const std::vector<RawTensor> saved = Model(2048, 7);  // 8 MiB
+  REQUIRE(owner.Save(1, v1::SAVE_TIER_MEMORY, saved).ok());
+
+  std::vector<RawTensor> into = EmptyModel(2048);
+  v1::LoadResponse response;
+  REQUIRE(owner.StartLoad(1, v1::LOAD_TIER_MEMORY, into, &response).ok());
+  REQUIRE(response.memory_bytes() >= saved[0].bytes.size());
+  const std::string socket = owner.segment_socket();
+  const std::string request = segments::LoadSpaceRequest(owner.session(), response.load_id());
+
+  // The owner's rank gets the files, and can neither write them, map them
+  // writable, nor shrink them under the daemon.
+  absl::StatusOr<segments::SegmentTable> table =
+      segments::FetchSegmentTable(socket, request, response.memory_bytes(), absl::Seconds(10));
+  INFO(table.status().ToString());
+  REQUIRE(table.ok());
+  REQUIRE_FALSE(table->segments.empty());
+  for (const segments::ReceivedSegment& file : table->segments) {
+    const int fd = file.fd.get();
+    CHECK((fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDONLY);
+    CHECK(mmap(nullptr, file.range.length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) ==
+          MAP_FAILED);
+    CHECK(ftruncate(fd, 0) != 0);
+    CHECK(pwrite(fd, "x", 1, 0) < 0);
+  }
+
+  // Anyone else is refused, and the daemon serves on.
+  auto refused = [&](const std::string& asked, absl::StatusCode code) {
+    absl::StatusOr<segments::SegmentTable> t =
+        segments::FetchSegmentTable(socket, asked, response.memory_bytes(), absl::Seconds(10));
+    INFO(t.status().ToString());
+    return t.status().code() == code;
+  };
+  CHECK(refused(segments::LoadSpaceRequest(stranger.session(), response.load_id()),
+                absl::StatusCode::kNotFound));
+  CHECK(refused(segments::LoadSpaceRequest(owner.session(), "load-0000000000000000"),
+                absl::StatusCode::kNotFound));
+  CHECK(refused(segments::LoadSpaceRequest(owner.session(), ""), absl::StatusCode::kNotFound));
+  CHECK(refused(segments::LoadSpaceRequest("", response.load_id()), absl::StatusCode::kNotFound));
+  CHECK(refused(request + "\n" + response.load_id(), absl::StatusCode::kNotFound));
+  CHECK(refused(segments::LoadSpaceRequest("no-such-session", response.load_id()),
+                absl::StatusCode::kNotFound));
+
+  // The load completes bit-exact from the shared files, none through the
+  // pool; once it is over, its files are refused too.
+  bool finished = false;
+  v1::LoadBatch last;
+  REQUIRE(owner.PumpLoad(response, into, -1, &finished, &last).ok());
+  REQUIRE(finished);
+  CHECK(into[0].bytes == saved[0].bytes);
+  const v1::GetStatusResponse status = d.Status();
+  CHECK(status.memory_bytes_in_place() == saved[0].bytes.size());
+  CHECK(status.memory_bytes_read() == saved[0].bytes.size());
+  CHECK(refused(request, absl::StatusCode::kNotFound));
+  REQUIRE(d.Running());
 }
 
 TEST_CASE("ckptd SIGKILLed and restarted: memory steps are gone, named, durable ones stay",

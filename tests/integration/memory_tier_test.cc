@@ -95,6 +95,9 @@ TEST_CASE("a trainer killed after saving to memory restarts from memory, reading
   CHECK(after.storage_bytes_read() == 0);
   CHECK(after.chunk_bytes_read() == 0);
   CHECK(after.memory_bytes_read() > 0);
+  // Copied by the ranks from where the bytes lie in the tier, none through
+  // the pool.
+  CHECK(after.memory_bytes_in_place() == after.memory_bytes_read());
   CHECK(absl::StrContains(d.Output(), "tier=memory"));
 }
 
@@ -125,6 +128,8 @@ TEST_CASE("a byte flipped in memory is read from storage instead, and counted", 
   CHECK(status.storage_bytes_read() > 0);
   CHECK(absl::StrContains(d.Output(), "load-fallback job=flip step=5 from=memory to=durable"));
   CHECK(absl::StrContains(d.Output(), "fallback_chunks=1"));
+  // Caught where it lies, before any rank could copy it.
+  CHECK(absl::StrContains(d.Output(), "fails its CRC32C in place"));
 }
 
 TEST_CASE("a byte flipped in memory with no durable copy fails the load, naming the chunk",

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/lib/region_convert.h"
+#include "proto/lib/segment_handover.h"
 
 namespace ckpt::testing {
 
@@ -102,12 +103,30 @@ grpc::Status WaitSaveRaw(NodeStub& stub, const std::string& session, const std::
   return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "save still in flight");
 }
 
+absl::StatusOr<std::unique_ptr<client::PoolMapping>> MapLoadMemory(
+    const std::string& segment_socket, const std::string& session,
+    const v1::LoadResponse& response) {
+  if (response.memory_bytes() == 0) return nullptr;
+  return client::PoolMapping::Open(segment_socket,
+                                   segments::LoadSpaceRequest(session, response.load_id()),
+                                   response.memory_bytes(), client::PoolMapping::Access::kReadOnly);
+}
+
+absl::StatusOr<char*> DeliverySource(const client::PoolMapping& pool,
+                                     const client::PoolMapping* memory, const v1::Delivery& d,
+                                     uint64_t i) {
+  const client::PoolMapping* from = d.from_memory() ? memory : &pool;
+  if (from == nullptr) return absl::InternalError("a delivery from memory, but no memory space");
+  return from->Range(d.pool_offset() + i * d.src_stride(), d.length());
+}
+
 RawRank::RawRank(NodeStub& stub, const std::string& job, int rank, int world) : stub_(stub) {
   v1::AttachResponse attached;
   const grpc::Status s = AttachRaw(stub_, job, rank, world, &attached);
   INFO("attach " << job << " rank " << rank << ": " << s.error_message());
   REQUIRE(s.ok());
   session_ = attached.session_id();
+  segment_socket_ = attached.segment_socket();
   absl::StatusOr<std::unique_ptr<client::PoolMapping>> pool =
       client::PoolMapping::Open(attached.segment_socket(), session_, attached.pool_bytes());
   INFO(pool.status().ToString());
@@ -216,6 +235,9 @@ grpc::Status RawRank::Load(int64_t step, std::vector<RawTensor>& tensors,
     outs[i]->assign(response.object_bytes(static_cast<int>(i)), '\0');
   }
   if (loaded != nullptr) *loaded = response.step();
+  absl::StatusOr<std::unique_ptr<client::PoolMapping>> memory =
+      MapLoadMemory(segment_socket_, session_, response);
+  if (!memory.ok()) return grpc::Status(grpc::StatusCode::INTERNAL, memory.status().ToString());
   uint64_t done = 0;
   for (int polls = 0; polls < 100'000; ++polls) {
     v1::NextLoadBatchRequest next;
@@ -245,7 +267,7 @@ grpc::Status RawRank::Load(int64_t step, std::vector<RawTensor>& tensors,
       const uint64_t count = std::max<uint64_t>(d.count(), 1);
       for (uint64_t i = 0; out != nullptr && i < count; ++i) {
         const uint64_t dest = d.dest_offset() + i * d.dest_stride();
-        absl::StatusOr<char*> from = pool_->Range(d.pool_offset() + i * d.src_stride(), d.length());
+        absl::StatusOr<char*> from = DeliverySource(*pool_, memory->get(), d, i);
         if (!from.ok() || dest > out->size() || d.length() > out->size() - dest) {
           out = nullptr;
           break;

@@ -62,6 +62,17 @@ grpc::Status LoadRaw(NodeStub& stub, const std::string& session, int64_t step,
 grpc::Status WaitSaveRaw(NodeStub& stub, const std::string& session, const std::string& save_id);
 
 // A shard and its packed bytes (saving reads them, loading fills them).
+// A load's memory space (LoadResponse.memory_bytes) mapped read-only, as
+// the client library maps it; null when the load has none.
+absl::StatusOr<std::unique_ptr<client::PoolMapping>> MapLoadMemory(
+    const std::string& segment_socket, const std::string& session,
+    const v1::LoadResponse& response);
+
+// Where a delivery's i-th run comes from: the pool, or the memory space.
+absl::StatusOr<char*> DeliverySource(const client::PoolMapping& pool,
+                                     const client::PoolMapping* memory, const v1::Delivery& d,
+                                     uint64_t i);
+
 struct RawTensor {
   v1::TensorShard shard;
   std::string bytes;
@@ -105,6 +116,7 @@ class RawRank {
  private:
   NodeStub& stub_;
   std::string session_;
+  std::string segment_socket_;
   std::unique_ptr<client::PoolMapping> pool_;
 };
 

@@ -296,7 +296,9 @@ int RunStatus(const Call& call, bool json) {
              "%s / %s held (%s)", FormatBytes(response.memory_tier_bytes()),
              FormatBytes(response.memory_tier_budget_bytes()),
              Percent(response.memory_tier_bytes(), response.memory_tier_budget_bytes())));
-    line("memory bytes read", FormatBytes(response.memory_bytes_read()));
+    line("memory bytes read",
+         absl::StrFormat("%s (%s of it copied in place)", FormatBytes(response.memory_bytes_read()),
+                         FormatBytes(response.memory_bytes_in_place())));
     line("memory persisted",
          absl::StrFormat("%d steps to storage, %d failed", response.memory_persists(),
                          response.memory_persist_failures()));
