@@ -23,6 +23,30 @@ bool HoldsShare(const FileHolders& holders, const std::string& host,
   return true;
 }
 
+// The save's hosts in ring order: failure domains interleaved (the first
+// host of each domain, then the second of each, ...; domains and the hosts
+// in each by name), so the hosts after one in the ring, and the hosts of an
+// erasure group, are in other domains wherever the domains are big enough.
+// A host without a domain is one of its own: without domains the ring is
+// by host name.
+std::vector<std::string> RingOrder(
+    const std::map<std::string, std::shared_ptr<const v1::HostAssignment>>& parts) {
+  std::map<std::string, std::vector<std::string>> domains;
+  for (const auto& [host, part] : parts) {  // by name
+    const std::string& domain = part->host().failure_domain();
+    // Keyed apart: a host's own "domain" never joins a named one.
+    domains[domain.empty() ? absl::StrCat("host:", host) : absl::StrCat("domain:", domain)]
+        .push_back(host);
+  }
+  std::vector<std::string> ring;
+  for (size_t round = 0; ring.size() < parts.size(); ++round) {
+    for (const auto& [domain, hosts] : domains) {
+      if (round < hosts.size()) ring.push_back(hosts[round]);
+    }
+  }
+  return ring;
+}
+
 }  // namespace
 
 v1::ReplicaPeer ReplicaFilesOf(const v1::HostAssignment& part) {
@@ -47,8 +71,7 @@ absl::StatusOr<std::map<std::string, v1::ReplicaPlan>> PlaceReplicas(
     const std::map<std::string, std::shared_ptr<const v1::HostAssignment>>& parts,
     const std::map<std::string, std::string>& addresses, int replicas, uint64_t replica_id,
     const std::string& secret) {
-  std::vector<std::string> hosts;  // sorted: a map's keys
-  for (const auto& [host, part] : parts) hosts.push_back(host);
+  const std::vector<std::string> hosts = RingOrder(parts);
   const int n = static_cast<int>(hosts.size());
   if (replicas < 0 || replicas > n - 1) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -107,17 +130,17 @@ absl::StatusOr<ErasurePlacement> PlaceErasure(
         " hosts (--memory_tier_erasure=", k, ",", m, "), but this save spans ", n,
         " host(s), not a multiple of it: save to durable storage, or change the code"));
   }
-  std::vector<std::string> hosts;  // sorted: a map's keys
+  const std::vector<std::string> hosts = RingOrder(parts);
   std::vector<v1::ReplicaPeer> files;
   std::vector<uint64_t> totals;
-  for (const auto& [host, part] : parts) {
+  for (const std::string& host : hosts) {
+    const v1::HostAssignment* part = parts.at(host).get();
     auto it = addresses.find(host);
     if (it == addresses.end() || it->second.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "host ", host, " has no peer data channel (--peer_address): its memory-tier part ",
           "cannot be erasure coded"));
     }
-    hosts.push_back(host);
     files.push_back(ReplicaFilesOf(*part));
     uint64_t total = 0;
     for (const v1::ReplicaFile& f : files.back().files()) total += f.bytes();

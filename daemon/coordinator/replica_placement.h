@@ -1,8 +1,11 @@
 // Where the copies of a memory-tier save spread over hosts go (DESIGN.md
 // §8): each host's data files are copied whole to the R hosts after it in
-// a ring of the save's hosts sorted by name, as Gemini places them. A host
-// that loses its memory finds every file of its own on its successors, and
-// the files it kept for its predecessors on theirs.
+// a ring of the save's hosts, as Gemini places them. The ring interleaves
+// the hosts' failure domains (HostIdentity.failure_domain, by name; hosts
+// by name within one): a rack lost takes no copy of its hosts' parts with
+// it wherever there are more racks than copies. Without domains the ring
+// is by host name. A host that loses its memory finds every file of its own
+// on its successors, and the files it kept for its predecessors on theirs.
 //
 // Thread-safety: pure functions.
 #ifndef CKPT_DAEMON_COORDINATOR_REPLICA_PLACEMENT_H_
@@ -39,7 +42,8 @@ v1::ReplicaPeer ReplicaFilesOf(const v1::HostAssignment& part);
 inline constexpr uint64_t kErasurePieceBytes = uint64_t{4} << 20;
 
 // Erasure coding instead of replicas (coordinator.proto ErasurePlan): the
-// hosts sorted by name in groups of k+m; in a group, the host at position
+// hosts in ring order (above) in groups of k+m, so a group spans k+m
+// domains where there are that many; in a group, the host at position
 // p cuts its files (laid end to end) into k shares of ceil(bytes / k), its
 // share t going to stripe (p - t) mod (k+m), whose data shares are those of
 // positions s .. s+k-1 and whose parity shares are on positions

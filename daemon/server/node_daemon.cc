@@ -317,6 +317,7 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   v1::HostIdentity host;
   host.set_host(o.host_name);
   host.set_address(o.listen_address);
+  host.set_failure_domain(o.failure_domain);
   d->context_.reset(new NodeContext{d->options_, *d->gpu_, *d->ipc_, host, *d->coordinator_,
                                     *d->backend_, *d->pool_, *d->writers_, *d->readers_,
                                     *d->sessions_, d->bytes_written_, d->bytes_read_, d->commits_,

@@ -132,6 +132,42 @@ TEST_CASE("A memory-tier step whose holders are all gone is refused, naming a mi
   }
 }
 
+TEST_CASE("Replicas go to another rack: a whole rack lost restores from memory",
+          "[memory_tier_cluster]") {
+  TestCluster cluster;
+  REQUIRE(cluster.Start(4, kNodeFlags, kCoordinatorFlags).ok());
+  // h0 and h1 in one rack, h2 and h3 in another: by name, h0's copy would
+  // be on h1, in the same rack.
+  for (int i = 0; i < 4; ++i) {
+    cluster.node(i).Kill();
+    REQUIRE(cluster.RestartNode(i, {i < 2 ? "--failure_domain=rack-a" : "--failure_domain=rack-b"})
+                .ok());
+  }
+  REQUIRE(cluster.AwaitLiveHosts(4));
+  const std::vector<int> hosts = {2, 2, 2, 2};
+  RequireAllOk(
+      cluster.RunRanks("racks", "save", hosts, 1, 0, kScale, Layout(2, 2, "--tier=memory")));
+  // Rack a goes: both its daemons die and come back with empty memory.
+  for (int i : {0, 1}) {
+    cluster.node(i).Kill();
+    REQUIRE(cluster.RestartNode(i).ok());
+  }
+  REQUIRE(cluster.AwaitLiveHosts(4));
+  const std::vector<HostCounters> before = Counters(cluster);
+  std::vector<ExitInfo> loaded =
+      cluster.RunRanks("racks", "load", hosts, -1, kWorld, kScale, Layout(2, 2, "--from=memory"));
+  RequireAllOk(loaded);  // every byte checked in the ranks
+  RequireAllSay(loaded, "tiers=memory");
+  const std::vector<HostCounters> after = Counters(cluster);
+  for (int i = 0; i < 4; ++i) {
+    INFO("host " << i);
+    CHECK(after[i].storage_read == before[i].storage_read);
+  }
+  // Rack b held every copy of rack a's parts.
+  CHECK(after[2].memory_read > before[2].memory_read);
+  CHECK(after[3].memory_read > before[3].memory_read);
+}
+
 TEST_CASE("A memory-tier save spread over hosts needs as many hosts as copies",
           "[memory_tier_cluster]") {
   TestCluster cluster;

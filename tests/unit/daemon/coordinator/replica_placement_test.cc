@@ -148,6 +148,66 @@ TEST_CASE("erasure stripes: each host's data in k stripes, parity in m, any m ho
   CHECK(absl::StrContains(uneven.status().message(), "--memory_tier_erasure"));
 }
 
+// Six hosts, two per rack; by name, racks would sit side by side in the
+// ring (h0 h1 in r0, ...).
+Parts RackedParts() {
+  Parts parts;
+  for (int i = 0; i < 6; ++i) {
+    auto part = std::make_shared<v1::HostAssignment>(*Part("h" + std::to_string(i)));
+    part->mutable_host()->set_failure_domain("r" + std::to_string(i / 2));
+    parts["h" + std::to_string(i)] = part;
+  }
+  return parts;
+}
+
+std::string RackOf(const std::string& host) { return "r" + std::to_string((host[1] - '0') / 2); }
+
+TEST_CASE("failure domains: a host's copies and an erasure group's shares in other racks",
+          "[replica_placement]") {
+  const Parts parts = RackedParts();
+  const std::map<std::string, std::string> addresses = {
+      {"h0", "a:0"}, {"h1", "a:1"}, {"h2", "a:2"}, {"h3", "a:3"}, {"h4", "a:4"}, {"h5", "a:5"}};
+  for (int replicas : {1, 2}) {
+    INFO(replicas << " replicas");
+    auto plans = PlaceReplicas(parts, addresses, replicas, 1, std::string(16, 'k'));
+    REQUIRE(plans.ok());
+    std::map<std::string, int> received;
+    for (const auto& [host, plan] : *plans) {
+      REQUIRE(plan.send_to_size() == replicas);
+      std::set<std::string> racks = {RackOf(host)};
+      for (const v1::ReplicaPeer& to : plan.send_to()) {
+        ++received[to.host()];
+        racks.insert(RackOf(to.host()));
+      }
+      // Copies in racks of their own: a rack lost keeps a copy elsewhere.
+      CHECK(racks.size() == static_cast<size_t>(replicas + 1));
+    }
+    for (const auto& [host, n] : received) CHECK(n == replicas);  // still balanced
+  }
+  // Erasure 2+1 over three racks: a whole rack lost is one share per stripe.
+  absl::StatusOr<ErasurePlacement> placed =
+      PlaceErasure(parts, addresses, 2, 1, 9, std::string(16, 's'));
+  REQUIRE(placed.ok());
+  for (const v1::ErasureStripe& stripe : placed->whole.stripes()) {
+    std::set<std::string> racks;
+    for (const v1::ErasureShare& share : stripe.shares()) racks.insert(RackOf(share.host()));
+    CHECK(racks.size() == 3);
+  }
+  for (const std::string& rack : {"r0", "r1", "r2"}) {
+    INFO("rack " << rack << " lost");
+    FileHolders holders;
+    std::set<std::string> alive;
+    for (const v1::ErasureStripe& stripe : placed->whole.stripes()) {
+      for (const v1::ErasureShare& share : stripe.shares()) {
+        if (RackOf(share.host()) == rack) continue;
+        alive.insert(share.host());
+        for (const v1::ReplicaFile& f : share.files()) holders[f.name()].insert(share.host());
+      }
+    }
+    CHECK(PlanRebuild(placed->whole, alive, holders).ok());
+  }
+}
+
 TEST_CASE("rebuild: a lost host's shares rebuilt from k survivors, by its replacement",
           "[replica_placement]") {
   const Parts parts = {{"h0", Part("h0")}, {"h1", Part("h1")}, {"h2", Part("h2")}};
