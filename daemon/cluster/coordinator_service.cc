@@ -59,6 +59,29 @@ absl::StatusOr<coordinator::Coordinator*> CoordinatorServiceImpl::Store(v1::Save
   return memory_;
 }
 
+std::shared_ptr<void> CoordinatorServiceImpl::StartPlanning(const std::string& job, int64_t step,
+                                                            bool memory) {
+  {
+    absl::MutexLock lock(&planning_mu_);
+    Planning& p = planning_[{job, step}];
+    ++(memory ? p.memory : p.durable);
+  }
+  return std::shared_ptr<void>(nullptr, [this, job, step, memory](void*) {
+    absl::MutexLock lock(&planning_mu_);
+    auto it = planning_.find({job, step});
+    if (it == planning_.end()) return;
+    --(memory ? it->second.memory : it->second.durable);
+    if (it->second.memory == 0 && it->second.durable == 0) planning_.erase(it);
+  });
+}
+
+bool CoordinatorServiceImpl::OtherTierPlanning(const std::string& job, int64_t step,
+                                               bool memory) const {
+  absl::MutexLock lock(&planning_mu_);
+  auto it = planning_.find({job, step});
+  return it != planning_.end() && (memory ? it->second.durable : it->second.memory) > 0;
+}
+
 grpc::Status CoordinatorServiceImpl::PlanSave(grpc::ServerContext* context,
                                               const v1::NodeSavePlan* request,
                                               v1::SaveAssignment* response) {
@@ -68,23 +91,39 @@ grpc::Status CoordinatorServiceImpl::PlanSave(grpc::ServerContext* context,
   // The tiers meet in different stores: hosts that disagree would each
   // wait for the others until the plan timeout, naming the wrong cause.
   coordinator::Coordinator* other = *store == &coordinator_ ? memory_ : &coordinator_;
-  if (other != nullptr && other->SaveInFlight(request->job(), request->step())) {
-    const absl::Status disagree = absl::FailedPreconditionError(absl::StrCat(
+  const bool memory = *store != &coordinator_;
+  std::shared_ptr<void> planning;
+  if (other != nullptr) planning = StartPlanning(request->job(), request->step(), memory);
+  bool disagreed = other != nullptr && other->SaveInFlight(request->job(), request->step());
+  auto disagreement = [&] {
+    return absl::FailedPreconditionError(absl::StrCat(
         "host ", request->host().host().substr(0, 256), " saves step ", request->step(), " of job ",
         request->job().substr(0, 256), " to the ",
         request->tier() == v1::SAVE_TIER_DURABLE ? "durable" : "memory",
         " tier, but other hosts of the save asked for another tier: every rank must ask for "
         "the same"));
+  };
+  if (disagreed) {
     v1::AbortSaveRequest abort;
     abort.set_job(request->job());
     abort.set_step(request->step());
     *abort.mutable_host() = request->host();
-    abort.set_reason(std::string(disagree.message()));
+    abort.set_reason(std::string(disagreement().message()));
     other->AbortSave(abort);
-    return Refuse(disagree);
+    return Refuse(disagreement());
   }
-  absl::StatusOr<v1::SaveAssignment> assignment = (*store)->PlanSave(*request, Gone(context));
-  if (!assignment.ok()) return Refuse(assignment.status());
+  // Waiting, this host gives up once a host of the same save plans in the
+  // other tier (checked every 200 ms): that one gives up too.
+  coordinator::CallerGone gone = Gone(context);
+  if (other != nullptr) {
+    gone = [this, gone, &disagreed, job = request->job(), step = request->step(), memory] {
+      if (gone()) return true;
+      disagreed = disagreed || OtherTierPlanning(job, step, memory);
+      return disagreed;
+    };
+  }
+  absl::StatusOr<v1::SaveAssignment> assignment = (*store)->PlanSave(*request, gone);
+  if (!assignment.ok()) return Refuse(disagreed ? disagreement() : assignment.status());
   *response = std::move(*assignment);
   return grpc::Status::OK;
 }

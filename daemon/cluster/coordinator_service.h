@@ -11,6 +11,15 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
 #include "ckpt/v1/coordinator.grpc.pb.h"
 #include "daemon/auth/caller.h"
 #include "daemon/cluster/cluster_service.h"
@@ -44,10 +53,25 @@ class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
   // a memory tier this coordinator lacks.
   absl::StatusOr<coordinator::Coordinator*> Store(v1::SaveTier tier) const;
 
+  // Hosts planning a save now, per job and step, by the store (tier) they
+  // wait in. Hosts that disagree on the tier can both pass the check for
+  // the other store's save before either save exists; each then sees the
+  // other here while it waits. A leaf lock: never held while calling a
+  // coordinator (which calls the waiting hosts' checks under its own).
+  struct Planning {
+    int durable = 0;
+    int memory = 0;
+  };
+  // Registers a host planning in `store`; the returned guard unregisters it.
+  std::shared_ptr<void> StartPlanning(const std::string& job, int64_t step, bool memory);
+  bool OtherTierPlanning(const std::string& job, int64_t step, bool memory) const;
+
   const auth::Authenticator& auth_;
   coordinator::Coordinator& coordinator_;
   const ClusterServiceImpl& cluster_;
   coordinator::Coordinator* const memory_;
+  mutable absl::Mutex planning_mu_;
+  std::map<std::pair<std::string, int64_t>, Planning> planning_ ABSL_GUARDED_BY(planning_mu_);
 };
 
 }  // namespace ckpt::cluster
