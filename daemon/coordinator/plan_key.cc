@@ -85,6 +85,7 @@ inline void PlanKeyWriter::Bytes(const void* data, size_t size) {
 void PlanKeyWriter::Node(const v1::NodeSavePlan& node) {
   Text(node.host().host());
   Text(node.host().address());
+  Text(node.host().failure_domain());
   Text(node.job());
   Int(node.world_size());
   Int(node.writer_threads());

@@ -1,6 +1,7 @@
 #include "daemon/coordinator/replica_placement.h"
 
 #include <algorithm>
+#include <deque>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -23,15 +24,16 @@ bool HoldsShare(const FileHolders& holders, const std::string& host,
   return true;
 }
 
-// The save's hosts in ring order: failure domains interleaved (the first
-// host of each domain, then the second of each, ...; domains and the hosts
-// in each by name), so the hosts after one in the ring, and the hosts of an
-// erasure group, are in other domains wherever the domains are big enough.
-// A host without a domain is one of its own: without domains the ring is
-// by host name.
+// The save's hosts in ring order: failure domains spread around the ring so
+// that, wherever the domains allow it, no host is followed by one of its
+// own domain: each next host is taken from the domain with the most hosts
+// left other than the previous host's (ties by name; hosts by name within
+// a domain). The hosts after one in the ring, and an erasure group of
+// consecutive ones, are then in other domains. A host without a domain is
+// one of its own: without domains the ring is by host name.
 std::vector<std::string> RingOrder(
     const std::map<std::string, std::shared_ptr<const v1::HostAssignment>>& parts) {
-  std::map<std::string, std::vector<std::string>> domains;
+  std::map<std::string, std::deque<std::string>> domains;
   for (const auto& [host, part] : parts) {  // by name
     const std::string& domain = part->host().failure_domain();
     // Keyed apart: a host's own "domain" never joins a named one.
@@ -39,10 +41,17 @@ std::vector<std::string> RingOrder(
         .push_back(host);
   }
   std::vector<std::string> ring;
-  for (size_t round = 0; ring.size() < parts.size(); ++round) {
-    for (const auto& [domain, hosts] : domains) {
-      if (round < hosts.size()) ring.push_back(hosts[round]);
+  std::string previous;
+  while (ring.size() < parts.size()) {
+    auto pick = domains.end();
+    for (auto it = domains.begin(); it != domains.end(); ++it) {
+      if (it->second.empty() || it->first == previous) continue;
+      if (pick == domains.end() || it->second.size() > pick->second.size()) pick = it;
     }
+    if (pick == domains.end()) pick = domains.find(previous);  // only its own domain is left
+    ring.push_back(pick->second.front());
+    pick->second.pop_front();
+    previous = pick->first;
   }
   return ring;
 }

@@ -1,9 +1,11 @@
 // Where the copies of a memory-tier save spread over hosts go (DESIGN.md
 // §8): each host's data files are copied whole to the R hosts after it in
-// a ring of the save's hosts, as Gemini places them. The ring interleaves
-// the hosts' failure domains (HostIdentity.failure_domain, by name; hosts
-// by name within one): a rack lost takes no copy of its hosts' parts with
-// it wherever there are more racks than copies. Without domains the ring
+// a ring of the save's hosts, as Gemini places them. The ring spreads the
+// hosts' failure domains (HostIdentity.failure_domain) so that no host is
+// followed by one of its own domain wherever the domains allow it (each
+// next host from the domain with the most hosts left): a rack lost takes
+// no copy of its hosts' parts with it when there are more racks than
+// copies. Without domains the ring
 // is by host name. A host that loses its memory finds every file of its own
 // on its successors, and the files it kept for its predecessors on theirs.
 //

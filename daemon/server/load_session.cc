@@ -408,7 +408,10 @@ bool LoadSession::VerifyInPlace(const Group& group) {
   const absl::Time start = absl::Now();
   bool verified = true;
   for (const InPlaceChunk& c : group.in_place_chunks) {
-    if (failed_.load(std::memory_order_acquire)) break;
+    if (failed_.load(std::memory_order_acquire)) {
+      verified = false;  // nothing counted for a load that failed elsewhere
+      break;
+    }
     if (Crc32c(c.data, c.length) != c.chunk->crc32c()) {
       std::fprintf(stderr,
                    "ckptd: load job=%s: %s at offset %llu (%s) fails its CRC32C in place; "

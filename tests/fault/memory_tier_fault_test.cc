@@ -13,6 +13,8 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <grpcpp/grpcpp.h>
@@ -937,6 +939,23 @@ TEST_CASE("a load's memory files go read-only to its own job's ranks only, while
           MAP_FAILED);
     CHECK(ftruncate(fd, 0) != 0);
     CHECK(pwrite(fd, "x", 1, 0) < 0);
+    // Nor can a rank reopen it for writing through /proc (root may: as
+    // root, a child drops to nobody first).
+    const std::string reopen = absl::StrCat("/proc/self/fd/", fd);
+    if (geteuid() != 0) {
+      CHECK(open(reopen.c_str(), O_RDWR) < 0);
+      continue;
+    }
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0) _exit(2);
+      _exit(open(reopen.c_str(), O_RDWR) < 0 ? 0 : 1);
+    }
+    int status = 0;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
   }
 
   // Anyone else is refused, and the daemon serves on.
@@ -967,6 +986,17 @@ TEST_CASE("a load's memory files go read-only to its own job's ranks only, while
   CHECK(status.memory_bytes_in_place() == saved[0].bytes.size());
   CHECK(status.memory_bytes_read() == saved[0].bytes.size());
   CHECK(refused(request, absl::StatusCode::kNotFound));
+
+  // A rank that keeps the descriptors pins nothing once the step goes: its
+  // files' pages are taken back (the budget no longer counts them).
+  REQUIRE(owner.Save(2, v1::SAVE_TIER_MEMORY, Model(2048, 8)).ok());
+  REQUIRE(owner.Save(3, v1::SAVE_TIER_MEMORY, Model(2048, 9)).ok());
+  REQUIRE(MemorySteps(d.Status(), "owner") == std::vector<int64_t>{3});
+  for (const segments::ReceivedSegment& file : table->segments) {
+    struct stat st {};
+    REQUIRE(fstat(file.fd.get(), &st) == 0);
+    CHECK(st.st_blocks == 0);
+  }
   REQUIRE(d.Running());
 }
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -113,8 +114,8 @@ struct MemoryBackend::Inode {
   size_t Read(uint64_t offset, char* dst, size_t length);
   uint64_t Size();
   // Empties the file and gives its blocks back, as O_TRUNC does: open
-  // readers see it empty. A memfd goes with its memory: a rank mapping it
-  // keeps what it mapped.
+  // readers see it empty. A memfd goes with its memory; one handed out has
+  // its pages punched out first, so whoever still maps it sees zeros.
   void Truncate();
   absl::StatusOr<std::shared_ptr<const SharedFile>> Share(const std::string& path);
 
@@ -143,7 +144,14 @@ struct MemoryBackend::Inode {
   // Mapped mode: the memfd and its mapping.
   int fd ABSL_GUARDED_BY(mu) = -1;
   char* map ABSL_GUARDED_BY(mu) = nullptr;
-  uint64_t map_bytes ABSL_GUARDED_BY(mu) = 0;  // the memfd's size, a multiple of kHugePage
+  uint64_t map_bytes ABSL_GUARDED_BY(mu) = 0;   // a multiple of kHugePage
+  uint64_t file_bytes ABSL_GUARDED_BY(mu) = 0;  // the memfd's size, never less
+  // [0, advised) of the mapping asked for huge pages: one growing range, so
+  // a file is two mappings (advised, tail), not two per write.
+  uint64_t advised ABSL_GUARDED_BY(mu) = 0;
+  // Handed to another process: its pages are taken back when the file goes,
+  // even from one that still maps it (Truncate).
+  bool handed_out ABSL_GUARDED_BY(mu) = false;
 };
 
 absl::Status MemoryBackend::Inode::MapLocked(const std::string& path, uint64_t end) {
@@ -166,8 +174,10 @@ absl::Status MemoryBackend::Inode::MapLocked(const std::string& path, uint64_t e
     if (new_fd >= 0) close(new_fd);
     return s;
   };
-  // Growing the file allocates nothing: pages come as they are written.
-  if (ftruncate(target, static_cast<off_t>(want)) != 0) {
+  // Growing the file allocates nothing: pages come as they are written. A
+  // mapping that failed before may have left it larger: it never shrinks.
+  const uint64_t grown = std::max(want, fd >= 0 ? file_bytes : 0);
+  if (grown > (fd >= 0 ? file_bytes : 0) && ftruncate(target, static_cast<off_t>(grown)) != 0) {
     return fail(ErrnoStatus(errno, absl::StrCat("write ", path, ": grow its memory file")));
   }
   void* at = mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_SHARED, target, 0);
@@ -180,6 +190,7 @@ absl::Status MemoryBackend::Inode::MapLocked(const std::string& path, uint64_t e
   // come in whole ones.
   const uint64_t whole = size / kHugePage * kHugePage;
   if (whole > 0) (void)madvise(fresh, whole, MADV_HUGEPAGE);
+  advised = whole;
   for (uint64_t i = 0; i < blocks.size(); ++i) {
     if (blocks[i] == nullptr) continue;
     const uint64_t from = i * block_bytes;
@@ -190,6 +201,7 @@ absl::Status MemoryBackend::Inode::MapLocked(const std::string& path, uint64_t e
   if (new_fd >= 0) fd = new_fd;
   map = fresh;
   map_bytes = want;
+  file_bytes = grown;
   return absl::OkStatus();
 }
 
@@ -254,11 +266,13 @@ absl::Status MemoryBackend::Inode::Write(const std::string& path, uint64_t offse
     }
     return absl::OkStatus();
   }
-  // Huge pages only where this write covers them whole: a file's ragged
-  // edges must not take 2 MiB each.
-  const uint64_t huge_from = (offset + kHugePage - 1) / kHugePage * kHugePage;
+  // Huge pages up to the last whole one this write reaches: a file's ragged
+  // end must not take 2 MiB, and the advised range grows as one mapping.
   const uint64_t huge_to = end / kHugePage * kHugePage;
-  if (huge_from < huge_to) (void)madvise(map + huge_from, huge_to - huge_from, MADV_HUGEPAGE);
+  if (huge_to > advised) {
+    (void)madvise(map + advised, huge_to - advised, MADV_HUGEPAGE);
+    advised = huge_to;
+  }
   // The kernel allocates the pages as they are touched here; out of memory
   // is the OOM killer's, as for any allocation.
   std::memcpy(map + offset, src, length);
@@ -305,6 +319,8 @@ void MemoryBackend::Inode::Truncate() {
   int old_fd = -1;
   char* old_map = nullptr;
   uint64_t old_map_bytes = 0;
+  uint64_t old_file_bytes = 0;
+  bool old_shared = false;
   uint64_t old_count = 0;
   {
     absl::MutexLock lock(&mu);
@@ -312,14 +328,23 @@ void MemoryBackend::Inode::Truncate() {
     old_fd = std::exchange(fd, -1);
     old_map = std::exchange(map, nullptr);
     old_map_bytes = std::exchange(map_bytes, 0);
+    old_file_bytes = std::exchange(file_bytes, 0);
+    old_shared = std::exchange(handed_out, false);
+    advised = 0;
     present.clear();
     old_count = std::exchange(blocks_held, 0);
     size = 0;
   }
   // Freed outside the lock (GiBs take a while), and before the budget hears
-  // of it, so bytes_held never reads less than what is allocated (pages a
-  // rank still maps stay with it until it unmaps them).
+  // of it, so bytes_held never reads less than what is allocated. A file
+  // once shared has its pages punched out first: a process that still maps
+  // it (a rank keeping a load's descriptor) sees zeros and pins nothing the
+  // budget no longer counts.
   old_blocks.clear();
+  if (old_shared && old_fd >= 0) {
+    (void)fallocate(old_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                    static_cast<off_t>(old_file_bytes));
+  }
   if (old_map != nullptr) munmap(old_map, old_map_bytes);
   if (old_fd >= 0) close(old_fd);
   budget->Release(old_count * block_bytes);
@@ -340,6 +365,12 @@ absl::StatusOr<std::shared_ptr<const MemoryBackend::SharedFile>> MemoryBackend::
   if (!mapped()) {
     if (absl::Status s = MapLocked(path, size); !s.ok()) return s;
   }
+  // Owner-read only: a rank of another user given the descriptor below
+  // cannot reopen it for writing through /proc either (a memfd starts 0777).
+  if (!handed_out && fchmod(fd, 0400) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("share ", path, ": make it read-only"));
+  }
+  handed_out = true;
   // Reopened read-only: a rank given this descriptor can map the bytes but
   // neither write them nor map them writable.
   shared->fd = open(absl::StrCat("/proc/self/fd/", fd).c_str(), O_RDONLY | O_CLOEXEC);

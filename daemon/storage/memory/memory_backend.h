@@ -57,9 +57,11 @@ class MemoryBackend : public Backend {
   ~MemoryBackend() override;
 
   // A file's bytes mapped read-only here, with a read-only descriptor of
-  // them for another process to map. What it shows stays valid while it
-  // lives, even if the file is removed or rewritten meanwhile (a rewrite
-  // takes new memory; the shared bytes are the old ones).
+  // them for another process to map (the memory is made owner-read-only,
+  // so another user cannot reopen it for writing). Mapped memory stays
+  // valid while it lives: a rewritten or removed file takes new memory, and
+  // its old pages are punched out (they read as zeros), so no process
+  // keeping the descriptor pins memory the budget no longer counts.
   struct SharedFile {
     SharedFile() = default;
     ~SharedFile();

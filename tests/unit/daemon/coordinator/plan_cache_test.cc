@@ -139,7 +139,8 @@ TEST_CASE("the key covers every field of a node's plan but step and metadata", "
                                  "tier"});
   CHECK(names(v1::TensorDesc::descriptor()) ==
         std::vector<std::string>{"fqn", "dtype", "global_shape"});
-  CHECK(names(v1::HostIdentity::descriptor()) == std::vector<std::string>{"host", "address"});
+  CHECK(names(v1::HostIdentity::descriptor()) ==
+        std::vector<std::string>{"host", "address", "failure_domain"});
   CHECK(names(v1::RankSavePlan::descriptor()) ==
         std::vector<std::string>{"rank", "shards", "objects", "shard_tensors", "shard_regions"});
   CHECK(names(v1::TensorShard::descriptor()) ==

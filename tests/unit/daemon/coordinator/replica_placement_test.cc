@@ -208,6 +208,28 @@ TEST_CASE("failure domains: a host's copies and an erasure group's shares in oth
   }
 }
 
+TEST_CASE("failure domains of uneven sizes: no host followed by one of its rack",
+          "[replica_placement]") {
+  // Racks of 4, 2 and 2 hosts.
+  const std::map<std::string, std::string> racks = {{"h0", "a"}, {"h1", "a"}, {"h2", "a"},
+                                                    {"h3", "a"}, {"h4", "b"}, {"h5", "b"},
+                                                    {"h6", "c"}, {"h7", "c"}};
+  Parts parts;
+  std::map<std::string, std::string> addresses;
+  for (const auto& [host, rack] : racks) {
+    auto part = std::make_shared<v1::HostAssignment>(*Part(host));
+    part->mutable_host()->set_failure_domain(rack);
+    parts[host] = part;
+    addresses[host] = "a:" + host;
+  }
+  auto plans = PlaceReplicas(parts, addresses, 1, 1, std::string(16, 'k'));
+  REQUIRE(plans.ok());
+  for (const auto& [host, plan] : *plans) {
+    INFO(host << " sends to " << plan.send_to(0).host());
+    CHECK(racks.at(plan.send_to(0).host()) != racks.at(host));
+  }
+}
+
 TEST_CASE("rebuild: a lost host's shares rebuilt from k survivors, by its replacement",
           "[replica_placement]") {
   const Parts parts = {{"h0", Part("h0")}, {"h1", Part("h1")}, {"h2", Part("h2")}};
