@@ -15,69 +15,12 @@
 #include "absl/time/clock.h"
 #include "ckpt/v1/cluster.grpc.pb.h"
 #include "ckpt/v1/coordinator.grpc.pb.h"
+#include "tests/support/coordinator_rpc.h"
+#include "tests/support/raw_rpc.h"
 #include "tests/support/test_cluster.h"
 
 namespace ckpt::testing {
 namespace {
-
-std::shared_ptr<grpc::Channel> Channel(const TestDaemon& coordinator, const std::string& token) {
-  grpc::ChannelArguments args;
-  args.SetMaxSendMessageSize(256 << 20);
-  args.SetMaxReceiveMessageSize(256 << 20);
-  return grpc::CreateCustomChannel(coordinator.tcp_address(),
-                                   coordinator.CredentialsFor(coordinator.tcp_address(), token),
-                                   args);
-}
-
-void Deadline(grpc::ClientContext& context, absl::Duration in = absl::Seconds(20)) {
-  context.set_deadline(absl::ToChronoTime(absl::Now() + in));
-}
-
-v1::NodeSavePlan Plan(const std::string& host, int world, std::vector<int> ranks) {
-  v1::NodeSavePlan plan;
-  plan.mutable_host()->set_host(host);
-  plan.set_job("evil");
-  plan.set_step(1);
-  plan.set_world_size(world);
-  plan.set_writer_threads(1);
-  for (int r : ranks) plan.add_ranks()->set_rank(r);
-  return plan;
-}
-
-grpc::Status Send(v1::CoordinatorService::Stub& stub, const v1::NodeSavePlan& plan,
-                  absl::Duration deadline = absl::Seconds(20)) {
-  grpc::ClientContext context;
-  Deadline(context, deadline);
-  v1::SaveAssignment answer;
-  return stub.PlanSave(&context, plan, &answer);
-}
-
-v1::NodeLoadPlan LoadPlan(const std::string& host, int world, std::vector<int> ranks,
-                          const std::string& job = "evil") {
-  v1::NodeLoadPlan plan;
-  plan.mutable_host()->set_host(host);
-  plan.set_job(job);
-  plan.set_step(-1);
-  plan.set_world_size(world);
-  for (int r : ranks) plan.add_ranks()->set_rank(r);
-  return plan;
-}
-
-grpc::Status Send(v1::CoordinatorService::Stub& stub, const v1::NodeLoadPlan& plan,
-                  absl::Duration deadline = absl::Seconds(20)) {
-  grpc::ClientContext context;
-  Deadline(context, deadline);
-  v1::LoadAssignment answer;
-  return stub.PlanLoad(&context, plan, &answer);
-}
-
-#define CHECK_REFUSED(status, code, text)                 \
-  do {                                                    \
-    const grpc::Status s_ = (status);                     \
-    INFO(s_.error_message());                             \
-    CHECK(s_.error_code() == (code));                     \
-    CHECK(absl::StrContains(s_.error_message(), (text))); \
-  } while (0)
 
 TEST_CASE("A hostile client cannot crash, wedge or bloat the coordinator", "[multi_host]") {
   TestCluster cluster;
@@ -87,17 +30,18 @@ TEST_CASE("A hostile client cannot crash, wedge or bloat the coordinator", "[mul
 
   SECTION("refusals") {
     auto anonymous = v1::CoordinatorService::NewStub(Channel(coordinator, "none"));
-    CHECK(Send(*anonymous, Plan("h0", 2, {0})).error_code() == grpc::StatusCode::UNAUTHENTICATED);
-    CHECK_REFUSED(Send(*stub, Plan("stranger", 2, {0})), grpc::StatusCode::FAILED_PRECONDITION,
-                  "host stranger is not registered");
-    CHECK_REFUSED(Send(*stub, Plan("h0", 1 << 30, {0})), grpc::StatusCode::RESOURCE_EXHAUSTED,
-                  "--max_world_size");
-    CHECK_REFUSED(Send(*stub, Plan("h0", 2, {0, 1, 1})), grpc::StatusCode::INVALID_ARGUMENT,
-                  "sent 3 ranks of a world of 2");
-    CHECK_REFUSED(Send(*stub, Plan("h0", 2, {7})), grpc::StatusCode::INVALID_ARGUMENT,
-                  "rank 7 of a world of 2");
-    CHECK_REFUSED(Send(*stub, Plan("h0", 0, {0})), grpc::StatusCode::INVALID_ARGUMENT,
-                  "world size 0");
+    CHECK(Send(*anonymous, SavePlan("h0", 2, {0})).error_code() ==
+          grpc::StatusCode::UNAUTHENTICATED);
+    CheckError(Send(*stub, SavePlan("stranger", 2, {0})), grpc::StatusCode::FAILED_PRECONDITION,
+               "host stranger is not registered");
+    CheckError(Send(*stub, SavePlan("h0", 1 << 30, {0})), grpc::StatusCode::RESOURCE_EXHAUSTED,
+               "--max_world_size");
+    CheckError(Send(*stub, SavePlan("h0", 2, {0, 1, 1})), grpc::StatusCode::INVALID_ARGUMENT,
+               "sent 3 ranks of a world of 2");
+    CheckError(Send(*stub, SavePlan("h0", 2, {7})), grpc::StatusCode::INVALID_ARGUMENT,
+               "rank 7 of a world of 2");
+    CheckError(Send(*stub, SavePlan("h0", 0, {0})), grpc::StatusCode::INVALID_ARGUMENT,
+               "world size 0");
 
     // A report for a save that does not exist, with 100000 checksums and
     // an id of 100 KB: refused, the id quoted short enough for the reply.
@@ -125,18 +69,18 @@ TEST_CASE("A hostile client cannot crash, wedge or bloat the coordinator", "[mul
   }
 
   SECTION("load plans") {
-    CHECK_REFUSED(Send(*stub, LoadPlan("stranger", 2, {0})), grpc::StatusCode::FAILED_PRECONDITION,
-                  "host stranger is not registered");
-    CHECK_REFUSED(Send(*stub, LoadPlan("h0", 1 << 30, {0})), grpc::StatusCode::RESOURCE_EXHAUSTED,
-                  "--max_world_size");
-    CHECK_REFUSED(Send(*stub, LoadPlan("h0", 0, {0})), grpc::StatusCode::INVALID_ARGUMENT,
-                  "world size 0");
-    CHECK_REFUSED(Send(*stub, LoadPlan("h0", 2, {0, 1, 1})), grpc::StatusCode::INVALID_ARGUMENT,
-                  "sent 3 ranks of a world of 2");
-    CHECK_REFUSED(Send(*stub, LoadPlan("h0", 2, {7})), grpc::StatusCode::INVALID_ARGUMENT,
-                  "rank 7 of a world of 2");
-    CHECK_REFUSED(Send(*stub, LoadPlan("h0", 2, {0}, std::string(300, 'j'))),
-                  grpc::StatusCode::INVALID_ARGUMENT, "job");
+    CheckError(Send(*stub, LoadPlan("stranger", 2, {0})), grpc::StatusCode::FAILED_PRECONDITION,
+               "host stranger is not registered");
+    CheckError(Send(*stub, LoadPlan("h0", 1 << 30, {0})), grpc::StatusCode::RESOURCE_EXHAUSTED,
+               "--max_world_size");
+    CheckError(Send(*stub, LoadPlan("h0", 0, {0})), grpc::StatusCode::INVALID_ARGUMENT,
+               "world size 0");
+    CheckError(Send(*stub, LoadPlan("h0", 2, {0, 1, 1})), grpc::StatusCode::INVALID_ARGUMENT,
+               "sent 3 ranks of a world of 2");
+    CheckError(Send(*stub, LoadPlan("h0", 2, {7})), grpc::StatusCode::INVALID_ARGUMENT,
+               "rank 7 of a world of 2");
+    CheckError(Send(*stub, LoadPlan("h0", 2, {0}, v1::LOAD_TIER_ANY, std::string(300, 'j'))),
+               grpc::StatusCode::INVALID_ARGUMENT, "job");
     // A caller that goes away leaves nothing waiting: the two hosts' plans
     // then meet, and both hear the job has no checkpoint.
     CHECK(Send(*stub, LoadPlan("h0", 2, {0}), absl::Seconds(1)).error_code() ==
@@ -181,7 +125,7 @@ TEST_CASE("A hostile client cannot crash, wedge or bloat the coordinator", "[mul
 
   SECTION("a plan whose caller goes away does not hold the job's step") {
     // h0 says the world has 2 ranks and sends one, then gives up.
-    CHECK(Send(*stub, Plan("h0", 2, {0}), absl::Seconds(1)).error_code() ==
+    CHECK(Send(*stub, SavePlan("h0", 2, {0}), absl::Seconds(1)).error_code() ==
           grpc::StatusCode::DEADLINE_EXCEEDED);
     // The save it opened fails as its caller goes (the coordinator looks
     // every 0.2 s), not at the plan timeout (30 s here).
@@ -191,8 +135,8 @@ TEST_CASE("A hostile client cannot crash, wedge or bloat the coordinator", "[mul
     CHECK(cluster.Status().saves_in_flight() == 0);
     // Both hosts' plans for the step then meet in a save of their own.
     std::vector<grpc::Status> answers(2);
-    std::thread other([&] { answers[1] = Send(*stub, Plan("h1", 2, {1})); });
-    answers[0] = Send(*stub, Plan("h0", 2, {0}));
+    std::thread other([&] { answers[1] = Send(*stub, SavePlan("h1", 2, {1})); });
+    answers[0] = Send(*stub, SavePlan("h0", 2, {0}));
     other.join();
     for (const grpc::Status& s : answers) {
       INFO(s.error_message());

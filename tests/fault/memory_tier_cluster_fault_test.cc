@@ -29,6 +29,8 @@
 #include "absl/time/clock.h"
 #include "ckpt/v1/cluster.grpc.pb.h"
 #include "ckpt/v1/coordinator.grpc.pb.h"
+#include "tests/support/coordinator_rpc.h"
+#include "tests/support/raw_rpc.h"
 #include "tests/support/test_cluster.h"
 
 namespace ckpt::testing {
@@ -41,69 +43,6 @@ const std::vector<std::string> kReplicated = {"--memory_tier_bytes=67108864",
                                               "--memory_tier_replicas=1"};
 const std::vector<std::string> kErasure = {"--memory_tier_bytes=67108864",
                                            "--memory_tier_erasure=2,1"};
-
-std::shared_ptr<grpc::Channel> Channel(const TestDaemon& coordinator, const std::string& token) {
-  grpc::ChannelArguments args;
-  args.SetMaxSendMessageSize(256 << 20);
-  args.SetMaxReceiveMessageSize(256 << 20);
-  return grpc::CreateCustomChannel(coordinator.tcp_address(),
-                                   coordinator.CredentialsFor(coordinator.tcp_address(), token),
-                                   args);
-}
-
-void Deadline(grpc::ClientContext& context, absl::Duration in = absl::Seconds(20)) {
-  context.set_deadline(absl::ToChronoTime(absl::Now() + in));
-}
-
-#define CHECK_REFUSED(status, code, text)                 \
-  do {                                                    \
-    const grpc::Status s_ = (status);                     \
-    INFO(s_.error_message());                             \
-    CHECK(s_.error_code() == (code));                     \
-    CHECK(absl::StrContains(s_.error_message(), (text))); \
-  } while (0)
-
-v1::NodeSavePlan SavePlan(const std::string& host, int world, const std::vector<int>& ranks,
-                          int tier, const std::string& job = "evil") {
-  v1::NodeSavePlan plan;
-  plan.mutable_host()->set_host(host);
-  plan.set_job(job);
-  plan.set_step(1);
-  plan.set_world_size(world);
-  plan.set_writer_threads(1);
-  plan.set_tier(static_cast<v1::SaveTier>(tier));
-  for (int r : ranks) plan.add_ranks()->set_rank(r);
-  return plan;
-}
-
-grpc::Status Send(v1::CoordinatorService::Stub& stub, const v1::NodeSavePlan& plan,
-                  absl::Duration deadline = absl::Seconds(20)) {
-  grpc::ClientContext context;
-  Deadline(context, deadline);
-  v1::SaveAssignment answer;
-  return stub.PlanSave(&context, plan, &answer);
-}
-
-v1::NodeLoadPlan LoadPlan(const std::string& host, int world, const std::vector<int>& ranks,
-                          int tier, const std::string& job = "evil") {
-  v1::NodeLoadPlan plan;
-  plan.mutable_host()->set_host(host);
-  plan.set_job(job);
-  plan.set_step(-1);
-  plan.set_world_size(world);
-  plan.set_tier(static_cast<v1::LoadTier>(tier));
-  for (int r : ranks) plan.add_ranks()->set_rank(r);
-  return plan;
-}
-
-grpc::Status Send(v1::CoordinatorService::Stub& stub, const v1::NodeLoadPlan& plan,
-                  v1::LoadAssignment* answer = nullptr,
-                  absl::Duration deadline = absl::Seconds(20)) {
-  grpc::ClientContext context;
-  Deadline(context, deadline);
-  v1::LoadAssignment ignored;
-  return stub.PlanLoad(&context, plan, answer != nullptr ? answer : &ignored);
-}
 
 grpc::Status Report(v1::CoordinatorService::Stub& stub, const std::string& host,
                     const std::string& save_id, int tier) {
@@ -271,16 +210,14 @@ TEST_CASE("A hostile client's tiers and held-file lists are refused, and the coo
   auto stub = v1::CoordinatorService::NewStub(Channel(cluster.coordinator(), ""));
 
   // Tiers that do not exist, on every call that carries one.
-  CHECK_REFUSED(Send(*stub, SavePlan("h0", 3, {0}, 7)), grpc::StatusCode::INVALID_ARGUMENT,
-                "save tier 7");
-  CHECK_REFUSED(Send(*stub, SavePlan("h0", 3, {0}, -1)), grpc::StatusCode::INVALID_ARGUMENT,
-                "save tier -1");
-  CHECK_REFUSED(Report(*stub, "h0", "evil/1/x", 7), grpc::StatusCode::INVALID_ARGUMENT,
-                "save tier 7");
-  CHECK_REFUSED(Abort(*stub, "h0", "evil/1/x", 7), grpc::StatusCode::INVALID_ARGUMENT,
-                "save tier 7");
-  CHECK_REFUSED(Send(*stub, LoadPlan("h0", 3, {0}, 99)), grpc::StatusCode::INVALID_ARGUMENT,
-                "load tier 99");
+  CheckError(Send(*stub, SavePlan("h0", 3, {0}, 7)), grpc::StatusCode::INVALID_ARGUMENT,
+             "save tier 7");
+  CheckError(Send(*stub, SavePlan("h0", 3, {0}, -1)), grpc::StatusCode::INVALID_ARGUMENT,
+             "save tier -1");
+  CheckError(Report(*stub, "h0", "evil/1/x", 7), grpc::StatusCode::INVALID_ARGUMENT, "save tier 7");
+  CheckError(Abort(*stub, "h0", "evil/1/x", 7), grpc::StatusCode::INVALID_ARGUMENT, "save tier 7");
+  CheckError(Send(*stub, LoadPlan("h0", 3, {0}, 99)), grpc::StatusCode::INVALID_ARGUMENT,
+             "load tier 99");
 
   // A report of the memory tier for a save it never planned, with an id of
   // 100 KB: NOT_FOUND, the reply bounded.
@@ -298,17 +235,17 @@ TEST_CASE("A hostile client's tiers and held-file lists are refused, and the coo
   {
     v1::NodeLoadPlan many = LoadPlan("h0", 3, {0}, v1::LOAD_TIER_MEMORY);
     for (int i = 0; i < 100000; ++i) many.add_memory_steps()->set_step(i);
-    CHECK_REFUSED(Send(*stub, many), grpc::StatusCode::INVALID_ARGUMENT, "100000 steps");
+    CheckError(Send(*stub, many), grpc::StatusCode::INVALID_ARGUMENT, "100000 steps");
     v1::NodeLoadPlan long_name = LoadPlan("h0", 3, {0}, v1::LOAD_TIER_MEMORY);
     v1::NodeLoadPlan::HeldStep* held = long_name.add_memory_steps();
     held->set_step(1);
     held->add_files("data/" + std::string(1 << 20, 'n'));
-    CHECK_REFUSED(Send(*stub, long_name), grpc::StatusCode::INVALID_ARGUMENT, "in memory");
+    CheckError(Send(*stub, long_name), grpc::StatusCode::INVALID_ARGUMENT, "in memory");
     v1::NodeLoadPlan files = LoadPlan("h0", 3, {0}, v1::LOAD_TIER_MEMORY);
     held = files.add_memory_steps();
     held->set_step(1);
     for (int i = 0; i < 70000; ++i) held->add_files(absl::StrCat("data/h0-", i, ".bin"));
-    CHECK_REFUSED(Send(*stub, files), grpc::StatusCode::INVALID_ARGUMENT, "70000 files");
+    CheckError(Send(*stub, files), grpc::StatusCode::INVALID_ARGUMENT, "70000 files");
   }
   // None of it left a save or a load waiting at the coordinator.
   CHECK(AwaitIdleCoordinator(cluster));
@@ -326,17 +263,17 @@ TEST_CASE("A coordinator without a memory tier refuses memory-tier calls, naming
   TestCluster cluster;
   REQUIRE(cluster.Start(2, kNodeFlags).ok());  // the nodes have one, the coordinator not
   auto stub = v1::CoordinatorService::NewStub(Channel(cluster.coordinator(), ""));
-  CHECK_REFUSED(Send(*stub, SavePlan("h0", 1, {0}, v1::SAVE_TIER_MEMORY)),
-                grpc::StatusCode::FAILED_PRECONDITION, "--memory_tier_bytes");
-  CHECK_REFUSED(Send(*stub, SavePlan("h0", 1, {0}, v1::SAVE_TIER_MEMORY_AND_DURABLE)),
-                grpc::StatusCode::FAILED_PRECONDITION, "--memory_tier_bytes");
-  CHECK_REFUSED(Report(*stub, "h0", "evil/1/x", v1::SAVE_TIER_MEMORY),
-                grpc::StatusCode::FAILED_PRECONDITION, "--memory_tier_bytes");
-  CHECK_REFUSED(Abort(*stub, "h0", "evil/1/x", v1::SAVE_TIER_MEMORY),
-                grpc::StatusCode::FAILED_PRECONDITION, "--memory_tier_bytes");
+  CheckError(Send(*stub, SavePlan("h0", 1, {0}, v1::SAVE_TIER_MEMORY)),
+             grpc::StatusCode::FAILED_PRECONDITION, "--memory_tier_bytes");
+  CheckError(Send(*stub, SavePlan("h0", 1, {0}, v1::SAVE_TIER_MEMORY_AND_DURABLE)),
+             grpc::StatusCode::FAILED_PRECONDITION, "--memory_tier_bytes");
+  CheckError(Report(*stub, "h0", "evil/1/x", v1::SAVE_TIER_MEMORY),
+             grpc::StatusCode::FAILED_PRECONDITION, "--memory_tier_bytes");
+  CheckError(Abort(*stub, "h0", "evil/1/x", v1::SAVE_TIER_MEMORY),
+             grpc::StatusCode::FAILED_PRECONDITION, "--memory_tier_bytes");
   // A load of one host's world is planned at once: from memory, refused.
-  CHECK_REFUSED(Send(*stub, LoadPlan("h0", 1, {0}, v1::LOAD_TIER_MEMORY)),
-                grpc::StatusCode::FAILED_PRECONDITION, "--memory_tier_bytes");
+  CheckError(Send(*stub, LoadPlan("h0", 1, {0}, v1::LOAD_TIER_MEMORY)),
+             grpc::StatusCode::FAILED_PRECONDITION, "--memory_tier_bytes");
   CHECK(AwaitIdleCoordinator(cluster));
   RequireAllRunning(cluster);
 
@@ -415,7 +352,7 @@ TEST_CASE("A load plan claiming memory-tier files its host does not hold fails t
   }
   grpc::Status lied;
   v1::LoadAssignment believed;
-  std::thread impostor([&] { lied = Send(*stub, liar, &believed, absl::Seconds(60)); });
+  std::thread impostor([&] { lied = Send(*stub, liar, absl::Seconds(60), &believed); });
   const absl::Time start = absl::Now();
   std::vector<std::unique_ptr<Subprocess>> ranks =
       RanksOn(cluster, 1, "mem", "load", 0, 3, kWorld, -1, kWorld, {"--from=memory"});
