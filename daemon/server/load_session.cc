@@ -429,9 +429,8 @@ bool LoadSession::VerifyInPlace(const Group& group) {
 
 void LoadSession::ShareMemoryFilesLocked(const std::string& dir) {
   storage::MemoryBackend& backend = context_.memory_tier->backend();
-  // Files start on 2 MiB boundaries of the space: a rank maps what lies in
-  // huge pages with one entry per 2 MiB (the client aligns the space).
-  constexpr uint64_t kAlign = uint64_t{2} << 20;
+  // Files start on huge page boundaries of the space (segment_handover.h).
+  constexpr uint64_t kAlign = segments::kHugePageBytes;
   for (Group& group : groups_) {
     const LoadGroup& plan = group.plan;
     if (!plan.device.empty() || !plan.incoming.empty() || !plan.outgoing.empty()) continue;

@@ -41,6 +41,12 @@ inline constexpr uint32_t kMaxSegmentsPerMessage = 64;
 inline constexpr uint64_t kMaxSegments = 4096;
 inline constexpr size_t kMaxErrorBytes = 1024;
 
+// Where the daemon's shared memory sits in 2 MiB pages, a rank maps them as
+// such (one page table entry per 2 MiB, not 512) only at addresses aligned
+// as the offsets are: the daemon lays a load's files in its memory space on
+// these boundaries, and a rank reserves its spaces on them.
+inline constexpr uint64_t kHugePageBytes = uint64_t{2} << 20;
+
 // The request for a load's memory space: the session, a newline, the load.
 inline std::string LoadSpaceRequest(std::string_view session, std::string_view load_id) {
   return std::string(session) + "\n" + std::string(load_id);
