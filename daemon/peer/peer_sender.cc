@@ -42,6 +42,7 @@ absl::Status PeerSend(const std::string& address, const PeerToken& token,
     SetTimeouts(*fd, options.idle_timeout, options.idle_timeout);
     absl::StatusCode refused = absl::StatusCode::kOk;  // the receiver's answer to the hello
     bool unanswered = false;                           // closed before any answer to the hello
+    bool own_fault = false;  // this end could not go on (a file shorter than its block)
     auto send = [&]() -> absl::Status {
       char hello[kHelloBytes] = {};
       std::memcpy(hello, kMagic, sizeof kMagic);
@@ -79,22 +80,34 @@ absl::Status PeerSend(const std::string& address, const PeerToken& token,
             1, (b.length + options.max_frame_bytes - 1) / options.max_frame_bytes);
       }
       if (frames_left == 0) frames_left = 1;
-      auto frame = [&](uint64_t offset, const char* data, uint32_t length) -> absl::Status {
+      // A frame of `length` bytes at `offset` of the transfer, from `block`
+      // at `within`.
+      auto frame = [&](uint64_t offset, const PeerBlockRef* block, uint64_t within,
+                       uint32_t length) -> absl::Status {
         char header[kFrameHeaderBytes];
         PutU64(header, offset);
         PutU32(header + 8, length);
         PutU32(header + 12, --frames_left == 0 ? kLastFrame : 0);
-        iovec iov[2] = {{header, sizeof header}, {const_cast<char*>(data), length}};
         sent += length;
+        if (length > 0 && block->file >= 0) {
+          iovec iov{header, sizeof header};
+          if (absl::Status s = WriteFull(*fd, &iov, 1, peer); !s.ok()) return s;
+          absl::Status s =
+              SendFileFull(*fd, block->file, block->file_offset + within, length, peer);
+          own_fault = absl::IsDataLoss(s);
+          return s;
+        }
+        iovec iov[2] = {{header, sizeof header},
+                        {const_cast<char*>(length > 0 ? block->data + within : nullptr), length}};
         return WriteFull(*fd, iov, length > 0 ? 2 : 1, peer);
       };
-      if (blocks.empty()) return frame(0, nullptr, 0);
+      if (blocks.empty()) return frame(0, nullptr, 0, 0);
       for (const PeerBlockRef& b : blocks) {
         uint64_t done = 0;
         do {
           const uint32_t n =
               static_cast<uint32_t>(std::min<uint64_t>(b.length - done, options.max_frame_bytes));
-          if (absl::Status s = frame(b.offset + done, b.data + done, n); !s.ok()) return s;
+          if (absl::Status s = frame(b.offset + done, &b, done, n); !s.ok()) return s;
           done += n;
         } while (done < b.length);
       }
@@ -107,6 +120,12 @@ absl::Status PeerSend(const std::string& address, const PeerToken& token,
       absl::SleepFor(pause);
       pause = std::min(pause * 2, absl::Seconds(1));
       continue;
+    }
+    if (own_fault) {
+      // The receiver would only wait out its idle timeout for the rest:
+      // closing tells it at once.
+      ::close(*fd);
+      return status;
     }
     if (refused != absl::StatusCode::kOk) {
       ::close(*fd);

@@ -1,6 +1,6 @@
 // The sending end of the peer data channel (peer_wire.h): one transfer's
 // byte ranges, straight from memory (a pool room) to the socket, a frame
-// header and the bytes in one sendmsg each.
+// header and the bytes in one sendmsg each; or from a file with sendfile.
 #ifndef CKPT_DAEMON_PEER_PEER_SENDER_H_
 #define CKPT_DAEMON_PEER_PEER_SENDER_H_
 
@@ -19,6 +19,11 @@ struct PeerBlockRef {
   uint64_t offset = 0;  // within the transfer
   const char* data = nullptr;
   uint64_t length = 0;
+  // When file >= 0 the bytes are `file`'s from file_offset on (data is then
+  // unused): sent with sendfile, the kernel taking the pages where they lie
+  // (a memory-tier file) instead of a copy out of this process.
+  int file = -1;
+  uint64_t file_offset = 0;
 };
 
 struct PeerSendOptions {

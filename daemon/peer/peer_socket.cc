@@ -5,6 +5,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -194,6 +197,49 @@ absl::Status WriteFull(int fd, iovec* iov, int count, const std::string& peer) {
       iov->iov_base = static_cast<char*>(iov->iov_base) + sent;
       iov->iov_len -= sent;
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SendFileFull(int fd, int file, uint64_t offset, uint64_t length,
+                          const std::string& peer) {
+  // sendfile has no MSG_NOSIGNAL: a peer that hung up would raise SIGPIPE
+  // and kill the daemon. Blocked on this thread for the call, and one
+  // raised meanwhile is taken off before unblocking (EPIPE says it all).
+  sigset_t pipe_only;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  sigset_t before;
+  pthread_sigmask(SIG_BLOCK, &pipe_only, &before);
+  struct Restore {
+    const sigset_t& mask;
+    const sigset_t& before;
+    ~Restore() {
+      sigset_t pending;
+      if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) &&
+          !sigismember(&before, SIGPIPE)) {
+        const timespec now{0, 0};
+        while (sigtimedwait(&mask, nullptr, &now) < 0 && errno == EINTR) {
+        }
+      }
+      pthread_sigmask(SIG_SETMASK, &before, nullptr);
+    }
+  } restore{pipe_only, before};
+  off_t at = static_cast<off_t>(offset);
+  while (length > 0) {
+    const ssize_t k = ::sendfile(fd, file, &at, length);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        return absl::DeadlineExceededError(absl::StrCat(peer, " took nothing within the timeout"));
+      }
+      return ErrnoStatus(errno, absl::StrCat("sending a file to ", peer));
+    }
+    if (k == 0) {
+      return absl::DataLossError(
+          absl::StrCat("sending a file to ", peer, ": it ends ", length, " bytes early"));
+    }
+    length -= static_cast<uint64_t>(k);
   }
   return absl::OkStatus();
 }

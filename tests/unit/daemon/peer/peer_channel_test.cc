@@ -3,6 +3,8 @@
 // hostile or broken sender, and a silent one each fail only their own
 // transfer, with the peer named, and the receiver goes on serving.
 #include <netinet/in.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -410,6 +412,76 @@ TEST_CASE("A waiting sender is refused once its load closes the prefix", "[peer]
   // Another load's prefix never opened: refused at the hello timeout.
   CHECK(PeerSend(AddressOf(*receiver), TokenWithPrefix("load0003", 'q'), {&block, 1}).code() ==
         absl::StatusCode::kPermissionDenied);
+}
+
+// A memfd holding `bytes` (a memory-tier file's kind of descriptor).
+int MemfdWith(const std::vector<char>& bytes) {
+  const int fd = memfd_create("peer-file", MFD_CLOEXEC);
+  REQUIRE(fd >= 0);
+  REQUIRE(::pwrite(fd, bytes.data(), bytes.size(), 0) == ssize_t(bytes.size()));
+  return fd;
+}
+
+TEST_CASE("Blocks sent from a file arrive bit-exact beside blocks from memory", "[peer]") {
+  auto receiver = StartReceiver({.max_frame_bytes = 1 << 20});
+  const std::vector<char> file_bytes = RandomBytes((5 << 20) + 333, 21);
+  const std::vector<char> memory = RandomBytes(70000, 22);
+  const int file = MemfdWith(file_bytes);
+  // A block past a frame, one from memory between, one from the file's end.
+  const uint64_t first = (2 << 20) + 7, last = 4096;
+  const uint64_t total = first + memory.size() + last;
+  std::vector<char> dst(total, 0);
+  auto transfer = receiver->Expect("load F1", dst.data(), dst.size());
+  std::vector<PeerBlockRef> blocks(3);
+  blocks[0] = {.offset = 0, .length = first, .file = file, .file_offset = 1000};
+  blocks[1] = {.offset = first, .data = memory.data(), .length = memory.size()};
+  blocks[2] = {.offset = first + memory.size(),
+               .length = last,
+               .file = file,
+               .file_offset = file_bytes.size() - last};
+  const absl::Status sent =
+      PeerSend(AddressOf(*receiver), transfer->token(), blocks, {.max_frame_bytes = 1 << 20});
+  INFO(sent.ToString());
+  REQUIRE(sent.ok());
+  REQUIRE(transfer->Wait(absl::Now() + absl::Seconds(10)).ok());
+  std::vector<char> expected(file_bytes.begin() + 1000, file_bytes.begin() + 1000 + first);
+  expected.insert(expected.end(), memory.begin(), memory.end());
+  expected.insert(expected.end(), file_bytes.end() - last, file_bytes.end());
+  CHECK(dst == expected);
+
+  // A file shorter than its block says: the send fails naming it, and the
+  // receiver fails that transfer only.
+  std::vector<char> other(8192, 0);
+  auto short_transfer = receiver->Expect("load F2", other.data(), other.size());
+  const PeerBlockRef past_end{
+      .offset = 0, .length = other.size(), .file = file, .file_offset = file_bytes.size() - 100};
+  const absl::Status cut = PeerSend(AddressOf(*receiver), short_transfer->token(), {&past_end, 1});
+  CHECK(!cut.ok());
+  CHECK_THAT(std::string(cut.message()), Catch::Contains("bytes early"));
+  CHECK(!short_transfer->Wait(absl::Now() + absl::Seconds(10)).ok());
+  ::close(file);
+}
+
+TEST_CASE("Sending a file to a peer that hung up fails, without SIGPIPE", "[peer]") {
+  // sendfile has no MSG_NOSIGNAL: the default SIGPIPE would end this
+  // process (as it would the daemon) were it raised.
+  int pair[2];
+  REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
+  ::close(pair[1]);
+  const int file = MemfdWith(RandomBytes(1 << 16, 23));
+  sigset_t before;
+  REQUIRE(pthread_sigmask(SIG_SETMASK, nullptr, &before) == 0);
+  const absl::Status s = SendFileFull(pair[0], file, 0, 1 << 16, "the test's peer");
+  CHECK(!s.ok());
+  CHECK_THAT(std::string(s.message()), Catch::Contains("the test's peer"));
+  // Nothing left pending, and this thread's mask as it was.
+  sigset_t pending, after;
+  REQUIRE(sigpending(&pending) == 0);
+  CHECK(!sigismember(&pending, SIGPIPE));
+  REQUIRE(pthread_sigmask(SIG_SETMASK, nullptr, &after) == 0);
+  CHECK(sigismember(&after, SIGPIPE) == sigismember(&before, SIGPIPE));
+  ::close(pair[0]);
+  ::close(file);
 }
 
 }  // namespace
