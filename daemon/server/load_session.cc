@@ -223,15 +223,7 @@ absl::Status LoadSession::Plan() {
     assignment = spans ? PlanAcrossHosts(plan, &pin) : context_.coordinator.PlanLoad(plan, &pin);
   }
   if (!assignment.ok()) return WithContext(assignment.status(), Name());
-  if (spans && assignment->from_memory()) {
-    if (context_.memory_tier == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          Who(),
-          "the coordinator planned the load from the memory tier, but this ckptd has none "
-          "(--memory_tier_bytes)"));
-    }
-    memory = true;
-  }
+  if (spans && assignment->from_memory()) memory = true;  // PlanAcrossHosts checked the tier
   const bool spread = assignment->has_peers();
   if (spread) {
     if (absl::Status s = CheckPeers(*assignment); !s.ok()) return WithContext(s, Name());
@@ -277,7 +269,7 @@ absl::Status LoadSession::Plan() {
       ++groups_[g].consumers_left;
     }
   }
-  if (from_memory_ && !spread) ShareMemoryFilesLocked(assignment_.checkpoint_path());
+  if (from_memory_) ShareMemoryFilesLocked(assignment_.checkpoint_path());
   planned_ = true;
   planned_at_ = absl::Now();
   deadline_ = absl::InfiniteFuture();  // liveness, not a timer, ends a stuck load now
@@ -297,8 +289,8 @@ absl::Status LoadSession::Plan() {
 
 void LoadSession::ReadNextGroup() {
   size_t index = 0;
-  uint64_t bytes = 0;
   bool in_place = false;
+  bool needs_room = false;  // in place, but peers send it chunks
   std::string dir;
   absl::Time wait_start;
   {
@@ -311,8 +303,8 @@ void LoadSession::ReadNextGroup() {
     index = next_to_read_++;
     wait_start = absl::Now();
     groups_[index].state = GroupState::kReading;
-    bytes = groups_[index].plan.room_bytes;
     in_place = groups_[index].in_place;
+    needs_room = !groups_[index].plan.incoming.empty();
     dir = assignment_.checkpoint_path();
     // Rooms in group order: wait for the earlier groups to have theirs (their
     // tasks took them first and are running, so this cannot wait on a task
@@ -324,19 +316,9 @@ void LoadSession::ReadNextGroup() {
         },
         &turn));
   }
-  // Takes the group's room (its turn or not: a group read in place that
-  // failed verification takes one after its turn).
-  auto take_room = [&]() -> absl::Status {
-    absl::StatusOr<pool::Allocation> room = context_.pool.Allocate(
-        bytes, absl::Now() + context_.options.pool_wait_timeout,
-        pool::Claim{job_, [this] { return failed_.load(std::memory_order_acquire); }});
-    absl::MutexLock lock(&mu_);
-    if (!room.ok()) return WithContext(room.status(), absl::StrCat(Name(), ": room to read into"));
-    groups_[index].room = *room;
-    groups_[index].has_room = true;
-    return absl::OkStatus();
-  };
-  absl::Status status = in_place ? absl::OkStatus() : take_room();
+  // A group read in place takes a room only for what peers send it (its
+  // turn or not: one that fails verification takes one after its turn).
+  absl::Status status = in_place && !needs_room ? absl::OkStatus() : TakeRoom(index);
   times_.room_wait.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - wait_start),
                              std::memory_order_relaxed);
   {
@@ -346,28 +328,7 @@ void LoadSession::ReadNextGroup() {
   // A reader per task: it caches the group's open files, a handful.
   ChunkReader reader(*read_backend_, dir, context_.pool.alignment());
   uint64_t verified_in_place = 0;
-  if (status.ok() && in_place) {
-    // The plan and its chunks are immutable once made.
-    const Group* group = nullptr;
-    {
-      absl::MutexLock lock(&mu_);
-      group = &groups_[index];
-    }
-    if (VerifyInPlace(*group)) {
-      for (const InPlaceChunk& c : group->in_place_chunks) verified_in_place += c.length;
-    } else if (!failed_.load(std::memory_order_acquire)) {
-      // Through the pool: the chunk that failed is read again there and,
-      // failing again, from the next tier.
-      {
-        absl::MutexLock lock(&mu_);
-        groups_[index].in_place = false;
-      }
-      status = take_room();
-      if (status.ok()) status = ReadGroup(index, reader);
-    }
-  } else if (status.ok()) {
-    status = ReadGroup(index, reader);
-  }
+  if (status.ok()) status = ReadGroup(index, reader, &verified_in_place);
   context_.memory_bytes_in_place.fetch_add(verified_in_place, std::memory_order_relaxed);
   if (from_memory_) {
     // Storage's counters count storage: what came from memory is its own.
@@ -433,15 +394,17 @@ void LoadSession::ShareMemoryFilesLocked(const std::string& dir) {
   constexpr uint64_t kAlign = segments::kHugePageBytes;
   for (Group& group : groups_) {
     const LoadGroup& plan = group.plan;
-    if (!plan.device.empty() || !plan.incoming.empty() || !plan.outgoing.empty()) continue;
+    // The daemon's own copies to GPUs read the room.
+    if (!plan.device.empty()) continue;
     std::vector<InPlaceChunk> chunks;
     bool ok = true;
+    // Where what peers send starts: this host's reads come first in a room.
+    uint64_t received_from = plan.room_bytes;
+    for (const GroupTransfer& t : plan.incoming)
+      received_from = std::min(received_from, t.room_offset);
     for (const GroupChunk& c : plan.chunks) {
       const v1::StoredChunk& stored = *c.chunk;
-      if (!c.source.empty()) {
-        ok = false;
-        break;
-      }
+      if (!c.source.empty()) continue;  // a peer sends it
       if (stored.length() == 0) continue;
       auto it = memory_files_.find(stored.file());
       if (it == memory_files_.end()) {
@@ -468,16 +431,17 @@ void LoadSession::ShareMemoryFilesLocked(const std::string& dir) {
         break;
       }
       chunks.push_back({c.room_offset, stored.length(), file.data + stored.file_offset(),
-                        it->second.offset + stored.file_offset(), &stored, c.owner});
+                        it->second.offset + stored.file_offset(), &stored, c.owner, file.fd});
     }
     if (!ok || chunks.empty()) continue;
     std::sort(chunks.begin(), chunks.end(), [](const InPlaceChunk& a, const InPlaceChunk& b) {
       return a.room_offset < b.room_offset;
     });
-    // Every copy a rank makes must come out of one chunk.
+    // Every copy a rank makes must come out of one chunk read here, or out
+    // of what peers send (from the room).
     for (const std::vector<v1::Delivery>& copies : plan.host) {
       for (const v1::Delivery& d : copies) {
-        if (!InPlaceChunkOf(chunks, d).has_value()) ok = false;
+        if (!InPlaceChunkOf(chunks, d).has_value() && d.pool_offset() < received_from) ok = false;
       }
     }
     if (!ok) continue;
@@ -503,42 +467,82 @@ absl::StatusOr<pool::OwnerSegments> LoadSession::MemorySpace(const std::string& 
   return out;
 }
 
-absl::Status LoadSession::ReadGroup(size_t index, ChunkReader& reader) {
-  const LoadGroup* group = nullptr;
+absl::Status LoadSession::TakeRoom(size_t index) {
+  uint64_t bytes = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    bytes = groups_[index].plan.room_bytes;
+  }
+  absl::StatusOr<pool::Allocation> room = context_.pool.Allocate(
+      bytes, absl::Now() + context_.options.pool_wait_timeout,
+      pool::Claim{job_, [this] { return failed_.load(std::memory_order_acquire); }});
+  absl::MutexLock lock(&mu_);
+  if (!room.ok()) return WithContext(room.status(), absl::StrCat(Name(), ": room to read into"));
+  groups_[index].room = *room;
+  groups_[index].has_room = true;
+  return absl::OkStatus();
+}
+
+absl::Status LoadSession::ReadGroup(size_t index, ChunkReader& reader, uint64_t* in_place) {
+  const Group* group = nullptr;
   char* room = nullptr;
   {
     absl::MutexLock lock(&mu_);
-    group = &groups_[index].plan;
-    room = context_.pool.base() + groups_[index].room.offset;
+    group = &groups_[index];
+    if (group->has_room) room = context_.pool.base() + group->room.offset;
   }
   // The plan is immutable once made and the room is this thread's until the
   // group is ready, so reading needs no lock.
+  const LoadGroup& plan = group->plan;
   if (failed_.load(std::memory_order_acquire)) return absl::CancelledError("load failed");
   // What other hosts send is expected before anything else: they may be
   // ahead of this host.
   std::vector<peer::ExpectedTransfer> incoming;
-  for (const GroupTransfer& t : group->incoming) {
+  for (const GroupTransfer& t : plan.incoming) {
     incoming.emplace_back(context_.peer->Expect(
-        absl::StrCat(Name(), ": group ", group->peer_group, " from host ", t.host),
+        absl::StrCat(Name(), ": group ", plan.peer_group, " from host ", t.host),
         room + t.room_offset, t.bytes,
-        TransferToken(group->peer_group, t.host, context_.host.host())));
+        TransferToken(plan.peer_group, t.host, context_.host.host())));
   }
-  std::vector<ChunkTarget> targets;
-  targets.reserve(group->chunks.size());
-  for (const GroupChunk& chunk : group->chunks) {
-    if (chunk.source.empty())
-      targets.push_back({chunk.chunk, chunk.owner, room + chunk.room_offset});
+  bool verified = false;
+  if (group->in_place) {
+    verified = VerifyInPlace(*group);
+    if (!verified) {
+      if (failed_.load(std::memory_order_acquire)) return absl::CancelledError("load failed");
+      // Through the room: the chunk that failed is read again there and,
+      // failing again, from the next tier.
+      {
+        absl::MutexLock lock(&mu_);
+        groups_[index].in_place = false;
+      }
+      if (room == nullptr) {
+        if (absl::Status s = TakeRoom(index); !s.ok()) return s;
+        absl::MutexLock lock(&mu_);
+        room = context_.pool.base() + group->room.offset;
+      }
+    }
   }
-  absl::Status read = reader.ReadAll(targets);
-  if (absl::IsDataLoss(read) && from_memory_) read = ReadWithFallback(targets, reader);
-  if (absl::Status s = read; !s.ok()) {
-    // A load that failed elsewhere cancels its reads: not a storage error.
-    if (!absl::IsCancelled(s)) context_.metrics.IoError(metrics::IoOp::kRead);
-    return WithContext(s, Name());
+  if (!verified) {
+    std::vector<ChunkTarget> targets;
+    targets.reserve(plan.chunks.size());
+    for (const GroupChunk& chunk : plan.chunks) {
+      if (chunk.source.empty())
+        targets.push_back({chunk.chunk, chunk.owner, room + chunk.room_offset});
+    }
+    absl::Status read = reader.ReadAll(targets);
+    if (absl::IsDataLoss(read) && from_memory_) read = ReadWithFallback(targets, reader);
+    if (absl::Status s = read; !s.ok()) {
+      // A load that failed elsewhere cancels its reads: not a storage error.
+      if (!absl::IsCancelled(s)) context_.metrics.IoError(metrics::IoOp::kRead);
+      return WithContext(s, Name());
+    }
   }
   if (absl::Status s = ExchangeGroup(*group, room, incoming); !s.ok()) return s;
+  if (verified) {
+    for (const InPlaceChunk& c : group->in_place_chunks) *in_place += c.length;
+  }
   const absl::Time deliver_start = absl::Now();
-  absl::Status delivered = DeliverToDevices(*group, room);
+  absl::Status delivered = DeliverToDevices(plan, room);
   times_.deliver.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - deliver_start),
                            std::memory_order_relaxed);
   return delivered;
@@ -608,7 +612,14 @@ absl::StatusOr<v1::LoadAssignment> LoadSession::PlanAcrossHosts(
   }
   absl::StatusOr<v1::LoadAssignment> assignment = context_.cluster_saves->PlanLoad(plan);
   if (!assignment.ok()) return assignment.status();
-  const bool memory = assignment->from_memory() && context_.memory_tier != nullptr;
+  if (assignment->from_memory() && context_.memory_tier == nullptr) {
+    // Said before anything else fails for it (pinning the step in storage).
+    return absl::FailedPreconditionError(absl::StrCat(
+        Who(),
+        "the coordinator planned the load from the memory tier, but this ckptd has none "
+        "(--memory_tier_bytes)"));
+  }
+  const bool memory = assignment->from_memory();
   // This host's path to the step (the storage is shared; mount points may differ).
   const std::string& root =
       memory ? context_.memory_tier->coordinator().root() : context_.coordinator.root();
@@ -728,8 +739,9 @@ peer::PeerToken LoadSession::TransferToken(uint32_t group, const std::string& fr
                              peers_.secret());
 }
 
-absl::Status LoadSession::ExchangeGroup(const LoadGroup& group, char* room,
+absl::Status LoadSession::ExchangeGroup(const Group& in, char* room,
                                         std::vector<peer::ExpectedTransfer>& incoming) {
+  const LoadGroup& group = in.plan;
   const std::string& self = context_.host.host();
   // Fault tests kill a host here: it read its first group, sent nothing.
   FaultPoint("load.exchange");
@@ -738,8 +750,27 @@ absl::Status LoadSession::ExchangeGroup(const LoadGroup& group, char* room,
     uint64_t at = 0;
     for (size_t i : t.chunks) {
       const GroupChunk& chunk = group.chunks[i];
-      blocks.push_back({at, room + chunk.room_offset, chunk.chunk->length()});
-      at += chunk.chunk->length();
+      peer::PeerBlockRef& block = blocks.emplace_back();
+      block.offset = at;
+      block.length = chunk.chunk->length();
+      at += block.length;
+      if (!in.in_place) {
+        block.data = room + chunk.room_offset;
+        continue;
+      }
+      if (block.length == 0) continue;
+      // Verified where it lies: sent from there (every chunk this host
+      // reads is one of the group's in-place chunks).
+      auto c = std::lower_bound(
+          in.in_place_chunks.begin(), in.in_place_chunks.end(), chunk.room_offset,
+          [](const InPlaceChunk& c, uint64_t offset) { return c.room_offset < offset; });
+      if (c == in.in_place_chunks.end() || c->room_offset != chunk.room_offset) {
+        return absl::InternalError(absl::StrCat(Who(), "chunk at ", chunk.chunk->file(), " offset ",
+                                                chunk.chunk->file_offset(),
+                                                " was planned in place but is not shared"));
+      }
+      block.file = c->fd;
+      block.file_offset = chunk.chunk->file_offset();
     }
     const std::string& address = peers_.addresses().at(t.host);
     peer::PeerSendOptions options;
@@ -868,9 +899,12 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
   if (batch.last()) SetTiersLocked(batch);
   batch.set_segment_epoch(group.room.epoch);
   for (v1::Delivery d : group.plan.host[rank.rank]) {
-    if (group.in_place) {
-      // Checked when planned: the copy lies in one chunk.
-      d.set_pool_offset(InPlaceChunkOf(group.in_place_chunks, d).value_or(0));
+    // Checked when planned: a copy lies in one chunk read in place, or in
+    // what peers sent to the room.
+    const std::optional<uint64_t> in_memory =
+        group.in_place ? InPlaceChunkOf(group.in_place_chunks, d) : std::nullopt;
+    if (in_memory.has_value()) {
+      d.set_pool_offset(*in_memory);
       d.set_from_memory(true);
     } else {
       d.set_pool_offset(group.room.offset + d.pool_offset());

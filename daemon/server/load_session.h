@@ -87,6 +87,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     uint64_t memory_offset = 0;
     const v1::StoredChunk* chunk = nullptr;
     absl::string_view owner;
+    int fd = -1;  // the shared file's, to send it to peers from (sendfile)
   };
   struct Group {
     LoadGroup plan;
@@ -94,8 +95,10 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     pool::Allocation room;
     bool has_room = false;
     int consumers_left = 0;  // ranks that have not released it yet
-    // Read in place (no room); its chunks by room_offset. Cleared by the
-    // reader when a chunk fails verification: the group then takes a room.
+    // The chunks this host reads are read in place, and sent to peers from
+    // where they lie; its chunks by room_offset. A room only for what peers
+    // send (its deliveries come from the pool). Cleared by the reader when a
+    // chunk fails verification: the group then reads through a room.
     bool in_place = false;
     std::vector<InPlaceChunk> in_place_chunks;
   };
@@ -135,21 +138,25 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
                                 const std::string& to) const;
   // A spread group's traffic: sends what this host read to the hosts that
   // need it, then waits for what it receives and verifies every chunk.
-  absl::Status ExchangeGroup(const LoadGroup& group, char* room,
+  absl::Status ExchangeGroup(const Group& group, char* room,
                              std::vector<peer::ExpectedTransfer>& incoming);
   // The offset in the memory space of delivery `d` (room-relative) when
   // all of it lies in one of `chunks` (sorted by room_offset).
   static std::optional<uint64_t> InPlaceChunkOf(const std::vector<InPlaceChunk>& chunks,
                                                 const v1::Delivery& d);
   // Marks the groups that can be read in place and shares their files
-  // (a load from this host's memory tier, not spread over hosts).
+  // (a load from this host's memory tier).
   void ShareMemoryFilesLocked(const std::string& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Verifies a group's chunks where they lie; false when one does not
   // verify (the group is then read through the pool).
   bool VerifyInPlace(const Group& group);
   // A reader task: reads the next group, then queues the next task.
   void ReadNextGroup();
-  absl::Status ReadGroup(size_t index, ChunkReader& reader);
+  // Takes group `index`'s room (bytes from the pool, waiting for them).
+  absl::Status TakeRoom(size_t index);
+  // Reads (or verifies in place) group `index`, exchanges it with peers and
+  // delivers it to GPUs; `in_place` gets the bytes verified where they lie.
+  absl::Status ReadGroup(size_t index, ChunkReader& reader, uint64_t* in_place);
   absl::Status DeliverToDevices(const LoadGroup& group, const char* room);
   void ReleaseLocked(size_t group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // With a rank's last batch: the tiers the load read from.

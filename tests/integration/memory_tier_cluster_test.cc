@@ -33,6 +33,7 @@ struct HostCounters {
   uint64_t storage_written = 0;
   uint64_t storage_read = 0;  // chunk bytes read from storage
   uint64_t memory_read = 0;
+  uint64_t memory_in_place = 0;  // of memory_read: verified and sent or copied where it lies
   uint64_t peer_sent = 0;
   uint64_t peer_received = 0;
   uint64_t memory_held = 0;
@@ -43,7 +44,8 @@ std::vector<HostCounters> Counters(TestCluster& cluster) {
   for (int i = 0; i < cluster.hosts(); ++i) {
     const v1::GetStatusResponse s = cluster.node(i).Status();
     out.push_back({s.storage_bytes_written(), s.chunk_bytes_read(), s.memory_bytes_read(),
-                   s.peer_bytes_sent(), s.peer_bytes_received(), s.memory_tier_bytes()});
+                   s.memory_bytes_in_place(), s.peer_bytes_sent(), s.peer_bytes_received(),
+                   s.memory_tier_bytes()});
   }
   return out;
 }
@@ -102,6 +104,12 @@ TEST_CASE("A host that lost its memory restores its ranks from its peers' replic
   CHECK(c3[1].memory_read == c2[1].memory_read);  // it holds nothing
   CHECK(c3[1].peer_received > c2[1].peer_received);
   CHECK(c3[2].memory_read > c2[2].memory_read);  // h1's replica is there
+  // The holders verified every chunk where it lies and sent or handed it
+  // out from there: nothing went through their pools.
+  for (int i : {0, 2}) {
+    INFO("host " << i);
+    CHECK(c3[i].memory_in_place - c2[i].memory_in_place == c3[i].memory_read - c2[i].memory_read);
+  }
 
   // Resharded into six ranks on two hosts (TP=3) from memory too.
   const std::vector<HostCounters> c4 = Counters(cluster);
