@@ -6,7 +6,8 @@
 # to the other (R=1). Host h1's ckptd is then SIGKILLed and started again
 # with empty memory, and the two ranks load the step from memory: h1's rank
 # gets every byte from h0 over the peer data channel. Its restore rate
-# (bytes / the rank's Load call, every byte checked after) is compared with
+# (bytes / the time from the last of the two ranks asking to load to h1's
+# rank having every byte; each checks every byte after) is compared with
 # raw TCP between the same two namespaces, measured right after (a Python
 # sender and receiver moving the same number of bytes; the link's limit).
 #
@@ -36,10 +37,32 @@ export CKPTD="${CKPTD:-$build/daemon/ckptd}" CKPTCTL="${CKPTCTL:-$build/tools/ck
 rank_bin="${CKPT_DEMO_RANK:-$build/tools/demo/ckpt-demo-rank}"
 cluster="$PWD/tools/dev/cluster.sh"
 dir="$(mktemp -d /tmp/ckpt-peer-restore-XXXXXX)"
-trap '[ -n "${CKPT_BENCH_KEEP:-}" ] || { "$cluster" down "$dir" >/dev/null 2>&1 || true; rm -rf "$dir"; }' EXIT
+# The pool and the memory tier in 2 MiB pages, as deploy/ckptd.service sets
+# up the host (ckpt-bench does the same): restored when the run ends.
+shmem=/sys/kernel/mm/transparent_hugepage/shmem_enabled
+old_shmem="$(sed -nE 's/.*\[([a-z_]+)\].*/\1/p' "$shmem" 2>/dev/null || true)"
+if [ "$old_shmem" = never ]; then
+  if echo advise 2>/dev/null >"$shmem"; then
+    echo "memory-peer-bench: $shmem set to advise for this run, as ckptd.service does" >&2
+  else
+    echo "memory-peer-bench: $shmem is never and not writable: 4 KiB pages" >&2
+    old_shmem=""
+  fi
+else
+  old_shmem=""
+fi
+cleanup() {
+  [ -z "$old_shmem" ] || echo "$old_shmem" >"$shmem" 2>/dev/null || true
+  [ -n "${CKPT_BENCH_KEEP:-}" ] || { "$cluster" down "$dir" >/dev/null 2>&1 || true; rm -rf "$dir"; }
+}
+trap cleanup EXIT
 
 # Room for the model, its replica and the blocks' rounding on each host.
-export CKPT_CLUSTER_FLAGS="--memory_tier_bytes=$(( (scale * 4 + 512) << 20 )) --peer_wait_s=60"
+# A pool as ckptd's default (1 GiB) where the model is that large, as
+# tools/dev/cluster.sh's test daemons (128 MiB) for small runs.
+pool=$(( scale * 2 << 20 ))
+pool=$(( pool < (128 << 20) ? (128 << 20) : pool > (1 << 30) ? (1 << 30) : pool ))
+export CKPT_CLUSTER_FLAGS="--memory_tier_bytes=$(( (scale * 4 + 512) << 20 )) --peer_wait_s=60 --pool_bytes=$pool"
 "$cluster" up "$dir" 2 >/dev/null
 # shellcheck disable=SC1091
 source "$dir/cluster.env"
@@ -131,8 +154,16 @@ for round in $(seq 1 "$rounds"); do
     { cat "$dir"/rank*.out >&2; exit 1; }
   grep -q "tiers=memory " <<<"$line" || { echo "not from memory: $line" >&2; exit 1; }
   mib="$(sed -E 's/.*: ([0-9.]+) MiB in ([0-9.]+) ms.*/\1/' <<<"$line")"
-  ms="$(sed -E 's/.*: ([0-9.]+) MiB in ([0-9.]+) ms.*/\2/' <<<"$line")"
-  restores+=("$(awk -v m="$mib" -v t="$ms" 'BEGIN {printf "%.4f", m * 1048576 / (t / 1000) / 1e9}')")
+  # From the last rank's Load call (the hosts' parts are planned together,
+  # once every rank asked; a rank that came early waited for the others,
+  # which is their start-up, not the restore) to h1's rank having it all.
+  asked0="$(sed -nE 's/.* window_us=([0-9]+)-[0-9]+.*/\1/p' "$dir/rank0.out")"
+  asked1="$(sed -nE 's/.* window_us=([0-9]+)-[0-9]+.*/\1/p' <<<"$line")"
+  ended1="$(sed -nE 's/.* window_us=[0-9]+-([0-9]+).*/\1/p' <<<"$line")"
+  [ -n "$asked0" ] && [ -n "$asked1" ] && [ -n "$ended1" ] ||
+    { echo "a rank printed no load window" >&2; cat "$dir"/rank*.out >&2; exit 1; }
+  us=$((ended1 - (asked0 > asked1 ? asked0 : asked1)))
+  restores+=("$(awk -v m="$mib" -v t="$us" 'BEGIN {printf "%.4f", m * 1048576 / (t / 1e6) / 1e9}')")
   bytes="$(awk -v m="$mib" 'BEGIN {printf "%d", m * 1048576}')"
   tcps+=("$(raw_tcp "$bytes")")
 done

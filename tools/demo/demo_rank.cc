@@ -165,8 +165,8 @@ int main(int argc, char** argv) {
   }
   absl::PrintF(
       "rank %d loaded step %d: %.1f MiB in %.1f ms, every byte checked, tiers=%s "
-      "fallback_chunks=%d\n",
+      "fallback_chunks=%d window_us=%d-%d\n",
       rank, *step, bytes / 1048576.0, Ms(loaded), absl::StrJoin(result->tiers, "+"),
-      result->fallback_chunks);
+      result->fallback_chunks, absl::ToUnixMicros(start), absl::ToUnixMicros(start + loaded));
   return 0;
 }
