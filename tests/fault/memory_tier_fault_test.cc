@@ -403,6 +403,12 @@ TEST_CASE("--memory_tier_keep_steps=2 keeps the newest two steps, each loadable 
   for (int64_t step = 1; step <= 5; ++step) {
     REQUIRE(rank.Save(step, v1::SAVE_TIER_MEMORY, Model(256, 400 + step)).ok());
   }
+  // Retention runs after each commit on a thread of its own (the save does
+  // not wait for it): polled, with a bound.
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (MemorySteps(d.Status(), "keep2") != std::vector<int64_t>{4, 5} && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
   CHECK(MemorySteps(d.Status(), "keep2") == std::vector<int64_t>{4, 5});
   for (int64_t step : {4, 5}) {
     std::vector<RawTensor> into = EmptyModel(256);

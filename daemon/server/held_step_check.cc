@@ -1,0 +1,131 @@
+#include "daemon/server/held_step_check.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/coordinator/layout.h"
+#include "daemon/coordinator/manifest_io.h"
+#include "proto/lib/crc32c.h"
+
+namespace ckpt::server {
+namespace {
+
+struct HeldFile {
+  std::shared_ptr<const storage::MemoryBackend::SharedFile> shared;
+  uint64_t chunks = 0;
+  std::string problem;  // empty while every chunk matched
+};
+
+struct ChunkTask {
+  const char* data = nullptr;
+  uint64_t length = 0;
+  uint32_t crc32c = 0;
+  HeldFile* file = nullptr;
+  const v1::StoredChunk* chunk = nullptr;
+  std::string owner;
+};
+
+}  // namespace
+
+HeldStepCheck CheckHeldStep(tier::MemoryTier& tier, const std::string& job, int64_t wanted,
+                            HeldSteps& held, int threads) {
+  HeldStepCheck out;
+  auto entry = held.end();
+  for (auto it = held.begin(); it != held.end(); ++it) {
+    const bool better = wanted >= 0 ? it->first == wanted
+                                    : entry == held.end() || it->first > entry->first;
+    if (better) entry = it;
+  }
+  if (entry == held.end() || entry->second.empty()) return out;
+  const int64_t step = entry->first;
+  absl::StatusOr<v1::CheckpointManifest> manifest =
+      tier.coordinator().catalog().ReadManifest(job, step);
+  if (!manifest.ok()) return out;
+  const std::string dir = coordinator::StepDir(tier.coordinator().root(), job, step);
+  std::map<std::string, HeldFile> files;
+  for (const std::string& name : entry->second) files.emplace(name, HeldFile{});
+  std::vector<ChunkTask> tasks;
+  (void)coordinator::ForEachChunk(
+      *manifest, [&](const v1::StoredChunk& chunk, const std::string& owner) {
+        auto it = files.find(chunk.file());
+        if (chunk.length() == 0 || it == files.end()) return absl::OkStatus();
+        HeldFile& file = it->second;
+        ++file.chunks;
+        if (!file.problem.empty()) return absl::OkStatus();
+        if (file.shared == nullptr) {
+          auto shared = tier.backend().Share(absl::StrCat(dir, "/", chunk.file()));
+          if (!shared.ok()) {
+            file.problem = absl::StrCat("cannot be read: ", shared.status().message());
+            return absl::OkStatus();
+          }
+          file.shared = *std::move(shared);
+        }
+        const uint64_t size = file.shared->size;
+        if (chunk.file_offset() > size || chunk.length() > size - chunk.file_offset()) {
+          file.problem = absl::StrCat(owner, ": its chunk at offset ", chunk.file_offset(),
+                                      " lies past the file's end (", size, " bytes)");
+          return absl::OkStatus();
+        }
+        tasks.push_back({file.shared->data + chunk.file_offset(), chunk.length(), chunk.crc32c(),
+                         &file, &chunk, owner});
+        return absl::OkStatus();
+      });
+  // The largest first, so the threads end together.
+  std::sort(tasks.begin(), tasks.end(),
+            [](const ChunkTask& a, const ChunkTask& b) { return a.length > b.length; });
+  absl::Mutex mu;
+  std::atomic<size_t> next{0};
+  auto verify = [&] {
+    for (size_t i = next.fetch_add(1); i < tasks.size(); i = next.fetch_add(1)) {
+      const ChunkTask& task = tasks[i];
+      {
+        absl::MutexLock lock(&mu);
+        if (!task.file->problem.empty()) continue;  // one failure sets the file aside
+      }
+      if (Crc32c(task.data, task.length) == task.crc32c) continue;
+      absl::MutexLock lock(&mu);
+      if (task.file->problem.empty()) {
+        task.file->problem = absl::StrCat(task.owner, ": its chunk at offset ",
+                                          task.chunk->file_offset(), " fails its CRC32C");
+      }
+    }
+  };
+  const int helpers = std::clamp<int>(threads, 1, 8) - 1;
+  std::vector<std::thread> running;
+  for (int t = 0; t < helpers && static_cast<size_t>(t + 1) < tasks.size(); ++t) {
+    running.emplace_back(verify);
+  }
+  verify();
+  for (std::thread& t : running) t.join();
+
+  out.step = step;
+  for (auto& [name, file] : files) {
+    if (file.problem.empty()) {
+      out.verified.insert(name);
+      continue;
+    }
+    tier.SetAside(job, step, name);
+    out.bad_chunks += std::max<uint64_t>(file.chunks, 1);
+    std::fprintf(stderr,
+                 "ckptd: memory-check job=%s step=%lld file=%s: %s; set aside, the load takes "
+                 "it from another copy\n",
+                 job.c_str(), static_cast<long long>(step), name.c_str(), file.problem.c_str());
+    out.set_aside.emplace_back(name, file.problem);
+  }
+  std::vector<std::string>& names = entry->second;
+  names.erase(std::remove_if(names.begin(), names.end(),
+                             [&](const std::string& n) {
+                               auto it = files.find(n);
+                               return it != files.end() && !it->second.problem.empty();
+                             }),
+              names.end());
+  return out;
+}
+
+}  // namespace ckpt::server

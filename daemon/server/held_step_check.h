@@ -1,0 +1,47 @@
+// Before a host offers its memory-tier files to a load spread over hosts
+// (NodeLoadPlan.memory_steps), it verifies the step the load will most
+// likely take (the one asked for, or its newest) where its files lie, and
+// leaves out any file with a chunk that fails its CRC32C: the coordinator
+// then plans that file from another host's copy, from parity or from
+// storage, and no host reads the bad bytes. Checking before the plan is
+// what lets the next source be another host: once planned, every host
+// waits for the chunks the plan gave it.
+//
+// The chunks verified here are not verified again when the load reads them
+// in place (the CPU is the bound of a restore from memory); what a host
+// receives from another is checked on arrival as ever.
+#ifndef CKPT_DAEMON_SERVER_HELD_STEP_CHECK_H_
+#define CKPT_DAEMON_SERVER_HELD_STEP_CHECK_H_
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "daemon/tier/memory_tier.h"
+
+namespace ckpt::server {
+
+// MemoryTier::HeldSteps: per step, the files held here.
+using HeldSteps = std::vector<std::pair<int64_t, std::vector<std::string>>>;
+
+struct HeldStepCheck {
+  int64_t step = -1;               // the step checked; -1: none
+  std::set<std::string> verified;  // its files whose every chunk matched
+  // Files set aside (a chunk failed), each with the first chunk that did.
+  std::vector<std::pair<std::string, std::string>> set_aside;
+  uint64_t bad_chunks = 0;  // chunks of the set-aside files that failed
+};
+
+// Checks step `wanted` (-1: the newest held) of `job` over `threads`
+// threads; sets aside (MemoryTier::SetAside) and removes from `held` every
+// file with a chunk that fails, or that is shorter than its chunks. A step
+// whose manifest cannot be read is not checked (the load's own checks
+// stand).
+HeldStepCheck CheckHeldStep(tier::MemoryTier& tier, const std::string& job, int64_t wanted,
+                            HeldSteps& held, int threads);
+
+}  // namespace ckpt::server
+
+#endif  // CKPT_DAEMON_SERVER_HELD_STEP_CHECK_H_
