@@ -38,8 +38,8 @@ HeldStepCheck CheckHeldStep(tier::MemoryTier& tier, const std::string& job, int6
   HeldStepCheck out;
   auto entry = held.end();
   for (auto it = held.begin(); it != held.end(); ++it) {
-    const bool better = wanted >= 0 ? it->first == wanted
-                                    : entry == held.end() || it->first > entry->first;
+    const bool better =
+        wanted >= 0 ? it->first == wanted : entry == held.end() || it->first > entry->first;
     if (better) entry = it;
   }
   if (entry == held.end() || entry->second.empty()) return out;

@@ -208,6 +208,7 @@ absl::Status LoadSession::Plan() {
   if (!in_memory.ok()) return WithContext(in_memory.status(), Name());
   absl::StatusOr<v1::LoadAssignment> assignment = absl::NotFoundError("not planned");
   bool memory = false;
+  HeldStepCheck check;
   if (in_memory->has_value()) {
     plan.set_step(**in_memory);
     assignment = context_.memory_tier->coordinator().PlanLoad(plan, &pin);
@@ -220,7 +221,8 @@ absl::Status LoadSession::Plan() {
     }
   }
   if (!memory) {
-    assignment = spans ? PlanAcrossHosts(plan, &pin) : context_.coordinator.PlanLoad(plan, &pin);
+    assignment =
+        spans ? PlanAcrossHosts(plan, &pin, &check) : context_.coordinator.PlanLoad(plan, &pin);
   }
   if (!assignment.ok()) return WithContext(assignment.status(), Name());
   if (spans && assignment->from_memory()) memory = true;  // PlanAcrossHosts checked the tier
@@ -269,6 +271,7 @@ absl::Status LoadSession::Plan() {
       ++groups_[g].consumers_left;
     }
   }
+  if (memory && check.step == assignment_.step()) checked_files_ = std::move(check.verified);
   if (from_memory_) ShareMemoryFilesLocked(assignment_.checkpoint_path());
   planned_ = true;
   planned_at_ = absl::Now();
@@ -373,6 +376,7 @@ bool LoadSession::VerifyInPlace(const Group& group) {
       verified = false;  // nothing counted for a load that failed elsewhere
       break;
     }
+    if (c.checked) continue;
     if (Crc32c(c.data, c.length) != c.chunk->crc32c()) {
       std::fprintf(stderr,
                    "ckptd: load job=%s: %s at offset %llu (%s) fails its CRC32C in place; "
@@ -431,7 +435,8 @@ void LoadSession::ShareMemoryFilesLocked(const std::string& dir) {
         break;
       }
       chunks.push_back({c.room_offset, stored.length(), file.data + stored.file_offset(),
-                        it->second.offset + stored.file_offset(), &stored, c.owner, file.fd});
+                        it->second.offset + stored.file_offset(), &stored, c.owner, file.fd,
+                        checked_files_.contains(stored.file())});
     }
     if (!ok || chunks.empty()) continue;
     std::sort(chunks.begin(), chunks.end(), [](const InPlaceChunk& a, const InPlaceChunk& b) {
@@ -569,8 +574,18 @@ absl::Status LoadSession::ReadWithFallback(absl::Span<const ChunkTarget> targets
       absl::StatusOr<std::unique_ptr<storage::FileLock>> pinned =
           coordinator::PinStep(context_.backend, context_.coordinator.root(), job_, step);
       if (!pinned.ok()) {
-        return WithContext(in_memory, absl::StrCat("in the memory tier, and storage has no step ",
-                                                   step, " to read it from instead"));
+        // Spread over hosts, another host may hold a good copy: the next
+        // load plans around this one.
+        const bool spread = !peer_index_.empty();
+        if (spread) context_.memory_tier->SetAside(job_, step, target.chunk->file());
+        return WithContext(
+            in_memory,
+            absl::StrCat("in the memory tier, and storage has no step ", step,
+                         " to read it from instead",
+                         spread ? absl::StrCat("; this host's copy of ", target.chunk->file(),
+                                               " is set aside: loading again takes it from "
+                                               "another host's copy")
+                                : ""));
       }
       pin = std::move(*pinned);
       durable = std::make_unique<ChunkReader>(
@@ -599,12 +614,21 @@ absl::Status LoadSession::ReadWithFallback(absl::Span<const ChunkTarget> targets
 }
 
 absl::StatusOr<v1::LoadAssignment> LoadSession::PlanAcrossHosts(
-    v1::NodeLoadPlan& plan, std::unique_ptr<storage::FileLock>* pin) {
+    v1::NodeLoadPlan& plan, std::unique_ptr<storage::FileLock>* pin, HeldStepCheck* check) {
   plan.set_world_size(world_size_);
   plan.set_group_bytes(LoadGroupBytes(context_.options));
   plan.mutable_host()->set_address(context_.peer_address);  // empty: no channel, read it all here
   if (context_.memory_tier != nullptr && plan.tier() != v1::LOAD_TIER_DURABLE) {
-    for (auto& [step, files] : context_.memory_tier->HeldSteps(job_)) {
+    HeldSteps held = context_.memory_tier->HeldSteps(job_);
+    // Bad bytes are left out before the plan: it takes them from elsewhere.
+    *check =
+        CheckHeldStep(*context_.memory_tier, job_, step_, held, context_.options.reader_threads);
+    if (check->bad_chunks > 0) {
+      fallback_chunks_.fetch_add(check->bad_chunks, std::memory_order_relaxed);
+      context_.load_fallback_chunks.fetch_add(check->bad_chunks, std::memory_order_relaxed);
+      for (uint64_t i = 0; i < check->bad_chunks; ++i) context_.metrics.LoadFallback(job_);
+    }
+    for (auto& [step, files] : held) {
       v1::NodeLoadPlan::HeldStep* held = plan.add_memory_steps();
       held->set_step(step);
       for (std::string& file : files) held->add_files(std::move(file));

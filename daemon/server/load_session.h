@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,7 @@
 #include "ckpt/v1/coordinator.pb.h"
 #include "ckpt/v1/node.pb.h"
 #include "daemon/server/chunk_reader.h"
+#include "daemon/server/held_step_check.h"
 #include "daemon/server/load_groups.h"
 #include "daemon/server/node_context.h"
 #include "daemon/storage/memory/memory_backend.h"
@@ -87,7 +89,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     uint64_t memory_offset = 0;
     const v1::StoredChunk* chunk = nullptr;
     absl::string_view owner;
-    int fd = -1;  // the shared file's, to send it to peers from (sendfile)
+    int fd = -1;           // the shared file's, to send it to peers from (sendfile)
+    bool checked = false;  // verified before the plan (held_step_check.h)
   };
   struct Group {
     LoadGroup plan;
@@ -122,8 +125,11 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // A load whose ranks span hosts: the coordinator plans every host's part
   // at once (coordinator.h PlanSpanningLoad); pinned here, on this host's
   // storage root.
+  // `check`: the memory-tier step this host verified before offering its
+  // files (held_step_check.h).
   absl::StatusOr<v1::LoadAssignment> PlanAcrossHosts(v1::NodeLoadPlan& plan,
-                                                     std::unique_ptr<storage::FileLock>* pin);
+                                                     std::unique_ptr<storage::FileLock>* pin,
+                                                     HeldStepCheck* check);
   // Reads `targets` one by one after a batch failed verification in the
   // memory tier, each that fails again from storage.
   absl::Status ReadWithFallback(absl::Span<const ChunkTarget> targets, ChunkReader& memory);
@@ -208,6 +214,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // The files shared with the ranks, by name (until every rank is done),
   // and the size of the memory space they are laid out in.
   std::map<std::string, SharedFileAt> memory_files_ ABSL_GUARDED_BY(mu_);
+  // The files of the planned step this host verified before the plan.
+  std::set<std::string> checked_files_ ABSL_GUARDED_BY(mu_);
   uint64_t memory_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<bool> used_durable_{false};
   std::vector<std::vector<uint64_t>> object_bytes_ ABSL_GUARDED_BY(mu_);

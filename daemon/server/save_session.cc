@@ -810,7 +810,8 @@ void SaveSession::Finish() {
       // Persisted from the memory copy, after the commit: the trainer's
       // wait ends with the memory commit.
       if (ToMemory(tier_) && CorruptionPoint("memory.after_commit")) {
-        (void)context_.memory_tier->FlipByte(job_, step_);
+        (void)context_.memory_tier->FlipByte(job_, step_,
+                                             absl::StrCat("data/", context_.host.host(), "-"));
       }
       if (tier_ == v1::SAVE_TIER_MEMORY_AND_DURABLE)
         context_.memory_tier->PersistLater(job_, step_);

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -334,20 +336,29 @@ void MemoryTier::RunPersists() {
   }
 }
 
-absl::Status MemoryTier::FlipByte(const std::string& job, int64_t step) {
+absl::Status MemoryTier::FlipByte(const std::string& job, int64_t step, const std::string& prefer) {
   absl::StatusOr<v1::CheckpointManifest> manifest = coordinator_->catalog().ReadManifest(job, step);
   if (!manifest.ok()) return manifest.status();
+  const std::string dir = coordinator::StepDir(kRoot, job, step);
+  // The first chunk of a file held here, of one named `prefer...` if any.
   std::string file;
   uint64_t offset = 0;
+  bool preferred = false;
   (void)coordinator::ForEachChunk(*manifest, [&](const v1::StoredChunk& chunk, const std::string&) {
-    if (file.empty() && chunk.length() > 0) {
-      file = chunk.file();
-      offset = chunk.file_offset() + chunk.length() / 2;
-    }
+    const bool wanted = !prefer.empty() && absl::StartsWith(chunk.file(), prefer);
+    if (chunk.length() == 0 || preferred || (!file.empty() && !wanted)) return absl::OkStatus();
+    absl::StatusOr<bool> here = backend_->Exists(absl::StrCat(dir, "/", chunk.file()));
+    if (!here.ok() || !*here) return absl::OkStatus();
+    file = chunk.file();
+    offset = chunk.file_offset() + chunk.length() / 2;
+    preferred = wanted;
     return absl::OkStatus();
   });
-  if (file.empty()) return absl::NotFoundError("the step has no bytes to flip");
-  const std::string path = absl::StrCat(coordinator::StepDir(kRoot, job, step), "/", file);
+  if (file.empty()) return absl::NotFoundError("the step has no bytes here to flip");
+  std::fprintf(stderr, "ckptd: flipping a byte of %s at offset %llu (job %s step %lld)\n",
+               file.c_str(), static_cast<unsigned long long>(offset), job.c_str(),
+               static_cast<long long>(step));
+  const std::string path = absl::StrCat(dir, "/", file);
   absl::StatusOr<std::string> bytes = storage::ReadWholeFile(*backend_, path);
   if (!bytes.ok()) return bytes.status();
   if (offset >= bytes->size()) return absl::OutOfRangeError("the chunk is past the file's end");
@@ -402,17 +413,45 @@ std::vector<std::pair<int64_t, std::vector<std::string>>> MemoryTier::HeldSteps(
   std::vector<std::pair<int64_t, std::vector<std::string>>> held;
   absl::StatusOr<std::vector<int64_t>> steps = coordinator_->catalog().ListSteps(job);
   if (!steps.ok()) return held;
+  absl::MutexLock lock(&set_aside_mu_);
+  // Steps gone since take what was set aside of them along.
+  for (auto it = set_aside_.lower_bound({job, std::numeric_limits<int64_t>::min()});
+       it != set_aside_.end() && it->first.first == job;) {
+    if (std::find(steps->begin(), steps->end(), it->first.second) != steps->end()) {
+      ++it;
+      continue;
+    }
+    set_aside_files_ -= it->second.size();
+    it = set_aside_.erase(it);
+  }
   for (int64_t step : *steps) {
     auto& [number, files] = held.emplace_back();
     number = step;
+    auto aside = set_aside_.find({job, step});
     for (const char* sub : {"data", "parity"}) {
       absl::StatusOr<std::vector<std::string>> names =
           backend_->ListDir(absl::StrCat(coordinator::StepDir(kRoot, job, step), "/", sub));
       if (!names.ok()) continue;
-      for (const std::string& name : *names) files.push_back(absl::StrCat(sub, "/", name));
+      for (const std::string& name : *names) {
+        std::string file = absl::StrCat(sub, "/", name);
+        if (aside != set_aside_.end() && aside->second.contains(file)) continue;
+        files.push_back(std::move(file));
+      }
     }
   }
   return held;
+}
+
+void MemoryTier::SetAside(const std::string& job, int64_t step, const std::string& file) {
+  absl::MutexLock lock(&set_aside_mu_);
+  if (set_aside_files_ >= kMaxSetAside) return;
+  if (set_aside_[{job, step}].insert(file).second) ++set_aside_files_;
+}
+
+bool MemoryTier::IsSetAside(const std::string& job, int64_t step, const std::string& file) const {
+  absl::MutexLock lock(&set_aside_mu_);
+  auto it = set_aside_.find({job, step});
+  return it != set_aside_.end() && it->second.contains(file);
 }
 
 absl::StatusOr<std::string> MemoryTier::CommitHere(const v1::CheckpointManifest& manifest,
@@ -454,6 +493,33 @@ absl::Status MemoryTier::MoveFiles(const std::string& from, const std::string& t
   return absl::OkStatus();
 }
 
+absl::Status MemoryTier::AdoptInto(const std::string& job, int64_t step, const std::string& dir,
+                                   const std::string& step_dir) {
+  absl::StatusOr<std::vector<std::string>> rebuilt = backend_->ListDir(dir + "/data");
+  if (absl::IsNotFound(rebuilt.status())) return absl::OkStatus();
+  if (!rebuilt.ok()) return rebuilt.status();
+  if (absl::Status s = backend_->CreateDirs(step_dir + "/data"); !s.ok()) return s;
+  absl::MutexLock lock(&set_aside_mu_);
+  auto aside = set_aside_.find({job, step});
+  for (const std::string& name : *rebuilt) {
+    const std::string file = absl::StrCat("data/", name);
+    const bool set_aside = aside != set_aside_.end() && aside->second.contains(file);
+    // A share's stripe may cover part of a file this host still holds
+    // good (beside one set aside): the rebuilt piece of it is dropped.
+    absl::StatusOr<bool> held = backend_->Exists(absl::StrCat(step_dir, "/", file));
+    if (!held.ok()) return held.status();
+    if (*held && !set_aside) continue;
+    absl::Status s =
+        backend_->Rename(absl::StrCat(dir, "/", file), absl::StrCat(step_dir, "/", file));
+    if (!s.ok()) return s;
+    if (set_aside) {  // replaced whole (every share of it was rebuilt): good again
+      aside->second.erase(file);
+      --set_aside_files_;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> MemoryTier::NewScratchDir(const std::string& job, int64_t step) {
   const std::string dir =
       coordinator::PartialDir(kRoot, job, step, coordinator_->catalog().NewPartialId());
@@ -467,7 +533,7 @@ absl::Status MemoryTier::AdoptRebuilt(const v1::CheckpointManifest& manifest,
   absl::StatusOr<bool> exists = coordinator_->catalog().StepExists(manifest.job(), manifest.step());
   absl::Status status = exists.status();
   if (status.ok() && *exists) {
-    status = MoveFiles(dir, step_dir);
+    status = AdoptInto(manifest.job(), manifest.step(), dir, step_dir);
   } else if (status.ok()) {
     absl::StatusOr<std::string> path = coordinator_->CommitCopy(
         manifest, [&](const std::string& partial) { return MoveFiles(dir, partial); });

@@ -33,6 +33,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -123,15 +124,25 @@ class MemoryTier {
   void WaitPersisted();
 
   // Tests of verification (fault_points.h CorruptionPoint): flips one byte
-  // in the middle of the step's first chunk, in place.
-  absl::Status FlipByte(const std::string& job, int64_t step);
+  // in the middle of the step's first chunk held here (the first of a file
+  // named `prefer`... when there is one), in place.
+  absl::Status FlipByte(const std::string& job, int64_t step, const std::string& prefer = "");
 
   // Per job: the committed steps in memory and the bytes they hold.
   std::vector<v1::MemoryTierJob> Jobs();
 
   // The job's committed steps here, each with the data files held of it
-  // ("data/<host>-<writer>.bin": this host's and its replicas).
+  // ("data/<host>-<writer>.bin": this host's and its replicas), less the
+  // files set aside.
   std::vector<std::pair<int64_t, std::vector<std::string>>> HeldSteps(const std::string& job);
+  // A file of a committed step whose bytes failed verification here: loads
+  // spread over hosts plan around it (HeldSteps leaves it out) and take it
+  // from another host's copy, parity or storage. Forgotten with the step;
+  // at most kMaxSetAside at once (past that a load's own check still
+  // catches the bytes).
+  static constexpr size_t kMaxSetAside = 65536;
+  void SetAside(const std::string& job, int64_t step, const std::string& file);
+  bool IsSetAside(const std::string& job, int64_t step, const std::string& file) const;
 
   // A save spread over hosts committed at the cluster's coordinator: this
   // host commits `manifest` in its own memory over the files it wrote and
@@ -153,6 +164,10 @@ class MemoryTier {
 
  private:
   void RunPersists();
+  // Moves the data files rebuilt into `dir` into the step's directory
+  // here, where it lacks them or set them aside.
+  absl::Status AdoptInto(const std::string& job, int64_t step, const std::string& dir,
+                         const std::string& step_dir);
   // Moves the data/ and parity/ files of directory `from` into `to`.
   absl::Status MoveFiles(const std::string& from, const std::string& to);
   // Bytes held now by steps being written (partial directories): counted in
@@ -165,6 +180,10 @@ class MemoryTier {
   const MemoryTierOptions options_;
   // Per job, the copies of its newest step committed by CommitHere (a job
   // on this host alone has one).
+  mutable absl::Mutex set_aside_mu_;
+  std::map<std::pair<std::string, int64_t>, std::set<std::string>> set_aside_
+      ABSL_GUARDED_BY(set_aside_mu_);
+  size_t set_aside_files_ ABSL_GUARDED_BY(set_aside_mu_) = 0;
   absl::Mutex copies_mu_;
   std::map<std::string, v1::MemoryTierJob> copies_ ABSL_GUARDED_BY(copies_mu_);
   std::unique_ptr<storage::MemoryBackend> backend_;

@@ -176,6 +176,50 @@ TEST_CASE("Replicas go to another rack: a whole rack lost restores from memory",
   CHECK(after[3].memory_read > before[3].memory_read);
 }
 
+TEST_CASE("A byte flipped in a host's memory is taken from its replica on another host",
+          "[memory_tier_cluster]") {
+  TestCluster cluster;
+  REQUIRE(cluster.Start(3, kNodeFlags, kCoordinatorFlags).ok());
+  // h1 flips a byte of its own part in its memory once the save commits;
+  // h2 holds the replica of that part.
+  cluster.node(1).Kill();
+  REQUIRE(cluster.RestartNode(1, {"--fault_corrupt_at=memory.after_commit"}).ok());
+  REQUIRE(cluster.AwaitLiveHosts(3));
+  RequireAllOk(
+      cluster.RunRanks("flip", "save", kHosts, 1, 0, kScale, Layout(2, 2, "--tier=memory")));
+  REQUIRE(cluster.node(1).WaitForOutput("flipping a byte of data/h1-"));
+
+  // The trainer crashed; every rank loads latest from memory, bit-exact.
+  const std::vector<HostCounters> before = Counters(cluster);
+  const uint64_t fallbacks_before = cluster.node(1).Status().load_fallback_chunks();
+  std::vector<ExitInfo> loaded =
+      cluster.RunRanks("flip", "load", kHosts, -1, kWorld, kScale, Layout(2, 2, "--from=memory"));
+  RequireAllOk(loaded);  // every byte checked in the ranks
+  RequireAllSay(loaded, "tiers=memory");
+  // h1 found the bad chunk before the plan and left its copy out: the
+  // plan took that part from h2, and nothing from storage.
+  CHECK(absl::StrContains(cluster.node(1).Output(), "memory-check job=flip step=1 file=data/h1-"));
+  CHECK(cluster.node(1).Status().load_fallback_chunks() > fallbacks_before);
+  for (int r = 3; r < 6; ++r) {  // h1's ranks say they had a fallback
+    INFO(loaded[r].output);
+    CHECK_FALSE(absl::StrContains(loaded[r].output, "fallback_chunks=0"));
+  }
+  const std::vector<HostCounters> after = Counters(cluster);
+  for (int i = 0; i < 3; ++i) {
+    INFO("host " << i);
+    CHECK(after[i].storage_read == before[i].storage_read);
+  }
+  CHECK(after[2].peer_sent > before[2].peer_sent);
+  CHECK(after[1].peer_received > before[1].peer_received);
+
+  // Set aside, the copy stays out of later loads: loaded again, nothing is
+  // checked or counted again.
+  const uint64_t fallbacks = cluster.node(1).Status().load_fallback_chunks();
+  RequireAllOk(
+      cluster.RunRanks("flip", "load", kHosts, -1, kWorld, kScale, Layout(2, 2, "--from=memory")));
+  CHECK(cluster.node(1).Status().load_fallback_chunks() == fallbacks);
+}
+
 TEST_CASE("A memory-tier save spread over hosts needs as many hosts as copies",
           "[memory_tier_cluster]") {
   TestCluster cluster;
@@ -259,6 +303,29 @@ TEST_CASE("Erasure coded over three hosts: any one host lost, its part is rebuil
     REQUIRE(status.memory_tier_jobs_size() == 1);
     CHECK(status.memory_tier_jobs(0).erasure() == "2+1");
   }
+
+  // A byte flipped in h2's own part (its only whole copy): h2 sets the
+  // file aside before the plan, and the load rebuilds it from the others'
+  // shares and parity, bit-exact, without storage.
+  cluster.node(2).Kill();
+  REQUIRE(cluster.RestartNode(2, {"--fault_corrupt_at=memory.after_commit"}).ok());
+  REQUIRE(cluster.AwaitLiveHosts(3));
+  RequireAllOk(cluster.RunRanks("ec", "save", kHosts, 4, 0, kScale, Layout(2, 2, "--tier=memory")));
+  REQUIRE(cluster.node(2).WaitForOutput("flipping a byte of data/h2-"));
+  const std::vector<HostCounters> c0 = Counters(cluster);
+  std::vector<ExitInfo> loaded =
+      cluster.RunRanks("ec", "load", kHosts, -1, kWorld, kScale, Layout(2, 2, "--from=memory"));
+  RequireAllOk(loaded);
+  RequireAllSay(loaded, "loaded step 4");
+  RequireAllSay(loaded, "tiers=memory");
+  CHECK(absl::StrContains(cluster.node(2).Output(), "memory-check job=ec step=4 file=data/h2-"));
+  bool rebuilt = false;
+  for (int i = 0; i < 3; ++i) {
+    rebuilt = rebuilt || absl::StrContains(cluster.node(i).Output(), "rebuild job=ec step=4 ");
+  }
+  CHECK(rebuilt);
+  const std::vector<HostCounters> c1 = Counters(cluster);
+  for (int i = 0; i < 3; ++i) CHECK(c1[i].storage_read == c0[i].storage_read);
 }
 
 }  // namespace
