@@ -42,7 +42,7 @@ absl::Status PeerSend(const std::string& address, const PeerToken& token,
     SetTimeouts(*fd, options.idle_timeout, options.idle_timeout);
     absl::StatusCode refused = absl::StatusCode::kOk;  // the receiver's answer to the hello
     bool unanswered = false;                           // closed before any answer to the hello
-    bool own_fault = false;  // this end could not go on (a file shorter than its block)
+    bool own_fault = false;  // this end could not go on (its file could not give the bytes)
     auto send = [&]() -> absl::Status {
       char hello[kHelloBytes] = {};
       std::memcpy(hello, kMagic, sizeof kMagic);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <functional>
 
 #include "absl/strings/numbers.h"
@@ -233,7 +234,12 @@ absl::Status SendFileFull(int fd, int file, uint64_t offset, uint64_t length,
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         return absl::DeadlineExceededError(absl::StrCat(peer, " took nothing within the timeout"));
       }
-      return ErrnoStatus(errno, absl::StrCat("sending a file to ", peer));
+      if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN) {
+        return absl::UnavailableError(absl::StrCat(peer, " closed the connection"));
+      }
+      // The file's side (EIO, EINVAL, ENOMEM, ...): this end's fault.
+      return absl::DataLossError(
+          absl::StrCat("sending a file to ", peer, ": ", std::strerror(errno)));
     }
     if (k == 0) {
       return absl::DataLossError(

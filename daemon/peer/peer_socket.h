@@ -31,8 +31,9 @@ absl::Status ReadFull(int fd, char* p, uint64_t n, const std::string& peer,
 // All of the iovecs (advanced in place), or an error as above.
 absl::Status WriteFull(int fd, iovec* iov, int count, const std::string& peer);
 // Sends `length` bytes of `file` from `offset` (sendfile: the kernel takes
-// the file's pages, no copy through this process's memory); the same
-// errors as WriteFull, and a file shorter than it says fails.
+// the file's pages, no copy through this process's memory): UNAVAILABLE
+// when the peer closed, DEADLINE_EXCEEDED as WriteFull, DATA_LOSS when the
+// file could not give its bytes (shorter than it says, or an I/O error).
 absl::Status SendFileFull(int fd, int file, uint64_t offset, uint64_t length,
                           const std::string& peer);
 

@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "daemon/coordinator/layout.h"
 #include "daemon/coordinator/manifest_io.h"
+#include "daemon/coordinator/retention.h"
 #include "proto/lib/crc32c.h"
 
 namespace ckpt::server {
@@ -19,7 +20,8 @@ namespace {
 struct HeldFile {
   std::shared_ptr<const storage::MemoryBackend::SharedFile> shared;
   uint64_t chunks = 0;
-  std::string problem;  // empty while every chunk matched
+  std::string problem;     // empty while every chunk matched
+  bool unchecked = false;  // could not be mapped now (no memory, no map entries): left to the load
 };
 
 struct ChunkTask {
@@ -44,6 +46,11 @@ HeldStepCheck CheckHeldStep(tier::MemoryTier& tier, const std::string& job, int6
   }
   if (entry == held.end() || entry->second.empty()) return out;
   const int64_t step = entry->first;
+  // Pinned while checked: retention dropping it meanwhile would punch its
+  // pages out from under the check (zeros, not a bad copy).
+  absl::StatusOr<std::unique_ptr<storage::FileLock>> pin =
+      coordinator::PinStep(tier.backend(), tier.coordinator().root(), job, step);
+  if (!pin.ok()) return out;
   absl::StatusOr<v1::CheckpointManifest> manifest =
       tier.coordinator().catalog().ReadManifest(job, step);
   if (!manifest.ok()) return out;
@@ -57,11 +64,13 @@ HeldStepCheck CheckHeldStep(tier::MemoryTier& tier, const std::string& job, int6
         if (chunk.length() == 0 || it == files.end()) return absl::OkStatus();
         HeldFile& file = it->second;
         ++file.chunks;
-        if (!file.problem.empty()) return absl::OkStatus();
+        if (!file.problem.empty() || file.unchecked) return absl::OkStatus();
         if (file.shared == nullptr) {
+          // A resource running short says nothing of the bytes: the load
+          // verifies them as it reads.
           auto shared = tier.backend().Share(absl::StrCat(dir, "/", chunk.file()));
-          if (!shared.ok()) {
-            file.problem = absl::StrCat("cannot be read: ", shared.status().message());
+          if (!shared.ok() || (*shared)->data == nullptr) {
+            file.unchecked = true;
             return absl::OkStatus();
           }
           file.shared = *std::move(shared);
@@ -106,11 +115,22 @@ HeldStepCheck CheckHeldStep(tier::MemoryTier& tier, const std::string& job, int6
 
   out.step = step;
   for (auto& [name, file] : files) {
+    if (file.unchecked) continue;
     if (file.problem.empty()) {
       out.verified.insert(name);
       continue;
     }
-    tier.SetAside(job, step, name);
+    if (!tier.SetAside(job, step, name)) {
+      // Too many set aside already: offered as it is, the load's own check
+      // fails closed on it.
+      std::fprintf(stderr,
+                   "ckptd: memory-check job=%s step=%lld file=%s: %s; not set aside (%zu "
+                   "files are already)\n",
+                   job.c_str(), static_cast<long long>(step), name.c_str(), file.problem.c_str(),
+                   tier::MemoryTier::kMaxSetAside);
+      file.problem.clear();
+      continue;
+    }
     out.bad_chunks += std::max<uint64_t>(file.chunks, 1);
     std::fprintf(stderr,
                  "ckptd: memory-check job=%s step=%lld file=%s: %s; set aside, the load takes "

@@ -7,9 +7,10 @@
 // what lets the next source be another host: once planned, every host
 // waits for the chunks the plan gave it.
 //
-// The chunks verified here are not verified again when the load reads them
-// in place (the CPU is the bound of a restore from memory); what a host
-// receives from another is checked on arrival as ever.
+// A chunk verified here that the load only forwards is not verified again
+// when sent (the receiver checks what arrives; the CPU is the bound of a
+// restore from memory); one this host's own ranks copy is verified again
+// where it lies just before they do, as any chunk read in place.
 #ifndef CKPT_DAEMON_SERVER_HELD_STEP_CHECK_H_
 #define CKPT_DAEMON_SERVER_HELD_STEP_CHECK_H_
 
@@ -35,9 +36,10 @@ struct HeldStepCheck {
 };
 
 // Checks step `wanted` (-1: the newest held) of `job` over `threads`
-// threads; sets aside (MemoryTier::SetAside) and removes from `held` every
-// file with a chunk that fails, or that is shorter than its chunks. A step
-// whose manifest cannot be read is not checked (the load's own checks
+// threads, pinned meanwhile; sets aside (MemoryTier::SetAside) and removes
+// from `held` every file with a chunk that fails, or that is shorter than
+// its chunks. A step gone or whose manifest cannot be read, and a file
+// that cannot be mapped now, are not checked (the load's own checks
 // stand).
 HeldStepCheck CheckHeldStep(tier::MemoryTier& tier, const std::string& job, int64_t wanted,
                             HeldSteps& held, int threads);

@@ -271,7 +271,13 @@ absl::Status LoadSession::Plan() {
       ++groups_[g].consumers_left;
     }
   }
-  if (memory && check.step == assignment_.step()) checked_files_ = std::move(check.verified);
+  if (memory && check.step == assignment_.step()) {
+    checked_files_ = std::move(check.verified);
+    // Its set-aside chunks come from another copy: counted as the load's.
+    fallback_chunks_.fetch_add(check.bad_chunks, std::memory_order_relaxed);
+    context_.load_fallback_chunks.fetch_add(check.bad_chunks, std::memory_order_relaxed);
+    for (uint64_t i = 0; i < check.bad_chunks; ++i) context_.metrics.LoadFallback(job_);
+  }
   if (from_memory_) ShareMemoryFilesLocked(assignment_.checkpoint_path());
   planned_ = true;
   planned_at_ = absl::Now();
@@ -309,9 +315,29 @@ void LoadSession::ReadNextGroup() {
     in_place = groups_[index].in_place;
     needs_room = !groups_[index].plan.incoming.empty();
     dir = assignment_.checkpoint_path();
+  }
+  // A group read in place with nothing from peers needs no room, unless a
+  // chunk fails there: verified before its turn, so that it then takes its
+  // room in order (after its turn, the rooms could all be held by later
+  // groups whose ranks wait for this one).
+  bool verified = false;
+  if (in_place && !needs_room) {
+    const Group* group = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      group = &groups_[index];
+    }
+    verified = VerifyInPlace(*group);
+    if (!verified) {
+      absl::MutexLock lock(&mu_);
+      groups_[index].in_place = false;  // through a room, and the next tier
+    }
+  }
+  {
     // Rooms in group order: wait for the earlier groups to have theirs (their
     // tasks took them first and are running, so this cannot wait on a task
     // still queued).
+    absl::MutexLock lock(&mu_);
     std::pair<LoadSession*, size_t> turn(this, index);
     mu_.Await(absl::Condition(
         +[](std::pair<LoadSession*, size_t>* p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -319,9 +345,8 @@ void LoadSession::ReadNextGroup() {
         },
         &turn));
   }
-  // A group read in place takes a room only for what peers send it (its
-  // turn or not: one that fails verification takes one after its turn).
-  absl::Status status = in_place && !needs_room ? absl::OkStatus() : TakeRoom(index);
+  // A group read in place takes a room only for what peers send it.
+  absl::Status status = verified ? absl::OkStatus() : TakeRoom(index);
   times_.room_wait.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - wait_start),
                              std::memory_order_relaxed);
   {
@@ -331,7 +356,7 @@ void LoadSession::ReadNextGroup() {
   // A reader per task: it caches the group's open files, a handful.
   ChunkReader reader(*read_backend_, dir, context_.pool.alignment());
   uint64_t verified_in_place = 0;
-  if (status.ok()) status = ReadGroup(index, reader, &verified_in_place);
+  if (status.ok()) status = ReadGroup(index, reader, verified, &verified_in_place);
   context_.memory_bytes_in_place.fetch_add(verified_in_place, std::memory_order_relaxed);
   if (from_memory_) {
     // Storage's counters count storage: what came from memory is its own.
@@ -443,10 +468,18 @@ void LoadSession::ShareMemoryFilesLocked(const std::string& dir) {
       return a.room_offset < b.room_offset;
     });
     // Every copy a rank makes must come out of one chunk read here, or out
-    // of what peers send (from the room).
+    // of what peers send (from the room). A chunk this host's ranks copy is
+    // verified again just before, checked before the plan or not.
     for (const std::vector<v1::Delivery>& copies : plan.host) {
       for (const v1::Delivery& d : copies) {
-        if (!InPlaceChunkOf(chunks, d).has_value() && d.pool_offset() < received_from) ok = false;
+        if (!InPlaceChunkOf(chunks, d).has_value()) {
+          if (d.pool_offset() < received_from) ok = false;
+          continue;
+        }
+        auto after = std::upper_bound(
+            chunks.begin(), chunks.end(), d.pool_offset(),
+            [](uint64_t offset, const InPlaceChunk& c) { return offset < c.room_offset; });
+        if (after != chunks.begin()) std::prev(after)->checked = false;
       }
     }
     if (!ok) continue;
@@ -488,7 +521,8 @@ absl::Status LoadSession::TakeRoom(size_t index) {
   return absl::OkStatus();
 }
 
-absl::Status LoadSession::ReadGroup(size_t index, ChunkReader& reader, uint64_t* in_place) {
+absl::Status LoadSession::ReadGroup(size_t index, ChunkReader& reader, bool verified,
+                                    uint64_t* in_place) {
   const Group* group = nullptr;
   char* room = nullptr;
   {
@@ -509,23 +543,20 @@ absl::Status LoadSession::ReadGroup(size_t index, ChunkReader& reader, uint64_t*
         room + t.room_offset, t.bytes,
         TransferToken(plan.peer_group, t.host, context_.host.host())));
   }
-  bool verified = false;
-  if (group->in_place) {
+  if (group->in_place && !verified) {
+    // Its room was taken for what peers send: the whole group fits in it.
     verified = VerifyInPlace(*group);
     if (!verified) {
       if (failed_.load(std::memory_order_acquire)) return absl::CancelledError("load failed");
       // Through the room: the chunk that failed is read again there and,
       // failing again, from the next tier.
-      {
-        absl::MutexLock lock(&mu_);
-        groups_[index].in_place = false;
-      }
-      if (room == nullptr) {
-        if (absl::Status s = TakeRoom(index); !s.ok()) return s;
-        absl::MutexLock lock(&mu_);
-        room = context_.pool.base() + group->room.offset;
-      }
+      absl::MutexLock lock(&mu_);
+      groups_[index].in_place = false;
     }
+  }
+  if (failed_.load(std::memory_order_acquire)) return absl::CancelledError("load failed");
+  if (!verified && room == nullptr) {
+    return absl::InternalError(absl::StrCat(Who(), "group ", index, " has no room to read into"));
   }
   if (!verified) {
     std::vector<ChunkTarget> targets;
@@ -576,8 +607,8 @@ absl::Status LoadSession::ReadWithFallback(absl::Span<const ChunkTarget> targets
       if (!pinned.ok()) {
         // Spread over hosts, another host may hold a good copy: the next
         // load plans around this one.
-        const bool spread = !peer_index_.empty();
-        if (spread) context_.memory_tier->SetAside(job_, step, target.chunk->file());
+        const bool spread = !peer_index_.empty() &&
+                            context_.memory_tier->SetAside(job_, step, target.chunk->file());
         return WithContext(
             in_memory,
             absl::StrCat("in the memory tier, and storage has no step ", step,
@@ -623,11 +654,6 @@ absl::StatusOr<v1::LoadAssignment> LoadSession::PlanAcrossHosts(
     // Bad bytes are left out before the plan: it takes them from elsewhere.
     *check =
         CheckHeldStep(*context_.memory_tier, job_, step_, held, context_.options.reader_threads);
-    if (check->bad_chunks > 0) {
-      fallback_chunks_.fetch_add(check->bad_chunks, std::memory_order_relaxed);
-      context_.load_fallback_chunks.fetch_add(check->bad_chunks, std::memory_order_relaxed);
-      for (uint64_t i = 0; i < check->bad_chunks; ++i) context_.metrics.LoadFallback(job_);
-    }
     for (auto& [step, files] : held) {
       v1::NodeLoadPlan::HeldStep* held = plan.add_memory_steps();
       held->set_step(step);

@@ -160,9 +160,10 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   void ReadNextGroup();
   // Takes group `index`'s room (bytes from the pool, waiting for them).
   absl::Status TakeRoom(size_t index);
-  // Reads (or verifies in place) group `index`, exchanges it with peers and
-  // delivers it to GPUs; `in_place` gets the bytes verified where they lie.
-  absl::Status ReadGroup(size_t index, ChunkReader& reader, uint64_t* in_place);
+  // Reads (or verifies in place, unless `verified` already) group `index`,
+  // exchanges it with peers and delivers it to GPUs; `in_place` gets the
+  // bytes verified where they lie.
+  absl::Status ReadGroup(size_t index, ChunkReader& reader, bool verified, uint64_t* in_place);
   absl::Status DeliverToDevices(const LoadGroup& group, const char* room);
   void ReleaseLocked(size_t group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // With a rank's last batch: the tiers the load read from.

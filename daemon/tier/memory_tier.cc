@@ -442,10 +442,22 @@ std::vector<std::pair<int64_t, std::vector<std::string>>> MemoryTier::HeldSteps(
   return held;
 }
 
-void MemoryTier::SetAside(const std::string& job, int64_t step, const std::string& file) {
+bool MemoryTier::SetAside(const std::string& job, int64_t step, const std::string& file) {
   absl::MutexLock lock(&set_aside_mu_);
-  if (set_aside_files_ >= kMaxSetAside) return;
-  if (set_aside_[{job, step}].insert(file).second) ++set_aside_files_;
+  auto it = set_aside_.find({job, step});
+  if (it != set_aside_.end() && it->second.contains(file)) return true;
+  if (set_aside_files_ >= kMaxSetAside) return false;
+  set_aside_[{job, step}].insert(file);
+  ++set_aside_files_;
+  return true;
+}
+
+void MemoryTier::ForgetSetAside(const std::string& job, int64_t step) {
+  absl::MutexLock lock(&set_aside_mu_);
+  auto it = set_aside_.find({job, step});
+  if (it == set_aside_.end()) return;
+  set_aside_files_ -= it->second.size();
+  set_aside_.erase(it);
 }
 
 bool MemoryTier::IsSetAside(const std::string& job, int64_t step, const std::string& file) const {
@@ -461,6 +473,7 @@ absl::StatusOr<std::string> MemoryTier::CommitHere(const v1::CheckpointManifest&
     absl::MutexLock lock(&copies_mu_);
     copies_[manifest.job()] = protection;
   }
+  ForgetSetAside(manifest.job(), manifest.step());
   const std::string from = absl::StrCat(kRoot, "/", partial_dir);
   // This host is the cluster's coordinator too: its commit already moved
   // the files, this host's with the rest, into the step.
@@ -535,6 +548,7 @@ absl::Status MemoryTier::AdoptRebuilt(const v1::CheckpointManifest& manifest,
   if (status.ok() && *exists) {
     status = AdoptInto(manifest.job(), manifest.step(), dir, step_dir);
   } else if (status.ok()) {
+    ForgetSetAside(manifest.job(), manifest.step());
     absl::StatusOr<std::string> path = coordinator_->CommitCopy(
         manifest, [&](const std::string& partial) { return MoveFiles(dir, partial); });
     status = path.status();

@@ -141,7 +141,11 @@ class MemoryTier {
   // at most kMaxSetAside at once (past that a load's own check still
   // catches the bytes).
   static constexpr size_t kMaxSetAside = 65536;
-  void SetAside(const std::string& job, int64_t step, const std::string& file);
+  // False when kMaxSetAside files are set aside already.
+  bool SetAside(const std::string& job, int64_t step, const std::string& file);
+  // A step committed here anew (its number may have been used before)
+  // starts with nothing set aside.
+  void ForgetSetAside(const std::string& job, int64_t step);
   bool IsSetAside(const std::string& job, int64_t step, const std::string& file) const;
 
   // A save spread over hosts committed at the cluster's coordinator: this
