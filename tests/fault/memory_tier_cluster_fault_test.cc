@@ -429,6 +429,46 @@ TEST_CASE("A host killed during a memory-tier save fails every rank and leaks no
   for (const ExitInfo& r : loaded) CHECK(absl::StrContains(r.output, "loaded step 3"));
 }
 
+TEST_CASE(
+    "A holder killed as it sends a load from memory fails every rank; its replicas serve next",
+    "[memory_tier_cluster_fault]") {
+  TestCluster cluster;
+  REQUIRE(cluster.Start(3, kNodeFlags, kReplicated).ok());
+  // h1 holds its part (and h0's replica) and dies at its first exchange
+  // of the load: the memory-tier chunks it verified in place, not sent.
+  cluster.node(1).Kill();
+  REQUIRE(cluster.RestartNode(1, {"--fault_kill_at=load.exchange"}).ok());
+  REQUIRE(cluster.AwaitLiveHosts(3));
+  RequireAllOk(cluster.RunRanks("job", "save", kHosts, 1, 0, 2, {"--tier=memory"}));
+  const absl::Time start = absl::Now();
+  const std::vector<ExitInfo> ended =
+      cluster.RunRanks("job", "load", kHosts, -1, kWorld, 2, {"--from=memory"});
+  for (int r = 0; r < kWorld; ++r) {
+    INFO("rank " << r << ": " << ended[r].output);
+    CHECK_FALSE(ended[r].ok());
+  }
+  CHECK(absl::Now() - start < absl::Seconds(30));
+  // The survivors serve on.
+  REQUIRE(cluster.coordinator().Running());
+  REQUIRE(cluster.node(0).Running());
+  REQUIRE(cluster.node(2).Running());
+
+  // Back empty, h1 restores its ranks from h2's replica; nothing from
+  // storage, every byte checked in the ranks.
+  cluster.node(1).WaitExit();
+  REQUIRE(cluster.RestartNode(1).ok());
+  REQUIRE(cluster.AwaitLiveHosts(3));
+  uint64_t read_before = 0;
+  for (int i = 0; i < 3; ++i) read_before += cluster.node(i).Status().chunk_bytes_read();
+  std::vector<ExitInfo> loaded =
+      cluster.RunRanks("job", "load", kHosts, -1, kWorld, 2, {"--from=memory"});
+  RequireAllOk(loaded);
+  for (const ExitInfo& r : loaded) CHECK(absl::StrContains(r.output, "tiers=memory"));
+  uint64_t read_after = 0;
+  for (int i = 0; i < 3; ++i) read_after += cluster.node(i).Status().chunk_bytes_read();
+  CHECK(read_after == read_before);
+}
+
 // ---- 4. Strangers on the peer data channel ----
 
 // Knocks once on `address` as a stranger of kind n % 4: garbage, the wrong
