@@ -307,6 +307,9 @@ void LoadSession::ReadNextGroup() {
     if (!error_.ok() || next_to_read_ >= groups_.size()) {
       --readers_running_;
       if (!error_.ok()) FreeReadyRoomsLocked();
+      // The last reader of a load whose ranks are done: what it forwarded
+      // for other hosts is sent too.
+      if (readers_running_ == 0 && done_ranks_ == local_world_size_) pin_.reset();
       return;
     }
     index = next_to_read_++;
@@ -921,7 +924,9 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
       state.done = true;
       if (++done_ranks_ == local_world_size_) {
         ReportEndLocked();
-        pin_.reset();  // every byte is delivered: gc may have the step
+        // Every byte is delivered here: gc may have the step, unless readers
+        // still forward chunks of it to other hosts (the last one lets go).
+        if (readers_running_ == 0) pin_.reset();
         peer_prefix_.reset();
       }
     }
