@@ -3,6 +3,7 @@
 // hostile or broken sender, and a silent one each fail only their own
 // transfer, with the peer named, and the receiver goes on serving.
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -482,6 +483,40 @@ TEST_CASE("Sending a file to a peer that hung up fails, without SIGPIPE", "[peer
   CHECK(sigismember(&after, SIGPIPE) == sigismember(&before, SIGPIPE));
   ::close(pair[0]);
   ::close(file);
+}
+
+TEST_CASE("A receiver that takes nothing cuts a file send off at the idle timeout", "[peer]") {
+  // A stranger that says Ready to any hello, then never reads.
+  int port = 0;
+  absl::StatusOr<int> listener = ListenTcp("127.0.0.1:0", &port);
+  REQUIRE(listener.ok());
+  std::thread stranger([fd = *listener] {
+    const int conn = ::accept(fd, nullptr, nullptr);
+    if (conn < 0) return;
+    char hello[kHelloBytes];
+    (void)ReadFull(conn, hello, sizeof hello, "the sender");
+    char ready[kAckBytes] = {};
+    PutU32(ready + 12, kReady);
+    iovec iov{ready, sizeof ready};
+    (void)WriteFull(conn, &iov, 1, "the sender");
+    pollfd closed{conn, POLLRDHUP, 0};  // takes nothing; waits for the sender to close
+    (void)::poll(&closed, 1, 30000);
+    ::close(conn);
+  });
+  // 256 MiB of a sparse memfd: far more than the socket buffers hold.
+  const int file = memfd_create("peer-stall", MFD_CLOEXEC);
+  REQUIRE(file >= 0);
+  REQUIRE(::ftruncate(file, 256 << 20) == 0);
+  const PeerBlockRef block{.offset = 0, .length = 256 << 20, .file = file, .file_offset = 0};
+  const absl::Time start = absl::Now();
+  const absl::Status s =
+      PeerSend(absl::StrCat("127.0.0.1:", port), PeerToken{}, {&block, 1},
+               {.idle_timeout = absl::Milliseconds(300), .claim_timeout = absl::Seconds(5)});
+  CHECK(s.code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(absl::Now() - start < absl::Seconds(10));
+  stranger.join();
+  ::close(file);
+  ::close(*listener);
 }
 
 }  // namespace
