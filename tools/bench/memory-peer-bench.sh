@@ -95,25 +95,32 @@ raw_tcp() {
 import socket, sys, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(1); s.settimeout(60)
-print("ready", flush=True)
 c, _ = s.accept(); c.settimeout(None); buf = bytearray(16 << 20); view = memoryview(buf); got = 0
 n = c.recv_into(view); start = time.monotonic(); got = n
 while n:
     n = c.recv_into(view); got += n
 print("%.4f" % (got / (time.monotonic() - start) / 1e9))' "$address" "$port" >"$dir/tcp.out" &
   local server=$!
-  # A loaded machine may take seconds to start Python in a namespace; the
-  # receiver gives up after 60 s without a sender, so nothing waits forever.
-  for _ in $(seq 1 600); do grep -q ready "$dir/tcp.out" 2>/dev/null && break; sleep 0.05; done
-  grep -q ready "$dir/tcp.out" 2>/dev/null || { echo "raw TCP receiver in h1 never got ready" >&2; exit 1; }
+  # The sender tries until the receiver listens: a loaded machine may take
+  # seconds to start Python in a namespace. Both give up after 60 s, so
+  # nothing waits for ever.
   # shellcheck disable=SC2046
   $(ns h0) python3 -c '
-import socket, sys
-c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+import socket, sys, time
+deadline = time.monotonic() + 60
+while True:
+    try:
+        c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=60)
+        break
+    except (ConnectionRefusedError, OSError):
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.02)
+c.settimeout(None)
 buf = memoryview(bytearray(16 << 20)); left = int(sys.argv[3])
 while left > 0:
     n = min(left, len(buf)); c.sendall(buf[:n]); left -= n
-c.close()' "$address" "$port" "$bytes"
+c.close()' "$address" "$port" "$bytes" || { echo "raw TCP sender in h0 failed" >&2; exit 1; }
   wait "$server" || { echo "raw TCP receiver in h1 failed (no sender within 60 s?)" >&2; exit 1; }
   tail -1 "$dir/tcp.out"
 }
