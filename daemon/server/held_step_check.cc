@@ -136,7 +136,6 @@ HeldStepCheck CheckHeldStep(tier::MemoryTier& tier, const std::string& job, int6
                  "ckptd: memory-check job=%s step=%lld file=%s: %s; set aside, the load takes "
                  "it from another copy\n",
                  job.c_str(), static_cast<long long>(step), name.c_str(), file.problem.c_str());
-    out.set_aside.emplace_back(name, file.problem);
   }
   std::vector<std::string>& names = entry->second;
   names.erase(std::remove_if(names.begin(), names.end(),

@@ -30,9 +30,7 @@ using HeldSteps = std::vector<std::pair<int64_t, std::vector<std::string>>>;
 struct HeldStepCheck {
   int64_t step = -1;               // the step checked; -1: none
   std::set<std::string> verified;  // its files whose every chunk matched
-  // Files set aside (a chunk failed), each with the first chunk that did.
-  std::vector<std::pair<std::string, std::string>> set_aside;
-  uint64_t bad_chunks = 0;  // chunks of the set-aside files that failed
+  uint64_t bad_chunks = 0;         // chunks of the files set aside (a chunk failed)
 };
 
 // Checks step `wanted` (-1: the newest held) of `job` over `threads`

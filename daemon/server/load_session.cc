@@ -55,17 +55,24 @@ absl::StatusOr<std::optional<int64_t>> MemoryStep(NodeContext& context, const st
 
 }  // namespace
 
+std::optional<size_t> LoadSession::InPlaceChunkAt(const std::vector<InPlaceChunk>& chunks,
+                                                  uint64_t room_offset) {
+  auto after = std::upper_bound(
+      chunks.begin(), chunks.end(), room_offset,
+      [](uint64_t offset, const InPlaceChunk& c) { return offset < c.room_offset; });
+  if (after == chunks.begin()) return std::nullopt;
+  return static_cast<size_t>(std::prev(after) - chunks.begin());
+}
+
 std::optional<uint64_t> LoadSession::InPlaceChunkOf(const std::vector<InPlaceChunk>& chunks,
                                                     const v1::Delivery& d) {
   const uint64_t count = std::max<uint64_t>(d.count(), 1);
   if (count > 1 && d.src_stride() > (UINT64_MAX - d.length()) / (count - 1)) return std::nullopt;
   const uint64_t span = (count - 1) * d.src_stride() + d.length();
   if (span == 0) return 0;  // touches nothing
-  auto after = std::upper_bound(
-      chunks.begin(), chunks.end(), d.pool_offset(),
-      [](uint64_t offset, const InPlaceChunk& c) { return offset < c.room_offset; });
-  if (after == chunks.begin()) return std::nullopt;
-  const InPlaceChunk& c = *std::prev(after);
+  const std::optional<size_t> at = InPlaceChunkAt(chunks, d.pool_offset());
+  if (!at.has_value()) return std::nullopt;
+  const InPlaceChunk& c = chunks[*at];
   const uint64_t within = d.pool_offset() - c.room_offset;
   if (within > c.length || span > c.length - within) return std::nullopt;
   return c.memory_offset + within;
@@ -271,14 +278,17 @@ absl::Status LoadSession::Plan() {
       ++groups_[g].consumers_left;
     }
   }
-  if (memory && check.step == assignment_.step()) {
-    checked_files_ = std::move(check.verified);
+  const bool checked = memory && check.step == assignment_.step();
+  if (checked) {
     // Its set-aside chunks come from another copy: counted as the load's.
     fallback_chunks_.fetch_add(check.bad_chunks, std::memory_order_relaxed);
     context_.load_fallback_chunks.fetch_add(check.bad_chunks, std::memory_order_relaxed);
     for (uint64_t i = 0; i < check.bad_chunks; ++i) context_.metrics.LoadFallback(job_);
   }
-  if (from_memory_) ShareMemoryFilesLocked(assignment_.checkpoint_path());
+  if (from_memory_) {
+    ShareMemoryFilesLocked(assignment_.checkpoint_path(),
+                           checked ? check.verified : std::set<std::string>());
+  }
   planned_ = true;
   planned_at_ = absl::Now();
   deadline_ = absl::InfiniteFuture();  // liveness, not a timer, ends a stuck load now
@@ -420,7 +430,8 @@ bool LoadSession::VerifyInPlace(const Group& group) {
   return verified;
 }
 
-void LoadSession::ShareMemoryFilesLocked(const std::string& dir) {
+void LoadSession::ShareMemoryFilesLocked(const std::string& dir,
+                                         const std::set<std::string>& checked) {
   storage::MemoryBackend& backend = context_.memory_tier->backend();
   // Files start on huge page boundaries of the space (segment_handover.h).
   constexpr uint64_t kAlign = segments::kHugePageBytes;
@@ -464,7 +475,7 @@ void LoadSession::ShareMemoryFilesLocked(const std::string& dir) {
       }
       chunks.push_back({c.room_offset, stored.length(), file.data + stored.file_offset(),
                         it->second.offset + stored.file_offset(), &stored, c.owner, file.fd,
-                        checked_files_.contains(stored.file())});
+                        checked.contains(stored.file())});
     }
     if (!ok || chunks.empty()) continue;
     std::sort(chunks.begin(), chunks.end(), [](const InPlaceChunk& a, const InPlaceChunk& b) {
@@ -479,10 +490,10 @@ void LoadSession::ShareMemoryFilesLocked(const std::string& dir) {
           if (d.pool_offset() < received_from) ok = false;
           continue;
         }
-        auto after = std::upper_bound(
-            chunks.begin(), chunks.end(), d.pool_offset(),
-            [](uint64_t offset, const InPlaceChunk& c) { return offset < c.room_offset; });
-        if (after != chunks.begin()) std::prev(after)->checked = false;
+        // (A copy of nothing may lie before every chunk.)
+        if (std::optional<size_t> at = InPlaceChunkAt(chunks, d.pool_offset())) {
+          chunks[*at].checked = false;
+        }
       }
     }
     if (!ok) continue;
@@ -814,10 +825,9 @@ absl::Status LoadSession::ExchangeGroup(const Group& in, char* room,
       if (block.length == 0) continue;
       // Verified where it lies: sent from there (every chunk this host
       // reads is one of the group's in-place chunks).
-      auto c = std::lower_bound(
-          in.in_place_chunks.begin(), in.in_place_chunks.end(), chunk.room_offset,
-          [](const InPlaceChunk& c, uint64_t offset) { return c.room_offset < offset; });
-      if (c == in.in_place_chunks.end() || c->room_offset != chunk.room_offset) {
+      const std::optional<size_t> at = InPlaceChunkAt(in.in_place_chunks, chunk.room_offset);
+      const InPlaceChunk* c = at.has_value() ? &in.in_place_chunks[*at] : nullptr;
+      if (c == nullptr || c->room_offset != chunk.room_offset) {
         return absl::InternalError(absl::StrCat(Who(), "chunk at ", chunk.chunk->file(), " offset ",
                                                 chunk.chunk->file_offset(),
                                                 " was planned in place but is not shared"));

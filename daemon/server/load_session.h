@@ -146,13 +146,19 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // need it, then waits for what it receives and verifies every chunk.
   absl::Status ExchangeGroup(const Group& group, char* room,
                              std::vector<peer::ExpectedTransfer>& incoming);
+  // The index in `chunks` (sorted by room_offset) of the one that starts at
+  // or last before `room_offset`; none when none does.
+  static std::optional<size_t> InPlaceChunkAt(const std::vector<InPlaceChunk>& chunks,
+                                              uint64_t room_offset);
   // The offset in the memory space of delivery `d` (room-relative) when
   // all of it lies in one of `chunks` (sorted by room_offset).
   static std::optional<uint64_t> InPlaceChunkOf(const std::vector<InPlaceChunk>& chunks,
                                                 const v1::Delivery& d);
   // Marks the groups that can be read in place and shares their files
-  // (a load from this host's memory tier).
-  void ShareMemoryFilesLocked(const std::string& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // (a load from this host's memory tier); `checked`: the files verified
+  // before the plan (held_step_check.h).
+  void ShareMemoryFilesLocked(const std::string& dir, const std::set<std::string>& checked)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Verifies a group's chunks where they lie; false when one does not
   // verify (the group is then read through the pool).
   bool VerifyInPlace(const Group& group);
@@ -215,8 +221,6 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // The files shared with the ranks, by name (until every rank is done),
   // and the size of the memory space they are laid out in.
   std::map<std::string, SharedFileAt> memory_files_ ABSL_GUARDED_BY(mu_);
-  // The files of the planned step this host verified before the plan.
-  std::set<std::string> checked_files_ ABSL_GUARDED_BY(mu_);
   uint64_t memory_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<bool> used_durable_{false};
   std::vector<std::vector<uint64_t>> object_bytes_ ABSL_GUARDED_BY(mu_);

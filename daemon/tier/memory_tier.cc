@@ -460,12 +460,6 @@ void MemoryTier::ForgetSetAside(const std::string& job, int64_t step) {
   set_aside_.erase(it);
 }
 
-bool MemoryTier::IsSetAside(const std::string& job, int64_t step, const std::string& file) const {
-  absl::MutexLock lock(&set_aside_mu_);
-  auto it = set_aside_.find({job, step});
-  return it != set_aside_.end() && it->second.contains(file);
-}
-
 absl::StatusOr<std::string> MemoryTier::CommitHere(const v1::CheckpointManifest& manifest,
                                                    const std::string& partial_dir,
                                                    const v1::MemoryTierJob& protection) {

@@ -146,7 +146,6 @@ class MemoryTier {
   // A step committed here anew (its number may have been used before)
   // starts with nothing set aside.
   void ForgetSetAside(const std::string& job, int64_t step);
-  bool IsSetAside(const std::string& job, int64_t step, const std::string& file) const;
 
   // A save spread over hosts committed at the cluster's coordinator: this
   // host commits `manifest` in its own memory over the files it wrote and
@@ -182,12 +181,13 @@ class MemoryTier {
   uint64_t UsedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(room_mu_);
 
   const MemoryTierOptions options_;
-  // Per job, the copies of its newest step committed by CommitHere (a job
-  // on this host alone has one).
-  mutable absl::Mutex set_aside_mu_;
+  // The files set aside, per job and step, and how many in all.
+  absl::Mutex set_aside_mu_;
   std::map<std::pair<std::string, int64_t>, std::set<std::string>> set_aside_
       ABSL_GUARDED_BY(set_aside_mu_);
   size_t set_aside_files_ ABSL_GUARDED_BY(set_aside_mu_) = 0;
+  // Per job, the copies of its newest step committed by CommitHere (a job
+  // on this host alone has one).
   absl::Mutex copies_mu_;
   std::map<std::string, v1::MemoryTierJob> copies_ ABSL_GUARDED_BY(copies_mu_);
   std::unique_ptr<storage::MemoryBackend> backend_;
