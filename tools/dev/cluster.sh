@@ -161,8 +161,10 @@ stop_daemon() {  # NAME SIGNAL
   grep -q "socket_path=$dir/$1/ckptd.sock" "/proc/$pid/cmdline" 2>/dev/null || return 0
   kill "-$2" "$pid" 2>/dev/null || true
   # Gone, or a zombie (its parent, the shell of `up`, has exited and
-  # nothing may reap it soon): either way no longer running.
-  for _ in $(seq 1 100); do
+  # nothing may reap it soon): either way no longer running. A loaded
+  # machine may take seconds to tear a killed daemon down; a start before
+  # it is gone finds its socket still served.
+  for _ in $(seq 1 600); do
     case "$(ps -o stat= -p "$pid" 2>/dev/null)" in "" | Z*) break ;; esac
     sleep 0.05
   done
