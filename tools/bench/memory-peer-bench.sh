@@ -9,29 +9,49 @@
 # (bytes / the time from the last of the two ranks asking to load to h1's
 # rank having every byte; each checks every byte after) is compared with
 # raw TCP between the same two namespaces, measured right after (a Python
-# sender and receiver moving the same number of bytes; the link's limit).
+# sender and receiver moving the same number of bytes, the sender with
+# sendfile from a memory file; the link's limit).
 #
-#   tools/bench/memory-peer-bench.sh [--scale N] [--rounds R] [--json]
+#   tools/bench/memory-peer-bench.sh [--layout same|reshard] [--scale N] [--rounds R] [--json]
 #
-# --scale: the demo model's size (1: ~1.4 MiB; default 400, about 0.5 GiB).
+# --layout same (the default): the ranks load the layout they saved, as a
+# job restarted after a host loss does (tools/demo/parallel_layout.h, TP=2:
+# each rank its own shards); the link carries what h1's rank gets.
+# --layout reshard: the demo model saved under one sharding and loaded
+# under another (tools/demo/model_layout.h); h1 then needs pieces of
+# chunks rank 0 wrote, and each chunk crosses the link whole (its CRC32C
+# is checked where it lands), about 1.7 times the bytes its rank gets.
+# --scale: the model's size (default: about 0.55 GiB for either layout).
 # Figures: peer_restore_gbps (median over rounds), raw_tcp_gbps (median),
-# peer_restore_over_raw_tcp. Fails when a rank's bytes differ (each rank
+# peer_restore_over_raw_tcp, link_bytes_over_restored (what crossed the
+# link per byte the rank got). Fails when a rank's bytes differ (each rank
 # checks every byte), the restore was not from memory, or any host read
 # storage. Needs a built tree (CKPT_BUILD_DIR, default build/; or CKPTD,
 # CKPTCTL, CKPT_DEMO_RANK).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-scale=400
+layout=same
+scale=""
 rounds=3
 json=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    --layout) layout="$2"; shift 2 ;;
     --scale) scale="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
     --json) json=1; shift ;;
-    *) echo "usage: $0 [--scale N] [--rounds R] [--json]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--layout same|reshard] [--scale N] [--rounds R] [--json]" >&2; exit 2 ;;
   esac
 done
+# The model: about 0.85 MiB x scale^2 in the parallel layout, 1.4 MiB x
+# scale in the demo one.
+case "$layout" in
+  same) scale="${scale:-25}"; layout_flags=(--layout=parallel --tp=2 --pp=1)
+    model_mib=$(( (scale * scale * 85 + 99) / 100 )) ;;
+  reshard) scale="${scale:-400}"; layout_flags=(--layout=demo)
+    model_mib=$(( (scale * 14 + 9) / 10 )) ;;
+  *) echo "--layout is same or reshard" >&2; exit 2 ;;
+esac
 build="$PWD/${CKPT_BUILD_DIR:-build}"
 export CKPTD="${CKPTD:-$build/daemon/ckptd}" CKPTCTL="${CKPTCTL:-$build/tools/ckptctl/ckptctl}"
 rank_bin="${CKPT_DEMO_RANK:-$build/tools/demo/ckpt-demo-rank}"
@@ -60,9 +80,9 @@ trap cleanup EXIT
 # Room for the model, its replica and the blocks' rounding on each host.
 # A pool as ckptd's default (1 GiB) where the model is that large, as
 # tools/dev/cluster.sh's test daemons (128 MiB) for small runs.
-pool=$(( scale * 2 << 20 ))
+pool=$(( model_mib * 3 / 2 << 20 ))
 pool=$(( pool < (128 << 20) ? (128 << 20) : pool > (1 << 30) ? (1 << 30) : pool ))
-export CKPT_CLUSTER_FLAGS="--memory_tier_bytes=$(( (scale * 4 + 512) << 20 )) --peer_wait_s=60 --pool_bytes=$pool"
+export CKPT_CLUSTER_FLAGS="--memory_tier_bytes=$(( (model_mib * 3 + 512) << 20 )) --peer_wait_s=60 --pool_bytes=$pool"
 "$cluster" up "$dir" 2 >/dev/null
 # shellcheck disable=SC1091
 source "$dir/cluster.env"
@@ -77,7 +97,8 @@ run_ranks() {  # MODE STEP FLAGS...
   local pids=() i
   for i in 0 1; do
     "$rank_bin" --socket="$dir/h$i/ckptd.sock" --job=bench --mode="$1" --rank=$i --world=2 \
-      --local_world=1 --local_rank=0 --step="$2" --saved_world=2 --scale="$scale" "${@:3}" \
+      --local_world=1 --local_rank=0 --step="$2" --saved_world=2 --scale="$scale" \
+      "${layout_flags[@]}" "${@:3}" \
       >"$dir/rank$i.out" 2>&1 &
     pids+=($!)
   done
@@ -106,7 +127,13 @@ print("%.4f" % (got / (time.monotonic() - start) / 1e9))' "$address" "$port" >"$
   # nothing waits for ever.
   # shellcheck disable=SC2046
   $(ns h0) python3 -c '
-import socket, sys, time
+import os, socket, sys, time
+# The bytes in a memory file, sent with sendfile: the kernel takes the
+# pages as they lie, no copy out of the sender (as ckptd sends from its
+# memory tier): the fastest a sender moves bytes, so the link is the limit.
+total = int(sys.argv[3]); fd = os.memfd_create("raw-tcp"); block = os.urandom(1 << 20)
+for _ in range(0, total, len(block)):
+    os.write(fd, block)
 deadline = time.monotonic() + 60
 while True:
     try:
@@ -117,9 +144,12 @@ while True:
             raise
         time.sleep(0.02)
 c.settimeout(None)
-buf = memoryview(bytearray(16 << 20)); left = int(sys.argv[3])
-while left > 0:
-    n = min(left, len(buf)); c.sendall(buf[:n]); left -= n
+sent = 0
+while sent < total:
+    n = os.sendfile(c.fileno(), fd, sent, total - sent)
+    if n == 0:
+        raise SystemExit("memory file ended early")
+    sent += n
 c.close()' "$address" "$port" "$bytes" || { echo "raw TCP sender in h0 failed" >&2; exit 1; }
   wait "$server" || { echo "raw TCP receiver in h1 failed (no sender within 60 s?)" >&2; exit 1; }
   tail -1 "$dir/tcp.out"
@@ -137,10 +167,18 @@ print(int(json.load(sys.stdin)["chunk_bytes_read"]))')"
   echo "$total"
 }
 
+# Bytes host h1 took in over the peer data channel.
+h1_peer_received() {
+  "$CKPTCTL" --socket="$dir/h1/ckptd.sock" status --json | python3 -c '
+import json, sys
+print(int(json.load(sys.stdin)["peer_bytes_received"]))'
+}
+
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 restores=()
 tcps=()
+links=()
 for round in $(seq 1 "$rounds"); do
   run_ranks save "$round" --tier=memory
   old="$(cat "$dir/h1/pid")"
@@ -155,8 +193,10 @@ for round in $(seq 1 "$rounds"); do
     sleep 0.05
   done
   read_before="$(storage_read)"
+  link_before="$(h1_peer_received)"
   run_ranks load -1 --from=memory
   [ "$(storage_read)" = "$read_before" ] || { echo "the restore read storage" >&2; exit 1; }
+  link_bytes=$(( $(h1_peer_received) - link_before ))
   line="$(grep "loaded step $round:" "$dir/rank1.out")" ||
     { cat "$dir"/rank*.out >&2; exit 1; }
   grep -q "tiers=memory " <<<"$line" || { echo "not from memory: $line" >&2; exit 1; }
@@ -172,18 +212,22 @@ for round in $(seq 1 "$rounds"); do
   us=$((ended1 - (asked0 > asked1 ? asked0 : asked1)))
   restores+=("$(awk -v m="$mib" -v t="$us" 'BEGIN {printf "%.4f", m * 1048576 / (t / 1e6) / 1e9}')")
   bytes="$(awk -v m="$mib" 'BEGIN {printf "%d", m * 1048576}')"
+  links+=("$(awk -v l="$link_bytes" -v b="$bytes" 'BEGIN {printf "%.3f", l / b}')")
   tcps+=("$(raw_tcp "$bytes")")
 done
 restore="$(printf '%s\n' "${restores[@]}" | median)"
 tcp="$(printf '%s\n' "${tcps[@]}" | median)"
 ratio="$(awk -v a="$restore" -v b="$tcp" 'BEGIN {printf "%.4f", a / b}')"
+link="$(printf '%s\n' "${links[@]}" | median)"
 if [ "$json" = 1 ]; then
-  printf '{"mode":"memory_peer_restore","link":"%s","scale":%d,"rank_mib":%s,"rounds":%d,' \
-    "$mode" "$scale" "$mib" "$rounds"
-  printf '"peer_restore_gbps":%s,"raw_tcp_gbps":%s,"peer_restore_over_raw_tcp":%s}\n' \
-    "$restore" "$tcp" "$ratio"
+  printf '{"mode":"memory_peer_restore","link":"%s","layout":"%s","scale":%d,"rank_mib":%s,' \
+    "$mode" "$layout" "$scale" "$mib"
+  printf '"rounds":%d,"peer_restore_gbps":%s,"raw_tcp_gbps":%s,"peer_restore_over_raw_tcp":%s,' \
+    "$rounds" "$restore" "$tcp" "$ratio"
+  printf '"link_bytes_over_restored":%s}\n' "$link"
 else
   echo "restore of h1's rank from h0's memory: ${restore} GB/s (rounds: ${restores[*]})"
   echo "raw TCP h0 -> h1 (${mode}), same bytes: ${tcp} GB/s (rounds: ${tcps[*]})"
   echo "peer_restore_over_raw_tcp: ${ratio}"
+  echo "bytes over the link per byte h1's rank got: ${link} (rounds: ${links[*]})"
 fi
