@@ -664,10 +664,15 @@ absl::StatusOr<v1::LoadAssignment> LoadSession::PlanAcrossHosts(
   plan.set_group_bytes(LoadGroupBytes(context_.options));
   plan.mutable_host()->set_address(context_.peer_address);  // empty: no channel, read it all here
   if (context_.memory_tier != nullptr && plan.tier() != v1::LOAD_TIER_DURABLE) {
-    HeldSteps held = context_.memory_tier->HeldSteps(job_);
     // Bad bytes are left out before the plan: it takes them from elsewhere.
-    *check =
-        CheckHeldStep(*context_.memory_tier, job_, step_, held, context_.options.reader_threads);
+    HeldSteps held;
+    if (context_.step_checks != nullptr) {
+      *check = context_.step_checks->CheckForLoad(job_, step_, held);
+    } else {
+      held = context_.memory_tier->HeldSteps(job_);
+      *check =
+          CheckHeldStep(*context_.memory_tier, job_, step_, held, context_.options.reader_threads);
+    }
     for (auto& [step, files] : held) {
       v1::NodeLoadPlan::HeldStep* held = plan.add_memory_steps();
       held->set_step(step);

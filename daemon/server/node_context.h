@@ -18,6 +18,7 @@
 #include "daemon/pool/shm_pool.h"
 #include "daemon/server/background_tasks.h"
 #include "daemon/server/daemon_options.h"
+#include "daemon/server/early_step_check.h"
 #include "daemon/server/rank_sessions.h"
 #include "daemon/server/reader_pool.h"
 #include "daemon/server/writer_pool.h"
@@ -61,6 +62,8 @@ struct NodeContext {
   // The memory tier; null without one (--memory_tier_bytes 0). Set before
   // serving.
   tier::MemoryTier* memory_tier = nullptr;
+  // Checks of held steps begun as a job's ranks attach; with memory_tier.
+  EarlyStepChecks* step_checks = nullptr;
   std::atomic<uint64_t> memory_bytes_read{0};      // chunk bytes loads took from memory
   std::atomic<uint64_t> memory_bytes_in_place{0};  // of those, copied where they lie
   std::atomic<uint64_t> load_fallback_chunks{0};   // failed verification, read from the next tier

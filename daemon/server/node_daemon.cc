@@ -324,6 +324,10 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
                                     *d->auth_, *d->owners_, *d->metrics_});
   d->context_->background = &d->background_;
   d->context_->memory_tier = d->memory_tier_.get();
+  if (d->memory_tier_ != nullptr) {
+    d->step_checks_ = std::make_unique<EarlyStepChecks>(*d->memory_tier_, o.reader_threads);
+    d->context_->step_checks = d->step_checks_.get();
+  }
   d->service_ = std::make_unique<NodeService>(*d->context_, d->gpu_->HasDevice(), o.limits);
   // A session id asks for its job's pool segments; a session id, a newline
   // and a load id for the memory-tier files that load shares.

@@ -29,6 +29,7 @@
 #include "daemon/pool/shm_pool.h"
 #include "daemon/server/background_tasks.h"
 #include "daemon/server/daemon_options.h"
+#include "daemon/server/early_step_check.h"
 #include "daemon/server/node_service.h"
 #include "daemon/server/rank_sessions.h"
 #include "daemon/server/segment_server.h"
@@ -81,6 +82,8 @@ class NodeDaemon {
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   // With --memory_tier_bytes; after the coordinator it persists to.
   std::unique_ptr<tier::MemoryTier> memory_tier_;
+  // With the memory tier; its checks run on background_, drained first.
+  std::unique_ptr<EarlyStepChecks> step_checks_;
   std::unique_ptr<RankSessions> sessions_;
   std::unique_ptr<WriterPool> writers_;
   std::unique_ptr<ReaderPool> readers_;

@@ -474,12 +474,14 @@ absl::StatusOr<std::string> MemoryTier::CommitHere(const v1::CheckpointManifest&
   absl::StatusOr<bool> exists = coordinator_->catalog().StepExists(manifest.job(), manifest.step());
   absl::StatusOr<bool> partial_left = backend_->Exists(from);
   if (exists.ok() && *exists && partial_left.ok() && !*partial_left) {
+    generation_.fetch_add(1, std::memory_order_acq_rel);
     return coordinator::StepDir(kRoot, manifest.job(), manifest.step());
   }
   absl::StatusOr<std::string> path = coordinator_->CommitCopy(
       manifest,
       [&](const std::string& partial) -> absl::Status { return MoveFiles(from, partial); });
   (void)backend_->RemoveAll(from);
+  generation_.fetch_add(1, std::memory_order_acq_rel);  // after the files changed
   return path;
 }
 
@@ -547,6 +549,7 @@ absl::Status MemoryTier::AdoptRebuilt(const v1::CheckpointManifest& manifest,
         manifest, [&](const std::string& partial) { return MoveFiles(dir, partial); });
     status = path.status();
   }
+  generation_.fetch_add(1, std::memory_order_acq_rel);  // after the files changed
   (void)backend_->RemoveAll(dir);
   return status;
 }

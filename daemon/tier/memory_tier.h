@@ -146,6 +146,9 @@ class MemoryTier {
   // A step committed here anew (its number may have been used before)
   // starts with nothing set aside.
   void ForgetSetAside(const std::string& job, int64_t step);
+  // Changes whenever a step is committed here (a save, a rebuild): a check
+  // of held bytes made before a change may not be of what is held now.
+  uint64_t Generation() const { return generation_.load(std::memory_order_acquire); }
 
   // A save spread over hosts committed at the cluster's coordinator: this
   // host commits `manifest` in its own memory over the files it wrote and
@@ -186,6 +189,7 @@ class MemoryTier {
   std::map<std::pair<std::string, int64_t>, std::set<std::string>> set_aside_
       ABSL_GUARDED_BY(set_aside_mu_);
   size_t set_aside_files_ ABSL_GUARDED_BY(set_aside_mu_) = 0;
+  std::atomic<uint64_t> generation_{0};
   // Per job, the copies of its newest step committed by CommitHere (a job
   // on this host alone has one).
   absl::Mutex copies_mu_;

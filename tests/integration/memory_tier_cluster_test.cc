@@ -37,6 +37,7 @@ struct HostCounters {
   uint64_t peer_sent = 0;
   uint64_t peer_received = 0;
   uint64_t memory_held = 0;
+  uint64_t early_checks = 0;  // loads that found the held step checked as their ranks attached
 };
 
 std::vector<HostCounters> Counters(TestCluster& cluster) {
@@ -45,7 +46,7 @@ std::vector<HostCounters> Counters(TestCluster& cluster) {
     const v1::GetStatusResponse s = cluster.node(i).Status();
     out.push_back({s.storage_bytes_written(), s.chunk_bytes_read(), s.memory_bytes_read(),
                    s.memory_bytes_in_place(), s.peer_bytes_sent(), s.peer_bytes_received(),
-                   s.memory_tier_bytes()});
+                   s.memory_tier_bytes(), s.memory_checks_early()});
   }
   return out;
 }
@@ -109,7 +110,11 @@ TEST_CASE("A host that lost its memory restores its ranks from its peers' replic
   for (int i : {0, 2}) {
     INFO("host " << i);
     CHECK(c3[i].memory_in_place - c2[i].memory_in_place == c3[i].memory_read - c2[i].memory_read);
+    // Their ranks attached before they asked to load: the step they hold
+    // was checked then, not before the plan.
+    CHECK(c3[i].early_checks == c2[i].early_checks + 1);
   }
+  CHECK(c3[1].early_checks == c2[1].early_checks);  // it holds nothing to check
 
   // Resharded into six ranks on two hosts (TP=3) from memory too.
   const std::vector<HostCounters> c4 = Counters(cluster);
@@ -192,6 +197,7 @@ TEST_CASE("A byte flipped in a host's memory is taken from its replica on anothe
   // The trainer crashed; every rank loads latest from memory, bit-exact.
   const std::vector<HostCounters> before = Counters(cluster);
   const uint64_t fallbacks_before = cluster.node(1).Status().load_fallback_chunks();
+  const uint64_t early_before = cluster.node(1).Status().memory_checks_early();
   std::vector<ExitInfo> loaded =
       cluster.RunRanks("flip", "load", kHosts, -1, kWorld, kScale, Layout(2, 2, "--from=memory"));
   RequireAllOk(loaded);  // every byte checked in the ranks
@@ -200,6 +206,9 @@ TEST_CASE("A byte flipped in a host's memory is taken from its replica on anothe
   // plan took that part from h2, and nothing from storage.
   CHECK(absl::StrContains(cluster.node(1).Output(), "memory-check job=flip step=1 file=data/h1-"));
   CHECK(cluster.node(1).Status().load_fallback_chunks() > fallbacks_before);
+  // It found it as its ranks attached (early_step_check.h), and the load
+  // took that check.
+  CHECK(cluster.node(1).Status().memory_checks_early() == early_before + 1);
   for (int r = 3; r < 6; ++r) {  // h1's ranks say they had a fallback
     INFO(loaded[r].output);
     CHECK_FALSE(absl::StrContains(loaded[r].output, "fallback_chunks=0"));

@@ -1,0 +1,83 @@
+// A trainer that restarts attaches to ckptd well before it loads (it
+// builds its model, its optimizer, its data loader first). When a rank of
+// a job spread over hosts attaches and this host's memory tier holds steps
+// of that job, the newest of them is checked then (held_step_check.h), in
+// the background, so that the load finds the check done instead of making
+// it before its plan, on the restore's critical path (on a host that holds
+// a lost peer's replica, that check reads every byte the host holds).
+//
+// A load takes the early check (waiting for it if it still runs) when it is
+// of the step the load wants, no step was committed here since it began
+// (MemoryTier::Generation), every file the host holds of that step passed
+// it, and it ended at most `fresh_for` ago; else the load checks anew, as
+// before. An early check is used once. Bytes that went bad after it are
+// still caught: chunks this host's ranks copy are verified again where
+// they lie, and every host verifies what peers send it.
+//
+// Thread-safety: all methods are safe from any thread.
+#ifndef CKPT_DAEMON_SERVER_EARLY_STEP_CHECK_H_
+#define CKPT_DAEMON_SERVER_EARLY_STEP_CHECK_H_
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/server/background_tasks.h"
+#include "daemon/server/held_step_check.h"
+#include "daemon/tier/memory_tier.h"
+
+namespace ckpt::server {
+
+class EarlyStepChecks {
+ public:
+  static constexpr absl::Duration kFreshFor = absl::Seconds(30);
+
+  EarlyStepChecks(tier::MemoryTier& tier, int threads, absl::Duration fresh_for = kFreshFor)
+      : tier_(tier), threads_(threads), fresh_for_(fresh_for) {}
+  EarlyStepChecks(const EarlyStepChecks&) = delete;
+  EarlyStepChecks& operator=(const EarlyStepChecks&) = delete;
+
+  // Starts checking `job`'s newest held step on `background` (which must
+  // be drained before this object goes), unless the tier holds none of the
+  // job's steps, a check of the job runs, or a fresh one of what the tier
+  // holds now waits for its load.
+  void Begin(const std::string& job, BackgroundTasks& background) ABSL_LOCKS_EXCLUDED(mu_);
+  // For a load spread over hosts of step `wanted` (-1: the newest): fills
+  // `held` with what this host offers (MemoryTier::HeldSteps, bad files
+  // left out) and returns the check of it, early or made now.
+  HeldStepCheck CheckForLoad(const std::string& job, int64_t wanted, HeldSteps& held)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  uint64_t early_checks_used() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return used_;
+  }
+
+ private:
+  struct Done {
+    HeldStepCheck check;
+    uint64_t generation = 0;  // the tier's when the check began
+    absl::Time ended;
+  };
+  // Whether `done` stands for the load of `wanted` over what is `held` now.
+  bool Covers(const Done& done, int64_t wanted, const HeldSteps& held) const;
+  void PruneLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  tier::MemoryTier& tier_;
+  const int threads_;
+  const absl::Duration fresh_for_;
+  mutable absl::Mutex mu_;
+  std::set<std::string> running_ ABSL_GUARDED_BY(mu_);
+  // At most one per job the tier holds steps of, and none older than
+  // fresh_for_ past the next Begin.
+  std::map<std::string, Done> done_ ABSL_GUARDED_BY(mu_);
+  uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace ckpt::server
+
+#endif  // CKPT_DAEMON_SERVER_EARLY_STEP_CHECK_H_
