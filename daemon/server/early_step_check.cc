@@ -6,21 +6,31 @@
 
 namespace ckpt::server {
 
+void EarlyStepChecks::Stop() {
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
+}
+
 void EarlyStepChecks::Begin(const std::string& job, BackgroundTasks& background) {
-  // Asked outside mu_: the tier's locks are its own.
-  if (tier_.HeldSteps(job).empty()) return;
   const uint64_t generation = tier_.Generation();
+  if (generation == tier::MemoryTier::kChanging) return;
   {
     absl::MutexLock lock(&mu_);
-    const absl::Time now = absl::Now();
-    PruneLocked(now);
-    if (running_.count(job) > 0) return;
-    // One of what is held now waits for its load; one of before a commit
-    // here (ranks that saved a step, then others that load it) is no use.
-    auto it = done_.find(job);
-    if (it != done_.end() && it->second.generation == generation) return;
-    if (it != done_.end()) done_.erase(it);
-    running_.insert(job);
+    // One at a time on the host, once per job and generation: a client
+    // attaching over and over costs no more checks than its commits do.
+    if (stopping_ || !running_.empty()) return;
+    if (auto it = begun_.find(job); it != begun_.end() && it->second == generation) return;
+  }
+  // Asked outside mu_: the tier's locks are its own.
+  if (tier_.HeldSteps(job).empty()) return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ || !running_.empty()) return;
+    PruneLocked(absl::Now());
+    if (begun_.size() >= kMaxJobs && begun_.count(job) == 0) begun_.erase(begun_.begin());
+    begun_[job] = generation;
+    done_.erase(job);
+    running_[job] = generation;
   }
   background.Spawn([this, job, generation] {
     HeldSteps held = tier_.HeldSteps(job);
@@ -36,10 +46,15 @@ HeldStepCheck EarlyStepChecks::CheckForLoad(const std::string& job, int64_t want
   std::optional<Done> early;
   {
     absl::MutexLock lock(&mu_);
-    // One running is nearer its end than a check begun now.
-    auto not_running = [this, &job]()
-                           ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return running_.count(job) == 0; };
-    mu_.Await(absl::Condition(&not_running));
+    // One running of what is held now is nearer its end than a check begun
+    // now; one of before a commit here would be of no use.
+    auto running_useful = [this, &job]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      auto it = running_.find(job);
+      return it != running_.end() && it->second == tier_.Generation();
+    };
+    auto not_running_useful = [&]()
+                                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !running_useful(); };
+    mu_.Await(absl::Condition(&not_running_useful));
     if (auto it = done_.find(job); it != done_.end()) {
       early = std::move(it->second);
       done_.erase(it);
@@ -52,9 +67,12 @@ HeldStepCheck EarlyStepChecks::CheckForLoad(const std::string& job, int64_t want
     return std::move(early->check);
   }
   HeldStepCheck now = CheckHeldStep(tier_, job, wanted, held, threads_);
-  // The files the early check set aside are left out of `held` now: their
-  // chunks are this load's fallbacks all the same.
-  if (early.has_value() && early->check.step == now.step) now.bad_chunks += early->check.bad_chunks;
+  // What the early check set aside of the same bytes (nothing committed
+  // since) is left out of `held` now: still this load's fallbacks.
+  if (early.has_value() && early->check.step == now.step &&
+      early->generation == tier_.Generation()) {
+    now.bad_chunks += early->check.bad_chunks;
+  }
   return now;
 }
 

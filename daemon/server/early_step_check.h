@@ -18,9 +18,9 @@
 #ifndef CKPT_DAEMON_SERVER_EARLY_STEP_CHECK_H_
 #define CKPT_DAEMON_SERVER_EARLY_STEP_CHECK_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
-#include <set>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -35,6 +35,7 @@ namespace ckpt::server {
 class EarlyStepChecks {
  public:
   static constexpr absl::Duration kFreshFor = absl::Seconds(30);
+  static constexpr size_t kMaxJobs = 1024;  // remembered as begun
 
   EarlyStepChecks(tier::MemoryTier& tier, int threads, absl::Duration fresh_for = kFreshFor)
       : tier_(tier), threads_(threads), fresh_for_(fresh_for) {}
@@ -43,14 +44,17 @@ class EarlyStepChecks {
 
   // Starts checking `job`'s newest held step on `background` (which must
   // be drained before this object goes), unless the tier holds none of the
-  // job's steps, a check of the job runs, or a fresh one of what the tier
-  // holds now waits for its load.
+  // job's steps, files are being committed, a check runs (one at a time),
+  // one of the job began under the tier's present generation already, or
+  // Stop was called.
   void Begin(const std::string& job, BackgroundTasks& background) ABSL_LOCKS_EXCLUDED(mu_);
   // For a load spread over hosts of step `wanted` (-1: the newest): fills
   // `held` with what this host offers (MemoryTier::HeldSteps, bad files
   // left out) and returns the check of it, early or made now.
   HeldStepCheck CheckForLoad(const std::string& job, int64_t wanted, HeldSteps& held)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // No check begins after this (shutdown: before `background` drains).
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
   uint64_t early_checks_used() const ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
@@ -71,9 +75,10 @@ class EarlyStepChecks {
   const int threads_;
   const absl::Duration fresh_for_;
   mutable absl::Mutex mu_;
-  std::set<std::string> running_ ABSL_GUARDED_BY(mu_);
-  // At most one per job the tier holds steps of, and none older than
-  // fresh_for_ past the next Begin.
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, uint64_t> running_ ABSL_GUARDED_BY(mu_);  // job: generation; at most one
+  std::map<std::string, uint64_t> begun_ ABSL_GUARDED_BY(mu_);    // at most kMaxJobs
+  // Of jobs in begun_; none older than fresh_for_ past the next Begin.
   std::map<std::string, Done> done_ ABSL_GUARDED_BY(mu_);
   uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
 };

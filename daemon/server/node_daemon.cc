@@ -565,6 +565,7 @@ NodeDaemon::~NodeDaemon() {
   // Commits waiting on other hosts end: remote calls cancelled, local waits
   // see stop_.
   if (remote_saves_ != nullptr) remote_saves_->Close("ckptd is shutting down");
+  if (step_checks_ != nullptr) step_checks_->Stop();
   background_.Drain();
   unix_listener_.Stop();
   if (segment_server_) segment_server_->Stop();

@@ -355,9 +355,6 @@ absl::Status MemoryTier::FlipByte(const std::string& job, int64_t step, const st
     return absl::OkStatus();
   });
   if (file.empty()) return absl::NotFoundError("the step has no bytes here to flip");
-  std::fprintf(stderr, "ckptd: flipping a byte of %s at offset %llu (job %s step %lld)\n",
-               file.c_str(), static_cast<unsigned long long>(offset), job.c_str(),
-               static_cast<long long>(step));
   const std::string path = absl::StrCat(dir, "/", file);
   absl::StatusOr<std::string> bytes = storage::ReadWholeFile(*backend_, path);
   if (!bytes.ok()) return bytes.status();
@@ -366,7 +363,12 @@ absl::Status MemoryTier::FlipByte(const std::string& job, int64_t step, const st
   absl::StatusOr<std::unique_ptr<storage::WritableFile>> out = backend_->NewWritableFile(path);
   if (!out.ok()) return out.status();
   if (absl::Status s = (*out)->WriteAt(0, bytes->data(), bytes->size()); !s.ok()) return s;
-  return (*out)->Close();
+  if (absl::Status s = (*out)->Close(); !s.ok()) return s;
+  // Said once done: a test that waits for it then finds the byte flipped.
+  std::fprintf(stderr, "ckptd: flipped a byte of %s at offset %llu (job %s step %lld)\n",
+               file.c_str(), static_cast<unsigned long long>(offset), job.c_str(),
+               static_cast<long long>(step));
+  return absl::OkStatus();
 }
 
 PersistCounts MemoryTier::persist_counts() const {
@@ -468,20 +470,19 @@ absl::StatusOr<std::string> MemoryTier::CommitHere(const v1::CheckpointManifest&
     copies_[manifest.job()] = protection;
   }
   ForgetSetAside(manifest.job(), manifest.step());
+  const FilesChanging changing(*this);
   const std::string from = absl::StrCat(kRoot, "/", partial_dir);
   // This host is the cluster's coordinator too: its commit already moved
   // the files, this host's with the rest, into the step.
   absl::StatusOr<bool> exists = coordinator_->catalog().StepExists(manifest.job(), manifest.step());
   absl::StatusOr<bool> partial_left = backend_->Exists(from);
   if (exists.ok() && *exists && partial_left.ok() && !*partial_left) {
-    generation_.fetch_add(1, std::memory_order_acq_rel);
     return coordinator::StepDir(kRoot, manifest.job(), manifest.step());
   }
   absl::StatusOr<std::string> path = coordinator_->CommitCopy(
       manifest,
       [&](const std::string& partial) -> absl::Status { return MoveFiles(from, partial); });
   (void)backend_->RemoveAll(from);
-  generation_.fetch_add(1, std::memory_order_acq_rel);  // after the files changed
   return path;
 }
 
@@ -541,6 +542,7 @@ absl::Status MemoryTier::AdoptRebuilt(const v1::CheckpointManifest& manifest,
   const std::string step_dir = coordinator::StepDir(kRoot, manifest.job(), manifest.step());
   absl::StatusOr<bool> exists = coordinator_->catalog().StepExists(manifest.job(), manifest.step());
   absl::Status status = exists.status();
+  const FilesChanging changing(*this);
   if (status.ok() && *exists) {
     status = AdoptInto(manifest.job(), manifest.step(), dir, step_dir);
   } else if (status.ok()) {
@@ -549,7 +551,6 @@ absl::Status MemoryTier::AdoptRebuilt(const v1::CheckpointManifest& manifest,
         manifest, [&](const std::string& partial) { return MoveFiles(dir, partial); });
     status = path.status();
   }
-  generation_.fetch_add(1, std::memory_order_acq_rel);  // after the files changed
   (void)backend_->RemoveAll(dir);
   return status;
 }

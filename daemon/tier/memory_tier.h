@@ -146,9 +146,15 @@ class MemoryTier {
   // A step committed here anew (its number may have been used before)
   // starts with nothing set aside.
   void ForgetSetAside(const std::string& job, int64_t step);
-  // Changes whenever a step is committed here (a save, a rebuild): a check
-  // of held bytes made before a change may not be of what is held now.
-  uint64_t Generation() const { return generation_.load(std::memory_order_acquire); }
+  // Changes whenever a step spread over hosts is committed here or files
+  // rebuilt from parity are adopted; kChanging while that happens. A check
+  // of held bytes made under another value, or under kChanging, may not be
+  // of what is held now.
+  static constexpr uint64_t kChanging = ~uint64_t{0};
+  uint64_t Generation() const {
+    if (changing_.load(std::memory_order_acquire) > 0) return kChanging;
+    return generation_.load(std::memory_order_acquire);
+  }
 
   // A save spread over hosts committed at the cluster's coordinator: this
   // host commits `manifest` in its own memory over the files it wrote and
@@ -189,7 +195,23 @@ class MemoryTier {
   std::map<std::pair<std::string, int64_t>, std::set<std::string>> set_aside_
       ABSL_GUARDED_BY(set_aside_mu_);
   size_t set_aside_files_ ABSL_GUARDED_BY(set_aside_mu_) = 0;
+  // Generation(): a change counts up before and after, so a value read
+  // while none runs differs from every value read before or during one.
   std::atomic<uint64_t> generation_{0};
+  std::atomic<int> changing_{0};
+  struct FilesChanging {
+    explicit FilesChanging(MemoryTier& tier) : tier(tier) {
+      tier.changing_.fetch_add(1, std::memory_order_acq_rel);
+      tier.generation_.fetch_add(1, std::memory_order_acq_rel);
+    }
+    ~FilesChanging() {
+      tier.generation_.fetch_add(1, std::memory_order_acq_rel);
+      tier.changing_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+    FilesChanging(const FilesChanging&) = delete;
+    FilesChanging& operator=(const FilesChanging&) = delete;
+    MemoryTier& tier;
+  };
   // Per job, the copies of its newest step committed by CommitHere (a job
   // on this host alone has one).
   absl::Mutex copies_mu_;

@@ -192,7 +192,7 @@ TEST_CASE("A byte flipped in a host's memory is taken from its replica on anothe
   REQUIRE(cluster.AwaitLiveHosts(3));
   RequireAllOk(
       cluster.RunRanks("flip", "save", kHosts, 1, 0, kScale, Layout(2, 2, "--tier=memory")));
-  REQUIRE(cluster.node(1).WaitForOutput("flipping a byte of data/h1-"));
+  REQUIRE(cluster.node(1).WaitForOutput("flipped a byte of data/h1-"));
 
   // The trainer crashed; every rank loads latest from memory, bit-exact.
   const std::vector<HostCounters> before = Counters(cluster);
@@ -320,7 +320,7 @@ TEST_CASE("Erasure coded over three hosts: any one host lost, its part is rebuil
   REQUIRE(cluster.RestartNode(2, {"--fault_corrupt_at=memory.after_commit"}).ok());
   REQUIRE(cluster.AwaitLiveHosts(3));
   RequireAllOk(cluster.RunRanks("ec", "save", kHosts, 4, 0, kScale, Layout(2, 2, "--tier=memory")));
-  REQUIRE(cluster.node(2).WaitForOutput("flipping a byte of data/h2-"));
+  REQUIRE(cluster.node(2).WaitForOutput("flipped a byte of data/h2-"));
   const std::vector<HostCounters> c0 = Counters(cluster);
   std::vector<ExitInfo> loaded =
       cluster.RunRanks("ec", "load", kHosts, -1, kWorld, kScale, Layout(2, 2, "--from=memory"));
