@@ -378,9 +378,9 @@ class ClientImpl final : public Client {
       memory = *std::move(mapped);
     }
     // Batch by batch: copy out of the pool while the daemon reads ahead.
-    uint64_t done = 0;
-    std::vector<CopyPiece> host;
-    for (;;) {
+    // once(done): releases batch `done` (0: none) and returns the next one,
+    // or an empty one while it is not ready; ask(done): until it is.
+    auto once = [&](uint64_t done) -> absl::StatusOr<v1::LoadBatch> {
       grpc::ClientContext context;
       SetDeadline(context, *attachment);
       v1::NextLoadBatchRequest next;
@@ -390,15 +390,26 @@ class ClientImpl final : public Client {
       v1::LoadBatch batch;
       absl::Status asked = FromDaemon(*attachment, stub.NextLoadBatch(&context, next, &batch));
       if (!asked.ok()) return WithContext(asked, what);
+      return batch;
+    };
+    auto ask = [&](uint64_t done) -> absl::StatusOr<v1::LoadBatch> {
+      for (;;) {
+        absl::StatusOr<v1::LoadBatch> batch = once(done);
+        if (!batch.ok() || batch->batch_id() != 0 || batch->last()) return batch;
+        done = 0;  // released: not ready yet
+      }
+    };
+    uint64_t copied = 0;  // a batch copied and not released yet
+    std::vector<CopyPiece> host;
+    absl::StatusOr<v1::LoadBatch> asked = ask(0);
+    for (;;) {
+      if (!asked.ok()) return asked.status();
+      v1::LoadBatch batch = *std::move(asked);
       if (batch.last()) {
         result.tiers.assign(batch.tiers().begin(), batch.tiers().end());
         result.fallback_chunks = batch.fallback_chunks();
       }
-      done = batch.batch_id();
-      if (batch.batch_id() == 0) {
-        if (batch.last()) break;
-        continue;  // not read yet
-      }
+      if (batch.batch_id() == 0) break;  // last, nothing in it
       if (absl::Status s = attachment->pool->Refresh(batch.segment_epoch()); !s.ok()) {
         return WithContext(s, what);
       }
@@ -443,19 +454,38 @@ class ClientImpl final : public Client {
           host.push_back({dest_base + dst, from, d.length()});
         }
       }
+      // A batch read in place holds no pool room: the next one is asked
+      // for (releasing the one before) while this one is copied, so the
+      // round trip does not wait on the copy. Otherwise the one before is
+      // released first: the daemon hands out a second batch only beside a
+      // roomless one.
+      const bool ahead = batch.roomless() && !batch.last();
+      if (!ahead && copied != 0) {
+        absl::StatusOr<v1::LoadBatch> released = once(copied);
+        if (!released.ok()) return released.status();
+        copied = 0;
+        if (released->batch_id() != 0) return BadDelivery(what);  // it must wait for this one
+      }
       copies_.Start(std::move(host));
+      std::future<absl::StatusOr<v1::LoadBatch>> following;
+      if (ahead) {
+        following = std::async(std::launch::async, ask, copied);
+        copied = 0;
+      }
       copies_.Wait();
       host = {};
+      if (ahead) {
+        copied = batch.batch_id();
+        asked = following.get();
+        continue;
+      }
       if (batch.last()) {
         // Release the last batch too.
-        grpc::ClientContext release;
-        SetDeadline(release, *attachment);
-        next.set_done_batch_id(done);
-        v1::LoadBatch end;
-        absl::Status released = FromDaemon(*attachment, stub.NextLoadBatch(&release, next, &end));
-        if (!released.ok()) return WithContext(released, what);
+        absl::StatusOr<v1::LoadBatch> released = ask(batch.batch_id());
+        if (!released.ok()) return released.status();
         break;
       }
+      asked = ask(batch.batch_id());
     }
     result.step = response.step();
     if (result.tiers.empty()) result.tiers.push_back(response.tier());

@@ -921,19 +921,28 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
         absl::StrCat(Who(), "rank ", rank.rank, " asked for a batch before the plan"));
   }
   RankState& state = ranks_[rank.rank];
-  if (state.holding) {
-    // Batch ids are group index + 1.
-    const size_t held = state.groups[state.next - 1];
+  if (!state.held.empty() && done_batch_id != 0) {
+    // Batch ids are group index + 1; the oldest held goes first.
+    const auto [held, handed_at] = state.held.front();
     if (done_batch_id != held + 1) {
       return absl::InvalidArgumentError(absl::StrCat(Who(), "rank ", rank.rank, " holds batch ",
                                                      held + 1, " but released ", done_batch_id));
     }
-    state.holding = false;
-    times_.deliver.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - state.handed_at),
+    state.held.pop_front();
+    times_.deliver.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - handed_at),
                              std::memory_order_relaxed);
     ReleaseLocked(held);
   }
   v1::LoadBatch batch;
+  // A second batch only while the one held takes no room: two rooms held
+  // by each rank could wedge a pool sized for one each. Until then (or
+  // until the rank releases what it holds, past its last batch): nothing,
+  // ask again.
+  if (state.held.size() >= 2 ||
+      (state.held.size() == 1 &&
+       (groups_[state.held.front().first].has_room || state.next >= state.groups.size()))) {
+    return batch;
+  }
   if (state.next >= state.groups.size()) {
     if (!state.done) {
       state.done = true;
@@ -962,9 +971,9 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
   if (groups_[index].state != GroupState::kReady) return batch;  // not yet: ask again
   const Group& group = groups_[index];
   ++state.next;
-  state.holding = true;
-  state.handed_at = absl::Now();
+  state.held.emplace_back(index, absl::Now());
   batch.set_batch_id(index + 1);
+  batch.set_roomless(!group.has_room);
   batch.set_last(state.next >= state.groups.size());
   if (batch.last()) SetTiersLocked(batch);
   batch.set_segment_epoch(group.room.epoch);

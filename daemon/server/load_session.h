@@ -27,6 +27,7 @@
 #define CKPT_DAEMON_SERVER_LOAD_SESSION_H_
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -116,8 +117,9 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     std::string session_id;
     std::vector<size_t> groups;  // the groups with deliveries for this rank, in order
     size_t next = 0;             // index into groups of the one to hand out next
-    bool holding = false;        // groups[next - 1] was handed out, not released
-    absl::Time handed_at;        // when it was handed out (delivery time)
+    // Handed out, not released, oldest first, with when (delivery time):
+    // one, or two while the first holds no room (LoadBatch.roomless).
+    std::deque<std::pair<size_t, absl::Time>> held;
     bool done = false;
   };
 

@@ -257,6 +257,15 @@ class TierRank {
     return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "load never finished");
   }
 
+  // One NextLoadBatch of the load, releasing batch `done` (0: none).
+  grpc::Status NextBatch(const v1::LoadResponse& response, uint64_t done, v1::LoadBatch* batch) {
+    v1::NextLoadBatchRequest next;
+    next.set_session_id(session_);
+    next.set_load_id(response.load_id());
+    next.set_done_batch_id(done);
+    return Rpc([&](grpc::ClientContext* c) { return stub_.NextLoadBatch(c, next, batch); });
+  }
+
   // A whole load; *step and *tiers say what it read.
   grpc::Status Load(int64_t step, int tier, std::vector<RawTensor>& tensors, int64_t* loaded,
                     std::string* tiers = nullptr) {
@@ -1004,6 +1013,52 @@ TEST_CASE("a load's memory files go read-only to its own job's ranks only, while
     CHECK(st.st_blocks == 0);
   }
   REQUIRE(d.Running());
+}
+
+TEST_CASE("a rank asks for its next batch while it copies one read in place; never a third",
+          "[memory_tier_fault][lookahead]") {
+  TestDaemon d;
+  REQUIRE(d.Start({BudgetFlag(64 * kMiB), "--batch_bytes=1048576"}).ok());
+  std::unique_ptr<NodeStub> stub = d.Stub();
+  TierRank rank(*stub, "ahead");
+  REQUIRE(rank.Save(1, v1::SAVE_TIER_MEMORY, Model(2048, 7)).ok());  // 8 MiB: groups of 1 MiB
+  std::vector<RawTensor> into = EmptyModel(2048);
+  v1::LoadResponse response;
+  REQUIRE(rank.StartLoad(1, v1::LOAD_TIER_MEMORY, into, &response).ok());
+  // Releases `done`, then asks until a batch is ready.
+  auto ready = [&](uint64_t done) {
+    v1::LoadBatch batch;
+    for (int polls = 0; polls < 10'000; ++polls) {
+      batch.Clear();
+      grpc::Status s = rank.NextBatch(response, done, &batch);
+      INFO(s.error_message());
+      REQUIRE(s.ok());
+      if (batch.batch_id() != 0 || batch.last()) break;
+      done = 0;
+    }
+    return batch;
+  };
+  const v1::LoadBatch first = ready(0);
+  REQUIRE(first.batch_id() != 0);
+  REQUIRE_FALSE(first.last());
+  CHECK(first.roomless());  // read in place: no pool room
+  // Asked ahead, the first still held: the next one comes.
+  const v1::LoadBatch second = ready(0);
+  REQUIRE(second.batch_id() != 0);
+  CHECK(second.batch_id() != first.batch_id());
+  // Two held: a third waits for a release.
+  v1::LoadBatch third;
+  REQUIRE(rank.NextBatch(response, 0, &third).ok());
+  CHECK(third.batch_id() == 0);
+  CHECK_FALSE(third.last());
+  // Released out of order: refused, naming the one to release first.
+  grpc::Status wrong = rank.NextBatch(response, second.batch_id(), &third);
+  CHECK(wrong.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(absl::StrContains(wrong.error_message(), absl::StrCat("holds batch ", first.batch_id())));
+  // The first released, the next comes.
+  const v1::LoadBatch after = ready(first.batch_id());
+  CHECK((after.batch_id() != 0 || after.last()));
+  CHECK(after.batch_id() != second.batch_id());
 }
 
 TEST_CASE("ckptd SIGKILLed and restarted: memory steps are gone, named, durable ones stay",
