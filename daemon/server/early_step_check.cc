@@ -1,6 +1,7 @@
 #include "daemon/server/early_step_check.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <optional>
 #include <utility>
 
@@ -11,33 +12,48 @@ void EarlyStepChecks::Stop() {
   stopping_ = true;
 }
 
-void EarlyStepChecks::Begin(const std::string& job, BackgroundTasks& background) {
+void EarlyStepChecks::Begin(const std::string& job, bool spread, BackgroundTasks& background) {
   const uint64_t generation = tier_.Generation();
   if (generation == tier::MemoryTier::kChanging) return;
   {
     absl::MutexLock lock(&mu_);
-    // One at a time on the host, once per job and generation: a client
-    // attaching over and over costs no more checks than its commits do.
     if (stopping_ || !running_.empty()) return;
-    if (auto it = begun_.find(job); it != begun_.end() && it->second == generation) return;
   }
   // Asked outside mu_: the tier's locks are its own.
-  if (tier_.HeldSteps(job).empty()) return;
+  const HeldSteps held = tier_.HeldSteps(job);
+  if (held.empty()) return;
+  Begun begun{generation, -1, spread};
+  for (const auto& [step, files] : held) begun.newest = std::max(begun.newest, step);
   {
     absl::MutexLock lock(&mu_);
+    // One at a time on the host, once per job, newest step and generation:
+    // a client attaching over and over costs no more checks than its
+    // commits do.
     if (stopping_ || !running_.empty()) return;
+    if (auto it = begun_.find(job); it != begun_.end() && it->second == begun) return;
     PruneLocked(absl::Now());
     if (begun_.size() >= kMaxJobs && begun_.count(job) == 0) begun_.erase(begun_.begin());
-    begun_[job] = generation;
+    begun_[job] = begun;
     done_.erase(job);
-    running_[job] = generation;
+    running_[job] = begun;
   }
-  background.Spawn([this, job, generation] {
+  background.Spawn([this, job, begun] {
+    const absl::Time start = absl::Now();
     HeldSteps held = tier_.HeldSteps(job);
-    HeldStepCheck check = CheckHeldStep(tier_, job, -1, held, threads_);
+    HeldStepCheck check =
+        CheckHeldStep(tier_, job, -1, held, threads_,
+                      begun.spread ? BadFiles::kSetAside : BadFiles::kLeaveToLoad);
+    uint64_t bytes = 0;
+    for (const auto& [name, stamp] : check.verified) bytes += stamp.size;
+    std::fprintf(stderr,
+                 "ckptd: memory-check job=%s step=%lld verified=%zu bytes=%llu duration_s=%.3f "
+                 "(as a rank attached)\n",
+                 job.c_str(), static_cast<long long>(check.step), check.verified.size(),
+                 static_cast<unsigned long long>(bytes),
+                 absl::ToDoubleSeconds(absl::Now() - start));
     absl::MutexLock lock(&mu_);
     running_.erase(job);
-    done_[job] = Done{std::move(check), generation, absl::Now()};
+    done_[job] = Done{std::move(check), begun, absl::Now()};
   });
 }
 
@@ -50,12 +66,13 @@ HeldStepCheck EarlyStepChecks::CheckForLoad(const std::string& job, int64_t want
     // now; one of before a commit here would be of no use.
     auto running_useful = [this, &job]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       auto it = running_.find(job);
-      return it != running_.end() && it->second == tier_.Generation();
+      return it != running_.end() && it->second.spread &&
+             it->second.generation == tier_.Generation();
     };
     auto not_running_useful = [&]()
                                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !running_useful(); };
     mu_.Await(absl::Condition(&not_running_useful));
-    if (auto it = done_.find(job); it != done_.end()) {
+    if (auto it = done_.find(job); it != done_.end() && it->second.begun.spread) {
       early = std::move(it->second);
       done_.erase(it);
     }
@@ -70,14 +87,29 @@ HeldStepCheck EarlyStepChecks::CheckForLoad(const std::string& job, int64_t want
   // What the early check set aside of the same bytes (nothing committed
   // since) is left out of `held` now: still this load's fallbacks.
   if (early.has_value() && early->check.step == now.step &&
-      early->generation == tier_.Generation()) {
+      early->begun.generation == tier_.Generation()) {
     now.bad_chunks += early->check.bad_chunks;
   }
   return now;
 }
 
+std::map<std::string, FileStamp> EarlyStepChecks::VerifiedFiles(const std::string& job,
+                                                                int64_t step) {
+  absl::MutexLock lock(&mu_);
+  auto not_running = [this, &job]()
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return running_.count(job) == 0; };
+  mu_.Await(absl::Condition(&not_running));
+  auto it = done_.find(job);
+  if (it == done_.end() || it->second.begun.spread || it->second.check.step != step ||
+      absl::Now() - it->second.ended > trusted_for_) {
+    return {};
+  }
+  ++used_;
+  return it->second.check.verified;
+}
+
 bool EarlyStepChecks::Covers(const Done& done, int64_t wanted, const HeldSteps& held) const {
-  if (done.check.step < 0 || done.generation != tier_.Generation()) return false;
+  if (done.check.step < 0 || done.begun.generation != tier_.Generation()) return false;
   if (absl::Now() - done.ended > fresh_for_) return false;
   int64_t step = wanted;
   if (step < 0) {
@@ -95,7 +127,7 @@ bool EarlyStepChecks::Covers(const Done& done, int64_t wanted, const HeldSteps& 
 
 void EarlyStepChecks::PruneLocked(absl::Time now) {
   for (auto it = done_.begin(); it != done_.end();) {
-    it = now - it->second.ended > fresh_for_ ? done_.erase(it) : std::next(it);
+    it = now - it->second.ended > KeptFor(it->second) ? done_.erase(it) : std::next(it);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +20,7 @@ namespace {
 
 struct HeldFile {
   std::shared_ptr<const storage::MemoryBackend::SharedFile> shared;
+  FileStamp stamp;  // taken before its bytes are read
   uint64_t chunks = 0;
   std::string problem;     // empty while every chunk matched
   bool unchecked = false;  // could not be mapped now (no memory, no map entries): left to the load
@@ -36,7 +38,7 @@ struct ChunkTask {
 }  // namespace
 
 HeldStepCheck CheckHeldStep(tier::MemoryTier& tier, const std::string& job, int64_t wanted,
-                            HeldSteps& held, int threads) {
+                            HeldSteps& held, int threads, BadFiles bad) {
   HeldStepCheck out;
   auto entry = held.end();
   for (auto it = held.begin(); it != held.end(); ++it) {
@@ -69,11 +71,14 @@ HeldStepCheck CheckHeldStep(tier::MemoryTier& tier, const std::string& job, int6
           // A resource running short says nothing of the bytes: the load
           // verifies them as it reads.
           auto shared = tier.backend().Share(absl::StrCat(dir, "/", chunk.file()));
-          if (!shared.ok() || (*shared)->data == nullptr) {
+          std::optional<FileStamp> stamp;
+          if (shared.ok() && (*shared)->data != nullptr) stamp = StampOf((*shared)->fd);
+          if (!stamp.has_value()) {
             file.unchecked = true;
             return absl::OkStatus();
           }
           file.shared = *std::move(shared);
+          file.stamp = *stamp;
         }
         const uint64_t size = file.shared->size;
         if (chunk.file_offset() > size || chunk.length() > size - chunk.file_offset()) {
@@ -117,7 +122,15 @@ HeldStepCheck CheckHeldStep(tier::MemoryTier& tier, const std::string& job, int6
   for (auto& [name, file] : files) {
     if (file.unchecked) continue;
     if (file.problem.empty()) {
-      out.verified.insert(name);
+      out.verified.emplace(name, file.stamp);
+      continue;
+    }
+    if (bad == BadFiles::kLeaveToLoad) {
+      std::fprintf(stderr,
+                   "ckptd: memory-check job=%s step=%lld file=%s: %s; the load verifies it "
+                   "again where it lies\n",
+                   job.c_str(), static_cast<long long>(step), name.c_str(), file.problem.c_str());
+      file.problem.clear();  // kept in `held`
       continue;
     }
     if (!tier.SetAside(job, step, name)) {

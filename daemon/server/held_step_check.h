@@ -15,11 +15,12 @@
 #define CKPT_DAEMON_SERVER_HELD_STEP_CHECK_H_
 
 #include <cstdint>
-#include <set>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "daemon/server/file_stamp.h"
 #include "daemon/tier/memory_tier.h"
 
 namespace ckpt::server {
@@ -28,19 +29,30 @@ namespace ckpt::server {
 using HeldSteps = std::vector<std::pair<int64_t, std::vector<std::string>>>;
 
 struct HeldStepCheck {
-  int64_t step = -1;               // the step checked; -1: none
-  std::set<std::string> verified;  // its files whose every chunk matched
-  uint64_t bad_chunks = 0;         // chunks of the files set aside (a chunk failed)
+  int64_t step = -1;  // the step checked; -1: none
+  // Its files whose every chunk matched, each as it was right before its
+  // bytes were read (file_stamp.h).
+  std::map<std::string, FileStamp> verified;
+  uint64_t bad_chunks = 0;  // chunks of the files set aside (a chunk failed)
+};
+
+// What CheckHeldStep does with a file that fails.
+enum class BadFiles {
+  // Set aside (MemoryTier::SetAside) and removed from `held`: a load
+  // spread over hosts then plans it from another copy.
+  kSetAside,
+  // Only left out of `verified`: a load on one host verifies it where it
+  // lies, and takes a bad chunk from storage, as it would without a check.
+  kLeaveToLoad,
 };
 
 // Checks step `wanted` (-1: the newest held) of `job` over `threads`
-// threads, pinned meanwhile; sets aside (MemoryTier::SetAside) and removes
-// from `held` every file with a chunk that fails, or that is shorter than
-// its chunks. A step gone or whose manifest cannot be read, and a file
-// that cannot be mapped now, are not checked (the load's own checks
-// stand).
+// threads, pinned meanwhile; a file with a chunk that fails, or that is
+// shorter than its chunks, is handled as `bad` says. A step gone or whose
+// manifest cannot be read, and a file that cannot be mapped or stamped
+// now, are not checked (the load's own checks stand).
 HeldStepCheck CheckHeldStep(tier::MemoryTier& tier, const std::string& job, int64_t wanted,
-                            HeldSteps& held, int threads);
+                            HeldSteps& held, int threads, BadFiles bad = BadFiles::kSetAside);
 
 }  // namespace ckpt::server
 

@@ -216,7 +216,15 @@ absl::Status LoadSession::Plan() {
   absl::StatusOr<v1::LoadAssignment> assignment = absl::NotFoundError("not planned");
   bool memory = false;
   HeldStepCheck check;
+  // A load on one host from memory: the files checked as its ranks
+  // attached (early_step_check.h). Waited for before the plan pins the
+  // step: the check pins it too, and a gc waiting in between would keep
+  // the two waiting on each other.
+  std::map<std::string, FileStamp> checked_early;
   if (in_memory->has_value()) {
+    if (context_.step_checks != nullptr) {
+      checked_early = context_.step_checks->VerifiedFiles(job_, **in_memory);
+    }
     plan.set_step(**in_memory);
     assignment = context_.memory_tier->coordinator().PlanLoad(plan, &pin);
     memory = assignment.ok();
@@ -251,9 +259,16 @@ absl::Status LoadSession::Plan() {
     if (sizes.rank() < 0 || sizes.rank() >= world_size_) continue;
     object_bytes_[sizes.rank()].assign(sizes.object_bytes().begin(), sizes.object_bytes().end());
   }
+  // Every file verified as the ranks attached: larger batches.
+  const bool all_checked =
+      memory && !checked_early.empty() &&
+      std::all_of(assignment_.reads().begin(), assignment_.reads().end(),
+                  [&](const v1::ChunkRead& r) { return checked_early.contains(r.chunk().file()); });
   std::vector<LoadGroup> planned =
       spread ? GroupSpreadLoadReads(assignment_, world_size_, on_device, context_.pool.alignment())
-             : GroupLoadReads(assignment_, world_size_, on_device, LoadGroupBytes(context_.options),
+             : GroupLoadReads(assignment_, world_size_, on_device,
+                              all_checked ? VerifiedLoadGroupBytes(context_.options)
+                                          : LoadGroupBytes(context_.options),
                               context_.pool.alignment());
   if (spread) {
     uint16_t index = 0;
@@ -286,8 +301,7 @@ absl::Status LoadSession::Plan() {
     for (uint64_t i = 0; i < check.bad_chunks; ++i) context_.metrics.LoadFallback(job_);
   }
   if (from_memory_) {
-    ShareMemoryFilesLocked(assignment_.checkpoint_path(),
-                           checked ? check.verified : std::set<std::string>());
+    ShareMemoryFilesLocked(assignment_.checkpoint_path(), checked ? check.verified : checked_early);
   }
   planned_ = true;
   planned_at_ = absl::Now();
@@ -409,12 +423,17 @@ void LoadSession::ReadNextGroup() {
 bool LoadSession::VerifyInPlace(const Group& group) {
   const absl::Time start = absl::Now();
   bool verified = true;
+  uint64_t checked_early = 0;
   for (const InPlaceChunk& c : group.in_place_chunks) {
     if (failed_.load(std::memory_order_acquire)) {
       verified = false;  // nothing counted for a load that failed elsewhere
       break;
     }
-    if (c.checked) continue;
+    // Stamped again as its group is handed out: unchanged since the plan.
+    if (c.checked && StampOf(c.fd) == c.stamp) {
+      checked_early += c.length;
+      continue;
+    }
     if (Crc32c(c.data, c.length) != c.chunk->crc32c()) {
       std::fprintf(stderr,
                    "ckptd: load job=%s: %s at offset %llu (%s) fails its CRC32C in place; "
@@ -427,11 +446,14 @@ bool LoadSession::VerifyInPlace(const Group& group) {
     }
   }
   times_.verify.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - start), std::memory_order_relaxed);
+  if (verified) {
+    context_.memory_bytes_checked_early.fetch_add(checked_early, std::memory_order_relaxed);
+  }
   return verified;
 }
 
 void LoadSession::ShareMemoryFilesLocked(const std::string& dir,
-                                         const std::set<std::string>& checked) {
+                                         const std::map<std::string, FileStamp>& checked) {
   storage::MemoryBackend& backend = context_.memory_tier->backend();
   // Files start on huge page boundaries of the space (segment_handover.h).
   constexpr uint64_t kAlign = segments::kHugePageBytes;
@@ -466,34 +488,32 @@ void LoadSession::ShareMemoryFilesLocked(const std::string& dir,
         }
         const uint64_t offset = memory_bytes_;
         memory_bytes_ = (offset + (*shared)->size + kAlign - 1) / kAlign * kAlign;
-        it = memory_files_.emplace(stored.file(), SharedFileAt{*std::move(shared), offset}).first;
+        const std::optional<FileStamp> stamp = StampOf((*shared)->fd);
+        it = memory_files_.emplace(stored.file(), SharedFileAt{*std::move(shared), offset, stamp})
+                 .first;
       }
       const storage::MemoryBackend::SharedFile& file = *it->second.file;
       if (stored.file_offset() > file.size || stored.length() > file.size - stored.file_offset()) {
         ok = false;
         break;
       }
+      // Verified before, and the same file unchanged since.
+      auto verified = checked.find(stored.file());
+      const bool unchanged = verified != checked.end() && it->second.stamp.has_value() &&
+                             *it->second.stamp == verified->second;
       chunks.push_back({c.room_offset, stored.length(), file.data + stored.file_offset(),
                         it->second.offset + stored.file_offset(), &stored, c.owner, file.fd,
-                        checked.contains(stored.file())});
+                        unchanged, unchanged ? verified->second : FileStamp{}});
     }
     if (!ok || chunks.empty()) continue;
     std::sort(chunks.begin(), chunks.end(), [](const InPlaceChunk& a, const InPlaceChunk& b) {
       return a.room_offset < b.room_offset;
     });
     // Every copy a rank makes must come out of one chunk read here, or out
-    // of what peers send (from the room). A chunk this host's ranks copy is
-    // verified again just before, checked before the plan or not.
+    // of what peers send (from the room).
     for (const std::vector<v1::Delivery>& copies : plan.host) {
       for (const v1::Delivery& d : copies) {
-        if (!InPlaceChunkOf(chunks, d).has_value()) {
-          if (d.pool_offset() < received_from) ok = false;
-          continue;
-        }
-        // (A copy of nothing may lie before every chunk.)
-        if (std::optional<size_t> at = InPlaceChunkAt(chunks, d.pool_offset())) {
-          chunks[*at].checked = false;
-        }
+        if (!InPlaceChunkOf(chunks, d).has_value() && d.pool_offset() < received_from) ok = false;
       }
     }
     if (!ok) continue;

@@ -42,6 +42,7 @@
 #include "ckpt/v1/coordinator.pb.h"
 #include "ckpt/v1/node.pb.h"
 #include "daemon/server/chunk_reader.h"
+#include "daemon/server/file_stamp.h"
 #include "daemon/server/held_step_check.h"
 #include "daemon/server/load_groups.h"
 #include "daemon/server/node_context.h"
@@ -90,8 +91,11 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     uint64_t memory_offset = 0;
     const v1::StoredChunk* chunk = nullptr;
     absl::string_view owner;
-    int fd = -1;           // the shared file's, to send it to peers from (sendfile)
-    bool checked = false;  // verified before the plan (held_step_check.h)
+    int fd = -1;  // the shared file's, to send it to peers from (sendfile)
+    // Verified before the plan (held_step_check.h) with its file as
+    // `stamp`: not read again while the file still is.
+    bool checked = false;
+    FileStamp stamp;
   };
   struct Group {
     LoadGroup plan;
@@ -111,6 +115,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   struct SharedFileAt {
     std::shared_ptr<const storage::MemoryBackend::SharedFile> file;
     uint64_t offset = 0;
+    std::optional<FileStamp> stamp;  // as shared
   };
   struct RankState {
     std::optional<v1::LoadRequest> request;
@@ -158,8 +163,10 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
                                                 const v1::Delivery& d);
   // Marks the groups that can be read in place and shares their files
   // (a load from this host's memory tier); `checked`: the files verified
-  // before the plan (held_step_check.h).
-  void ShareMemoryFilesLocked(const std::string& dir, const std::set<std::string>& checked)
+  // before the plan (held_step_check.h), whose chunks are not verified
+  // again unless the file changed since.
+  void ShareMemoryFilesLocked(const std::string& dir,
+                              const std::map<std::string, FileStamp>& checked)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Verifies a group's chunks where they lie; false when one does not
   // verify (the group is then read through the pool).

@@ -150,11 +150,12 @@ grpc::Status NodeService::Attach(grpc::ServerContext* context, const v1::AttachR
                                request->local_rank(), uid, request->local_world_size());
   if (!session.ok()) return ToGrpc(session.status());
   response->set_session_id(session->id);
-  // A rank of a job spread over hosts: its load, if one comes, may find
-  // the held step checked (early_step_check.h).
-  if (context_.step_checks != nullptr && context_.background != nullptr &&
-      context_.cluster_saves != nullptr && request->world_size() > request->local_world_size()) {
-    context_.step_checks->Begin(request->job(), *context_.background);
+  // Its load, if one comes, may find the held step checked
+  // (early_step_check.h).
+  if (context_.step_checks != nullptr && context_.background != nullptr) {
+    const bool spread =
+        context_.cluster_saves != nullptr && request->world_size() > request->local_world_size();
+    context_.step_checks->Begin(request->job(), spread, *context_.background);
   }
   context_.pool.Adopt(request->job());
   response->set_segment_socket(SegmentSocketPath(context_.options.socket_path));
@@ -464,6 +465,7 @@ grpc::Status NodeService::GetStatus(grpc::ServerContext* context, const v1::GetS
   response->set_checkpoints_committed(context_.commits.load());
   response->set_memory_bytes_read(context_.memory_bytes_read.load());
   response->set_memory_bytes_in_place(context_.memory_bytes_in_place.load());
+  response->set_memory_bytes_checked_early(context_.memory_bytes_checked_early.load());
   if (context_.step_checks != nullptr) {
     response->set_memory_checks_early(context_.step_checks->early_checks_used());
   }

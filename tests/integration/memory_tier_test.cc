@@ -3,10 +3,13 @@
 // memory without reading storage; a byte flipped in memory is caught and
 // read from storage instead; the every-step policy keeps the budget and
 // makes complete durable checkpoints from the memory copy.
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -53,7 +56,87 @@ std::vector<std::string> StepsIn(const std::string& table, const std::string& ti
   return steps;
 }
 
+// Changes a byte of step `step`'s first tensor chunk where ckptd holds it
+// in memory, writing through /proc/<pid>/fd as root (or anything with the
+// rights) could. The memory file is told apart from the others by holding
+// that chunk's bytes as the durable copy has them. True once written.
+bool WriteByteInMemoryTier(const TestDaemon& d, const std::string& job, int64_t step) {
+  const v1::CheckpointManifest manifest = InspectManifest(d, job, step);
+  const v1::StoredChunk* chunk = nullptr;
+  for (const v1::TensorEntry& t : manifest.tensors()) {
+    for (const v1::StoredShard& s : t.shards()) {
+      for (const v1::StoredChunk& c : s.chunks()) {
+        if (chunk == nullptr && c.length() >= 64) chunk = &c;
+      }
+    }
+  }
+  if (chunk == nullptr) return false;
+  std::ifstream durable(absl::StrCat(d.job_dir(job), "/step-", step, "/", chunk->file()),
+                        std::ios::binary);
+  std::string want(chunk->length(), '\0');
+  durable.seekg(static_cast<std::streamoff>(chunk->file_offset()));
+  if (!durable.read(want.data(), static_cast<std::streamsize>(want.size()))) return false;
+  const off_t at = static_cast<off_t>(chunk->file_offset());
+  for (const auto& entry :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", d.pid(), "/fd"))) {
+    std::error_code ec;
+    const std::filesystem::path target = std::filesystem::read_symlink(entry.path(), ec);
+    if (ec || target.string().find("ckpt-memory-tier") == std::string::npos) continue;
+    const int fd = open(entry.path().c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) continue;
+    std::string have(want.size(), '\0');
+    bool written = pread(fd, have.data(), have.size(), at) == static_cast<ssize_t>(have.size()) &&
+                   have == want;
+    if (written) {
+      const char flipped = static_cast<char>(have[have.size() / 2] ^ 0x01);
+      written = pwrite(fd, &flipped, 1, at + static_cast<off_t>(have.size() / 2)) == 1;
+    }
+    close(fd);
+    if (written) return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+TEST_CASE("a restarted trainer loads what ckptd verified as it attached; a changed file again",
+          "[memory_tier]") {
+  TestDaemon d;
+  REQUIRE(d.Start({BudgetFlag()}).ok());
+  RequireAllOk(d.RunRanks("early", "save", 2, 5, 1, 0, {"--tier=both"}));
+  REQUIRE(AwaitStatus(d, [](const v1::GetStatusResponse& s) { return s.memory_persists() == 1; }));
+  // The restarted trainer's ranks attach, and ckptd checks step 5 then
+  // (early_step_check.h); the load takes that check and verifies nothing
+  // again.
+  for (const ExitInfo& r : d.RunRanks("early", "load", 2, -1, 1, 2)) {
+    INFO(r.output);
+    CHECK(r.ok());  // every byte compared against the pattern the save wrote
+    CHECK(absl::StrContains(r.output, "tiers=memory fallback_chunks=0"));
+  }
+  CHECK(absl::StrContains(d.Output(), "memory-check job=early step=5 verified="));
+  const v1::GetStatusResponse first = d.Status();
+  CHECK(first.memory_checks_early() == 1);
+  CHECK(first.chunk_bytes_read() == 0);
+  CHECK(first.memory_bytes_in_place() > 0);
+  CHECK(first.memory_bytes_checked_early() == first.memory_bytes_in_place());
+
+  // A byte changes after the check, written as no ckptd code path would.
+  REQUIRE(WriteByteInMemoryTier(d, "early", 5));
+  // The next load takes the same check, finds that file changed since,
+  // verifies it where it lies, and reads the bad chunk's group from storage.
+  for (const ExitInfo& r : d.RunRanks("early", "load", 2, -1, 1, 2)) {
+    INFO(r.output);
+    CHECK(r.ok());  // bit-exact despite the changed byte
+    CHECK(absl::StrContains(r.output, "tiers=memory+durable fallback_chunks=1"));
+  }
+  const v1::GetStatusResponse second = d.Status();
+  CHECK(second.memory_checks_early() == 2);
+  CHECK(second.load_fallback_chunks() == first.load_fallback_chunks() + 1);
+  CHECK(absl::StrContains(d.Output(), "fails its CRC32C in place"));
+  // The changed file was read again; any other not.
+  CHECK(second.memory_bytes_checked_early() - first.memory_bytes_checked_early() <
+        first.memory_bytes_checked_early());
+}
 
 TEST_CASE("a trainer killed after saving to memory restarts from memory, reading no storage",
           "[memory_tier]") {

@@ -297,8 +297,10 @@ int RunStatus(const Call& call, bool json) {
              FormatBytes(response.memory_tier_budget_bytes()),
              Percent(response.memory_tier_bytes(), response.memory_tier_budget_bytes())));
     line("memory bytes read",
-         absl::StrFormat("%s (%s of it copied in place)", FormatBytes(response.memory_bytes_read()),
-                         FormatBytes(response.memory_bytes_in_place())));
+         absl::StrFormat("%s (%s of it copied in place, %s verified as the ranks attached)",
+                         FormatBytes(response.memory_bytes_read()),
+                         FormatBytes(response.memory_bytes_in_place()),
+                         FormatBytes(response.memory_bytes_checked_early())));
     line("memory persisted",
          absl::StrFormat("%d steps to storage, %d failed", response.memory_persists(),
                          response.memory_persist_failures()));

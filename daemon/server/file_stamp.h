@@ -1,0 +1,39 @@
+// What a memory-tier file was when its bytes were verified, so that a load
+// can tell they have not changed since without reading them again.
+//
+// The daemon never writes a committed file: a rewrite takes a new inode
+// (storage/memory/memory_backend.h). Anything else that writes it (root,
+// through /proc/<pid>/fd) goes through the kernel, which moves the file's
+// change time. The stamp is taken right before the bytes are read; since
+// Linux 6.13 (multigrain timestamps, tmpfs included) a change made after
+// that read of the time always shows in it, and before, a write within
+// the same clock tick as the file's last change could go unseen (its
+// last change is its commit, long before). A stamp does not catch a bit
+// going bad in RAM
+// without a write: that is what ECC memory is for, and the freshness limit
+// of a check (early_step_check.h) bounds how long it is trusted.
+//
+// Thread-safety: pure functions.
+#ifndef CKPT_DAEMON_SERVER_FILE_STAMP_H_
+#define CKPT_DAEMON_SERVER_FILE_STAMP_H_
+
+#include <cstdint>
+#include <optional>
+
+namespace ckpt::server {
+
+struct FileStamp {
+  uint64_t device = 0;
+  uint64_t inode = 0;
+  uint64_t size = 0;
+  int64_t change_ns = 0;
+  int64_t modify_ns = 0;
+  friend bool operator==(const FileStamp&, const FileStamp&) = default;
+};
+
+// The stamp of the open file `fd`; nullopt when fstat fails.
+std::optional<FileStamp> StampOf(int fd);
+
+}  // namespace ckpt::server
+
+#endif  // CKPT_DAEMON_SERVER_FILE_STAMP_H_
