@@ -467,16 +467,18 @@ class ClientImpl final : public Client {
         if (released->batch_id() != 0) return BadDelivery(what);  // it must wait for this one
       }
       copies_.Start(std::move(host));
-      std::future<absl::StatusOr<v1::LoadBatch>> following;
+      // The copy threads copy; this one asks meanwhile (a thread started
+      // per batch cost more than the round trip).
+      std::optional<absl::StatusOr<v1::LoadBatch>> following;
       if (ahead) {
-        following = std::async(std::launch::async, ask, copied);
+        following.emplace(ask(copied));
         copied = 0;
       }
       copies_.Wait();
       host = {};
       if (ahead) {
         copied = batch.batch_id();
-        asked = following.get();
+        asked = *std::move(following);
         continue;
       }
       if (batch.last()) {
