@@ -81,7 +81,11 @@ int RunWorker(const WorkerOptions& options) {
   }
   std::vector<HostTensor> shards = BenchShards(options.state_bytes, options.rank, options.world);
   uint64_t bytes = 0;
-  std::vector<client::CopyPiece> floor_copy;
+  // The floors: out of the tensors, as a save copies (into scratch), and
+  // into them, as a restore does. The same bytes copy at rates that differ
+  // by up to a quarter here with the buffer written to (its pages' place
+  // in the host's memory), so each floor writes where its checkpoint does.
+  std::vector<client::CopyPiece> floor_copy, floor_in;
   for (HostTensor& t : shards) {
     const uint64_t n = static_cast<uint64_t>(t.region.lengths[0] * kColumns * kElement);
     t.data = Prefaulted(n, options.load ? 0 : static_cast<char>(options.rank + 1));
@@ -91,6 +95,7 @@ int RunWorker(const WorkerOptions& options) {
       return 1;
     }
     floor_copy.push_back({scratch, static_cast<const char*>(t.data), n});
+    floor_in.push_back({static_cast<char*>(t.data), scratch, n});
     bytes += n;
   }
   std::cout << "ready " << bytes << std::endl;
@@ -102,8 +107,10 @@ int RunWorker(const WorkerOptions& options) {
     in >> command;
     if (command == "quit") break;
     if (command == "floor") {
+      std::string way;
+      in >> way;
       const auto start = Clock::now();
-      client::ParallelCopy(floor_copy, options.copy_threads);
+      client::ParallelCopy(way == "in" ? floor_in : floor_copy, options.copy_threads);
       std::cout << "ok " << Since(start) << std::endl;
     } else if (command == "blocking") {
       // "blocking STEP [durable|memory|both]"

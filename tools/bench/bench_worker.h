@@ -4,7 +4,9 @@
 // answering each with one line on stdout, so the bench can run every rank
 // through the same phase at the same time and collect their timings:
 //
-//   floor                   -> ok <seconds to memcpy the shard>
+//   floor                   -> ok <seconds to memcpy the shard out of its tensors>
+//   floor in                -> ok <seconds to memcpy a copy of the shard into its
+//                              tensors> (they then hold that copy's bytes)
 //   blocking <step>         -> ok <stall seconds> <save-to-commit seconds>
 //   lazy <step0> <checkpoints> <every> <compute_ms>
 //                           -> ok <stall seconds of each checkpoint...>

@@ -204,10 +204,59 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> StartDaemon(const Config& c, const
   return daemon;
 }
 
+// Restores of `step` from memory by `workers`, each against the floor
+// measured right before it in the same processes: the medians, as
+// <prefix>_gbps, <prefix>_over_memcpy and `floor_key`.
+absl::Status MeasureRestores(const Config& c, std::vector<std::unique_ptr<ChildProcess>>& workers,
+                             uint64_t bytes, int64_t step, const std::string& prefix,
+                             const std::string& floor_key, std::map<std::string, double>& f) {
+  std::vector<double> floors, restores, ratios;
+  for (int k = 0; k < c.checkpoints; ++k) {
+    // Into the tensors the load fills (bench_worker.h).
+    auto floor = Broadcast(workers, "floor in");
+    if (!floor.ok()) return floor.status();
+    auto load = Broadcast(workers, absl::StrCat("load ", step, " memory"));
+    if (!load.ok()) return load.status();
+    floors.push_back(bytes / MaxOver(*floor, 0) / 1e9);
+    restores.push_back(bytes / MaxOver(*load, 0) / 1e9);
+    ratios.push_back(restores.back() / floors.back());
+    absl::FPrintF(stderr, "ckpt-bench: %s %d: memcpy %.3f GB/s, restore %.3f GB/s: %.3f\n", prefix,
+                  k, floors.back(), restores.back(), ratios.back());
+  }
+  f[floor_key] = Median(floors);
+  f[prefix + "_gbps"] = Median(restores);
+  f[prefix + "_over_memcpy"] = Median(ratios);
+  return absl::OkStatus();
+}
+
+// Reads the daemon's output up to its check of `job`'s step `step` made
+// as a rank attached (daemon/server/early_step_check.h); its duration_s.
+absl::StatusOr<double> AwaitEarlyCheck(ChildProcess& daemon, const std::string& job, int64_t step) {
+  const std::string wanted = absl::StrCat("ckptd: memory-check job=", job, " step=", step, " ");
+  for (;;) {
+    absl::StatusOr<std::string> line = daemon.ReadLine();
+    if (!line.ok()) return line.status();
+    if (line->find("ckptd: load job=") != std::string::npos) {
+      absl::FPrintF(stderr, "ckpt-bench: %s\n", *line);
+    }
+    if (line->find(wanted) == std::string::npos) continue;
+    const size_t at = line->find("duration_s=");
+    if (at == std::string::npos) return absl::InternalError("no duration_s in " + *line);
+    return std::atof(line->c_str() + at + 11);
+  }
+}
+
 // The memory tier (--memory-tier): what an every-step save to the daemon's
-// memory costs the trainer, and how fast a restarted trainer restores from
-// it, each against the memcpy floor measured right before it in the same
-// processes (the machine's memory bandwidth swings from minute to minute).
+// memory costs the trainer, and how fast a trainer restores from it, each
+// against the memcpy floor measured right before it in the same processes
+// (the machine's memory bandwidth swings from minute to minute).
+//
+// Restores: by the processes that saved (they attached before the step
+// existed, so the load verifies every byte as the ranks copy it), and by
+// new ones, a restarted trainer: once right after they attach (the load
+// waits for the check ckptd began then), then once ckptd has verified the
+// step as they attached (which it does while a trainer builds its model):
+// the load then only copies.
 int RunMemoryTier(const Config& c) {
   const Workspace ws(c);
   const uint64_t bytes = ws.bytes;
@@ -246,29 +295,38 @@ int RunMemoryTier(const Config& c) {
     f["stall_memory_s"] = Median(stalls);
     f["memory_commit_s"] = Median(commits);
     f["stall_memory_over_floor"] = f["stall_memory_s"] / f["save_memcpy_floor_s"];
+    absl::FPrintF(stderr,
+                  "ckpt-bench: the same %d ranks restore step %d from memory, verifying, %d "
+                  "times...\n",
+                  c.ranks, last_step, c.checkpoints);
+    absl::Status s = MeasureRestores(c, *workers, bytes, last_step, "memory_restore_verifying",
+                                     "memcpy_floor_verifying_gbps", f);
+    if (!s.ok()) return fail(s);
     for (auto& w : *workers) (void)w->Send("quit");
   }
   {
     // A restarted trainer: new processes, the same sharding.
     auto workers = StartWorkers(c, socket, c.ranks, /*load=*/true, bytes);
     if (!workers.ok()) return fail(workers.status());
-    absl::FPrintF(stderr, "ckpt-bench: %d ranks restore step %d from memory, %d times...\n",
-                  c.ranks, last_step, c.checkpoints);
-    std::vector<double> floors, restores, ratios;
-    for (int k = 0; k < c.checkpoints; ++k) {
-      auto floor = Broadcast(*workers, "floor");
-      if (!floor.ok()) return fail(floor.status());
-      auto load = Broadcast(*workers, absl::StrCat("load ", last_step, " memory"));
-      if (!load.ok()) return fail(load.status());
-      floors.push_back(bytes / MaxOver(*floor, 0) / 1e9);
-      restores.push_back(bytes / MaxOver(*load, 0) / 1e9);
-      ratios.push_back(restores.back() / floors.back());
-      absl::FPrintF(stderr, "ckpt-bench: restore %d: memcpy %.3f GB/s, restore %.3f GB/s: %.3f\n",
-                    k, floors.back(), restores.back(), ratios.back());
-    }
-    f["memcpy_floor_gbps"] = Median(floors);
-    f["memory_restore_gbps"] = Median(restores);
-    f["memory_restore_over_memcpy"] = Median(ratios);
+    // Once right away, as a trainer with nothing to build would: the load
+    // waits for the check begun as the ranks attached. One sample.
+    auto first = Broadcast(*workers, absl::StrCat("load ", last_step, " memory"));
+    if (!first.ok()) return fail(first.status());
+    auto first_floor = Broadcast(*workers, "floor in");
+    if (!first_floor.ok()) return fail(first_floor.status());
+    f["memory_restore_at_attach_gbps"] = bytes / MaxOver(*first, 0) / 1e9;
+    f["memory_restore_at_attach_over_memcpy"] =
+        f["memory_restore_at_attach_gbps"] / (bytes / MaxOver(*first_floor, 0) / 1e9);
+    absl::StatusOr<double> check = AwaitEarlyCheck(**daemon, "bench", last_step);
+    if (!check.ok()) return fail(check.status());
+    f["memory_check_s"] = *check;
+    absl::FPrintF(stderr,
+                  "ckpt-bench: ckptd verified step %d in %.3f s as the new ranks attached; they "
+                  "restore it from memory %d times...\n",
+                  last_step, *check, c.checkpoints);
+    absl::Status s =
+        MeasureRestores(c, *workers, bytes, last_step, "memory_restore", "memcpy_floor_gbps", f);
+    if (!s.ok()) return fail(s);
     for (auto& w : *workers) (void)w->Send("quit");
   }
   (*daemon)->Stop();

@@ -12,7 +12,10 @@
 // A restore that verifies cannot beat the better of the two; ckpt-bench's
 // memory_restore_over_memcpy is measured against the copy alone.
 //
-//   ckpt-verify-copy-bound [--gib G] [--rounds R]
+//   ckpt-verify-copy-bound [--gib G] [--rounds R] [--piece-mib P] [--lead L]
+//
+// --piece-mib and --lead (8 and 2) set the pipelined pieces and how many
+// of them verification may run ahead of the copy (1: none ahead).
 //
 // Prints the medians over R rounds as one JSON line: copy_gbps, crc_gbps,
 // pipelined_over_copy, fused_over_copy.
@@ -36,9 +39,11 @@
 
 namespace {
 
-constexpr size_t kPiece = 8 << 20;  // as the client splits copies
 constexpr size_t kBlock = 256 << 10;
-constexpr size_t kLead = 2;
+// Pieces as the client splits copies (--piece-mib), and how many pieces
+// verification may run ahead (--lead).
+size_t piece_bytes = 8 << 20;
+size_t lead_pieces = 2;
 
 double Seconds(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
@@ -46,8 +51,8 @@ volatile uint32_t sink;  // keeps the CRCs computed
 
 double Copy(char* dst, const char* src, size_t bytes) {
   const absl::Time start = absl::Now();
-  for (size_t at = 0; at < bytes; at += kPiece) {
-    ckpt::client::CopyBytes(dst + at, src + at, std::min(kPiece, bytes - at));
+  for (size_t at = 0; at < bytes; at += piece_bytes) {
+    ckpt::client::CopyBytes(dst + at, src + at, std::min(piece_bytes, bytes - at));
   }
   return Seconds(start);
 }
@@ -59,22 +64,22 @@ double Crc(const char* src, size_t bytes) {
 }
 
 double Pipelined(char* dst, const char* src, size_t bytes) {
-  const size_t pieces = (bytes + kPiece - 1) / kPiece;
+  const size_t pieces = (bytes + piece_bytes - 1) / piece_bytes;
   std::atomic<size_t> verified{0}, copied{0};
   const absl::Time start = absl::Now();
   std::thread verifier([&] {
     uint32_t crc = 0;
     for (size_t i = 0; i < pieces; ++i) {
-      while (i >= copied.load(std::memory_order_acquire) + kLead) std::this_thread::yield();
-      crc ^= ckpt::Crc32c(src + i * kPiece, std::min(kPiece, bytes - i * kPiece));
+      while (i >= copied.load(std::memory_order_acquire) + lead_pieces) std::this_thread::yield();
+      crc ^= ckpt::Crc32c(src + i * piece_bytes, std::min(piece_bytes, bytes - i * piece_bytes));
       verified.store(i + 1, std::memory_order_release);
     }
     sink = crc;
   });
   for (size_t i = 0; i < pieces; ++i) {
     while (verified.load(std::memory_order_acquire) <= i) std::this_thread::yield();
-    ckpt::client::CopyBytes(dst + i * kPiece, src + i * kPiece,
-                            std::min(kPiece, bytes - i * kPiece));
+    ckpt::client::CopyBytes(dst + i * piece_bytes, src + i * piece_bytes,
+                            std::min(piece_bytes, bytes - i * piece_bytes));
     copied.store(i + 1, std::memory_order_release);
   }
   verifier.join();
@@ -114,13 +119,21 @@ int main(int argc, char** argv) {
       gib = std::atof(argv[++i]);
     } else if (arg == "--rounds" && i + 1 < argc) {
       rounds = std::atoi(argv[++i]);
+    } else if (arg == "--lead" && i + 1 < argc) {
+      lead_pieces = std::strtoull(argv[++i], nullptr, 10);
+    } else if (arg == "--piece-mib" && i + 1 < argc) {
+      piece_bytes = std::strtoull(argv[++i], nullptr, 10) << 20;
     } else {
-      std::fprintf(stderr, "usage: %s [--gib G] [--rounds R]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--gib G] [--rounds R] [--piece-mib P] [--lead L]\n",
+                   argv[0]);
       return 2;
     }
   }
-  if (!(gib > 0 && gib <= 64) || rounds < 1 || rounds > 100) {
-    std::fprintf(stderr, "ckpt-verify-copy-bound: --gib in (0, 64], --rounds in [1, 100]\n");
+  if (!(gib > 0 && gib <= 64) || rounds < 1 || rounds > 100 || piece_bytes == 0 ||
+      piece_bytes > (1ull << 30) || lead_pieces < 1) {
+    std::fprintf(stderr,
+                 "ckpt-verify-copy-bound: --gib in (0, 64], --rounds in [1, 100], --piece-mib in "
+                 "[1, 1024], --lead at least 1\n");
     return 2;
   }
   const size_t bytes = static_cast<size_t>(gib * (1ull << 30)) / kBlock * kBlock;
