@@ -22,15 +22,13 @@ void EarlyStepChecks::Begin(const std::string& job, bool spread, BackgroundTasks
   // Asked outside mu_: the tier's locks are its own.
   const HeldSteps held = tier_.HeldSteps(job);
   if (held.empty()) return;
-  Begun begun{generation, -1, spread};
+  Begun begun{spread ? generation : 0, -1, spread};
   for (const auto& [step, files] : held) begun.newest = std::max(begun.newest, step);
   {
     absl::MutexLock lock(&mu_);
-    // One at a time on the host, once per job, newest step and generation:
-    // a client attaching over and over costs no more checks than its
-    // commits do.
+    // One at a time on the host, once per job and newest step (Begun).
     if (stopping_ || !running_.empty()) return;
-    if (auto it = begun_.find(job); it != begun_.end() && it->second == begun) return;
+    if (auto it = begun_.find(job); it != begun_.end() && it->second.Same(begun)) return;
     PruneLocked(absl::Now());
     if (begun_.size() >= kMaxJobs && begun_.count(job) == 0) begun_.erase(begun_.begin());
     begun_[job] = begun;
@@ -104,7 +102,6 @@ std::map<std::string, FileStamp> EarlyStepChecks::VerifiedFiles(const std::strin
       absl::Now() - it->second.ended > trusted_for_) {
     return {};
   }
-  ++used_;
   return it->second.check.verified;
 }
 

@@ -67,6 +67,11 @@ class EarlyStepChecks {
   // that runs now.
   std::map<std::string, FileStamp> VerifiedFiles(const std::string& job, int64_t step)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // A load on one host planned with what VerifiedFiles gave it.
+  void CountUsed() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    ++used_;
+  }
   // No check begins after this (shutdown: before `background` drains).
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -76,12 +81,15 @@ class EarlyStepChecks {
   }
 
  private:
-  // What a check was begun under: the same again begins none.
+  // What a check was begun under. One of the same newest step (and for a
+  // job spread over hosts, the same generation) begins none: a client
+  // attaching over and over, however it says it is laid out, costs no more
+  // checks than its commits do.
   struct Begun {
-    uint64_t generation = 0;  // the tier's
+    uint64_t generation = 0;  // the tier's; 0 for a job on one host (stamps guard it)
     int64_t newest = -1;      // the job's newest held step
     bool spread = false;
-    friend bool operator==(const Begun&, const Begun&) = default;
+    bool Same(const Begun& o) const { return generation == o.generation && newest == o.newest; }
   };
   struct Done {
     HeldStepCheck check;
@@ -103,7 +111,7 @@ class EarlyStepChecks {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, Begun> running_ ABSL_GUARDED_BY(mu_);  // at most one
   std::map<std::string, Begun> begun_ ABSL_GUARDED_BY(mu_);    // at most kMaxJobs
-  // Of jobs in begun_; none kept past KeptFor after the next Begin.
+  // None kept past KeptFor after the next Begin.
   std::map<std::string, Done> done_ ABSL_GUARDED_BY(mu_);
   uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -228,6 +228,7 @@ absl::Status LoadSession::Plan() {
     plan.set_step(**in_memory);
     assignment = context_.memory_tier->coordinator().PlanLoad(plan, &pin);
     memory = assignment.ok();
+    if (memory && !checked_early.empty()) context_.step_checks->CountUsed();
     // Dropped from memory since (the budget, retention): storage may have it.
     if (absl::IsNotFound(assignment.status()) && from != v1::LOAD_TIER_MEMORY) {
       plan.set_step(step_);
@@ -259,9 +260,13 @@ absl::Status LoadSession::Plan() {
     if (sizes.rank() < 0 || sizes.rank() >= world_size_) continue;
     object_bytes_[sizes.rank()].assign(sizes.object_bytes().begin(), sizes.object_bytes().end());
   }
-  // Every file verified as the ranks attached: larger batches.
+  // Every file verified as the ranks attached, and the ranks copy it all
+  // (ckptd copies to GPUs through the pool): larger batches.
+  const bool any_device = std::any_of(on_device.begin(), on_device.end(), [](const auto& rank) {
+    return std::find(rank.begin(), rank.end(), true) != rank.end();
+  });
   const bool all_checked =
-      memory && !checked_early.empty() &&
+      memory && !any_device && !checked_early.empty() &&
       std::all_of(assignment_.reads().begin(), assignment_.reads().end(),
                   [&](const v1::ChunkRead& r) { return checked_early.contains(r.chunk().file()); });
   std::vector<LoadGroup> planned =

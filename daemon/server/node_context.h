@@ -66,7 +66,7 @@ struct NodeContext {
   EarlyStepChecks* step_checks = nullptr;
   std::atomic<uint64_t> memory_bytes_read{0};      // chunk bytes loads took from memory
   std::atomic<uint64_t> memory_bytes_in_place{0};  // of those, copied where they lie
-  // Of those, verified as the ranks attached and not read again.
+  // Of those, verified before the load and not read again.
   std::atomic<uint64_t> memory_bytes_checked_early{0};
   std::atomic<uint64_t> load_fallback_chunks{0};  // failed verification, read from the next tier
 };

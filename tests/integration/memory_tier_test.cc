@@ -120,7 +120,12 @@ TEST_CASE("a restarted trainer loads what ckptd verified as it attached; a chang
   CHECK(first.memory_bytes_in_place() > 0);
   CHECK(first.memory_bytes_checked_early() == first.memory_bytes_in_place());
 
-  // A byte changes after the check, written as no ckptd code path would.
+  // A byte changes after the check, written as no ckptd code path would
+  // (opening ckptd's owner-read-only memory files for writing takes root).
+  if (geteuid() != 0) {
+    WARN("not root: the write after the check is not tried");
+    return;
+  }
   REQUIRE(WriteByteInMemoryTier(d, "early", 5));
   // The next load takes the same check, finds that file changed since,
   // verifies it where it lies, and reads the bad chunk's group from storage.

@@ -297,7 +297,7 @@ int RunStatus(const Call& call, bool json) {
              FormatBytes(response.memory_tier_budget_bytes()),
              Percent(response.memory_tier_bytes(), response.memory_tier_budget_bytes())));
     line("memory bytes read",
-         absl::StrFormat("%s (%s of it copied in place, %s verified as the ranks attached)",
+         absl::StrFormat("%s (%s of it copied in place, %s verified before the load)",
                          FormatBytes(response.memory_bytes_read()),
                          FormatBytes(response.memory_bytes_in_place()),
                          FormatBytes(response.memory_bytes_checked_early())));

@@ -150,7 +150,11 @@ struct MemoryBackend::Inode {
   // a file is two mappings (advised, tail), not two per write.
   uint64_t advised ABSL_GUARDED_BY(mu) = 0;
   // Handed to another process: its pages are taken back when the file goes,
-  // even from one that still maps it (Truncate).
+  // even from one that still maps it (Truncate). From then on the mapping
+  // here is read-only between writes, and a write moves the file's change
+  // time itself: a load skips bytes verified before it while that time
+  // stands (daemon/server/file_stamp.h), and a store through a writable
+  // mapping whose pages are already writable moves nothing in the kernel.
   bool handed_out ABSL_GUARDED_BY(mu) = false;
 };
 
@@ -275,7 +279,12 @@ absl::Status MemoryBackend::Inode::Write(const std::string& path, uint64_t offse
   }
   // The kernel allocates the pages as they are touched here; out of memory
   // is the OOM killer's, as for any allocation.
+  if (handed_out) (void)mprotect(map, map_bytes, PROT_READ | PROT_WRITE);
   std::memcpy(map + offset, src, length);
+  if (handed_out) {
+    (void)mprotect(map, map_bytes, PROT_READ);
+    (void)futimens(fd, nullptr);
+  }
   return absl::OkStatus();
 }
 
@@ -369,6 +378,12 @@ absl::StatusOr<std::shared_ptr<const MemoryBackend::SharedFile>> MemoryBackend::
   // cannot reopen it for writing through /proc either (a memfd starts 0777).
   if (!handed_out && fchmod(fd, 0400) != 0) {
     return ErrnoStatus(errno, absl::StrCat("share ", path, ": make it read-only"));
+  }
+  // Nothing here writes a shared file but Write, which lifts this for its
+  // copy: a stray store faults instead of changing verified bytes unseen,
+  // and ptrace (/proc/<pid>/mem) cannot write a read-only shared mapping.
+  if (!handed_out && mprotect(map, map_bytes, PROT_READ) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("share ", path, ": map it read-only here"));
   }
   handed_out = true;
   // Reopened read-only: a rank given this descriptor can map the bytes but

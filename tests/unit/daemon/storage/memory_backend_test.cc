@@ -328,6 +328,30 @@ TEST_CASE("memory backend: a shared file is read-only for its taker, taken back 
   REQUIRE(absl::IsNotFound(backend.Share("/d/f").status()));
 }
 
+TEST_CASE("memory backend: a write to a file already shared lands and moves its change time",
+          "[storage]") {
+  MemoryBackend backend(MemoryBackendOptions{.budget_bytes = 0, .block_bytes = kBlock});
+  CKPT_REQUIRE_OK(backend.CreateDirs("/d"));
+  const std::string contents = Pattern(3 * kBlock + 17, 7);
+  std::unique_ptr<WritableFile> out = Open(backend, "/d/f");
+  CKPT_REQUIRE_OK(out->WriteAt(0, contents.data(), contents.size()));
+  auto shared = backend.Share("/d/f");
+  CKPT_REQUIRE_OK(shared);
+  struct stat before {};
+  REQUIRE(fstat((*shared)->fd, &before) == 0);
+  // The backend's own mapping is read-only once shared; its writes lift
+  // that for their copy, and say so in the file's times (a store through
+  // a writable mapping would not: daemon/server/file_stamp.h).
+  CKPT_REQUIRE_OK(out->WriteAt(5, "y", 1));
+  CKPT_REQUIRE_OK(out->Close());
+  CHECK((*shared)->data[5] == 'y');
+  CHECK(ReadFile(backend, "/d/f")[5] == 'y');
+  struct stat after {};
+  REQUIRE(fstat((*shared)->fd, &after) == 0);
+  CHECK(std::make_pair(after.st_ctim.tv_sec, after.st_ctim.tv_nsec) !=
+        std::make_pair(before.st_ctim.tv_sec, before.st_ctim.tv_nsec));
+}
+
 int OpenDescriptors() {
   int n = 0;
   for (int fd = 0; fd < 65536; ++fd) n += fcntl(fd, F_GETFD) != -1;
