@@ -469,16 +469,14 @@ class ClientImpl final : public Client {
       copies_.Start(std::move(host));
       // The copy threads copy; this one asks meanwhile (a thread started
       // per batch cost more than the round trip).
-      std::optional<absl::StatusOr<v1::LoadBatch>> following;
       if (ahead) {
-        following.emplace(ask(copied));
+        asked = ask(copied);
         copied = 0;
       }
       copies_.Wait();
       host = {};
       if (ahead) {
         copied = batch.batch_id();
-        asked = *std::move(following);
         continue;
       }
       if (batch.last()) {

@@ -429,13 +429,20 @@ bool LoadSession::VerifyInPlace(const Group& group) {
   const absl::Time start = absl::Now();
   bool verified = true;
   uint64_t checked_early = 0;
+  // A group's chunks come from a few files: each stamped once, as the
+  // group is handed out.
+  int stamped_fd = -1;
+  std::optional<FileStamp> stamp;
   for (const InPlaceChunk& c : group.in_place_chunks) {
     if (failed_.load(std::memory_order_acquire)) {
       verified = false;  // nothing counted for a load that failed elsewhere
       break;
     }
-    // Stamped again as its group is handed out: unchanged since the plan.
-    if (c.checked && StampOf(c.fd) == c.stamp) {
+    if (c.checked.has_value() && c.fd != stamped_fd) {
+      stamped_fd = c.fd;
+      stamp = StampOf(c.fd);
+    }
+    if (c.checked.has_value() && stamp == c.checked) {
       checked_early += c.length;
       continue;
     }
@@ -493,22 +500,18 @@ void LoadSession::ShareMemoryFilesLocked(const std::string& dir,
         }
         const uint64_t offset = memory_bytes_;
         memory_bytes_ = (offset + (*shared)->size + kAlign - 1) / kAlign * kAlign;
-        const std::optional<FileStamp> stamp = StampOf((*shared)->fd);
-        it = memory_files_.emplace(stored.file(), SharedFileAt{*std::move(shared), offset, stamp})
-                 .first;
+        it = memory_files_.emplace(stored.file(), SharedFileAt{*std::move(shared), offset}).first;
       }
       const storage::MemoryBackend::SharedFile& file = *it->second.file;
       if (stored.file_offset() > file.size || stored.length() > file.size - stored.file_offset()) {
         ok = false;
         break;
       }
-      // Verified before, and the same file unchanged since.
       auto verified = checked.find(stored.file());
-      const bool unchanged = verified != checked.end() && it->second.stamp.has_value() &&
-                             *it->second.stamp == verified->second;
-      chunks.push_back({c.room_offset, stored.length(), file.data + stored.file_offset(),
-                        it->second.offset + stored.file_offset(), &stored, c.owner, file.fd,
-                        unchanged, unchanged ? verified->second : FileStamp{}});
+      chunks.push_back(
+          {c.room_offset, stored.length(), file.data + stored.file_offset(),
+           it->second.offset + stored.file_offset(), &stored, c.owner, file.fd,
+           verified != checked.end() ? std::optional(verified->second) : std::nullopt});
     }
     if (!ok || chunks.empty()) continue;
     std::sort(chunks.begin(), chunks.end(), [](const InPlaceChunk& a, const InPlaceChunk& b) {

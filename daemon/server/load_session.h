@@ -92,10 +92,9 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     const v1::StoredChunk* chunk = nullptr;
     absl::string_view owner;
     int fd = -1;  // the shared file's, to send it to peers from (sendfile)
-    // Verified before the plan (held_step_check.h) with its file as
-    // `stamp`: not read again while the file still is.
-    bool checked = false;
-    FileStamp stamp;
+    // Verified before the plan (held_step_check.h), its file then as
+    // this: not read again while the file still is (VerifyInPlace).
+    std::optional<FileStamp> checked;
   };
   struct Group {
     LoadGroup plan;
@@ -115,7 +114,6 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   struct SharedFileAt {
     std::shared_ptr<const storage::MemoryBackend::SharedFile> file;
     uint64_t offset = 0;
-    std::optional<FileStamp> stamp;  // as shared
   };
   struct RankState {
     std::optional<v1::LoadRequest> request;
