@@ -1,13 +1,22 @@
 // The main of every test binary: Catch2's, plus the skip accounting of
 // tests/catch_skip.h.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#define CATCH_CONFIG_RUNNER  // Catch2 v2: no main of its own
 #include <cstdio>
+#include <utility>
 
+#include "tests/catch.h"
 #include "tests/catch_skip.h"
 
 namespace ckpt::testing {
 namespace {
+
+// The base of an event listener: renamed in v3 (and in v2 declared only
+// where the runner is, CATCH_CONFIG_RUNNER).
+#if CKPT_CATCH_MAJOR >= 3
+using CatchListenerBase = Catch::EventListenerBase;
+#else
+using CatchListenerBase = Catch::TestEventListenerBase;
+#endif
 
 int cases_run = 0;
 int cases_skipped = 0;
@@ -15,17 +24,19 @@ bool current_skipped = false;
 
 // Counts test cases, and those that called SkipTestCase. A case runs once
 // per section or generated value, but starts and ends once.
-class SkipCounter : public Catch::TestEventListenerBase {
+class SkipCounter : public CatchListenerBase {
  public:
-  using TestEventListenerBase::TestEventListenerBase;
+  // v2 passes a ReporterConfig, v3 an IConfig pointer.
+  template <typename Config>
+  explicit SkipCounter(Config&& config) : CatchListenerBase(std::forward<Config>(config)) {}
   void testCaseStarting(const Catch::TestCaseInfo& info) override {
     current_skipped = false;
-    TestEventListenerBase::testCaseStarting(info);
+    CatchListenerBase::testCaseStarting(info);
   }
   void testCaseEnded(const Catch::TestCaseStats& stats) override {
     ++cases_run;
     if (current_skipped) ++cases_skipped;
-    TestEventListenerBase::testCaseEnded(stats);
+    CatchListenerBase::testCaseEnded(stats);
   }
 };
 

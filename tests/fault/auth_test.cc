@@ -16,14 +16,13 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <catch2/catch.hpp>
-
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "proto/lib/segment_handover.h"
+#include "tests/catch.h"
 #include "tests/catch_skip.h"
 #include "tests/support/http_get.h"
 #include "tests/support/subprocess.h"

@@ -12,7 +12,6 @@
 // requests over both transports.
 #include <grpcpp/grpcpp.h>
 
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -22,6 +21,7 @@
 
 #include "ckpt/client.h"
 #include "ckpt/v1/node.grpc.pb.h"
+#include "tests/catch.h"
 #include "tests/support/raw_rpc.h"
 #include "tests/support/test_daemon.h"
 #include "tools/demo/model_layout.h"

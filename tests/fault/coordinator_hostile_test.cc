@@ -6,7 +6,6 @@
 // cluster still saves and loads a job spread over its hosts.
 #include <grpcpp/grpcpp.h>
 
-#include <catch2/catch.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "ckpt/v1/cluster.grpc.pb.h"
 #include "ckpt/v1/coordinator.grpc.pb.h"
+#include "tests/catch.h"
 #include "tests/support/coordinator_rpc.h"
 #include "tests/support/raw_rpc.h"
 #include "tests/support/test_cluster.h"

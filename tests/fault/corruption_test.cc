@@ -6,11 +6,11 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <catch2/catch.hpp>
 #include <string>
 
 #include "ckpt/client.h"
 #include "ckpt/v1/node.grpc.pb.h"
+#include "tests/catch.h"
 #include "tests/support/test_daemon.h"
 #include "tools/demo/model_layout.h"
 #include "tools/demo/tensor_pattern.h"

@@ -8,13 +8,13 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <catch2/catch.hpp>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "ckpt/v1/node.grpc.pb.h"
+#include "tests/catch.h"
 #include "tests/support/test_daemon.h"
 
 namespace ckpt::testing {

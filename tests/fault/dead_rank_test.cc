@@ -3,11 +3,10 @@
 // within seconds (not at a timeout), and everything is released.
 #include <signal.h>
 
-#include <catch2/catch.hpp>
-
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "ckpt/v1/node.grpc.pb.h"
+#include "tests/catch.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_daemon.h"
 

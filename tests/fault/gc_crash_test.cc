@@ -8,11 +8,11 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
 #include "ckpt/v1/node.grpc.pb.h"
+#include "tests/catch.h"
 #include "tests/support/test_daemon.h"
 
 namespace ckpt::testing {

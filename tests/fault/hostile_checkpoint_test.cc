@@ -8,7 +8,6 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -16,6 +15,7 @@
 
 #include "ckpt/v1/node.grpc.pb.h"
 #include "daemon/coordinator/manifest_io.h"
+#include "tests/catch.h"
 #include "tests/support/test_daemon.h"
 
 namespace ckpt::testing {

@@ -16,7 +16,6 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -31,6 +30,7 @@
 #include "absl/time/clock.h"
 #include "ckpt/client.h"
 #include "ckpt/v1/node.grpc.pb.h"
+#include "tests/catch.h"
 #include "tests/support/raw_rpc.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_daemon.h"

@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <map>
 #include <string>
 #include <thread>
@@ -29,6 +28,7 @@
 #include "absl/time/clock.h"
 #include "ckpt/v1/cluster.grpc.pb.h"
 #include "ckpt/v1/coordinator.grpc.pb.h"
+#include "tests/catch.h"
 #include "tests/support/coordinator_rpc.h"
 #include "tests/support/raw_rpc.h"
 #include "tests/support/test_cluster.h"

@@ -19,7 +19,6 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -35,6 +34,7 @@
 #include "client/src/pool_mapping.h"
 #include "proto/lib/region_convert.h"
 #include "proto/lib/segment_handover.h"
+#include "tests/catch.h"
 #include "tests/support/raw_rpc.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_daemon.h"

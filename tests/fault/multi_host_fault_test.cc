@@ -5,13 +5,13 @@
 // the rank; nothing is committed; no partial data is left; the previous
 // checkpoint loads bit-exact (checked inside ckpt-demo-rank), and the next
 // save after recovery commits.
-#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "tests/catch.h"
 #include "tests/support/test_cluster.h"
 
 namespace ckpt::testing {

@@ -6,13 +6,13 @@
 // daemon's socket instead of waiting out a deadline.
 #include <signal.h>
 
-#include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "absl/time/clock.h"
 #include "ckpt/client.h"
+#include "tests/catch.h"
 #include "tests/support/test_daemon.h"
 #include "tools/demo/model_layout.h"
 #include "tools/demo/tensor_pattern.h"

@@ -7,7 +7,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -18,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "proto/lib/segment_handover.h"
+#include "tests/catch.h"
 #include "tests/support/http_get.h"
 #include "tests/support/raw_rpc.h"
 #include "tests/support/subprocess.h"

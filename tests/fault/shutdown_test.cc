@@ -6,7 +6,6 @@
 // Committed checkpoints are untouched: a restarted daemon loads them.
 #include <signal.h>
 
-#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -17,6 +16,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "ckpt/v1/node.grpc.pb.h"
+#include "tests/catch.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_daemon.h"
 

@@ -2,11 +2,11 @@
 // daemon pulls) and loaded by push, and the reverse; bytes compared after
 // the round trip. Without a GPU it skips, saying why, and ctest shows it
 // skipped.
-#include <catch2/catch.hpp>
 #include <cstring>
 
 #include "ckpt/client.h"
 #include "gpu/device_factory.h"
+#include "tests/catch.h"
 #include "tests/catch_skip.h"
 #include "tests/support/test_daemon.h"
 #include "tools/demo/tensor_pattern.h"

@@ -2,12 +2,12 @@
 // every rank's handle reports CANCELLED, the daemon serves on.
 #include <grpcpp/grpcpp.h>
 
-#include <catch2/catch.hpp>
 #include <thread>
 
 #include "absl/status/status.h"
 #include "ckpt/client.h"
 #include "ckpt/v1/node.grpc.pb.h"
+#include "tests/catch.h"
 #include "tests/support/test_daemon.h"
 #include "tools/demo/model_layout.h"
 #include "tools/demo/tensor_pattern.h"

@@ -6,7 +6,6 @@
 
 #include <sys/stat.h>
 
-#include <catch2/catch.hpp>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -17,6 +16,7 @@
 #include "ckpt/client.h"
 #include "ckpt/v1/cluster.grpc.pb.h"
 #include "daemon/peer/peer_sender.h"
+#include "tests/catch.h"
 #include "tests/support/test_daemon.h"
 
 namespace ckpt::testing {

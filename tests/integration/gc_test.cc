@@ -7,11 +7,11 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "tests/catch.h"
 #include "tests/support/raw_rpc.h"
 #include "tests/support/test_daemon.h"
 

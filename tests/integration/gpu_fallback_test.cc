@@ -5,11 +5,10 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <catch2/catch.hpp>
-
 #include "ckpt/client.h"
 #include "ckpt/v1/node.grpc.pb.h"
 #include "gpu/device_factory.h"
+#include "tests/catch.h"
 #include "tests/catch_skip.h"
 #include "tests/support/test_daemon.h"
 #include "tools/demo/tensor_pattern.h"

@@ -6,13 +6,13 @@
 // memory empty) restores its ranks from its peers' copies over the peer
 // data channel, and no host reads storage: every byte checked in the
 // ranks (ckpt-demo-rank), the counters of every host compared.
-#include <catch2/catch.hpp>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "tests/catch.h"
 #include "tests/support/test_cluster.h"
 
 namespace ckpt::testing {

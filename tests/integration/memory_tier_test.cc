@@ -16,10 +16,9 @@
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "tests/catch.h"
 #include "tests/support/test_daemon.h"
 
 namespace ckpt::testing {

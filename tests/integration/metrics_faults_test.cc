@@ -3,7 +3,6 @@
 // real processes, /metrics read over HTTP.
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -12,6 +11,7 @@
 #include "daemon/server/node_daemon.h"
 #include "daemon/storage/fault_injection.h"
 #include "daemon/storage/memory/memory_backend.h"
+#include "tests/catch.h"
 #include "tests/support/http_get.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_daemon.h"

@@ -7,7 +7,6 @@
 // TP=3 x DP=2 and into one rank on one host as a full copy, every byte
 // checked (inside ckpt-demo-rank).
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <set>
 #include <string>
 #include <tuple>
@@ -16,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ckpt/v1/node.grpc.pb.h"
+#include "tests/catch.h"
 #include "tests/support/test_cluster.h"
 
 namespace ckpt::testing {

@@ -8,7 +8,6 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -20,6 +19,7 @@
 #include "client/src/pool_mapping.h"
 #include "daemon/server/node_daemon.h"
 #include "daemon/storage/backend_factory.h"
+#include "tests/catch.h"
 #include "tools/demo/tensor_pattern.h"
 
 namespace ckpt::testing {

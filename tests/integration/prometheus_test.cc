@@ -7,7 +7,6 @@
 // rate-limited.
 #include <grpcpp/grpcpp.h>
 
-#include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "ckpt/v1/node.grpc.pb.h"
+#include "tests/catch.h"
 #include "tests/support/http_get.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_daemon.h"

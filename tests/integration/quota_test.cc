@@ -3,9 +3,8 @@
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "absl/strings/match.h"
+#include "tests/catch.h"
 #include "tests/support/test_daemon.h"
 
 namespace ckpt::testing {

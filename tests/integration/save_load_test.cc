@@ -3,11 +3,11 @@
 // checked against the generating pattern (inside ckpt-demo-rank).
 #include <grpcpp/grpcpp.h>
 
-#include <catch2/catch.hpp>
 #include <map>
 #include <string>
 
 #include "ckpt/v1/node.grpc.pb.h"
+#include "tests/catch.h"
 #include "tests/support/test_daemon.h"
 #include "tools/demo/model_layout.h"
 #include "tools/demo/tensor_pattern.h"

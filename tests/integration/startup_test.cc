@@ -1,10 +1,11 @@
 // ckptd's start-up: refusing clearly when the pool cannot be had, and
 // removing what a crash left behind.
-#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include "tests/catch.h"
 
 #include <grpcpp/grpcpp.h>
 

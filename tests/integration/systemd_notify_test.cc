@@ -11,10 +11,9 @@
 #include <cstring>
 #include <string>
 
-#include <catch2/catch.hpp>
-
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "tests/catch.h"
 #include "tests/support/test_daemon.h"
 
 namespace ckpt::testing {

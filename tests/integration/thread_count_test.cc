@@ -15,7 +15,6 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -26,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "ckpt/client.h"
+#include "tests/catch.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_daemon.h"
 

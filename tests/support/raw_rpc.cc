@@ -1,12 +1,12 @@
 #include "tests/support/raw_rpc.h"
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "proto/lib/region_convert.h"
 #include "proto/lib/segment_handover.h"
+#include "tests/catch.h"
 
 namespace ckpt::testing {
 

@@ -2,12 +2,12 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <catch2/catch.hpp>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "ckpt/v1/cluster.grpc.pb.h"
+#include "tests/catch.h"
 
 namespace ckpt::testing {
 namespace {

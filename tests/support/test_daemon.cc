@@ -13,11 +13,10 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <catch2/catch.hpp>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "tests/catch.h"
 #include "tests/support/http_get.h"
 
 namespace ckpt::testing {

@@ -7,9 +7,8 @@
 #include <random>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "client/src/parallel_copy.h"
+#include "tests/catch.h"
 
 namespace ckpt::client {
 namespace {

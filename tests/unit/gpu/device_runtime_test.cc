@@ -1,6 +1,5 @@
 #include "gpu/device_runtime.h"
 
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -11,6 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "gpu/device_factory.h"
 #include "gpu/host/host_runtime.h"
+#include "tests/catch.h"
 
 namespace ckpt::gpu {
 namespace {

@@ -1,7 +1,6 @@
 #include "gpu/ipc_mapping_cache.h"
 
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -17,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gpu/device_runtime.h"
 #include "gpu/ipc_mapping.h"
+#include "tests/catch.h"
 
 namespace ckpt::gpu {
 namespace {

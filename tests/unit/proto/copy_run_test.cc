@@ -1,10 +1,11 @@
 #include "proto/lib/copy_run.h"
 
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
+
+#include "tests/catch.h"
 
 namespace ckpt {
 namespace {

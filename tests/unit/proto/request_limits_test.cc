@@ -2,11 +2,12 @@
 // the code and a message naming the bound, its value and its flag.
 #include "proto/lib/request_limits.h"
 
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
+
+#include "tests/catch.h"
 
 namespace ckpt {
 namespace {

@@ -10,7 +10,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tests/catch.h"
 
 namespace ckpt::segments {
 namespace {

@@ -1,9 +1,10 @@
 // WithContext and the errno mapping every layer uses.
 #include "proto/lib/status_context.h"
 
-#include <catch2/catch.hpp>
 #include <cerrno>
 #include <string>
+
+#include "tests/catch.h"
 
 namespace ckpt {
 namespace {

@@ -23,7 +23,7 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
-#include <catch2/catch.hpp>
+#include "tests/catch.h"
 
 namespace ckpt::ctl {
 namespace {

@@ -1,7 +1,7 @@
 // The pieces of ckptctl export that need no checkpoint: the safetensors
 // header and size parsing. (The whole export is tested end to end by the
 // agent's pytest, against a reader written from the format's spec.)
-#include <catch2/catch.hpp>
+#include "tests/catch.h"
 
 #include <cstdint>
 #include <string>

@@ -1,6 +1,6 @@
 #include "daemon/auth/access_policy.h"
 
-#include <catch2/catch.hpp>
+#include "tests/catch.h"
 
 namespace ckpt::auth {
 namespace {

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <string>
 
-#include <catch2/catch.hpp>
+#include "tests/catch.h"
 
 namespace ckpt::auth {
 namespace {

@@ -1,8 +1,7 @@
 #include "daemon/auth/job_owners.h"
 
-#include <catch2/catch.hpp>
-
 #include "daemon/storage/backend_factory.h"
+#include "tests/catch.h"
 
 namespace ckpt::auth {
 namespace {

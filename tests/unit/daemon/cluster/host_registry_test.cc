@@ -1,10 +1,10 @@
 // The coordinator's host registry, with time driven by the test.
 #include "daemon/cluster/host_registry.h"
 
-#include <catch2/catch.hpp>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "tests/catch.h"
 
 namespace ckpt::cluster {
 namespace {

@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -25,6 +24,7 @@
 #include "daemon/server/chunk_reader.h"
 #include "daemon/storage/backend_factory.h"
 #include "proto/lib/crc32c.h"
+#include "tests/catch.h"
 #include "tests/unit/daemon/coordinator/test_helpers.h"
 
 namespace ckpt::coordinator {

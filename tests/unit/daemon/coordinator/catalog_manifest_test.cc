@@ -1,7 +1,6 @@
 // Hostile and damaged manifests: ValidateManifest refuses every class of
 // lie a MANIFEST with a valid CRC trailer can tell, and the catalog applies
 // it to everything it reads.
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -13,6 +12,7 @@
 #include "daemon/coordinator/manifest_check.h"
 #include "daemon/coordinator/manifest_io.h"
 #include "daemon/storage/backend_factory.h"
+#include "tests/catch.h"
 #include "tests/unit/daemon/coordinator/test_helpers.h"
 
 namespace ckpt::coordinator {

@@ -4,7 +4,6 @@
 #include "proto/lib/copy_run.h"
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -19,6 +18,7 @@
 #include "daemon/storage/backend_factory.h"
 #include "daemon/storage/fault_injection.h"
 #include "proto/lib/crc32c.h"
+#include "tests/catch.h"
 #include "tests/unit/daemon/coordinator/test_helpers.h"
 
 namespace ckpt::coordinator {

@@ -6,12 +6,12 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
-#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
 #include "daemon/coordinator/load_planner.h"
 #include "daemon/coordinator/save_planner.h"
+#include "tests/catch.h"
 #include "tests/unit/daemon/coordinator/test_helpers.h"
 
 namespace ckpt::coordinator {

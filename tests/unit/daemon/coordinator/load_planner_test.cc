@@ -6,7 +6,6 @@
 #include "daemon/coordinator/load_planner.h"
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -16,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/coordinator/save_planner.h"
 #include "proto/lib/copy_run.h"
+#include "tests/catch.h"
 #include "tests/unit/daemon/coordinator/test_helpers.h"
 
 namespace ckpt::coordinator {

@@ -2,11 +2,11 @@
 // truncation and no appended garbage gets past the CRC trailer.
 #include "daemon/coordinator/manifest_io.h"
 
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <string>
 
 #include "proto/lib/crc32c.h"
+#include "tests/catch.h"
 #include "tests/unit/daemon/coordinator/test_helpers.h"
 
 namespace ckpt::coordinator {

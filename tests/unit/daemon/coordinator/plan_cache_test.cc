@@ -6,10 +6,10 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
-#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
+#include "tests/catch.h"
 #include "tests/unit/daemon/coordinator/test_helpers.h"
 
 namespace ckpt::coordinator {

@@ -2,9 +2,9 @@
 // whatever the requests' own messages are.
 #include "daemon/coordinator/region_table.h"
 
-#include <catch2/catch.hpp>
 #include <vector>
 
+#include "tests/catch.h"
 #include "tests/unit/daemon/coordinator/test_helpers.h"
 
 namespace ckpt::coordinator {

@@ -3,7 +3,6 @@
 // plans them all, each host gets its own part; the last report commits.
 // A bad plan, a lost host, an abort or ranks that never come fail the save
 // on every host, remove its partial directory and leave the step free.
-#include <catch2/catch.hpp>
 #include <future>
 #include <map>
 #include <memory>
@@ -14,6 +13,7 @@
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/storage/backend_factory.h"
 #include "proto/lib/crc32c.h"
+#include "tests/catch.h"
 #include "tests/unit/daemon/coordinator/test_helpers.h"
 
 namespace ckpt::coordinator {

@@ -4,7 +4,6 @@
 // broken steps, dry runs, and no trash left behind.
 #include <stdlib.h>
 
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -19,6 +18,7 @@
 #include "daemon/coordinator/retention_policy.h"
 #include "daemon/storage/backend_factory.h"
 #include "proto/lib/crc32c.h"
+#include "tests/catch.h"
 #include "tests/unit/daemon/coordinator/test_helpers.h"
 
 namespace ckpt::coordinator {

@@ -1,8 +1,9 @@
 #include "daemon/metrics/event_log.h"
 
-#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
+
+#include "tests/catch.h"
 
 namespace ckpt::metrics {
 namespace {

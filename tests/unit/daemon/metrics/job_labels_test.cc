@@ -1,6 +1,6 @@
 #include "daemon/metrics/job_labels.h"
 
-#include <catch2/catch.hpp>
+#include "tests/catch.h"
 
 namespace ckpt::metrics {
 namespace {

@@ -2,11 +2,11 @@
 
 #include <prometheus/counter.h>
 
-#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
 #include "daemon/metrics/metrics_server.h"
+#include "tests/catch.h"
 #include "tests/support/http_get.h"
 
 namespace ckpt::metrics {

@@ -9,9 +9,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
+
+#include "tests/catch.h"
 
 namespace ckpt::server {
 namespace {

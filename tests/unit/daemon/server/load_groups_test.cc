@@ -13,7 +13,6 @@
 #include "daemon/server/load_groups.h"
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -23,6 +22,7 @@
 
 #include "daemon/coordinator/load_planner.h"
 #include "proto/lib/copy_run.h"
+#include "tests/catch.h"
 #include "tests/unit/daemon/coordinator/test_helpers.h"
 
 namespace ckpt::server {

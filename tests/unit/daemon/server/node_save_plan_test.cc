@@ -5,7 +5,6 @@
 // request entry it names, with its room at the pool's alignment.
 #include "daemon/server/node_save_plan.h"
 
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -14,6 +13,7 @@
 
 #include "daemon/coordinator/save_planner.h"
 #include "proto/lib/region_convert.h"
+#include "tests/catch.h"
 #include "tests/unit/daemon/coordinator/test_helpers.h"
 
 namespace ckpt::server {

@@ -4,7 +4,6 @@
 #include "daemon/server/reader_pool.h"
 
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -13,6 +12,7 @@
 #include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "tests/catch.h"
 
 namespace ckpt::server {
 namespace {

@@ -1,7 +1,6 @@
 // The save batch ckptd hands out: sized from the pool unless a flag says.
-#include <catch2/catch.hpp>
-
 #include "daemon/server/daemon_options.h"
+#include "tests/catch.h"
 
 namespace ckpt::server {
 namespace {

@@ -9,11 +9,12 @@
 // writers would, and must arrive intact.
 #include "daemon/server/save_batches.h"
 
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
+
+#include "tests/catch.h"
 
 namespace ckpt::server {
 namespace {

@@ -10,7 +10,6 @@
 // once and is right; reads balance over the hosts; no host's group exceeds
 // group_bytes unless one chunk does.
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <map>
 #include <set>
 #include <string>
@@ -19,6 +18,7 @@
 #include "daemon/coordinator/load_planner.h"
 #include "daemon/coordinator/load_spread.h"
 #include "daemon/server/load_groups.h"
+#include "tests/catch.h"
 #include "tests/unit/daemon/coordinator/test_helpers.h"
 
 namespace ckpt::server {

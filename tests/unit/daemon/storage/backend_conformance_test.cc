@@ -8,11 +8,10 @@
 #include <thread>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "daemon/storage/backend.h"
 #include "daemon/storage/backend_factory.h"
 #include "daemon/storage/fault_injection.h"
+#include "tests/catch.h"
 #include "tests/unit/daemon/storage/test_util.h"
 
 namespace ckpt::storage {

@@ -1,10 +1,9 @@
 // The fault-injection decorator: each fault fires when armed, says what it
 // is, and stays out of the way when off. Run over the memory backend and
 // over POSIX files, since it must not depend on what it wraps.
-#include <catch2/catch.hpp>
-
-#include "daemon/storage/backend_factory.h"
 #include "daemon/storage/fault_injection.h"
+#include "daemon/storage/backend_factory.h"
+#include "tests/catch.h"
 #include "tests/unit/daemon/storage/test_util.h"
 
 namespace ckpt::storage {

@@ -15,11 +15,10 @@
 #include <utility>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "absl/strings/str_cat.h"
 #include "daemon/storage/backend_factory.h"
 #include "daemon/storage/memory/memory_backend.h"
+#include "tests/catch.h"
 #include "tests/unit/daemon/storage/test_util.h"
 
 namespace ckpt::storage {

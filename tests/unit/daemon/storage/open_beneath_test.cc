@@ -5,13 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <fstream>
 #include <memory>
 #include <string>
 
 #include "daemon/storage/backend.h"
 #include "daemon/storage/backend_factory.h"
+#include "tests/catch.h"
 #include "tests/unit/daemon/storage/test_util.h"
 
 namespace ckpt::storage {

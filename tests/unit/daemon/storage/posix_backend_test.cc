@@ -13,9 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "daemon/storage/posix/posix_backend.h"
+#include "tests/catch.h"
 #include "tests/unit/daemon/storage/test_util.h"
 
 #ifdef CKPT_HAVE_URING

@@ -4,7 +4,6 @@
 
 #include <stdlib.h>
 
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "tests/catch.h"
 
 namespace ckpt::storage::testing {
 

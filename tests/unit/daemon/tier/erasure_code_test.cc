@@ -13,10 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "tests/catch.h"
 
 namespace ckpt::tier {
 namespace {
