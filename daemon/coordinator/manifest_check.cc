@@ -286,7 +286,7 @@ class Checker {
   struct Extent {
     int tensor = -1;  // index into the manifest's tensors, or
     int object = -1;  // into its objects
-    absl::string_view file;
+    absl::string_view file = {};
     uint32_t file_number = 0;  // files' order by name, set by CheckDisjoint
     uint64_t offset = 0;
     uint64_t length = 0;

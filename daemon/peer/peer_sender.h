@@ -35,7 +35,7 @@ struct PeerSendOptions {
   absl::Duration claim_timeout = absl::Seconds(120);
   // Asked now and then while the receiver has not taken the transfer:
   // true gives up (CANCELLED), e.g. once the sending load failed.
-  std::function<bool()> cancelled;
+  std::function<bool()> cancelled = nullptr;
 };
 
 // Sends `blocks` (in any order; none may overlap) as the transfer `token` names to the receiver at

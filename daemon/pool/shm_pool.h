@@ -52,8 +52,8 @@ struct PoolOptions {
 
 // Who asks, for the per-owner share, and when to stop waiting early.
 struct Claim {
-  std::string owner;                // empty: not counted against any share
-  std::function<bool()> cancelled;  // polled while waiting; true ends the wait
+  std::string owner;                          // empty: not counted against any share
+  std::function<bool()> cancelled = nullptr;  // polled while waiting; true ends the wait
 };
 
 struct Allocation {

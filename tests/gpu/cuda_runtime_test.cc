@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +29,8 @@
 #include "gpu/device_factory.h"
 #include "gpu/device_runtime.h"
 #include "gpu/ipc_mapping_cache.h"
+#include "proto/lib/hex.h"
+#include "tests/catch.h"
 #include "tests/catch_skip.h"
 
 #ifdef CKPT_HAVE_CUDA
@@ -350,7 +351,9 @@ TEST_CASE("cuda ipc child", "[.ipc_child]") {
   REQUIRE(absl::SimpleAtoi(std::getenv("CKPT_IPC_OFFSET"), &offset));
   REQUIRE(absl::SimpleAtoi(std::getenv("CKPT_IPC_ALLOCATION_BYTES"), &allocation_bytes));
   REQUIRE(absl::SimpleAtoi(std::getenv("CKPT_IPC_BYTES"), &bytes));
-  const std::string handle = absl::HexStringToBytes(handle_hex);
+  const std::optional<std::string> decoded = DecodeHex(handle_hex);
+  REQUIRE(decoded.has_value());
+  const std::string& handle = *decoded;
 
   std::unique_ptr<DeviceRuntime> runtime = DetectDeviceRuntime();
   REQUIRE(runtime->HasDevice());

@@ -43,6 +43,7 @@
 #include "ckpt/v1/peer.grpc.pb.h"
 #include "daemon/peer/peer_receiver.h"
 #include "daemon/peer/peer_sender.h"
+#include "proto/lib/hex.h"
 #include "tools/bench/child_process.h"
 #include "tools/bench/median.h"
 
@@ -269,7 +270,7 @@ int RunSender(const std::string& host, int tcp_port, int grpc_port, uint64_t blo
       seconds = SendGrpc(*stub, bytes, block);
     } else {
       int port = 0;
-      const std::string token = words.size() == 4 ? absl::HexStringToBytes(words[3]) : "";
+      const std::string token = words.size() == 4 ? DecodeHex(words[3]).value_or("") : "";
       if (token.size() != peer::kTokenBytes || !absl::SimpleAtoi(words[2], &port)) {
         std::cout << "error bad command " << line << std::endl;
         continue;

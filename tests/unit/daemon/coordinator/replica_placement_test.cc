@@ -5,7 +5,6 @@
 
 #include "daemon/coordinator/coordinator.h"
 
-#include <catch2/catch.hpp>
 #include <map>
 #include <memory>
 #include <set>
@@ -13,6 +12,7 @@
 #include <tuple>
 
 #include "absl/strings/match.h"
+#include "tests/catch.h"
 
 namespace ckpt::coordinator {
 namespace {
@@ -193,7 +193,7 @@ TEST_CASE("failure domains: a host's copies and an erasure group's shares in oth
     for (const v1::ErasureShare& share : stripe.shares()) racks.insert(RackOf(share.host()));
     CHECK(racks.size() == 3);
   }
-  for (const std::string& rack : {"r0", "r1", "r2"}) {
+  for (const std::string rack : {"r0", "r1", "r2"}) {
     INFO("rack " << rack << " lost");
     FileHolders holders;
     std::set<std::string> alive;

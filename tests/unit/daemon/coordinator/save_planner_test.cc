@@ -4,7 +4,6 @@
 #include "daemon/coordinator/save_planner.h"
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -14,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/lib/align.h"
+#include "tests/catch.h"
 #include "tests/unit/daemon/coordinator/test_helpers.h"
 
 namespace ckpt::coordinator {
@@ -234,7 +234,7 @@ TEST_CASE("TP box shards: one item per distinct region", "[save_planner]") {
   const std::vector<v1::WriteItem> items = AllItems(*a);
   REQUIRE(items.size() == 6);
 
-  const v1::TensorEntry& w = Entry(*a, "w");
+  const v1::TensorEntry w = Entry(*a, "w");
   REQUIRE(w.shards_size() == 2);
   std::set<std::string> regions;
   for (const v1::StoredShard& s : w.shards()) {
@@ -244,7 +244,7 @@ TEST_CASE("TP box shards: one item per distinct region", "[save_planner]") {
   }
   CHECK(regions == std::set<std::string>{top.region().SerializeAsString(),
                                          bottom.region().SerializeAsString()});
-  const v1::TensorEntry& c = Entry(*a, "c");
+  const v1::TensorEntry c = Entry(*a, "c");
   REQUIRE(c.shards_size() == 4);
   std::set<int64_t> column_offsets;
   for (const v1::StoredShard& s : c.shards()) {
@@ -282,7 +282,7 @@ TEST_CASE("FSDP flat ranges: one item per range, chunked", "[save_planner]") {
   std::map<int, uint64_t> bytes_by_rank;
   for (const v1::WriteItem& item : items) bytes_by_rank[item.rank()] = item.bytes();
   CHECK(bytes_by_rank == std::map<int, uint64_t>{{0, 9604}, {1, 9596}, {2, 8800}});
-  const v1::TensorEntry& f = Entry(*a, "f");
+  const v1::TensorEntry f = Entry(*a, "f");
   REQUIRE(f.shards_size() == 3);
   for (const v1::StoredShard& s : f.shards()) {
     REQUIRE(s.region().has_flat());
@@ -447,7 +447,7 @@ TEST_CASE("mixed shards: boxes, flat ranges and replicas in one save", "[save_pl
   CHECK(Entry(*a, "bias").shards_size() == 1);
   CHECK(Entry(*a, "w").shards_size() == 2);
   CHECK(Entry(*a, "p").shards_size() == 4);
-  const v1::TensorEntry& m = Entry(*a, "m");
+  const v1::TensorEntry m = Entry(*a, "m");
   REQUIRE(m.shards_size() == 3);
   // The replicated middle is stored with rank 0's region (the first holder).
   int middle = 0;
@@ -579,7 +579,7 @@ TEST_CASE("writer file layout: aligned, disjoint, chunked", "[save_planner]") {
   CHECK(a->chunk_bytes() == 8192);
   CheckLayout(*a);
   // Shard offsets step by chunk_bytes: emb shard of rank 0 is 17510 B = 8192 + 8192 + 1126.
-  const v1::TensorEntry& emb = Entry(*a, "emb");
+  const v1::TensorEntry emb = Entry(*a, "emb");
   REQUIRE(emb.shards_size() == 4);
   for (const v1::StoredShard& s : emb.shards()) {
     std::vector<uint64_t> shard_offsets, lengths;
@@ -608,7 +608,7 @@ TEST_CASE("a tensor whose size is an exact multiple of chunk_bytes", "[save_plan
   AddShard(node, 0, Whole("x", v1::FLOAT32, {3072}));  // 12288 B = 3 chunks exactly
   auto a = Plan({node});
   CKPT_REQUIRE_OK(a);
-  const v1::StoredShard& s = Entry(*a, "x").shards(0);
+  const v1::StoredShard s = Entry(*a, "x").shards(0);
   REQUIRE(s.chunks_size() == 3);
   for (int c = 0; c < 3; ++c) {
     CHECK(s.chunks(c).length() == 4096);
@@ -683,13 +683,13 @@ TEST_CASE("0-d and zero-size tensors", "[save_planner]") {
   AddShard(node, 0, Whole("x", v1::FLOAT32, {2000}));
   auto a = Plan({node});
   CKPT_REQUIRE_OK(a);
-  const v1::TensorEntry& scalar = Entry(*a, "step_count");
+  const v1::TensorEntry scalar = Entry(*a, "step_count");
   CHECK(scalar.global_shape_size() == 0);
   REQUIRE(scalar.shards_size() == 1);
   REQUIRE(scalar.shards(0).chunks_size() == 1);
   CHECK(scalar.shards(0).chunks(0).length() == 8);
   CHECK(scalar.shards(0).chunks(0).file_offset() % 4096 == 0);
-  const v1::TensorEntry& empty = Entry(*a, "empty");
+  const v1::TensorEntry empty = Entry(*a, "empty");
   REQUIRE(empty.shards_size() == 1);
   CHECK(empty.shards(0).chunks_size() == 0);
   CHECK_FALSE(empty.partial());

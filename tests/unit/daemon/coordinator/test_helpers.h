@@ -6,7 +6,6 @@
 #define CKPT_TESTS_UNIT_DAEMON_COORDINATOR_TEST_HELPERS_H_
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -19,6 +18,7 @@
 #include "ckpt/v1/manifest.pb.h"
 #include "daemon/coordinator/save_planner.h"
 #include "proto/lib/crc32c.h"
+#include "tests/catch.h"
 
 namespace ckpt::coordinator::testing {
 
@@ -168,22 +168,21 @@ inline std::vector<int64_t> RegionElements(const v1::TensorShard& shard) {
   const std::vector<int64_t> shape(shard.global_shape().begin(), shard.global_shape().end());
   const int64_t n = NumElements(shape);
   std::vector<int64_t> out;
-  std::vector<int64_t> index(shape.size(), 0);
   for (int64_t e = 0; e < n; ++e) {
-    int64_t rest = e;
-    for (size_t d = shape.size(); d-- > 0;) {
-      index[d] = rest % shape[d];
-      rest /= shape[d];
-    }
     bool in = true;
     switch (shard.region().kind_case()) {
-      case v1::Region::kBox:
-        for (size_t d = 0; d < shape.size(); ++d) {
+      case v1::Region::kBox: {
+        // e's index along each dimension, innermost first.
+        int64_t rest = e;
+        for (size_t d = shape.size(); d-- > 0;) {
+          const int64_t index = rest % shape[d];
+          rest /= shape[d];
           const int64_t o = shard.region().box().offsets(static_cast<int>(d));
           const int64_t l = shard.region().box().lengths(static_cast<int>(d));
-          if (index[d] < o || index[d] >= o + l) in = false;
+          if (index < o || index >= o + l) in = false;
         }
         break;
+      }
       case v1::Region::kFlat:
         in = e >= shard.region().flat().begin() && e < shard.region().flat().end();
         break;

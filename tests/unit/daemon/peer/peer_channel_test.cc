@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -24,6 +23,7 @@
 #include "daemon/peer/peer_receiver.h"
 #include "daemon/peer/peer_sender.h"
 #include "daemon/peer/peer_socket.h"
+#include "tests/catch.h"
 
 namespace ckpt::peer {
 namespace {

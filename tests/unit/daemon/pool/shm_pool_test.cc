@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +24,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "daemon/pool/huge_pages.h"
+#include "tests/catch.h"
 
 namespace ckpt::pool {
 namespace {
