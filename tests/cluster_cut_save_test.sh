@@ -68,7 +68,7 @@ await_alive() {  # [HOST that was restarted: until its new daemon registered]
     done
   fi
   start=$(now_ms)
-  until "$cluster" status "$dir" --json | /usr/bin/python3 -c '
+  until "$cluster" status "$dir" --json | python3 -c '
 import json, sys
 hosts = json.load(sys.stdin).get("hosts", [])
 sys.exit(0 if len(hosts) == 3 and not any(h.get("lost") for h in hosts) else 1)'; do

@@ -19,7 +19,7 @@ source "$dir/cluster.env"
 
 # state HOST: alive, lost or missing, from `ckptctl cluster --json`.
 state() {
-  "$cluster" status "$dir" --json | /usr/bin/python3 -c '
+  "$cluster" status "$dir" --json | python3 -c '
 import json, sys
 hosts = {h["host"]["host"]: h for h in json.load(sys.stdin).get("hosts", [])}
 h = hosts.get(sys.argv[1])

@@ -3,11 +3,15 @@
 # files it would change and fails (the test suite's format_test).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# The clang-format pinned in requirements.txt (.venv), so that every Debian
+# release formats alike; the PATH's only where no .venv exists yet.
+clang_format=clang-format
+[ -x .venv/bin/clang-format ] && clang_format=.venv/bin/clang-format
 mapfile -t files < <(git ls-files '*.cc' '*.h' '*.cu' | grep -v '^tests/fuzz/corpus/')
 if [ "${1:-}" = "--check" ]; then
   bad=()
   for f in "${files[@]}"; do
-    if ! clang-format --dry-run -Werror "$f" >/dev/null 2>&1; then bad+=("$f"); fi
+    if ! "$clang_format" --dry-run -Werror "$f" >/dev/null 2>&1; then bad+=("$f"); fi
   done
   if [ ${#bad[@]} -gt 0 ]; then
     printf 'format: not formatted (run tools/dev/format.sh): %s\n' "${bad[@]}" >&2
@@ -16,4 +20,4 @@ if [ "${1:-}" = "--check" ]; then
   echo "format: ${#files[@]} files formatted"
   exit 0
 fi
-clang-format -i "${files[@]}"
+"$clang_format" -i "${files[@]}"

@@ -1,27 +1,92 @@
 #!/usr/bin/env bash
-# Installs what ckpt builds and tests with, from Debian's packages only.
+# Installs what ckpt builds and tests with: Debian's packages for the C++
+# side and the servers the tests start, and one Python environment at .venv/
+# from requirements.txt (PyPI). Works on Debian 12 and 13: where a package's
+# name differs between the two (clang's runtime follows clang's version), the
+# name that exists on the running release is chosen, and a package that
+# exists under no known name stops the script, naming it.
 set -euo pipefail
+cd "$(dirname "$0")/../.."
 
+# Package names that are the same on Debian 12 and 13.
 packages=(
-  build-essential cmake ninja-build pkg-config ccache
+  build-essential cmake ninja-build pkg-config ccache git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev liburing-dev libisal-dev catch2 libcli11-dev
-  libssl-dev clang libclang-rt-14-dev fio openssl iproute2
-  libsystemd-dev prometheus-cpp-dev prometheus clang-format
-  python3-dev pybind11-dev python3-pytest python3-torch
+  libabsl-dev liburing-dev libisal-dev catch2 libcli11-dev pybind11-dev
+  libssl-dev libsystemd-dev prometheus-cpp-dev libzstd-dev libcurl4-openssl-dev
+  clang fio openssl ca-certificates iproute2 procps prometheus
   dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps, and file to find the binaries
 )
 
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
-fi
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
-echo "install-deps: installing ${missing[*]}"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+release="$(cat /etc/debian_version 2>/dev/null || echo unknown)"
+
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+apt_updated=0
+apt_update() {
+  [ "$apt_updated" -eq 1 ] && return
+  $sudo apt-get update -qq
+  apt_updated=1
+}
+# Whether the package lists know a package (after apt-get update).
+known() { [ -n "$(apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ && $2 != "(none)"')" ]; }
+
+# clang's sanitizer and fuzzer runtime is versioned with clang: 14 on
+# Debian 12, 19 on 13. Read the version of Debian's default clang.
+clang_major() {
+  local v=""
+  if installed clang; then
+    v="$(dpkg-query -W -f='${Depends}' clang | grep -o 'clang-[0-9]\+' | head -1)"
+  else
+    apt_update
+    v="$(apt-cache depends clang 2>/dev/null | grep -o 'clang-[0-9]\+' | head -1)"
+  fi
+  echo "${v#clang-}"
+}
+major="$(clang_major)"
+if [ -z "$major" ]; then
+  echo "install-deps: cannot tell which clang Debian $release ships (apt-cache depends clang)" >&2
+  exit 1
+fi
+packages+=("libclang-rt-$major-dev")
+
+# The Python of the PATH builds .venv; a Debian python3 needs its venv module
+# and headers as packages (a pyenv or python.org build carries both).
+python="$(command -v python3 || true)"
+if [ -z "$python" ]; then
+  packages+=(python3 python3-venv python3-dev)
+elif [ "$(readlink -f "$python")" = "$(readlink -f /usr/bin/python3 2>/dev/null || true)" ]; then
+  packages+=(python3-venv python3-dev)
+fi
+
+missing=()
+for p in "${packages[@]}"; do installed "$p" || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  apt_update
+  unknown=()
+  for p in "${missing[@]}"; do known "$p" || unknown+=("$p"); done
+  if [ ${#unknown[@]} -gt 0 ]; then
+    echo "install-deps: Debian $release has no package named: ${unknown[*]}" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps: all ${#packages[@]} Debian packages present (Debian $release, clang $major)"
+fi
+
+# The Python environment: torch (CPU), pytest, safetensors, transformers and
+# the pinned clang-format, at .venv/ (ignored by git). Reinstalled only when
+# requirements.txt changes.
+python="$(command -v python3)"
+stamp=.venv/.requirements.sha256
+want="$(sha256sum requirements.txt | cut -d' ' -f1)"
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "install-deps: creating .venv from requirements.txt with $("$python" --version)"
+  "$python" -m venv .venv
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt
+  echo "$want" >"$stamp"
+else
+  echo "install-deps: .venv matches requirements.txt"
+fi
