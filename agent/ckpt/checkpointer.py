@@ -212,10 +212,11 @@ class Checkpointer:
 
     def wrap_optimizer(self, optimizer: "torch.optim.Optimizer") -> "torch.optim.Optimizer":
         """From now on optimizer.step() first waits for the last save's
-        snapshot, so a lazy save never captures half-updated weights."""
-        if hasattr(optimizer, "register_step_pre_hook"):
-            optimizer.register_step_pre_hook(lambda *_: self.wait_snapshot())
-            return optimizer
+        snapshot, so a lazy save never captures half-updated weights.
+
+        The instance's step is wrapped, not hooked: torch 2's step pre-hooks
+        fire once per class in the chain, so an optimizer subclass whose
+        step() calls super().step() would wait twice per step."""
         step = optimizer.step
 
         @functools.wraps(step)

@@ -1,5 +1,6 @@
 """ckptctl export: a sharded checkpoint as safetensors, read back by a reader
-written here from the format's specification (not the project's code)."""
+written here from the format's specification (not the project's code) and
+by the safetensors library itself, which must agree byte for byte."""
 import json
 import os
 import struct
@@ -7,6 +8,7 @@ import subprocess
 import sys
 
 import torch
+from safetensors import safe_open
 
 from test_multirank import run_ranks
 import rank_worker
@@ -38,7 +40,19 @@ def read_safetensors(path):
         t = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8)
         tensors[name] = t.view(dtype).reshape(info["shape"])
     assert end == len(body), "bytes after the last tensor"
+    check_with_library(path, tensors, metadata)
     return tensors, metadata
+
+
+def check_with_library(path, tensors, metadata):
+    """The safetensors library reads the same names, metadata, dtypes, shapes and bytes."""
+    with safe_open(str(path), framework="pt") as f:
+        assert f.metadata() == metadata
+        assert set(f.keys()) == set(tensors)
+        for name, want in tensors.items():
+            got = f.get_tensor(name)
+            assert got.dtype == want.dtype and list(got.shape) == list(want.shape), name
+            assert torch.equal(got.reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8)), name
 
 
 def expected():
