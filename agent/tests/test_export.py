@@ -1,6 +1,7 @@
 """ckptctl export: a sharded checkpoint as safetensors, read back by a reader
 written here from the format's specification (not the project's code) and
-by the safetensors library itself, which must agree byte for byte."""
+by the safetensors library itself, which must agree byte for byte; and a
+Hugging Face model exported and loaded by transformers."""
 import json
 import os
 import struct
@@ -9,6 +10,8 @@ import sys
 
 import torch
 from safetensors import safe_open
+
+import ckpt
 
 from test_multirank import run_ranks
 import rank_worker
@@ -154,3 +157,32 @@ def test_export_refuses_what_it_cannot_do(daemon, tmp_path):
     proc = subprocess.run([CKPTCTL, "export", "exp", "--storage-root", daemon.storage, "--out",
                            str(tmp_path / "y"), "--rename", str(rename)], capture_output=True, text=True)
     assert proc.returncode != 0 and "both named same" in proc.stderr, proc.stderr
+
+
+def test_transformers_loads_an_exported_model(daemon, tmp_path):
+    """A Hugging Face model saved through ckpt, exported, and loaded by
+    transformers' from_pretrained: every parameter bit-exact, same logits."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(5)
+    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=96, n_positions=16,
+                        bos_token_id=0, eos_token_id=0)
+    model = GPT2LMHeadModel(config).eval()
+    cp = ckpt.Checkpointer("hf", socket_path=daemon.socket)
+    cp.save(1, {"model": model.state_dict()}, blocking=True).wait_persisted()
+    rename = tmp_path / "rename.json"
+    rename.write_text(json.dumps({"^model\\.": ""}))
+    out = tmp_path / "hf"
+    proc = subprocess.run([CKPTCTL, "export", "hf", "--storage-root", daemon.storage, "--out",
+                           str(out), "--rename", str(rename)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    for path in out.glob("*.safetensors"):
+        read_safetensors(path)  # both readers agree on every file
+    config.save_pretrained(out)
+    loaded = GPT2LMHeadModel.from_pretrained(out).eval()
+    want, got = model.state_dict(), loaded.state_dict()
+    assert set(got) == set(want)
+    for name, t in want.items():
+        assert torch.equal(got[name].view(torch.uint8), t.view(torch.uint8)), name
+    ids = torch.randint(0, config.vocab_size, (2, 16))
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).logits, model(ids).logits)
