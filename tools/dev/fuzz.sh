@@ -33,6 +33,11 @@ if ! ninja -C "$build_dir" -j"$(nproc)" "${targets[@]}" >"$out/logs/build.log" 2
   echo "fuzz: the build failed (log: $out/logs/build.log)" >&2
   exit 1
 fi
+if grep -q ': warning: ' "$out/logs/build.log"; then  # as tools/dev/ninja-checked.sh
+  grep ': warning: ' "$out/logs/build.log" | sort -u >&2
+  echo "fuzz: the compiler warned (log: $out/logs/build.log)" >&2
+  exit 1
+fi
 
 run() {
   local t="$1" rc=0

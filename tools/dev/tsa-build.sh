@@ -8,10 +8,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build_dir="${CKPT_TSA_BUILD_DIR:-build-tsa}"
 source tools/dev/ccache-launcher.sh
+source tools/dev/ninja-checked.sh
 CC=clang CXX=clang++ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCKPT_THREAD_SAFETY_ANALYSIS=ON -DCKPT_BUILD_TESTS=OFF -DCKPT_BUILD_AGENT=OFF \
   -DCKPT_WITH_CUDA=OFF "${launcher[@]}" >/dev/null
-ninja -C "$build_dir" -j"$(nproc)"
+ninja_checked "$build_dir"
 if "$build_dir/daemon/ckptd" --helpfull 2>&1 | grep -q fault_kill_at; then
   echo "tsa-build: a build without tests still has --fault_kill_at" >&2
   exit 1
