@@ -385,3 +385,11 @@ void CheckLoadAssignment(const v1::LoadAssignment& assignment,
 }
 
 }  // namespace ckpt::fuzz
+
+// Abseil's hash tables poison their empty slots under ASan (from Abseil
+// 2023 on, Debian 13), but Debian's libabsl is not instrumented: its
+// out-of-line parts never unpoison what the inlined parts poisoned, and ASan
+// would report the first insert as a use after poison. ASan's own checks
+// (overflows, use after free, leaks) stay; only poisoning asked for by
+// library code is ignored. ASAN_OPTIONS may still override it.
+extern "C" const char* __asan_default_options() { return "allow_user_poisoning=0"; }
