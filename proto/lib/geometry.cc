@@ -208,7 +208,7 @@ Pieces RegionPieces(const Shape& shape, const Region& region) {
     case Region::Kind::kFlat:
       if (region.flat_begin == region.flat_end) break;
       if (m == 0) {
-        p.pieces.push_back(Piece{});
+        p.pieces.emplace_back();  // in place: gcc 14 warns of moving a temporary
         break;
       }
       FlatPieces(region.flat_begin, region.flat_end, &p);
