@@ -11,21 +11,8 @@
 set -euo pipefail
 
 : "${CKPT_SOURCE_DIR:?}" "${CKPT_BUILD_DIR:?}" "${CMAKE:=cmake}" "${CPACK:=cpack}" "${CXX:=c++}"
-work=$(mktemp -d /tmp/ckpt-install-test-XXXXXX)
-daemon_pid=""
-cleanup() {
-  if [ -n "$daemon_pid" ]; then kill "$daemon_pid" 2>/dev/null || true; fi
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() { echo "install_test: FAIL: $*" >&2; exit 1; }
-say() { echo "install_test: [${SECONDS}s] $*"; }
-# Runs a command quietly; shows its output when it fails.
-quiet() {
-  local log=$work/last.log
-  "$@" >"$log" 2>&1 || { cat "$log" >&2; fail "$*"; }
-}
+test_name=install_test
+source "$(dirname "$0")/script_support.sh"
 
 # 1. Install.
 prefix=$work/prefix
@@ -71,21 +58,9 @@ case " $pc_flags " in *" -lckpt_client "*) ;; *) fail "pkg-config gives no -lckp
 quiet "$CXX" -std=c++20 -O1 "$CKPT_SOURCE_DIR/examples/trainer/trainer.cc" -o "$work/trainer-pc" $pc_flags
 say "built the example trainer with find_package(ckpt) and with pkg-config"
 
-# 3. The installed ckptd, on a root and socket of its own. Its output goes
-# through a fifo: the test waits for the "serving" line, then keeps draining.
-mkfifo "$work/ckptd.out"
-"$prefix/bin/ckptd" --storage_root="$work/root" --socket_path="$work/ckptd.sock" \
-  --pool_bytes=$((64 << 20)) --chunk_bytes=65536 --writer_threads=2 \
-  --host_name=installtest --listen_address= >"$work/ckptd.out" 2>&1 &
-daemon_pid=$!
-exec 3<"$work/ckptd.out"
-ready=""
-while IFS= read -r -t 30 line <&3; do
-  echo "$line" >>"$work/ckptd.log"
-  case "$line" in *"ckptd: serving"*) ready=1; break ;; esac
-done
-[ -n "$ready" ] || { cat "$work/ckptd.log" >&2; fail "the installed ckptd did not start"; }
-cat <&3 >>"$work/ckptd.log" &
+# 3. The installed ckptd, on a root and socket of its own.
+start_ckptd "$prefix/bin/ckptd" --pool_bytes=$((64 << 20)) --chunk_bytes=65536 --writer_threads=2 \
+  --host_name=installtest --listen_address=
 say "installed ckptd serving on $work/ckptd.sock"
 
 # 4. Save, load and compare every byte, once per build of the trainer.

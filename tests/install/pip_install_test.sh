@@ -11,20 +11,8 @@
 set -euo pipefail
 
 : "${CKPT_SOURCE_DIR:?}" "${CKPT_BUILD_DIR:?}" "${CKPT_PYTHON:?}" "${CKPTD:?}"
-work=$(mktemp -d /tmp/ckpt-pip-test-XXXXXX)
-daemon_pid=""
-cleanup() {
-  if [ -n "$daemon_pid" ]; then kill "$daemon_pid" 2>/dev/null || true; fi
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() { echo "pip_install_test: FAIL: $*" >&2; exit 1; }
-say() { echo "pip_install_test: [${SECONDS}s] $*"; }
-quiet() {
-  local log=$work/last.log
-  "$@" >"$log" 2>&1 || { cat "$log" >&2; fail "$*"; }
-}
+test_name=pip_install_test
+source "$(dirname "$0")/script_support.sh"
 
 # 1. Another environment.
 quiet "$CKPT_PYTHON" -m venv "$work/env"
@@ -46,15 +34,7 @@ quiet "$work/env/bin/python" -m pip install --no-build-isolation --no-deps "${se
 say "pip installed the agent"
 
 # 3. Imported from the new environment, outside the checkout.
-mkfifo "$work/ckptd.out"
-"$CKPTD" --storage_root="$work/root" --socket_path="$work/ckptd.sock" \
-  --pool_bytes=$((64 << 20)) --writer_threads=2 >"$work/ckptd.out" 2>&1 &
-daemon_pid=$!
-exec 3<"$work/ckptd.out"
-while IFS= read -r line <&3; do
-  case "$line" in *"ckptd: serving"*) break ;; esac
-done
-cat <&3 >/dev/null &
+start_ckptd "$CKPTD" --pool_bytes=$((64 << 20)) --writer_threads=2
 cd "$work"
 env -u PYTHONPATH "$work/env/bin/python" - "$site" "$work/ckptd.sock" <<'PY' || fail "the installed agent"
 import os, sys

@@ -23,19 +23,15 @@ build_dir="${CKPT_FUZZ_BUILD_DIR:-build-fuzz}"
 out="$build_dir/fuzz"
 
 source tools/dev/ccache-launcher.sh
+source tools/dev/ninja-checked.sh
 # -O1 keeps asserts and builds fast; only the fuzzers and what they link are built.
 CC=clang CXX=clang++ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
   -DCKPT_BUILD_FUZZERS=ON -DCKPT_BUILD_TESTS=OFF -DCKPT_WITH_CUDA=OFF "${launcher[@]}" >/dev/null
 mkdir -p "$out/logs"
-if ! ninja -C "$build_dir" -j"$(nproc)" "${targets[@]}" >"$out/logs/build.log" 2>&1; then
+if ! ninja_checked "$build_dir" "${targets[@]}" >"$out/logs/build.log" 2>&1; then
   tail -n 40 "$out/logs/build.log"
-  echo "fuzz: the build failed (log: $out/logs/build.log)" >&2
-  exit 1
-fi
-if grep -q ': warning: ' "$out/logs/build.log"; then  # as tools/dev/ninja-checked.sh
-  grep ': warning: ' "$out/logs/build.log" | sort -u >&2
-  echo "fuzz: the compiler warned (log: $out/logs/build.log)" >&2
+  echo "fuzz: the build failed or the compiler warned (log: $out/logs/build.log)" >&2
   exit 1
 fi
 

@@ -9,7 +9,7 @@ ninja_checked() {
   shift
   local log="$dir/build.log"
   set -o pipefail
-  ninja -C "$dir" -j"$(nproc)" "$@" 2>&1 | tee "$log"
+  ninja -C "$dir" -j"$(nproc)" "$@" 2>&1 | tee "$log" || return 1
   if grep -q ': warning: ' "$log"; then
     grep ': warning: ' "$log" | sort -u >&2
     echo "build: the compiler warned (above; the whole output is in $log)" >&2
