@@ -58,8 +58,9 @@ ABSL_FLAG(int32_t, job_max_saves_in_flight, 0,
           "another step beyond it is refused (0: no limit; the pool bounds their bytes either "
           "way, and a trainer saving every step on slow storage has many persisting)");
 ABSL_FLAG(uint64_t, job_max_disk_bytes, 0,
-          "Bytes of one job's committed checkpoints plus the save being planned (0: no limit); "
-          "a save beyond it is refused before anything is written");
+          "Bytes of one job's committed checkpoints plus those its saves in flight reserved "
+          "(durable and memory+durable; 0: no limit); a save beyond it is refused before "
+          "anything is written");
 ABSL_FLAG(double, job_pool_share, 0,
           "Most of the pool one job may hold while others wait, as a fraction (0: fair share "
           "among the jobs that want room)");
@@ -94,6 +95,9 @@ ABSL_FLAG(int64_t, max_manifest_objects, 1 << 20, "Objects in one manifest");
 ABSL_FLAG(uint64_t, max_manifest_chunk_bytes, uint64_t{1} << 32, "One stored chunk (a read unit)");
 ABSL_FLAG(int32_t, plan_timeout_s, 120,
           "Abort a save or load whose ranks do not all arrive in time");
+ABSL_FLAG(int32_t, rank_grace_s, 10,
+          "Fail a save or load, naming the rank, once a rank it waits for has had no session "
+          "here (never attached, or its process died) this long");
 ABSL_FLAG(int32_t, snapshot_timeout_s, 300, "Abort a save whose ranks do not all snapshot in time");
 ABSL_FLAG(int32_t, pool_wait_timeout_s, 60, "How long a save or load may wait for pool room");
 // Who may call (daemon/auth/access_policy.h). The daemon's own user and
@@ -259,6 +263,7 @@ int main(int argc, char** argv) {
   o.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
   o.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   o.plan_timeout = absl::Seconds(absl::GetFlag(FLAGS_plan_timeout_s));
+  o.rank_grace = absl::Seconds(absl::GetFlag(FLAGS_rank_grace_s));
   o.snapshot_timeout = absl::Seconds(absl::GetFlag(FLAGS_snapshot_timeout_s));
   o.pool_wait_timeout = absl::Seconds(absl::GetFlag(FLAGS_pool_wait_timeout_s));
   o.metrics_address = absl::GetFlag(FLAGS_metrics_address);

@@ -44,8 +44,8 @@ struct DaemonOptions {
   double job_pool_share = 0;
   // Per-job quotas: saves of one job in flight at once (a new step beyond
   // it is refused), and bytes of its committed checkpoints on disk plus the
-  // save being planned (0: no limit). Refusals are RESOURCE_EXHAUSTED
-  // naming the quota and its flag.
+  // bytes its saves in flight reserved (disk_reservations.h; 0: no limit).
+  // Refusals are RESOURCE_EXHAUSTED naming the quota and its flag.
   int job_max_saves_in_flight = 0;  // 0: no limit
   uint64_t job_max_disk_bytes = 0;
   int max_sessions = 4096;
@@ -58,6 +58,11 @@ struct DaemonOptions {
   // A save whose ranks have not all planned (or all snapshotted) by then is
   // aborted: a rank that died must not hold the job's checkpoint forever.
   absl::Duration plan_timeout = absl::Seconds(120);
+  // A save or load whose barrier waits for a rank with no session here
+  // (never attached, or its process died) fails once that rank has been
+  // absent this long, naming it, instead of at plan_timeout
+  // (absent_ranks.h).
+  absl::Duration rank_grace = absl::Seconds(10);
   absl::Duration snapshot_timeout = absl::Seconds(300);
   // How long a save or load may wait for room in the pool.
   absl::Duration pool_wait_timeout = absl::Seconds(60);

@@ -85,6 +85,7 @@ LoadSession::LoadSession(NodeContext& context, std::string job, int64_t step, in
       step_(step),
       world_size_(world_size),
       local_world_size_(local_world_size),
+      absent_(job_, world_size, local_world_size),
       read_metric_(context.metrics.ReadBytes(job_)) {
   absl::MutexLock lock(&mu_);
   created_at_ = absl::Now();
@@ -1119,7 +1120,16 @@ void LoadSession::PeersLost(const google::protobuf::RepeatedPtrField<std::string
 
 void LoadSession::CheckDeadlines(absl::Time now) {
   absl::MutexLock lock(&mu_);
-  if (planned_ || planning_ || !error_.ok() || now < deadline_) return;
+  if (planned_ || planning_ || !error_.ok()) return;
+  // A rank that cannot come fails the barrier now, not at its deadline.
+  auto asked = [&](int r) ABSL_NO_THREAD_SAFETY_ANALYSIS { return ranks_.count(r) > 0; };  // mu_
+  absl::Status gone =
+      absent_.Check(now, context_.options.rank_grace, context_.sessions.RanksOf(job_), asked);
+  if (!gone.ok()) {
+    FailLocked(absl::Status(gone.code(), absl::StrCat(Who(), gone.message())));
+    return;
+  }
+  if (now < deadline_) return;
   const std::vector<int> missing = context_.sessions.MissingRanks(
       job_, world_size_, local_world_size_,
       [&](int r) ABSL_NO_THREAD_SAFETY_ANALYSIS { return ranks_.count(r) > 0; },  // under mu_

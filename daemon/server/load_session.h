@@ -41,6 +41,7 @@
 #include "absl/time/time.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "ckpt/v1/node.pb.h"
+#include "daemon/server/absent_ranks.h"
 #include "daemon/server/chunk_reader.h"
 #include "daemon/server/file_stamp.h"
 #include "daemon/server/held_step_check.h"
@@ -72,6 +73,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   absl::StatusOr<pool::OwnerSegments> MemorySpace(const std::string& job) const;
   // The coordinator lost these hosts: a load spread over one of them fails.
   void PeersLost(const google::protobuf::RepeatedPtrField<std::string>& hosts);
+  // Fails the load at its plan deadline, or before it once a rank it waits
+  // for has had no session here for --rank_grace_s.
   void CheckDeadlines(absl::Time now);
   // Every rank is done or the load failed, and the readers have stopped.
   bool finished() const;
@@ -205,6 +208,8 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   bool planning_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   absl::Time deadline_ ABSL_GUARDED_BY(mu_);
+  // The local ranks that have not asked and have no session here.
+  AbsentRanks absent_ ABSL_GUARDED_BY(mu_);
   std::string load_id_ ABSL_GUARDED_BY(mu_);
   v1::LoadAssignment assignment_ ABSL_GUARDED_BY(mu_);
   // A load spread over hosts: the hosts by name, in token order (their

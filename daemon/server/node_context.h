@@ -18,6 +18,7 @@
 #include "daemon/pool/shm_pool.h"
 #include "daemon/server/background_tasks.h"
 #include "daemon/server/daemon_options.h"
+#include "daemon/server/disk_reservations.h"
 #include "daemon/server/early_step_check.h"
 #include "daemon/server/rank_sessions.h"
 #include "daemon/server/reader_pool.h"
@@ -69,6 +70,9 @@ struct NodeContext {
   // Of those, verified before the load and not read again.
   std::atomic<uint64_t> memory_bytes_checked_early{0};
   std::atomic<uint64_t> load_fallback_chunks{0};  // failed verification, read from the next tier
+  // Disk bytes reserved by every save in flight, per job: the quota
+  // (--job_max_disk_bytes) counts them with the committed steps.
+  DiskReservations disk_reservations{};
 };
 
 }  // namespace ckpt::server

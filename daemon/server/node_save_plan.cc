@@ -62,4 +62,13 @@ absl::StatusOr<std::map<int, RankItems>> SplitByRank(const v1::HostAssignment& h
   return out;
 }
 
+uint64_t HostAssignmentBytes(const v1::HostAssignment& host) {
+  uint64_t total = 0;
+  for (const v1::WriteItem& write : host.items()) {
+    if (write.bytes() > UINT64_MAX - total) return UINT64_MAX;
+    total += write.bytes();
+  }
+  return total;
+}
+
 }  // namespace ckpt::server

@@ -48,6 +48,11 @@ absl::StatusOr<std::map<int, RankItems>> SplitByRank(const v1::HostAssignment& h
                                                      const RankRequests& requests,
                                                      uint64_t alignment);
 
+// The bytes this host's part of a save puts on storage (its write items;
+// what the catalog counts once it commits), saturating at UINT64_MAX: the
+// assignment may come over the network.
+uint64_t HostAssignmentBytes(const v1::HostAssignment& host);
+
 }  // namespace ckpt::server
 
 #endif  // CKPT_DAEMON_SERVER_NODE_SAVE_PLAN_H_

@@ -39,6 +39,10 @@ absl::Status ValidateRankRequest(const v1::PlanSaveRequest& request) {
 
 bool ToMemory(v1::SaveTier tier) { return tier != v1::SAVE_TIER_DURABLE; }
 
+// Durable saves write to storage now; memory+durable ones later, when the
+// memory tier persists them.
+bool ToDisk(v1::SaveTier tier) { return tier != v1::SAVE_TIER_MEMORY; }
+
 const char* TierName(v1::SaveTier tier) {
   switch (tier) {
     case v1::SAVE_TIER_MEMORY:
@@ -64,6 +68,7 @@ SaveSession::SaveSession(NodeContext& context, std::string job, int64_t step, in
       store_backend_(ToMemory(tier) ? context.memory_tier->backend() : context.backend),
       local_coordinator_(store_),
       coordinator_(local_world_size < world_size ? context.cluster_saves : &local_coordinator_),
+      absent_(job_, world_size, local_world_size),
       written_metric_(context.metrics.WrittenBytes(job_)) {
   absl::MutexLock lock(&mu_);
   times_.created = absl::Now();
@@ -182,6 +187,24 @@ absl::Status SaveSession::StepInOtherTier() const {
       ToMemory(tier_) ? "on storage" : "in the memory tier", " already; save another step number"));
 }
 
+absl::StatusOr<std::unique_ptr<DiskReservations::Reservation>> SaveSession::ReserveDisk(
+    const v1::HostAssignment& host) {
+  const uint64_t quota = context_.options.job_max_disk_bytes;
+  if (quota == 0 || !ToDisk(tier_)) return nullptr;
+  coordinator::Catalog& catalog = context_.coordinator.catalog();
+  return context_.disk_reservations.Reserve(
+      job_, HostAssignmentBytes(host), quota, [&]() -> absl::StatusOr<uint64_t> {
+        absl::StatusOr<std::vector<v1::CheckpointSummary>> committed =
+            catalog.ListCheckpoints(job_);
+        if (!committed.ok()) return committed.status();
+        uint64_t bytes = 0;
+        for (const v1::CheckpointSummary& c : *committed) {
+          bytes = c.bytes() > UINT64_MAX - bytes ? UINT64_MAX : bytes + c.bytes();
+        }
+        return bytes;
+      });
+}
+
 void SaveSession::PlanAllRanks() {
   v1::NodeSavePlan plan;
   {
@@ -203,6 +226,18 @@ void SaveSession::PlanAllRanks() {
     status = absl::InternalError(absl::StrCat("the coordinator's assignment is for ",
                                               assignment->hosts_size(), " hosts, not host ",
                                               context_.host.host(), " alone"));
+  }
+  // The job's disk quota, before any file exists: what it holds on disk
+  // plus what its other saves in flight reserved, plus this save.
+  std::unique_ptr<DiskReservations::Reservation> disk_reservation;
+  if (status.ok()) {
+    absl::StatusOr<std::unique_ptr<DiskReservations::Reservation>> reserved =
+        ReserveDisk(assignment->hosts(0));
+    if (reserved.ok()) {
+      disk_reservation = std::move(*reserved);
+    } else {
+      status = reserved.status();
+    }
   }
   // The memory tier makes room before a file exists: what it drops for this
   // save must be gone before the first byte is written.
@@ -272,18 +307,6 @@ void SaveSession::PlanAllRanks() {
       files.push_back(std::move(*file));
     }
   }
-  // The job's disk quota counts what it holds already (read before taking
-  // mu_: it lists the job's checkpoints) plus this save.
-  uint64_t disk_used = 0;
-  if (status.ok() && context_.options.job_max_disk_bytes > 0 && !ToMemory(tier_)) {
-    absl::StatusOr<std::vector<v1::CheckpointSummary>> committed =
-        context_.coordinator.catalog().ListCheckpoints(job_);
-    if (committed.ok()) {
-      for (const v1::CheckpointSummary& c : *committed) disk_used += c.bytes();
-    } else {
-      status = WithContext(committed.status(), "checking the job's disk quota");
-    }
-  }
   bool cleanup = false;
   {
     absl::MutexLock lock(&mu_);
@@ -293,6 +316,7 @@ void SaveSession::PlanAllRanks() {
     // partial directory it made.
     if (assignment.ok()) assignment_ = std::move(*assignment);
     memory_room_ = std::move(memory_room);
+    disk_reservation_ = std::move(disk_reservation);
     erasure_prefix_ = std::move(erasure_prefix);
     if (status.ok()) {
       files_ = std::move(files);
@@ -308,16 +332,6 @@ void SaveSession::PlanAllRanks() {
           for (const v1::SaveItem& item : rank.items) bytes_total_ += item.bytes();
         }
       }
-    }
-    const uint64_t quota = context_.options.job_max_disk_bytes;
-    // Memory-tier saves hold no disk (their persisted copy is counted with
-    // the job's steps on disk from then on).
-    if (status.ok() && quota > 0 && !ToMemory(tier_) &&
-        (bytes_total_ > quota || disk_used > quota - bytes_total_)) {
-      status = absl::ResourceExhaustedError(absl::StrCat(
-          "job ", job_, " holds ", disk_used, " bytes of checkpoints on disk and this save adds ",
-          bytes_total_, "; its quota is ", quota,
-          " (--job_max_disk_bytes): delete old steps (ckptctl gc) or raise the quota"));
     }
     if (!status.ok()) FailLocked(WithContext(status, Who()));
     if (error_.ok()) {
@@ -806,6 +820,9 @@ void SaveSession::Finish() {
         if (room.has_allocation) context_.pool.Free(room.allocation);
       }
       rooms_.clear();
+      // Storage counts a durable step now; a memory+durable one holds its
+      // reservation until it is persisted.
+      std::shared_ptr<void> disk_hold = std::move(disk_reservation_);
       ReleaseLocked();
       // Persisted from the memory copy, after the commit: the trainer's
       // wait ends with the memory commit.
@@ -814,7 +831,7 @@ void SaveSession::Finish() {
                                              absl::StrCat("data/", context_.host.host(), "-"));
       }
       if (tier_ == v1::SAVE_TIER_MEMORY_AND_DURABLE)
-        context_.memory_tier->PersistLater(job_, step_);
+        context_.memory_tier->PersistLater(job_, step_, std::move(disk_hold));
     } else {
       if (error_.ok()) error_ = WithContext(status, Who());
       phase_ = Phase::kFailed;
@@ -967,6 +984,7 @@ void SaveSession::ReleaseLocked() {
   // Committed (the step's files count as held now) or cleaned up (its files
   // are gone): the room it was promised goes back.
   memory_room_.reset();
+  disk_reservation_.reset();
   erasure_prefix_.reset();
   ranks_.clear();
   std::vector<v1::ChunkChecksum>().swap(checksums_);
@@ -997,26 +1015,41 @@ absl::StatusOr<v1::WaitSaveResponse> SaveSession::Wait(absl::Duration timeout) {
 }
 
 void SaveSession::CheckDeadlines(absl::Time now) {
-  absl::Status timeout;
+  absl::Status failure;
   {
     absl::MutexLock lock(&mu_);
-    if (now < deadline_) return;
-    if (phase_ == Phase::kPlanning && busy_ == 0) {
-      timeout = absl::DeadlineExceededError(
-          absl::StrCat(Who(), ": ranks ", MissingLocked(/*snapshot=*/false), " on host ",
-                       context_.host.host(), " did not ask to save within ",
-                       absl::FormatDuration(context_.options.plan_timeout), "; aborted"));
-    } else if (phase_ == Phase::kSnapshot) {
-      if (snapshotted_ == local_world_size_) return;
-      timeout = absl::DeadlineExceededError(
-          absl::StrCat(Who(), ": ranks ", MissingLocked(/*snapshot=*/true), " on host ",
-                       context_.host.host(), " did not finish their snapshot within ",
-                       absl::FormatDuration(context_.options.snapshot_timeout), "; aborted"));
-    } else {
-      return;
+    failure = DeadlineFailureLocked(now);
+  }
+  if (!failure.ok()) Fail(failure);
+}
+
+absl::Status SaveSession::DeadlineFailureLocked(absl::Time now) {
+  if (phase_ == Phase::kPlanning && busy_ == 0 && error_.ok()) {
+    // A rank that cannot come fails the barrier now, not at its deadline.
+    const std::vector<int> attached = context_.sessions.RanksOf(job_);
+    auto planned = [&](int r) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // called here, under mu_
+      auto it = ranks_.find(r);
+      return it != ranks_.end() && it->second.request.has_value();
+    };
+    absl::Status absent = absent_.Check(now, context_.options.rank_grace, attached, planned);
+    if (!absent.ok()) {
+      return absl::Status(absent.code(), absl::StrCat(Who(), ": ", absent.message()));
     }
   }
-  Fail(timeout);
+  if (now < deadline_) return absl::OkStatus();
+  if (phase_ == Phase::kPlanning && busy_ == 0) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(Who(), ": ranks ", MissingLocked(/*snapshot=*/false), " on host ",
+                     context_.host.host(), " did not ask to save within ",
+                     absl::FormatDuration(context_.options.plan_timeout), "; aborted"));
+  }
+  if (phase_ == Phase::kSnapshot && snapshotted_ != local_world_size_) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(Who(), ": ranks ", MissingLocked(/*snapshot=*/true), " on host ",
+                     context_.host.host(), " did not finish their snapshot within ",
+                     absl::FormatDuration(context_.options.snapshot_timeout), "; aborted"));
+  }
+  return absl::OkStatus();
 }
 
 bool SaveSession::finished() const {

@@ -43,6 +43,8 @@
 #include "absl/time/time.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "ckpt/v1/node.pb.h"
+#include "daemon/server/absent_ranks.h"
+#include "daemon/server/disk_reservations.h"
 #include "daemon/server/node_context.h"
 #include "daemon/server/node_save_plan.h"
 #include "daemon/server/save_batches.h"
@@ -73,7 +75,8 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   // The rank's process or connection is gone: fails the save unless the
   // rank's snapshot was complete (the daemon owns those bytes).
   void RankGone(int rank);
-  // Fails the save if a phase's deadline has passed.
+  // Fails the save if a phase's deadline has passed, or while planning if
+  // a rank it waits for has had no session here for --rank_grace_s.
   void CheckDeadlines(absl::Time now);
 
   bool finished() const;
@@ -116,11 +119,17 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   void PlanAllRanks();  // run by the last rank to arrive, without mu_
   // ALREADY_EXISTS when the other tier has the step committed.
   absl::Status StepInOtherTier() const;
+  // The save's disk bytes reserved against the job's quota (none without
+  // one, or for a save to memory alone): RESOURCE_EXHAUSTED past it.
+  absl::StatusOr<std::unique_ptr<DiskReservations::Reservation>> ReserveDisk(
+      const v1::HostAssignment& host);
   // Every local rank's request, by rank; only once all have arrived.
   RankRequests RequestsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The attached ranks of this host that have not planned (or snapshotted),
   // at most 16, for a timeout's message.
   std::string MissingLocked(bool snapshot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why CheckDeadlines fails the save at `now`; OK to go on.
+  absl::Status DeadlineFailureLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Write tasks for the host-copied slices of a submitted room.
   std::map<int, std::vector<WriteTask>> TasksFor(uint64_t batch_id, Room& room, bool pulled)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -204,6 +213,12 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   std::vector<v1::ChunkChecksum> checksums_ ABSL_GUARDED_BY(mu_);
   // A memory-tier save's room in the tier's budget, until it ends.
   std::unique_ptr<tier::MemoryTier::Room> memory_room_ ABSL_GUARDED_BY(mu_);
+  // Its bytes reserved against the job's disk quota: released when it
+  // commits to storage or fails; a memory+durable save hands it to its
+  // persistence, which writes the bytes to storage later.
+  std::unique_ptr<DiskReservations::Reservation> disk_reservation_ ABSL_GUARDED_BY(mu_);
+  // The local ranks that have not planned and have no session here.
+  AbsentRanks absent_ ABSL_GUARDED_BY(mu_);
   std::string committed_path_ ABSL_GUARDED_BY(mu_);
   bool reported_ ABSL_GUARDED_BY(mu_) = false;  // the persist report was sent
   // The replicas other hosts send here, once received (or failed).

@@ -238,7 +238,7 @@ absl::StatusOr<std::unique_ptr<MemoryTier::Room>> MemoryTier::Reserve(const std:
   return std::make_unique<Room>(*this, bytes);
 }
 
-void MemoryTier::PersistLater(const std::string& job, int64_t step) {
+void MemoryTier::PersistLater(const std::string& job, int64_t step, std::shared_ptr<void> hold) {
   absl::StatusOr<std::unique_ptr<storage::FileLock>> pin =
       coordinator::PinStep(*backend_, kRoot, job, step);
   absl::MutexLock lock(&mu_);
@@ -248,7 +248,7 @@ void MemoryTier::PersistLater(const std::string& job, int64_t step) {
                         pin.status().message()));
     return;
   }
-  persists_.push_back(Queued{job, step, std::move(*pin)});
+  persists_.push_back(Queued{job, step, std::move(*pin), std::move(hold)});
 }
 
 absl::Status MemoryTier::Persist(const std::string& job, int64_t step) {
@@ -327,6 +327,8 @@ void MemoryTier::RunPersists() {
     const absl::Status status = Persist(next.job, next.step);
     if (status.ok() && CorruptionPoint("memory.after_persist")) (void)FlipByte(next.job, next.step);
     next.pin.reset();
+    // Committed on storage (the catalog counts it now) or not written.
+    next.hold.reset();
     Log(absl::StrFormat("persist job=%s step=%d duration_s=%.3f outcome=%s%s", next.job, next.step,
                         absl::ToDoubleSeconds(absl::Now() - start), status.ok() ? "ok" : "failed",
                         status.ok() ? "" : absl::StrCat(" error=\"", status.message(), "\"")));

@@ -113,8 +113,10 @@ class MemoryTier {
   // Queues the persistence of a committed memory step to storage; it runs
   // on the tier's own thread, one step at a time, in order. The step is
   // pinned here, before the caller's commit returns: retention and the
-  // budget never drop a step waiting to be persisted.
-  void PersistLater(const std::string& job, int64_t step);
+  // budget never drop a step waiting to be persisted. `hold` (the save's
+  // disk reservation, disk_reservations.h) is kept until the persistence
+  // ends, committed or failed, or is dropped with the tier.
+  void PersistLater(const std::string& job, int64_t step, std::shared_ptr<void> hold = nullptr);
   // Copies the step's files to the durable store and commits it there with
   // the same manifest; ALREADY_EXISTS when storage has the step. Runs in
   // the caller (PersistLater's thread, tests).
@@ -229,6 +231,7 @@ class MemoryTier {
     std::string job;
     int64_t step = 0;
     std::unique_ptr<storage::FileLock> pin;
+    std::shared_ptr<void> hold;
   };
   std::deque<Queued> persists_ ABSL_GUARDED_BY(mu_);
   bool persisting_ ABSL_GUARDED_BY(mu_) = false;
