@@ -96,6 +96,12 @@ ABSL_FLAG(uint64_t, max_manifest_chunk_bytes, uint64_t{1} << 32, "One stored chu
 ABSL_FLAG(int32_t, plan_timeout_s, 120,
           "Abort a save or load whose ranks do not all arrive in time");
 ABSL_FLAG(int32_t, rank_grace_s, 10,
+ABSL_FLAG(uint64_t, max_manifest_memory_bytes, uint64_t{256} << 20,
+          "Memory to read one MANIFEST (its bytes, the parsed message, its checks), estimated "
+          "before it is parsed; a larger one is refused, and so is a save that would write one");
+ABSL_FLAG(bool, return_freed_memory, true,
+          "Give heap that requests freed back to the system within about a second (false: keep "
+          "it for the next plan; the daemon then stays as large as its largest request made it)");
           "Fail a save or load, naming the rank, once a rank it waits for has had no session "
           "here (never attached, or its process died) this long");
 ABSL_FLAG(int32_t, snapshot_timeout_s, 300, "Abort a save whose ranks do not all snapshot in time");
@@ -243,6 +249,7 @@ int main(int argc, char** argv) {
   o.access.admin_users = absl::GetFlag(FLAGS_admin_users);
   o.access.admin_groups = absl::GetFlag(FLAGS_admin_groups);
   o.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  m.max_memory_bytes = absl::GetFlag(FLAGS_max_manifest_memory_bytes);
   o.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
   o.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
   o.token_file = absl::GetFlag(FLAGS_token_file);
@@ -290,6 +297,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const auto& opts = (*daemon)->options();
+  o.return_freed_memory = absl::GetFlag(FLAGS_return_freed_memory);
   const uint64_t pool_huge = ckpt::pool::ShmemHugePageBytes(getpid());
   absl::FPrintF(stderr,
                 "ckptd: serving on unix:%s%s%s; storage %s (%s); pool %d bytes in %d segments, "

@@ -62,7 +62,9 @@ Catalog::Catalog(storage::Backend& backend, std::string root, CatalogOptions opt
       host_(SafeHost(std::move(options.host))),
       instance_(IsInstanceId(options.instance) ? options.instance : RandomInstanceId()),
       limits_(options.limits),
-      files_elsewhere_(options.files_elsewhere) {}
+      files_elsewhere_(options.files_elsewhere),
+      read_slots_(options.read_slots != nullptr ? std::move(options.read_slots)
+                                                : std::make_shared<ManifestReadSlots>()) {}
 
 std::string Catalog::NewPartialId() {
   return PartialId(host_, instance_, next_partial_.fetch_add(1, std::memory_order_relaxed));
@@ -197,13 +199,39 @@ absl::StatusOr<v1::CheckpointManifest> Catalog::ReadStepManifest(const std::stri
                                                                  int64_t step) {
   const std::string dir = StepDir(root_, job, step);
   const std::string path = absl::StrCat(dir, "/", kManifestName);
-  absl::StatusOr<std::string> bytes =
-      storage::ReadWholeFileBeneath(backend_, dir, kManifestName, limits_.max_manifest_bytes);
+  // From the file's size to its validation, within a slot: a read holds up
+  // to --max_manifest_memory_bytes meanwhile (manifest_read_slots.h).
+  const ManifestReadSlots::Slot slot(*read_slots_);
+  absl::StatusOr<std::string> bytes = ReadManifestFile(dir, path);
   if (!bytes.ok()) return AsBroken(bytes.status());
-  absl::StatusOr<v1::CheckpointManifest> manifest = DecodeManifest(*bytes, path);
+  absl::StatusOr<v1::CheckpointManifest> manifest = DecodeBoundedManifest(*bytes, path, limits_);
   if (!manifest.ok()) return manifest.status();
   if (absl::Status s = ValidateManifest(*manifest, job, step, path, limits_); !s.ok()) return s;
   return manifest;
+}
+
+absl::StatusOr<std::string> Catalog::ReadManifestFile(const std::string& dir,
+                                                  const std::string& path) {
+  absl::StatusOr<std::unique_ptr<storage::ReadableFile>> file =
+      backend_.OpenReadOnlyBeneath(dir, kManifestName);
+  if (!file.ok()) return file.status();
+  absl::StatusOr<uint64_t> size = (*file)->Size();
+  if (!size.ok()) return size.status();
+  for (const auto& [limit, flag] : {std::pair{limits_.max_manifest_bytes, "--max_manifest_bytes"},
+                                    std::pair{limits_.max_memory_bytes,
+                                              "--max_manifest_memory_bytes"}}) {
+    if (*size > limit) {
+      return absl::FailedPreconditionError(absl::StrCat(path, " is ", *size,
+                                                        " bytes, more than the limit of ", limit,
+                                                        " (", flag, "); it was not read"));
+    }
+  }
+  std::string bytes(*size, '\0');
+  if (*size > 0) {
+    storage::IoOp op{0, bytes.data(), bytes.size()};
+    if (absl::Status s = (*file)->ReadBatch({&op, 1}); !s.ok()) return s;
+  }
+  return bytes;
 }
 
 absl::Status Catalog::CheckDataFiles(const std::string& job, int64_t step,

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "ckpt/v1/manifest.pb.h"
 #include "ckpt/v1/node.pb.h"
 #include "daemon/coordinator/manifest_check.h"
+#include "daemon/coordinator/manifest_read_slots.h"
 #include "daemon/storage/backend.h"
 
 namespace ckpt::coordinator {
@@ -40,6 +42,9 @@ struct CatalogOptions {
   // a data file missing here does not make a step broken; one present
   // must still be long enough.
   bool files_elsewhere = false;
+  // Shared by the daemon's catalogs so that their manifest reads together
+  // stay within kManifestReadSlots; null: this catalog's own.
+  std::shared_ptr<ManifestReadSlots> read_slots;
 };
 
 class Catalog {
@@ -92,6 +97,9 @@ class Catalog {
  private:
   // ReadManifest of an existing step number, without the latest fallback.
   absl::StatusOr<v1::CheckpointManifest> ReadStepManifest(const std::string& job, int64_t step);
+  // The MANIFEST's bytes; FAILED_PRECONDITION naming the flag when its size
+  // is past --max_manifest_bytes or --max_manifest_memory_bytes.
+  absl::StatusOr<std::string> ReadManifestFile(const std::string& dir, const std::string& path);
   // The manifest validates and the data files are there (no CRCs read).
   absl::Status VerifiesShallow(const std::string& job, int64_t step);
   absl::StatusOr<int64_t> ResolveLatest(const std::string& job);
@@ -102,6 +110,7 @@ class Catalog {
   const std::string instance_;
   const ManifestLimits limits_;
   const bool files_elsewhere_;
+  const std::shared_ptr<ManifestReadSlots> read_slots_;
   std::atomic<uint64_t> next_partial_{0};
 };
 

@@ -27,6 +27,9 @@ namespace ckpt::coordinator {
 // writes and small enough that reading one cannot exhaust the daemon.
 struct ManifestLimits {
   uint64_t max_manifest_bytes = uint64_t{256} << 20;  // the MANIFEST file
+  // Reading one: its bytes, the parsed message and the checks, estimated
+  // before it is parsed (manifest_footprint.h).
+  uint64_t max_memory_bytes = uint64_t{256} << 20;
   int64_t max_tensors = 1 << 20;
   int64_t max_shards = 1 << 22;  // over all tensors
   int64_t max_chunks = 1 << 24;  // over all shards and objects

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "daemon/coordinator/manifest_footprint.h"
 #include "proto/lib/crc32c.h"
 
 namespace ckpt::coordinator {
@@ -16,8 +17,10 @@ std::string EncodeManifest(const v1::CheckpointManifest& manifest) {
   return out;
 }
 
-absl::StatusOr<v1::CheckpointManifest> DecodeManifest(absl::string_view bytes,
-                                                      absl::string_view source) {
+namespace {
+
+// The payload, once the trailer matches.
+absl::StatusOr<absl::string_view> Payload(absl::string_view bytes, absl::string_view source) {
   if (bytes.size() < 4) {
     return absl::DataLossError(
         absl::StrCat(source, ": manifest is truncated (", bytes.size(), " bytes)"));
@@ -33,11 +36,37 @@ absl::StatusOr<v1::CheckpointManifest> DecodeManifest(absl::string_view bytes,
     return absl::DataLossError(absl::StrFormat(
         "%s: manifest checksum mismatch (stored %08x, computed %08x)", source, stored, actual));
   }
+  return payload;
+}
+
+absl::StatusOr<v1::CheckpointManifest> Parse(absl::string_view payload, absl::string_view source) {
   v1::CheckpointManifest manifest;
   if (!manifest.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
     return absl::DataLossError(absl::StrCat(source, ": manifest does not parse"));
   }
   return manifest;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::CheckpointManifest> DecodeManifest(absl::string_view bytes,
+                                                      absl::string_view source) {
+  absl::StatusOr<absl::string_view> payload = Payload(bytes, source);
+  if (!payload.ok()) return payload.status();
+  return Parse(*payload, source);
+}
+
+absl::StatusOr<v1::CheckpointManifest> DecodeBoundedManifest(absl::string_view bytes,
+                                                             absl::string_view source,
+                                                             const ManifestLimits& limits) {
+  absl::StatusOr<absl::string_view> payload = Payload(bytes, source);
+  if (!payload.ok()) return payload.status();
+  absl::StatusOr<ManifestFootprint> footprint = MeasureManifest(*payload, source);
+  if (!footprint.ok()) return footprint.status();
+  if (absl::Status s = CheckManifestFootprint(*footprint, bytes.size(), source, limits); !s.ok()) {
+    return s;
+  }
+  return Parse(*payload, source);
 }
 
 namespace {

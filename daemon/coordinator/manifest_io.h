@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/v1/manifest.pb.h"
+#include "daemon/coordinator/manifest_check.h"
 
 namespace ckpt::coordinator {
 
@@ -17,6 +18,13 @@ std::string EncodeManifest(const v1::CheckpointManifest& manifest);
 // DATA_LOSS naming `source` when the trailer is missing or does not match.
 absl::StatusOr<v1::CheckpointManifest> DecodeManifest(absl::string_view bytes,
                                                       absl::string_view source);
+// DecodeManifest of a manifest from disk: after the trailer, its footprint
+// is measured and checked against `limits` (manifest_footprint.h), so one
+// too large to hold is refused, FAILED_PRECONDITION naming the flag, before
+// it is parsed.
+absl::StatusOr<v1::CheckpointManifest> DecodeBoundedManifest(absl::string_view bytes,
+                                                             absl::string_view source,
+                                                             const ManifestLimits& limits);
 
 // Calls fn(chunk, owner) for every stored chunk of the manifest: each
 // tensor's ("tensor <fqn>"), then each object's ("object <key>"). Stops at,

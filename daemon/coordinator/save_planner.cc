@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/coordinator/manifest_check.h"
+#include "daemon/coordinator/manifest_footprint.h"
 #include "daemon/coordinator/planner_memory.h"
 #include "daemon/coordinator/rank_form.h"
 #include "daemon/coordinator/region_table.h"
@@ -737,6 +738,20 @@ absl::Status CheckLoadable(const v1::CheckpointManifest& manifest, uint64_t chun
     return absl::ResourceExhaustedError(
         absl::StrCat("the save needs a manifest of about ", bytes, " bytes; the limit is ",
                      options.manifest_limits.max_manifest_bytes, " (--max_manifest_bytes)"));
+  }
+  // Nor one too large to hold while it is read (manifest_footprint.h):
+  // measured on its bytes unless even the costliest bytes could not reach
+  // the bound.
+  if (bytes > options.manifest_limits.max_memory_bytes / kMaxFootprintPerWireByte) {
+    const std::string wire = manifest.SerializeAsString();
+    absl::StatusOr<ManifestFootprint> footprint = MeasureManifest(wire, "the plan's manifest");
+    if (!footprint.ok()) return footprint.status();
+    if (absl::Status s = CheckManifestFootprint(*footprint, bytes, "the plan's manifest",
+                                                options.manifest_limits);
+        !s.ok()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the save would commit a checkpoint that cannot be loaded: ", s.message()));
+    }
   }
   return absl::OkStatus();
 }

@@ -129,6 +129,9 @@ inline uint64_t SaveBatchBytes(const DaemonOptions& o) {
                               : std::max(o.batch_bytes, std::min(o.pool_bytes / 16, kMost));
   return std::min(wanted, o.pool_bytes / 2);
 }
+  // Heap freed by requests goes back to the system (heap_trim.h); false
+  // keeps it for the next plan.
+  bool return_freed_memory = true;
 
 // A load's read group: batch_bytes, never more than half the pool (a group
 // larger than the pool could never get its room; a save of the same state

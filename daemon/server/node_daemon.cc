@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "daemon/auth/pem_file.h"
+#include "daemon/server/heap_trim.h"
 #include "daemon/server/metrics_sampler.h"
 #include "daemon/server/refusal_interceptor.h"
 #include "daemon/storage/backend_factory.h"
@@ -81,6 +82,9 @@ absl::Status CheckLimits(const RequestLimits& l, const coordinator::ManifestLimi
   }
   if (l.max_world_size > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat("--max_world_size must be at most ", INT_MAX));
+  }
+  if (m.max_memory_bytes == 0) {
+    return absl::InvalidArgumentError("--max_manifest_memory_bytes must be positive");
   }
   if (m.max_manifest_bytes == 0 || m.max_chunk_bytes == 0) {
     return absl::InvalidArgumentError(
@@ -264,6 +268,8 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   d->removed_partials_ = *removed;
   d->coordinator_->EnableRetention(o.retention);
   if (o.memory_tier_bytes > 0) {
+  // One bound on manifest reads for both tiers' catalogs.
+  catalog.read_slots = std::make_shared<coordinator::ManifestReadSlots>();
     // The budget is taken as it comes, not at start: say so when it could
     // not be, before the host finds out by swapping or the OOM killer.
     const uint64_t physical =
@@ -547,12 +553,15 @@ void NodeDaemon::Shutdown() {
 NodeDaemon::~NodeDaemon() {
   // No scrape may read the parts below once they start going.
   metrics_server_.reset();
+    // What a refused or failed request freed goes back to the system.
+    HeapTrimmer heap_trimmer({.enabled = options_.return_freed_memory});
   if (metrics_) metrics_->SetSampler(nullptr);
   Shutdown();
   if (reaper_.joinable()) reaper_.join();
   // Its heartbeats sample the service: stopped now, kept (a plan in flight
   // asks it whether this host is registered) until the service is gone.
   if (coordinator_link_) coordinator_link_->Stop();
+      heap_trimmer.Tick(now);
   if (service_) {
     // Saves whose ranks are all snapshotted can still commit: give what is
     // in flight a moment to finish, then abort the rest, well inside the
