@@ -1,7 +1,6 @@
 #include "daemon/peer/peer_receiver.h"
 
 #include <poll.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -14,30 +13,33 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "daemon/auth/bearer_token.h"
+#include "daemon/peer/peer_handshake.h"
 #include "daemon/peer/peer_socket.h"
 
 namespace ckpt::peer {
 namespace {
 
+// Bytes of a frame read and MAC'd at a time: small enough to be MAC'd
+// while still in the cache the socket's copy left them in.
+constexpr uint64_t kAuthChunkBytes = 256 << 10;
+
 PeerToken NewToken() {
   PeerToken token;
-  size_t got = 0;
-  while (got < token.bytes.size()) {
-    const ssize_t n = ::getrandom(token.bytes.data() + got, token.bytes.size() - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);
-  }
+  FillRandom(token.id_bytes.data(), token.id_bytes.size());
+  FillRandom(token.key.data(), token.key.size());
   return token;
 }
 
-void SendAck(int fd, uint64_t received, absl::StatusCode code, const std::string& peer,
-             uint32_t flags = 0) {
-  char ack[kAckBytes] = {};
-  PutU64(ack, received);
-  PutU32(ack + 8, static_cast<uint32_t>(code));
-  PutU32(ack + 12, flags);
-  iovec iov{ack, sizeof ack};
+template <size_t N>
+void Send(int fd, const std::array<char, N>& message, const std::string& peer) {
+  iovec iov{const_cast<char*>(message.data()), N};
   (void)WriteFull(fd, &iov, 1, peer);  // best effort: the sender may be gone
+}
+
+// Whether the other end of `fd` hung up (or the connection broke).
+bool HungUp(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
 }  // namespace
@@ -111,9 +113,18 @@ absl::Status PeerTransfer::WaitUnless(absl::Time deadline, const std::function<b
 
 // ---- PeerReceiver ------------------------------------------------------------
 
+PeerReceiver::PeerReceiver(const PeerReceiverOptions& options, int listener, int port)
+    : options_(options),
+      per_host_limit_(options.max_connections_per_host > 0
+                          ? options.max_connections_per_host
+                          : std::max(1, options.max_connections / 4)),
+      listener_(listener),
+      port_(port) {}
+
 absl::StatusOr<std::unique_ptr<PeerReceiver>> PeerReceiver::Start(
     const PeerReceiverOptions& options) {
-  if (options.max_frame_bytes == 0 || options.max_connections < 1) {
+  if (options.max_frame_bytes == 0 || options.max_connections < 1 ||
+      options.max_connections_per_host < 0) {
     return absl::InvalidArgumentError(
         "peer receiver: frame limit and connections must be positive");
   }
@@ -157,78 +168,112 @@ ExpectedTransfer PeerReceiver::Expect(std::string what, char* base, uint64_t byt
   return ExpectedTransfer(std::move(transfer));
 }
 
-std::shared_ptr<void> PeerReceiver::OpenPrefix(uint64_t id) {
+std::shared_ptr<void> PeerReceiver::OpenPrefix(uint64_t id, absl::string_view master_secret) {
   char prefix[kTokenPrefixBytes];
   PutU64(prefix, id);
-  return OpenPrefix(std::string(prefix, sizeof prefix));
+  return OpenPrefixBytes(std::string(prefix, sizeof prefix), std::string(master_secret));
 }
 
-std::shared_ptr<void> PeerReceiver::OpenPrefix(std::string prefix) {
+std::shared_ptr<void> PeerReceiver::OpenPrefix(uint64_t id) { return OpenPrefix(id, ""); }
+
+std::shared_ptr<void> PeerReceiver::OpenPrefixBytes(std::string prefix, std::string secret) {
   {
     absl::MutexLock lock(&mu_);
-    ++open_prefixes_[prefix];
+    Prefix& p = open_prefixes_[prefix];
+    ++p.handles;
+    // Every holder of one load's prefix was given the same secret.
+    if (p.secret.empty()) p.secret = std::move(secret);
   }
   return std::shared_ptr<void>(nullptr, [this, prefix = std::move(prefix)](void*) {
     absl::MutexLock lock(&mu_);
     auto it = open_prefixes_.find(prefix);
-    if (it != open_prefixes_.end() && --it->second == 0) open_prefixes_.erase(it);
+    if (it != open_prefixes_.end() && --it->second.handles == 0) open_prefixes_.erase(it);
   });
 }
 
-namespace {
-
-// Whether the other end of `fd` hung up (or the connection broke).
-bool HungUp(int fd) {
-  pollfd p{fd, POLLRDHUP, 0};
-  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
-}
-
-}  // namespace
-
-std::shared_ptr<PeerTransfer> PeerReceiver::AwaitExpected(const PeerToken& token, int fd) {
-  const std::string id(token.id());
+PeerReceiver::Lookup PeerReceiver::FindKey(const std::string& id, int fd, absl::Time deadline,
+                                           Key* key) {
   const std::string prefix = id.substr(0, kTokenPrefixBytes);
   // Hosts get their parts of a load at about the same time, not at once:
-  // a sender may come before this host opened the load's prefix. It gets
-  // as long as a hello may take (a stranger can hold a connection that
-  // long anyway); only a load this host takes part in keeps it longer.
-  auto opened = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return stopping_.load() || expected_.count(id) > 0 || open_prefixes_.count(prefix) > 0;
+  // a sender may come before this host opened the load's prefix or
+  // expected its transfer. It gets what is left of its hello timeout for
+  // that (a stranger can hold a connection that long anyway).
+  auto known = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> bool {
+    if (stopping_.load()) return true;
+    if (auto it = expected_.find(id); it != expected_.end() && !it->second.expired()) return true;
+    auto it = open_prefixes_.find(prefix);
+    return it != open_prefixes_.end() && !it->second.secret.empty();
   };
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      // Waited in slices: a sender that hangs up meanwhile gives its slot
+      // back at once.
+      mu_.AwaitWithDeadline(absl::Condition(&known),
+                            std::min(deadline, absl::Now() + absl::Milliseconds(100)));
+      if (stopping_.load()) return Lookup::kUnknown;
+      if (auto it = expected_.find(id); it != expected_.end()) {
+        if (std::shared_ptr<PeerTransfer> t = it->second.lock()) {
+          *key = t->token().key;
+          return Lookup::kKey;
+        }
+      }
+      auto it = open_prefixes_.find(prefix);
+      if (it != open_prefixes_.end() && !it->second.secret.empty()) {
+        *key = TransferKey(it->second.secret, id);
+        return Lookup::kKey;
+      }
+      if (absl::Now() >= deadline) {
+        return it != open_prefixes_.end() ? Lookup::kRetry : Lookup::kUnknown;
+      }
+    }
+    if (HungUp(fd)) return Lookup::kHungUp;
+  }
+}
+
+bool PeerReceiver::FirstSight(const std::string& id, const Nonce& nonce) {
+  absl::MutexLock lock(&mu_);
+  auto it = open_prefixes_.find(id.substr(0, kTokenPrefixBytes));
+  // Outside an open prefix a hello claims its transfer at once or not at
+  // all: one seen again finds it taken.
+  if (it == open_prefixes_.end()) return true;
+  return it->second.seen.insert(absl::StrCat(id, View(nonce))).second;
+}
+
+std::shared_ptr<PeerTransfer> PeerReceiver::AwaitExpected(const std::string& id, const Key& key,
+                                                          int fd) {
+  const std::string prefix = id.substr(0, kTokenPrefixBytes);
+  // Only a verified hello gets here: it may wait for its load's readers.
   auto ready = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     return stopping_.load() || expected_.count(id) > 0 || open_prefixes_.count(prefix) == 0;
   };
-  // Waited in slices: a sender that hangs up meanwhile (a stranger's
-  // hello) gives its connection slot back at once, so a stream of them
-  // cannot hold every slot. False: it hung up.
-  auto wait = [&](const std::function<bool()>& condition, absl::Duration limit) {
-    const absl::Time end = absl::Now() + limit;
-    for (;;) {
-      {
-        absl::MutexLock lock(&mu_);
-        if (mu_.AwaitWithTimeout(absl::Condition(&condition),
-                                 std::min(end - absl::Now(), absl::Milliseconds(100)))) {
-          return true;
-        }
+  const absl::Time end = absl::Now() + options_.claim_timeout;
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithDeadline(absl::Condition(&ready),
+                                std::min(end, absl::Now() + absl::Milliseconds(100)))) {
+        break;
       }
-      if (absl::Now() >= end) return true;
-      if (HungUp(fd)) return false;
     }
-  };
-  if (!wait(opened, options_.hello_timeout) || !wait(ready, options_.claim_timeout)) return nullptr;
-  return TakeExpected(token);
+    if (absl::Now() >= end) break;
+    if (HungUp(fd)) return nullptr;
+  }
+  return TakeExpected(id, key);
 }
 
-std::shared_ptr<PeerTransfer> PeerReceiver::TakeExpected(const PeerToken& token) {
+std::shared_ptr<PeerTransfer> PeerReceiver::TakeExpected(const std::string& id, const Key& key) {
   absl::MutexLock lock(&mu_);
-  auto it = expected_.find(std::string(token.id()));
+  auto it = expected_.find(id);
   if (it == expected_.end()) return nullptr;
   std::shared_ptr<PeerTransfer> transfer = it->second.lock();
   if (transfer == nullptr) {
     expected_.erase(it);
     return nullptr;
   }
-  if (!auth::ConstantTimeEquals(transfer->token().secret(), token.secret())) return nullptr;
+  // The hello was checked with this key, or with the prefix's: the same
+  // unless the owner expected the id with a key of its own.
+  if (!ConstantTimeEquals(View(transfer->token().key), View(key))) return nullptr;
   expected_.erase(it);  // one use
   return transfer;
 }
@@ -239,6 +284,7 @@ PeerReceiverStats PeerReceiver::Stats() const {
   s.transfers_completed = completed_.load(std::memory_order_relaxed);
   s.transfers_failed = failed_.load(std::memory_order_relaxed);
   s.connections_refused = connections_refused_.load(std::memory_order_relaxed);
+  s.hellos_rejected = hellos_rejected_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -250,6 +296,10 @@ void PeerReceiver::ReapLocked() {
     }
     (*it)->thread.join();
     ::close((*it)->fd);
+    if (auto h = connections_per_host_.find((*it)->host);
+        h != connections_per_host_.end() && --h->second <= 0) {
+      connections_per_host_.erase(h);
+    }
     it = connections_.erase(it);
   }
 }
@@ -264,99 +314,93 @@ void PeerReceiver::AcceptLoop() {
       if (errno != EINTR && errno != ECONNABORTED) absl::SleepFor(absl::Milliseconds(10));
       continue;
     }
+    const absl::Time accepted = absl::Now();
+    std::string host = RemoteHost(fd);
     absl::MutexLock lock(&mu_);
     ReapLocked();
-    if (static_cast<int>(connections_.size()) >= options_.max_connections) {
+    // One host's connections (a stranger's silent ones) never take the
+    // slots the others need.
+    int& from_host = connections_per_host_[host];
+    if (static_cast<int>(connections_.size()) >= options_.max_connections ||
+        from_host >= per_host_limit_) {
+      if (from_host == 0) connections_per_host_.erase(host);
       Refuse();  // counted before the peer can see the close
       ::close(fd);
       continue;
     }
     auto connection = std::make_unique<Connection>();
     connection->fd = fd;
+    connection->host = host;
     Connection* c = connection.get();
     try {
-      c->thread = std::thread([this, c] {
-        Serve(c->fd);
+      c->thread = std::thread([this, c, accepted] {
+        Serve(c->fd, accepted);
         c->finished.store(true, std::memory_order_release);
       });
     } catch (const std::system_error&) {  // out of threads: this one waits its turn
+      if (from_host == 0) connections_per_host_.erase(host);
       Refuse();
       ::close(fd);
       continue;
     }
+    ++from_host;
     connections_.push_back(std::move(connection));
   }
 }
 
-void PeerReceiver::Serve(int fd) {
+void PeerReceiver::Serve(int fd, absl::Time accepted) {
   const std::string peer = PeerName(fd);
+  // Everything up to a verified hello within the hello timeout of the
+  // accept: no deadline below grows it.
+  const absl::Time hello_deadline = accepted + options_.hello_timeout;
   SetTimeouts(fd, options_.hello_timeout, options_.idle_timeout);
+  auto refuse = [&](absl::StatusCode code, uint32_t flags) {
+    Refuse();
+    Send(fd, PlainAck(0, code, flags), peer);
+    ::shutdown(fd, SHUT_RDWR);
+  };
   char hello[kHelloBytes];
-  if (!ReadFull(fd, hello, sizeof hello, peer, absl::Now() + options_.hello_timeout).ok() ||
-      std::memcmp(hello, kMagic, sizeof kMagic) != 0 || GetU32(hello + 8) != kVersion) {
+  HelloFields fields;
+  if (!ReadFull(fd, hello, sizeof hello, peer, hello_deadline).ok() ||
+      !ParseHello(hello, &fields).ok()) {
     Refuse();  // not a ckpt peer, or not this version: nothing to answer
     ::shutdown(fd, SHUT_RDWR);
     return;
   }
-  PeerToken token;
-  std::memcpy(token.bytes.data(), hello + 16, kTokenBytes);
-  std::shared_ptr<PeerTransfer> transfer = AwaitExpected(token, fd);
-  if (transfer == nullptr || !transfer->Claim(fd)) {
-    Refuse();
-    SendAck(fd, 0, absl::StatusCode::kPermissionDenied, peer);
-    ::shutdown(fd, SHUT_RDWR);
+  Key key;
+  switch (FindKey(fields.id, fd, hello_deadline, &key)) {
+    case Lookup::kKey:
+      break;
+    case Lookup::kRetry:  // its load is open here, its secret not yet known
+      refuse(absl::StatusCode::kUnavailable, kRetry);
+      return;
+    case Lookup::kUnknown:
+      refuse(absl::StatusCode::kPermissionDenied, 0);
+      return;
+    case Lookup::kHungUp:
+      Refuse();
+      ::shutdown(fd, SHUT_RDWR);
+      return;
+  }
+  if (!HelloVerifies(hello, key) || !FirstSight(fields.id, fields.nonce)) {
+    hellos_rejected_.fetch_add(1, std::memory_order_relaxed);
+    refuse(absl::StatusCode::kPermissionDenied, 0);
     return;
   }
-  SendAck(fd, 0, absl::StatusCode::kOk, peer, kReady);
+  std::shared_ptr<PeerTransfer> transfer = AwaitExpected(fields.id, key, fd);
+  if (transfer == nullptr || !transfer->Claim(fd)) {
+    refuse(absl::StatusCode::kPermissionDenied, 0);
+    return;
+  }
+  Nonce own;
+  FillRandom(own.data(), own.size());
+  FrameMac session(SessionKey(key, fields.nonce, own));
+  const bool frame_auth = options_.frame_auth;
+  Send(fd, EncodeReady(session, kReady | (frame_auth ? kFrameAuth : 0), own), peer);
   SetTimeouts(fd, options_.idle_timeout, options_.idle_timeout);
   const std::string from = absl::StrCat(transfer->what_, " from ", peer);
-  absl::Status status;
   uint64_t received = 0;
-  uint64_t next_offset = 0;  // frames come in order
-  for (;;) {
-    char header[kFrameHeaderBytes];
-    if (status = ReadFull(fd, header, sizeof header, "the sender"); !status.ok()) break;
-    const uint64_t offset = GetU64(header);
-    const uint32_t length = GetU32(header + 8);
-    const uint32_t flags = GetU32(header + 12);
-    if (length > options_.max_frame_bytes) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat("a frame of ", length, " bytes; the limit is ", options_.max_frame_bytes));
-      break;
-    }
-    if (offset > transfer->bytes_ || length > transfer->bytes_ - offset) {
-      status = absl::InvalidArgumentError(absl::StrCat("a frame for [", offset, ", +", length,
-                                                       ") of a transfer of ", transfer->bytes_,
-                                                       " bytes"));
-      break;
-    }
-    // Frames in order, none overlapping: with the total checked at the end,
-    // every byte of the destination was then written exactly once.
-    if (offset < next_offset) {
-      status = absl::InvalidArgumentError(absl::StrCat(
-          "a frame at offset ", offset, " before the end of the previous one (", next_offset, ")"));
-      break;
-    }
-    next_offset = offset + length;
-    if (status = ReadFull(fd, transfer->base_ + offset, length, "the sender"); !status.ok()) {
-      break;
-    }
-    received += length;
-    transfer->received_.store(received, std::memory_order_relaxed);
-    bytes_received_.fetch_add(length, std::memory_order_relaxed);
-    if (received > transfer->bytes_) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat(received, " bytes, more than the transfer's ", transfer->bytes_));
-      break;
-    }
-    if ((flags & kLastFrame) != 0) {
-      if (received != transfer->bytes_) {
-        status = absl::DataLossError(
-            absl::StrCat("the end after ", received, " of ", transfer->bytes_, " bytes"));
-      }
-      break;
-    }
-  }
+  absl::Status status = ReceiveFrames(fd, *transfer, session, frame_auth, &received);
   if (!status.ok()) {
     status = absl::Status(status.code(), absl::StrCat(from, ": ", status.message()));
   }
@@ -365,10 +409,77 @@ void PeerReceiver::Serve(int fd) {
   if (!status.ok() && !transfer->cancelled()) {
     absl::FPrintF(stderr, "ckptd: peer channel: %s\n", status.ToString());
   }
-  SendAck(fd, received, status.code(), peer);
+  Send(fd, EncodeAck(session, received, status.code()), peer);
   // The peer sees the end now; the descriptor closes when the thread is
   // reaped.
   ::shutdown(fd, SHUT_RDWR);
+}
+
+absl::Status PeerReceiver::ReceiveFrames(int fd, PeerTransfer& transfer, FrameMac& session,
+                                         bool frame_auth, uint64_t* received) {
+  uint64_t next_offset = 0;  // frames come in order
+  for (uint64_t frame = 0;; ++frame) {
+    char header[kFrameHeaderBytes];
+    if (absl::Status s = ReadFull(fd, header, sizeof header, "the sender"); !s.ok()) return s;
+    const uint64_t offset = GetU64(header);
+    const uint32_t length = GetU32(header + 8);
+    const uint32_t flags = GetU32(header + 12);
+    if (length > options_.max_frame_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a frame of ", length, " bytes; the limit is ", options_.max_frame_bytes));
+    }
+    if (offset > transfer.bytes_ || length > transfer.bytes_ - offset) {
+      return absl::InvalidArgumentError(absl::StrCat("a frame for [", offset, ", +", length,
+                                                     ") of a transfer of ", transfer.bytes_,
+                                                     " bytes"));
+    }
+    // Frames in order, none overlapping: with the total checked at the end,
+    // every byte of the destination was then written exactly once.
+    if (offset < next_offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a frame at offset ", offset, " before the end of the previous one (", next_offset, ")"));
+    }
+    next_offset = offset + length;
+    char* const dst = transfer.base_ + offset;
+    if (!frame_auth) {
+      if (absl::Status s = ReadFull(fd, dst, length, "the sender"); !s.ok()) return s;
+    } else {
+      // MAC'd as it lands, while in the cache. The bytes are in the
+      // destination before the MAC is checked: a frame that fails it
+      // fails the transfer, so its owner never takes them.
+      session.Begin(Direction::kSender, frame);
+      session.Add(header, sizeof header);
+      for (uint64_t done = 0; done < length;) {
+        const uint64_t n = std::min<uint64_t>(kAuthChunkBytes, length - done);
+        if (absl::Status s = ReadFull(fd, dst + done, n, "the sender"); !s.ok()) return s;
+        session.Add(dst + done, n);
+        done += n;
+      }
+      char tag[kTagBytes];
+      if (absl::Status s = ReadFull(fd, tag, sizeof tag, "the sender"); !s.ok()) return s;
+      const Tag expected = session.Finish();
+      if (!ConstantTimeEquals(View(expected), View(tag, sizeof tag))) {
+        return absl::DataLossError(
+            absl::StrCat("frame ", frame, " for [", offset, ", +", length,
+                         ") fails its authentication: altered on the way, or not from the "
+                         "sender; the transfer's bytes are not to be used"));
+      }
+    }
+    *received += length;
+    transfer.received_.store(*received, std::memory_order_relaxed);
+    bytes_received_.fetch_add(length, std::memory_order_relaxed);
+    if (*received > transfer.bytes_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(*received, " bytes, more than the transfer's ", transfer.bytes_));
+    }
+    if ((flags & kLastFrame) != 0) {
+      if (*received != transfer.bytes_) {
+        return absl::DataLossError(
+            absl::StrCat("the end after ", *received, " of ", transfer.bytes_, " bytes"));
+      }
+      return absl::OkStatus();
+    }
+  }
 }
 
 }  // namespace ckpt::peer

@@ -125,21 +125,41 @@ void SetTimeouts(int fd, absl::Duration receive, absl::Duration send) {
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &s, sizeof s);
 }
 
-std::string PeerName(int fd) {
+namespace {
+
+// The remote address of `fd` and its port; false when unknown.
+bool Remote(int fd, std::string* host, int* port) {
   sockaddr_storage peer{};
   socklen_t length = sizeof peer;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) != 0) {
-    return "an unknown peer";
-  }
-  char host[INET6_ADDRSTRLEN] = {};
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) != 0) return false;
+  char text[INET6_ADDRSTRLEN] = {};
   if (peer.ss_family == AF_INET6) {
     const auto* a = reinterpret_cast<const sockaddr_in6*>(&peer);
-    ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-    return absl::StrCat("[", host, "]:", ntohs(a->sin6_port));
+    ::inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof text);
+    *port = ntohs(a->sin6_port);
+  } else {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&peer);
+    ::inet_ntop(AF_INET, &a->sin_addr, text, sizeof text);
+    *port = ntohs(a->sin_port);
   }
-  const auto* a = reinterpret_cast<const sockaddr_in*>(&peer);
-  ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-  return absl::StrCat(host, ":", ntohs(a->sin_port));
+  *host = text;
+  return true;
+}
+
+}  // namespace
+
+std::string PeerName(int fd) {
+  std::string host;
+  int port = 0;
+  if (!Remote(fd, &host, &port)) return "an unknown peer";
+  return host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", port)
+                                             : absl::StrCat(host, ":", port);
+}
+
+std::string RemoteHost(int fd) {
+  std::string host;
+  int port = 0;
+  return Remote(fd, &host, &port) ? host : std::string();
 }
 
 absl::Status ReadFull(int fd, char* p, uint64_t n, const std::string& peer, absl::Time deadline) {

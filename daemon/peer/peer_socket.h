@@ -21,6 +21,9 @@ absl::StatusOr<int> ConnectTcp(const std::string& address, absl::Duration timeou
 void SetTimeouts(int fd, absl::Duration receive, absl::Duration send);
 // "10.0.0.2:41234", or "an unknown peer".
 std::string PeerName(int fd);
+// The remote address alone ("10.0.0.2", "::1"): the host whose connection
+// slots this one takes. Empty when unknown.
+std::string RemoteHost(int fd);
 
 // All n bytes, or an error: UNAVAILABLE when the peer closed or reset the
 // connection, DEADLINE_EXCEEDED when it went quiet past the timeout, or

@@ -262,7 +262,7 @@ absl::Status ExchangeStripes(peer::PeerReceiver* receiver, storage::Backend& bac
   }
   std::shared_ptr<void> open;
   if (encodes && receiver != nullptr) {
-    open = receiver->OpenPrefix(plan.id());
+    open = receiver->OpenPrefix(plan.id(), plan.secret());
     if (absl::Status s = backend.CreateDirs(absl::StrCat(dir, "/parity")); !s.ok()) return s;
   }
   absl::Status status = tasks.Run();
@@ -357,7 +357,9 @@ absl::Status RunRebuild(peer::PeerReceiver* receiver, storage::Backend& backend,
     });
   }
   std::shared_ptr<void> open;
-  if (rebuilds && receiver != nullptr) open = receiver->OpenPrefix(rebuild.rebuild_id());
+  if (rebuilds && receiver != nullptr) {
+    open = receiver->OpenPrefix(rebuild.rebuild_id(), rebuild.secret());
+  }
   absl::Status status = tasks.Run();
   *sent += bytes_sent.load();
   absl::Status closed = rebuilt.Close();

@@ -283,7 +283,8 @@ absl::Status LoadSession::Plan() {
     std::sort(hosts.begin(), hosts.end());
     for (const std::string& host : hosts) peer_index_[host] = index++;
     peers_ = assignment_.peers();
-    peer_prefix_ = context_.peer->OpenPrefix(assignment_.peers().load_id());
+    peer_prefix_ =
+        context_.peer->OpenPrefix(assignment_.peers().load_id(), assignment_.peers().secret());
     early_prefix_.reset();
   }
   groups_.resize(planned.size());
@@ -765,7 +766,8 @@ absl::Status LoadSession::RebuildLostShares(const v1::LoadAssignment& assignment
   // chunks of the load meanwhile: they wait for it, not fail.
   std::shared_ptr<void> load_prefix;
   if (context_.peer != nullptr && assignment.has_peers()) {
-    load_prefix = context_.peer->OpenPrefix(assignment.peers().load_id());
+    load_prefix =
+        context_.peer->OpenPrefix(assignment.peers().load_id(), assignment.peers().secret());
   }
   const absl::Time start = absl::Now();
   uint64_t sent = 0;

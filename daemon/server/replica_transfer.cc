@@ -64,7 +64,7 @@ absl::Status ReceiveReplicas(peer::PeerReceiver& receiver, storage::Backend& bac
                              const std::function<bool()>& cancelled, absl::Time deadline) {
   if (plan.receive_from_size() == 0) return absl::OkStatus();
   // Senders that come before this host expects a piece wait for it.
-  std::shared_ptr<void> open = receiver.OpenPrefix(plan.replica_id());
+  std::shared_ptr<void> open = receiver.OpenPrefix(plan.replica_id(), plan.secret());
   const uint64_t piece_bytes = plan.piece_bytes();
   // A stream per sender: each sender's pieces are taken as they come,
   // whatever the others do (a sender waits on its receivers in turn).

@@ -1,13 +1,15 @@
 // ckpt-peer-bench: the peer data channel against the link (issue "Many
 // hosts"). Two "hosts", each a network namespace joined by a veth pair (or,
 // with --loopback or without root, two processes on 127.0.0.1), move the
-// same bytes three ways: a raw TCP stream of the bytes alone (what iperf3
-// measures: the link's limit), the peer data channel (daemon/peer: plain
-// TCP with a token and frame headers, into the receiver's memory), and a
-// streaming gRPC call of PeerBlock messages (proto/ckpt/v1/peer.proto),
-// the alternative the channel was measured against. Every receiver puts
-// every byte into a destination buffer, as a daemon would into its pool.
-// Rounds run the three in rotating order; the figures are medians.
+// same bytes four ways: a raw TCP stream of the bytes alone (what iperf3
+// measures: the link's limit), the peer data channel (daemon/peer: TCP
+// with a MAC'd hello and frame headers, into the receiver's memory) with
+// every frame MAC'd (ckptd's default, --peer_frame_auth) and without,
+// and a streaming gRPC call of PeerBlock messages
+// (proto/ckpt/v1/peer.proto), the alternative the channel was measured
+// against. Every receiver puts every byte into a destination buffer, as a
+// daemon would into its pool. Rounds run the four in rotating order; the
+// figures are medians.
 //
 //   ckpt-peer-bench [--gib 2] [--block-mib 4] [--rounds 3] [--loopback] [--json]
 #include <arpa/inet.h>
@@ -152,25 +154,31 @@ int RunReceiver(const std::string& host, int tcp_port, int grpc_port, uint64_t b
     std::cout << "error gRPC listen on " << host << ":" << grpc_port << std::endl;
     return 1;
   }
-  auto channel = peer::PeerReceiver::Start({.listen_address = absl::StrCat(host, ":0")});
-  if (!channel.ok()) {
-    std::cout << "error " << channel.status() << std::endl;
+  // Two channels: every frame MAC'd (ckptd's default), and not.
+  auto authenticated =
+      peer::PeerReceiver::Start({.listen_address = absl::StrCat(host, ":0"), .frame_auth = true});
+  auto plain =
+      peer::PeerReceiver::Start({.listen_address = absl::StrCat(host, ":0"), .frame_auth = false});
+  if (!authenticated.ok() || !plain.ok()) {
+    std::cout << "error " << (authenticated.ok() ? plain.status() : authenticated.status())
+              << std::endl;
     return 1;
   }
   std::cout << "ready" << std::endl;
-  // "expect N": a transfer of N bytes on the peer channel, answered with
-  // its port and token; "wait": its outcome. EOF stops.
+  // "expect N auth|plain": a transfer of N bytes on that peer channel,
+  // answered with its port and token; "wait": its outcome. EOF stops.
   std::optional<peer::ExpectedTransfer> transfer;
   for (std::string line; std::getline(std::cin, line);) {
+    const std::vector<std::string> words = absl::StrSplit(line, ' ');
     uint64_t n = 0;
-    if (line.rfind("expect ", 0) == 0 && absl::SimpleAtoi(line.substr(7), &n) &&
-        n <= destination.size()) {
+    if (words.size() == 3 && words[0] == "expect" && absl::SimpleAtoi(words[1], &n) &&
+        n <= destination.size() && (words[2] == "auth" || words[2] == "plain")) {
+      peer::PeerReceiver& channel = words[2] == "auth" ? **authenticated : **plain;
       transfer.reset();
-      transfer.emplace((*channel)->Expect("bench transfer", destination.data(), n));
+      transfer.emplace(channel.Expect("bench transfer", destination.data(), n));
       const peer::PeerToken& token = (*transfer)->token();
-      std::cout << "ok " << (*channel)->port() << " "
-                << absl::BytesToHexString(absl::string_view(
-                       reinterpret_cast<const char*>(token.bytes.data()), token.bytes.size()))
+      std::cout << "ok " << channel.port() << " "
+                << absl::BytesToHexString(absl::StrCat(token.id(), peer::View(token.key)))
                 << std::endl;
     } else if (line == "wait" && transfer.has_value()) {
       const absl::Status s = (*transfer)->Wait(absl::Now() + absl::Minutes(1));
@@ -235,7 +243,8 @@ absl::StatusOr<double> SendGrpc(v1::PeerData::Stub& stub, uint64_t bytes,
 absl::StatusOr<double> SendChannel(const std::string& address, const std::string& token_bytes,
                                    uint64_t bytes, const std::vector<char>& block) {
   peer::PeerToken token;
-  std::memcpy(token.bytes.data(), token_bytes.data(), peer::kTokenBytes);
+  std::memcpy(token.id_bytes.data(), token_bytes.data(), peer::kIdBytes);
+  std::memcpy(token.key.data(), token_bytes.data() + peer::kIdBytes, peer::kKeyBytes);
   std::vector<peer::PeerBlockRef> blocks;
   for (uint64_t sent = 0; sent < bytes; sent += block.size()) {
     blocks.push_back({sent, block.data(), std::min<uint64_t>(block.size(), bytes - sent)});
@@ -255,7 +264,7 @@ int RunSender(const std::string& host, int tcp_port, int grpc_port, uint64_t blo
   auto stub = v1::PeerData::NewStub(channel);
   std::cout << "ready" << std::endl;
   for (std::string line; std::getline(std::cin, line);) {
-    // "tcp N", "grpc N" or "channel N PORT TOKEN"
+    // "tcp N", "grpc N" or "channel N PORT TOKEN" (TOKEN: the id and key in hex)
     const std::vector<std::string> words = absl::StrSplit(line, ' ');
     uint64_t bytes = 0;
     if (words.size() < 2 || !absl::SimpleAtoi(words[1], &bytes)) {
@@ -271,7 +280,7 @@ int RunSender(const std::string& host, int tcp_port, int grpc_port, uint64_t blo
     } else {
       int port = 0;
       const std::string token = words.size() == 4 ? DecodeHex(words[3]).value_or("") : "";
-      if (token.size() != peer::kTokenBytes || !absl::SimpleAtoi(words[2], &port)) {
+      if (token.size() != peer::kIdBytes + peer::kKeyBytes || !absl::SimpleAtoi(words[2], &port)) {
         std::cout << "error bad command " << line << std::endl;
         continue;
       }
@@ -366,15 +375,19 @@ absl::StatusOr<std::string> Ask(ChildProcess& child, const std::string& command)
 
 absl::StatusOr<double> Run(ChildProcess& sender, ChildProcess& receiver, const std::string& way,
                            uint64_t bytes) {
-  std::string command = absl::StrCat(way, " ", bytes);
-  if (way == "channel") {
-    absl::StatusOr<std::string> expected = Ask(receiver, absl::StrCat("expect ", bytes));
+  // "channel" MACs every frame, "channel_plain" does not: the sender does
+  // as the receiver's Ready says.
+  const bool channel = way == "channel" || way == "channel_plain";
+  std::string command = absl::StrCat(channel ? "channel" : way, " ", bytes);
+  if (channel) {
+    absl::StatusOr<std::string> expected =
+        Ask(receiver, absl::StrCat("expect ", bytes, way == "channel" ? " auth" : " plain"));
     if (!expected.ok()) return expected.status();
     absl::StrAppend(&command, " ", *expected);  // port and token
   }
   absl::StatusOr<std::string> answer = Ask(sender, command);
   if (!answer.ok()) return answer.status();
-  if (way == "channel") {
+  if (channel) {
     if (absl::StatusOr<std::string> done = Ask(receiver, "wait"); !done.ok()) return done.status();
   }
   double seconds = 0;
@@ -415,14 +428,15 @@ int Main(const Config& c) {
                 hosts ? absl::StrCat("two network namespaces over a veth pair, to ", address)
                       : std::string("loopback (127.0.0.1)"));
   // One unmeasured round of each first: connections, TCP windows, buffers.
-  const char* ways[] = {"tcp", "channel", "grpc"};
+  const char* ways[] = {"tcp", "channel", "channel_plain", "grpc"};
+  constexpr int kWays = sizeof ways / sizeof ways[0];
   for (const char* way : ways) (void)Run(**sender, **receiver, way, 64 * kMiB);
-  // Each round runs the three ways, in an order that rotates.
+  // Each round runs every way, in an order that rotates.
   std::map<std::string, std::vector<double>> gbps;
   for (int k = 0; k < c.rounds; ++k) {
     std::string line = absl::StrFormat("ckpt-peer-bench: round %d:", k);
-    for (int i = 0; i < 3; ++i) {
-      const char* way = ways[(i + k) % 3];
+    for (int i = 0; i < kWays; ++i) {
+      const char* way = ways[(i + k) % kWays];
       absl::StatusOr<double> seconds = Run(**sender, **receiver, way, bytes);
       if (!seconds.ok()) {
         absl::FPrintF(stderr, "ckpt-peer-bench: %s: %s\n", way, seconds.status().ToString());
@@ -435,23 +449,26 @@ int Main(const Config& c) {
   }
   (void)(*sender)->Stop();
   (void)(*receiver)->Stop();
-  const double tcp_gbps = Median(gbps["tcp"]), channel_gbps = Median(gbps["channel"]),
-               grpc_gbps = Median(gbps["grpc"]);
+  const double tcp_gbps = Median(gbps["tcp"]), auth_gbps = Median(gbps["channel"]),
+               plain_gbps = Median(gbps["channel_plain"]), grpc_gbps = Median(gbps["grpc"]);
   absl::PrintF(
-      "  raw_tcp_gbps           %8.3f\n  peer_channel_gbps      %8.3f\n"
-      "  grpc_stream_gbps       %8.3f\n",
-      tcp_gbps, channel_gbps, grpc_gbps);
-  absl::PrintF("  peer_channel / raw_tcp %8.3f  (goal >= 0.80)  %s\n", channel_gbps / tcp_gbps,
-               channel_gbps / tcp_gbps >= 0.8 ? "ok" : "MISSED");
-  absl::PrintF("  grpc_stream / raw_tcp  %8.3f  (the alternative not taken)\n",
+      "  raw_tcp_gbps                 %8.3f\n  peer_channel_gbps            %8.3f  (frame MACs)\n"
+      "  peer_channel_plain_gbps      %8.3f\n  grpc_stream_gbps             %8.3f\n",
+      tcp_gbps, auth_gbps, plain_gbps, grpc_gbps);
+  absl::PrintF("  peer_channel / raw_tcp       %8.3f  (frame MACs; goal >= 0.80)  %s\n",
+               auth_gbps / tcp_gbps, auth_gbps / tcp_gbps >= 0.8 ? "ok" : "MISSED");
+  absl::PrintF("  peer_channel_plain / raw_tcp %8.3f  (--peer_frame_auth=false)\n",
+               plain_gbps / tcp_gbps);
+  absl::PrintF("  grpc_stream / raw_tcp        %8.3f  (the alternative not taken)\n",
                grpc_gbps / tcp_gbps);
   if (c.json) {
     absl::PrintF(
         "{\"gib\":%.3f,\"block_mib\":%d,\"rounds\":%d,\"namespaces\":%s,\"raw_tcp_gbps\":%.4f,"
-        "\"peer_channel_gbps\":%.4f,\"grpc_stream_gbps\":%.4f,\"channel_over_raw_tcp\":%.4f,"
+        "\"peer_channel_gbps\":%.4f,\"peer_channel_plain_gbps\":%.4f,\"grpc_stream_gbps\":%.4f,"
+        "\"channel_over_raw_tcp\":%.4f,\"channel_plain_over_raw_tcp\":%.4f,"
         "\"grpc_over_raw_tcp\":%.4f}\n",
-        c.gib, c.block_mib, c.rounds, hosts ? "true" : "false", tcp_gbps, channel_gbps, grpc_gbps,
-        channel_gbps / tcp_gbps, grpc_gbps / tcp_gbps);
+        c.gib, c.block_mib, c.rounds, hosts ? "true" : "false", tcp_gbps, auth_gbps, plain_gbps,
+        grpc_gbps, auth_gbps / tcp_gbps, plain_gbps / tcp_gbps, grpc_gbps / tcp_gbps);
   }
   return 0;
 }
@@ -467,7 +484,8 @@ int main(int argc, char** argv) {
   int tcp_port = 0, grpc_port = 0;
   app.add_option("--gib", c.gib, "GiB per transfer")->capture_default_str();
   app.add_option("--block-mib", c.block_mib, "MiB per message or send")->capture_default_str();
-  app.add_option("--rounds", c.rounds, "Measured rounds (raw TCP, peer channel, gRPC each)")
+  app.add_option("--rounds", c.rounds,
+                 "Measured rounds (raw TCP, peer channel with and without frame MACs, gRPC each)")
       ->capture_default_str();
   app.add_flag("--loopback", c.loopback, "Two processes on 127.0.0.1, no namespaces");
   app.add_flag("--json", c.json, "Also print one JSON line");

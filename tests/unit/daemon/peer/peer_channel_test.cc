@@ -1,7 +1,8 @@
 // The peer data channel on real TCP sockets (127.0.0.1): bytes arrive
 // bit-exact where the receiver said; a sender without the right token, a
 // hostile or broken sender, and a silent one each fail only their own
-// transfer, with the peer named, and the receiver goes on serving.
+// transfer, with the peer named, and the receiver goes on serving. What a
+// host on the data network can do without a key: peer_attack_test.cc.
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -24,6 +25,7 @@
 #include "daemon/peer/peer_sender.h"
 #include "daemon/peer/peer_socket.h"
 #include "tests/catch.h"
+#include "tests/unit/daemon/peer/raw_peer.h"
 
 namespace ckpt::peer {
 namespace {
@@ -36,40 +38,12 @@ std::unique_ptr<PeerReceiver> StartReceiver(PeerReceiverOptions options = {}) {
   return *std::move(receiver);
 }
 
-std::string AddressOf(const PeerReceiver& r) { return absl::StrCat("127.0.0.1:", r.port()); }
-
 std::vector<char> RandomBytes(size_t n, uint32_t seed) {
   std::mt19937 gen(seed);
   std::vector<char> v(n);
   for (char& c : v) c = static_cast<char>(gen());
   return v;
 }
-
-// A raw connection to the receiver, for what the sender never sends.
-struct RawPeer {
-  explicit RawPeer(const PeerReceiver& r) {
-    auto connected = ConnectTcp(AddressOf(r), absl::Seconds(5));
-    REQUIRE(connected.ok());
-    fd = *connected;
-  }
-  ~RawPeer() { ::close(fd); }
-  void Send(const void* p, size_t n) { REQUIRE(::send(fd, p, n, MSG_NOSIGNAL) == ssize_t(n)); }
-  void Hello(const PeerToken& token) {
-    char hello[kHelloBytes] = {};
-    std::memcpy(hello, kMagic, sizeof kMagic);
-    PutU32(hello + 8, kVersion);
-    std::memcpy(hello + 16, token.bytes.data(), kTokenBytes);
-    Send(hello, sizeof hello);
-  }
-  void Frame(uint64_t offset, uint32_t length, uint32_t flags) {
-    char header[kFrameHeaderBytes];
-    PutU64(header, offset);
-    PutU32(header + 8, length);
-    PutU32(header + 12, flags);
-    Send(header, sizeof header);
-  }
-  int fd = -1;
-};
 
 TEST_CASE("Blocks from several senders arrive bit-exact, each where its transfer said", "[peer]") {
   auto receiver = StartReceiver({.max_frame_bytes = 1 << 20});
@@ -120,11 +94,12 @@ TEST_CASE("A token is good for one transfer, and only the right one", "[peer]") 
   auto transfer = receiver->Expect("load", dst.data(), dst.size());
   const PeerBlockRef block{0, src.data(), src.size()};
 
-  // The right id with a wrong secret: refused, the transfer untouched.
+  // The right id with a wrong key: refused, the transfer untouched.
   PeerToken forged = transfer->token();
-  forged.bytes[kTokenBytes - 1] ^= 1;
+  forged.key[kKeyBytes - 1] ^= 1;
   absl::Status wrong = PeerSend(AddressOf(*receiver), forged, {&block, 1});
   CHECK(wrong.code() == absl::StatusCode::kPermissionDenied);
+  CHECK(receiver->Stats().hellos_rejected == 1);
   CHECK_THAT(std::string(wrong.message()), Catch::Contains(AddressOf(*receiver)));
   CHECK(transfer->received() == 0);
   // A made-up token: refused too.
@@ -150,7 +125,7 @@ TEST_CASE("A frame outside the destination or over the limit fails that transfer
     auto transfer = receiver->Expect("load A", dst.data(), dst.size());
     RawPeer raw(*receiver);
     raw.Hello(transfer->token());
-    raw.Frame(dst.size() - 10, 11, kLastFrame);
+    raw.Header(dst.size() - 10, 11, kLastFrame);
     const absl::Status s = transfer->Wait(absl::Now() + absl::Seconds(5));
     CHECK(s.code() == absl::StatusCode::kInvalidArgument);
     CHECK_THAT(std::string(s.message()), Catch::Contains("load A from 127.0.0.1:"));
@@ -161,7 +136,7 @@ TEST_CASE("A frame outside the destination or over the limit fails that transfer
     auto transfer = receiver->Expect("load B", dst.data(), dst.size());
     RawPeer raw(*receiver);
     raw.Hello(transfer->token());
-    raw.Frame(~uint64_t{0} - 4, 16, 0);
+    raw.Header(~uint64_t{0} - 4, 16, 0);
     CHECK(transfer->Wait(absl::Now() + absl::Seconds(5)).code() ==
           absl::StatusCode::kInvalidArgument);
     CHECK(untouched());
@@ -170,7 +145,7 @@ TEST_CASE("A frame outside the destination or over the limit fails that transfer
     auto transfer = receiver->Expect("load C", dst.data(), dst.size());
     RawPeer raw(*receiver);
     raw.Hello(transfer->token());
-    raw.Frame(0, 0xFFFFFFFFu, 0);
+    raw.Header(0, 0xFFFFFFFFu, 0);
     const absl::Status s = transfer->Wait(absl::Now() + absl::Seconds(5));
     CHECK(s.code() == absl::StatusCode::kInvalidArgument);
     CHECK_THAT(std::string(s.message()), Catch::Contains("the limit is 65536"));
@@ -205,7 +180,7 @@ TEST_CASE("A sender that goes away or goes quiet fails its transfer within the t
     {
       RawPeer raw(*receiver);
       raw.Hello(transfer->token());
-      raw.Frame(0, 1 << 20, kLastFrame);
+      raw.Header(0, 1 << 20, kLastFrame);
       std::vector<char> part(1000, 'p');
       raw.Send(part.data(), part.size());
     }  // closed
@@ -262,7 +237,7 @@ TEST_CASE("Cancel cuts a sender off and returns once the destination is left alo
   auto transfer = receiver->Expect("load J", dst.data(), dst.size());
   RawPeer raw(*receiver);
   raw.Hello(transfer->token());
-  raw.Frame(0, 1 << 20, kLastFrame);
+  raw.Header(0, 1 << 20, kLastFrame);
   raw.Send("abc", 3);
   AwaitConnected(transfer);
   const absl::Time start = absl::Now();
@@ -281,7 +256,7 @@ TEST_CASE("A dropped transfer is cancelled: its connection stops before the memo
   transfer.emplace(receiver->Expect("load K", dst->data(), dst->size()));
   RawPeer raw(*receiver);
   raw.Hello((*transfer)->token());
-  raw.Frame(0, 1 << 20, kLastFrame);
+  raw.Header(0, 1 << 20, kLastFrame);
   raw.Send("abc", 3);
   AwaitConnected(*transfer);
   const absl::Time start = absl::Now();
@@ -290,11 +265,8 @@ TEST_CASE("A dropped transfer is cancelled: its connection stops before the memo
   dst.reset();
   // The connection was cut: past the Ready it got with its hello, the
   // sender sees it closed, not an OK.
-  char ack[kAckBytes];
-  SetTimeouts(raw.fd, absl::Seconds(10), absl::Seconds(10));
-  REQUIRE(ReadFull(raw.fd, ack, sizeof ack, "the receiver").ok());
-  CHECK(GetU32(ack + 12) == kReady);
-  const absl::Status answer = ReadFull(raw.fd, ack, sizeof ack, "the receiver");
+  std::array<char, kAckBytes> ack;
+  const absl::Status answer = raw.Answer(&ack, absl::Seconds(10));
   CHECK(answer.code() == absl::StatusCode::kUnavailable);
   // Counted by the connection's thread as it lets go, which may be just
   // after the sender saw the cut: polled, with a bound.
@@ -312,10 +284,8 @@ TEST_CASE("Frames that go back or overlap fail the transfer", "[peer]") {
   RawPeer raw(*receiver);
   raw.Hello(transfer->token());
   // [0, 4) twice adds up to 8 bytes, but [4, 8) was never written.
-  raw.Frame(0, 4, 0);
-  raw.Send("aaaa", 4);
-  raw.Frame(0, 4, kLastFrame);
-  raw.Send("bbbb", 4);
+  raw.Frame(0, "aaaa", 0);
+  raw.Frame(0, "bbbb", kLastFrame);
   const absl::Status s = transfer->Wait(absl::Now() + absl::Seconds(5));
   CHECK(s.code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(s.message()), Catch::Contains("before the end of the previous one"));
@@ -354,19 +324,18 @@ TEST_CASE("More connections than allowed are refused, not queued", "[peer]") {
   CHECK(receiver->Stats().connections_refused >= 1);
 }
 
-// A token whose id begins with `prefix`, as a spread load's are.
-PeerToken TokenWithPrefix(const std::string& prefix, char tail) {
-  PeerToken token;
-  std::memset(token.bytes.data(), tail, token.bytes.size());
-  std::memcpy(token.bytes.data(), prefix.data(), kTokenPrefixBytes);
-  return token;
+// The master secret of a load spread over hosts, as the coordinator sends it.
+const std::string kSecret = "0123456789abcdef";
+
+// A transfer of load `load`, as its hosts derive them.
+PeerToken LoadToken(uint64_t load, uint32_t group) {
+  return TransferToken(load, group, 0, 1, kSecret);
 }
 
 TEST_CASE("A sender ahead of its receiver waits while its load's prefix is open", "[peer]") {
   auto receiver = StartReceiver({.hello_timeout = absl::Seconds(5)});
-  const std::string prefix = "load0001";
-  std::shared_ptr<void> open = receiver->OpenPrefix(prefix);
-  const PeerToken token = TokenWithPrefix(prefix, 'k');
+  std::shared_ptr<void> open = receiver->OpenPrefix(1, kSecret);
+  const PeerToken token = LoadToken(1, 7);
   std::vector<char> src = RandomBytes(1 << 20, 11), dst(src.size(), 0);
   const PeerBlockRef block{0, src.data(), src.size()};
   // The send starts before the transfer is expected (or, scheduled late,
@@ -382,13 +351,13 @@ TEST_CASE("A sender ahead of its receiver waits while its load's prefix is open"
 
 TEST_CASE("A sender ahead of its receiver's load waits for the prefix to open", "[peer]") {
   auto receiver = StartReceiver({.hello_timeout = absl::Seconds(5)});
-  const PeerToken token = TokenWithPrefix("load0004", 'k');
+  const PeerToken token = LoadToken(4, 7);
   std::vector<char> src = RandomBytes(4096, 12), dst(src.size(), 0);
   const PeerBlockRef block{0, src.data(), src.size()};
   absl::Status sent;
   std::thread sender([&] { sent = PeerSend(AddressOf(*receiver), token, {&block, 1}); });
   // This host got its part of the load after the sender got its own.
-  std::shared_ptr<void> open = receiver->OpenPrefix("load0004");
+  std::shared_ptr<void> open = receiver->OpenPrefix(4, kSecret);
   auto transfer = receiver->Expect("load O", dst.data(), dst.size(), token);
   REQUIRE(transfer->Wait(absl::Now() + absl::Seconds(10)).ok());
   sender.join();
@@ -398,20 +367,18 @@ TEST_CASE("A sender ahead of its receiver's load waits for the prefix to open", 
 
 TEST_CASE("A waiting sender is refused once its load closes the prefix", "[peer]") {
   auto receiver = StartReceiver({.hello_timeout = absl::Milliseconds(500)});
-  std::shared_ptr<void> open = receiver->OpenPrefix("load0002");
+  std::shared_ptr<void> open = receiver->OpenPrefix(2, kSecret);
   std::vector<char> src(4096, 'x');
   const PeerBlockRef block{0, src.data(), src.size()};
   const absl::Time start = absl::Now();
   absl::Status sent;
-  std::thread sender([&] {
-    sent = PeerSend(AddressOf(*receiver), TokenWithPrefix("load0002", 'q'), {&block, 1});
-  });
+  std::thread sender([&] { sent = PeerSend(AddressOf(*receiver), LoadToken(2, 9), {&block, 1}); });
   open.reset();  // the load ended (or failed): nothing more is expected
   sender.join();
   CHECK(sent.code() == absl::StatusCode::kPermissionDenied);
   CHECK(absl::Now() - start < absl::Seconds(10));  // not the 120 s claim timeout
   // Another load's prefix never opened: refused at the hello timeout.
-  CHECK(PeerSend(AddressOf(*receiver), TokenWithPrefix("load0003", 'q'), {&block, 1}).code() ==
+  CHECK(PeerSend(AddressOf(*receiver), LoadToken(3, 9), {&block, 1}).code() ==
         absl::StatusCode::kPermissionDenied);
 }
 
@@ -486,18 +453,26 @@ TEST_CASE("Sending a file to a peer that hung up fails, without SIGPIPE", "[peer
 }
 
 TEST_CASE("A receiver that takes nothing cuts a file send off at the idle timeout", "[peer]") {
-  // A stranger that says Ready to any hello, then never reads.
+  // A receiver (it knows the key) that says Ready, frames unMAC'd: the
+  // file goes with sendfile. Then it never reads.
   int port = 0;
   absl::StatusOr<int> listener = ListenTcp("127.0.0.1:0", &port);
   REQUIRE(listener.ok());
-  std::thread stranger([fd = *listener] {
+  const PeerToken token{};
+  std::thread stranger([fd = *listener, &token] {
     const int conn = ::accept(fd, nullptr, nullptr);
     if (conn < 0) return;
     char hello[kHelloBytes];
-    (void)ReadFull(conn, hello, sizeof hello, "the sender");
-    char ready[kAckBytes] = {};
-    PutU32(ready + 12, kReady);
-    iovec iov{ready, sizeof ready};
+    HelloFields fields;
+    if (!ReadFull(conn, hello, sizeof hello, "the sender").ok() ||
+        !ParseHello(hello, &fields).ok()) {
+      ::close(conn);
+      return;
+    }
+    Nonce own{};
+    FrameMac session(SessionKey(token.key, fields.nonce, own));
+    std::array<char, kReadyBytes> ready = EncodeReady(session, kReady, own);
+    iovec iov{ready.data(), ready.size()};
     (void)WriteFull(conn, &iov, 1, "the sender");
     pollfd closed{conn, POLLRDHUP, 0};  // takes nothing; waits for the sender to close
     (void)::poll(&closed, 1, 30000);
@@ -510,7 +485,7 @@ TEST_CASE("A receiver that takes nothing cuts a file send off at the idle timeou
   const PeerBlockRef block{.offset = 0, .length = 256 << 20, .file = file, .file_offset = 0};
   const absl::Time start = absl::Now();
   const absl::Status s =
-      PeerSend(absl::StrCat("127.0.0.1:", port), PeerToken{}, {&block, 1},
+      PeerSend(absl::StrCat("127.0.0.1:", port), token, {&block, 1},
                {.idle_timeout = absl::Milliseconds(300), .claim_timeout = absl::Seconds(5)});
   CHECK(s.code() == absl::StatusCode::kDeadlineExceeded);
   CHECK(absl::Now() - start < absl::Seconds(10));
