@@ -143,7 +143,11 @@ ABSL_FLAG(std::string, coordinator_token_file, "",
 ABSL_FLAG(std::string, failure_domain, "", "This host's failure domain, e.g. its rack");
 ABSL_FLAG(std::string, peer_address, "",
           "host:port of the peer data channel other daemons send bytes to (port 0: any); "
-          "plain TCP gated by one-use tokens: put it on the cluster's data network");
+          "TCP, each transfer's hello and frames MAC'd under a key of its own: put it on the "
+          "cluster's data network");
+ABSL_FLAG(bool, peer_frame_auth, true,
+          "Authenticate every frame received on the peer data channel (a MAC keyed per "
+          "transfer); false only on a data network no other host can write to");
 ABSL_FLAG(double, peer_wait_s, 120,
           "A load spread over hosts: how long to wait for another host to take or send a group "
           "of chunks (its ranks may be consuming earlier groups); a lost host fails it sooner");
@@ -260,6 +264,7 @@ int main(int argc, char** argv) {
   o.coordinator_token_file = absl::GetFlag(FLAGS_coordinator_token_file);
   o.failure_domain = absl::GetFlag(FLAGS_failure_domain);
   o.peer_address = absl::GetFlag(FLAGS_peer_address);
+  o.peer_frame_auth = absl::GetFlag(FLAGS_peer_frame_auth);
   o.peer_wait = absl::Seconds(absl::GetFlag(FLAGS_peer_wait_s));
   o.memory_tier_bytes = absl::GetFlag(FLAGS_memory_tier_bytes);
   o.memory_tier_keep_steps = absl::GetFlag(FLAGS_memory_tier_keep_steps);

@@ -6,15 +6,14 @@
 #include <climits>
 #include <cstdio>
 #include <map>
-#include <random>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/time/clock.h"
 #include "daemon/coordinator/commit.h"
 #include "daemon/coordinator/layout.h"
 #include "daemon/coordinator/manifest_io.h"
+#include "daemon/coordinator/random_bytes.h"
 #include "proto/lib/validation.h"
 
 namespace ckpt::coordinator {
@@ -39,10 +38,11 @@ bool IsInstanceId(const std::string& id) {
          });
 }
 
+// From the kernel's CSPRNG, as every other id a host may be named by.
 std::string RandomInstanceId() {
-  std::mt19937_64 rng(std::random_device{}() ^ static_cast<uint64_t>(absl::GetCurrentTimeNanos()) ^
-                      static_cast<uint64_t>(getpid()));
-  return absl::StrFormat("%016x", rng());
+  uint64_t id = 0;
+  FillRandom(&id, sizeof id);
+  return absl::StrFormat("%016x", id);
 }
 
 void Log(const std::string& line) { std::fprintf(stderr, "ckptd: %s\n", line.c_str()); }

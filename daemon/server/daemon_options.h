@@ -88,6 +88,10 @@ struct DaemonOptions {
   // The peer data channel's listener (daemon/peer), host:port; empty: none.
   // Its address is what this host registers for other hosts to send to.
   std::string peer_address;
+  // Every frame on the peer channel carries a MAC under its transfer's key
+  // (daemon/peer/peer_wire.h). Off only on a data network no one else can
+  // write to: hellos are checked either way.
+  bool peer_frame_auth = true;
   // How long a load spread over hosts waits for another host to take or
   // send a group: that host's readers may be behind this one's by as long
   // as its ranks take to consume the groups before. A host that is lost

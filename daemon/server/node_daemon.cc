@@ -455,8 +455,8 @@ absl::Status NodeDaemon::Start() {
   }
   std::string peer_address;  // as other hosts reach it
   if (!options_.peer_address.empty()) {
-    absl::StatusOr<std::unique_ptr<peer::PeerReceiver>> receiver =
-        peer::PeerReceiver::Start({.listen_address = options_.peer_address});
+    absl::StatusOr<std::unique_ptr<peer::PeerReceiver>> receiver = peer::PeerReceiver::Start(
+        {.listen_address = options_.peer_address, .frame_auth = options_.peer_frame_auth});
     if (!receiver.ok()) return WithContext(receiver.status(), "--peer_address");
     peer_receiver_ = std::move(*receiver);
     const size_t colon = options_.peer_address.rfind(':');
