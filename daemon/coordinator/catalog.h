@@ -44,7 +44,7 @@ struct CatalogOptions {
   bool files_elsewhere = false;
   // Shared by the daemon's catalogs so that their manifest reads together
   // stay within kManifestReadSlots; null: this catalog's own.
-  std::shared_ptr<ManifestReadSlots> read_slots;
+  std::shared_ptr<ManifestReadSlots> read_slots = nullptr;
 };
 
 class Catalog {
