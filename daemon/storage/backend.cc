@@ -23,6 +23,14 @@
 #include "proto/lib/status_context.h"
 
 namespace ckpt::storage {
+
+absl::Status Backend::RenameNoReplace(const std::string& from, const std::string& to) {
+  absl::StatusOr<bool> exists = Exists(to);
+  if (!exists.ok()) return exists.status();
+  if (*exists)
+    return absl::AlreadyExistsError(absl::StrCat("rename ", from, " to ", to, ": exists"));
+  return Rename(from, to);
+}
 namespace {
 
 // The default LockFile: locks of this process, by path. Backends that live

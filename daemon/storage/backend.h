@@ -97,6 +97,11 @@ class Backend {
   virtual absl::Status SyncDir(const std::string& path) = 0;
   // Atomically renames a file or directory; replaces an existing file `to`.
   virtual absl::Status Rename(const std::string& from, const std::string& to) = 0;
+  // Renames a file only if `to` does not exist (ALREADY_EXISTS otherwise),
+  // atomically: of several hosts creating one record on a shared root,
+  // exactly one wins. The default checks then renames (not atomic): for
+  // backends that cannot do better.
+  virtual absl::Status RenameNoReplace(const std::string& from, const std::string& to);
   // Removes a file or a directory tree; OK if it does not exist.
   virtual absl::Status RemoveAll(const std::string& path) = 0;
   // Names (not paths) of the entries of a directory, sorted. NOT_FOUND if absent.

@@ -328,6 +328,15 @@ absl::Status FaultInjectionBackend::SyncDir(const std::string& path) {
   return target_->SyncDir(path);
 }
 
+absl::Status FaultInjectionBackend::RenameNoReplace(const std::string& from,
+                                                    const std::string& to) {
+  absl::StatusOr<bool> exists = target_->Exists(to);
+  if (exists.ok() && *exists) {
+    return absl::AlreadyExistsError(absl::StrCat("rename ", from, " to ", to, ": exists"));
+  }
+  return Rename(from, to);
+}
+
 absl::Status FaultInjectionBackend::Rename(const std::string& from, const std::string& to) {
   absl::Status s = target_->Rename(from, to);
   if (!s.ok()) return s;

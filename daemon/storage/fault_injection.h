@@ -78,6 +78,7 @@ class FaultInjectionBackend : public Backend {
   absl::Status CreateDirs(const std::string& path) override;
   absl::Status SyncDir(const std::string& path) override;
   absl::Status Rename(const std::string& from, const std::string& to) override;
+  absl::Status RenameNoReplace(const std::string& from, const std::string& to) override;
   absl::Status RemoveAll(const std::string& path) override;
   absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override;
   absl::StatusOr<bool> Exists(const std::string& path) override;

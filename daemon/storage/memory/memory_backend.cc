@@ -569,6 +569,18 @@ absl::Status MemoryBackend::SyncDir(const std::string& path) {
   return ErrnoStatus(IsFileLocked(p) ? ENOTDIR : ENOENT, absl::StrCat("open directory ", path));
 }
 
+absl::Status MemoryBackend::RenameNoReplace(const std::string& from, const std::string& to) {
+  absl::MutexLock serial(&no_replace_mu_);
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    const std::string t = Normalize(to);
+    if (IsFileLocked(t) || IsDirLocked(t)) {
+      return ErrnoStatus(EEXIST, absl::StrCat("rename ", from, " to ", to));
+    }
+  }
+  return Rename(from, to);
+}
+
 absl::Status MemoryBackend::Rename(const std::string& from, const std::string& to) {
   const std::string f = Normalize(from);
   const std::string t = Normalize(to);

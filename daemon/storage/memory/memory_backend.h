@@ -85,6 +85,7 @@ class MemoryBackend : public Backend {
   absl::Status CreateDirs(const std::string& path) override;
   absl::Status SyncDir(const std::string& path) override;
   absl::Status Rename(const std::string& from, const std::string& to) override;
+  absl::Status RenameNoReplace(const std::string& from, const std::string& to) override;
   absl::Status RemoveAll(const std::string& path) override;
   absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override;
   absl::StatusOr<bool> Exists(const std::string& path) override;
@@ -104,6 +105,7 @@ class MemoryBackend : public Backend {
   const std::shared_ptr<Budget> budget_;
 
   mutable absl::Mutex mu_;
+  absl::Mutex no_replace_mu_;  // one RenameNoReplace at a time: check and rename as one
   std::map<std::string, std::shared_ptr<Inode>> files_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> dirs_ ABSL_GUARDED_BY(mu_);  // always holds "/"
 };

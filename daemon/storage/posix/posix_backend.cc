@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -329,6 +330,22 @@ absl::Status PosixBackend::Rename(const std::string& from, const std::string& to
   if (::rename(from.c_str(), to.c_str()) != 0) {
     return ErrnoStatus(errno, absl::StrCat("rename ", from, " to ", to));
   }
+  return absl::OkStatus();
+}
+
+absl::Status PosixBackend::RenameNoReplace(const std::string& from, const std::string& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) {
+    return absl::OkStatus();
+  }
+  if (errno != EINVAL && errno != ENOSYS) {
+    return ErrnoStatus(errno, absl::StrCat("rename ", from, " to ", to));
+  }
+  // A filesystem without RENAME_NOREPLACE (NFS): link(2) fails with EEXIST
+  // just as atomically.
+  if (::link(from.c_str(), to.c_str()) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("link ", from, " to ", to));
+  }
+  ::unlink(from.c_str());
   return absl::OkStatus();
 }
 
