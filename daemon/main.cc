@@ -65,6 +65,14 @@ ABSL_FLAG(double, job_pool_share, 0,
           "Most of the pool one job may hold while others wait, as a fraction (0: fair share "
           "among the jobs that want room)");
 ABSL_FLAG(int32_t, max_sessions, 4096, "Attached ranks at once, over all jobs");
+ABSL_FLAG(int32_t, principal_max_sessions, 1024,
+          "Attached ranks of one user or token principal at once (0: no limit but the global)");
+ABSL_FLAG(int32_t, principal_max_saves_in_flight, 64,
+          "Saves in flight over all the jobs of one user or token principal (0: no limit)");
+ABSL_FLAG(int32_t, principal_max_connections, 256,
+          "Unix socket connections of one user at once (0: no limit)");
+ABSL_FLAG(int32_t, session_watch_grace_s, 10,
+          "Reap a rank's session that opens no Watch stream within this many seconds");
 ABSL_FLAG(int64_t, max_world_size, 65536, "Ranks in one job");
 // What one request may ask, checked before anything is allocated
 // (proto/lib/request_limits.h says what each bounds).
@@ -88,6 +96,12 @@ ABSL_FLAG(int64_t, max_chunks_per_save, int64_t{1} << 22,
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{64} << 20, "A gRPC message, in either direction");
 // What a MANIFEST read from disk may contain (a copied or hostile one).
 ABSL_FLAG(uint64_t, max_manifest_bytes, uint64_t{256} << 20, "A MANIFEST file");
+ABSL_FLAG(uint64_t, max_manifest_memory_bytes, uint64_t{256} << 20,
+          "Memory to read one MANIFEST (its bytes, the parsed message, its checks), estimated "
+          "before it is parsed; a larger one is refused, and so is a save that would write one");
+ABSL_FLAG(bool, return_freed_memory, true,
+          "Give heap that requests freed back to the system within about a second (false: keep "
+          "it for the next plan; the daemon then stays as large as its largest request made it)");
 ABSL_FLAG(int64_t, max_manifest_tensors, 1 << 20, "Tensors in one manifest");
 ABSL_FLAG(int64_t, max_manifest_shards, 1 << 22, "Shards in one manifest, over all tensors");
 ABSL_FLAG(int64_t, max_manifest_chunks, 1 << 24, "Chunks in one manifest");
@@ -96,12 +110,6 @@ ABSL_FLAG(uint64_t, max_manifest_chunk_bytes, uint64_t{1} << 32, "One stored chu
 ABSL_FLAG(int32_t, plan_timeout_s, 120,
           "Abort a save or load whose ranks do not all arrive in time");
 ABSL_FLAG(int32_t, rank_grace_s, 10,
-ABSL_FLAG(uint64_t, max_manifest_memory_bytes, uint64_t{256} << 20,
-          "Memory to read one MANIFEST (its bytes, the parsed message, its checks), estimated "
-          "before it is parsed; a larger one is refused, and so is a save that would write one");
-ABSL_FLAG(bool, return_freed_memory, true,
-          "Give heap that requests freed back to the system within about a second (false: keep "
-          "it for the next plan; the daemon then stays as large as its largest request made it)");
           "Fail a save or load, naming the rank, once a rank it waits for has had no session "
           "here (never attached, or its process died) this long");
 ABSL_FLAG(int32_t, snapshot_timeout_s, 300, "Abort a save whose ranks do not all snapshot in time");
@@ -114,11 +122,11 @@ ABSL_FLAG(std::vector<std::string>, allow_users, {},
 ABSL_FLAG(std::vector<std::string>, allow_groups, {},
           "Groups whose members may do what --allow_users may");
 ABSL_FLAG(std::vector<std::string>, read_users, {},
-          "Operators who may also see every job: status, list, inspect, verify");
+          "Operators who may see every job: status, list, inspect, verify (not attach)");
 ABSL_FLAG(std::vector<std::string>, read_groups, {},
           "Groups whose members may do what --read_users may");
 ABSL_FLAG(std::vector<std::string>, admin_users, {},
-          "Operators who may also cancel and gc every job");
+          "Operators who may see every job and cancel, gc and adopt it (not attach)");
 ABSL_FLAG(std::vector<std::string>, admin_groups, {},
           "Groups whose members may do what --admin_users may");
 ABSL_FLAG(std::string, tls_cert_file, "", "TCP: the server certificate chain (PEM)");
@@ -130,6 +138,10 @@ ABSL_FLAG(std::string, token_file, "",
           "token; without both it binds loopback only and refuses every call");
 ABSL_FLAG(std::string, read_token_file, "",
           "TCP: file holding a read-only bearer token (status, list, inspect, verify)");
+ABSL_FLAG(std::string, tokens_file, "",
+          "TCP: file (mode 0600) of principals, one \"NAME PERMISSIONS TOKEN\" per line; "
+          "PERMISSIONS from use,read,admin. Each token acts as its principal, which owns the "
+          "jobs it creates");
 // Many hosts (daemon/cluster).
 ABSL_FLAG(bool, coordinator, false,
           "Keep the registry of the node daemons of jobs spread over hosts (ClusterService, "
@@ -237,6 +249,7 @@ int main(int argc, char** argv) {
   l.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   ckpt::coordinator::ManifestLimits& m = o.manifest_limits;
   m.max_manifest_bytes = absl::GetFlag(FLAGS_max_manifest_bytes);
+  m.max_memory_bytes = absl::GetFlag(FLAGS_max_manifest_memory_bytes);
   m.max_tensors = absl::GetFlag(FLAGS_max_manifest_tensors);
   m.max_shards = absl::GetFlag(FLAGS_max_manifest_shards);
   m.max_chunks = absl::GetFlag(FLAGS_max_manifest_chunks);
@@ -253,11 +266,15 @@ int main(int argc, char** argv) {
   o.access.admin_users = absl::GetFlag(FLAGS_admin_users);
   o.access.admin_groups = absl::GetFlag(FLAGS_admin_groups);
   o.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
-  m.max_memory_bytes = absl::GetFlag(FLAGS_max_manifest_memory_bytes);
   o.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
   o.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
   o.token_file = absl::GetFlag(FLAGS_token_file);
   o.read_token_file = absl::GetFlag(FLAGS_read_token_file);
+  o.tokens_file = absl::GetFlag(FLAGS_tokens_file);
+  o.principal_max_sessions = absl::GetFlag(FLAGS_principal_max_sessions);
+  o.principal_max_saves_in_flight = absl::GetFlag(FLAGS_principal_max_saves_in_flight);
+  o.principal_max_connections = absl::GetFlag(FLAGS_principal_max_connections);
+  o.session_watch_grace = absl::Seconds(std::max(1, absl::GetFlag(FLAGS_session_watch_grace_s)));
   o.coordinator = absl::GetFlag(FLAGS_coordinator);
   o.coordinator_address = absl::GetFlag(FLAGS_coordinator_address);
   o.coordinator_tls_ca_file = absl::GetFlag(FLAGS_coordinator_tls_ca_file);
@@ -280,6 +297,7 @@ int main(int argc, char** argv) {
   o.pool_wait_timeout = absl::Seconds(absl::GetFlag(FLAGS_pool_wait_timeout_s));
   o.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   o.metrics_max_jobs = absl::GetFlag(FLAGS_metrics_max_jobs);
+  o.return_freed_memory = absl::GetFlag(FLAGS_return_freed_memory);
 
   absl::StatusOr<ckpt::coordinator::RetentionConfig> retention =
       ckpt::coordinator::ParseRetentionConfig(
@@ -302,7 +320,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   const auto& opts = (*daemon)->options();
-  o.return_freed_memory = absl::GetFlag(FLAGS_return_freed_memory);
   const uint64_t pool_huge = ckpt::pool::ShmemHugePageBytes(getpid());
   absl::FPrintF(stderr,
                 "ckptd: serving on unix:%s%s%s; storage %s (%s); pool %d bytes in %d segments, "

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace ckpt::auth {
 namespace {
@@ -43,6 +44,32 @@ absl::StatusOr<gid_t> ResolveGroup(const std::string& name, const char* flag) {
 
 }  // namespace
 
+absl::StatusOr<Permissions> Permissions::Parse(absl::string_view text) {
+  Permissions out;
+  for (absl::string_view word : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    if (word == "use") {
+      out.Add(Permission::kUse);
+    } else if (word == "read") {
+      out.Add(Permission::kRead);
+    } else if (word == "admin") {
+      out.Add(Permission::kAdmin);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown permission '", word.substr(0, 40), "' (want use, read or admin)"));
+    }
+  }
+  if (out.empty()) return absl::InvalidArgumentError("no permission given (use, read, admin)");
+  return out;
+}
+
+std::string Permissions::Describe() const {
+  std::vector<std::string> words;
+  if (Has(Permission::kUse)) words.push_back("use");
+  if (Has(Permission::kRead)) words.push_back("read");
+  if (Has(Permission::kAdmin)) words.push_back("admin");
+  return words.empty() ? "none" : absl::StrJoin(words, ",");
+}
+
 const char* PermissionName(Permission p) {
   switch (p) {
     case Permission::kNone:
@@ -52,7 +79,7 @@ const char* PermissionName(Permission p) {
     case Permission::kRead:
       return "read (status, list, inspect, verify)";
     case Permission::kAdmin:
-      return "admin (cancel, gc)";
+      return "admin (cancel, gc, adopt)";
   }
   return "?";
 }
@@ -101,12 +128,25 @@ bool AccessPolicy::Matches(const Ids& ids, const LocalUser& user) {
                      [&](gid_t g) { return ids.groups.count(g) > 0; });
 }
 
-Permission AccessPolicy::Of(const LocalUser& user) const {
-  if (user.uid == 0 || user.uid == daemon_uid_) return Permission::kAdmin;
-  if (Matches(admin_, user)) return Permission::kAdmin;
-  if (Matches(read_, user)) return Permission::kRead;
-  if (Matches(use_, user)) return Permission::kUse;
-  return Permission::kNone;
+Permissions AccessPolicy::Of(const LocalUser& user) const {
+  if (user.uid == 0 || user.uid == daemon_uid_) return Permissions::All();
+  Permissions held;
+  if (Matches(admin_, user)) held.Add(Permission::kAdmin);
+  if (Matches(read_, user)) held.Add(Permission::kRead);
+  if (Matches(use_, user)) held.Add(Permission::kUse);
+  return held;
+}
+
+std::optional<gid_t> AccessPolicy::SoleGroup() const {
+  std::set<gid_t> groups;
+  for (const Ids* ids : {&use_, &read_, &admin_}) {
+    for (uid_t uid : ids->users) {
+      if (uid != daemon_uid_ && uid != 0) return std::nullopt;
+    }
+    groups.insert(ids->groups.begin(), ids->groups.end());
+  }
+  if (groups.size() != 1) return std::nullopt;
+  return *groups.begin();
 }
 
 bool AccessPolicy::AdmitsOthers() const {

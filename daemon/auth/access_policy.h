@@ -2,12 +2,14 @@
 // and the operator's flags. No I/O here; Caller identification lives in
 // caller.h and job ownership in job_owners.h.
 //
-// Three permissions, each implying the ones before it:
-//  - kUse: attach ranks, save and load the jobs the caller's uid owns;
+// Three permissions, each exactly what it names (a read-only operator may
+// not attach, a user may not read others' jobs):
+//  - kUse: attach ranks, save and load the jobs its principal owns;
 //  - kRead: status, list, inspect and verify every job (operators);
-//  - kAdmin: cancel saves and collect garbage of every job.
-// The daemon's own uid and root hold kAdmin. Everyone else holds what the
-// allow-lists give them, and nothing otherwise.
+//  - kAdmin: cancel saves, collect garbage and adopt every job (it brings
+//    kRead along: an operator sees what it acts on).
+// The daemon's own uid and root hold all three. Everyone else holds what
+// the allow-lists give them, and nothing otherwise.
 //
 // Thread-safety: immutable after construction.
 #ifndef CKPT_DAEMON_AUTH_ACCESS_POLICY_H_
@@ -15,17 +17,48 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace ckpt::auth {
 
-enum class Permission { kNone = 0, kUse = 1, kRead = 2, kAdmin = 3 };
+enum class Permission : uint8_t { kNone = 0, kUse = 1, kRead = 2, kAdmin = 4 };
 
 const char* PermissionName(Permission p);
+
+// A set of permissions.
+class Permissions {
+ public:
+  Permissions() = default;
+  static Permissions All() { return Permissions(7); }
+  // "use", "read", "admin", comma-separated: INVALID_ARGUMENT naming the
+  // word it does not know.
+  static absl::StatusOr<Permissions> Parse(absl::string_view text);
+
+  bool Has(Permission p) const { return (bits_ & static_cast<uint8_t>(p)) != 0; }
+  bool empty() const { return bits_ == 0; }
+  Permissions& Add(Permission p) {
+    bits_ |= static_cast<uint8_t>(p);
+    if (p == Permission::kAdmin) bits_ |= static_cast<uint8_t>(Permission::kRead);
+    return *this;
+  }
+  Permissions& Add(Permissions other) {
+    bits_ |= other.bits_;
+    return *this;
+  }
+  // "use,read" or "none".
+  std::string Describe() const;
+  bool operator==(Permissions o) const { return bits_ == o.bits_; }
+
+ private:
+  explicit Permissions(uint8_t bits) : bits_(bits) {}
+  uint8_t bits_ = 0;
+};
 
 // A local user, as the kernel reported it for the connection.
 struct LocalUser {
@@ -47,12 +80,19 @@ class AccessPolicy {
   // the flag), so a typo stops the daemon at start-up, not a user later.
   static absl::StatusOr<AccessPolicy> Create(const AccessLists& lists, uid_t daemon_uid);
 
-  // The highest permission the user holds.
-  Permission Of(const LocalUser& user) const;
+  // What the user holds.
+  Permissions Of(const LocalUser& user) const;
+  // Whether the user holds anything: the Unix socket closes others'
+  // connections at accept, before gRPC reads a byte of them.
+  bool Admits(const LocalUser& user) const { return !Of(user).empty(); }
   // True when any list names someone besides the daemon's own user: the
   // socket must then be open to others (the kernel's check on the socket
   // file would refuse them before ours could).
   bool AdmitsOthers() const;
+  // The one group every other user is admitted through, when the lists
+  // name exactly one group and no users: the sockets are then opened to
+  // that group only (0660), not to everyone.
+  std::optional<gid_t> SoleGroup() const;
   // True when any list names a group (supplementary groups then matter).
   bool NamesGroups() const {
     return !use_.groups.empty() || !read_.groups.empty() || !admin_.groups.empty();

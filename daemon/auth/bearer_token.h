@@ -2,15 +2,25 @@
 // in constant time (a byte-by-byte compare that stops early tells a remote
 // caller, by its timing, how much of a guess was right).
 //
-// Two tokens may be configured: an admin token (every permission) and a
-// read-only one (status, list, inspect, verify). A TCP call carries one in
-// the "authorization: Bearer <token>" metadata.
+// Each token names a principal (principal.h) and exactly its permissions,
+// from a tokens file (--tokens_file), one per line:
+//
+//   # name     permissions     token
+//   trainer    use             4f1c...   (attach, save, load its own jobs)
+//   dashboard  read            9a7e...   (status, list, inspect, verify)
+//   ops        read,admin      c2d0...   (also cancel, gc, adopt)
+//
+// The older single-token flags still work: --token_file is principal
+// "admin" (use,read,admin), --read_token_file principal "read" (read).
+// A TCP call carries its token in "authorization: Bearer <token>".
 //
 // Thread-safety: immutable after construction.
 #ifndef CKPT_DAEMON_AUTH_BEARER_TOKEN_H_
 #define CKPT_DAEMON_AUTH_BEARER_TOKEN_H_
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <grpcpp/security/auth_metadata_processor.h>
 
@@ -31,20 +41,34 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path, const char* f
 // Equal without revealing where two strings first differ.
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 
+struct TokenGrant {
+  std::string principal;  // its name (principal.h)
+  Permissions permissions;
+};
+
 class BearerTokens {
  public:
   BearerTokens() = default;
-  BearerTokens(std::string admin, std::string read_only)
-      : admin_(std::move(admin)), read_only_(std::move(read_only)) {}
+  // The single-token flags: principal "admin" and principal "read".
+  BearerTokens(std::string admin, std::string read_only);
 
-  bool configured() const { return !admin_.empty() || !read_only_.empty(); }
-  // The permission `authorization` (the metadata value) grants: kNone for a
-  // missing, malformed or wrong token.
-  Permission Check(absl::string_view authorization) const;
+  // Adds the tokens of a tokens file (format above). INVALID_ARGUMENT
+  // naming the flag, the file and the line for a malformed line, a name or
+  // token given twice, or a file others can read.
+  absl::Status AddFile(const std::string& path, const char* flag);
+
+  bool configured() const { return !tokens_.empty(); }
+  // What `authorization` (the metadata value) grants: nullopt for a
+  // missing, malformed or wrong token. Every token is compared in full.
+  std::optional<TokenGrant> Check(absl::string_view authorization) const;
 
  private:
-  std::string admin_;
-  std::string read_only_;
+  struct Entry {
+    std::string token;
+    TokenGrant grant;
+  };
+  absl::Status Add(std::string token, TokenGrant grant, const std::string& where);
+  std::vector<Entry> tokens_;
 };
 
 // Refuses (UNAUTHENTICATED) every call over a TLS listener that carries no

@@ -13,7 +13,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "daemon/auth/job_owners.h"
 
 namespace ckpt::auth {
 namespace {
@@ -42,6 +41,16 @@ std::vector<gid_t> PeerGroups(pid_t pid) {
 
 }  // namespace
 
+Permissions Authenticator::OfLocalPeer(uid_t uid, gid_t gid, pid_t pid) const {
+  LocalUser user{uid, gid, {}};
+  Permissions held = policy_.Of(user);
+  if (!(held == Permissions::All()) && policy_.NamesGroups()) {
+    user.groups = PeerGroups(pid);
+    held = policy_.Of(user);
+  }
+  return held;
+}
+
 absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContextBase& context) const {
   Caller caller;
   const std::string peer = context.peer();
@@ -59,13 +68,10 @@ absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContextBase& co
     caller.pid = cred.pid;
     caller.user.uid = cred.uid;
     caller.user.gid = cred.gid;
-    caller.permission = policy_.Of(caller.user);
+    caller.principal = Principal::LocalUser(cred.uid);
     // Every call of a rank's save and load comes through here: /proc is
     // read only when a supplementary group could still grant more.
-    if (caller.permission != Permission::kAdmin && policy_.NamesGroups()) {
-      caller.user.groups = PeerGroups(cred.pid);
-      caller.permission = policy_.Of(caller.user);
-    }
+    caller.permissions = OfLocalPeer(cred.uid, cred.gid, cred.pid);
     caller.peer = absl::StrCat(DescribeUid(cred.uid), ", pid ", cred.pid);
     return caller;
   }
@@ -92,11 +98,14 @@ absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContextBase& co
     return absl::UnauthenticatedError(
         absl::StrCat("a TCP call from ", peer, " carries no bearer token"));
   }
-  caller.permission = tokens_.Check(absl::string_view(it->second.data(), it->second.size()));
-  if (caller.permission == Permission::kNone) {
+  std::optional<TokenGrant> grant =
+      tokens_.Check(absl::string_view(it->second.data(), it->second.size()));
+  if (!grant.has_value()) {
     return absl::UnauthenticatedError(absl::StrCat("ckptd refused the bearer token of ", peer));
   }
-  caller.peer = absl::StrCat("TCP ", peer);
+  caller.principal = Principal::Named(grant->principal);
+  caller.permissions = grant->permissions;
+  caller.peer = absl::StrCat(caller.principal.Describe(), " from ", peer);
   return caller;
 }
 
@@ -104,13 +113,16 @@ absl::StatusOr<Caller> Authenticator::Authorize(const grpc::ServerContextBase& c
                                                 Permission needed) const {
   absl::StatusOr<Caller> caller = Identify(context);
   if (!caller.ok()) return caller.status();
-  if (static_cast<int>(caller->permission) < static_cast<int>(needed)) {
+  const bool held =
+      needed == Permission::kNone ? !caller->permissions.empty() : caller->permissions.Has(needed);
+  if (!held) {
     return absl::PermissionDeniedError(absl::StrCat(
         caller->peer, " may not ",
-        needed == Permission::kUse ? "use ckptd"
-                                   : absl::StrCat("do this: it needs ", PermissionName(needed)),
-        caller->permission == Permission::kNone ? "; ckptd admits " : "; ckptd's lists: ",
-        policy_.Describe()));
+        needed == Permission::kNone ? std::string("use ckptd")
+                                    : absl::StrCat("do this: it needs ", PermissionName(needed)),
+        " and holds ", caller->permissions.Describe(),
+        caller->local ? absl::StrCat("; ckptd admits ", policy_.Describe())
+                      : std::string(" (its line in the tokens file)")));
   }
   return caller;
 }

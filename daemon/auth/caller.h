@@ -4,7 +4,8 @@
 // connections itself (unix_listener.h) and hands each to gRPC as a channel
 // whose peer is "fd:<n>", so a handler reads SO_PEERCRED from that socket.
 // Over TCP the caller must use TLS and carry a bearer token; the token
-// decides the permission (bearer_token.h).
+// names the principal and its permissions (bearer_token.h). A TCP caller
+// never acts as a local user (the daemon's own uid included).
 //
 // Thread-safety: immutable after construction.
 #ifndef CKPT_DAEMON_AUTH_CALLER_H_
@@ -19,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "daemon/auth/access_policy.h"
 #include "daemon/auth/bearer_token.h"
+#include "daemon/auth/principal.h"
 
 namespace ckpt::auth {
 
@@ -26,11 +28,12 @@ struct Caller {
   bool local = false;  // over the Unix socket, with `user` from the kernel
   LocalUser user;      // local callers only
   pid_t pid = 0;       // local callers only
-  Permission permission = Permission::kNone;
+  // Who it acts as: owns the jobs it creates, is counted against limits.
+  Principal principal;
+  Permissions permissions;
   std::string peer;  // for messages: "uid 1001 (alice), pid 77" or the TCP address
 
-  // A job's owner may act on it with kUse; others need `needed`.
-  bool IsLocalUser(uid_t uid) const { return local && user.uid == uid; }
+  bool Has(Permission p) const { return permissions.Has(p); }
 };
 
 class Authenticator {
@@ -38,10 +41,15 @@ class Authenticator {
   Authenticator(AccessPolicy policy, BearerTokens tokens)
       : policy_(std::move(policy)), tokens_(std::move(tokens)) {}
 
-  // The caller of the call behind `context`, if it holds at least `needed`:
-  // UNAUTHENTICATED for a TCP call without TLS or a valid token,
-  // PERMISSION_DENIED naming the user and what it lacks otherwise.
+  // The caller of the call behind `context`, if it holds `needed` (kNone:
+  // any permission at all): UNAUTHENTICATED for a TCP call without TLS or
+  // a valid token, PERMISSION_DENIED naming the caller and what it lacks
+  // otherwise.
   absl::StatusOr<Caller> Authorize(const grpc::ServerContextBase& context, Permission needed) const;
+
+  // What the local process on the other end of a Unix socket holds
+  // (kernel credentials, supplementary groups from /proc when they matter).
+  Permissions OfLocalPeer(uid_t uid, gid_t gid, pid_t pid) const;
 
   const AccessPolicy& policy() const { return policy_; }
   const BearerTokens& tokens() const { return tokens_; }

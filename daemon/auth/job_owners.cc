@@ -1,84 +1,70 @@
 #include "daemon/auth/job_owners.h"
 
-#include <pwd.h>
-
-#include <random>
-#include <vector>
-
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
 #include "daemon/coordinator/layout.h"
+#include "daemon/coordinator/random_bytes.h"
 #include "proto/lib/status_context.h"
 
 namespace ckpt::auth {
 namespace {
 
-constexpr size_t kMaxRecordBytes = 64;
-constexpr char kRecordPrefix[] = "uid ";
+constexpr size_t kMaxRecordBytes = 128;
 
 }  // namespace
 
-std::string DescribeUid(uid_t uid) {
-  passwd entry{};
-  passwd* found = nullptr;
-  std::vector<char> buffer(16384);
-  if (getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr) {
-    return absl::StrCat("uid ", uid, " (", found->pw_name, ")");
-  }
-  return absl::StrCat("uid ", uid);
-}
-
-absl::StatusOr<std::optional<uid_t>> JobOwners::ReadRecord(const std::string& job) {
+absl::StatusOr<std::optional<Principal>> JobOwners::ReadRecord(const std::string& job) {
   const std::string path = absl::StrCat(coordinator::JobDir(root_, job), "/", kOwnerFileName);
   absl::StatusOr<std::unique_ptr<storage::ReadableFile>> file = backend_.NewReadableFile(path);
-  if (absl::IsNotFound(file.status())) return std::optional<uid_t>();
+  if (absl::IsNotFound(file.status())) return std::optional<Principal>();
   if (!file.ok()) return WithContext(file.status(), "job owner record");
   char text[kMaxRecordBytes] = {};
   absl::StatusOr<size_t> n = (*file)->ReadAt(0, text, sizeof(text));
   if (!n.ok()) return WithContext(n.status(), absl::StrCat("reading ", path));
-  absl::string_view record(text, *n);
-  record = absl::StripAsciiWhitespace(record);
-  uint32_t uid = 0;
-  if (!absl::ConsumePrefix(&record, kRecordPrefix) || !absl::SimpleAtoi(record, &uid)) {
-    return absl::DataLossError(absl::StrCat(path, " is damaged: want \"uid <number>\""));
+  absl::StatusOr<Principal> owner = Principal::FromKey(absl::string_view(text, *n));
+  if (!owner.ok() || *n == sizeof(text)) {
+    return absl::DataLossError(
+        absl::StrCat(path,
+                     " is damaged: want \"uid <number>\" or \"principal <name>\"; an admin may "
+                     "replace it: ckptctl adopt --replace ",
+                     job, " OWNER"));
   }
-  return std::optional<uid_t>(static_cast<uid_t>(uid));
+  return std::optional<Principal>(*owner);
 }
 
-absl::Status JobOwners::WriteRecord(const std::string& job, uid_t uid) {
+absl::Status JobOwners::WriteRecord(const std::string& job, const Principal& who, bool replace) {
   const std::string dir = coordinator::JobDir(root_, job);
   const std::string path = absl::StrCat(dir, "/", kOwnerFileName);
   // A name of its own: daemons of several hosts record the owner of a job
-  // spread over them at once on a shared root, and one's rename must not
-  // take the file another is still writing.
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  const std::string tmp = absl::StrCat(path, ".tmp-", absl::Hex(rng(), absl::kZeroPad16));
-  const std::string text = absl::StrCat(kRecordPrefix, uid, "\n");
+  // spread over them at once on a shared root.
+  const std::string tmp = absl::StrCat(path, ".tmp-", coordinator::RandomHex(8));
+  const std::string text = absl::StrCat(who.Key(), "\n");
   if (absl::Status s = backend_.CreateDirs(dir); !s.ok()) return WithContext(s, "job directory");
   absl::StatusOr<std::unique_ptr<storage::WritableFile>> file = backend_.NewWritableFile(tmp);
   if (!file.ok()) return WithContext(file.status(), "job owner record");
   absl::Status s = (*file)->WriteAt(0, text.data(), text.size());
   if (s.ok()) s = (*file)->Sync();
   if (absl::Status closed = (*file)->Close(); s.ok()) s = closed;
-  if (s.ok()) s = backend_.Rename(tmp, path);
-  if (s.ok()) s = backend_.SyncDir(dir);
-  if (!s.ok())
+  if (s.ok()) s = replace ? backend_.Rename(tmp, path) : backend_.RenameNoReplace(tmp, path);
+  if (!s.ok()) {
+    (void)backend_.RemoveAll(tmp);
+    if (absl::IsAlreadyExists(s)) return s;
     return WithContext(s, absl::StrCat("recording the owner of job ", job, " in ", path));
+  }
+  if (s = backend_.SyncDir(dir); !s.ok()) {
+    return WithContext(s, absl::StrCat("recording the owner of job ", job, " in ", path));
+  }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::optional<uid_t>> JobOwners::Owner(const std::string& job) {
+absl::StatusOr<std::optional<Principal>> JobOwners::Owner(const std::string& job) {
   {
     absl::MutexLock lock(&mu_);
     auto it = owners_.find(job);
-    if (it != owners_.end()) return std::optional<uid_t>(it->second);
+    if (it != owners_.end()) return std::optional<Principal>(it->second);
     it = pending_.find(job);
-    if (it != pending_.end()) return std::optional<uid_t>(it->second);
+    if (it != pending_.end()) return std::optional<Principal>(it->second);
   }
-  absl::StatusOr<std::optional<uid_t>> owner = ReadRecord(job);
+  absl::StatusOr<std::optional<Principal>> owner = ReadRecord(job);
   if (owner.ok() && owner->has_value()) {
     absl::MutexLock lock(&mu_);
     owners_.emplace(job, **owner);
@@ -86,29 +72,41 @@ absl::StatusOr<std::optional<uid_t>> JobOwners::Owner(const std::string& job) {
   return owner;
 }
 
-absl::Status JobOwners::Claim(const std::string& job, uid_t uid) {
-  // One claim at a time, so two users attaching a new job at once cannot
-  // both become its owner. Claims are rare (first attach of a job).
+absl::Status JobOwners::Claim(const std::string& job, const Principal& who) {
+  // One claim at a time, so two principals attaching a new job at once
+  // cannot both become its owner. Claims are rare (first attach of a job).
   absl::MutexLock lock(&mu_);
-  std::optional<uid_t> owner;
+  std::optional<Principal> owner;
   if (auto it = owners_.find(job); it != owners_.end()) {
     owner = it->second;
   } else if (auto p = pending_.find(job); p != pending_.end()) {
     owner = p->second;
   } else {
-    absl::StatusOr<std::optional<uid_t>> recorded = ReadRecord(job);
+    absl::StatusOr<std::optional<Principal>> recorded = ReadRecord(job);
     if (!recorded.ok()) return recorded.status();
     if (recorded->has_value()) {
       owner = **recorded;
-      owners_[job] = *owner;
+      owners_.emplace(job, *owner);
     } else {
-      pending_[job] = uid;
-      owner = uid;
+      absl::StatusOr<bool> has_data = has_data_ ? has_data_(job) : absl::StatusOr<bool>(false);
+      if (!has_data.ok()) {
+        return WithContext(has_data.status(), absl::StrCat("looking for job ", job, "'s data"));
+      }
+      if (*has_data) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("job ", job,
+                         " has data but no owner record (saved before ownership "
+                         "was recorded, or its OWNER was lost): an admin must give it to its "
+                         "owner first: ckptctl adopt ",
+                         job, " OWNER"));
+      }
+      pending_.emplace(job, who);
+      owner = who;
     }
   }
-  if (*owner != uid) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "job ", job, " belongs to ", DescribeUid(*owner), ", not to ", DescribeUid(uid)));
+  if (*owner != who) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("job ", job, " belongs to ", owner->Describe(), ", not to ", who.Describe()));
   }
   return absl::OkStatus();
 }
@@ -117,15 +115,58 @@ absl::Status JobOwners::Persist(const std::string& job) {
   absl::MutexLock lock(&mu_);
   auto it = pending_.find(job);
   if (it == pending_.end()) return absl::OkStatus();  // recorded already
-  if (absl::Status s = WriteRecord(job, it->second); !s.ok()) return s;
-  owners_[job] = it->second;
-  pending_.erase(it);
+  const Principal who = it->second;
+  absl::Status s = WriteRecord(job, who, /*replace=*/false);
+  if (absl::IsAlreadyExists(s)) {
+    // Another host of the job (or an adopt) recorded it first.
+    absl::StatusOr<std::optional<Principal>> recorded = ReadRecord(job);
+    if (!recorded.ok()) return recorded.status();
+    if (!recorded->has_value() || **recorded != who) {
+      pending_.erase(job);
+      if (recorded->has_value()) owners_[job] = **recorded;
+      return absl::PermissionDeniedError(
+          absl::StrCat("job ", job, " was recorded first as ",
+                       recorded->has_value() ? (*recorded)->Describe() : std::string("nobody"),
+                       "'s, not ", who.Describe(), "'s"));
+    }
+    s = absl::OkStatus();
+  }
+  if (!s.ok()) return s;
+  owners_[job] = who;
+  pending_.erase(job);
   return absl::OkStatus();
 }
 
 void JobOwners::Forget(const std::string& job) {
   absl::MutexLock lock(&mu_);
   pending_.erase(job);
+}
+
+absl::StatusOr<std::optional<Principal>> JobOwners::Adopt(const std::string& job,
+                                                          const Principal& who, bool replace) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::optional<Principal>> previous = ReadRecord(job);
+  if (!previous.ok() && !(replace && absl::IsDataLoss(previous.status()))) {
+    return previous.status();
+  }
+  if (!previous.ok()) previous = std::optional<Principal>();  // a damaged record is replaced
+  if (!previous->has_value()) {
+    if (auto p = pending_.find(job); p != pending_.end()) previous = std::optional(p->second);
+  }
+  if (previous->has_value() && !replace) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job, " belongs to ", (*previous)->Describe(),
+                     " already; give it to another owner with --replace"));
+  }
+  absl::Status s = WriteRecord(job, who, replace);
+  if (absl::IsAlreadyExists(s)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job, " got an owner meanwhile; give it to another with --replace"));
+  }
+  if (!s.ok()) return s;
+  pending_.erase(job);
+  owners_[job] = who;
+  return *previous;
 }
 
 }  // namespace ckpt::auth

@@ -1,24 +1,29 @@
-// Which local user owns each job. A job belongs to the uid that first
-// attached a rank to it; only that uid (and operators, by permission) may
-// attach to it, save it, load it, cancel it or read it.
+// Which principal (principal.h: a local uid or a token's name) owns each
+// job. Only the owner may attach to it, save it or load it; operators act
+// on others' jobs by permission (read, admin).
 //
-// Ownership outlives the daemon: it is recorded in <root>/<job>/OWNER
-// (written tmp -> fsync -> rename -> fsync dir, so a crash leaves the old
-// record or the new one, never half of one), and read back on first use
-// after a restart. Jobs saved before ownership existed have no record: the
-// first user to attach claims them, and until then only operators see them.
+// Ownership is never first-come. A job nobody has saved yet is claimed by
+// the first principal to attach it (held in memory, and recorded before
+// its first save writes anything: Persist). A job that already has data on
+// storage but no record (saved before ownership existed, or its OWNER was
+// lost) is refused to every attach and load until an admin adopts it
+// (Adopt; `ckptctl adopt JOB OWNER`).
 //
-// A claim is held in memory until the job's first save (Persist), and
-// forgotten when the job's last rank goes with none made (Forget): an
-// attach alone writes nothing to storage, so attaching many job names
-// cannot fill the root with directories.
+// The record, <root>/<job>/OWNER ("uid 1001" or "principal ops"), is
+// written tmp -> fsync -> rename-without-replace -> fsync dir: a crash
+// leaves no record or a whole one, and of several hosts recording the
+// owner of one job on a shared root at once, exactly one wins and the
+// others read what it wrote.
+//
+// A claim not recorded yet is forgotten when the job's last rank goes with
+// none made (Forget): an attach alone writes nothing to storage, so
+// attaching many job names cannot fill the root with directories.
 //
 // Thread-safety: all methods are safe from any thread.
 #ifndef CKPT_DAEMON_AUTH_JOB_OWNERS_H_
 #define CKPT_DAEMON_AUTH_JOB_OWNERS_H_
 
-#include <sys/types.h>
-
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -26,6 +31,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "daemon/auth/principal.h"
 #include "daemon/storage/backend.h"
 
 namespace ckpt::auth {
@@ -34,35 +40,45 @@ inline constexpr char kOwnerFileName[] = "OWNER";
 
 class JobOwners {
  public:
-  JobOwners(storage::Backend& backend, std::string root)
-      : backend_(backend), root_(std::move(root)) {}
+  // Whether `job` holds anything on any tier (checkpoints, partial steps):
+  // a job with data and no record is not for the first comer.
+  using HasData = std::function<absl::StatusOr<bool>(const std::string& job)>;
+
+  JobOwners(storage::Backend& backend, std::string root, HasData has_data = nullptr)
+      : backend_(backend), root_(std::move(root)), has_data_(std::move(has_data)) {}
 
   // The job's owner, or nullopt when it has none yet. An unreadable or
   // damaged record is an error (DATA_LOSS naming the file), never "no owner":
   // that would hand the job to whoever asks first.
-  absl::StatusOr<std::optional<uid_t>> Owner(const std::string& job);
-  // OK when `uid` owns the job, making it the owner (and recording that)
-  // when the job has none; PERMISSION_DENIED naming the job and its owner
-  // otherwise.
-  absl::Status Claim(const std::string& job, uid_t uid);
+  absl::StatusOr<std::optional<Principal>> Owner(const std::string& job);
+  // OK when `who` owns the job, or the job is new (no record, no data) and
+  // `who` becomes its owner; PERMISSION_DENIED naming the job and its owner
+  // otherwise, or saying that an admin must adopt a job with data and no
+  // owner.
+  absl::Status Claim(const std::string& job, const Principal& who);
   // Records a claim still held in memory (the job is about to save).
+  // PERMISSION_DENIED when another host recorded another owner first.
   absl::Status Persist(const std::string& job);
   // Drops a claim not recorded yet (the job's last rank is gone).
   void Forget(const std::string& job);
+  // An admin gives the job to `who` and records it at once. Without
+  // `replace`, FAILED_PRECONDITION when it has an owner already (named).
+  // Returns the previous owner, if any.
+  absl::StatusOr<std::optional<Principal>> Adopt(const std::string& job, const Principal& who,
+                                                 bool replace);
 
  private:
-  absl::StatusOr<std::optional<uid_t>> ReadRecord(const std::string& job);
-  absl::Status WriteRecord(const std::string& job, uid_t uid);
+  absl::StatusOr<std::optional<Principal>> ReadRecord(const std::string& job);
+  // ALREADY_EXISTS when a record exists and `replace` is false.
+  absl::Status WriteRecord(const std::string& job, const Principal& who, bool replace);
 
   storage::Backend& backend_;
   const std::string root_;
+  const HasData has_data_;
   absl::Mutex mu_;
-  std::map<std::string, uid_t> owners_ ABSL_GUARDED_BY(mu_);   // recorded on storage
-  std::map<std::string, uid_t> pending_ ABSL_GUARDED_BY(mu_);  // claimed, not recorded yet
+  std::map<std::string, Principal> owners_ ABSL_GUARDED_BY(mu_);   // recorded on storage
+  std::map<std::string, Principal> pending_ ABSL_GUARDED_BY(mu_);  // claimed, not recorded yet
 };
-
-// "uid 1001 (alice)", or "uid 1001" for an id with no account here.
-std::string DescribeUid(uid_t uid);
 
 }  // namespace ckpt::auth
 

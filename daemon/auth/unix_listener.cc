@@ -1,5 +1,7 @@
 #include "daemon/auth/unix_listener.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -20,7 +22,19 @@ constexpr int kBacklog = 1024;
 
 }  // namespace
 
-absl::StatusOr<int> BindUnixSocket(const std::string& path, int type, bool open_to_others) {
+std::string SocketAccess::Describe() const {
+  switch (reach) {
+    case Reach::kOwner:
+      return "0600, the daemon's user only";
+    case Reach::kGroup:
+      return absl::StrCat("0660, group ", group);
+    case Reach::kEveryone:
+      return "0666, checked at accept";
+  }
+  return "?";
+}
+
+absl::StatusOr<int> BindUnixSocket(const std::string& path, int type, const SocketAccess& access) {
   sockaddr_un address{};
   if (path.size() >= sizeof(address.sun_path)) {
     return absl::InvalidArgumentError(absl::StrCat("socket path ", path, " is longer than ",
@@ -41,10 +55,25 @@ absl::StatusOr<int> BindUnixSocket(const std::string& path, int type, bool open_
     return absl::UnavailableError(
         absl::StrCat("cannot bind unix:", path, ": ", strerror(bind_error)));
   }
-  if (open_to_others && chmod(path.c_str(), 0666) != 0) {
+  mode_t mode = 0600;
+  if (access.reach == SocketAccess::Reach::kGroup) {
+    if (chown(path.c_str(), static_cast<uid_t>(-1), access.group) == 0) {
+      mode = 0660;
+    } else {
+      std::fprintf(stderr,
+                   "ckptd: warning: cannot give %s to group %u (%s): opening it to every user; "
+                   "the allow-lists are still checked at accept\n",
+                   path.c_str(), static_cast<unsigned>(access.group), strerror(errno));
+      mode = 0666;
+    }
+  } else if (access.reach == SocketAccess::Reach::kEveryone) {
+    mode = 0666;
+  }
+  if (chmod(path.c_str(), mode) != 0) {
     const int error = errno;
     close(fd);
-    return absl::InternalError(absl::StrCat("chmod 0666 ", path, ": ", strerror(error)));
+    return absl::InternalError(
+        absl::StrCat("chmod ", absl::Hex(mode), " ", path, ": ", strerror(error)));
   }
   if (listen(fd, kBacklog) != 0) {
     const int error = errno;
@@ -55,10 +84,12 @@ absl::StatusOr<int> BindUnixSocket(const std::string& path, int type, bool open_
   return fd;
 }
 
-absl::Status UnixListener::Start(const std::string& path, bool open_to_others,
-                                 grpc::Server* server) {
-  absl::StatusOr<int> fd = BindUnixSocket(path, SOCK_STREAM, open_to_others);
+absl::Status UnixListener::Start(const std::string& path, const SocketAccess& access, Admit admit,
+                                 int max_per_user, grpc::Server* server) {
+  absl::StatusOr<int> fd = BindUnixSocket(path, SOCK_STREAM, access);
   if (!fd.ok()) return fd.status();
+  admit_ = std::move(admit);
+  max_per_user_ = max_per_user;
   fd_ = *fd;
   thread_ = std::thread([this, server] { Run(server); });
   return absl::OkStatus();
@@ -84,9 +115,41 @@ void UnixListener::Run(grpc::Server* server) {
                    strerror(errno));
       return;
     }
+    ucred peer{};
+    socklen_t length = sizeof(peer);
+    if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0 ||
+        (admit_ && !admit_(peer.uid, peer.gid, peer.pid)) || !HasRoom(peer.uid)) {
+      // Refused before gRPC reads a byte: the client sees its connection
+      // close (UNAVAILABLE).
+      refused_.fetch_add(1, std::memory_order_relaxed);
+      close(conn);
+      continue;
+    }
+    if (max_per_user_ > 0) {
+      const int watch = fcntl(conn, F_DUPFD_CLOEXEC, 0);
+      if (watch >= 0) open_[peer.uid].push_back(watch);
+    }
     accepted_.fetch_add(1, std::memory_order_relaxed);
     grpc::AddInsecureChannelFromFd(server, conn);  // gRPC owns conn from here
   }
+}
+
+bool UnixListener::HasRoom(uid_t uid) {
+  if (max_per_user_ <= 0) return true;
+  std::vector<int>& fds = open_[uid];
+  if (static_cast<int>(fds.size()) < max_per_user_) return true;
+  std::vector<int> alive;
+  for (int fd : fds) {
+    pollfd p{fd, POLLRDHUP, 0};
+    if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0) {
+      close(fd);
+    } else {
+      alive.push_back(fd);
+    }
+  }
+  fds.swap(alive);
+  if (static_cast<int>(fds.size()) < max_per_user_) return true;
+  return false;
 }
 
 void UnixListener::Stop() {
@@ -97,6 +160,10 @@ void UnixListener::Stop() {
   if (thread_.joinable()) thread_.join();
   close(fd_);
   fd_ = -1;
+  for (auto& [uid, fds] : open_) {
+    for (int fd : fds) close(fd);
+  }
+  open_.clear();
 }
 
 }  // namespace ckpt::auth

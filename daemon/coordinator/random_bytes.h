@@ -1,4 +1,4 @@
-// Random bytes for the ids and secrets that name peer transfers: from
+// Random bytes for ids and secrets (sessions, loads, peer transfers): from
 // getrandom(2), which blocks only before the kernel's pool is seeded.
 #ifndef CKPT_DAEMON_COORDINATOR_RANDOM_BYTES_H_
 #define CKPT_DAEMON_COORDINATOR_RANDOM_BYTES_H_
@@ -6,6 +6,8 @@
 #include <sys/random.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 
 namespace ckpt::coordinator {
 
@@ -16,6 +18,21 @@ inline void FillRandom(void* p, size_t n) {
     const ssize_t r = ::getrandom(bytes + got, n - got, 0);
     if (r > 0) got += static_cast<size_t>(r);
   }
+}
+
+// `bytes` random bytes as lowercase hex (session ids, load ids, names of
+// temporary files): unguessable, so an id seen says nothing of the next.
+inline std::string RandomHex(size_t bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string raw(bytes, '\0');
+  FillRandom(raw.data(), raw.size());
+  std::string hex(2 * bytes, '0');
+  for (size_t i = 0; i < bytes; ++i) {
+    const auto b = static_cast<uint8_t>(raw[i]);
+    hex[2 * i] = kDigits[b >> 4];
+    hex[2 * i + 1] = kDigits[b & 15];
+  }
+  return hex;
 }
 
 }  // namespace ckpt::coordinator

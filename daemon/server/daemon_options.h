@@ -49,6 +49,14 @@ struct DaemonOptions {
   int job_max_saves_in_flight = 0;  // 0: no limit
   uint64_t job_max_disk_bytes = 0;
   int max_sessions = 4096;
+  // Per principal (a local uid or a token's name), checked before the
+  // global limits so that no one can exhaust them for others (0: none).
+  int principal_max_sessions = 1024;
+  int principal_max_saves_in_flight = 64;
+  int principal_max_connections = 256;  // Unix socket connections of one uid
+  // A session that opens no Watch stream within this is reaped (its rank
+  // never started watching, or died first).
+  absl::Duration session_watch_grace = absl::Seconds(10);
   // Bounds on what one request may ask (checked before anything is
   // allocated) and on what a MANIFEST read from disk may contain.
   RequestLimits limits;
@@ -76,6 +84,7 @@ struct DaemonOptions {
   std::string tls_client_ca_file;  // if set, TCP peers must present a certificate it signed
   std::string token_file;          // admin token
   std::string read_token_file;     // read-only token (status, list, inspect, verify)
+  std::string tokens_file;  // "NAME PERMISSIONS TOKEN" per line (auth/bearer_token.h)
 
   // Many hosts (daemon/cluster): this daemon keeps the registry of node
   // daemons (ClusterService), and/or registers with the coordinator at
@@ -120,6 +129,9 @@ struct DaemonOptions {
   std::string metrics_address;
   // Jobs with a ckpt_job label of their own; later ones share "_other".
   int metrics_max_jobs = 50;
+  // Heap freed by requests goes back to the system (heap_trim.h); false
+  // keeps it for the next plan.
+  bool return_freed_memory = true;
 };
 
 // The save batch in effect: save_batch_bytes if set, else a sixteenth of the
@@ -133,9 +145,6 @@ inline uint64_t SaveBatchBytes(const DaemonOptions& o) {
                               : std::max(o.batch_bytes, std::min(o.pool_bytes / 16, kMost));
   return std::min(wanted, o.pool_bytes / 2);
 }
-  // Heap freed by requests goes back to the system (heap_trim.h); false
-  // keeps it for the next plan.
-  bool return_freed_memory = true;
 
 // A load's read group: batch_bytes, never more than half the pool (a group
 // larger than the pool could never get its room; a save of the same state

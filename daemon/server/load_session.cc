@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <random>
 
 #include <prometheus/counter.h>
 
@@ -15,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "daemon/coordinator/fault_points.h"
 #include "daemon/coordinator/layout.h"
+#include "daemon/coordinator/random_bytes.h"
 #include "daemon/coordinator/retention.h"
 #include "daemon/peer/peer_sender.h"
 #include "daemon/server/chunk_reader.h"
@@ -248,14 +248,14 @@ absl::Status LoadSession::Plan() {
     if (absl::Status s = CheckPeers(*assignment); !s.ok()) return WithContext(s, Name());
   }
 
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
   absl::MutexLock lock(&mu_);
   if (!error_.ok()) return error_;
   assignment_ = std::move(*assignment);
   pin_ = std::move(pin);
   from_memory_ = memory;
   read_backend_ = memory ? &context_.memory_tier->backend() : &context_.backend;
-  load_id_ = absl::StrFormat("load-%016x", rng());
+  // Unguessable: a load's id asks the segment socket for its memory space.
+  load_id_ = absl::StrCat("load-", coordinator::RandomHex(8));
   object_bytes_.assign(world_size_, {});
   for (const v1::LoadAssignment::RankSizes& sizes : assignment_.sizes()) {
     if (sizes.rank() < 0 || sizes.rank() >= world_size_) continue;

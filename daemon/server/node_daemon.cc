@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "daemon/auth/pem_file.h"
+#include "daemon/coordinator/layout.h"
 #include "daemon/server/heap_trim.h"
 #include "daemon/server/metrics_sampler.h"
 #include "daemon/server/refusal_interceptor.h"
@@ -114,6 +115,19 @@ void RaiseDescriptorLimit() {
     limit.rlim_cur = limit.rlim_max;
     (void)setrlimit(RLIMIT_NOFILE, &limit);
   }
+}
+
+// The socket files reach as far as the allow-lists do (unix_listener.h).
+auth::SocketAccess SocketAccessOf(const auth::AccessPolicy& policy) {
+  auth::SocketAccess access;
+  if (!policy.AdmitsOthers()) return access;
+  if (std::optional<gid_t> group = policy.SoleGroup(); group.has_value()) {
+    access.reach = auth::SocketAccess::Reach::kGroup;
+    access.group = *group;
+  } else {
+    access.reach = auth::SocketAccess::Reach::kEveryone;
+  }
+  return access;
 }
 
 // A session's segments go only to the user that attached it.
@@ -255,6 +269,8 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   coordinator::CatalogOptions catalog;
   catalog.host = o.host_name;  // the instance id is chosen here, once per start
   catalog.limits = o.manifest_limits;
+  // One bound on manifest reads for both tiers' catalogs.
+  catalog.read_slots = std::make_shared<coordinator::ManifestReadSlots>();
   coordinator::RendezvousOptions rendezvous;
   // Hosts wait for each other as long as ranks wait for each other, plus
   // the time the registry takes to declare a silent host lost.
@@ -268,8 +284,6 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   d->removed_partials_ = *removed;
   d->coordinator_->EnableRetention(o.retention);
   if (o.memory_tier_bytes > 0) {
-  // One bound on manifest reads for both tiers' catalogs.
-  catalog.read_slots = std::make_shared<coordinator::ManifestReadSlots>();
     // The budget is taken as it comes, not at start: say so when it could
     // not be, before the host finds out by swapping or the OOM killer.
     const uint64_t physical =
@@ -303,13 +317,38 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
     return absl::InvalidArgumentError("--tls_cert_file and --tls_key_file go together");
   }
+  auth::BearerTokens tokens(std::move(admin_token), std::move(read_token));
+  if (!o.tokens_file.empty()) {
+    if (absl::Status s = tokens.AddFile(o.tokens_file, "--tokens_file"); !s.ok()) return s;
+  }
   d->access_note_ = absl::StrCat("unix socket for ", policy->Describe());
-  d->auth_ = std::make_unique<auth::Authenticator>(
-      *std::move(policy), auth::BearerTokens(std::move(admin_token), std::move(read_token)));
-  d->owners_ = std::make_unique<auth::JobOwners>(*d->backend_, o.storage_root);
+  d->auth_ = std::make_unique<auth::Authenticator>(*std::move(policy), std::move(tokens));
+  // A job with data and no owner record is adopted by an admin, never by
+  // whoever attaches first: its data may be on storage or in the memory tier.
+  d->owners_ = std::make_unique<auth::JobOwners>(
+      *d->backend_, o.storage_root,
+      [backend = d->backend_.get(), root = o.storage_root,
+       memory = d->memory_tier_.get()](const std::string& job) -> absl::StatusOr<bool> {
+        absl::StatusOr<std::vector<std::string>> names =
+            backend->ListDir(coordinator::JobDir(root, job));
+        if (!names.ok() && !absl::IsNotFound(names.status())) return names.status();
+        if (names.ok()) {
+          for (const std::string& name : *names) {
+            if (!absl::StartsWith(name, auth::kOwnerFileName)) return true;
+          }
+        }
+        if (memory == nullptr) return false;
+        absl::StatusOr<std::vector<v1::CheckpointSummary>> held =
+            memory->coordinator().catalog().ListCheckpoints(job);
+        return held.ok() && !held->empty();
+      });
 
-  d->sessions_ = std::make_unique<RankSessions>(
-      SessionLimits{o.max_sessions, static_cast<int>(o.limits.max_world_size)});
+  SessionLimits session_limits;
+  session_limits.max_sessions = o.max_sessions;
+  session_limits.max_world_size = static_cast<int>(o.limits.max_world_size);
+  session_limits.max_sessions_per_principal = o.principal_max_sessions;
+  session_limits.watch_grace = o.session_watch_grace;
+  d->sessions_ = std::make_unique<RankSessions>(session_limits);
   // Each writer and reader sets up its I/O (io_uring ring, pool pinned as
   // fixed buffers) before the daemon serves, not inside the first save or
   // load: 0.2 s per thread for a 4.5 GiB pool here, seconds for large ones.
@@ -345,6 +384,10 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
         if (!job.ok()) return job.status();
         if (newline == std::string::npos) return pool->SegmentsOf(*job);
         return service->LoadMemorySpace(*job, request.substr(newline + 1));
+      },
+      // Segments are for ranks: only users who may attach may ask.
+      [auth = d->auth_.get()](uid_t uid, gid_t gid, pid_t pid) {
+        return auth->OfLocalPeer(uid, gid, pid).Has(auth::Permission::kUse);
       });
   return d;
 }
@@ -398,7 +441,7 @@ absl::Status NodeDaemon::Start() {
       credentials = grpc::InsecureServerCredentials();
       absl::StrAppend(&access_note_, "; TCP bound to ", tcp_address,
                       " only and every TCP call refused: it needs --tls_cert_file, --tls_key_file "
-                      "and --token_file");
+                      "and --tokens_file (or --token_file)");
     }
     builder.AddListeningPort(tcp_address, credentials, &tcp_port);
   }
@@ -442,14 +485,17 @@ absl::Status NodeDaemon::Start() {
   }
   // Before the gRPC socket: a rank that attached can always fetch its
   // segments.
-  if (absl::Status s = segment_server_->Start(SegmentSocketPath(options_.socket_path),
-                                              auth_->policy().AdmitsOthers());
+  const auth::SocketAccess access = SocketAccessOf(auth_->policy());
+  if (absl::Status s = segment_server_->Start(SegmentSocketPath(options_.socket_path), access);
       !s.ok()) {
     return s;
   }
   // The Unix socket is accepted by us, so handlers learn each peer's uid.
-  if (absl::Status s =
-          unix_listener_.Start(options_.socket_path, auth_->policy().AdmitsOthers(), server_.get());
+  auth::UnixListener::Admit admit = [auth = auth_.get()](uid_t uid, gid_t gid, pid_t pid) {
+    return !auth->OfLocalPeer(uid, gid, pid).empty();
+  };
+  if (absl::Status s = unix_listener_.Start(options_.socket_path, access, std::move(admit),
+                                            options_.principal_max_connections, server_.get());
       !s.ok()) {
     return s;
   }
@@ -508,12 +554,15 @@ absl::Status NodeDaemon::Start() {
   }
   notifier_.Ready(StatusLine());
   reaper_ = std::thread([this] {
+    // What a refused or failed request freed goes back to the system.
+    HeapTrimmer heap_trimmer({.enabled = options_.return_freed_memory});
     while (!stop_.WaitForNotificationWithTimeout(kReapInterval)) {
       const absl::Time now = absl::Now();
       service_->Reap(now);
       CheckCoordinatorContact(now);
       metrics_->Tick(now);
       notifier_.Tick(now, StatusLine());
+      heap_trimmer.Tick(now);
     }
   });
   return absl::OkStatus();
@@ -553,15 +602,12 @@ void NodeDaemon::Shutdown() {
 NodeDaemon::~NodeDaemon() {
   // No scrape may read the parts below once they start going.
   metrics_server_.reset();
-    // What a refused or failed request freed goes back to the system.
-    HeapTrimmer heap_trimmer({.enabled = options_.return_freed_memory});
   if (metrics_) metrics_->SetSampler(nullptr);
   Shutdown();
   if (reaper_.joinable()) reaper_.join();
   // Its heartbeats sample the service: stopped now, kept (a plan in flight
   // asks it whether this host is registered) until the service is gone.
   if (coordinator_link_) coordinator_link_->Stop();
-      heap_trimmer.Tick(now);
   if (service_) {
     // Saves whose ranks are all snapshotted can still commit: give what is
     // in flight a moment to finish, then abort the rest, well inside the

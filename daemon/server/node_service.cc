@@ -46,10 +46,6 @@ grpc::Status Reply(absl::StatusOr<Response> result, Response* response) {
   return grpc::Status::OK;
 }
 
-// The user a caller acts as: its own for local callers; TCP callers hold a
-// token the daemon's operator gave them and act as the daemon's user.
-uid_t CallerUid(const auth::Caller& caller) { return caller.local ? caller.user.uid : geteuid(); }
-
 }  // namespace
 
 // One rank's Watch stream. It never writes until shutdown; its end is the
@@ -114,26 +110,29 @@ absl::StatusOr<RankSession> NodeService::CallerSession(const grpc::ServerContext
   if (!caller.ok()) return caller.status();
   absl::StatusOr<RankSession> rank = context_.sessions.Find(session_id);
   if (!rank.ok()) return rank.status();
-  if (rank->uid != CallerUid(*caller)) {
-    return absl::PermissionDeniedError(absl::StrCat("session ", QuoteId(session_id), " of job ",
-                                                    rank->job, " belongs to another user, not to ",
-                                                    caller->peer));
+  if (rank->principal != caller->principal) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("session ", QuoteId(session_id), " of job ", rank->job,
+                     " belongs to another principal, not to ", caller->peer));
   }
   return rank;
 }
 
 absl::Status NodeService::AuthorizeJob(const auth::Caller& caller, const std::string& job,
                                        auth::Permission operator_needs) {
-  if (static_cast<int>(caller.permission) >= static_cast<int>(operator_needs))
-    return absl::OkStatus();
+  if (caller.Has(operator_needs)) return absl::OkStatus();
   if (absl::Status s = ValidateName("job", job); !s.ok()) return s;
-  absl::StatusOr<std::optional<uid_t>> owner = context_.owners.Owner(job);
+  absl::StatusOr<std::optional<auth::Principal>> owner = context_.owners.Owner(job);
   if (!owner.ok()) return owner.status();
-  if (owner->has_value() && **owner == CallerUid(caller)) return absl::OkStatus();
+  // Its owner acts on it by using ckptd: a credential that lost kUse
+  // keeps no hold on the jobs it made.
+  if (owner->has_value() && **owner == caller.principal && caller.Has(auth::Permission::kUse)) {
+    return absl::OkStatus();
+  }
   return absl::PermissionDeniedError(absl::StrCat(
       caller.peer, " may not ", operator_needs == auth::Permission::kAdmin ? "change" : "read",
       " job ", job, ": it belongs to ",
-      owner->has_value() ? auth::DescribeUid(**owner) : std::string("nobody yet"),
+      owner->has_value() ? (*owner)->Describe() : std::string("nobody yet"),
       ", and operators need ", auth::PermissionName(operator_needs)));
 }
 
@@ -142,12 +141,17 @@ grpc::Status NodeService::Attach(grpc::ServerContext* context, const v1::AttachR
   absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kUse);
   if (!caller.ok()) return ToGrpc(caller.status());
   if (absl::Status s = ValidateAttachRequest(*request, limits_); !s.ok()) return ToGrpc(s);
-  // The first user to attach a job owns it; nobody else may join it.
-  const uid_t uid = CallerUid(*caller);
-  if (absl::Status s = context_.owners.Claim(request->job(), uid); !s.ok()) return ToGrpc(s);
-  absl::StatusOr<RankSession> session =
-      context_.sessions.Attach(request->job(), request->rank(), request->world_size(),
-                               request->local_rank(), uid, request->local_world_size());
+  // The first principal to attach a new job owns it; nobody else may join
+  // it, and a job with data but no owner waits for an admin (job_owners.h).
+  if (absl::Status s = context_.owners.Claim(request->job(), caller->principal); !s.ok()) {
+    return ToGrpc(s);
+  }
+  absl::StatusOr<RankSession> session = context_.sessions.Attach(
+      request->job(), request->rank(), request->world_size(), request->local_rank(),
+      caller->principal, request->local_world_size(), caller->local ? caller->pid : 0);
+  if (!session.ok() && !context_.sessions.HasJob(request->job())) {
+    context_.owners.Forget(request->job());  // a refused first attach claims nothing
+  }
   if (!session.ok()) return ToGrpc(session.status());
   response->set_session_id(session->id);
   // Its load, if one comes, may find the held step checked
@@ -188,6 +192,7 @@ grpc::ServerWriteReactor<v1::WatchEvent>* NodeService::Watch(grpc::CallbackServe
     reactor->End(ToGrpc(rank.status()));
     return reactor;
   }
+  context_.sessions.Watched(rank->id);
   auto* reactor = new WatchReactor(this, *rank);
   bool shutting_down = false;
   {
@@ -286,12 +291,31 @@ grpc::Status NodeService::PlanSave(grpc::ServerContext* context, const v1::PlanS
             context_.options.job_max_saves_in_flight, " (--job_max_saves_in_flight): step ",
             request->step(), " must wait for one to finish")));
       }
+      // And over all the jobs of its principal: many small jobs of one user
+      // must not hold every writer and the pool.
+      int principal_in_flight = 0;
+      for (const auto& [key, save] : saves_) {
+        auto owner = save_principals_.find(key);
+        if (!save->finished() && owner != save_principals_.end() &&
+            owner->second == rank->principal) {
+          ++principal_in_flight;
+        }
+      }
+      const int principal_quota = context_.options.principal_max_saves_in_flight;
+      if (principal_quota > 0 && principal_in_flight >= principal_quota) {
+        return ToGrpc(absl::ResourceExhaustedError(
+            absl::StrCat(rank->principal.Describe(), " has ", principal_in_flight,
+                         " saves in flight over its jobs; its limit is ", principal_quota,
+                         " (--principal_max_saves_in_flight): step ", request->step(), " of job ",
+                         rank->job, " must wait for one to finish")));
+      }
     }
     std::shared_ptr<SaveSession>& slot = saves_[{rank->job, request->step()}];
     if (slot == nullptr || slot->finished()) {
       if (slot != nullptr) finished_saves_.push_back(slot);
       slot = std::make_shared<SaveSession>(context_, rank->job, request->step(), rank->world_size,
                                            rank->local_world_size, request->tier());
+      save_principals_[{rank->job, request->step()}] = rank->principal;
     }
     save = slot;
   }
@@ -442,10 +466,10 @@ grpc::Status NodeService::NextLoadBatch(grpc::ServerContext* context,
 
 grpc::Status NodeService::GetStatus(grpc::ServerContext* context, const v1::GetStatusRequest*,
                                     v1::GetStatusResponse* response) {
-  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kUse);
+  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kNone);
   if (!caller.ok()) return ToGrpc(caller.status());
   // Users see the daemon's totals and their own jobs' saves; operators see all.
-  const bool all_jobs = caller->permission >= auth::Permission::kRead;
+  const bool all_jobs = caller->Has(auth::Permission::kRead);
   const pool::PoolStats pool = context_.pool.Stats();
   response->set_version(kVersion);
   response->set_host(context_.host.host());
@@ -503,7 +527,7 @@ grpc::Status NodeService::GetStatus(grpc::ServerContext* context, const v1::GetS
 grpc::Status NodeService::ListCheckpoints(grpc::ServerContext* context,
                                           const v1::ListCheckpointsRequest* request,
                                           v1::ListCheckpointsResponse* response) {
-  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kUse);
+  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kNone);
   if (!caller.ok()) return ToGrpc(caller.status());
   if (absl::Status s = AuthorizeJob(*caller, request->job(), auth::Permission::kRead); !s.ok()) {
     return ToGrpc(s);
@@ -548,7 +572,7 @@ grpc::Status NodeService::ListCheckpoints(grpc::ServerContext* context,
 grpc::Status NodeService::InspectCheckpoint(grpc::ServerContext* context,
                                             const v1::InspectCheckpointRequest* request,
                                             v1::InspectCheckpointResponse* response) {
-  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kUse);
+  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kNone);
   if (!caller.ok()) return ToGrpc(caller.status());
   if (absl::Status s = AuthorizeJob(*caller, request->job(), auth::Permission::kRead); !s.ok()) {
     return ToGrpc(s);
@@ -595,7 +619,7 @@ absl::StatusOr<std::vector<NodeService::Store>> NodeService::StoresOf(const std:
 grpc::Status NodeService::VerifyCheckpoint(grpc::ServerContext* context,
                                            const v1::VerifyCheckpointRequest* request,
                                            v1::VerifyCheckpointResponse* response) {
-  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kUse);
+  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kNone);
   if (!caller.ok()) return ToGrpc(caller.status());
   if (absl::Status s = AuthorizeJob(*caller, request->job(), auth::Permission::kRead); !s.ok()) {
     return ToGrpc(s);
@@ -622,7 +646,7 @@ grpc::Status NodeService::VerifyCheckpoint(grpc::ServerContext* context,
 grpc::Status NodeService::CancelSave(grpc::ServerContext* context,
                                      const v1::CancelSaveRequest* request,
                                      v1::CancelSaveResponse*) {
-  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kUse);
+  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kNone);
   if (!caller.ok()) return ToGrpc(caller.status());
   if (absl::Status s = ValidateName("job", request->job()); !s.ok()) return ToGrpc(s);
   if (absl::Status s = AuthorizeJob(*caller, request->job(), auth::Permission::kAdmin); !s.ok()) {
@@ -656,11 +680,39 @@ grpc::Status NodeService::CancelSave(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status NodeService::AdoptJob(grpc::ServerContext* context, const v1::AdoptJobRequest* request,
+                                   v1::AdoptJobResponse* response) {
+  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kAdmin);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  if (absl::Status s = ValidateName("job", request->job()); !s.ok()) return ToGrpc(s);
+  if (request->owner().size() > 256) {
+    return ToGrpc(absl::InvalidArgumentError("owner: longer than 256 bytes"));
+  }
+  absl::StatusOr<auth::Principal> owner = auth::Principal::FromOwnerSpec(request->owner());
+  if (!owner.ok()) return ToGrpc(WithContext(owner.status(), "owner"));
+  if (request->replace() && context_.sessions.HasJob(request->job())) {
+    return ToGrpc(absl::FailedPreconditionError(
+        absl::StrCat("job ", request->job(),
+                     " has ranks attached here; hand it over when they "
+                     "are gone")));
+  }
+  absl::StatusOr<std::optional<auth::Principal>> previous =
+      context_.owners.Adopt(request->job(), *owner, request->replace());
+  if (!previous.ok()) return ToGrpc(previous.status());
+  if (previous->has_value()) response->set_previous_owner((*previous)->Key());
+  response->set_owner(owner->Key());
+  std::fprintf(
+      stderr, "ckptd: job %s adopted by %s for %s%s\n", request->job().c_str(),
+      caller->peer.c_str(), owner->Describe().c_str(),
+      previous->has_value() ? absl::StrCat(" (was ", (*previous)->Describe(), ")").c_str() : "");
+  return grpc::Status::OK;
+}
+
 grpc::Status NodeService::CollectGarbage(grpc::ServerContext* context,
                                          const v1::CollectGarbageRequest* request,
                                          v1::CollectGarbageResponse* response) {
   // Deleting checkpoints: the job's owner, or an admin operator.
-  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kUse);
+  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kNone);
   if (!caller.ok()) return ToGrpc(caller.status());
   if (absl::Status s = AuthorizeJob(*caller, request->job(), auth::Permission::kAdmin); !s.ok()) {
     return ToGrpc(s);
@@ -669,6 +721,10 @@ grpc::Status NodeService::CollectGarbage(grpc::ServerContext* context,
 }
 
 void NodeService::Reap(absl::Time now) {
+  // Ranks gone without a word: their process exited, or they never opened
+  // their Watch stream. Their sessions (and what their saves and loads
+  // hold) go now, not when ckptd restarts.
+  for (const RankSession& gone : context_.sessions.Stale(now)) RankGone(gone);
   std::vector<std::shared_ptr<SaveSession>> saves;
   std::vector<std::shared_ptr<LoadSession>> loads;
   std::vector<std::shared_ptr<LoadSession>> done;  // destroyed outside mu_: joins readers
@@ -677,6 +733,7 @@ void NodeService::Reap(absl::Time now) {
     for (auto it = saves_.begin(); it != saves_.end();) {
       if (it->second->finished()) {
         finished_saves_.push_back(it->second);
+        save_principals_.erase(it->first);
         it = saves_.erase(it);
       } else {
         saves.push_back(it->second);

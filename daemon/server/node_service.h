@@ -90,6 +90,8 @@ class NodeService final
                           v1::CancelSaveResponse*) override;
   grpc::Status CollectGarbage(grpc::ServerContext*, const v1::CollectGarbageRequest*,
                               v1::CollectGarbageResponse*) override;
+  grpc::Status AdoptJob(grpc::ServerContext*, const v1::AdoptJobRequest*,
+                        v1::AdoptJobResponse*) override;
 
  private:
   // Where a committed step is: each tier that holds it (the memory tier
@@ -142,6 +144,8 @@ class NodeService final
   const absl::Time started_;
   absl::Mutex mu_;
   std::map<Key, std::shared_ptr<SaveSession>> saves_ ABSL_GUARDED_BY(mu_);
+  // Whose each save in saves_ is, for --principal_max_saves_in_flight.
+  std::map<Key, auth::Principal> save_principals_ ABSL_GUARDED_BY(mu_);
   // Recently finished saves, so a late WaitSave still learns the outcome.
   std::deque<std::shared_ptr<SaveSession>> finished_saves_ ABSL_GUARDED_BY(mu_);
   // Loads waiting for their ranks (by job and step), then planned ones by id.

@@ -1,10 +1,12 @@
 #include "daemon/server/rank_sessions.h"
 
-#include <random>
+#include <fstream>
 #include <set>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "daemon/coordinator/random_bytes.h"
 #include "proto/lib/validation.h"
 
 namespace ckpt::server {
@@ -20,8 +22,25 @@ absl::Status CheckMember(const RankSession& rank, const std::string& job, int wo
                                                   ") is not one of its ", world_size, " ranks"));
 }
 
+uint64_t ProcessStartTime(pid_t pid) {
+  if (pid <= 0) return 0;
+  std::ifstream file(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text;
+  if (!std::getline(file, text)) return 0;
+  // "pid (comm) state ppid ...": comm may hold spaces and parentheses; the
+  // fields after the last ')' are fixed, the start time the 20th of them.
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::vector<absl::string_view> fields =
+      absl::StrSplit(absl::string_view(text).substr(close + 1), ' ', absl::SkipEmpty());
+  uint64_t start = 0;
+  if (fields.size() < 20 || !absl::SimpleAtoi(fields[19], &start)) return 0;
+  return start;
+}
+
 absl::StatusOr<RankSession> RankSessions::Attach(const std::string& job, int rank, int world_size,
-                                                 int local_rank, uid_t uid, int local_world_size) {
+                                                 int local_rank, const auth::Principal& who,
+                                                 int local_world_size, pid_t pid) {
   if (absl::Status s = ValidateName("job", job); !s.ok()) return s;
   if (world_size > limits_.max_world_size) {
     return absl::ResourceExhaustedError(absl::StrCat("world size ", world_size,
@@ -40,16 +59,20 @@ absl::StatusOr<RankSession> RankSessions::Attach(const std::string& job, int ran
     return absl::InvalidArgumentError(absl::StrCat("local world size ", local_world_size,
                                                    " is not in [1, world size ", world_size, "]"));
   }
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  RankSession session{absl::StrFormat("%016x%016x", rng(), rng()),
-                      uid,
-                      job,
-                      rank,
-                      world_size,
-                      local_rank,
-                      local_world_size};
+  RankSession session;
+  session.id = coordinator::RandomHex(16);
+  session.principal = who;
+  session.uid = who.is_local_user() ? who.uid() : auth::Principal::kNoUid;
+  session.pid = pid;
+  session.pid_start = ProcessStartTime(pid);
+  session.job = job;
+  session.rank = rank;
+  session.world_size = world_size;
+  session.local_rank = local_rank;
+  session.local_world_size = local_world_size;
   absl::MutexLock lock(&mu_);
-  for (const auto& [id, other] : sessions_) {
+  for (const auto& [id, entry] : sessions_) {
+    const RankSession& other = entry.session;
     // A save of a job spanning hosts waits for local_world_size ranks
     // here: two counts for one job would leave it waiting for ranks that
     // never come. (A job on this host alone may reattach with another
@@ -63,18 +86,33 @@ absl::StatusOr<RankSession> RankSessions::Attach(const std::string& job, int ran
                        world_size, " and ", local_world_size));
     }
   }
+  // Per principal first: one user's flood is refused before it can fill
+  // the daemon for everyone.
+  int& mine = per_principal_[who];
+  if (limits_.max_sessions_per_principal > 0 && mine >= limits_.max_sessions_per_principal) {
+    if (mine == 0) per_principal_.erase(who);
+    return absl::ResourceExhaustedError(
+        absl::StrCat(who.Describe(), " has ", mine, " ranks attached; its limit is ",
+                     limits_.max_sessions_per_principal, " (--principal_max_sessions)"));
+  }
   if (static_cast<int>(sessions_.size()) >= limits_.max_sessions) {
+    if (mine == 0) per_principal_.erase(who);
     return absl::ResourceExhaustedError(absl::StrCat(sessions_.size(),
                                                      " ranks are attached; the limit is ",
                                                      limits_.max_sessions, " (--max_sessions)"));
   }
-  sessions_[session.id] = session;
+  ++mine;
+  sessions_[session.id] = Entry{session, absl::Now(), false};
   return session;
 }
 
 absl::Status RankSessions::Detach(const std::string& id) {
   absl::MutexLock lock(&mu_);
-  if (sessions_.erase(id) == 0) return absl::NotFoundError("unknown session; attach first");
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return absl::NotFoundError("unknown session; attach first");
+  auto count = per_principal_.find(it->second.session.principal);
+  if (count != per_principal_.end() && --count->second <= 0) per_principal_.erase(count);
+  sessions_.erase(it);
   return absl::OkStatus();
 }
 
@@ -82,7 +120,37 @@ absl::StatusOr<RankSession> RankSessions::Find(const std::string& id) const {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return absl::NotFoundError("unknown session; attach first");
-  return it->second;
+  return it->second.session;
+}
+
+void RankSessions::Watched(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it != sessions_.end()) it->second.watched = true;
+}
+
+std::vector<RankSession> RankSessions::Stale(absl::Time now) const {
+  std::vector<RankSession> local;  // checked outside mu_: /proc reads
+  std::vector<RankSession> stale;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, entry] : sessions_) {
+      if (!entry.watched && now - entry.attached > limits_.watch_grace) {
+        stale.push_back(entry.session);
+      } else if (entry.session.pid > 0) {
+        local.push_back(entry.session);
+      }
+    }
+  }
+  for (RankSession& session : local) {
+    // A start time we could not read at attach cannot be compared: the pid
+    // alone then says whether the process is there.
+    const uint64_t start = ProcessStartTime(session.pid);
+    if (start == 0 || (session.pid_start != 0 && start != session.pid_start)) {
+      stale.push_back(std::move(session));
+    }
+  }
+  return stale;
 }
 
 int RankSessions::attached() const {
@@ -93,7 +161,7 @@ int RankSessions::attached() const {
 bool RankSessions::HasJob(const std::string& job) const {
   absl::MutexLock lock(&mu_);
   for (const auto& [id, session] : sessions_) {
-    if (session.job == job) return true;
+    if (session.session.job == job) return true;
   }
   return false;
 }
@@ -102,7 +170,7 @@ std::vector<int> RankSessions::RanksOf(const std::string& job) const {
   std::set<int> ranks;
   absl::MutexLock lock(&mu_);
   for (const auto& [id, session] : sessions_) {
-    if (session.job == job) ranks.insert(session.rank);
+    if (session.session.job == job) ranks.insert(session.session.rank);
   }
   return {ranks.begin(), ranks.end()};
 }

@@ -2,6 +2,14 @@
 // job and world. What a rank holds in the pool belongs to its saves and
 // loads, which release it when they end or when the rank goes away.
 //
+// Session ids come from the kernel's CSPRNG: an id seen says nothing of
+// another. Sessions are limited per principal before the global limit, so
+// one user cannot attach the daemon full for everyone else. A session whose
+// rank is gone is reaped (Stale) whether or not it ever opened its Watch
+// stream: a local rank's process is watched by pid (and start time, so a
+// reused pid is not mistaken for it); any session that opens no Watch
+// within the grace is reaped too (a TCP caller has no pid to watch).
+//
 // Thread-safety: all methods are safe from any thread.
 #ifndef CKPT_DAEMON_SERVER_RANK_SESSIONS_H_
 #define CKPT_DAEMON_SERVER_RANK_SESSIONS_H_
@@ -16,14 +24,22 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/auth/principal.h"
 
 namespace ckpt::server {
 
 struct RankSession {
   std::string id;
-  // The local user that attached it: only that user may act through it
-  // (TCP operators count as the daemon's own user).
-  uid_t uid = 0;
+  // Who attached it: only that principal may act through it, and only a
+  // local user's process may map its job's pool segments (uid; a TCP
+  // principal's is Principal::kNoUid, which no process has).
+  auth::Principal principal;
+  uid_t uid = auth::Principal::kNoUid;
+  // The attaching process (local callers; 0 over TCP) and its start time
+  // (clock ticks since boot, /proc/<pid>/stat), to tell when it is gone.
+  pid_t pid = 0;
+  uint64_t pid_start = 0;
   std::string job;
   int rank = 0;
   int world_size = 0;
@@ -43,7 +59,15 @@ absl::Status CheckMember(const RankSession& rank, const std::string& job, int wo
 struct SessionLimits {
   int max_sessions = 4096;     // attached ranks at once (--max_sessions)
   int max_world_size = 65536;  // ranks in one job (--max_world_size)
+  // Attached ranks of one principal (--principal_max_sessions; 0: none).
+  int max_sessions_per_principal = 1024;
+  // How long a session may go without a Watch stream (--session_watch_grace_s).
+  absl::Duration watch_grace = absl::Seconds(10);
 };
+
+// The start time of process `pid` (clock ticks since boot), or 0 when it
+// is gone (or /proc cannot say).
+uint64_t ProcessStartTime(pid_t pid);
 
 class RankSessions {
  public:
@@ -53,8 +77,15 @@ class RankSessions {
   // world_size); RESOURCE_EXHAUSTED naming the bound for a world or a
   // session count beyond the limits. Every rank of a job on this host must
   // give the same world and local world sizes as the ones attached before.
+  // `who` attaches from process `pid` (0: over TCP).
   absl::StatusOr<RankSession> Attach(const std::string& job, int rank, int world_size,
-                                     int local_rank, uid_t uid = 0, int local_world_size = 0);
+                                     int local_rank, const auth::Principal& who,
+                                     int local_world_size = 0, pid_t pid = 0);
+  // The session's Watch stream opened: its end is the rank's end from now.
+  void Watched(const std::string& id);
+  // Sessions whose rank is gone: its process exited, or it opened no Watch
+  // within the grace since `now`. The caller ends them (Detach and more).
+  std::vector<RankSession> Stale(absl::Time now) const;
   // NOT_FOUND for an unknown session.
   absl::Status Detach(const std::string& id);
   // NOT_FOUND ("unknown session; attach first") for an unknown id.
@@ -71,9 +102,15 @@ class RankSessions {
                                 const std::function<bool(int)>& done, size_t max) const;
 
  private:
+  struct Entry {
+    RankSession session;
+    absl::Time attached;
+    bool watched = false;
+  };
   const SessionLimits limits_;
   mutable absl::Mutex mu_;
-  std::map<std::string, RankSession> sessions_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Entry> sessions_ ABSL_GUARDED_BY(mu_);
+  std::map<auth::Principal, int> per_principal_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ckpt::server

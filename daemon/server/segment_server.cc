@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -22,12 +23,36 @@ namespace {
 struct Pending {
   int fd;
   absl::Time deadline;
+  uid_t uid;
 };
+
+// Makes room for one more connection of `uid`: drops that user's oldest
+// when it has its share waiting, else, when all are taken, the oldest of
+// the user with the most waiting (never one of a user with fewer).
+void MakeRoom(std::deque<Pending>& pending, uid_t uid, size_t per_user, size_t total) {
+  std::map<uid_t, size_t> counts;
+  for (const Pending& p : pending) ++counts[p.uid];
+  uid_t victim = uid;
+  if (counts[uid] < per_user) {
+    if (pending.size() < total) return;
+    size_t most = 0;
+    for (const auto& [who, n] : counts) {
+      if (n > most) most = n, victim = who;
+    }
+  }
+  for (auto it = pending.begin(); it != pending.end(); ++it) {
+    if (it->uid == victim) {
+      close(it->fd);
+      pending.erase(it);
+      return;
+    }
+  }
+}
 
 }  // namespace
 
-absl::Status SegmentServer::Start(const std::string& path, bool open_to_others) {
-  absl::StatusOr<int> fd = auth::BindUnixSocket(path, SOCK_SEQPACKET, open_to_others);
+absl::Status SegmentServer::Start(const std::string& path, const auth::SocketAccess& access) {
+  absl::StatusOr<int> fd = auth::BindUnixSocket(path, SOCK_SEQPACKET, access);
   if (!fd.ok()) return fd.status();
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) {
@@ -94,12 +119,19 @@ void SegmentServer::Run() {
     pending.swap(still);
     if (ready > 0 && (fds[1].revents & POLLIN) != 0) {
       const int conn = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (conn >= 0) {
-        if (pending.size() >= kMaxPending) {
-          close(pending.front().fd);
-          pending.pop_front();
-        }
-        pending.push_back({conn, absl::Now() + kRequestDeadline});
+      ucred peer{};
+      socklen_t len = sizeof(peer);
+      if (conn >= 0 && (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 ||
+                        !admit_(peer.uid, peer.gid, peer.pid))) {
+        // Not one of the allowed users: nothing of it waits, or displaces.
+        refused_.fetch_add(1, std::memory_order_relaxed);
+        (void)segments::SendSegmentError(
+            conn, absl::PermissionDeniedError(
+                      absl::StrCat("uid ", peer.uid, " may not use ckptd's segment socket")));
+        close(conn);
+      } else if (conn >= 0) {
+        MakeRoom(pending, peer.uid, kMaxPendingPerUser, kMaxPending);
+        pending.push_back({conn, absl::Now() + kRequestDeadline, peer.uid});
       } else if (errno == EMFILE || errno == ENFILE) {
         // Out of descriptors: the connection waits in the backlog; back off
         // instead of spinning on a listener that stays readable.

@@ -7,8 +7,12 @@
 //
 // One thread, one poll loop: a request is answered without blocking, and a
 // connection that sends nothing is closed after a short deadline, so no
-// client can hold the thread or pile up descriptors (at most kMaxPending
-// connections wait; the oldest is dropped for a new one).
+// client can hold the thread or pile up descriptors. A connection from a
+// user the access policy does not admit is closed at accept (SO_PEERCRED),
+// before it can wait. Those that wait are bounded per user (a user's
+// oldest is dropped for its own new one) and in all (the oldest of the
+// user with the most waiting goes): one user's flood never drops another
+// user's request.
 //
 // Thread-safety: Start and Stop from one thread.
 #ifndef CKPT_DAEMON_SERVER_SEGMENT_SERVER_H_
@@ -16,6 +20,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <thread>
@@ -23,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/auth/unix_listener.h"
 #include "daemon/pool/shm_pool.h"
 
 namespace ckpt::server {
@@ -40,15 +46,21 @@ class SegmentServer {
   using Tables =
       std::function<absl::StatusOr<pool::OwnerSegments>(const std::string& request, uid_t uid)>;
 
-  explicit SegmentServer(Tables tables) : tables_(std::move(tables)) {}
+  // Whether a connecting process of this uid (and gid, pid) may ask at all.
+  using Admit = std::function<bool(uid_t uid, gid_t gid, pid_t pid)>;
+
+  SegmentServer(Tables tables, Admit admit)
+      : tables_(std::move(tables)), admit_(std::move(admit)) {}
   ~SegmentServer() { Stop(); }
   SegmentServer(const SegmentServer&) = delete;
   SegmentServer& operator=(const SegmentServer&) = delete;
 
-  absl::Status Start(const std::string& path, bool open_to_others);
+  absl::Status Start(const std::string& path, const auth::SocketAccess& access);
   void Stop();
 
-  static constexpr size_t kMaxPending = 64;
+  static constexpr size_t kMaxPending = 256;
+  static constexpr size_t kMaxPendingPerUser = 16;
+  uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
   static constexpr absl::Duration kRequestDeadline = absl::Seconds(2);
 
  private:
@@ -57,6 +69,8 @@ class SegmentServer {
   void Serve(int conn);
 
   const Tables tables_;
+  const Admit admit_;
+  std::atomic<uint64_t> refused_{0};
   std::string path_;
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // an eventfd that Stop signals

@@ -5,6 +5,14 @@
 // the pool segments that job was handed ("own_segments OFFSET:LENGTH ...").
 //
 // Usage: auth_probe SOCKET SESSION_ID JOB STEP
+//        auth_probe attach-only SOCKET JOB   attaches rank 0 of a 2-rank job
+//            raw, opens no Watch stream, prints "attached <session>", then
+//            waits to be killed: a rank that dies before it watches.
+//        auth_probe segments SOCKET          asks the segment socket for an
+//            unknown session: prints "segments <code>" (PERMISSION_DENIED
+//            for a user the daemon does not admit, NOT_FOUND otherwise).
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -69,7 +77,31 @@ void SaveAndLoadOwnJob(const std::string& socket, const std::string& job) {
 
 }  // namespace
 
+int AttachOnly(const std::string& socket, const std::string& job) {
+  auto stub = ckpt::v1::NodeService::NewStub(
+      grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
+  ckpt::v1::AttachRequest request;
+  request.set_job(job);
+  request.set_rank(0);
+  request.set_world_size(2);
+  ckpt::v1::AttachResponse response;
+  grpc::ClientContext context;
+  const grpc::Status s = stub->Attach(&context, request, &response);
+  if (!s.ok()) {
+    std::printf("attach %d %s\n", static_cast<int>(s.error_code()), s.error_message().c_str());
+    return 1;
+  }
+  std::printf("attached %s\n", response.session_id().c_str());
+  std::fflush(stdout);
+  for (;;) pause();
+}
+
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "attach-only") return AttachOnly(argv[2], argv[3]);
+  if (argc == 3 && std::string(argv[1]) == "segments") {
+    ReportSegments("segments", std::string(argv[2]) + ".seg", "0123456789abcdef", 1 << 20);
+    return 0;
+  }
   if (argc != 5) {
     std::fprintf(stderr, "usage: auth_probe SOCKET SESSION_ID JOB STEP\n");
     return 2;

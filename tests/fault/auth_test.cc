@@ -4,11 +4,14 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <string>
@@ -25,6 +28,7 @@
 #include "tests/catch.h"
 #include "tests/catch_skip.h"
 #include "tests/support/http_get.h"
+#include "tests/support/raw_rpc.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_daemon.h"
 
@@ -376,6 +380,324 @@ TEST_CASE("other local users: refused unless allow-listed, and never on another 
     CHECK(cancel.exit_code == 1);
     CHECK(absl::StrContains(cancel.output, "PERMISSION_DENIED"));
   }
+}
+
+// Principals of a tokens file: a trainer that uses, a dashboard that
+// reads, an operator that reads and administers.
+constexpr char kTrainerToken[] = "trainer-token-7d1e0c44a9b2";
+constexpr char kDashToken[] = "dash-token-51c0ffee9e3a1b";
+constexpr char kOpsToken[] = "ops-token-a0b1c2d3e4f5a6b7";
+
+std::string WriteTokensFile(const TestDaemon& d) {
+  const std::string path = d.dir() + "/tls/tokens";
+  std::ofstream(path) << "# name permissions token\n"
+                      << "trainer use " << kTrainerToken << "\n"
+                      << "dash read " << kDashToken << "\n"
+                      << "ops read,admin " << kOpsToken << "\n";
+  chmod(path.c_str(), 0600);
+  return path;
+}
+
+grpc::Status AttachAs(NodeStub& stub, const std::string& job, std::string* session = nullptr,
+                      int world = 1) {
+  v1::AttachRequest request;
+  request.set_job(job);
+  request.set_rank(0);
+  request.set_world_size(world);
+  v1::AttachResponse response;
+  grpc::Status s = stub.Attach(Context().get(), request, &response);
+  if (session != nullptr) *session = response.session_id();
+  return s;
+}
+
+grpc::Status ListAs(NodeStub& stub, const std::string& job) {
+  v1::ListCheckpointsRequest request;
+  request.set_job(job);
+  v1::ListCheckpointsResponse response;
+  return stub.ListCheckpoints(Context().get(), request, &response);
+}
+
+grpc::Status VerifyAs(NodeStub& stub, const std::string& job) {
+  v1::VerifyCheckpointRequest request;
+  request.set_job(job);
+  request.set_step(-1);
+  v1::VerifyCheckpointResponse response;
+  return stub.VerifyCheckpoint(Context().get(), request, &response);
+}
+
+grpc::Status CancelAs(NodeStub& stub, const std::string& job) {
+  v1::CancelSaveRequest request;
+  request.set_job(job);
+  request.set_step(99);
+  v1::CancelSaveResponse response;
+  return stub.CancelSave(Context().get(), request, &response);
+}
+
+grpc::Status GcAs(NodeStub& stub, const std::string& job) {
+  v1::CollectGarbageRequest request;
+  request.set_job(job);
+  request.set_keep_last(1);
+  request.set_dry_run(true);
+  v1::CollectGarbageResponse response;
+  return stub.CollectGarbage(Context().get(), request, &response);
+}
+
+grpc::Status AdoptAs(NodeStub& stub, const std::string& job, const std::string& owner,
+                     bool replace = false) {
+  v1::AdoptJobRequest request;
+  request.set_job(job);
+  request.set_owner(owner);
+  request.set_replace(replace);
+  v1::AdoptJobResponse response;
+  return stub.AdoptJob(Context().get(), request, &response);
+}
+
+grpc::Status PlanAs(NodeStub& stub, const std::string& session) {
+  v1::PlanSaveRequest request;
+  request.set_session_id(session);
+  request.set_step(1);
+  v1::PlanSaveResponse response;
+  return stub.PlanSave(Context().get(), request, &response);
+}
+
+void Expect(const grpc::Status& s, StatusCode code, const std::string& what) {
+  INFO(what << ": " << s.error_code() << " " << s.error_message());
+  CHECK(s.error_code() == code);
+}
+
+TEST_CASE("every TCP credential holds exactly its permissions and acts as its principal",
+          "[auth][principals]") {
+  TestDaemon d;
+  REQUIRE(d.MakeTlsFiles().ok());
+  REQUIRE(d.StartWithTcp({"--tokens_file=" + WriteTokensFile(d)}).ok());
+  // A job of the daemon's own user (root here), committed over the Unix
+  // socket, and one of its sessions.
+  REQUIRE(d.RunRanks("rootjob", "save", 1, 5, 1)[0].ok());
+  auto local = d.Stub();
+  std::string root_session;
+  REQUIRE(AttachAs(*local, "rootjob", &root_session).ok());
+  const std::string tcp = d.tcp_address();
+  auto trainer = d.StubFor(tcp, kTrainerToken);
+  auto dash = d.StubFor(tcp, kDashToken);
+  auto ops = d.StubFor(tcp, kOpsToken);
+  auto legacy_read = d.StubFor(tcp, TestDaemon::ReadToken(d.read_token_file()));
+  const StatusCode denied = StatusCode::PERMISSION_DENIED;
+  const int64_t rss_before = ProcStatusKb(d.pid(), "VmRSS");
+
+  SECTION("read tokens only read: status, list, inspect, verify; never attach or change") {
+    for (NodeStub* reader : {dash.get(), legacy_read.get()}) {
+      v1::GetStatusResponse status;
+      Expect(reader->GetStatus(Context().get(), {}, &status), StatusCode::OK, "status");
+      Expect(ListAs(*reader, "rootjob"), StatusCode::OK, "list another's job");
+      Expect(VerifyAs(*reader, "rootjob"), StatusCode::OK, "verify another's job");
+      Expect(AttachAs(*reader, "rootjob"), denied, "attach another's job");
+      Expect(AttachAs(*reader, "readerjob"), denied, "attach a new job");
+      Expect(CancelAs(*reader, "rootjob"), denied, "cancel");
+      Expect(GcAs(*reader, "rootjob"), denied, "gc");
+      Expect(AdoptAs(*reader, "rootjob", "principal:dash", true), denied, "adopt");
+      Expect(PlanAs(*reader, root_session), denied, "plan in root's session");
+    }
+  }
+  SECTION("a use token never acts as the daemon's own user") {
+    Expect(AttachAs(*trainer, "rootjob"), denied, "attach the daemon user's job");
+    Expect(ListAs(*trainer, "rootjob"), denied, "list the daemon user's job");
+    Expect(VerifyAs(*trainer, "rootjob"), denied, "verify the daemon user's job");
+    Expect(CancelAs(*trainer, "rootjob"), denied, "cancel the daemon user's save");
+    Expect(GcAs(*trainer, "rootjob"), denied, "gc the daemon user's job");
+    Expect(PlanAs(*trainer, root_session), denied, "plan in root's session");
+    Expect(AdoptAs(*trainer, "rootjob", "principal:trainer", true), denied, "adopt");
+    // Its own job is its own, and not root's nor another token's.
+    std::string session;
+    Expect(AttachAs(*trainer, "trainerjob", &session), StatusCode::OK, "attach its own job");
+    CHECK(ListAs(*trainer, "trainerjob").error_code() != denied);  // nothing saved yet
+    Expect(AttachAs(*ops, "trainerjob"), denied, "the admin token attaching the trainer's job");
+    Expect(PlanAs(*ops, session), denied, "the admin token planning in the trainer's session");
+    Expect(PlanAs(*dash, session), denied, "the read token planning in the trainer's session");
+    const grpc::Status root_attach = AttachAs(*local, "trainerjob");
+    Expect(root_attach, denied, "root attaching the trainer's job");
+    CHECK(absl::StrContains(root_attach.error_message(), "principal 'trainer'"));
+  }
+  SECTION("an admin token cancels, gcs and adopts, but may not attach") {
+    Expect(CancelAs(*ops, "rootjob"), StatusCode::NOT_FOUND, "cancel (allowed; nothing to cancel)");
+    Expect(GcAs(*ops, "rootjob"), StatusCode::OK, "gc dry run");
+    Expect(ListAs(*ops, "rootjob"), StatusCode::OK, "list");
+    Expect(AttachAs(*ops, "opsjob"), denied, "attach");
+    Expect(AdoptAs(*ops, "rootjob", "principal:ops"), StatusCode::FAILED_PRECONDITION,
+           "adopt an owned job without --replace");
+  }
+  // Refusals cost the daemon nothing it keeps.
+  const int64_t rss_after = ProcStatusKb(d.pid(), "VmRSS");
+  std::printf("rss refused-credentials before=%lld kB after=%lld kB growth=%lld kB\n",
+              static_cast<long long>(rss_before), static_cast<long long>(rss_after),
+              static_cast<long long>(rss_after - rss_before));
+  CHECK(rss_after - rss_before < 64 * 1024);
+  // Whatever was tried, root's job is intact and loads bit-exact.
+  REQUIRE(DetachRaw(*local, root_session).ok());
+  const std::vector<ExitInfo> loaded = d.RunRanks("rootjob", "load", 1, 5, 1);
+  INFO(loaded[0].output);
+  CHECK(loaded[0].ok());
+}
+
+TEST_CASE("a job without an owner record is adopted by an admin, never by whoever comes first",
+          "[auth][principals]") {
+  if (geteuid() != 0) {
+    SkipTestCase("needs root to create users");
+    return;
+  }
+  const std::string suffix = std::to_string(getpid() % 100000);
+  LocalUser user("ckptadopt" + suffix);
+  TestDaemon d;
+  std::filesystem::permissions(d.dir(), std::filesystem::perms(0755));
+  REQUIRE(d.Start().ok());
+  REQUIRE(d.RunRanks("legacy", "save", 1, 3, 1)[0].ok());
+  d.Kill();
+  // As a job saved before ownership existed: data, no record.
+  REQUIRE(std::filesystem::remove(d.job_dir("legacy") + "/OWNER"));
+  REQUIRE(d.Start({"--allow_users=" + user.name()}).ok());
+
+  // Not the first comer's: neither the user's (attach, load) nor root's.
+  const ExitInfo probe = user.Run({CKPT_TEST_AUTH_PROBE_PATH, "attach-only", d.socket(), "legacy"});
+  INFO(probe.output);
+  CHECK(absl::StrContains(probe.output, absl::StrCat("attach ", StatusCode::PERMISSION_DENIED)));
+  CHECK(absl::StrContains(probe.output, "ckptctl adopt legacy"));
+  auto local = d.Stub();
+  Expect(AttachAs(*local, "legacy"), StatusCode::PERMISSION_DENIED, "root attaching");
+  CHECK_FALSE(d.RunRanks("legacy", "load", 1, 3, 1)[0].ok());
+  CHECK_FALSE(std::filesystem::exists(d.job_dir("legacy") + "/OWNER"));  // no claim recorded
+  // Adopting needs admin.
+  const ExitInfo refused =
+      user.Run({CkptctlPath(), "--socket=" + d.socket(), "adopt", "legacy", user.name()});
+  INFO(refused.output);
+  CHECK(refused.exit_code == 1);
+  CHECK(absl::StrContains(refused.output, "PERMISSION_DENIED"));
+  // The admin gives it to the user: recorded at once, the user's from now.
+  const ExitInfo adopted = d.Ckptctl({"adopt", "legacy", "user:" + user.name()});
+  INFO(adopted.output);
+  REQUIRE(adopted.ok());
+  CHECK(absl::StrContains(adopted.output, absl::StrCat("uid ", user.uid())));
+  std::ifstream record(d.job_dir("legacy") + "/OWNER");
+  std::string text;
+  std::getline(record, text);
+  CHECK(text == absl::StrCat("uid ", user.uid()));
+  Expect(AttachAs(*local, "legacy"), StatusCode::PERMISSION_DENIED, "root attaching after");
+  const ExitInfo list = user.Run({CkptctlPath(), "--socket=" + d.socket(), "list", "legacy"});
+  INFO(list.output);
+  CHECK(list.ok());
+  // Handed back to root, it loads bit-exact.
+  REQUIRE(d.Ckptctl({"adopt", "--replace", "legacy", "0"}).ok());
+  const std::vector<ExitInfo> loaded = d.RunRanks("legacy", "load", 1, 3, 1);
+  INFO(loaded[0].output);
+  CHECK(loaded[0].ok());
+}
+
+TEST_CASE("sessions are limited per principal first, and a rank gone before its Watch is reaped",
+          "[auth][principals]") {
+  TestDaemon d;
+  REQUIRE(d.MakeTlsFiles().ok());
+  REQUIRE(d.StartWithTcp({"--tokens_file=" + WriteTokensFile(d), "--principal_max_sessions=4",
+                          "--max_sessions=16", "--session_watch_grace_s=600"})
+              .ok());
+  auto local = d.Stub();
+  auto trainer = d.StubFor(d.tcp_address(), kTrainerToken);
+
+  SECTION("one principal's flood leaves room for others") {
+    std::vector<std::string> mine;
+    for (int i = 0; i < 4; ++i) {
+      std::string session;
+      REQUIRE(AttachAs(*local, absl::StrCat("flood", i), &session).ok());
+      mine.push_back(session);
+    }
+    const grpc::Status fifth = AttachAs(*local, "flood4");
+    Expect(fifth, StatusCode::RESOURCE_EXHAUSTED, "a fifth session");
+    CHECK(absl::StrContains(fifth.error_message(), "--principal_max_sessions"));
+    std::string theirs;
+    Expect(AttachAs(*trainer, "trainerjob", &theirs), StatusCode::OK, "another principal");
+    // One of the flood's ends: room for exactly one more of its own.
+    REQUIRE(DetachRaw(*local, mine.back()).ok());
+    Expect(AttachAs(*local, "flood5"), StatusCode::OK, "after a detach");
+  }
+  SECTION("a rank SIGKILLed before it opened its Watch stream loses its session") {
+    auto probe = Subprocess::Start({CKPT_TEST_AUTH_PROBE_PATH, "attach-only", d.socket(), "dead"});
+    REQUIRE(probe.ok());
+    REQUIRE((*probe)->WaitForOutput("attached ", absl::Seconds(30)));
+    CHECK(d.Status().attached_ranks() == 1);
+    (*probe)->Signal(SIGKILL);
+    (void)(*probe)->Wait();
+    // Gone within the reaper's rounds, not at ckptd's restart.
+    CHECK(AwaitStatus(d, [](const v1::GetStatusResponse& s) { return s.attached_ranks() == 0; }));
+    // Its principal's count came back with it.
+    for (int i = 0; i < 4; ++i) REQUIRE(AttachAs(*local, absl::StrCat("after", i)).ok());
+  }
+}
+
+TEST_CASE("a session that never opens its Watch stream is reaped after the grace",
+          "[auth][principals]") {
+  TestDaemon d;
+  REQUIRE(d.MakeTlsFiles().ok());
+  REQUIRE(
+      d.StartWithTcp({"--tokens_file=" + WriteTokensFile(d), "--session_watch_grace_s=1"}).ok());
+  // Over TCP there is no process to watch: only the Watch stream tells.
+  auto trainer = d.StubFor(d.tcp_address(), kTrainerToken);
+  std::string session;
+  REQUIRE(AttachAs(*trainer, "silent", &session).ok());
+  CHECK(AwaitStatus(d, [](const v1::GetStatusResponse& s) { return s.attached_ranks() == 0; }));
+  Expect(PlanAs(*trainer, session), StatusCode::NOT_FOUND, "the reaped session");
+}
+
+TEST_CASE("sockets admit only allowed users at accept; a flood cannot push others out",
+          "[auth][principals]") {
+  if (geteuid() != 0) {
+    SkipTestCase("needs root to create users");
+    return;
+  }
+  const std::string suffix = std::to_string(getpid() % 100000);
+  LocalUser allowed("ckptok" + suffix);
+  LocalUser stranger("ckptno" + suffix);
+  TestDaemon d;
+  std::filesystem::permissions(d.dir(), std::filesystem::perms(0755));
+  REQUIRE(d.Start({"--allow_users=" + allowed.name(), "--principal_max_connections=8"}).ok());
+  // The lists name a user: the files are open (0666), the check is ours.
+  const ExitInfo theirs = stranger.Run({CKPT_TEST_AUTH_PROBE_PATH, "segments", d.socket()});
+  INFO(theirs.output);
+  // Refused at accept: told so, or cut off before its request went out;
+  // never served (which would say NOT_FOUND for the unknown session).
+  const int their_code = ProbeCodes(theirs.output)["segments"];
+  CHECK((their_code == static_cast<int>(StatusCode::PERMISSION_DENIED) ||
+         their_code == static_cast<int>(StatusCode::UNAVAILABLE)));
+  const ExitInfo ours = allowed.Run({CKPT_TEST_AUTH_PROBE_PATH, "segments", d.socket()});
+  INFO(ours.output);
+  CHECK(ProbeCodes(ours.output)["segments"] == static_cast<int>(StatusCode::NOT_FOUND));
+  // The stranger's gRPC connection is closed before gRPC reads it.
+  const ExitInfo status = stranger.Run({CkptctlPath(), "--socket=" + d.socket(), "status"});
+  INFO(status.output);
+  CHECK(status.exit_code == 3);
+  CHECK(allowed.Run({CkptctlPath(), "--socket=" + d.socket(), "status"}).ok());
+
+  // One user's connections beyond its limit are refused; others' are not.
+  const int64_t rss_before = ProcStatusKb(d.pid(), "VmRSS");
+  std::vector<std::unique_ptr<NodeStub>> held;
+  int refused = 0;
+  for (int i = 0; i < 12; ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
+    auto stub = v1::NodeService::NewStub(
+        grpc::CreateCustomChannel("unix:" + d.socket(), grpc::InsecureChannelCredentials(), args));
+    v1::GetStatusResponse r;
+    auto context = Context();
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+    if (!stub->GetStatus(context.get(), {}, &r).ok()) ++refused;
+    held.push_back(std::move(stub));
+  }
+  CHECK(refused >= 12 - 8);
+  const int64_t rss_after = ProcStatusKb(d.pid(), "VmRSS");
+  std::printf("rss refused-connections before=%lld kB after=%lld kB growth=%lld kB\n",
+              static_cast<long long>(rss_before), static_cast<long long>(rss_after),
+              static_cast<long long>(rss_after - rss_before));
+  CHECK(rss_after - rss_before < 64 * 1024);
+  CHECK(allowed.Run({CkptctlPath(), "--socket=" + d.socket(), "status"}).ok());
+  // The segment socket still serves the allowed user, flood or not.
+  const ExitInfo again = allowed.Run({CKPT_TEST_AUTH_PROBE_PATH, "segments", d.socket()});
+  CHECK(ProbeCodes(again.output)["segments"] == static_cast<int>(StatusCode::NOT_FOUND));
 }
 
 }  // namespace

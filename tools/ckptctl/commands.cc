@@ -432,6 +432,22 @@ int RunCancel(const Call& call, const std::string& job, int64_t step) {
   return kExitOk;
 }
 
+int RunAdopt(const Call& call, const std::string& job, const std::string& owner, bool replace) {
+  v1::AdoptJobRequest request;
+  request.set_job(job);
+  request.set_owner(owner);
+  request.set_replace(replace);
+  v1::AdoptJobResponse response;
+  const grpc::Status rpc = Invoke(call, [&](grpc::ClientContext* context) {
+    return call.stub->AdoptJob(context, request, &response);
+  });
+  if (!rpc.ok()) return Fail(call, "adopt", rpc);
+  *call.out << "job " << job << " now belongs to " << response.owner();
+  if (!response.previous_owner().empty()) *call.out << " (was " << response.previous_owner() << ")";
+  *call.out << "\n";
+  return kExitOk;
+}
+
 grpc::Status InvokeRpc(const Call& call,
                        const std::function<grpc::Status(grpc::ClientContext*)>& rpc) {
   return Invoke(call, rpc);

@@ -95,6 +95,7 @@ int RunList(const Call& call, const std::string& job, bool json);
 int RunInspect(const Call& call, const std::string& job, int64_t step);
 int RunVerify(const Call& call, const std::string& job, int64_t step, bool json = false);
 int RunCancel(const Call& call, const std::string& job, int64_t step);
+int RunAdopt(const Call& call, const std::string& job, const std::string& owner, bool replace);
 
 // For commands in other files (gc.h): one RPC with the call's deadline, and
 // the exit code and error line of a failed one.

@@ -135,6 +135,17 @@ int main(int argc, char** argv) {
   cancel->add_option("job", job, "job name")->required();
   cancel->add_option("step", step_text, "step number")->required();
 
+  std::string adopt_owner;
+  bool adopt_replace = false;
+  CLI::App* adopt = app.add_subcommand(
+      "adopt", "give a job without an owner record to its owner (admin; never first-come)");
+  adopt->add_option("job", job, "job name")->required();
+  adopt
+      ->add_option("owner", adopt_owner,
+                   "user:NAME, user:UID, principal:NAME (a token's), or a user name or uid")
+      ->required();
+  adopt->add_flag("--replace", adopt_replace, "also when it has an owner (hands it over)");
+
   ckpt::ctl::GcOptions gc_options;
   CLI::App* gc = app.add_subcommand(
       "gc", "delete old checkpoints of a job, keeping LATEST and steps in use (through ckptd)");
@@ -237,5 +248,6 @@ int main(int argc, char** argv) {
         call, std::chrono::milliseconds(static_cast<int64_t>(watch_interval_s * 1000)), json);
   }
   if (command == gc) return ckpt::ctl::RunGc(call, gc_options);
+  if (command == adopt) return ckpt::ctl::RunAdopt(call, job, adopt_owner, adopt_replace);
   return ckpt::ctl::RunCancel(call, job, step);
 }
