@@ -20,8 +20,9 @@ namespace ckpt::peer {
 namespace {
 
 // Bytes of a frame read and MAC'd at a time: small enough to be MAC'd
-// while still in the cache the socket's copy left them in.
-constexpr uint64_t kAuthChunkBytes = 256 << 10;
+// while still in the cache the socket's copy left them in, large enough
+// for few syscalls per byte.
+constexpr uint64_t kAuthChunkBytes = 1 << 20;
 
 PeerToken NewToken() {
   PeerToken token;
