@@ -211,15 +211,15 @@ absl::StatusOr<v1::CheckpointManifest> Catalog::ReadStepManifest(const std::stri
 }
 
 absl::StatusOr<std::string> Catalog::ReadManifestFile(const std::string& dir,
-                                                  const std::string& path) {
+                                                      const std::string& path) {
   absl::StatusOr<std::unique_ptr<storage::ReadableFile>> file =
       backend_.OpenReadOnlyBeneath(dir, kManifestName);
   if (!file.ok()) return file.status();
   absl::StatusOr<uint64_t> size = (*file)->Size();
   if (!size.ok()) return size.status();
-  for (const auto& [limit, flag] : {std::pair{limits_.max_manifest_bytes, "--max_manifest_bytes"},
-                                    std::pair{limits_.max_memory_bytes,
-                                              "--max_manifest_memory_bytes"}}) {
+  for (const auto& [limit, flag] :
+       {std::pair{limits_.max_manifest_bytes, "--max_manifest_bytes"},
+        std::pair{limits_.max_memory_bytes, "--max_manifest_memory_bytes"}}) {
     if (*size > limit) {
       return absl::FailedPreconditionError(absl::StrCat(path, " is ", *size,
                                                         " bytes, more than the limit of ", limit,

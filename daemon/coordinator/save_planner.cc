@@ -749,8 +749,8 @@ absl::Status CheckLoadable(const v1::CheckpointManifest& manifest, uint64_t chun
     if (absl::Status s = CheckManifestFootprint(*footprint, bytes, "the plan's manifest",
                                                 options.manifest_limits);
         !s.ok()) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the save would commit a checkpoint that cannot be loaded: ", s.message()));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the save would commit a checkpoint that cannot be loaded: ", s.message()));
     }
   }
   return absl::OkStatus();

@@ -84,7 +84,7 @@ struct DaemonOptions {
   std::string tls_client_ca_file;  // if set, TCP peers must present a certificate it signed
   std::string token_file;          // admin token
   std::string read_token_file;     // read-only token (status, list, inspect, verify)
-  std::string tokens_file;  // "NAME PERMISSIONS TOKEN" per line (auth/bearer_token.h)
+  std::string tokens_file;         // "NAME PERMISSIONS TOKEN" per line (auth/bearer_token.h)
 
   // Many hosts (daemon/cluster): this daemon keeps the registry of node
   // daemons (ClusterService), and/or registers with the coordinator at
