@@ -286,6 +286,7 @@ PeerReceiverStats PeerReceiver::Stats() const {
   s.transfers_failed = failed_.load(std::memory_order_relaxed);
   s.connections_refused = connections_refused_.load(std::memory_order_relaxed);
   s.hellos_rejected = hellos_rejected_.load(std::memory_order_relaxed);
+  s.hellos_verified = hellos_verified_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -388,6 +389,7 @@ void PeerReceiver::Serve(int fd, absl::Time accepted) {
     refuse(absl::StatusCode::kPermissionDenied, 0);
     return;
   }
+  hellos_verified_.fetch_add(1, std::memory_order_relaxed);
   std::shared_ptr<PeerTransfer> transfer = AwaitExpected(fields.id, key, fd);
   if (transfer == nullptr || !transfer->Claim(fd)) {
     refuse(absl::StatusCode::kPermissionDenied, 0);

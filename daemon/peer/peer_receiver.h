@@ -69,6 +69,7 @@ struct PeerReceiverStats {
   uint64_t transfers_failed = 0;
   uint64_t connections_refused = 0;  // no hello, bad hello, unknown token, too many
   uint64_t hellos_rejected = 0;      // of those: a hello whose MAC failed, or replayed
+  uint64_t hellos_verified = 0;      // hellos that passed (then wait for or claim a transfer)
 };
 
 class PeerReceiver;
@@ -220,6 +221,7 @@ class PeerReceiver {
   std::atomic<uint64_t> failed_{0};
   std::atomic<uint64_t> connections_refused_{0};
   std::atomic<uint64_t> hellos_rejected_{0};
+  std::atomic<uint64_t> hellos_verified_{0};
   mutable absl::Mutex mu_;
   // By the token's id; weak: a transfer its owner dropped is not kept alive.
   std::map<std::string, std::weak_ptr<PeerTransfer>> expected_ ABSL_GUARDED_BY(mu_);

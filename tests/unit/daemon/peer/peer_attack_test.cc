@@ -208,6 +208,13 @@ TEST_CASE("A hello replayed while its sender waits for the transfer is refused a
   absl::Status sent;
   std::thread sender([&] { sent = PeerSend(tap.address(), token, {&block, 1}); });
   const std::string observed = tap.Seen(kHelloBytes);
+  // The tap has passed the real hello on once the receiver verified it;
+  // only then is the copy a replay (not the first to arrive).
+  const absl::Time verified_by = absl::Now() + absl::Seconds(30);
+  while (receiver->Stats().hellos_verified == 0 && absl::Now() < verified_by) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  REQUIRE(receiver->Stats().hellos_verified == 1);
   // Before the transfer is expected the copy would wait too, and might
   // take it; it is refused instead, well before the claim timeout.
   const Answer replay = Present(*receiver, observed, absl::Seconds(30));
