@@ -283,7 +283,7 @@ void SaveSession::PlanAllRanks() {
     }
     // Senders of data shares may come before this host encodes: they wait.
     if (status.ok() && !erasure.stripes().empty() && context_.peer != nullptr) {
-      erasure_prefix = context_.peer->OpenPrefix(erasure.id());
+      erasure_prefix = context_.peer->OpenPrefix(erasure.id(), erasure.secret());
     }
   }
   std::vector<std::unique_ptr<storage::WritableFile>> files;
