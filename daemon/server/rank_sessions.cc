@@ -129,26 +129,35 @@ void RankSessions::Watched(const std::string& id) {
   if (it != sessions_.end()) it->second.watched = true;
 }
 
-std::vector<RankSession> RankSessions::Stale(absl::Time now) const {
+std::vector<RankSession> RankSessions::Stale(absl::Time now) {
   std::vector<RankSession> local;  // checked outside mu_: /proc reads
   std::vector<RankSession> stale;
   {
     absl::MutexLock lock(&mu_);
+    // Processes are looked at once per kProcessCheckInterval, not at every
+    // call: a host's thousand sessions would read /proc ten thousand times
+    // a second at the reaper's pace.
+    const bool check_processes = now - last_process_check_ >= kProcessCheckInterval;
+    if (check_processes) last_process_check_ = now;
     for (const auto& [id, entry] : sessions_) {
       if (!entry.watched && now - entry.attached > limits_.watch_grace) {
         stale.push_back(entry.session);
-      } else if (entry.session.pid > 0) {
+      } else if (check_processes && entry.session.pid > 0) {
         local.push_back(entry.session);
       }
     }
   }
+  // Ranks of one process share its pid: one read each.
+  std::map<std::pair<pid_t, uint64_t>, bool> gone;
   for (RankSession& session : local) {
-    // A start time we could not read at attach cannot be compared: the pid
-    // alone then says whether the process is there.
-    const uint64_t start = ProcessStartTime(session.pid);
-    if (start == 0 || (session.pid_start != 0 && start != session.pid_start)) {
-      stale.push_back(std::move(session));
+    auto [it, added] = gone.try_emplace({session.pid, session.pid_start}, false);
+    if (added) {
+      // A start time we could not read at attach cannot be compared: the
+      // pid alone then says whether the process is there.
+      const uint64_t start = ProcessStartTime(session.pid);
+      it->second = start == 0 || (session.pid_start != 0 && start != session.pid_start);
     }
+    if (it->second) stale.push_back(std::move(session));
   }
   return stale;
 }

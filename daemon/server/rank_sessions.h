@@ -85,7 +85,9 @@ class RankSessions {
   void Watched(const std::string& id);
   // Sessions whose rank is gone: its process exited, or it opened no Watch
   // within the grace since `now`. The caller ends them (Detach and more).
-  std::vector<RankSession> Stale(absl::Time now) const;
+  // Processes are looked at once per kProcessCheckInterval.
+  std::vector<RankSession> Stale(absl::Time now);
+  static constexpr absl::Duration kProcessCheckInterval = absl::Milliseconds(500);
   // NOT_FOUND for an unknown session.
   absl::Status Detach(const std::string& id);
   // NOT_FOUND ("unknown session; attach first") for an unknown id.
@@ -111,6 +113,7 @@ class RankSessions {
   mutable absl::Mutex mu_;
   std::map<std::string, Entry> sessions_ ABSL_GUARDED_BY(mu_);
   std::map<auth::Principal, int> per_principal_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_process_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace ckpt::server
