@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -628,6 +629,48 @@ TEST_CASE("sessions are limited per principal first, and a rank gone before its 
     // Its principal's count came back with it.
     for (int i = 0; i < 4; ++i) REQUIRE(AttachAs(*local, absl::StrCat("after", i)).ok());
   }
+}
+
+grpc::Status PlanOne(NodeStub& stub, const std::string& session, int64_t step) {
+  v1::PlanSaveRequest request;
+  request.set_session_id(session);
+  request.set_step(step);
+  *request.add_shards() = Whole("w", v1::FLOAT32, {256});
+  v1::PlanSaveResponse response;
+  auto context = Context();
+  context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  return stub.PlanSave(context.get(), request, &response);
+}
+
+TEST_CASE("saves in flight are limited per principal over all its jobs", "[auth][principals]") {
+  TestDaemon d;
+  REQUIRE(d.MakeTlsFiles().ok());
+  REQUIRE(d.StartWithTcp({"--tokens_file=" + WriteTokensFile(d),
+                          "--principal_max_saves_in_flight=1", "--rank_grace_s=3"})
+              .ok());
+  auto local = d.Stub();
+  auto trainer = d.StubFor(d.tcp_address(), kTrainerToken);
+  // Root's first job: rank 0 of 2 plans and waits for rank 1 (never comes).
+  std::string waiting;
+  REQUIRE(AttachAs(*local, "first", &waiting, 2).ok());
+  grpc::Status first;
+  std::thread planner([&] { first = PlanOne(*local, waiting, 1); });
+  REQUIRE(AwaitStatus(d, [](const v1::GetStatusResponse& s) { return s.saves_size() == 1; }));
+  // Its second job's save is refused while that one is in flight...
+  std::string second;
+  REQUIRE(AttachAs(*local, "second", &second).ok());
+  const grpc::Status refused = PlanOne(*local, second, 1);
+  Expect(refused, StatusCode::RESOURCE_EXHAUSTED, "a second job's save");
+  CHECK(absl::StrContains(refused.error_message(), "--principal_max_saves_in_flight"));
+  // ...another principal's is not.
+  std::string theirs;
+  REQUIRE(AttachAs(*trainer, "theirs", &theirs).ok());
+  CHECK(PlanOne(*trainer, theirs, 1).error_code() != StatusCode::RESOURCE_EXHAUSTED);
+  planner.join();
+  Expect(first, StatusCode::ABORTED, "the save whose rank 1 never came");
+  // Once it failed, root saves again.
+  REQUIRE(AwaitStatus(d, [](const v1::GetStatusResponse& s) { return s.saves_size() == 0; }));
+  CHECK(d.RunRanks("second-real", "save", 1, 1, 1)[0].ok());
 }
 
 TEST_CASE("a session that never opens its Watch stream is reaped after the grace",
