@@ -5,14 +5,15 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+
+#ifndef SO_PEERGROUPS
+#define SO_PEERGROUPS 59  // Linux 4.13; older C library headers lack the name
+#endif
 
 namespace ckpt::auth {
 namespace {
@@ -20,32 +21,30 @@ namespace {
 constexpr char kFdPeerPrefix[] = "fd:";
 constexpr size_t kMaxGroups = 65536;
 
-// Supplementary groups of the peer process, from /proc: SO_PEERCRED gives
-// only the primary gid. A process that is gone (or a /proc we cannot read)
-// leaves the primary group alone, which can only deny, never grant more.
-std::vector<gid_t> PeerGroups(pid_t pid) {
-  std::vector<gid_t> groups;
-  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(status, line)) {
-    absl::string_view rest(line);
-    if (!absl::ConsumePrefix(&rest, "Groups:")) continue;
-    for (absl::string_view g : absl::StrSplit(rest, absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
-      uint32_t id = 0;
-      if (absl::SimpleAtoi(g, &id) && groups.size() < kMaxGroups) groups.push_back(id);
-    }
-    break;
+// Supplementary groups of the process on the other end of Unix socket
+// `fd`, as the kernel recorded them when it connected (SO_PEERGROUPS), like
+// SO_PEERCRED's uid and gid. Never from /proc/<pid>: the connecting process
+// may be gone and its pid another's, whose groups it would borrow. A socket
+// that cannot say leaves the primary group alone, which can only deny.
+std::vector<gid_t> PeerGroups(int fd) {
+  std::vector<gid_t> groups(64);
+  socklen_t length = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &length) != 0) {
+    if (errno != ERANGE || length > kMaxGroups * sizeof(gid_t)) return {};
+    groups.resize(length / sizeof(gid_t));
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &length) != 0) return {};
   }
+  groups.resize(length / sizeof(gid_t));
   return groups;
 }
 
 }  // namespace
 
-Permissions Authenticator::OfLocalPeer(uid_t uid, gid_t gid, pid_t pid) const {
+Permissions Authenticator::OfLocalPeer(int fd, uid_t uid, gid_t gid) const {
   LocalUser user{uid, gid, {}};
   Permissions held = policy_.Of(user);
   if (!(held == Permissions::All()) && policy_.NamesGroups()) {
-    user.groups = PeerGroups(pid);
+    user.groups = PeerGroups(fd);
     held = policy_.Of(user);
   }
   return held;
@@ -71,7 +70,7 @@ absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContextBase& co
     caller.principal = Principal::LocalUser(cred.uid);
     // Every call of a rank's save and load comes through here: /proc is
     // read only when a supplementary group could still grant more.
-    caller.permissions = OfLocalPeer(cred.uid, cred.gid, cred.pid);
+    caller.permissions = OfLocalPeer(fd, cred.uid, cred.gid);
     caller.peer = absl::StrCat(DescribeUid(cred.uid), ", pid ", cred.pid);
     return caller;
   }

@@ -47,9 +47,10 @@ class Authenticator {
   // otherwise.
   absl::StatusOr<Caller> Authorize(const grpc::ServerContextBase& context, Permission needed) const;
 
-  // What the local process on the other end of a Unix socket holds
-  // (kernel credentials, supplementary groups from /proc when they matter).
-  Permissions OfLocalPeer(uid_t uid, gid_t gid, pid_t pid) const;
+  // What the local process on the other end of Unix socket `fd` holds, by
+  // the credentials the kernel recorded at connect (SO_PEERCRED's uid and
+  // gid; SO_PEERGROUPS when groups matter).
+  Permissions OfLocalPeer(int fd, uid_t uid, gid_t gid) const;
 
   const AccessPolicy& policy() const { return policy_; }
   const BearerTokens& tokens() const { return tokens_; }

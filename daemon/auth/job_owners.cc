@@ -61,8 +61,9 @@ absl::StatusOr<std::optional<Principal>> JobOwners::Owner(const std::string& job
     absl::MutexLock lock(&mu_);
     auto it = owners_.find(job);
     if (it != owners_.end()) return std::optional<Principal>(it->second);
-    it = pending_.find(job);
-    if (it != pending_.end()) return std::optional<Principal>(it->second);
+    if (auto p = pending_.find(job); p != pending_.end()) {
+      return std::optional<Principal>(p->second.who);
+    }
   }
   absl::StatusOr<std::optional<Principal>> owner = ReadRecord(job);
   if (owner.ok() && owner->has_value()) {
@@ -80,7 +81,8 @@ absl::Status JobOwners::Claim(const std::string& job, const Principal& who) {
   if (auto it = owners_.find(job); it != owners_.end()) {
     owner = it->second;
   } else if (auto p = pending_.find(job); p != pending_.end()) {
-    owner = p->second;
+    owner = p->second.who;
+    if (owner == who) ++p->second.holds;
   } else {
     absl::StatusOr<std::optional<Principal>> recorded = ReadRecord(job);
     if (!recorded.ok()) return recorded.status();
@@ -100,7 +102,7 @@ absl::Status JobOwners::Claim(const std::string& job, const Principal& who) {
                          "owner first: ckptctl adopt ",
                          job, " OWNER"));
       }
-      pending_.emplace(job, who);
+      pending_.emplace(job, Pending{who, 1});
       owner = who;
     }
   }
@@ -111,11 +113,22 @@ absl::Status JobOwners::Claim(const std::string& job, const Principal& who) {
   return absl::OkStatus();
 }
 
-absl::Status JobOwners::Persist(const std::string& job) {
+absl::Status JobOwners::Persist(const std::string& job, const Principal& who) {
   absl::MutexLock lock(&mu_);
   auto it = pending_.find(job);
-  if (it == pending_.end()) return absl::OkStatus();  // recorded already
-  const Principal who = it->second;
+  if (it == pending_.end()) {
+    // Recorded already (or the claim went): the record must be `who`'s.
+    auto owner = owners_.find(job);
+    if (owner != owners_.end() && owner->second == who) return absl::OkStatus();
+    return absl::PermissionDeniedError(absl::StrCat(
+        "job ", job, " is not ", who.Describe(), "'s to save: ",
+        owner != owners_.end() ? absl::StrCat("it belongs to ", owner->second.Describe())
+                               : std::string("its claim is gone; attach again")));
+  }
+  if (it->second.who != who) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "job ", job, " belongs to ", it->second.who.Describe(), ", not to ", who.Describe()));
+  }
   absl::Status s = WriteRecord(job, who, /*replace=*/false);
   if (absl::IsAlreadyExists(s)) {
     // Another host of the job (or an adopt) recorded it first.
@@ -137,9 +150,10 @@ absl::Status JobOwners::Persist(const std::string& job) {
   return absl::OkStatus();
 }
 
-void JobOwners::Forget(const std::string& job) {
+void JobOwners::Release(const std::string& job) {
   absl::MutexLock lock(&mu_);
-  pending_.erase(job);
+  auto it = pending_.find(job);
+  if (it != pending_.end() && --it->second.holds <= 0) pending_.erase(it);
 }
 
 absl::StatusOr<std::optional<Principal>> JobOwners::Adopt(const std::string& job,
@@ -151,7 +165,7 @@ absl::StatusOr<std::optional<Principal>> JobOwners::Adopt(const std::string& job
   }
   if (!previous.ok()) previous = std::optional<Principal>();  // a damaged record is replaced
   if (!previous->has_value()) {
-    if (auto p = pending_.find(job); p != pending_.end()) previous = std::optional(p->second);
+    if (auto p = pending_.find(job); p != pending_.end()) previous = std::optional(p->second.who);
   }
   if (previous->has_value() && !replace) {
     return absl::FailedPreconditionError(

@@ -15,9 +15,13 @@
 // owner of one job on a shared root at once, exactly one wins and the
 // others read what it wrote.
 //
-// A claim not recorded yet is forgotten when the job's last rank goes with
-// none made (Forget): an attach alone writes nothing to storage, so
-// attaching many job names cannot fill the root with directories.
+// A claim not recorded yet is held by the ranks that made it: each
+// successful Claim of it is one hold, each Release gives one back, and the
+// claim is forgotten with the last (the job's last rank went with no save
+// made): an attach alone writes nothing to storage, so attaching many job
+// names cannot fill the root with directories. Counting holds, rather than
+// asking whether any rank is still attached, keeps a rank that is between
+// its Claim and its session from losing the job to another principal.
 //
 // Thread-safety: all methods are safe from any thread.
 #ifndef CKPT_DAEMON_AUTH_JOB_OWNERS_H_
@@ -54,13 +58,15 @@ class JobOwners {
   // OK when `who` owns the job, or the job is new (no record, no data) and
   // `who` becomes its owner; PERMISSION_DENIED naming the job and its owner
   // otherwise, or saying that an admin must adopt a job with data and no
-  // owner.
+  // owner. Each OK is a hold on a claim not recorded yet: Release it.
   absl::Status Claim(const std::string& job, const Principal& who);
-  // Records a claim still held in memory (the job is about to save).
-  // PERMISSION_DENIED when another host recorded another owner first.
-  absl::Status Persist(const std::string& job);
-  // Drops a claim not recorded yet (the job's last rank is gone).
-  void Forget(const std::string& job);
+  // Records the claim of `who` still held in memory (the job is about to
+  // save). PERMISSION_DENIED when the job is another's, or another host
+  // recorded another owner first.
+  absl::Status Persist(const std::string& job, const Principal& who);
+  // Gives back one hold of Claim (a rank gone, or an attach refused after
+  // its claim); the last drops a claim not recorded yet.
+  void Release(const std::string& job);
   // An admin gives the job to `who` and records it at once. Without
   // `replace`, FAILED_PRECONDITION when it has an owner already (named).
   // Returns the previous owner, if any.
@@ -76,8 +82,12 @@ class JobOwners {
   const std::string root_;
   const HasData has_data_;
   absl::Mutex mu_;
-  std::map<std::string, Principal> owners_ ABSL_GUARDED_BY(mu_);   // recorded on storage
-  std::map<std::string, Principal> pending_ ABSL_GUARDED_BY(mu_);  // claimed, not recorded yet
+  std::map<std::string, Principal> owners_ ABSL_GUARDED_BY(mu_);  // recorded on storage
+  struct Pending {
+    Principal who;
+    int holds = 0;
+  };
+  std::map<std::string, Pending> pending_ ABSL_GUARDED_BY(mu_);  // claimed, not recorded yet
 };
 
 }  // namespace ckpt::auth

@@ -118,7 +118,7 @@ void UnixListener::Run(grpc::Server* server) {
     ucred peer{};
     socklen_t length = sizeof(peer);
     if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0 ||
-        (admit_ && !admit_(peer.uid, peer.gid, peer.pid)) || !HasRoom(peer.uid)) {
+        (admit_ && !admit_(conn, peer.uid, peer.gid)) || !HasRoom(peer.uid)) {
       // Refused before gRPC reads a byte: the client sees its connection
       // close (UNAVAILABLE).
       refused_.fetch_add(1, std::memory_order_relaxed);

@@ -53,8 +53,9 @@ class UnixListener {
   UnixListener(const UnixListener&) = delete;
   UnixListener& operator=(const UnixListener&) = delete;
 
-  // Whether a connecting process of this uid (and gid, pid) may call at all.
-  using Admit = std::function<bool(uid_t uid, gid_t gid, pid_t pid)>;
+  // Whether the process connected on `fd` (uid and gid from SO_PEERCRED)
+  // may call at all.
+  using Admit = std::function<bool(int fd, uid_t uid, gid_t gid)>;
 
   // Binds `path` (replacing a stale socket file), sets its mode, and
   // accepts connections for `server` (started, and outliving Stop) until

@@ -386,8 +386,8 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
         return service->LoadMemorySpace(*job, request.substr(newline + 1));
       },
       // Segments are for ranks: only users who may attach may ask.
-      [auth = d->auth_.get()](uid_t uid, gid_t gid, pid_t pid) {
-        return auth->OfLocalPeer(uid, gid, pid).Has(auth::Permission::kUse);
+      [auth = d->auth_.get()](int fd, uid_t uid, gid_t gid) {
+        return auth->OfLocalPeer(fd, uid, gid).Has(auth::Permission::kUse);
       });
   return d;
 }
@@ -491,8 +491,8 @@ absl::Status NodeDaemon::Start() {
     return s;
   }
   // The Unix socket is accepted by us, so handlers learn each peer's uid.
-  auth::UnixListener::Admit admit = [auth = auth_.get()](uid_t uid, gid_t gid, pid_t pid) {
-    return !auth->OfLocalPeer(uid, gid, pid).empty();
+  auth::UnixListener::Admit admit = [auth = auth_.get()](int fd, uid_t uid, gid_t gid) {
+    return !auth->OfLocalPeer(fd, uid, gid).empty();
   };
   if (absl::Status s = unix_listener_.Start(options_.socket_path, access, std::move(admit),
                                             options_.principal_max_connections, server_.get());

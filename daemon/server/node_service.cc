@@ -149,10 +149,10 @@ grpc::Status NodeService::Attach(grpc::ServerContext* context, const v1::AttachR
   absl::StatusOr<RankSession> session = context_.sessions.Attach(
       request->job(), request->rank(), request->world_size(), request->local_rank(),
       caller->principal, request->local_world_size(), caller->local ? caller->pid : 0);
-  if (!session.ok() && !context_.sessions.HasJob(request->job())) {
-    context_.owners.Forget(request->job());  // a refused first attach claims nothing
+  if (!session.ok()) {
+    context_.owners.Release(request->job());  // a refused attach holds no claim
+    return ToGrpc(session.status());
   }
-  if (!session.ok()) return ToGrpc(session.status());
   response->set_session_id(session->id);
   // Its load, if one comes, may find the held step checked
   // (early_step_check.h).
@@ -227,8 +227,9 @@ void NodeService::RankGone(const RankSession& rank) {
   }
   // Only if it is still attached: a Detach then the stream's end report once.
   if (!context_.sessions.Detach(rank.id).ok()) return;
-  // A job that never saved leaves no owner behind (job_owners.h).
-  if (!context_.sessions.HasJob(rank.job)) context_.owners.Forget(rank.job);
+  // Its hold on the job's claim goes with it: a job that never saved
+  // leaves no owner behind (job_owners.h).
+  context_.owners.Release(rank.job);
   for (auto& save : saves) save->RankGone(rank.rank);
   for (auto& load : loads) load->RankGone(rank.rank);
   // Its GPU allocations may be freed once it is gone: close our mappings.
@@ -270,7 +271,9 @@ grpc::Status NodeService::PlanSave(grpc::ServerContext* context, const v1::PlanS
     }
   }
   // The job's first save records who owns it.
-  if (absl::Status s = context_.owners.Persist(rank->job); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = context_.owners.Persist(rank->job, rank->principal); !s.ok()) {
+    return ToGrpc(s);
+  }
   if (absl::Status s = EnterBarrier(rank->id); !s.ok()) return ToGrpc(s);
   absl::Cleanup leave = [&] { LeaveBarrier(rank->id); };
   std::shared_ptr<SaveSession> save;

@@ -122,7 +122,7 @@ void SegmentServer::Run() {
       ucred peer{};
       socklen_t len = sizeof(peer);
       if (conn >= 0 && (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 ||
-                        !admit_(peer.uid, peer.gid, peer.pid))) {
+                        !admit_(conn, peer.uid, peer.gid))) {
         // Not one of the allowed users: nothing of it waits, or displaces.
         refused_.fetch_add(1, std::memory_order_relaxed);
         (void)segments::SendSegmentError(

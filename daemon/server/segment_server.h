@@ -46,8 +46,9 @@ class SegmentServer {
   using Tables =
       std::function<absl::StatusOr<pool::OwnerSegments>(const std::string& request, uid_t uid)>;
 
-  // Whether a connecting process of this uid (and gid, pid) may ask at all.
-  using Admit = std::function<bool(uid_t uid, gid_t gid, pid_t pid)>;
+  // Whether the process connected on `fd` (uid and gid from SO_PEERCRED)
+  // may ask at all.
+  using Admit = std::function<bool(int fd, uid_t uid, gid_t gid)>;
 
   SegmentServer(Tables tables, Admit admit)
       : tables_(std::move(tables)), admit_(std::move(admit)) {}

@@ -1,7 +1,8 @@
 // Attacks on principals, ownership and per-principal limits (issue 29), as
 // a hostile raw-gRPC client and as other local users would make them.
-// Tests tagged [!mayfail] show holes found that are not fixed yet: each
-// fails on the code as it is and passes once the hole is closed.
+// The first two were holes when written (supplementary groups read from a
+// reused pid's /proc; a job's claim dropped while its owner still had a
+// rank between claim and session) and fail on the code before their fixes.
 #include <fcntl.h>
 #include <pwd.h>
 #include <sys/socket.h>
@@ -153,7 +154,7 @@ std::unique_ptr<Subprocess> StartAtPid(pid_t pid, const std::vector<std::string>
 }
 
 TEST_CASE("a caller's supplementary groups are its own, not those of a later process on its pid",
-          "[principals_attack][!mayfail]") {
+          "[principals_attack]") {
   if (geteuid() != 0) {
     SkipTestCase("needs root to create users and choose pids");
     return;
@@ -191,7 +192,7 @@ TEST_CASE("a caller's supplementary groups are its own, not those of a later pro
 }
 
 TEST_CASE("a job's claim is never dropped while its owner still has ranks attached",
-          "[principals_attack][!mayfail]") {
+          "[principals_attack]") {
   TestDaemon d;
   REQUIRE(d.MakeTlsFiles().ok());
   REQUIRE(

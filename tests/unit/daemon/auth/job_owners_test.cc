@@ -40,7 +40,7 @@ TEST_CASE("the first principal to claim a new job owns it, and the record outliv
     CHECK(other.message().find("belongs to uid 1001") != absl::string_view::npos);
     // Held in memory until the job saves: nothing on storage yet.
     CHECK_FALSE(*backend->Exists("/root/job/OWNER"));
-    REQUIRE(owners.Persist("job").ok());
+    REQUIRE(owners.Persist("job", kAlice).ok());
     CHECK(*backend->Exists("/root/job/OWNER"));
   }
   // A new daemon on the same root reads the record.
@@ -52,20 +52,26 @@ TEST_CASE("the first principal to claim a new job owns it, and the record outliv
   CHECK(absl::IsPermissionDenied(again.Claim("job", kBob)));
 }
 
-TEST_CASE("a claim never saved is forgotten with the job's last rank", "[auth]") {
+TEST_CASE("a claim never saved is forgotten with its last hold, not before", "[auth]") {
   std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   REQUIRE(backend->CreateDirs("/root").ok());
   JobOwners owners(*backend, "/root");
-  REQUIRE(owners.Claim("scratch", kAlice).ok());
+  REQUIRE(owners.Claim("scratch", kAlice).ok());  // rank 0
+  REQUIRE(owners.Claim("scratch", kAlice).ok());  // rank 1, between claim and session
   CHECK(absl::IsPermissionDenied(owners.Claim("scratch", kBob)));
-  owners.Forget("scratch");
+  owners.Release("scratch");  // rank 0 gone: rank 1 still holds the job
+  CHECK(absl::IsPermissionDenied(owners.Claim("scratch", kBob)));
+  // Nor may another principal's save record it.
+  CHECK(absl::IsPermissionDenied(owners.Persist("scratch", kBob)));
+  owners.Release("scratch");
   // No directory was made for it, and another user may take the name.
   CHECK_FALSE(*backend->Exists("/root/scratch"));
   CHECK(owners.Claim("scratch", kBob).ok());
-  // Forget leaves a recorded owner alone.
-  REQUIRE(owners.Persist("scratch").ok());
-  owners.Forget("scratch");
+  // Release leaves a recorded owner alone.
+  REQUIRE(owners.Persist("scratch", kBob).ok());
+  owners.Release("scratch");
   CHECK(absl::IsPermissionDenied(owners.Claim("scratch", kAlice)));
+  CHECK(absl::IsPermissionDenied(owners.Persist("scratch", kAlice)));
 }
 
 TEST_CASE("a damaged owner record is an error, never an unowned job", "[auth]") {
@@ -116,8 +122,8 @@ TEST_CASE("two daemons recording one job's owner on a shared root: one wins", "[
   JobOwners host_b(*backend, "/root");
   REQUIRE(host_a.Claim("job", kAlice).ok());
   REQUIRE(host_b.Claim("job", kBob).ok());  // each host saw no record yet
-  REQUIRE(host_a.Persist("job").ok());
-  const absl::Status lost = host_b.Persist("job");
+  REQUIRE(host_a.Persist("job", kAlice).ok());
+  const absl::Status lost = host_b.Persist("job", kBob);
   INFO(lost.ToString());
   CHECK(absl::IsPermissionDenied(lost));
   CHECK(**host_b.Owner("job") == kAlice);
