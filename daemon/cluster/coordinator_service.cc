@@ -78,8 +78,21 @@ std::shared_ptr<void> CoordinatorServiceImpl::StartPlanning(const std::string& j
 bool CoordinatorServiceImpl::OtherTierPlanning(const std::string& job, int64_t step,
                                                bool memory) const {
   absl::MutexLock lock(&planning_mu_);
+  if (auto d = disagreed_.find({job, step}); d != disagreed_.end() && absl::Now() < d->second) {
+    return true;
+  }
   auto it = planning_.find({job, step});
   return it != planning_.end() && (memory ? it->second.durable : it->second.memory) > 0;
+}
+
+void CoordinatorServiceImpl::MarkDisagreed(const std::string& job, int64_t step) {
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&planning_mu_);
+  // Expired ones go first: the map holds only the last few seconds' worth.
+  for (auto it = disagreed_.begin(); it != disagreed_.end();) {
+    it = now >= it->second ? disagreed_.erase(it) : std::next(it);
+  }
+  disagreed_[{job, step}] = now + kDisagreementKept;
 }
 
 grpc::Status CoordinatorServiceImpl::PlanSave(grpc::ServerContext* context,
@@ -94,7 +107,8 @@ grpc::Status CoordinatorServiceImpl::PlanSave(grpc::ServerContext* context,
   const bool memory = *store != &coordinator_;
   std::shared_ptr<void> planning;
   if (other != nullptr) planning = StartPlanning(request->job(), request->step(), memory);
-  bool disagreed = other != nullptr && other->SaveInFlight(request->job(), request->step());
+  bool disagreed = other != nullptr && (other->SaveInFlight(request->job(), request->step()) ||
+                                        OtherTierPlanning(request->job(), request->step(), memory));
   auto disagreement = [&] {
     return absl::FailedPreconditionError(absl::StrCat(
         "host ", request->host().host().substr(0, 256), " saves step ", request->step(), " of job ",
@@ -104,6 +118,7 @@ grpc::Status CoordinatorServiceImpl::PlanSave(grpc::ServerContext* context,
         "the same"));
   };
   if (disagreed) {
+    MarkDisagreed(request->job(), request->step());
     v1::AbortSaveRequest abort;
     abort.set_job(request->job());
     abort.set_step(request->step());
@@ -123,7 +138,11 @@ grpc::Status CoordinatorServiceImpl::PlanSave(grpc::ServerContext* context,
     };
   }
   absl::StatusOr<v1::SaveAssignment> assignment = (*store)->PlanSave(*request, gone);
-  if (!assignment.ok()) return Refuse(disagreed ? disagreement() : assignment.status());
+  if (!assignment.ok() && disagreed) {
+    MarkDisagreed(request->job(), request->step());
+    return Refuse(disagreement());
+  }
+  if (!assignment.ok()) return Refuse(assignment.status());
   *response = std::move(*assignment);
   return grpc::Status::OK;
 }

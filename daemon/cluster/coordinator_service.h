@@ -64,7 +64,15 @@ class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
   };
   // Registers a host planning in `store`; the returned guard unregisters it.
   std::shared_ptr<void> StartPlanning(const std::string& job, int64_t step, bool memory);
+  // Whether a host plans the save in the other store, or the save's tiers
+  // were found to disagree lately (MarkDisagreed).
   bool OtherTierPlanning(const std::string& job, int64_t step, bool memory) const;
+  // Remembers for kDisagreementKept that the save's hosts disagree: the
+  // host that found it gives up at once and its guard goes, so a host
+  // whose check comes later (every 200 ms) would no longer see it plan and
+  // would wait out the plan timeout.
+  void MarkDisagreed(const std::string& job, int64_t step);
+  static constexpr absl::Duration kDisagreementKept = absl::Seconds(10);
 
   const auth::Authenticator& auth_;
   coordinator::Coordinator& coordinator_;
@@ -72,6 +80,8 @@ class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
   coordinator::Coordinator* const memory_;
   mutable absl::Mutex planning_mu_;
   std::map<std::pair<std::string, int64_t>, Planning> planning_ ABSL_GUARDED_BY(planning_mu_);
+  // Until when each save's disagreement is remembered.
+  std::map<std::pair<std::string, int64_t>, absl::Time> disagreed_ ABSL_GUARDED_BY(planning_mu_);
 };
 
 }  // namespace ckpt::cluster
