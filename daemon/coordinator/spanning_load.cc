@@ -15,6 +15,7 @@
 #include "daemon/coordinator/load_spread.h"
 #include "daemon/coordinator/random_bytes.h"
 #include "daemon/coordinator/replica_placement.h"
+#include "daemon/coordinator/tier_choice.h"
 #include "proto/lib/validation.h"
 
 namespace ckpt::coordinator {
@@ -212,23 +213,12 @@ std::set<std::string> NeededFiles(const v1::LoadAssignment& global) {
 absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> Coordinator::PlanFromMemory(
     const ActiveLoad& load, FileHolders* holders) {
   const v1::LoadTier tier = load.nodes.front().tier();
-  if (tier == v1::LOAD_TIER_DURABLE) return nullptr;
-  if (memory_catalog_ == nullptr) {
-    if (tier == v1::LOAD_TIER_ANY) return nullptr;
-    return absl::FailedPreconditionError(
-        "the load asks for the memory tier, but the coordinator has none (--memory_tier_bytes)");
-  }
-  absl::StatusOr<int64_t> step = memory_catalog_->ResolveStep(load.job, load.step);
-  if (!step.ok()) {
-    if (tier == v1::LOAD_TIER_ANY) return nullptr;
-    return absl::Status(step.status().code(),
-                        absl::StrCat("in the memory tier: ", step.status().message()));
-  }
-  if (load.step < 0 && tier == v1::LOAD_TIER_ANY) {
-    absl::StatusOr<int64_t> durable = catalog_.ResolveStep(load.job, load.step);
-    if (durable.ok() && *durable > *step) return nullptr;  // storage has a newer one
-  }
-  absl::StatusOr<v1::CheckpointManifest> manifest = memory_catalog_->ReadManifest(load.job, *step);
+  absl::StatusOr<std::optional<int64_t>> chosen =
+      MemoryStepToLoad(catalog_, memory_catalog_, load.job, load.step, tier, "the coordinator");
+  if (!chosen.ok()) return chosen.status();
+  if (!chosen->has_value()) return nullptr;  // from storage
+  const int64_t step = **chosen;
+  absl::StatusOr<v1::CheckpointManifest> manifest = memory_catalog_->ReadManifest(load.job, step);
   if (!manifest.ok()) {
     if (tier == v1::LOAD_TIER_ANY) return nullptr;
     return manifest.status();
@@ -239,7 +229,7 @@ absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> Coordinator::PlanFromMemory(
   holders->clear();
   for (const v1::NodeLoadPlan& node : load.nodes) {
     for (const v1::NodeLoadPlan::HeldStep& held : node.memory_steps()) {
-      if (held.step() != *step) continue;
+      if (held.step() != step) continue;
       for (const std::string& file : held.files()) (*holders)[file].insert(node.host().host());
     }
   }
@@ -250,7 +240,7 @@ absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> Coordinator::PlanFromMemory(
     missing = missing || holders->count(file) == 0;
   if (missing) {
     absl::StatusOr<std::string> layout = memory_catalog_->ReadStepFile(
-        load.job, *step, kErasureFile, memory_catalog_->limits().max_manifest_bytes);
+        load.job, step, kErasureFile, memory_catalog_->limits().max_manifest_bytes);
     v1::ErasurePlan stripes;
     if (layout.ok() && stripes.ParseFromString(*layout)) {
       std::set<std::string> load_hosts;
@@ -259,7 +249,7 @@ absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> Coordinator::PlanFromMemory(
       if (!rebuild.ok()) {
         if (tier == v1::LOAD_TIER_ANY) return nullptr;
         return absl::Status(rebuild.status().code(),
-                            absl::StrCat("step ", *step, " of job ", load.job,
+                            absl::StrCat("step ", step, " of job ", load.job,
                                          " in the memory tier: ", rebuild.status().message()));
       }
       uint64_t rebuild_id = 0;
@@ -276,7 +266,7 @@ absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> Coordinator::PlanFromMemory(
     if (holders->count(file) > 0) continue;
     if (tier == v1::LOAD_TIER_ANY) return nullptr;
     return absl::UnavailableError(absl::StrCat(
-        "step ", *step, " of job ", load.job, " is in the memory tier, but no host of this load ",
+        "step ", step, " of job ", load.job, " is in the memory tier, but no host of this load ",
         "holds its file ", file, " any more (the host that wrote it and its replicas lost their ",
         "memory): load it from storage"));
   }

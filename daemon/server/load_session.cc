@@ -27,34 +27,6 @@
 #include "proto/lib/status_context.h"
 
 namespace ckpt::server {
-namespace {
-
-// The memory tier's step to load, or nullopt to load from storage: the step
-// asked for when memory has it; for latest, memory's newest unless storage
-// has a newer one. NOT_FOUND only when the load asked for memory alone.
-absl::StatusOr<std::optional<int64_t>> MemoryStep(NodeContext& context, const std::string& job,
-                                                  int64_t step, v1::LoadTier from) {
-  if (from == v1::LOAD_TIER_DURABLE) return std::nullopt;
-  if (context.memory_tier == nullptr) {
-    if (from == v1::LOAD_TIER_ANY) return std::nullopt;
-    return absl::FailedPreconditionError(
-        "the load asks for the memory tier, but this ckptd has none (--memory_tier_bytes)");
-  }
-  absl::StatusOr<int64_t> in_memory =
-      context.memory_tier->coordinator().catalog().ResolveStep(job, step);
-  if (!in_memory.ok()) {
-    if (from == v1::LOAD_TIER_MEMORY) return WithContext(in_memory.status(), "in the memory tier");
-    return std::nullopt;
-  }
-  if (step < 0 && from == v1::LOAD_TIER_ANY) {
-    absl::StatusOr<int64_t> durable = context.coordinator.catalog().ResolveStep(job, step);
-    if (durable.ok() && *durable > *in_memory) return std::nullopt;
-  }
-  return *in_memory;
-}
-
-}  // namespace
-
 std::optional<size_t> LoadSession::InPlaceChunkAt(const std::vector<InPlaceChunk>& chunks,
                                                   uint64_t room_offset) {
   auto after = std::upper_bound(
@@ -212,7 +184,7 @@ absl::Status LoadSession::Plan() {
   // Spread over hosts, the coordinator chooses the tier for all of them.
   plan.set_tier(from);
   absl::StatusOr<std::optional<int64_t>> in_memory =
-      spans ? std::optional<int64_t>() : MemoryStep(context_, job_, step_, from);
+      spans ? std::optional<int64_t>() : StoresOf(context_).MemoryStepToLoad(job_, step_, from);
   if (!in_memory.ok()) return WithContext(in_memory.status(), Name());
   absl::StatusOr<v1::LoadAssignment> assignment = absl::NotFoundError("not planned");
   bool memory = false;

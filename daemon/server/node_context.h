@@ -25,6 +25,7 @@
 #include "daemon/server/writer_pool.h"
 #include "daemon/storage/backend.h"
 #include "daemon/tier/memory_tier.h"
+#include "daemon/tier/stores.h"
 #include "gpu/device_runtime.h"
 #include "gpu/ipc_mapping_cache.h"
 
@@ -74,6 +75,11 @@ struct NodeContext {
   // (--job_max_disk_bytes) counts them with the committed steps.
   DiskReservations disk_reservations{};
 };
+
+// Which of this daemon's stores holds a step (tier/stores.h).
+inline tier::Stores StoresOf(NodeContext& context) {
+  return tier::Stores(context.backend, context.coordinator.catalog(), context.memory_tier);
+}
 
 }  // namespace ckpt::server
 

@@ -535,40 +535,10 @@ grpc::Status NodeService::ListCheckpoints(grpc::ServerContext* context,
   if (absl::Status s = AuthorizeJob(*caller, request->job(), auth::Permission::kRead); !s.ok()) {
     return ToGrpc(s);
   }
-  absl::StatusOr<std::vector<v1::CheckpointSummary>> durable =
-      context_.coordinator.catalog().ListCheckpoints(request->job());
-  absl::StatusOr<std::vector<v1::CheckpointSummary>> memory = absl::NotFoundError("no memory tier");
-  if (context_.memory_tier != nullptr) {
-    memory = context_.memory_tier->coordinator().catalog().ListCheckpoints(request->job());
-  }
-  if (!durable.ok() && !(absl::IsNotFound(durable.status()) && memory.ok())) {
-    return ToGrpc(durable.status());
-  }
-  // One line per step, naming the tiers that hold it; latest is the step a
-  // load of latest takes (memory's newest unless storage has a newer one).
-  std::map<int64_t, v1::CheckpointSummary> steps;
-  int64_t latest_durable = -1, latest_memory = -1;
-  auto add = [&](absl::StatusOr<std::vector<v1::CheckpointSummary>>& list, const char* tier,
-                 int64_t& latest) {
-    if (!list.ok()) return;
-    for (v1::CheckpointSummary& summary : *list) {
-      if (summary.latest()) latest = summary.step();
-      auto [it, added] = steps.emplace(summary.step(), summary);
-      if (!added && it->second.broken() && !summary.broken()) {
-        v1::CheckpointSummary kept = summary;
-        *kept.mutable_tiers() = it->second.tiers();
-        it->second = std::move(kept);
-      }
-      it->second.add_tiers(tier);
-    }
-  };
-  add(durable, "durable", latest_durable);
-  add(memory, "memory", latest_memory);
-  const int64_t latest = latest_memory >= latest_durable ? latest_memory : latest_durable;
-  for (auto& [step, summary] : steps) {
-    summary.set_latest(step == latest);
-    *response->add_checkpoints() = std::move(summary);
-  }
+  absl::StatusOr<std::vector<v1::CheckpointSummary>> steps =
+      StoresOf(context_).List(request->job());
+  if (!steps.ok()) return ToGrpc(steps.status());
+  for (v1::CheckpointSummary& summary : *steps) *response->add_checkpoints() = std::move(summary);
   return grpc::Status::OK;
 }
 
@@ -580,7 +550,8 @@ grpc::Status NodeService::InspectCheckpoint(grpc::ServerContext* context,
   if (absl::Status s = AuthorizeJob(*caller, request->job(), auth::Permission::kRead); !s.ok()) {
     return ToGrpc(s);
   }
-  absl::StatusOr<std::vector<Store>> stores = StoresOf(request->job(), request->step());
+  absl::StatusOr<std::vector<tier::Stores::Copy>> stores =
+      CopiesOf(request->job(), request->step());
   if (!stores.ok()) return ToGrpc(stores.status());
   absl::StatusOr<v1::CheckpointManifest> manifest =
       stores->front().catalog->ReadManifest(request->job(), stores->front().step);
@@ -589,34 +560,10 @@ grpc::Status NodeService::InspectCheckpoint(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-absl::StatusOr<std::vector<NodeService::Store>> NodeService::StoresOf(const std::string& job,
+absl::StatusOr<std::vector<tier::Stores::Copy>> NodeService::CopiesOf(const std::string& job,
                                                                       int64_t step) {
   if (absl::Status s = ValidateName("job", job); !s.ok()) return s;
-  coordinator::Catalog& durable = context_.coordinator.catalog();
-  absl::StatusOr<int64_t> on_disk = durable.ResolveStep(job, step);
-  absl::StatusOr<int64_t> in_memory = absl::NotFoundError("no memory tier");
-  if (context_.memory_tier != nullptr) {
-    in_memory = context_.memory_tier->coordinator().catalog().ResolveStep(job, step);
-  }
-  if (!on_disk.ok() && !in_memory.ok()) return on_disk.status();
-  // Latest is the newest step of either tier, as a load takes it.
-  const int64_t wanted = !on_disk.ok()     ? *in_memory
-                         : !in_memory.ok() ? *on_disk
-                                           : std::max(*on_disk, *in_memory);
-  std::vector<Store> stores;
-  if (in_memory.ok() && *in_memory == wanted) {
-    stores.push_back({"memory", &context_.memory_tier->backend(),
-                      &context_.memory_tier->coordinator().catalog(), wanted});
-  }
-  if (on_disk.ok() && *on_disk == wanted) {
-    stores.push_back({"durable", &context_.backend, &durable, wanted});
-  } else if (step < 0 && on_disk.ok()) {
-    // Storage's latest is older: it may still hold memory's step.
-    if (absl::StatusOr<bool> has = durable.StepExists(job, wanted); has.ok() && *has) {
-      stores.push_back({"durable", &context_.backend, &durable, wanted});
-    }
-  }
-  return stores;
+  return StoresOf(context_).CopiesOf(job, step);
 }
 
 grpc::Status NodeService::VerifyCheckpoint(grpc::ServerContext* context,
@@ -629,9 +576,10 @@ grpc::Status NodeService::VerifyCheckpoint(grpc::ServerContext* context,
   }
   // Every tier that holds the step is checked: a copy in memory can go bad
   // as well as one on disk.
-  absl::StatusOr<std::vector<Store>> stores = StoresOf(request->job(), request->step());
+  absl::StatusOr<std::vector<tier::Stores::Copy>> stores =
+      CopiesOf(request->job(), request->step());
   if (!stores.ok()) return ToGrpc(stores.status());
-  for (const Store& store : *stores) {
+  for (const tier::Stores::Copy& store : *stores) {
     absl::StatusOr<coordinator::VerifyResult> result =
         coordinator::VerifyCheckpoint(*store.backend, *store.catalog, request->job(), store.step);
     if (!result.ok()) {

@@ -96,13 +96,9 @@ class NodeService final
  private:
   // Where a committed step is: each tier that holds it (the memory tier
   // first), with the step resolved (latest: the newest of either tier).
-  struct Store {
-    const char* tier;
-    storage::Backend* backend;
-    coordinator::Catalog* catalog;
-    int64_t step;
-  };
-  absl::StatusOr<std::vector<Store>> StoresOf(const std::string& job, int64_t step);
+  // Every store's copy of the step (tier/stores.h), after the job's name
+  // is checked.
+  absl::StatusOr<std::vector<tier::Stores::Copy>> CopiesOf(const std::string& job, int64_t step);
   friend class WatchReactor;
   using Key = std::pair<std::string, int64_t>;  // (job, step)
   // Admits one more PlanSave or Load of the session into its barrier:

@@ -174,19 +174,6 @@ absl::StatusOr<v1::PlanSaveResponse> SaveSession::Plan(const RankSession& rank,
   return response;
 }
 
-absl::Status SaveSession::StepInOtherTier() const {
-  tier::MemoryTier* memory = context_.memory_tier;
-  if (memory == nullptr) return absl::OkStatus();
-  coordinator::Catalog& other =
-      ToMemory(tier_) ? context_.coordinator.catalog() : memory->coordinator().catalog();
-  absl::StatusOr<bool> exists = other.StepExists(job_, step_);
-  if (!exists.ok()) return WithContext(exists.status(), "checking the other tier for the step");
-  if (!*exists) return absl::OkStatus();
-  return absl::AlreadyExistsError(absl::StrCat(
-      "step ", step_, " of job ", job_, " is committed ",
-      ToMemory(tier_) ? "on storage" : "in the memory tier", " already; save another step number"));
-}
-
 absl::StatusOr<std::unique_ptr<DiskReservations::Reservation>> SaveSession::ReserveDisk(
     const v1::HostAssignment& host) {
   const uint64_t quota = context_.options.job_max_disk_bytes;
@@ -218,7 +205,7 @@ void SaveSession::PlanAllRanks() {
   // One step number, one checkpoint: a step committed in the other tier is
   // not saved again in this one (the two would differ under one number, and
   // persisting this one would fail after the trainer was told it saved).
-  absl::Status other = StepInOtherTier();
+  absl::Status other = StoresOf(context_).AdmitSave(job_, step_, tier_);
   absl::StatusOr<v1::SaveAssignment> assignment =
       other.ok() ? coordinator_->PlanSave(plan) : absl::StatusOr<v1::SaveAssignment>(other);
   absl::Status status = assignment.status();

@@ -117,8 +117,6 @@ class SaveSession : public ChunkSink, public std::enable_shared_from_this<SaveSe
   };
 
   void PlanAllRanks();  // run by the last rank to arrive, without mu_
-  // ALREADY_EXISTS when the other tier has the step committed.
-  absl::Status StepInOtherTier() const;
   // The save's disk bytes reserved against the job's quota (none without
   // one, or for a save to memory alone): RESOURCE_EXHAUSTED past it.
   absl::StatusOr<std::unique_ptr<DiskReservations::Reservation>> ReserveDisk(
