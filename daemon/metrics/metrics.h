@@ -3,7 +3,7 @@
 // moved, an I/O error, a refused call) and the daemon provides a sampler for
 // what is read at scrape time (pool, writer queue, checkpoints on disk).
 // prometheus-cpp's registry is the store; MetricsServer serves it over HTTP.
-// README.md ("Metrics") lists every metric.
+// docs/operations.md ("Metrics and log lines") lists every metric.
 //
 // Per-job series carry a ckpt_job label of bounded cardinality (JobLabels).
 // Not "job": Prometheus gives every scraped series job=<scrape job>, and

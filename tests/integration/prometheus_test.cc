@@ -1,4 +1,4 @@
-// Acceptance for the metrics (README.md "Metrics"): a real Prometheus
+// Acceptance for the metrics (docs/operations.md "Metrics and log lines"): a real Prometheus
 // server (Debian's, on loopback) scrapes a real ckptd while ranks save and
 // load; the test reads the values back through Prometheus' HTTP API and
 // checks them against what the ranks saved (the manifest), the daemon's own

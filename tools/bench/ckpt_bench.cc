@@ -5,7 +5,7 @@
 //   ckpt-bench --dir DIR --state-gib 2 --ranks 2 [--pool-gib P] --json
 //
 // It starts its own ckptd, R rank processes holding S GiB in total, and
-// prints a table and (--json) one JSON line. See README.md for the fields.
+// prints a table and (--json) one JSON line. See docs/measuring.md for the fields.
 // The pool defaults to room for two snapshots; a smaller one (--pool-gib)
 // shows the state streaming through it.
 #include <sys/stat.h>

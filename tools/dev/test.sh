@@ -11,5 +11,5 @@ tools/dev/build.sh
 # (build-tsa/), which must carry no fault injection.
 tools/dev/tsa-build.sh
 # A short pass of every fuzzer (clang, build-fuzz/); a crash fails the
-# suite. tools/dev/fuzz.sh alone runs long ones (README: Fuzzing).
+# suite. tools/dev/fuzz.sh alone runs long ones (docs/fuzzing.md).
 CKPT_FUZZ_JOBS="${CKPT_FUZZ_JOBS:-$(nproc)}" tools/dev/fuzz.sh "${CKPT_FUZZ_SECONDS:-15}"
