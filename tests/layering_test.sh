@@ -5,7 +5,13 @@
 #   gpu/     the GPU runtime interface: proto/ only
 #   client/  what ranks link: proto/, gpu/ and its own (never daemon/)
 #   agent/   the Python binding: client/ (public headers), proto/
-#   daemon/  everything but client/, agent/, tools/ and tests/
+#   daemon/  everything but client/, agent/, tools/ and tests/, and inside it:
+#     storage/, pool/, metrics/, peer/  the floor: nothing of daemon/ but their own
+#     coordinator/  planning, commit, catalog: storage/ below it
+#     tier/         which store holds a step, the memory tier: coordinator/, storage/
+#     auth/         who may call: coordinator/ (job directories, random ids), storage/
+#     cluster/      the coordinator's services: auth/, coordinator/, storage/
+#     server/       the sessions and wiring: all of the above
 set -euo pipefail
 cd "$(dirname "$0")/.."
 status=0
@@ -27,5 +33,13 @@ check gpu 'gpu|proto|ckpt/v1'
 check client 'client|proto|gpu|ckpt/v1|ckpt'
 check agent 'client|proto|ckpt/v1|ckpt'
 check daemon 'daemon|proto|gpu|ckpt/v1'
+check daemon/storage 'daemon/storage|proto|ckpt/v1'
+check daemon/pool 'daemon/pool|proto|ckpt/v1'
+check daemon/metrics 'daemon/metrics|proto|ckpt/v1'
+check daemon/peer 'daemon/peer|proto|ckpt/v1'
+check daemon/coordinator 'daemon/(coordinator|storage)|proto|ckpt/v1'
+check daemon/tier 'daemon/(tier|coordinator|storage)|proto|ckpt/v1'
+check daemon/auth 'daemon/(auth|coordinator|storage)|proto|ckpt/v1'
+check daemon/cluster 'daemon/(cluster|auth|coordinator|storage)|proto|ckpt/v1'
 if [ "$status" -eq 0 ]; then echo "layering: ok"; fi
 exit "$status"
