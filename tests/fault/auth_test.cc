@@ -29,6 +29,7 @@
 #include "tests/catch.h"
 #include "tests/catch_skip.h"
 #include "tests/support/http_get.h"
+#include "tests/support/local_user.h"
 #include "tests/support/raw_rpc.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_daemon.h"
@@ -196,49 +197,6 @@ TEST_CASE("without TLS the TCP listener binds loopback only and refuses every ca
   auto stub = TestDaemon::PlaintextStubFor(absl::StrCat("127.0.0.1:", port));
   RequireAllRefused(*stub, StatusCode::UNAUTHENTICATED, "without TLS");
 }
-
-// A local account made for the test and removed after it.
-class LocalUser {
- public:
-  explicit LocalUser(const std::string& name, const std::string& group = "") : name_(name) {
-    if (!group.empty()) {
-      group_ = group;
-      RunCommand({"/usr/sbin/groupdel", group_});
-      REQUIRE(RunCommand({"/usr/sbin/groupadd", group_}).ok());
-    }
-    RunCommand({"/usr/sbin/userdel", name_});  // left by a killed run
-    std::vector<std::string> add = {"/usr/sbin/useradd", "--no-create-home", "--shell",
-                                    "/usr/sbin/nologin"};
-    if (!group_.empty()) add.insert(add.end(), {"-G", group_});
-    add.push_back(name_);
-    const ExitInfo made = RunCommand(add);
-    INFO(made.output);
-    REQUIRE(made.ok());
-    passwd* entry = getpwnam(name_.c_str());
-    REQUIRE(entry != nullptr);
-    uid_ = entry->pw_uid;
-    gid_ = entry->pw_gid;
-  }
-  ~LocalUser() {
-    RunCommand({"/usr/sbin/userdel", name_});
-    if (!group_.empty()) RunCommand({"/usr/sbin/groupdel", group_});
-  }
-  // argv run as this user, with its supplementary groups.
-  ExitInfo Run(const std::vector<std::string>& argv) const {
-    std::vector<std::string> full = {"/usr/bin/setpriv", absl::StrCat("--reuid=", uid_),
-                                     absl::StrCat("--regid=", gid_), "--init-groups"};
-    full.insert(full.end(), argv.begin(), argv.end());
-    return RunCommand(full);
-  }
-  const std::string& name() const { return name_; }
-  uid_t uid() const { return uid_; }
-
- private:
-  std::string name_;
-  std::string group_;
-  uid_t uid_ = 0;
-  gid_t gid_ = 0;
-};
 
 std::map<std::string, int> ProbeCodes(const std::string& output) {
   std::map<std::string, int> codes;

@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "tests/catch.h"
 #include "tests/catch_skip.h"
+#include "tests/support/local_user.h"
 #include "tests/support/raw_rpc.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_daemon.h"
@@ -72,45 +73,6 @@ std::string OwnerRecord(const TestDaemon& d, const std::string& job) {
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return text;
 }
-
-// A local account made for the test (with a group of its own when named).
-class LocalUser {
- public:
-  LocalUser(const std::string& name, const std::string& group = "") : name_(name), group_(group) {
-    if (!group_.empty()) {
-      RunCommand({"/usr/sbin/groupdel", group_});
-      REQUIRE(RunCommand({"/usr/sbin/groupadd", group_}).ok());
-    }
-    RunCommand({"/usr/sbin/userdel", name_});
-    std::vector<std::string> add = {"/usr/sbin/useradd", "--no-create-home", "--shell",
-                                    "/usr/sbin/nologin"};
-    if (!group_.empty()) add.insert(add.end(), {"-G", group_});
-    add.push_back(name_);
-    REQUIRE(RunCommand(add).ok());
-    passwd* entry = getpwnam(name_.c_str());
-    REQUIRE(entry != nullptr);
-    uid_ = entry->pw_uid;
-    gid_ = entry->pw_gid;
-  }
-  ~LocalUser() {
-    RunCommand({"/usr/sbin/userdel", name_});
-    if (!group_.empty()) RunCommand({"/usr/sbin/groupdel", group_});
-  }
-  std::vector<std::string> As(const std::vector<std::string>& argv) const {
-    std::vector<std::string> full = {"/usr/bin/setpriv", absl::StrCat("--reuid=", uid_),
-                                     absl::StrCat("--regid=", gid_), "--init-groups"};
-    full.insert(full.end(), argv.begin(), argv.end());
-    return full;
-  }
-  const std::string& name() const { return name_; }
-  uid_t uid() const { return uid_; }
-  gid_t gid() const { return gid_; }
-
- private:
-  std::string name_, group_;
-  uid_t uid_ = 0;
-  gid_t gid_ = 0;
-};
 
 // A Unix socket connected to `path` by a child process running as
 // uid/gid, which then exits: the daemon's SO_PEERCRED names that child's
