@@ -32,21 +32,6 @@
 namespace ckpt::peer {
 namespace {
 
-std::unique_ptr<PeerReceiver> StartReceiver(PeerReceiverOptions options) {
-  options.listen_address = "127.0.0.1:0";
-  auto receiver = PeerReceiver::Start(options);
-  INFO(receiver.status().ToString());
-  REQUIRE(receiver.ok());
-  return *std::move(receiver);
-}
-
-std::vector<char> RandomBytes(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::vector<char> v(n);
-  for (char& c : v) c = static_cast<char>(gen());
-  return v;
-}
-
 std::string NewSecret() {
   std::string secret(kSecretBytes, '\0');
   FillRandom(secret.data(), secret.size());

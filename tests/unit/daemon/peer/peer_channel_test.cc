@@ -30,21 +30,6 @@
 namespace ckpt::peer {
 namespace {
 
-std::unique_ptr<PeerReceiver> StartReceiver(PeerReceiverOptions options = {}) {
-  options.listen_address = "127.0.0.1:0";
-  auto receiver = PeerReceiver::Start(options);
-  INFO(receiver.status().ToString());
-  REQUIRE(receiver.ok());
-  return *std::move(receiver);
-}
-
-std::vector<char> RandomBytes(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::vector<char> v(n);
-  for (char& c : v) c = static_cast<char>(gen());
-  return v;
-}
-
 TEST_CASE("Blocks from several senders arrive bit-exact, each where its transfer said", "[peer]") {
   auto receiver = StartReceiver({.max_frame_bytes = 1 << 20});
   constexpr int kTransfers = 4;

@@ -12,7 +12,9 @@
 #include <array>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/peer/peer_crypto.h"
@@ -25,6 +27,23 @@
 namespace ckpt::peer {
 
 inline std::string AddressOf(const PeerReceiver& r) { return absl::StrCat("127.0.0.1:", r.port()); }
+
+// A receiver on 127.0.0.1, any port.
+inline std::unique_ptr<PeerReceiver> StartReceiver(PeerReceiverOptions options = {}) {
+  options.listen_address = "127.0.0.1:0";
+  auto receiver = PeerReceiver::Start(options);
+  INFO(receiver.status().ToString());
+  REQUIRE(receiver.ok());
+  return *std::move(receiver);
+}
+
+// `n` bytes that differ by `seed`.
+inline std::vector<char> RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<char> v(n);
+  for (char& c : v) c = static_cast<char>(gen());
+  return v;
+}
 
 // A TCP connection to 127.0.0.1:port from `from` (a loopback address).
 inline int ConnectFrom(const std::string& from, int port) {
