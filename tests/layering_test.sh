@@ -9,7 +9,7 @@
 #     storage/, pool/, metrics/, peer/  the floor: nothing of daemon/ but their own
 #     coordinator/  planning, commit, catalog: storage/ below it
 #     tier/         which store holds a step, the memory tier: coordinator/, storage/
-#     auth/         who may call: coordinator/ (job directories, random ids), storage/
+#     auth/         who may call: coordinator/ (job directories), storage/
 #     cluster/      the coordinator's services: auth/, coordinator/, storage/
 #     server/       the sessions and wiring: all of the above
 set -euo pipefail

@@ -74,17 +74,6 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path, const char* f
   return token;
 }
 
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
-  // The length is not secret (an attacker knows the usual token sizes);
-  // the contents are compared in full whatever they hold.
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]);
-  }
-  return diff == 0;
-}
-
 BearerTokens::BearerTokens(std::string admin, std::string read_only) {
   if (!admin.empty()) {
     tokens_.push_back({std::move(admin), {"admin", Permissions::All()}});

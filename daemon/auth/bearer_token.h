@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "daemon/auth/access_policy.h"
+#include "proto/lib/constant_time.h"
 
 namespace ckpt::auth {
 
@@ -37,9 +38,6 @@ inline constexpr char kBearerPrefix[] = "Bearer ";
 // empty token, one shorter than 16 characters, and a file that users other
 // than its owner can read (a secret is only as safe as its file).
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path, const char* flag);
-
-// Equal without revealing where two strings first differ.
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 
 struct TokenGrant {
   std::string principal;  // its name (principal.h)

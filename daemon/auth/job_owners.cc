@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/coordinator/layout.h"
-#include "daemon/coordinator/random_bytes.h"
+#include "proto/lib/secure_random.h"
 #include "proto/lib/status_context.h"
 
 namespace ckpt::auth {
@@ -36,7 +36,7 @@ absl::Status JobOwners::WriteRecord(const std::string& job, const Principal& who
   const std::string path = absl::StrCat(dir, "/", kOwnerFileName);
   // A name of its own: daemons of several hosts record the owner of a job
   // spread over them at once on a shared root.
-  const std::string tmp = absl::StrCat(path, ".tmp-", coordinator::RandomHex(8));
+  const std::string tmp = absl::StrCat(path, ".tmp-", RandomHex(8));
   const std::string text = absl::StrCat(who.Key(), "\n");
   if (absl::Status s = backend_.CreateDirs(dir); !s.ok()) return WithContext(s, "job directory");
   absl::StatusOr<std::unique_ptr<storage::WritableFile>> file = backend_.NewWritableFile(tmp);

@@ -13,7 +13,7 @@
 #include "daemon/coordinator/commit.h"
 #include "daemon/coordinator/layout.h"
 #include "daemon/coordinator/manifest_io.h"
-#include "daemon/coordinator/random_bytes.h"
+#include "proto/lib/secure_random.h"
 #include "proto/lib/validation.h"
 
 namespace ckpt::coordinator {

@@ -14,10 +14,10 @@
 #include "daemon/coordinator/layout.h"
 #include "daemon/coordinator/load_planner.h"
 #include "daemon/coordinator/manifest_io.h"
-#include "daemon/coordinator/random_bytes.h"
 #include "daemon/coordinator/replica_placement.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "proto/lib/compact_plan.h"
+#include "proto/lib/secure_random.h"
 #include "proto/lib/status_context.h"
 
 namespace ckpt::coordinator {

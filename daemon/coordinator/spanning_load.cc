@@ -13,9 +13,9 @@
 #include "daemon/coordinator/layout.h"
 #include "daemon/coordinator/load_planner.h"
 #include "daemon/coordinator/load_spread.h"
-#include "daemon/coordinator/random_bytes.h"
 #include "daemon/coordinator/replica_placement.h"
 #include "daemon/coordinator/tier_choice.h"
+#include "proto/lib/secure_random.h"
 #include "proto/lib/validation.h"
 
 namespace ckpt::coordinator {

@@ -1,9 +1,7 @@
 #include "daemon/peer/peer_crypto.h"
 
-#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <sys/random.h>
 
 #include <algorithm>
 #include <climits>
@@ -26,19 +24,6 @@ void Require(bool ok, const char* what) {
 }
 
 }  // namespace
-
-void FillRandom(void* p, size_t n) {
-  auto* bytes = static_cast<char*>(p);
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::getrandom(bytes + got, n - got, 0);
-    if (r > 0) got += static_cast<size_t>(r);
-  }
-}
-
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
-  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
-}
 
 Key Hmac(absl::string_view key, absl::string_view label, absl::string_view data) {
   const std::string message = absl::StrCat(label, data);

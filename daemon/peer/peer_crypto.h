@@ -19,6 +19,8 @@
 #include <memory>
 
 #include "absl/strings/string_view.h"
+#include "proto/lib/constant_time.h"
+#include "proto/lib/secure_random.h"
 
 namespace ckpt::peer {
 
@@ -30,11 +32,6 @@ inline constexpr size_t kTagBytes = 16;       // GMAC
 using Key = std::array<uint8_t, kKeyBytes>;
 using Nonce = std::array<uint8_t, kNonceBytes>;
 using Tag = std::array<uint8_t, kTagBytes>;
-
-// From the kernel's CSPRNG (getrandom); blocks only before it is seeded.
-void FillRandom(void* p, size_t n);
-// Whether a and b are equal, in time that depends on their sizes only.
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 
 // HMAC-SHA256(key, label || data): every key and MAC below is one, each
 // under a label of its own so that none can stand for another.

@@ -175,8 +175,6 @@ std::shared_ptr<void> PeerReceiver::OpenPrefix(uint64_t id, absl::string_view ma
   return OpenPrefixBytes(std::string(prefix, sizeof prefix), std::string(master_secret));
 }
 
-std::shared_ptr<void> PeerReceiver::OpenPrefix(uint64_t id) { return OpenPrefix(id, ""); }
-
 std::shared_ptr<void> PeerReceiver::OpenPrefixBytes(std::string prefix, std::string secret) {
   {
     absl::MutexLock lock(&mu_);

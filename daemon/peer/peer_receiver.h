@@ -164,12 +164,10 @@ class PeerReceiver {
   // a load may be ahead of this host's readers. A hello that does not
   // verify is refused at once. A hello of no open prefix waits up to
   // hello_timeout (from its connection's accept) for its prefix to open or
-  // its transfer to be expected, then is refused.
+  // its transfer to be expected, then is refused. An empty `master_secret`
+  // (not known here yet): an early sender's hello cannot be checked, so one
+  // not expected by its hello timeout is told to come back (kRetry).
   std::shared_ptr<void> OpenPrefix(uint64_t id, absl::string_view master_secret);
-  // The same without the secret: this host cannot check an early sender's
-  // hello, so a sender not expected by its hello timeout is told to come
-  // back (kRetry) rather than refused or held.
-  std::shared_ptr<void> OpenPrefix(uint64_t id);
   PeerReceiverStats Stats() const;
 
  private:

@@ -14,7 +14,6 @@
 #include "absl/time/clock.h"
 #include "daemon/coordinator/fault_points.h"
 #include "daemon/coordinator/layout.h"
-#include "daemon/coordinator/random_bytes.h"
 #include "daemon/coordinator/retention.h"
 #include "daemon/peer/peer_sender.h"
 #include "daemon/server/chunk_reader.h"
@@ -23,6 +22,7 @@
 #include "proto/lib/compact_plan.h"
 #include "proto/lib/crc32c.h"
 #include "proto/lib/region_convert.h"
+#include "proto/lib/secure_random.h"
 #include "proto/lib/segment_handover.h"
 #include "proto/lib/status_context.h"
 
@@ -227,7 +227,7 @@ absl::Status LoadSession::Plan() {
   from_memory_ = memory;
   read_backend_ = memory ? &context_.memory_tier->backend() : &context_.backend;
   // Unguessable: a load's id asks the segment socket for its memory space.
-  load_id_ = absl::StrCat("load-", coordinator::RandomHex(8));
+  load_id_ = absl::StrCat("load-", RandomHex(8));
   object_bytes_.assign(world_size_, {});
   for (const v1::LoadAssignment::RankSizes& sizes : assignment_.sizes()) {
     if (sizes.rank() < 0 || sizes.rank() >= world_size_) continue;

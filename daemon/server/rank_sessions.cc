@@ -6,7 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "daemon/coordinator/random_bytes.h"
+#include "proto/lib/secure_random.h"
 #include "proto/lib/validation.h"
 
 namespace ckpt::server {
@@ -60,7 +60,7 @@ absl::StatusOr<RankSession> RankSessions::Attach(const std::string& job, int ran
                                                    " is not in [1, world size ", world_size, "]"));
   }
   RankSession session;
-  session.id = coordinator::RandomHex(16);
+  session.id = RandomHex(16);
   session.principal = who;
   session.uid = who.is_local_user() ? who.uid() : auth::Principal::kNoUid;
   session.pid = pid;

@@ -310,7 +310,7 @@ TEST_CASE("A sender of a load whose secret this host lacks yet is told to come b
       {.hello_timeout = absl::Milliseconds(300), .claim_timeout = absl::Seconds(600)});
   constexpr uint64_t kLoad = 0xca11;
   const std::string secret = NewSecret();
-  std::shared_ptr<void> blind = receiver->OpenPrefix(kLoad);  // no secret: no check possible
+  std::shared_ptr<void> blind = receiver->OpenPrefix(kLoad, "");  // no secret: no check possible
   const PeerToken token = TransferToken(kLoad, 6, 0, 1, secret);
   std::vector<char> src = RandomBytes(4096, 10), dst(src.size(), 0);
   // Raw: not held past its hello timeout, told to retry.

@@ -1,7 +1,8 @@
-// Random bytes for ids and secrets (sessions, loads, peer transfers): from
-// getrandom(2), which blocks only before the kernel's pool is seeded.
-#ifndef CKPT_DAEMON_COORDINATOR_RANDOM_BYTES_H_
-#define CKPT_DAEMON_COORDINATOR_RANDOM_BYTES_H_
+// Random bytes for ids and secrets (sessions, loads, peer transfers, OWNER
+// temporaries): from getrandom(2), which blocks only before the kernel's
+// pool is seeded. Here, at the bottom, so every layer takes the same.
+#ifndef CKPT_PROTO_LIB_SECURE_RANDOM_H_
+#define CKPT_PROTO_LIB_SECURE_RANDOM_H_
 
 #include <sys/random.h>
 
@@ -9,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-namespace ckpt::coordinator {
+namespace ckpt {
 
 inline void FillRandom(void* p, size_t n) {
   auto* bytes = static_cast<char*>(p);
@@ -35,6 +36,6 @@ inline std::string RandomHex(size_t bytes) {
   return hex;
 }
 
-}  // namespace ckpt::coordinator
+}  // namespace ckpt
 
-#endif  // CKPT_DAEMON_COORDINATOR_RANDOM_BYTES_H_
+#endif  // CKPT_PROTO_LIB_SECURE_RANDOM_H_
