@@ -53,19 +53,6 @@ struct Transport {
   bool tcp;
 };
 
-// Deterministic bytes, different per seed.
-std::string Pattern(size_t n, uint32_t seed) {
-  std::string out(n, '\0');
-  uint32_t x = seed * 2654435761u + 1;
-  for (size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    out[i] = static_cast<char>(x);
-  }
-  return out;
-}
-
 // The daemon under attack over one transport.
 class Target {
  public:

@@ -84,19 +84,6 @@ class RssCase {
   int64_t before_kb_ = 0;
 };
 
-// Deterministic bytes that are not a request.
-std::string Pattern(size_t n, uint32_t seed) {
-  std::string out(n, '\0');
-  uint32_t x = seed * 2654435761u + 1;
-  for (size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    out[i] = static_cast<char>(x);
-  }
-  return out;
-}
-
 grpc::Status RawCall(const TestDaemon& d, const std::string& method, const std::string& bytes) {
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(512 << 20);

@@ -52,20 +52,6 @@ constexpr uint64_t kCommitSlack = 256 << 10;
 
 std::string BudgetFlag(uint64_t bytes) { return absl::StrCat("--memory_tier_bytes=", bytes); }
 
-// Deterministic bytes, different per seed (a step's bytes differ from the
-// step before it, so a load of the wrong step shows).
-std::string Pattern(size_t n, uint32_t seed) {
-  std::string out(n, '\0');
-  uint32_t x = seed * 2654435761u + 1;
-  for (size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    out[i] = static_cast<char>(x);
-  }
-  return out;
-}
-
 // One float32 tensor of `rows` x 1024 (4 KiB a row) holding Pattern(seed).
 std::vector<RawTensor> Model(int64_t rows, uint32_t seed) {
   std::vector<RawTensor> tensors(1);

@@ -10,6 +10,18 @@
 
 namespace ckpt::testing {
 
+std::string Pattern(size_t n, uint32_t seed) {
+  std::string out(n, '\0');
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    out[i] = static_cast<char>(x);
+  }
+  return out;
+}
+
 void CheckError(const grpc::Status& status, grpc::StatusCode code, const std::string& needle) {
   INFO("status code " << status.error_code() << ": " << status.error_message());
   CHECK(status.error_code() == code);

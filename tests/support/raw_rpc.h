@@ -36,6 +36,10 @@ grpc::Status Rpc(Call&& call, std::chrono::milliseconds timeout = kRpcTimeout) {
   return call(&context);
 }
 
+// Deterministic bytes, different per seed (a step's bytes differ from the
+// step before it, so a load of the wrong step shows).
+std::string Pattern(size_t n, uint32_t seed);
+
 // CHECKs the code and that the message contains `needle`.
 void CheckError(const grpc::Status& status, grpc::StatusCode code, const std::string& needle);
 
