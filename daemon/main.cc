@@ -12,10 +12,10 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
-#include "daemon/coordinator/fault_points.h"
-#include "daemon/coordinator/planner_memory.h"
+#include "daemon/fault/fault_points.h"
+#include "daemon/planning/planner_memory.h"
 #include "daemon/pool/huge_pages.h"
-#include "daemon/server/node_daemon.h"
+#include "daemon/service/node_daemon.h"
 
 ABSL_FLAG(std::string, storage_root, "", "Directory (or mount) that holds the checkpoints");
 ABSL_FLAG(std::string, storage_backend, "posix", "posix or memory (memory: testing only)");
@@ -197,7 +197,7 @@ ABSL_FLAG(double, fault_pause_s, 0,
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("ckptd: the ckpt node daemon (with the embedded coordinator)");
   absl::ParseCommandLine(argc, argv);
-  ckpt::coordinator::KeepFreedMemoryForReuse();
+  ckpt::planning::KeepFreedMemoryForReuse();
 #ifdef CKPT_FAULT_INJECTION
   ckpt::ArmCorruptionPoint(absl::GetFlag(FLAGS_fault_corrupt_at));
   ckpt::ArmFaultPoint(absl::GetFlag(FLAGS_fault_kill_at),
@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  ckpt::server::DaemonOptions o;
+  ckpt::session::DaemonOptions o;
   o.storage_root = absl::GetFlag(FLAGS_storage_root);
   o.storage_backend = absl::GetFlag(FLAGS_storage_backend);
   o.use_io_uring = absl::GetFlag(FLAGS_io_uring);
@@ -247,7 +247,7 @@ int main(int argc, char** argv) {
   l.max_bytes_per_rank = absl::GetFlag(FLAGS_max_bytes_per_rank);
   l.max_chunks_per_save = absl::GetFlag(FLAGS_max_chunks_per_save);
   l.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  ckpt::coordinator::ManifestLimits& m = o.manifest_limits;
+  ckpt::planning::ManifestLimits& m = o.manifest_limits;
   m.max_manifest_bytes = absl::GetFlag(FLAGS_max_manifest_bytes);
   m.max_memory_bytes = absl::GetFlag(FLAGS_max_manifest_memory_bytes);
   m.max_tensors = absl::GetFlag(FLAGS_max_manifest_tensors);
@@ -299,18 +299,17 @@ int main(int argc, char** argv) {
   o.metrics_max_jobs = absl::GetFlag(FLAGS_metrics_max_jobs);
   o.return_freed_memory = absl::GetFlag(FLAGS_return_freed_memory);
 
-  absl::StatusOr<ckpt::coordinator::RetentionConfig> retention =
-      ckpt::coordinator::ParseRetentionConfig(
-          absl::GetFlag(FLAGS_retain_last), absl::GetFlag(FLAGS_retain_every),
-          absl::GetFlag(FLAGS_retain_grace_s), absl::GetFlag(FLAGS_retention));
+  absl::StatusOr<ckpt::planning::RetentionConfig> retention = ckpt::planning::ParseRetentionConfig(
+      absl::GetFlag(FLAGS_retain_last), absl::GetFlag(FLAGS_retain_every),
+      absl::GetFlag(FLAGS_retain_grace_s), absl::GetFlag(FLAGS_retention));
   if (!retention.ok()) {
     absl::FPrintF(stderr, "ckptd: cannot start: %s\n", retention.status().ToString());
     return 1;
   }
   o.retention = *retention;
 
-  absl::StatusOr<std::unique_ptr<ckpt::server::NodeDaemon>> daemon =
-      ckpt::server::NodeDaemon::Create(o);
+  absl::StatusOr<std::unique_ptr<ckpt::service::NodeDaemon>> daemon =
+      ckpt::service::NodeDaemon::Create(o);
   if (!daemon.ok()) {
     absl::FPrintF(stderr, "ckptd: cannot start: %s\n", daemon.status().ToString());
     return 1;

@@ -1,7 +1,7 @@
 #include "daemon/auth/job_owners.h"
 
 #include "absl/strings/str_cat.h"
-#include "daemon/coordinator/layout.h"
+#include "daemon/storage/layout.h"
 #include "proto/lib/secure_random.h"
 #include "proto/lib/status_context.h"
 
@@ -13,7 +13,7 @@ constexpr size_t kMaxRecordBytes = 128;
 }  // namespace
 
 absl::StatusOr<std::optional<Principal>> JobOwners::ReadRecord(const std::string& job) {
-  const std::string path = absl::StrCat(coordinator::JobDir(root_, job), "/", kOwnerFileName);
+  const std::string path = absl::StrCat(storage::JobDir(root_, job), "/", kOwnerFileName);
   absl::StatusOr<std::unique_ptr<storage::ReadableFile>> file = backend_.NewReadableFile(path);
   if (absl::IsNotFound(file.status())) return std::optional<Principal>();
   if (!file.ok()) return WithContext(file.status(), "job owner record");
@@ -32,7 +32,7 @@ absl::StatusOr<std::optional<Principal>> JobOwners::ReadRecord(const std::string
 }
 
 absl::Status JobOwners::WriteRecord(const std::string& job, const Principal& who, bool replace) {
-  const std::string dir = coordinator::JobDir(root_, job);
+  const std::string dir = storage::JobDir(root_, job);
   const std::string path = absl::StrCat(dir, "/", kOwnerFileName);
   // A name of its own: daemons of several hosts record the owner of a job
   // spread over them at once on a shared root.

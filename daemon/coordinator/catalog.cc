@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "daemon/coordinator/commit.h"
-#include "daemon/coordinator/layout.h"
-#include "daemon/coordinator/manifest_io.h"
+#include "daemon/planning/manifest_io.h"
+#include "daemon/storage/layout.h"
 #include "proto/lib/secure_random.h"
 #include "proto/lib/validation.h"
 
@@ -33,7 +33,7 @@ std::string SafeHost(std::string host) {
 }
 
 bool IsInstanceId(const std::string& id) {
-  return id.size() == kInstanceIdLength && std::all_of(id.begin(), id.end(), [](char c) {
+  return id.size() == storage::kInstanceIdLength && std::all_of(id.begin(), id.end(), [](char c) {
            return absl::ascii_isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
          });
 }
@@ -67,7 +67,8 @@ Catalog::Catalog(storage::Backend& backend, std::string root, CatalogOptions opt
                                                 : std::make_shared<ManifestReadSlots>()) {}
 
 std::string Catalog::NewPartialId() {
-  return PartialId(host_, instance_, next_partial_.fetch_add(1, std::memory_order_relaxed));
+  return storage::PartialId(host_, instance_,
+                            next_partial_.fetch_add(1, std::memory_order_relaxed));
 }
 
 absl::StatusOr<int> Catalog::RemoveStalePartials() {
@@ -76,7 +77,7 @@ absl::StatusOr<int> Catalog::RemoveStalePartials() {
   int removed = 0;
   for (const std::string& job : *jobs) {
     if (!ValidateName("job", job).ok()) continue;
-    const std::string job_dir = JobDir(root_, job);
+    const std::string job_dir = storage::JobDir(root_, job);
     absl::StatusOr<std::vector<std::string>> entries = backend_.ListDir(job_dir);
     if (!entries.ok()) continue;  // a file, not a job directory
     int removed_here = 0;
@@ -84,11 +85,11 @@ absl::StatusOr<int> Catalog::RemoveStalePartials() {
     for (const std::string& entry : *entries) {
       // A step an earlier gc of this host renamed to trash and did not
       // finish removing (retention.h); another host's may be in progress.
-      const std::optional<PartialDirName> deleting = ParseTrashDirName(entry);
+      const std::optional<storage::PartialDirName> deleting = storage::ParseTrashDirName(entry);
       if (deleting && deleting->host == host_ && deleting->instance != instance_) {
         trash.push_back(absl::StrCat(job_dir, "/", entry));
       }
-      const std::optional<PartialDirName> partial = ParsePartialDirName(entry);
+      const std::optional<storage::PartialDirName> partial = storage::ParsePartialDirName(entry);
       // Another host's may be a save in flight on a shared root; an unnamed
       // one (older versions) cannot be told apart from one: both stay.
       if (!partial || partial->host != host_ || partial->instance == instance_) continue;
@@ -120,12 +121,12 @@ absl::StatusOr<int> Catalog::RemoveStalePartials() {
 
 absl::StatusOr<std::vector<int64_t>> Catalog::ListSteps(const std::string& job) {
   if (absl::Status s = ValidateName("job", job); !s.ok()) return s;
-  absl::StatusOr<std::vector<std::string>> entries = backend_.ListDir(JobDir(root_, job));
+  absl::StatusOr<std::vector<std::string>> entries = backend_.ListDir(storage::JobDir(root_, job));
   if (absl::IsNotFound(entries.status())) return std::vector<int64_t>{};
   if (!entries.ok()) return entries.status();
   std::vector<int64_t> steps;
   for (const std::string& entry : *entries) {
-    if (std::optional<int64_t> step = ParseStepDirName(entry)) steps.push_back(*step);
+    if (std::optional<int64_t> step = storage::ParseStepDirName(entry)) steps.push_back(*step);
   }
   std::sort(steps.begin(), steps.end());
   return steps;
@@ -133,7 +134,7 @@ absl::StatusOr<std::vector<int64_t>> Catalog::ListSteps(const std::string& job) 
 
 absl::StatusOr<bool> Catalog::StepExists(const std::string& job, int64_t step) {
   if (absl::Status s = ValidateName("job", job); !s.ok()) return s;
-  return backend_.Exists(StepDir(root_, job, step));
+  return backend_.Exists(storage::StepDir(root_, job, step));
 }
 
 absl::StatusOr<int64_t> Catalog::ResolveStep(const std::string& job, int64_t step) {
@@ -155,13 +156,14 @@ absl::StatusOr<int64_t> Catalog::ResolveLatest(const std::string& job) {
   if (!intent.ok()) return intent.status();
   if (intent->has_value()) return **intent;
 
-  const std::string latest_path = absl::StrCat(JobDir(root_, job), "/", kLatestName);
+  const std::string latest_path =
+      absl::StrCat(storage::JobDir(root_, job), "/", storage::kLatestName);
   absl::StatusOr<std::string> contents =
-      storage::ReadWholeFile(backend_, latest_path, kMaxLatestBytes);
+      storage::ReadWholeFile(backend_, latest_path, storage::kMaxLatestBytes);
   std::string why;
   if (contents.ok()) {
-    if (const std::optional<int64_t> named = ParseLatestContents(*contents)) {
-      absl::StatusOr<bool> exists = backend_.Exists(StepDir(root_, job, *named));
+    if (const std::optional<int64_t> named = storage::ParseLatestContents(*contents)) {
+      absl::StatusOr<bool> exists = backend_.Exists(storage::StepDir(root_, job, *named));
       if (!exists.ok()) return exists.status();
       if (*exists) return *named;
       why = absl::StrCat("names step ", *named, ", which does not exist");
@@ -197,23 +199,25 @@ absl::StatusOr<int64_t> Catalog::ResolveLatest(const std::string& job) {
 
 absl::StatusOr<v1::CheckpointManifest> Catalog::ReadStepManifest(const std::string& job,
                                                                  int64_t step) {
-  const std::string dir = StepDir(root_, job, step);
-  const std::string path = absl::StrCat(dir, "/", kManifestName);
+  const std::string dir = storage::StepDir(root_, job, step);
+  const std::string path = absl::StrCat(dir, "/", storage::kManifestName);
   // From the file's size to its validation, within a slot: a read holds up
   // to --max_manifest_memory_bytes meanwhile (manifest_read_slots.h).
   const ManifestReadSlots::Slot slot(*read_slots_);
   absl::StatusOr<std::string> bytes = ReadManifestFile(dir, path);
   if (!bytes.ok()) return AsBroken(bytes.status());
-  absl::StatusOr<v1::CheckpointManifest> manifest = DecodeBoundedManifest(*bytes, path, limits_);
+  absl::StatusOr<v1::CheckpointManifest> manifest =
+      planning::DecodeBoundedManifest(*bytes, path, limits_);
   if (!manifest.ok()) return manifest.status();
-  if (absl::Status s = ValidateManifest(*manifest, job, step, path, limits_); !s.ok()) return s;
+  if (absl::Status s = planning::ValidateManifest(*manifest, job, step, path, limits_); !s.ok())
+    return s;
   return manifest;
 }
 
 absl::StatusOr<std::string> Catalog::ReadManifestFile(const std::string& dir,
                                                       const std::string& path) {
   absl::StatusOr<std::unique_ptr<storage::ReadableFile>> file =
-      backend_.OpenReadOnlyBeneath(dir, kManifestName);
+      backend_.OpenReadOnlyBeneath(dir, storage::kManifestName);
   if (!file.ok()) return file.status();
   absl::StatusOr<uint64_t> size = (*file)->Size();
   if (!size.ok()) return size.status();
@@ -238,7 +242,7 @@ absl::Status Catalog::CheckDataFiles(const std::string& job, int64_t step,
                                      const v1::CheckpointManifest& manifest) {
   // The end each file must reach; the manifest was validated, so no sum wraps.
   std::map<std::string, std::pair<uint64_t, std::string>> needed;  // file -> end, owner
-  (void)ForEachChunk(manifest, [&](const v1::StoredChunk& c, const std::string& owner) {
+  (void)planning::ForEachChunk(manifest, [&](const v1::StoredChunk& c, const std::string& owner) {
     if (c.length() == 0) return absl::OkStatus();
     auto& [end, who] = needed[c.file()];
     if (c.file_offset() + c.length() > end) {
@@ -247,7 +251,7 @@ absl::Status Catalog::CheckDataFiles(const std::string& job, int64_t step,
     }
     return absl::OkStatus();
   });
-  const std::string dir = StepDir(root_, job, step);
+  const std::string dir = storage::StepDir(root_, job, step);
   for (const auto& [file, need] : needed) {
     absl::StatusOr<std::unique_ptr<storage::ReadableFile>> f =
         backend_.OpenReadOnlyBeneath(dir, file);
@@ -266,7 +270,8 @@ absl::Status Catalog::CheckDataFiles(const std::string& job, int64_t step,
 
 absl::StatusOr<std::string> Catalog::ReadStepFile(const std::string& job, int64_t step,
                                                   const std::string& name, uint64_t max_bytes) {
-  return storage::ReadWholeFileBeneath(backend_, StepDir(root_, job, step), name, max_bytes);
+  return storage::ReadWholeFileBeneath(backend_, storage::StepDir(root_, job, step), name,
+                                       max_bytes);
 }
 
 absl::Status Catalog::VerifiesShallow(const std::string& job, int64_t step) {
@@ -317,7 +322,7 @@ absl::StatusOr<std::vector<v1::CheckpointSummary>> Catalog::ListCheckpoints(
     }
     summary.set_created_unix_ms(manifest->created_unix_ms());
     uint64_t bytes = 0;
-    (void)ForEachChunk(*manifest, [&](const v1::StoredChunk& c, const std::string&) {
+    (void)planning::ForEachChunk(*manifest, [&](const v1::StoredChunk& c, const std::string&) {
       bytes += c.length();
       return absl::OkStatus();
     });

@@ -22,8 +22,8 @@
 #include "absl/status/statusor.h"
 #include "ckpt/v1/manifest.pb.h"
 #include "ckpt/v1/node.pb.h"
-#include "daemon/coordinator/manifest_check.h"
 #include "daemon/coordinator/manifest_read_slots.h"
+#include "daemon/planning/manifest_check.h"
 #include "daemon/storage/backend.h"
 
 namespace ckpt::coordinator {
@@ -36,7 +36,7 @@ struct CatalogOptions {
   // Empty (or malformed): chosen at random when the Catalog is built, which
   // is once per daemon start.
   std::string instance;
-  ManifestLimits limits;
+  planning::ManifestLimits limits;
   // The steps' data files may be on other hosts (the memory tier of a job
   // spread over hosts: each host holds its own files and its replicas):
   // a data file missing here does not make a step broken; one present
@@ -54,7 +54,7 @@ class Catalog {
   const std::string& root() const { return root_; }
   const std::string& host() const { return host_; }
   const std::string& instance() const { return instance_; }
-  const ManifestLimits& limits() const { return limits_; }
+  const planning::ManifestLimits& limits() const { return limits_; }
 
   // A file beside a committed step's MANIFEST (at most max_bytes), e.g. the
   // memory tier's stripes (Coordinator::kErasureFile); NOT_FOUND if none.
@@ -108,7 +108,7 @@ class Catalog {
   const std::string root_;
   const std::string host_;
   const std::string instance_;
-  const ManifestLimits limits_;
+  const planning::ManifestLimits limits_;
   const bool files_elsewhere_;
   const std::shared_ptr<ManifestReadSlots> read_slots_;
   std::atomic<uint64_t> next_partial_{0};

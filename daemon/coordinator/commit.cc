@@ -3,9 +3,9 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/coordinator/fault_points.h"
-#include "daemon/coordinator/layout.h"
-#include "daemon/coordinator/manifest_io.h"
+#include "daemon/fault/fault_points.h"
+#include "daemon/planning/manifest_io.h"
+#include "daemon/storage/layout.h"
 #include "proto/lib/status_context.h"
 
 namespace ckpt::coordinator {
@@ -28,7 +28,7 @@ absl::Status WriteSynced(storage::Backend& backend, const std::string& path,
 absl::Status WriteLatest(storage::Backend& backend, const std::string& job_dir, int64_t step) {
   absl::Status s;
   for (int attempt = 0; attempt < kLatestAttempts; ++attempt) {
-    s = storage::WriteFileAtomically(backend, absl::StrCat(job_dir, "/", kLatestName),
+    s = storage::WriteFileAtomically(backend, absl::StrCat(job_dir, "/", storage::kLatestName),
                                      absl::StrCat(step, "\n"));
     if (s.ok()) break;
   }
@@ -41,11 +41,12 @@ absl::StatusOr<std::optional<int64_t>> CommittedIntent(storage::Backend& backend
                                                        const std::string& root,
                                                        const std::string& job) {
   absl::StatusOr<std::string> contents = storage::ReadWholeFile(
-      backend, absl::StrCat(JobDir(root, job), "/", kLatestIntentName), kMaxLatestBytes);
+      backend, absl::StrCat(storage::JobDir(root, job), "/", storage::kLatestIntentName),
+      storage::kMaxLatestBytes);
   if (!contents.ok()) return std::optional<int64_t>();  // missing, or too long to be ours
-  const std::optional<int64_t> step = ParseLatestContents(*contents);
+  const std::optional<int64_t> step = storage::ParseLatestContents(*contents);
   if (!step.has_value()) return std::optional<int64_t>();
-  absl::StatusOr<bool> committed = backend.Exists(StepDir(root, job, *step));
+  absl::StatusOr<bool> committed = backend.Exists(storage::StepDir(root, job, *step));
   if (!committed.ok()) return committed.status();
   return *committed ? step : std::nullopt;
 }
@@ -53,8 +54,8 @@ absl::StatusOr<std::optional<int64_t>> CommittedIntent(storage::Backend& backend
 absl::StatusOr<std::optional<int64_t>> RepairLatest(storage::Backend& backend,
                                                     const std::string& root,
                                                     const std::string& job) {
-  const std::string job_dir = JobDir(root, job);
-  const std::string intent_path = absl::StrCat(job_dir, "/", kLatestIntentName);
+  const std::string job_dir = storage::JobDir(root, job);
+  const std::string intent_path = absl::StrCat(job_dir, "/", storage::kLatestIntentName);
   absl::StatusOr<bool> has_intent = backend.Exists(intent_path);
   if (!has_intent.ok()) return has_intent.status();
   if (!*has_intent) return std::optional<int64_t>();
@@ -75,9 +76,9 @@ absl::StatusOr<std::optional<int64_t>> RepairLatest(storage::Backend& backend,
 absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root,
                               const std::string& partial_dir,
                               const v1::CheckpointManifest& manifest, bool make_latest) {
-  const std::string job_dir = JobDir(root, manifest.job());
-  const std::string step_dir = StepDir(root, manifest.job(), manifest.step());
-  const std::string intent_path = absl::StrCat(job_dir, "/", kLatestIntentName);
+  const std::string job_dir = storage::JobDir(root, manifest.job());
+  const std::string step_dir = storage::StepDir(root, manifest.job(), manifest.step());
+  const std::string intent_path = absl::StrCat(job_dir, "/", storage::kLatestIntentName);
   // For the log; returned errors say only "commit": the caller names the save.
   const std::string what = absl::StrCat("commit of ", manifest.job(), " step ", manifest.step());
   constexpr absl::string_view kCommit = "commit";
@@ -102,8 +103,8 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
   if (absl::Status s = backend.SyncDir(absl::StrCat(partial_dir, "/data")); !s.ok()) {
     return WithContext(s, kCommit);
   }
-  if (absl::Status s = WriteSynced(backend, absl::StrCat(partial_dir, "/", kManifestName),
-                                   EncodeManifest(manifest));
+  if (absl::Status s = WriteSynced(backend, absl::StrCat(partial_dir, "/", storage::kManifestName),
+                                   planning::EncodeManifest(manifest));
       !s.ok()) {
     return WithContext(s, kCommit);
   }

@@ -10,11 +10,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/coordinator/commit.h"
-#include "daemon/coordinator/fault_points.h"
-#include "daemon/coordinator/layout.h"
-#include "daemon/coordinator/load_planner.h"
-#include "daemon/coordinator/manifest_io.h"
-#include "daemon/coordinator/replica_placement.h"
+#include "daemon/fault/fault_points.h"
+#include "daemon/planning/load_planner.h"
+#include "daemon/planning/manifest_io.h"
+#include "daemon/planning/replica_placement.h"
+#include "daemon/storage/layout.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "proto/lib/compact_plan.h"
 #include "proto/lib/secure_random.h"
@@ -37,7 +37,7 @@ struct Coordinator::ActiveSave {
   bool planner_busy = false;                             // so they stay until it is done
   std::map<std::string, size_t> node_index;              // by host name
   std::map<int, std::string> rank_hosts;                 // ranks arrived, and from where
-  SavePlan plan;                                         // all hosts'
+  planning::SavePlan plan;                               // all hosts'
   int64_t created_unix_ms = 0;                           // when it was planned
   std::string partial_dir;                               // absolute
   std::map<std::string, v1::NodePersistReport> reports;  // by host name
@@ -46,7 +46,7 @@ struct Coordinator::ActiveSave {
   Parts early;
   uint64_t early_chunk_bytes = 0;
   Parts parts;                                     // by host, once planned
-  std::map<std::string, std::string> layout_keys;  // by host (HostPlanKey)
+  std::map<std::string, std::string> layout_keys;  // by host (planning::HostPlanKey)
   absl::Status error;
   v1::CommitResult result;
   // A memory-tier save spread over hosts (ServeClusterMemoryTier): each
@@ -58,8 +58,9 @@ struct Coordinator::ActiveSave {
   std::string Who() const { return absl::StrCat("save of job ", job, " step ", step); }
 };
 
-Coordinator::Coordinator(storage::Backend& backend, std::string root, SavePlannerOptions options,
-                         CatalogOptions catalog, RendezvousOptions rendezvous)
+Coordinator::Coordinator(storage::Backend& backend, std::string root,
+                         planning::SavePlannerOptions options, CatalogOptions catalog,
+                         RendezvousOptions rendezvous)
     : backend_(backend),
       catalog_(backend, std::move(root), std::move(catalog)),
       options_(options),
@@ -72,7 +73,7 @@ Coordinator::Coordinator(storage::Backend& backend, std::string root, SavePlanne
       plan_cache_(rendezvous.plan_cache_bytes),
       gc_(backend, catalog_) {}
 
-void Coordinator::EnableRetention(RetentionConfig config) {
+void Coordinator::EnableRetention(planning::RetentionConfig config) {
   retention_config_ = config;
   retention_ = std::make_unique<RetentionRunner>(gc_, std::move(config));
 }
@@ -95,7 +96,7 @@ void Coordinator::EndLocked(ActiveSave& save) {
   if (!save.planner_busy) std::vector<v1::NodeSavePlan>().swap(save.nodes);
   save.reports.clear();
   save.early.clear();
-  save.plan = SavePlan();
+  save.plan = planning::SavePlan();
   ended_.push_back(save.save_id);
   while (ended_.size() > rendezvous_.ended_saves_kept) {
     saves_.erase(ended_.front());
@@ -126,7 +127,7 @@ size_t Coordinator::saves_in_flight() const {
 
 absl::StatusOr<Coordinator::SaveRef> Coordinator::JoinSave(const v1::NodeSavePlan& node,
                                                            bool* plan_it, bool* early) {
-  if (absl::Status s = ValidateSaveHeader(node, options_); !s.ok()) return s;
+  if (absl::Status s = planning::ValidateSaveHeader(node, options_); !s.ok()) return s;
   const std::string& host = node.host().host();
   if (node.ranks_size() == 0 || node.ranks_size() > node.world_size()) {
     return absl::InvalidArgumentError(absl::StrCat("host ", host, " sent ", node.ranks_size(),
@@ -141,7 +142,7 @@ absl::StatusOr<Coordinator::SaveRef> Coordinator::JoinSave(const v1::NodeSavePla
   if (absl::Status s = CompactSavePlan(plan, options_.limits); !s.ok()) {
     return WithContext(s, absl::StrCat("host ", host));
   }
-  const std::string key = HostPlanKey(plan);
+  const std::string key = planning::HostPlanKey(plan);
 
   absl::MutexLock lock(&mu_);
   if (lost_hosts_.count(host) > 0) {
@@ -169,7 +170,7 @@ absl::StatusOr<Coordinator::SaveRef> Coordinator::JoinSave(const v1::NodeSavePla
     save->world_size = node.world_size();
     const std::string id = catalog_.NewPartialId();
     save->save_id = absl::StrCat(node.job(), "/", node.step(), "/", id);
-    save->partial_dir = PartialDir(root(), node.job(), node.step(), id);
+    save->partial_dir = storage::PartialDir(root(), node.job(), node.step(), id);
     save->deadline = absl::Now() + rendezvous_.plan_timeout;
     saves_[save->save_id] = save;
   } else if (save->phase != ActiveSave::Phase::kGathering) {
@@ -231,7 +232,7 @@ absl::Status Coordinator::CreatePartialDir(const std::string& job, const std::st
   // A new job directory must survive a crash with the steps committed in
   // it: its entry in the root is made durable before anything is renamed
   // into it.
-  absl::StatusOr<bool> job_exists = backend_.Exists(JobDir(root(), job));
+  absl::StatusOr<bool> job_exists = backend_.Exists(storage::JobDir(root(), job));
   if (!job_exists.ok()) return job_exists.status();
   if (absl::Status s = backend_.CreateDirs(absl::StrCat(partial, "/data")); !s.ok()) return s;
   if (!*job_exists) return backend_.SyncDir(root());
@@ -295,7 +296,7 @@ void Coordinator::RememberLayoutLocked(const ActiveSave& save) {
   layout.parts = save.parts;  // shared, not copied
   layout.keys = save.layout_keys;
   // The parts alias the plan's assignment: what they hold is all of it.
-  layout.bytes = AssignmentBytes(*save.plan.assignment);
+  layout.bytes = planning::AssignmentBytes(*save.plan.assignment);
   for (const auto& [host, key] : layout.keys) layout.bytes += key.size();
   // Known layouts share the plan cache's budget (and mostly its memory).
   const uint64_t most = rendezvous_.plan_cache_bytes;
@@ -320,7 +321,7 @@ void Coordinator::PlanGathered(const SaveRef& save) {
   std::vector<std::string> host_keys;
   host_keys.reserve(save->nodes.size());
   for (const auto& [host, key] : save->layout_keys) host_keys.push_back(key);
-  absl::StatusOr<SavePlan> plan = plan_cache_.Plan(save->nodes, host_keys, options_);
+  absl::StatusOr<planning::SavePlan> plan = plan_cache_.Plan(save->nodes, host_keys, options_);
   const std::string& partial = save->partial_dir;  // set once, at the save's start
   absl::Status status = plan.status();
   if (status.ok()) status = CreatePartialDir(save->job, partial);
@@ -363,8 +364,8 @@ void Coordinator::PlanGathered(const SaveRef& save) {
     std::string secret(16, '\0');
     FillRandom(secret.data(), secret.size());
     if (erasure_k_ > 0) {
-      absl::StatusOr<ErasurePlacement> placed =
-          PlaceErasure(parts, addresses, erasure_k_, erasure_m_, replica_id, secret);
+      absl::StatusOr<planning::ErasurePlacement> placed =
+          planning::PlaceErasure(parts, addresses, erasure_k_, erasure_m_, replica_id, secret);
       status = placed.status();
       if (status.ok()) {
         erasure = std::move(placed->hosts);
@@ -372,7 +373,7 @@ void Coordinator::PlanGathered(const SaveRef& save) {
       }
     } else {
       absl::StatusOr<std::map<std::string, v1::ReplicaPlan>> placed =
-          PlaceReplicas(parts, addresses, replicas_, replica_id, secret);
+          planning::PlaceReplicas(parts, addresses, replicas_, replica_id, secret);
       status = placed.status();
       if (placed.ok()) replicas = std::move(*placed);
     }
@@ -614,7 +615,7 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(const v1::NodePers
       if (status.ok()) {
         save->phase = ActiveSave::Phase::kCommitted;
         save->result.set_step(save->step);
-        save->result.set_path(StepDir(root(), save->job, save->step));
+        save->result.set_path(storage::StepDir(root(), save->job, save->step));
         save->result.set_manifest(std::move(manifest));
       } else {
         save->phase = ActiveSave::Phase::kFailed;
@@ -651,10 +652,10 @@ absl::Status Coordinator::Commit(const SaveRef& save, std::string* manifest_out)
   }
   v1::CheckpointManifest manifest = save->plan.Manifest();
   manifest.set_created_unix_ms(save->created_unix_ms);
-  absl::Status status = ForEachMutableChunk(
+  absl::Status status = planning::ForEachMutableChunk(
       manifest, [&](v1::StoredChunk& chunk, const std::string& owner) -> absl::Status {
         // 0-byte items are complete in the plan: nothing written, no report.
-        if (!SaveChunkNeedsChecksum(chunk)) return absl::OkStatus();
+        if (!planning::SaveChunkNeedsChecksum(chunk)) return absl::OkStatus();
         auto it = crcs.find({chunk.file(), chunk.file_offset()});
         if (it == crcs.end()) {
           return absl::InternalError(absl::StrCat("no checksum reported for ", chunk.file(),
@@ -690,7 +691,7 @@ absl::StatusOr<std::string> Coordinator::CommitCopy(
     return absl::AlreadyExistsError(
         absl::StrCat("step ", step, " of job ", job, " is committed in ", root()));
   }
-  const std::string partial = PartialDir(root(), job, step, catalog_.NewPartialId());
+  const std::string partial = storage::PartialDir(root(), job, step, catalog_.NewPartialId());
   absl::Status status = CreatePartialDir(job, partial);
   if (status.ok()) status = copy(partial);
   if (status.ok()) {
@@ -705,7 +706,7 @@ absl::StatusOr<std::string> Coordinator::CommitCopy(
     return status;
   }
   if (retention_ != nullptr) retention_->Committed(job);
-  return StepDir(root(), job, step);
+  return storage::StepDir(root(), job, step);
 }
 
 bool Coordinator::AbortSave(const v1::AbortSaveRequest& request) {
@@ -835,9 +836,9 @@ absl::StatusOr<v1::LoadAssignment> Coordinator::PlanLoad(const v1::NodeLoadPlan&
     }
   }
   absl::StatusOr<v1::LoadAssignment> assignment =
-      coordinator::PlanLoad(*manifest, {node}, options_.limits);
+      planning::PlanLoad(*manifest, {node}, options_.limits);
   if (!assignment.ok()) return assignment.status();
-  assignment->set_checkpoint_path(StepDir(root(), node.job(), manifest->step()));
+  assignment->set_checkpoint_path(storage::StepDir(root(), node.job(), manifest->step()));
   return assignment;
 }
 

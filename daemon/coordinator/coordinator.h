@@ -27,12 +27,12 @@
 #include "absl/types/span.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "daemon/coordinator/catalog.h"
-#include "daemon/coordinator/load_spread.h"
-#include "daemon/coordinator/plan_cache.h"
 #include "daemon/coordinator/retention.h"
-#include "daemon/coordinator/retention_policy.h"
 #include "daemon/coordinator/retention_runner.h"
-#include "daemon/coordinator/save_planner.h"
+#include "daemon/planning/load_spread.h"
+#include "daemon/planning/plan_cache.h"
+#include "daemon/planning/retention_policy.h"
+#include "daemon/planning/save_planner.h"
 #include "daemon/storage/backend.h"
 
 namespace ckpt::coordinator {
@@ -65,12 +65,12 @@ class Coordinator {
   // `catalog` names this daemon (host, instance) for its partial
   // directories and bounds the manifests it reads; the defaults take
   // gethostname() and a random instance id.
-  Coordinator(storage::Backend& backend, std::string root, SavePlannerOptions options,
+  Coordinator(storage::Backend& backend, std::string root, planning::SavePlannerOptions options,
               CatalogOptions catalog = {}, RendezvousOptions rendezvous = {});
 
   Catalog& catalog() { return catalog_; }
   storage::Backend& backend() { return backend_; }
-  PlanCacheStats plan_cache_stats() const { return plan_cache_.Stats(); }
+  planning::PlanCacheStats plan_cache_stats() const { return plan_cache_.Stats(); }
   // Hosts answered without waiting for the rest of their job: their plan
   // equalled their part of the job's last layout (the plan cache's skip of
   // the planning barrier; the commit still waits for every host).
@@ -160,8 +160,8 @@ class Coordinator {
 
   // Retention after each commit (retention_runner.h), and the grace period
   // of a `ckptctl gc` that names none. Call once, before serving.
-  void EnableRetention(RetentionConfig config);
-  const RetentionConfig& retention() const { return retention_config_; }
+  void EnableRetention(planning::RetentionConfig config);
+  const planning::RetentionConfig& retention() const { return retention_config_; }
 
   // This coordinator is the cluster coordinator's memory tier: a save
   // spread over hosts is written in the hosts' memory, each host's files
@@ -193,8 +193,8 @@ class Coordinator {
   // The whole load's plan from the memory tier when it may and can come
   // from there (every file it needs held by a host of the load, *holders
   // says which); null when it comes from storage.
-  absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> PlanFromMemory(const ActiveLoad& load,
-                                                                     FileHolders* holders);
+  absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> PlanFromMemory(
+      const ActiveLoad& load, planning::FileHolders* holders);
   // Fails the gathering spanning loads `host` takes part in.
   void FailLoadsOfLocked(const std::string& host, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -242,9 +242,9 @@ class Coordinator {
 
   storage::Backend& backend_;
   Catalog catalog_;
-  const SavePlannerOptions options_;
+  const planning::SavePlannerOptions options_;
   const RendezvousOptions rendezvous_;
-  SavePlanCache plan_cache_;
+  planning::SavePlanCache plan_cache_;
   mutable absl::Mutex mu_;
   std::map<std::string, SaveRef> saves_ ABSL_GUARDED_BY(mu_);        // by save_id, ended ones too
   std::deque<std::string> ended_ ABSL_GUARDED_BY(mu_);               // oldest first
@@ -259,7 +259,7 @@ class Coordinator {
   // by one commit at a time (commit.h).
   absl::Mutex commit_mu_;
   GarbageCollector gc_;
-  RetentionConfig retention_config_;
+  planning::RetentionConfig retention_config_;
   bool memory_cluster_ = false;  // set before serving
   int replicas_ = 0;
   int erasure_k_ = 0;

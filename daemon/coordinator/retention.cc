@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "daemon/coordinator/fault_points.h"
-#include "daemon/coordinator/layout.h"
+#include "daemon/fault/fault_points.h"
+#include "daemon/storage/layout.h"
 #include "proto/lib/status_context.h"
 #include "proto/lib/validation.h"
 
@@ -60,8 +60,9 @@ void Log(const std::string& line) { std::fprintf(stderr, "ckptd: %s\n", line.c_s
 absl::StatusOr<std::unique_ptr<storage::FileLock>> PinStep(storage::Backend& backend,
                                                            const std::string& root,
                                                            const std::string& job, int64_t step) {
-  return backend.LockFile(absl::StrCat(StepDir(root, job, step), "/", kManifestName),
-                          storage::LockMode::kShared, /*wait=*/true);
+  return backend.LockFile(
+      absl::StrCat(storage::StepDir(root, job, step), "/", storage::kManifestName),
+      storage::LockMode::kShared, /*wait=*/true);
 }
 
 bool GcResult::failed() const {
@@ -73,12 +74,12 @@ GarbageCollector::GarbageCollector(storage::Backend& backend, Catalog& catalog)
     : backend_(backend), catalog_(catalog) {}
 
 void GarbageCollector::RemoveLeftoverTrash(const std::string& job) {
-  const std::string job_dir = JobDir(catalog_.root(), job);
+  const std::string job_dir = storage::JobDir(catalog_.root(), job);
   absl::StatusOr<std::vector<std::string>> entries = backend_.ListDir(job_dir);
   if (!entries.ok()) return;
   std::vector<std::string> trash;
   for (const std::string& entry : *entries) {
-    const std::optional<PartialDirName> owned = ParseTrashDirName(entry);
+    const std::optional<storage::PartialDirName> owned = storage::ParseTrashDirName(entry);
     // Another host's may be being removed by its daemon right now.
     if (owned && owned->host == catalog_.host()) trash.push_back(absl::StrCat(job_dir, "/", entry));
   }
@@ -93,12 +94,13 @@ void GarbageCollector::RemoveLeftoverTrash(const std::string& job) {
 }
 
 absl::StatusOr<GcResult> GarbageCollector::Collect(const std::string& job,
-                                                   const RetentionPolicy& policy, bool dry_run,
-                                                   absl::Time now, absl::string_view trigger) {
+                                                   const planning::RetentionPolicy& policy,
+                                                   bool dry_run, absl::Time now,
+                                                   absl::string_view trigger) {
   if (absl::Status s = ValidateName("job", job); !s.ok()) return s;
   const std::string what = absl::StrCat("gc of job ", job);
   absl::MutexLock lock(&mu_);
-  const std::string job_dir = JobDir(catalog_.root(), job);
+  const std::string job_dir = storage::JobDir(catalog_.root(), job);
   absl::StatusOr<bool> exists = backend_.Exists(job_dir);
   if (!exists.ok()) return WithContext(exists.status(), what);
   if (!*exists) {
@@ -119,17 +121,17 @@ absl::StatusOr<GcResult> GarbageCollector::Collect(const std::string& job,
         absl::StrCat(what, ": cannot tell which step is latest; nothing deleted"));
   }
 
-  std::vector<StepFacts> facts;
+  std::vector<planning::StepFacts> facts;
   std::map<int64_t, std::unique_ptr<storage::FileLock>> locks;
   for (const v1::CheckpointSummary& c : *summaries) {
-    StepFacts& f = facts.emplace_back();
+    planning::StepFacts& f = facts.emplace_back();
     f.step = c.step();
     f.latest = c.latest();
     f.broken = c.broken();
     f.broken_reason = c.broken_reason();
     // The later of the manifest's time (the save's start) and the
     // directory's (its MANIFEST was written at commit): the younger guess.
-    const std::string dir = StepDir(catalog_.root(), job, c.step());
+    const std::string dir = storage::StepDir(catalog_.root(), job, c.step());
     absl::StatusOr<absl::Time> modified = backend_.ModifiedTime(dir);
     if (modified.ok()) f.committed = *modified;
     if (c.created_unix_ms() > 0) {
@@ -137,8 +139,9 @@ absl::StatusOr<GcResult> GarbageCollector::Collect(const std::string& job,
       f.committed = f.committed ? std::max(*f.committed, created) : created;
     }
     if (f.latest) continue;  // never deleted: no lock needed
-    absl::StatusOr<std::unique_ptr<storage::FileLock>> pin = backend_.LockFile(
-        absl::StrCat(dir, "/", kManifestName), storage::LockMode::kExclusive, /*wait=*/false);
+    absl::StatusOr<std::unique_ptr<storage::FileLock>> pin =
+        backend_.LockFile(absl::StrCat(dir, "/", storage::kManifestName),
+                          storage::LockMode::kExclusive, /*wait=*/false);
     if (pin.ok()) {
       locks[c.step()] = std::move(*pin);
     } else if (absl::IsUnavailable(pin.status())) {
@@ -148,15 +151,16 @@ absl::StatusOr<GcResult> GarbageCollector::Collect(const std::string& job,
     }
   }
 
-  const std::vector<StepDecision> decisions = DecideRetention(policy, facts, now);
+  const std::vector<planning::StepDecision> decisions =
+      planning::DecideRetention(policy, facts, now);
   GcResult result;
   std::vector<std::pair<size_t, std::string>> renamed;  // index in result.steps, trash path
   for (size_t i = 0; i < decisions.size(); ++i) {
-    const StepDecision& d = decisions[i];
+    const planning::StepDecision& d = decisions[i];
     GcStep& out = result.steps.emplace_back();
     out.step = d.step;
     out.reason = d.reason;
-    const std::string dir = StepDir(catalog_.root(), job, d.step);
+    const std::string dir = storage::StepDir(catalog_.root(), job, d.step);
     if (d.keep) {
       locks.erase(d.step);
       out.bytes = (*summaries)[i].bytes();
@@ -168,7 +172,8 @@ absl::StatusOr<GcResult> GarbageCollector::Collect(const std::string& job,
       locks.erase(d.step);
       continue;
     }
-    const std::string trash = TrashDir(catalog_.root(), job, d.step, catalog_.NewPartialId());
+    const std::string trash =
+        storage::TrashDir(catalog_.root(), job, d.step, catalog_.NewPartialId());
     if (absl::Status s = backend_.Rename(dir, trash); !s.ok()) {
       out.outcome = GcStep::Outcome::kFailed;
       out.reason = absl::StrCat("not deleted: ", s.message());

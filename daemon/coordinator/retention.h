@@ -42,7 +42,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/coordinator/catalog.h"
-#include "daemon/coordinator/retention_policy.h"
+#include "daemon/planning/retention_policy.h"
 #include "daemon/storage/backend.h"
 
 namespace ckpt::coordinator {
@@ -78,7 +78,7 @@ class GarbageCollector {
   // run ("ckptctl gc", "retention"). NOT_FOUND for a job with no directory;
   // a failure to delete one step is reported in its GcStep (kFailed), not
   // as an error of the whole run.
-  absl::StatusOr<GcResult> Collect(const std::string& job, const RetentionPolicy& policy,
+  absl::StatusOr<GcResult> Collect(const std::string& job, const planning::RetentionPolicy& policy,
                                    bool dry_run, absl::Time now, absl::string_view trigger);
 
  private:

@@ -6,7 +6,7 @@
 
 namespace ckpt::coordinator {
 
-RetentionRunner::RetentionRunner(GarbageCollector& gc, RetentionConfig config)
+RetentionRunner::RetentionRunner(GarbageCollector& gc, planning::RetentionConfig config)
     : gc_(gc), config_(std::move(config)), thread_([this] { Loop(); }) {}
 
 RetentionRunner::~RetentionRunner() {
@@ -36,7 +36,7 @@ void RetentionRunner::Loop() {
       job = *pending_.begin();
       pending_.erase(pending_.begin());
     }
-    RetentionPolicy policy = config_.For(job);
+    planning::RetentionPolicy policy = config_.For(job);
     policy.delete_broken = false;
     // Collect logs its own line on success.
     absl::StatusOr<GcResult> result =

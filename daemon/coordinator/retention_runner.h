@@ -17,13 +17,13 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/coordinator/retention.h"
-#include "daemon/coordinator/retention_policy.h"
+#include "daemon/planning/retention_policy.h"
 
 namespace ckpt::coordinator {
 
 class RetentionRunner {
  public:
-  RetentionRunner(GarbageCollector& gc, RetentionConfig config);
+  RetentionRunner(GarbageCollector& gc, planning::RetentionConfig config);
   // Finishes the run in progress; queued ones are dropped (the next commit
   // after a restart runs them).
   ~RetentionRunner();
@@ -36,7 +36,7 @@ class RetentionRunner {
   void Loop();
 
   GarbageCollector& gc_;
-  const RetentionConfig config_;
+  const planning::RetentionConfig config_;
   absl::Mutex mu_;
   std::set<std::string> pending_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -10,11 +10,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/coordinator/coordinator.h"
-#include "daemon/coordinator/layout.h"
-#include "daemon/coordinator/load_planner.h"
-#include "daemon/coordinator/load_spread.h"
-#include "daemon/coordinator/replica_placement.h"
 #include "daemon/coordinator/tier_choice.h"
+#include "daemon/planning/load_planner.h"
+#include "daemon/planning/load_spread.h"
+#include "daemon/planning/replica_placement.h"
+#include "daemon/storage/layout.h"
 #include "proto/lib/secure_random.h"
 #include "proto/lib/validation.h"
 
@@ -211,7 +211,7 @@ std::set<std::string> NeededFiles(const v1::LoadAssignment& global) {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> Coordinator::PlanFromMemory(
-    const ActiveLoad& load, FileHolders* holders) {
+    const ActiveLoad& load, planning::FileHolders* holders) {
   const v1::LoadTier tier = load.nodes.front().tier();
   absl::StatusOr<std::optional<int64_t>> chosen =
       MemoryStepToLoad(catalog_, memory_catalog_, load.job, load.step, tier, "the coordinator");
@@ -224,7 +224,7 @@ absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> Coordinator::PlanFromMemory(
     return manifest.status();
   }
   absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> global =
-      coordinator::PlanLoadShared(*manifest, load.nodes, options_.limits);
+      planning::PlanLoadShared(*manifest, load.nodes, options_.limits);
   if (!global.ok()) return global.status();
   holders->clear();
   for (const v1::NodeLoadPlan& node : load.nodes) {
@@ -245,7 +245,8 @@ absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> Coordinator::PlanFromMemory(
     if (layout.ok() && stripes.ParseFromString(*layout)) {
       std::set<std::string> load_hosts;
       for (const v1::NodeLoadPlan& node : load.nodes) load_hosts.insert(node.host().host());
-      absl::StatusOr<v1::ErasureRebuild> rebuild = PlanRebuild(stripes, load_hosts, *holders);
+      absl::StatusOr<v1::ErasureRebuild> rebuild =
+          planning::PlanRebuild(stripes, load_hosts, *holders);
       if (!rebuild.ok()) {
         if (tier == v1::LOAD_TIER_ANY) return nullptr;
         return absl::Status(rebuild.status().code(),
@@ -270,7 +271,8 @@ absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> Coordinator::PlanFromMemory(
         "holds its file ", file, " any more (the host that wrote it and its replicas lost their ",
         "memory): load it from storage"));
   }
-  (*global)->set_checkpoint_path(StepDir(memory_catalog_->root(), load.job, manifest->step()));
+  (*global)->set_checkpoint_path(
+      storage::StepDir(memory_catalog_->root(), load.job, manifest->step()));
   (*global)->set_from_memory(true);
   return global;
 }
@@ -283,7 +285,7 @@ absl::Status Coordinator::PlanGatheredLoad(ActiveLoad& load) {
                        load.nodes.front().host().host(), " for one load"));
     }
   }
-  FileHolders holders;
+  planning::FileHolders holders;
   absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> global = PlanFromMemory(load, &holders);
   if (!global.ok()) return global.status();
   if (*global == nullptr) {
@@ -291,9 +293,9 @@ absl::Status Coordinator::PlanGatheredLoad(ActiveLoad& load) {
     absl::StatusOr<v1::CheckpointManifest> manifest = catalog_.ReadManifest(load.job, load.step);
     if (!manifest.ok()) return manifest.status();
     // On an arena: the whole job's plan, split among the hosts below.
-    global = coordinator::PlanLoadShared(*manifest, load.nodes, options_.limits);
+    global = planning::PlanLoadShared(*manifest, load.nodes, options_.limits);
     if (!global.ok()) return global.status();
-    (*global)->set_checkpoint_path(StepDir(root(), load.job, manifest->step()));
+    (*global)->set_checkpoint_path(storage::StepDir(root(), load.job, manifest->step()));
   }
   const bool from_memory = (*global)->from_memory();
   std::map<std::string, std::string> addresses;
@@ -306,9 +308,10 @@ absl::Status Coordinator::PlanGatheredLoad(ActiveLoad& load) {
   FillRandom(&load_id, sizeof load_id);
   std::string secret(16, '\0');
   FillRandom(secret.data(), secret.size());
-  LoadSpread spread = SpreadLoad(**global, load.rank_hosts, addresses,
-                                 load.group_bytes == ~uint64_t{0} ? (64u << 20) : load.group_bytes,
-                                 load_id, secret, from_memory ? &holders : nullptr);
+  planning::LoadSpread spread =
+      planning::SpreadLoad(**global, load.rank_hosts, addresses,
+                           load.group_bytes == ~uint64_t{0} ? (64u << 20) : load.group_bytes,
+                           load_id, secret, from_memory ? &holders : nullptr);
   for (auto& [host, part] : spread.parts) {
     part.set_from_memory(from_memory);
     // Each host's rebuilds: those it runs, and those it sends shares to.

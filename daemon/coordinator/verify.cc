@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "daemon/coordinator/layout.h"
-#include "daemon/coordinator/manifest_io.h"
+#include "daemon/planning/manifest_io.h"
+#include "daemon/storage/layout.h"
 #include "proto/lib/crc32c.h"
 #include "proto/lib/status_context.h"
 
@@ -34,7 +34,7 @@ absl::StatusOr<VerifyResult> VerifyCheckpoint(storage::Backend& backend, Catalog
   // Validated: manifest->step() is the step of the directory it was read from.
   VerifyResult result;
   result.step = manifest->step();
-  const std::string dir = StepDir(catalog.root(), job, result.step);
+  const std::string dir = storage::StepDir(catalog.root(), job, result.step);
 
   piece_bytes = std::max(kBlock, piece_bytes / kBlock * kBlock);
   std::unique_ptr<char, decltype(&std::free)> buffer(
@@ -45,7 +45,7 @@ absl::StatusOr<VerifyResult> VerifyCheckpoint(storage::Backend& backend, Catalog
   }
   std::map<std::string, OpenFile> files;
 
-  const absl::Status checked = ForEachChunk(
+  const absl::Status checked = planning::ForEachChunk(
       *manifest, [&](const v1::StoredChunk& chunk, const std::string& owner) -> absl::Status {
         result.chunks += 1;
         if (chunk.length() == 0) return absl::OkStatus();

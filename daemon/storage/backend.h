@@ -29,6 +29,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "proto/lib/validation.h"
 
 namespace ckpt::storage {
 
@@ -141,14 +142,9 @@ class Backend {
   virtual void PrepareThread() {}
 };
 
-// Relative file names read from untrusted input: non-empty, at most
-// kMaxConfinedNameBytes, '/'-separated components of [A-Za-z0-9._-] that are
-// neither empty, "." nor "..", at most kMaxConfinedNameComponents of them.
-// So the name cannot leave the directory it is resolved in.
-// INVALID_ARGUMENT naming the file otherwise.
-inline constexpr size_t kMaxConfinedNameBytes = 1024;
-inline constexpr int kMaxConfinedNameComponents = 8;
-absl::Status ValidateConfinedName(absl::string_view name);
+// Names a backend opens, checked as ValidateConfinedName (proto/lib/validation.h)
+// does: the rule is the manifest's, so it lives below both.
+using ::ckpt::ValidateConfinedName;
 
 // Whole-file helpers on top of any backend.
 // FAILED_PRECONDITION naming the file and the bound, before anything is

@@ -11,12 +11,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "daemon/coordinator/fault_points.h"
-#include "daemon/coordinator/layout.h"
-#include "daemon/coordinator/manifest_io.h"
-#include "daemon/coordinator/replica_placement.h"
 #include "daemon/coordinator/retention.h"
+#include "daemon/fault/fault_points.h"
+#include "daemon/planning/manifest_io.h"
+#include "daemon/planning/replica_placement.h"
 #include "daemon/storage/backend_factory.h"
+#include "daemon/storage/layout.h"
 #include "proto/lib/align.h"
 #include "proto/lib/crc32c.h"
 #include "proto/lib/status_context.h"
@@ -104,7 +104,7 @@ absl::Status CopyFile(storage::Backend& from, const std::string& from_path, stor
 
 }  // namespace
 
-MemoryTier::MemoryTier(MemoryTierOptions options, coordinator::SavePlannerOptions planner,
+MemoryTier::MemoryTier(MemoryTierOptions options, planning::SavePlannerOptions planner,
                        coordinator::CatalogOptions catalog,
                        coordinator::RendezvousOptions rendezvous, coordinator::Coordinator& durable)
     : options_(options), durable_(durable) {
@@ -118,7 +118,7 @@ MemoryTier::MemoryTier(MemoryTierOptions options, coordinator::SavePlannerOption
   catalog.files_elsewhere = true;
   coordinator_ = std::make_unique<coordinator::Coordinator>(*backend_, kRoot, planner,
                                                             std::move(catalog), rendezvous);
-  coordinator::RetentionConfig retention;
+  planning::RetentionConfig retention;
   retention.defaults.keep_last = std::max(1, options_.keep_steps);
   // Memory is not kept for a grace period: the budget is the point.
   retention.defaults.grace = absl::ZeroDuration();
@@ -144,7 +144,7 @@ uint64_t MemoryTier::SaveBytes(const v1::HostAssignment& host, uint64_t manifest
   const uint64_t block = kBlockBytes;
   uint64_t total = 0;
   // Each data file to the end of its last item (what a replica copies).
-  const v1::ReplicaPeer files = coordinator::ReplicaFilesOf(host);
+  const v1::ReplicaPeer files = planning::ReplicaFilesOf(host);
   for (const v1::ReplicaFile& f : files.files()) {
     total += AlignUp(f.bytes(), block);
   }
@@ -177,11 +177,11 @@ uint64_t MemoryTier::BytesBeingWritten() const {
   absl::StatusOr<std::vector<std::string>> jobs = backend_->ListDir(kRoot);
   if (!jobs.ok()) return 0;
   for (const std::string& job : *jobs) {
-    const std::string dir = coordinator::JobDir(kRoot, job);
+    const std::string dir = storage::JobDir(kRoot, job);
     absl::StatusOr<std::vector<std::string>> entries = backend_->ListDir(dir);
     if (!entries.ok()) continue;
     for (const std::string& entry : *entries) {
-      if (coordinator::IsPartialDirName(entry)) total += BytesUnder(absl::StrCat(dir, "/", entry));
+      if (storage::IsPartialDirName(entry)) total += BytesUnder(absl::StrCat(dir, "/", entry));
     }
   }
   return total;
@@ -208,7 +208,7 @@ absl::StatusOr<std::unique_ptr<MemoryTier::Room>> MemoryTier::Reserve(const std:
     return UsedLocked() <= budget - bytes;
   };
   if (!fits()) {
-    coordinator::RetentionPolicy newest;
+    planning::RetentionPolicy newest;
     newest.keep_last = 1;
     newest.grace = absl::ZeroDuration();
     // The job's own older steps first: they are what this save replaces.
@@ -260,7 +260,7 @@ absl::Status MemoryTier::Persist(const std::string& job, int64_t step) {
   absl::StatusOr<v1::CheckpointManifest> manifest = coordinator_->catalog().ReadManifest(job, step);
   if (!manifest.ok()) return WithContext(manifest.status(), who);
   std::map<std::string, std::vector<ChunkToCopy>> by_file;
-  if (absl::Status s = coordinator::ForEachChunk(
+  if (absl::Status s = planning::ForEachChunk(
           *manifest,
           [&](const v1::StoredChunk& chunk, const std::string& owner) {
             // 0-byte items have no bytes in any file.
@@ -273,7 +273,7 @@ absl::Status MemoryTier::Persist(const std::string& job, int64_t step) {
       !s.ok()) {
     return WithContext(s, who);
   }
-  const std::string dir = coordinator::StepDir(kRoot, job, step);
+  const std::string dir = storage::StepDir(kRoot, job, step);
   storage::Backend& to = durable_.backend();
   auto copy = [&](const std::string& partial) -> absl::Status {
     // The manifest's file names were checked when it was read (confined to
@@ -341,12 +341,12 @@ void MemoryTier::RunPersists() {
 absl::Status MemoryTier::FlipByte(const std::string& job, int64_t step, const std::string& prefer) {
   absl::StatusOr<v1::CheckpointManifest> manifest = coordinator_->catalog().ReadManifest(job, step);
   if (!manifest.ok()) return manifest.status();
-  const std::string dir = coordinator::StepDir(kRoot, job, step);
+  const std::string dir = storage::StepDir(kRoot, job, step);
   // The first chunk of a file held here, of one named `prefer...` if any.
   std::string file;
   uint64_t offset = 0;
   bool preferred = false;
-  (void)coordinator::ForEachChunk(*manifest, [&](const v1::StoredChunk& chunk, const std::string&) {
+  (void)planning::ForEachChunk(*manifest, [&](const v1::StoredChunk& chunk, const std::string&) {
     const bool wanted = !prefer.empty() && absl::StartsWith(chunk.file(), prefer);
     if (chunk.length() == 0 || preferred || (!file.empty() && !wanted)) return absl::OkStatus();
     absl::StatusOr<bool> here = backend_->Exists(absl::StrCat(dir, "/", chunk.file()));
@@ -406,7 +406,7 @@ std::vector<v1::MemoryTierJob> MemoryTier::Jobs() {
     }
     for (int64_t step : *steps) {
       job.add_steps(step);
-      job.set_bytes(job.bytes() + BytesUnder(coordinator::StepDir(kRoot, name, step)));
+      job.set_bytes(job.bytes() + BytesUnder(storage::StepDir(kRoot, name, step)));
     }
   }
   return jobs;
@@ -434,7 +434,7 @@ std::vector<std::pair<int64_t, std::vector<std::string>>> MemoryTier::HeldSteps(
     auto aside = set_aside_.find({job, step});
     for (const char* sub : {"data", "parity"}) {
       absl::StatusOr<std::vector<std::string>> names =
-          backend_->ListDir(absl::StrCat(coordinator::StepDir(kRoot, job, step), "/", sub));
+          backend_->ListDir(absl::StrCat(storage::StepDir(kRoot, job, step), "/", sub));
       if (!names.ok()) continue;
       for (const std::string& name : *names) {
         std::string file = absl::StrCat(sub, "/", name);
@@ -479,7 +479,7 @@ absl::StatusOr<std::string> MemoryTier::CommitHere(const v1::CheckpointManifest&
   absl::StatusOr<bool> exists = coordinator_->catalog().StepExists(manifest.job(), manifest.step());
   absl::StatusOr<bool> partial_left = backend_->Exists(from);
   if (exists.ok() && *exists && partial_left.ok() && !*partial_left) {
-    return coordinator::StepDir(kRoot, manifest.job(), manifest.step());
+    return storage::StepDir(kRoot, manifest.job(), manifest.step());
   }
   absl::StatusOr<std::string> path = coordinator_->CommitCopy(
       manifest,
@@ -534,14 +534,14 @@ absl::Status MemoryTier::AdoptInto(const std::string& job, int64_t step, const s
 
 absl::StatusOr<std::string> MemoryTier::NewScratchDir(const std::string& job, int64_t step) {
   const std::string dir =
-      coordinator::PartialDir(kRoot, job, step, coordinator_->catalog().NewPartialId());
+      storage::PartialDir(kRoot, job, step, coordinator_->catalog().NewPartialId());
   if (absl::Status s = backend_->CreateDirs(dir + "/data"); !s.ok()) return s;
   return dir;
 }
 
 absl::Status MemoryTier::AdoptRebuilt(const v1::CheckpointManifest& manifest,
                                       const std::string& dir) {
-  const std::string step_dir = coordinator::StepDir(kRoot, manifest.job(), manifest.step());
+  const std::string step_dir = storage::StepDir(kRoot, manifest.job(), manifest.step());
   absl::StatusOr<bool> exists = coordinator_->catalog().StepExists(manifest.job(), manifest.step());
   absl::Status status = exists.status();
   const FilesChanging changing(*this);

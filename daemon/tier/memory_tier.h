@@ -72,7 +72,7 @@ class MemoryTier {
 
   // `durable` is where persisted steps go. The coordinator options are the
   // durable coordinator's: the memory tier plans and checks as it does.
-  MemoryTier(MemoryTierOptions options, coordinator::SavePlannerOptions planner,
+  MemoryTier(MemoryTierOptions options, planning::SavePlannerOptions planner,
              coordinator::CatalogOptions catalog, coordinator::RendezvousOptions rendezvous,
              coordinator::Coordinator& durable);
   ~MemoryTier();  // waits for the persistence running now; drops the queued ones

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "ckpt/v1/node.grpc.pb.h"
-#include "daemon/coordinator/manifest_io.h"
+#include "daemon/planning/manifest_io.h"
 #include "tests/catch.h"
 #include "tests/support/test_daemon.h"
 
@@ -30,7 +30,7 @@ void PlantManifest(const TestDaemon& d, const std::string& job, int64_t step,
                    const v1::CheckpointManifest& manifest) {
   std::ofstream(d.job_dir(job) + "/step-" + std::to_string(step) + "/MANIFEST",
                 std::ios::binary | std::ios::trunc)
-      << coordinator::EncodeManifest(manifest);
+      << planning::EncodeManifest(manifest);
 }
 
 std::string ReadText(const std::string& path) {

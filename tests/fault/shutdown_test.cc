@@ -24,7 +24,7 @@ namespace ckpt::testing {
 namespace {
 
 // ckptd gives work in flight this long before aborting it
-// (daemon/server/node_daemon.cc, kShutdownGrace).
+// (daemon/service/node_daemon.cc, kShutdownGrace).
 constexpr absl::Duration kDaemonGrace = absl::Seconds(5);
 // Room for a loaded test machine on top of what ckptd itself waits.
 constexpr absl::Duration kSlack = absl::Seconds(5);

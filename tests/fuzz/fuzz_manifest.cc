@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "daemon/coordinator/manifest_check.h"
-#include "daemon/coordinator/manifest_io.h"
+#include "daemon/planning/manifest_check.h"
+#include "daemon/planning/manifest_io.h"
 #include "proto/lib/crc32c.h"
 #include "proto/lib/request_limits.h"
 #include "tests/fuzz/fuzz_support.h"
@@ -107,17 +107,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ckpt;  // NOLINT
   const absl::string_view file(reinterpret_cast<const char*>(data), size);
   // As read from disk: a wrong trailer is DATA_LOSS.
-  (void)coordinator::DecodeManifest(file, "MANIFEST");
+  (void)planning::DecodeManifest(file, "MANIFEST");
   if (size < 4) return 0;
   std::string fixed(file.substr(0, size - 4));
   const uint32_t crc = Crc32c(fixed.data(), fixed.size());
   for (int i = 0; i < 4; ++i) fixed.push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
-  absl::StatusOr<v1::CheckpointManifest> manifest = coordinator::DecodeManifest(fixed, "MANIFEST");
+  absl::StatusOr<v1::CheckpointManifest> manifest = planning::DecodeManifest(fixed, "MANIFEST");
   if (!manifest.ok()) return 0;
   // The catalog checks it against the directory it was found in.
-  (void)coordinator::ValidateManifest(*manifest, "other-job", manifest->step(), "MANIFEST");
-  if (!coordinator::ValidateManifest(*manifest, manifest->job(), manifest->step(), "MANIFEST")
-           .ok()) {
+  (void)planning::ValidateManifest(*manifest, "other-job", manifest->step(), "MANIFEST");
+  if (!planning::ValidateManifest(*manifest, manifest->job(), manifest->step(), "MANIFEST").ok()) {
     return 0;
   }
   const std::vector<v1::LoadRequest> ranks = fuzz::DeriveRequests(*manifest, crc);

@@ -1,6 +1,6 @@
 // Fuzz target: the memory-tier parts of a coordinator's save plan as a node
 // receives them (SaveAssignment.replicas and .erasure, over the network),
-// through the node's checks (daemon/server/memory_plan_check.h) and the
+// through the node's checks (daemon/tier/memory_plan_check.h) and the
 // room they take; then the stripes through the coordinator's rebuild
 // planning (PlanRebuild), with hosts lost as the input's bytes say. What
 // is checked: the room computed never wraps below a share's bytes; a
@@ -12,8 +12,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/coordinator/replica_placement.h"
-#include "daemon/server/memory_plan_check.h"
+#include "daemon/planning/replica_placement.h"
+#include "daemon/tier/memory_plan_check.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace ckpt::fuzz {
@@ -28,7 +28,7 @@ void CheckRebuild(const v1::ErasurePlan& stripes, uint32_t lost_bits) {
   }
   // Hosts lost by the input's bits; the others hold their files.
   std::set<std::string> load_hosts;
-  coordinator::FileHolders holders;
+  planning::FileHolders holders;
   int i = 0;
   for (const std::string& host : hosts) {
     const bool lost = (lost_bits >> (i++ % 32)) & 1;
@@ -41,8 +41,7 @@ void CheckRebuild(const v1::ErasurePlan& stripes, uint32_t lost_bits) {
       }
     }
   }
-  absl::StatusOr<v1::ErasureRebuild> rebuild =
-      coordinator::PlanRebuild(stripes, load_hosts, holders);
+  absl::StatusOr<v1::ErasureRebuild> rebuild = planning::PlanRebuild(stripes, load_hosts, holders);
   if (!rebuild.ok()) return;
   const int k = static_cast<int>(stripes.k());
   for (const v1::StripeRebuild& sr : rebuild->stripes()) {
@@ -74,19 +73,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint32_t bits = static_cast<uint32_t>(data[0]) | static_cast<uint32_t>(data[1]) << 8 |
                         static_cast<uint32_t>(data[2]) << 16 | static_cast<uint32_t>(data[3]) << 24;
   const v1::ReplicaPlan& replicas = assignment.replicas();
-  const uint64_t receive = server::ReplicaBytesToReceive(replicas, fuzz::kBlock);
+  const uint64_t receive = tier::ReplicaBytesToReceive(replicas, fuzz::kBlock);
   for (const v1::ReplicaPeer& from : replicas.receive_from()) {
     for (const v1::ReplicaFile& f : from.files()) {
       CKPT_FUZZ_CHECK(receive >= f.bytes(), "the replicas' room wraps below a file's bytes");
     }
   }
-  (void)server::CheckReplicaPlan(replicas, receive);
+  (void)tier::CheckReplicaPlan(replicas, receive);
   const v1::ErasurePlan& erasure = assignment.erasure();
-  const absl::Status stripes = server::CheckStripes(erasure.k(), erasure.m(), erasure.piece_bytes(),
-                                                    erasure.secret(), erasure.stripes());
+  const absl::Status stripes = tier::CheckStripes(erasure.k(), erasure.m(), erasure.piece_bytes(),
+                                                  erasure.secret(), erasure.stripes());
   for (const v1::ErasureStripe& stripe : erasure.stripes()) {
     for (const v1::ErasureShare& share : stripe.shares()) {
-      const uint64_t parity = server::ParityBytesToHold(erasure, share.host(), fuzz::kBlock);
+      const uint64_t parity = tier::ParityBytesToHold(erasure, share.host(), fuzz::kBlock);
       if (stripes.ok()) {
         CKPT_FUZZ_CHECK(parity % fuzz::kBlock == 0 || parity == ~uint64_t{0},
                         "parity room not in whole blocks");

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/coordinator/load_planner.h"
+#include "daemon/planning/load_planner.h"
 #include "proto/lib/copy_run.h"
 #include "proto/lib/request_limits.h"
 #include "tests/fuzz/fuzz_support.h"
@@ -106,13 +106,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (save.hosts_size() == 0 || save.hosts_size() > kMaxFuzzHosts) return 0;
   const std::vector<ckpt::v1::NodeSavePlan> hosts(save.hosts().begin(), save.hosts().end());
   absl::StatusOr<ckpt::v1::SaveAssignment> assignment =
-      ckpt::coordinator::PlanSave(hosts, ckpt::fuzz::DaemonPlannerOptions());
+      ckpt::planning::PlanSave(hosts, ckpt::fuzz::DaemonPlannerOptions());
   if (!assignment.ok()) return 0;
   CheckAssignment(hosts, *assignment);
   if (save.loads_size() == 0 || save.loads_size() > kMaxFuzzHosts) return 0;
   const std::vector<ckpt::v1::NodeLoadPlan> loads(save.loads().begin(), save.loads().end());
   absl::StatusOr<ckpt::v1::LoadAssignment> load =
-      ckpt::coordinator::PlanLoad(assignment->manifest_template(), loads, ckpt::RequestLimits());
+      ckpt::planning::PlanLoad(assignment->manifest_template(), loads, ckpt::RequestLimits());
   if (load.ok()) CheckLoad(loads, *load);
   return 0;
 }

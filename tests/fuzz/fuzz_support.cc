@@ -9,12 +9,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/coordinator/load_planner.h"
-#include "daemon/coordinator/manifest_check.h"
-#include "daemon/coordinator/manifest_io.h"
-#include "daemon/server/load_groups.h"
-#include "daemon/server/node_save_plan.h"
-#include "daemon/server/save_batches.h"
+#include "daemon/planning/load_groups.h"
+#include "daemon/planning/load_planner.h"
+#include "daemon/planning/manifest_check.h"
+#include "daemon/planning/manifest_io.h"
+#include "daemon/planning/node_save_plan.h"
+#include "daemon/planning/save_batches.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/lib/align.h"
 #include "proto/lib/compact_plan.h"
@@ -54,7 +54,7 @@ v1::HostIdentity FuzzHost() {
 // checks each batch: slices in order, whole chunks but an item's last,
 // inside their item and the batch's room, and progress on every call.
 void CheckBatches(const std::vector<v1::SaveItem>& items, uint64_t chunk_bytes) {
-  server::BatchCursor cursor;
+  planning::BatchCursor cursor;
   size_t item = 0;  // where the stream stands
   uint64_t offset = 0;
   auto skip_done = [&] {
@@ -64,13 +64,13 @@ void CheckBatches(const std::vector<v1::SaveItem>& items, uint64_t chunk_bytes) 
     }
   };
   for (int b = 0; b < kMaxBatchesPerRank; ++b) {
-    const server::BatchLayout layout =
-        server::NextBatchLayout(items, cursor, chunk_bytes, kBatchBytes, kPoolAlignment);
+    const planning::BatchLayout layout =
+        planning::NextBatchLayout(items, cursor, chunk_bytes, kBatchBytes, kPoolAlignment);
     CKPT_FUZZ_CHECK(layout.last || !layout.slices.empty(),
                     "a batch neither last nor moving on: the rank would ask forever");
     uint64_t room_end = 0;
     uint64_t payload = 0;
-    for (const server::BatchSliceLayout& slice : layout.slices) {
+    for (const planning::BatchSliceLayout& slice : layout.slices) {
       skip_done();
       CKPT_FUZZ_CHECK(slice.item == item && slice.item_offset == offset,
                       absl::StrCat("slice of item ", slice.item, " at ", slice.item_offset,
@@ -101,14 +101,14 @@ void CheckBatches(const std::vector<v1::SaveItem>& items, uint64_t chunk_bytes) 
 
 // The delivery's source lies inside one chunk's place in the room, and its
 // destination inside the request's `dest_bytes`.
-void CheckDelivery(const v1::Delivery& d, const server::LoadGroup& group, uint64_t dest_bytes,
+void CheckDelivery(const v1::Delivery& d, const planning::LoadGroup& group, uint64_t dest_bytes,
                    const std::string& who) {
   const uint64_t reps = std::max<uint64_t>(d.count(), 1);
   CKPT_FUZZ_CHECK(d.length() > 0, absl::StrCat(who, ": an empty delivery"));
   CKPT_FUZZ_CHECK(reps == 1 || (d.src_stride() >= d.length() && d.dest_stride() >= d.length()),
                   absl::StrCat(who, ": repetitions overlap"));
-  const server::GroupChunk* from = nullptr;
-  for (const server::GroupChunk& c : group.chunks) {
+  const planning::GroupChunk* from = nullptr;
+  for (const planning::GroupChunk& c : group.chunks) {
     if (d.pool_offset() >= c.room_offset && d.pool_offset() - c.room_offset < c.chunk->length()) {
       from = &c;
       break;
@@ -139,8 +139,8 @@ void Fail(const char* file, int line, const char* condition, const std::string& 
 
 void Init() { google::protobuf::SetLogHandler(nullptr); }
 
-coordinator::SavePlannerOptions DaemonPlannerOptions() {
-  coordinator::SavePlannerOptions options;
+planning::SavePlannerOptions DaemonPlannerOptions() {
+  planning::SavePlannerOptions options;
   options.chunk_bytes = kChunkBytes;
   options.alignment = kPoolAlignment;
   options.limits.max_chunks_per_save = 4096;
@@ -154,7 +154,7 @@ absl::StatusOr<v1::SaveAssignment> PlanSaveCase(const SaveCase& save,
   if (absl::Status s = ValidateAttachRequest(save.attach(), limits); !s.ok()) return s;
   if (world > kMaxFuzzWorld) return absl::UnimplementedError("world too large to fuzz");
   requests->assign(world, v1::PlanSaveRequest());
-  server::RankRequests ranks;
+  planning::RankRequests ranks;
   for (int r = 0; r < world; ++r) {
     v1::AttachRequest attach = save.attach();
     attach.set_rank(r);
@@ -168,9 +168,9 @@ absl::StatusOr<v1::SaveAssignment> PlanSaveCase(const SaveCase& save,
     ranks[r] = &request;
   }
   // SaveSession::PlanAllRanks.
-  const v1::NodeSavePlan plan = server::BatchRankPlans(
+  const v1::NodeSavePlan plan = planning::BatchRankPlans(
       FuzzHost(), save.attach().job(), (*requests)[0].step(), world, kWriterThreads, ranks);
-  return coordinator::PlanSave({plan}, DaemonPlannerOptions());
+  return planning::PlanSave({plan}, DaemonPlannerOptions());
 }
 
 v1::CheckpointManifest CheckSaveAssignment(const v1::SaveAssignment& assignment,
@@ -196,31 +196,31 @@ v1::CheckpointManifest CheckSaveAssignment(const v1::SaveAssignment& assignment,
   }
 
   // SaveSession::PlanAllRanks: each rank's items, then its batches.
-  server::RankRequests ranks;
+  planning::RankRequests ranks;
   for (size_t r = 0; r < requests.size(); ++r) ranks[static_cast<int>(r)] = &requests[r];
-  absl::StatusOr<std::map<int, server::RankItems>> split =
-      server::SplitByRank(host, ranks, kPoolAlignment);
+  absl::StatusOr<std::map<int, planning::RankItems>> split =
+      planning::SplitByRank(host, ranks, kPoolAlignment);
   CKPT_FUZZ_CHECK(split.ok(),
                   absl::StrCat("the node cannot split its own plan: ", split.status().ToString()));
   for (const auto& [r, items] : *split) CheckBatches(items.items, assignment.chunk_bytes());
 
   // What the commit writes (checksums filled in) and the catalog reads back.
   v1::CheckpointManifest manifest = assignment.manifest_template();
-  (void)coordinator::ForEachMutableChunk(manifest, [](v1::StoredChunk& chunk, const std::string&) {
-    if (coordinator::SaveChunkNeedsChecksum(chunk)) {
+  (void)planning::ForEachMutableChunk(manifest, [](v1::StoredChunk& chunk, const std::string&) {
+    if (planning::SaveChunkNeedsChecksum(chunk)) {
       chunk.set_crc32c(static_cast<uint32_t>(chunk.file_offset() * 2654435761u));
     }
     return absl::OkStatus();
   });
-  const std::string bytes = coordinator::EncodeManifest(manifest);
-  const coordinator::ManifestLimits manifest_limits;
+  const std::string bytes = planning::EncodeManifest(manifest);
+  const planning::ManifestLimits manifest_limits;
   CKPT_FUZZ_CHECK(
       bytes.size() <= manifest_limits.max_manifest_bytes,
       absl::StrCat("the MANIFEST of ", bytes.size(), " bytes is larger than the catalog reads"));
-  absl::StatusOr<v1::CheckpointManifest> read = coordinator::DecodeManifest(bytes, "MANIFEST");
+  absl::StatusOr<v1::CheckpointManifest> read = planning::DecodeManifest(bytes, "MANIFEST");
   CKPT_FUZZ_CHECK(read.ok(), read.status().ToString());
-  const absl::Status valid = coordinator::ValidateManifest(*read, manifest.job(), manifest.step(),
-                                                           "MANIFEST", manifest_limits);
+  const absl::Status valid = planning::ValidateManifest(*read, manifest.job(), manifest.step(),
+                                                        "MANIFEST", manifest_limits);
   CKPT_FUZZ_CHECK(valid.ok(), absl::StrCat("a save the daemon accepts commits a manifest it "
                                            "cannot load: ",
                                            valid.ToString()));
@@ -246,7 +246,7 @@ absl::StatusOr<v1::LoadAssignment> PlanLoadRequests(const v1::CheckpointManifest
     compact.AddRequests(request.tensors(), *rank);
     *rank->mutable_object_keys() = request.object_keys();
   }
-  return coordinator::PlanLoad(manifest, {plan});
+  return planning::PlanLoad(manifest, {plan});
 }
 
 void CheckLoadAssignment(const v1::LoadAssignment& assignment,
@@ -292,8 +292,8 @@ void CheckLoadAssignment(const v1::LoadAssignment& assignment,
     for (const v1::TensorShard& t : ranks[r].tensors())
       on_device[r].push_back(t.has_device_buffer());
   }
-  const std::vector<server::LoadGroup> groups =
-      server::GroupLoadReads(assignment, world, on_device, kBatchBytes, kPoolAlignment);
+  const std::vector<planning::LoadGroup> groups =
+      planning::GroupLoadReads(assignment, world, on_device, kBatchBytes, kPoolAlignment);
   // The copies into each (rank, object?, request), to check that they tile
   // its bytes: nothing left unfilled, nothing written twice.
   struct Copies {
@@ -319,14 +319,14 @@ void CheckLoadAssignment(const v1::LoadAssignment& assignment,
     return sizes.tensor_bytes(i);
   };
   for (size_t g = 0; g < groups.size(); ++g) {
-    const server::LoadGroup& group = groups[g];
+    const planning::LoadGroup& group = groups[g];
     const std::string who = absl::StrCat("group ", g);
     CKPT_FUZZ_CHECK(!group.chunks.empty(), absl::StrCat(who, " reads nothing"));
     CKPT_FUZZ_CHECK(group.chunks.size() == 1 || group.room_bytes <= kBatchBytes,
                     absl::StrCat(who, " of ", group.chunks.size(), " chunks needs ",
                                  group.room_bytes, " bytes of room"));
     uint64_t end = 0;
-    for (const server::GroupChunk& c : group.chunks) {
+    for (const planning::GroupChunk& c : group.chunks) {
       CKPT_FUZZ_CHECK(c.room_offset % kPoolAlignment == 0 && c.room_offset >= end,
                       absl::StrCat(who, ": chunks overlap in the room"));
       end = c.room_offset + c.chunk->length();
@@ -340,7 +340,7 @@ void CheckLoadAssignment(const v1::LoadAssignment& assignment,
         count(r, d);
       }
     }
-    for (const server::DeviceCopy& copy : group.device) {
+    for (const planning::DeviceCopy& copy : group.device) {
       CKPT_FUZZ_CHECK(copy.rank >= 0 && copy.rank < world &&
                           on_device[copy.rank].size() > copy.request &&
                           on_device[copy.rank][copy.request],

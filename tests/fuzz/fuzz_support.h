@@ -16,7 +16,7 @@
 #include "ckpt/v1/coordinator.pb.h"
 #include "ckpt/v1/manifest.pb.h"
 #include "ckpt/v1/node.pb.h"
-#include "daemon/coordinator/save_planner.h"
+#include "daemon/planning/save_planner.h"
 #include "tests/fuzz/fuzz_cases.pb.h"
 
 namespace ckpt::fuzz {
@@ -42,7 +42,7 @@ inline constexpr int kWriterThreads = 4;
 // bound (4 Mi chunks by default, seconds and gigabytes under ASan), so the
 // fuzzers hold it to 4096 and spend their time on inputs that differ in
 // kind, not in size.
-coordinator::SavePlannerOptions DaemonPlannerOptions();
+planning::SavePlannerOptions DaemonPlannerOptions();
 
 // Worlds larger than this are skipped: a bigger world only repeats ranks,
 // and each input should stay fast.

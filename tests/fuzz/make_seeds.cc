@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/coordinator/load_planner.h"
-#include "daemon/coordinator/manifest_io.h"
-#include "daemon/coordinator/replica_placement.h"
-#include "daemon/server/node_save_plan.h"
+#include "daemon/planning/load_planner.h"
+#include "daemon/planning/manifest_io.h"
+#include "daemon/planning/node_save_plan.h"
+#include "daemon/planning/replica_placement.h"
 #include "proto/lib/compact_plan.h"
 #include "tests/fuzz/fuzz_support.h"
 
@@ -193,12 +193,13 @@ ClusterCase ClusterOf(const SaveCase& save, const std::vector<v1::PlanSaveReques
   ClusterCase out;
   const int world = save.attach().world_size();
   for (int parity = 0; parity < std::min(2, world); ++parity) {
-    server::RankRequests ranks;
+    planning::RankRequests ranks;
     for (int r = parity; r < world; r += 2) ranks[r] = &requests[r];
     v1::HostIdentity host;
     host.set_host(absl::StrCat("h", parity));
     v1::NodeSavePlan* plan = out.add_hosts();
-    *plan = server::BatchRankPlans(host, save.attach().job(), requests[0].step(), world, 2, ranks);
+    *plan =
+        planning::BatchRankPlans(host, save.attach().job(), requests[0].step(), world, 2, ranks);
     if (compact) continue;
     plan->clear_compact();
     plan->clear_tensors();
@@ -256,7 +257,7 @@ void Write(const std::filesystem::path& path, const std::string& bytes) {
 void WriteMemoryPlanSeeds(const std::filesystem::path& root, const std::string& name,
                           const std::vector<v1::NodeSavePlan>& hosts) {
   if (hosts.size() < 2) return;
-  absl::StatusOr<v1::SaveAssignment> saved = coordinator::PlanSave(hosts, DaemonPlannerOptions());
+  absl::StatusOr<v1::SaveAssignment> saved = planning::PlanSave(hosts, DaemonPlannerOptions());
   if (!saved.ok()) Refused(name, saved.status());
   std::map<std::string, std::shared_ptr<const v1::HostAssignment>> parts;
   std::map<std::string, std::string> addresses;
@@ -265,9 +266,9 @@ void WriteMemoryPlanSeeds(const std::filesystem::path& root, const std::string& 
     addresses[h.host().host()] = "127.0.0.1:1";
   }
   const std::string secret(16, 's');
-  auto replicas = coordinator::PlaceReplicas(parts, addresses, 1, 7, secret);
+  auto replicas = planning::PlaceReplicas(parts, addresses, 1, 7, secret);
   auto erasure =
-      coordinator::PlaceErasure(parts, addresses, static_cast<int>(parts.size()) - 1, 1, 7, secret);
+      planning::PlaceErasure(parts, addresses, static_cast<int>(parts.size()) - 1, 1, 7, secret);
   if (!replicas.ok()) Refused(name, replicas.status());
   if (!erasure.ok()) Refused(name, erasure.status());
   v1::SaveAssignment seed;
@@ -300,15 +301,14 @@ int main(int argc, char** argv) {
       const fuzz::ClusterCase cluster = fuzz::ClusterOf(save, requests, compact);
       const std::vector<v1::NodeSavePlan> hosts(cluster.hosts().begin(), cluster.hosts().end());
       const std::string seed = compact ? name : name + "_spelled_out";
-      if (absl::Status s = coordinator::PlanSave(hosts, fuzz::DaemonPlannerOptions()).status();
+      if (absl::Status s = planning::PlanSave(hosts, fuzz::DaemonPlannerOptions()).status();
           !s.ok()) {
         fuzz::Refused(seed, s);
       }
       fuzz::Write(root / "fuzz_node_plans" / (seed + ".pb"), cluster.SerializeAsString());
       if (compact) fuzz::WriteMemoryPlanSeeds(root, name, hosts);
     }
-    fuzz::Write(root / "fuzz_manifest" / (name + ".MANIFEST"),
-                coordinator::EncodeManifest(manifest));
+    fuzz::Write(root / "fuzz_manifest" / (name + ".MANIFEST"), planning::EncodeManifest(manifest));
   }
   for (const auto& [name, load] : fuzz::Loads(saves)) {
     std::vector<v1::PlanSaveRequest> requests;
@@ -327,9 +327,9 @@ int main(int argc, char** argv) {
       const std::vector<v1::NodeLoadPlan> loads(cluster.loads().begin(), cluster.loads().end());
       const std::string seed = compact ? name : name + "_spelled_out";
       absl::StatusOr<v1::SaveAssignment> saved =
-          coordinator::PlanSave(hosts, fuzz::DaemonPlannerOptions());
+          planning::PlanSave(hosts, fuzz::DaemonPlannerOptions());
       if (!saved.ok()) fuzz::Refused(seed, saved.status());
-      if (absl::Status s = coordinator::PlanLoad(saved->manifest_template(), loads).status();
+      if (absl::Status s = planning::PlanLoad(saved->manifest_template(), loads).status();
           !s.ok()) {
         fuzz::Refused(seed, s);
       }

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/server/node_daemon.h"
+#include "daemon/service/node_daemon.h"
 #include "daemon/storage/fault_injection.h"
 #include "daemon/storage/memory/memory_backend.h"
 #include "tests/catch.h"
@@ -26,7 +26,7 @@ struct FaultyDaemon {
   FaultyDaemon() {
     char pattern[] = "/tmp/ckpt-metrics-XXXXXX";
     dir = mkdtemp(pattern);
-    server::DaemonOptions o;
+    session::DaemonOptions o;
     o.storage_root = kRoot;
     o.socket_path = dir + "/ckptd.sock";
     o.pool_bytes = 32 << 20;
@@ -39,7 +39,7 @@ struct FaultyDaemon {
     for (int attempt = 0; attempt < 5 && daemon == nullptr; ++attempt) {
       metrics_address = absl::StrCat("127.0.0.1:", FreeTcpPort());
       o.metrics_address = metrics_address;
-      auto created = server::NodeDaemon::Create(o, std::move(backend));
+      auto created = service::NodeDaemon::Create(o, std::move(backend));
       REQUIRE(created.ok());
       if ((*created)->Start().ok()) {
         daemon = std::move(*created);
@@ -79,7 +79,7 @@ struct FaultyDaemon {
   std::string dir;
   std::string metrics_address;
   storage::FaultInjectionBackend* faults = nullptr;
-  std::unique_ptr<server::NodeDaemon> daemon;
+  std::unique_ptr<service::NodeDaemon> daemon;
 };
 
 bool Has(const std::string& text, const std::string& line) {

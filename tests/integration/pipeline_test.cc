@@ -17,7 +17,7 @@
 #include "ckpt/client.h"
 #include "ckpt/v1/node.grpc.pb.h"
 #include "client/src/pool_mapping.h"
-#include "daemon/server/node_daemon.h"
+#include "daemon/service/node_daemon.h"
 #include "daemon/storage/backend_factory.h"
 #include "tests/catch.h"
 #include "tools/demo/tensor_pattern.h"
@@ -99,7 +99,7 @@ struct InProcessDaemon {
   explicit InProcessDaemon(bool gate_open, uint64_t pool_bytes, uint64_t batch_bytes = 32 << 20) {
     char pattern[] = "/tmp/ckpt-pipe-XXXXXX";
     dir = mkdtemp(pattern);
-    server::DaemonOptions o;
+    session::DaemonOptions o;
     o.storage_root = "/ckpt";
     o.socket_path = dir + "/ckptd.sock";
     o.pool_bytes = pool_bytes;
@@ -110,7 +110,7 @@ struct InProcessDaemon {
     o.host_name = "testhost";
     auto owned = std::make_unique<GatedBackend>(gate_open);
     gate = owned.get();
-    auto created = server::NodeDaemon::Create(o, std::move(owned));
+    auto created = service::NodeDaemon::Create(o, std::move(owned));
     REQUIRE(created.ok());
     daemon = std::move(*created);
     REQUIRE(daemon->Start().ok());
@@ -134,7 +134,7 @@ struct InProcessDaemon {
 
   std::string dir;
   GatedBackend* gate = nullptr;
-  std::unique_ptr<server::NodeDaemon> daemon;
+  std::unique_ptr<service::NodeDaemon> daemon;
 };
 
 HostTensor Weight(int64_t rows, std::vector<char>& storage) {

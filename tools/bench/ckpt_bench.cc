@@ -230,7 +230,7 @@ absl::Status MeasureRestores(const Config& c, std::vector<std::unique_ptr<ChildP
 }
 
 // Reads the daemon's output up to its check of `job`'s step `step` made
-// as a rank attached (daemon/server/early_step_check.h); its duration_s.
+// as a rank attached (daemon/tier/early_step_check.h); its duration_s.
 absl::StatusOr<double> AwaitEarlyCheck(ChildProcess& daemon, const std::string& job, int64_t step) {
   const std::string wanted = absl::StrCat("ckptd: memory-check job=", job, " step=", step, " ");
   for (;;) {

@@ -56,11 +56,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ckpt/v1/coordinator.pb.h"
-#include "daemon/coordinator/load_planner.h"
-#include "daemon/coordinator/plan_cache.h"
-#include "daemon/coordinator/plan_key.h"
-#include "daemon/coordinator/planner_memory.h"
-#include "daemon/coordinator/save_planner.h"
+#include "daemon/planning/load_planner.h"
+#include "daemon/planning/plan_cache.h"
+#include "daemon/planning/plan_key.h"
+#include "daemon/planning/planner_memory.h"
+#include "daemon/planning/save_planner.h"
 #include "proto/lib/compact_plan.h"
 #include "proto/lib/status_context.h"
 
@@ -207,7 +207,7 @@ struct Figures {
 // the cache, and the load of a different layout.
 absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
                                 const std::vector<ckpt::v1::NodeLoadPlan>& load_nodes,
-                                const ckpt::coordinator::SavePlannerOptions& options,
+                                const ckpt::planning::SavePlannerOptions& options,
                                 const ckpt::RequestLimits& load_limits, uint64_t* items,
                                 int* reads) {
   Figures f;
@@ -216,26 +216,26 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
   std::vector<std::string> host_keys;
   for (const ckpt::v1::NodeSavePlan& node : save_nodes) {
     const auto arrived = std::chrono::steady_clock::now();
-    host_keys.push_back(ckpt::coordinator::HostPlanKey(node));
+    host_keys.push_back(ckpt::planning::HostPlanKey(node));
     const double s = Seconds(std::chrono::steady_clock::now() - arrived);
     f.host_key_s += s;
     f.host_key_max_s = std::max(f.host_key_max_s, s);
   }
-  ckpt::coordinator::SavePlanCache cache(uint64_t{1} << 40);
+  ckpt::planning::SavePlanCache cache(uint64_t{1} << 40);
   auto start = std::chrono::steady_clock::now();
   double cpu = ThreadCpuSeconds();
-  absl::StatusOr<ckpt::coordinator::SavePlan> saved = cache.Plan(save_nodes, host_keys, options);
+  absl::StatusOr<ckpt::planning::SavePlan> saved = cache.Plan(save_nodes, host_keys, options);
   f.save_plan_cpu_s = ThreadCpuSeconds() - cpu;
   f.save_plan_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!saved.ok()) return ckpt::WithContext(saved.status(), "save plan");
   // The next step: its plans arrive and are digested again.
   for (ckpt::v1::NodeSavePlan& node : save_nodes) node.set_step(node.step() + 1);
   for (size_t h = 0; h < save_nodes.size(); ++h) {
-    host_keys[h] = ckpt::coordinator::HostPlanKey(save_nodes[h]);
+    host_keys[h] = ckpt::planning::HostPlanKey(save_nodes[h]);
   }
   bool hit = false;
   start = std::chrono::steady_clock::now();
-  absl::StatusOr<ckpt::coordinator::SavePlan> cached =
+  absl::StatusOr<ckpt::planning::SavePlan> cached =
       cache.Plan(save_nodes, host_keys, options, &hit);
   f.plan_cache_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!cached.ok()) return ckpt::WithContext(cached.status(), "the next step's plan");
@@ -245,9 +245,8 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
   for (const auto& host : saved->assignment->hosts()) *items += host.items_size();
   start = std::chrono::steady_clock::now();
   cpu = ThreadCpuSeconds();
-  absl::StatusOr<std::shared_ptr<ckpt::v1::LoadAssignment>> loaded =
-      ckpt::coordinator::PlanLoadShared(saved->assignment->manifest_template(), load_nodes,
-                                        load_limits);
+  absl::StatusOr<std::shared_ptr<ckpt::v1::LoadAssignment>> loaded = ckpt::planning::PlanLoadShared(
+      saved->assignment->manifest_template(), load_nodes, load_limits);
   f.load_plan_cpu_s = ThreadCpuSeconds() - cpu;
   f.load_plan_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!loaded.ok()) return ckpt::WithContext(loaded.status(), "load plan");
@@ -289,7 +288,7 @@ int main(int argc, char** argv) {
     huge_heap = false;
   }
   // As ckptd does: a plan's freed memory is kept for the next one.
-  ckpt::coordinator::KeepFreedMemoryForReuse();
+  ckpt::planning::KeepFreedMemoryForReuse();
   if (l.ranks <= 0 || l.shards_per_rank <= 0 || l.replication <= 0 ||
       l.ranks % (2 * l.replication) != 0) {
     std::fprintf(stderr,
@@ -297,7 +296,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  ckpt::coordinator::SavePlannerOptions options;
+  ckpt::planning::SavePlannerOptions options;
   // Cluster-scale bounds: the daemon's per-rank defaults stay, the
   // per-save ones grow with the job.
   options.limits.max_world_size = l.ranks;

@@ -21,11 +21,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "daemon/coordinator/catalog.h"
-#include "daemon/coordinator/layout.h"
-#include "daemon/coordinator/load_planner.h"
 #include "daemon/coordinator/retention.h"
-#include "daemon/server/chunk_reader.h"
+#include "daemon/planning/load_planner.h"
 #include "daemon/storage/backend_factory.h"
+#include "daemon/storage/chunk_reader.h"
+#include "daemon/storage/layout.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/lib/copy_run.h"
@@ -124,7 +124,7 @@ Buffer Allocate(uint64_t bytes) {
 
 // Writes elements [begin, end) of the tensor, assembled from its stored
 // shards, at `offset` of fd.
-absl::Status WritePiece(const v1::CheckpointManifest& manifest, server::ChunkReader& reader,
+absl::Status WritePiece(const v1::CheckpointManifest& manifest, storage::ChunkReader& reader,
                         const Selected& t, int64_t begin, int64_t end, int fd, uint64_t offset,
                         const std::string& path, char* piece, Buffer& chunk_buffer,
                         uint64_t& chunk_capacity) {
@@ -137,7 +137,7 @@ absl::Status WritePiece(const v1::CheckpointManifest& manifest, server::ChunkRea
   *want->mutable_global_shape() = t.entry->global_shape();
   want->mutable_region()->mutable_flat()->set_begin(begin);
   want->mutable_region()->mutable_flat()->set_end(end);
-  absl::StatusOr<v1::LoadAssignment> assignment = coordinator::PlanLoad(manifest, {plan});
+  absl::StatusOr<v1::LoadAssignment> assignment = planning::PlanLoad(manifest, {plan});
   if (!assignment.ok())
     return WithContext(assignment.status(), absl::StrCat("tensor ", t.entry->fqn()));
   const uint64_t length = static_cast<uint64_t>(end - begin) * t.element_size;
@@ -276,8 +276,8 @@ absl::Status ExportSafetensors(const ExportOptions& o, std::ostream& log) {
   std::error_code ec;
   std::filesystem::create_directories(o.out_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("create ", o.out_dir, ": ", ec.message()));
-  const std::string dir = coordinator::StepDir(o.storage_root, o.job, *step);
-  server::ChunkReader reader(*backend, dir, kAlignment);
+  const std::string dir = storage::StepDir(o.storage_root, o.job, *step);
+  storage::ChunkReader reader(*backend, dir, kAlignment);
   Buffer piece = Allocate(o.piece_bytes);
   Buffer chunk_buffer;
   uint64_t chunk_capacity = 0;

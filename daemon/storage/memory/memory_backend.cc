@@ -153,7 +153,7 @@ struct MemoryBackend::Inode {
   // even from one that still maps it (Truncate). From then on the mapping
   // here is read-only between writes, and a write moves the file's change
   // time itself: a load skips bytes verified before it while that time
-  // stands (daemon/server/file_stamp.h), and a store through a writable
+  // stands (daemon/tier/file_stamp.h), and a store through a writable
   // mapping whose pages are already writable moves nothing in the kernel.
   bool handed_out ABSL_GUARDED_BY(mu) = false;
 };

@@ -18,21 +18,21 @@
 #include "absl/strings/str_format.h"
 #include "daemon/coordinator/catalog.h"
 #include "daemon/coordinator/commit.h"
-#include "daemon/coordinator/layout.h"
-#include "daemon/coordinator/manifest_io.h"
 #include "daemon/coordinator/verify.h"
-#include "daemon/server/chunk_reader.h"
+#include "daemon/planning/manifest_io.h"
 #include "daemon/storage/backend_factory.h"
+#include "daemon/storage/chunk_reader.h"
+#include "daemon/storage/layout.h"
 #include "proto/lib/crc32c.h"
 #include "tests/catch.h"
-#include "tests/unit/daemon/coordinator/test_helpers.h"
+#include "tests/unit/daemon/planning/test_helpers.h"
 
 namespace ckpt::coordinator {
 namespace {
 
 using storage::Backend;
 
-void Write(Backend& backend, const std::string& path, const std::string& contents) {
+void Write(storage::Backend& backend, const std::string& path, const std::string& contents) {
   auto file = backend.NewWritableFile(path);
   CKPT_REQUIRE_OK(file);
   CKPT_REQUIRE_OK((*file)->WriteAt(0, contents.data(), contents.size()));
@@ -40,27 +40,27 @@ void Write(Backend& backend, const std::string& path, const std::string& content
   CKPT_REQUIRE_OK((*file)->Close());
 }
 
-std::string Read(Backend& backend, const std::string& path) {
+std::string Read(storage::Backend& backend, const std::string& path) {
   absl::StatusOr<std::string> s = storage::ReadWholeFile(backend, path);
   CKPT_REQUIRE_OK(s);
   return *s;
 }
 
-bool Exists(Backend& backend, const std::string& path) {
+bool Exists(storage::Backend& backend, const std::string& path) {
   absl::StatusOr<bool> e = backend.Exists(path);
   CKPT_REQUIRE_OK(e);
   return *e;
 }
 
 // A committed step through the real commit protocol.
-void CommitStep(Backend& backend, const std::string& root, const std::string& job, int64_t step,
-                const std::string& data = "0123456789", uint64_t chunk_bytes = 4) {
+void CommitStep(storage::Backend& backend, const std::string& root, const std::string& job,
+                int64_t step, const std::string& data = "0123456789", uint64_t chunk_bytes = 4) {
   const std::string partial =
-      PartialDir(root, job, step, absl::StrCat("h0-00000000000000aa-", step));
+      storage::PartialDir(root, job, step, absl::StrCat("h0-00000000000000aa-", step));
   CKPT_REQUIRE_OK(backend.CreateDirs(partial + "/data"));
   Write(backend, partial + "/data/h0-0.bin", data);
-  CKPT_REQUIRE_OK(
-      CommitCheckpoint(backend, root, partial, testing::ManifestOf(job, step, data, chunk_bytes)));
+  CKPT_REQUIRE_OK(CommitCheckpoint(backend, root, partial,
+                                   planning::testing::ManifestOf(job, step, data, chunk_bytes)));
 }
 
 int64_t Latest(Catalog& catalog, const std::string& job) {
@@ -70,16 +70,16 @@ int64_t Latest(Catalog& catalog, const std::string& job) {
 }
 
 // Makes a step's manifest fail its CRC trailer.
-void CorruptManifest(Backend& backend, const std::string& root, const std::string& job,
+void CorruptManifest(storage::Backend& backend, const std::string& root, const std::string& job,
                      int64_t step) {
-  const std::string path = StepDir(root, job, step) + "/MANIFEST";
+  const std::string path = storage::StepDir(root, job, step) + "/MANIFEST";
   std::string bytes = Read(backend, path);
   bytes[2] ^= 0x40;
   Write(backend, path, bytes);
 }
 
 TEST_CASE("a rollback becomes latest", "[catalog][latest]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   Catalog catalog(*backend, "/r");
   CommitStep(*backend, "/r", "job", 100);
   CommitStep(*backend, "/r", "job", 200);
@@ -105,7 +105,7 @@ TEST_CASE("a rollback becomes latest", "[catalog][latest]") {
 }
 
 TEST_CASE("without a usable LATEST, latest is the highest valid step", "[catalog][latest]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   Catalog catalog(*backend, "/r");
   CommitStep(*backend, "/r", "job", 1);
   CommitStep(*backend, "/r", "job", 3);
@@ -143,7 +143,7 @@ TEST_CASE("without a usable LATEST, latest is the highest valid step", "[catalog
 
 TEST_CASE("a broken latest fails closed, naming the newest older step that verifies",
           "[catalog][latest]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   Catalog catalog(*backend, "/r");
   CommitStep(*backend, "/r", "job", 1);
   CommitStep(*backend, "/r", "job", 2);
@@ -186,9 +186,9 @@ TEST_CASE("a broken latest fails closed, naming the newest older step that verif
 }
 
 // Fails creating one file name (LATEST.tmp); forwards everything else.
-class FailLatestBackend : public Backend {
+class FailLatestBackend : public storage::Backend {
  public:
-  explicit FailLatestBackend(Backend& target) : target_(target) {}
+  explicit FailLatestBackend(storage::Backend& target) : target_(target) {}
   bool fail = true;
   std::string Name() const override { return "fail-latest"; }
   absl::StatusOr<std::unique_ptr<storage::WritableFile>> NewWritableFile(
@@ -214,11 +214,11 @@ class FailLatestBackend : public Backend {
   absl::StatusOr<bool> Exists(const std::string& p) override { return target_.Exists(p); }
 
  private:
-  Backend& target_;
+  storage::Backend& target_;
 };
 
 TEST_CASE("a LATEST failure after the commit point is not a failed save", "[catalog][commit]") {
-  std::unique_ptr<Backend> inner = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> inner = storage::NewMemoryBackend();
   FailLatestBackend backend(*inner);
   CommitStep(backend, "/r", "job", 10);  // LATEST could not be written at all
   CHECK_FALSE(Exists(*inner, "/r/job/LATEST"));
@@ -242,7 +242,7 @@ TEST_CASE("a LATEST failure after the commit point is not a failed save", "[cata
 }
 
 TEST_CASE("a LATEST.next of a commit that never renamed means nothing", "[catalog][commit]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   Catalog catalog(*backend, "/r");
   CommitStep(*backend, "/r", "job", 1);
   // A crash between writing LATEST.next and the rename of step 2.
@@ -287,11 +287,11 @@ std::string Pattern(size_t n) {
 
 TEST_CASE("chunk reads refuse what a hostile step directory holds", "[catalog][chunk_reader]") {
   TempRoot root;
-  std::unique_ptr<Backend> backend = storage::NewPosixBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewPosixBackend();
   const std::string data = Pattern(3 * 4096);
   CommitStep(*backend, root.path(), "job", 1, data, 4096);
   Catalog catalog(*backend, root.path());
-  const std::string step_dir = StepDir(root.path(), "job", 1);
+  const std::string step_dir = storage::StepDir(root.path(), "job", 1);
   const std::string file = step_dir + "/data/h0-0.bin";
   absl::StatusOr<v1::CheckpointManifest> m = catalog.ReadManifest("job", 1);
   CKPT_REQUIRE_OK(m);
@@ -299,7 +299,7 @@ TEST_CASE("chunk reads refuse what a hostile step directory holds", "[catalog][c
   std::unique_ptr<char, decltype(&std::free)> buffer(
       static_cast<char*>(std::aligned_alloc(4096, 4096)), &std::free);
   auto read = [&] {
-    server::ChunkReader reader(*backend, step_dir, 4096);
+    storage::ChunkReader reader(*backend, step_dir, 4096);
     return reader.Read(chunk, "tensor w", buffer.get());
   };
   CKPT_REQUIRE_OK(read());
@@ -357,7 +357,7 @@ TEST_CASE("chunk reads refuse what a hostile step directory holds", "[catalog][c
 
 TEST_CASE("verify reads a chunk of any size in bounded pieces", "[catalog][verify]") {
   TempRoot root;
-  std::unique_ptr<Backend> backend = storage::NewPosixBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewPosixBackend();
   // One 5-piece chunk (pieces of 4 KiB here), and a tail that is not a whole piece.
   const std::string data = Pattern(5 * 4096 + 123);
   CommitStep(*backend, root.path(), "job", 1, data, data.size());
@@ -371,7 +371,7 @@ TEST_CASE("verify reads a chunk of any size in bounded pieces", "[catalog][verif
   // A flip in the last piece is found.
   std::string bad = data;
   bad[data.size() - 1] ^= 0x10;
-  std::ofstream(StepDir(root.path(), "job", 1) + "/data/h0-0.bin",
+  std::ofstream(storage::StepDir(root.path(), "job", 1) + "/data/h0-0.bin",
                 std::ios::binary | std::ios::trunc)
       << bad;
   CKPT_REQUIRE_ERROR(VerifyCheckpoint(*backend, catalog, "job", 1, 4096).status(),
@@ -380,14 +380,16 @@ TEST_CASE("verify reads a chunk of any size in bounded pieces", "[catalog][verif
 
 TEST_CASE("verify uses the directory asked for, not one the manifest names", "[catalog][verify]") {
   TempRoot root;
-  std::unique_ptr<Backend> backend = storage::NewPosixBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewPosixBackend();
   CommitStep(*backend, root.path(), "good", 1, Pattern(4096), 4096);
   // A copy of the good checkpoint under another job whose data is damaged:
   // its manifest names job "good", so it must not verify as if it were there.
   std::filesystem::create_directories(root.path() + "/copy");
-  std::filesystem::copy(StepDir(root.path(), "good", 1), StepDir(root.path(), "copy", 1),
+  std::filesystem::copy(storage::StepDir(root.path(), "good", 1),
+                        storage::StepDir(root.path(), "copy", 1),
                         std::filesystem::copy_options::recursive);
-  std::ofstream(StepDir(root.path(), "copy", 1) + "/data/h0-0.bin", std::ios::trunc) << "junk";
+  std::ofstream(storage::StepDir(root.path(), "copy", 1) + "/data/h0-0.bin", std::ios::trunc)
+      << "junk";
   Catalog catalog(*backend, root.path());
   CKPT_REQUIRE_OK(VerifyCheckpoint(*backend, catalog, "good", 1));
   CKPT_REQUIRE_ERROR(VerifyCheckpoint(*backend, catalog, "copy", 1).status(),

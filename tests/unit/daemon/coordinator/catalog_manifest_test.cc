@@ -8,12 +8,12 @@
 
 #include "daemon/coordinator/catalog.h"
 #include "daemon/coordinator/commit.h"
-#include "daemon/coordinator/layout.h"
-#include "daemon/coordinator/manifest_check.h"
-#include "daemon/coordinator/manifest_io.h"
+#include "daemon/planning/manifest_check.h"
+#include "daemon/planning/manifest_io.h"
 #include "daemon/storage/backend_factory.h"
+#include "daemon/storage/layout.h"
 #include "tests/catch.h"
-#include "tests/unit/daemon/coordinator/test_helpers.h"
+#include "tests/unit/daemon/planning/test_helpers.h"
 
 namespace ckpt::coordinator {
 namespace {
@@ -61,8 +61,8 @@ v1::StoredChunk& FirstChunk(v1::CheckpointManifest& m) {
   return *m.mutable_tensors(0)->mutable_shards(0)->mutable_chunks(0);
 }
 
-absl::Status Check(const v1::CheckpointManifest& m, const ManifestLimits& limits = {}) {
-  return ValidateManifest(m, "job", 5, kSource, limits);
+absl::Status Check(const v1::CheckpointManifest& m, const planning::ManifestLimits& limits = {}) {
+  return planning::ValidateManifest(m, "job", 5, kSource, limits);
 }
 
 // Each case breaks Good() one way; every one must be refused naming the
@@ -227,7 +227,7 @@ TEST_CASE("ValidateManifest refuses hostile manifests", "[manifest_check]") {
 }
 
 TEST_CASE("ValidateManifest bounds every count", "[manifest_check]") {
-  ManifestLimits limits;
+  planning::ManifestLimits limits;
   limits.max_tensors = 1;
   v1::CheckpointManifest m = Good();
   CKPT_REQUIRE_OK(Check(m, limits));
@@ -290,8 +290,8 @@ void Write(storage::Backend& backend, const std::string& path, const std::string
 // only its contents lie.
 void PlantManifest(storage::Backend& backend, const std::string& job, int64_t step,
                    const v1::CheckpointManifest& m) {
-  CKPT_REQUIRE_OK(backend.CreateDirs(StepDir("/r", job, step) + "/data"));
-  Write(backend, StepDir("/r", job, step) + "/MANIFEST", EncodeManifest(m));
+  CKPT_REQUIRE_OK(backend.CreateDirs(storage::StepDir("/r", job, step) + "/data"));
+  Write(backend, storage::StepDir("/r", job, step) + "/MANIFEST", planning::EncodeManifest(m));
 }
 
 TEST_CASE("the catalog validates every manifest it reads", "[catalog][manifest_check]") {

@@ -13,23 +13,23 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/coordinator/catalog.h"
 #include "daemon/coordinator/coordinator.h"
-#include "daemon/coordinator/layout.h"
-#include "daemon/coordinator/manifest_io.h"
+#include "daemon/planning/manifest_io.h"
 #include "daemon/storage/backend_factory.h"
 #include "daemon/storage/fault_injection.h"
+#include "daemon/storage/layout.h"
 #include "proto/lib/crc32c.h"
 #include "tests/catch.h"
-#include "tests/unit/daemon/coordinator/test_helpers.h"
+#include "tests/unit/daemon/planning/test_helpers.h"
 
 namespace ckpt::coordinator {
 namespace {
 
-using namespace testing;  // NOLINT
+using namespace planning::testing;  // NOLINT
 using storage::Backend;
 
 constexpr char kRoot[] = "/ckpt";
 
-void WriteFile(Backend& backend, const std::string& path, const std::string& contents) {
+void WriteFile(storage::Backend& backend, const std::string& path, const std::string& contents) {
   auto file = backend.NewWritableFile(path);
   CKPT_REQUIRE_OK(file);
   CKPT_REQUIRE_OK((*file)->WriteAt(0, contents.data(), contents.size()));
@@ -37,19 +37,19 @@ void WriteFile(Backend& backend, const std::string& path, const std::string& con
   CKPT_REQUIRE_OK((*file)->Close());
 }
 
-std::string ReadFile(Backend& backend, const std::string& path) {
+std::string ReadFile(storage::Backend& backend, const std::string& path) {
   absl::StatusOr<std::string> contents = storage::ReadWholeFile(backend, path);
   CKPT_REQUIRE_OK(contents);
   return *contents;
 }
 
-bool Exists(Backend& backend, const std::string& path) {
+bool Exists(storage::Backend& backend, const std::string& path) {
   absl::StatusOr<bool> exists = backend.Exists(path);
   CKPT_REQUIRE_OK(exists);
   return *exists;
 }
 
-std::vector<std::string> List(Backend& backend, const std::string& path) {
+std::vector<std::string> List(storage::Backend& backend, const std::string& path) {
   absl::StatusOr<std::vector<std::string>> names = backend.ListDir(path);
   CKPT_REQUIRE_OK(names);
   return *names;
@@ -72,9 +72,9 @@ v1::CheckpointManifest ManifestFor(const std::string& job, int64_t step, uint32_
 }
 
 // A partial directory holding one data file, as the writers leave it.
-std::string MakePartial(Backend& backend, const std::string& job, int64_t step,
+std::string MakePartial(storage::Backend& backend, const std::string& job, int64_t step,
                         const std::string& id, const std::string& data) {
-  const std::string partial = PartialDir(kRoot, job, step, id);
+  const std::string partial = storage::PartialDir(kRoot, job, step, id);
   CKPT_REQUIRE_OK(backend.CreateDirs(partial + "/data"));
   WriteFile(backend, partial + "/data/h0-0.bin", data);
   return partial;
@@ -84,7 +84,7 @@ std::string MakePartial(Backend& backend, const std::string& job, int64_t step,
 // CommitCheckpoint
 
 TEST_CASE("commit renames the partial directory to step-N and writes LATEST", "[commit]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   const std::string partial = MakePartial(*backend, "job", 7, "abc", "hello");
   const v1::CheckpointManifest manifest = ManifestFor("job", 7, 0x11111111);
   CKPT_REQUIRE_OK(CommitCheckpoint(*backend, kRoot, partial, manifest));
@@ -94,8 +94,8 @@ TEST_CASE("commit renames the partial directory to step-N and writes LATEST", "[
   CHECK(List(*backend, "/ckpt/job/step-7") == std::vector<std::string>{"MANIFEST", "data"});
   CHECK(ReadFile(*backend, "/ckpt/job/step-7/data/h0-0.bin") == "hello");
   const std::string bytes = ReadFile(*backend, "/ckpt/job/step-7/MANIFEST");
-  CHECK(bytes == EncodeManifest(manifest));
-  absl::StatusOr<v1::CheckpointManifest> decoded = DecodeManifest(bytes, "MANIFEST");
+  CHECK(bytes == planning::EncodeManifest(manifest));
+  absl::StatusOr<v1::CheckpointManifest> decoded = planning::DecodeManifest(bytes, "MANIFEST");
   CKPT_REQUIRE_OK(decoded);
   CHECK(decoded->SerializeAsString() == manifest.SerializeAsString());
   CHECK(ReadFile(*backend, "/ckpt/job/LATEST") == "7\n");
@@ -108,7 +108,7 @@ TEST_CASE("commit renames the partial directory to step-N and writes LATEST", "[
 }
 
 TEST_CASE("committing an existing step is ALREADY_EXISTS and leaves it intact", "[commit]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   const std::string first = MakePartial(*backend, "job", 7, "abc", "first");
   CKPT_REQUIRE_OK(CommitCheckpoint(*backend, kRoot, first, ManifestFor("job", 7, 1)));
   const std::string old_manifest = ReadFile(*backend, "/ckpt/job/step-7/MANIFEST");
@@ -125,10 +125,10 @@ TEST_CASE("committing an existing step is ALREADY_EXISTS and leaves it intact", 
 }
 
 TEST_CASE("commit of a missing partial directory fails and creates nothing", "[commit]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   CKPT_REQUIRE_OK(backend->CreateDirs("/ckpt/job"));
-  const absl::Status s = CommitCheckpoint(*backend, kRoot, PartialDir(kRoot, "job", 3, "gone"),
-                                          ManifestFor("job", 3, 1));
+  const absl::Status s = CommitCheckpoint(
+      *backend, kRoot, storage::PartialDir(kRoot, "job", 3, "gone"), ManifestFor("job", 3, 1));
   CHECK_FALSE(s.ok());
   CHECK(std::string(s.message()).find("commit: ") == 0);
   CHECK(List(*backend, "/ckpt/job").empty());
@@ -138,14 +138,14 @@ TEST_CASE("commit of a missing partial directory fails and creates nothing", "[c
 // Catalog
 
 TEST_CASE("catalog lists committed steps only", "[catalog]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   Catalog catalog(*backend, kRoot);
   for (int64_t step : {3, 10, 1}) {
     const std::string partial = MakePartial(*backend, "job", step, "p", "x");
     CKPT_REQUIRE_OK(CommitCheckpoint(*backend, kRoot, partial, ManifestFor("job", step, 9)));
   }
   // Partial directories and junk around them.
-  CKPT_REQUIRE_OK(backend->CreateDirs(PartialDir(kRoot, "job", 11, "q") + "/data"));
+  CKPT_REQUIRE_OK(backend->CreateDirs(storage::PartialDir(kRoot, "job", 11, "q") + "/data"));
   for (const char* junk : {"step-abc", "step-", "step--1", "step-5x", "junk", "step-2.tmp",
                            "step-007", "step-+12", "step- 13", "Step-14"}) {
     CKPT_REQUIRE_OK(backend->CreateDirs(absl::StrCat("/ckpt/job/", junk)));
@@ -182,12 +182,12 @@ TEST_CASE("catalog lists committed steps only", "[catalog]") {
   CKPT_REQUIRE_OK(none);
   CHECK(none->empty());
   // A job directory with only a partial save has no checkpoint.
-  CKPT_REQUIRE_OK(backend->CreateDirs(PartialDir(kRoot, "fresh", 1, "q")));
+  CKPT_REQUIRE_OK(backend->CreateDirs(storage::PartialDir(kRoot, "fresh", 1, "q")));
   CKPT_REQUIRE_ERROR(catalog.ResolveStep("fresh", -1), absl::StatusCode::kNotFound, "fresh");
 }
 
 TEST_CASE("catalog reports a corrupt manifest as DATA_LOSS naming it", "[catalog]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   Catalog catalog(*backend, kRoot);
   const std::string partial = MakePartial(*backend, "job", 2, "p", "x");
   CKPT_REQUIRE_OK(CommitCheckpoint(*backend, kRoot, partial, ManifestFor("job", 2, 9)));
@@ -199,29 +199,29 @@ TEST_CASE("catalog reports a corrupt manifest as DATA_LOSS naming it", "[catalog
 }
 
 TEST_CASE("RemoveStalePartials removes only this host's earlier instances' partials", "[catalog]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   CatalogOptions options;
   options.host = "h-0";  // a '-' in the host name must not confuse the parse
   options.instance = "00000000000000aa";
   Catalog catalog(*backend, kRoot, options);
   CHECK(catalog.host() == "h-0");
   CHECK(catalog.instance() == "00000000000000aa");
-  const std::string earlier = PartialId("h-0", "0123456789abcdef", 0);
+  const std::string earlier = storage::PartialId("h-0", "0123456789abcdef", 0);
   const std::string mine = catalog.NewPartialId();
   CHECK(mine == "h-0-00000000000000aa-0");
   CHECK(catalog.NewPartialId() == "h-0-00000000000000aa-1");
-  CKPT_REQUIRE_OK(backend->CreateDirs(PartialDir(kRoot, "jobA", 3, earlier) + "/data"));
-  WriteFile(*backend, PartialDir(kRoot, "jobA", 3, earlier) + "/data/h-0-0.bin", "x");
-  CKPT_REQUIRE_OK(
-      backend->CreateDirs(PartialDir(kRoot, "jobB", 1, PartialId("h-0", "fedcba9876543210", 7))));
+  CKPT_REQUIRE_OK(backend->CreateDirs(storage::PartialDir(kRoot, "jobA", 3, earlier) + "/data"));
+  WriteFile(*backend, storage::PartialDir(kRoot, "jobA", 3, earlier) + "/data/h-0-0.bin", "x");
+  CKPT_REQUIRE_OK(backend->CreateDirs(
+      storage::PartialDir(kRoot, "jobB", 1, storage::PartialId("h-0", "fedcba9876543210", 7))));
   // This instance's own save in flight, other hosts' saves on the shared
   // root, and partials of older versions that do not name their owner.
-  CKPT_REQUIRE_OK(backend->CreateDirs(PartialDir(kRoot, "jobA", 4, mine)));
-  CKPT_REQUIRE_OK(
-      backend->CreateDirs(PartialDir(kRoot, "jobA", 5, PartialId("h", "0123456789abcdef", 0))));
-  CKPT_REQUIRE_OK(
-      backend->CreateDirs(PartialDir(kRoot, "jobA", 6, PartialId("h-00", "0123456789abcdef", 0))));
-  CKPT_REQUIRE_OK(backend->CreateDirs(PartialDir(kRoot, "jobA", 7, "deadbeef")));
+  CKPT_REQUIRE_OK(backend->CreateDirs(storage::PartialDir(kRoot, "jobA", 4, mine)));
+  CKPT_REQUIRE_OK(backend->CreateDirs(
+      storage::PartialDir(kRoot, "jobA", 5, storage::PartialId("h", "0123456789abcdef", 0))));
+  CKPT_REQUIRE_OK(backend->CreateDirs(
+      storage::PartialDir(kRoot, "jobA", 6, storage::PartialId("h-00", "0123456789abcdef", 0))));
+  CKPT_REQUIRE_OK(backend->CreateDirs(storage::PartialDir(kRoot, "jobA", 7, "deadbeef")));
   const std::string committed = MakePartial(*backend, "jobA", 2, "p", "keep");
   CKPT_REQUIRE_OK(CommitCheckpoint(*backend, kRoot, committed, ManifestFor("jobA", 2, 9)));
   // Look-alikes that must stay.
@@ -251,32 +251,32 @@ TEST_CASE("RemoveStalePartials removes only this host's earlier instances' parti
   // previous one's partial goes too.
   Catalog restarted(*backend, kRoot, CatalogOptions{"h-0", "", {}});
   CHECK(restarted.instance() != catalog.instance());
-  CHECK(restarted.instance().size() == kInstanceIdLength);
+  CHECK(restarted.instance().size() == storage::kInstanceIdLength);
   absl::StatusOr<int> later = restarted.RemoveStalePartials();
   CKPT_REQUIRE_OK(later);
   CHECK(*later == 1);
-  CHECK_FALSE(Exists(*backend, PartialDir(kRoot, "jobA", 4, mine)));
+  CHECK_FALSE(Exists(*backend, storage::PartialDir(kRoot, "jobA", 4, mine)));
 }
 
 TEST_CASE("layout names", "[catalog]") {
-  CHECK(StepDir("/r", "j", 12) == "/r/j/step-12");
-  CHECK(PartialDir("/r", "j", 12, "ab") == "/r/j/.step-12.partial-ab");
-  CHECK(ParseStepDirName("step-0") == std::optional<int64_t>(0));
-  CHECK(ParseStepDirName("step-9223372036854775807") ==
+  CHECK(storage::StepDir("/r", "j", 12) == "/r/j/step-12");
+  CHECK(storage::PartialDir("/r", "j", 12, "ab") == "/r/j/.step-12.partial-ab");
+  CHECK(storage::ParseStepDirName("step-0") == std::optional<int64_t>(0));
+  CHECK(storage::ParseStepDirName("step-9223372036854775807") ==
         std::optional<int64_t>(INT64_C(9223372036854775807)));
-  CHECK(ParseStepDirName("step-9223372036854775808") == std::nullopt);
-  CHECK(ParseStepDirName("step-") == std::nullopt);
-  CHECK(ParseStepDirName("step--3") == std::nullopt);
-  CHECK(ParseStepDirName("step-007") == std::nullopt);
-  CHECK(ParseStepDirName("step-+7") == std::nullopt);
-  CHECK(ParseStepDirName("step- 7") == std::nullopt);
-  CHECK(ParseStepDirName("step-7 ") == std::nullopt);
-  CHECK(ParseStepDirName(".step-7.partial-x") == std::nullopt);
-  CHECK(IsPartialDirName(".step-7.partial-x"));
-  CHECK_FALSE(IsPartialDirName("step-7"));
-  CHECK_FALSE(IsPartialDirName(".step-7.tmp"));
-  const std::optional<PartialDirName> parsed =
-      ParsePartialDirName(".step-12.partial-host-a.b-0123456789abcdef-42");
+  CHECK(storage::ParseStepDirName("step-9223372036854775808") == std::nullopt);
+  CHECK(storage::ParseStepDirName("step-") == std::nullopt);
+  CHECK(storage::ParseStepDirName("step--3") == std::nullopt);
+  CHECK(storage::ParseStepDirName("step-007") == std::nullopt);
+  CHECK(storage::ParseStepDirName("step-+7") == std::nullopt);
+  CHECK(storage::ParseStepDirName("step- 7") == std::nullopt);
+  CHECK(storage::ParseStepDirName("step-7 ") == std::nullopt);
+  CHECK(storage::ParseStepDirName(".step-7.partial-x") == std::nullopt);
+  CHECK(storage::IsPartialDirName(".step-7.partial-x"));
+  CHECK_FALSE(storage::IsPartialDirName("step-7"));
+  CHECK_FALSE(storage::IsPartialDirName(".step-7.tmp"));
+  const std::optional<storage::PartialDirName> parsed =
+      storage::ParsePartialDirName(".step-12.partial-host-a.b-0123456789abcdef-42");
   REQUIRE(parsed.has_value());
   CHECK(parsed->step == 12);
   CHECK(parsed->host == "host-a.b");
@@ -287,13 +287,13 @@ TEST_CASE("layout names", "[catalog]") {
         ".step-7.partial-h-0123456789abcdef-", ".step-07.partial-h-0123456789abcdef-1",
         ".step-7.partial-h-0123456789abcdef-1x", "step-7.partial-h-0123456789abcdef-1"}) {
     INFO(bad);
-    CHECK_FALSE(ParsePartialDirName(bad).has_value());
+    CHECK_FALSE(storage::ParsePartialDirName(bad).has_value());
   }
-  CHECK(ParseLatestContents("12\n") == std::optional<int64_t>(12));
-  CHECK(ParseLatestContents("12") == std::nullopt);
-  CHECK(ParseLatestContents("012\n") == std::nullopt);
-  CHECK(ParseLatestContents("\n") == std::nullopt);
-  CHECK(ParseLatestContents("-1\n") == std::nullopt);
+  CHECK(storage::ParseLatestContents("12\n") == std::optional<int64_t>(12));
+  CHECK(storage::ParseLatestContents("12") == std::nullopt);
+  CHECK(storage::ParseLatestContents("012\n") == std::nullopt);
+  CHECK(storage::ParseLatestContents("\n") == std::nullopt);
+  CHECK(storage::ParseLatestContents("-1\n") == std::nullopt);
 }
 
 // ---------------------------------------------------------------------------
@@ -314,7 +314,7 @@ v1::NodeSavePlan TwoRankPlan(int64_t step) {
 
 // Does what the node's writers do: writes every item into its data file in
 // the partial directory, fsyncs, and reports every chunk's CRC32C.
-v1::NodePersistReport WriteItems(Backend& backend, const v1::SaveAssignment& a,
+v1::NodePersistReport WriteItems(storage::Backend& backend, const v1::SaveAssignment& a,
                                  v1::NodeSavePlan node) {
   const std::string dir = absl::StrCat(kRoot, "/", a.partial_dir());
   std::map<std::string, std::string> files;
@@ -355,15 +355,15 @@ v1::NodePersistReport WriteItems(Backend& backend, const v1::SaveAssignment& a,
   return report;
 }
 
-SavePlannerOptions SmallChunks() {
-  SavePlannerOptions o;
+planning::SavePlannerOptions SmallChunks() {
+  planning::SavePlannerOptions o;
   o.chunk_bytes = 4096;
   return o;
 }
 
 // Loads `request` through the coordinator and checks the bytes and CRCs read
 // from the committed files.
-void LoadAndVerify(Coordinator& coord, Backend& backend, int64_t step,
+void LoadAndVerify(Coordinator& coord, storage::Backend& backend, int64_t step,
                    const v1::TensorShard& request) {
   v1::NodeLoadPlan plan;
   plan.mutable_host()->set_host("h0");
@@ -392,7 +392,7 @@ void LoadAndVerify(Coordinator& coord, Backend& backend, int64_t step,
 }
 
 TEST_CASE("coordinator: plan, write, report, commit, load", "[coordinator]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   Coordinator coord(*backend, kRoot, SmallChunks());
   const v1::NodeSavePlan node = TwoRankPlan(5);
   absl::StatusOr<v1::SaveAssignment> a = coord.PlanSave(node);
@@ -445,7 +445,7 @@ TEST_CASE("coordinator: plan, write, report, commit, load", "[coordinator]") {
 }
 
 TEST_CASE("coordinator: a step being saved cannot be planned twice", "[coordinator]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   Coordinator coord(*backend, kRoot, SmallChunks());
   absl::StatusOr<v1::SaveAssignment> a = coord.PlanSave(TwoRankPlan(5));
   CKPT_REQUIRE_OK(a);
@@ -460,7 +460,7 @@ TEST_CASE("coordinator: a step being saved cannot be planned twice", "[coordinat
 }
 
 TEST_CASE("coordinator: abort removes the partial directory", "[coordinator]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   Coordinator coord(*backend, kRoot, SmallChunks());
   const v1::NodeSavePlan node = TwoRankPlan(5);
   absl::StatusOr<v1::SaveAssignment> a = coord.PlanSave(node);
@@ -484,7 +484,7 @@ TEST_CASE("coordinator: abort removes the partial directory", "[coordinator]") {
 }
 
 TEST_CASE("coordinator: a report missing a checksum commits nothing", "[coordinator]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   Coordinator coord(*backend, kRoot, SmallChunks());
   const v1::NodeSavePlan node = TwoRankPlan(5);
   absl::StatusOr<v1::SaveAssignment> a = coord.PlanSave(node);
@@ -507,7 +507,7 @@ TEST_CASE("coordinator: a report missing a checksum commits nothing", "[coordina
 }
 
 TEST_CASE("coordinator: invalid plans create no directory", "[coordinator]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   Coordinator coord(*backend, kRoot, SmallChunks());
   v1::NodeSavePlan node = TwoRankPlan(5);
   node.set_job("../x");
@@ -524,9 +524,9 @@ TEST_CASE("coordinator: invalid plans create no directory", "[coordinator]") {
 
 // Logs every mutating call (and file syncs) in order; SyncDir of one chosen
 // path fails. Everything else goes to the target.
-class RecordingBackend : public Backend {
+class RecordingBackend : public storage::Backend {
  public:
-  explicit RecordingBackend(Backend& target) : target_(target) {}
+  explicit RecordingBackend(storage::Backend& target) : target_(target) {}
 
   std::vector<std::string> log;
   std::string fail_sync_dir;   // SyncDir of exactly this path fails,
@@ -595,12 +595,12 @@ class RecordingBackend : public Backend {
     std::unique_ptr<storage::WritableFile> file_;
   };
 
-  Backend& target_;
+  storage::Backend& target_;
   int sync_dir_calls_ = 0;
 };
 
 TEST_CASE("commit follows the protocol, step by step", "[commit]") {
-  std::unique_ptr<Backend> inner = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> inner = storage::NewMemoryBackend();
   const std::string p = MakePartial(*inner, "job", 7, "abc", "hello");
   RecordingBackend recording(*inner);
   CKPT_REQUIRE_OK(CommitCheckpoint(recording, kRoot, p, ManifestFor("job", 7, 1)));
@@ -638,7 +638,7 @@ TEST_CASE("commit follows the protocol, step by step", "[commit]") {
 }
 
 TEST_CASE("commit faults: a failed fsync leaves no step visible", "[commit][fault]") {
-  std::unique_ptr<Backend> inner = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> inner = storage::NewMemoryBackend();
   storage::FaultInjectionBackend faulty(inner.get());
   Coordinator coord(faulty, kRoot, SmallChunks());
   const v1::NodeSavePlan node = TwoRankPlan(5);
@@ -674,7 +674,7 @@ TEST_CASE("commit faults: a failed fsync of the job directory after the rename",
   // The rename happened but was not made durable: the commit reports failure,
   // so step-N must not stay visible (load-latest would pick a save its
   // trainer was told had failed, and a retry would be ALREADY_EXISTS).
-  std::unique_ptr<Backend> inner = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> inner = storage::NewMemoryBackend();
   RecordingBackend faulty(*inner);
   faulty.fail_sync_dir = "/ckpt/job";
   faulty.fail_sync_dir_from = 2;  // the first makes LATEST.next durable, the second the rename

@@ -14,19 +14,19 @@
 #include "daemon/storage/backend_factory.h"
 #include "proto/lib/crc32c.h"
 #include "tests/catch.h"
-#include "tests/unit/daemon/coordinator/test_helpers.h"
+#include "tests/unit/daemon/planning/test_helpers.h"
 
 namespace ckpt::coordinator {
 namespace {
 
-using namespace testing;  // NOLINT
+using namespace planning::testing;  // NOLINT
 using storage::Backend;
 
 constexpr char kRoot[] = "/ckpt";
 constexpr uint64_t kChunk = 4096;
 
-SavePlannerOptions SmallChunks() {
-  SavePlannerOptions o;
+planning::SavePlannerOptions SmallChunks() {
+  planning::SavePlannerOptions o;
   o.chunk_bytes = kChunk;
   return o;
 }
@@ -45,7 +45,7 @@ v1::NodeSavePlan HostPlan(int host, int64_t step = 5) {
 
 // What a node's writers do with its part: every item written, a CRC32C per
 // chunk (an object is one chunk), files fsynced, all reported.
-v1::NodePersistReport WriteOwnPart(Backend& backend, const v1::SaveAssignment& a,
+v1::NodePersistReport WriteOwnPart(storage::Backend& backend, const v1::SaveAssignment& a,
                                    v1::NodeSavePlan node) {
   REQUIRE(a.hosts_size() == 1);
   const v1::HostAssignment& part = a.hosts(0);
@@ -85,7 +85,7 @@ bool StepExists(Coordinator& coord, int64_t step) {
   return *exists;
 }
 
-bool NoPartials(Backend& backend) {
+bool NoPartials(storage::Backend& backend) {
   absl::StatusOr<std::vector<std::string>> names = backend.ListDir(absl::StrCat(kRoot, "/job"));
   if (!names.ok()) return true;
   for (const std::string& name : *names) {
@@ -103,7 +103,7 @@ void RequireReportFailed(const absl::StatusOr<v1::CommitResult>& result, const s
 }
 
 TEST_CASE("rendezvous: two hosts plan together, write their parts, commit once", "[rendezvous]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   Coordinator coord(*backend, kRoot, SmallChunks());
   auto h1 = std::async(std::launch::async, [&] { return coord.PlanSave(HostPlan(1)); });
   absl::StatusOr<v1::SaveAssignment> a0 = coord.PlanSave(HostPlan(0));
@@ -135,7 +135,7 @@ TEST_CASE("rendezvous: two hosts plan together, write their parts, commit once",
 // Saves `step` on both hosts, each planning and reporting from its own
 // thread, and commits it. Only this thread asserts: Catch's assertions are
 // not thread-safe (from two threads at once they corrupted its heap).
-void SaveBoth(Coordinator& coord, Backend& backend, int64_t step) {
+void SaveBoth(Coordinator& coord, storage::Backend& backend, int64_t step) {
   auto h1 = std::async(std::launch::async, [&] { return coord.PlanSave(HostPlan(1, step)); });
   absl::StatusOr<v1::SaveAssignment> a0 = coord.PlanSave(HostPlan(0, step));
   absl::StatusOr<v1::SaveAssignment> a1 = h1.get();
@@ -151,7 +151,7 @@ void SaveBoth(Coordinator& coord, Backend& backend, int64_t step) {
 
 TEST_CASE("rendezvous: an unchanged layout skips the barrier; a changed one plans afresh",
           "[rendezvous]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   // A host that had to wait for the other would fail after 5 s.
   Coordinator coord(*backend, kRoot, SmallChunks(), {},
                     RendezvousOptions{.plan_timeout = absl::Seconds(5)});
@@ -206,7 +206,7 @@ TEST_CASE("rendezvous: an unchanged layout skips the barrier; a changed one plan
 }
 
 TEST_CASE("rendezvous: a job with a long name commits (its save id is long too)", "[rendezvous]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   Coordinator coord(*backend, kRoot, SmallChunks());
   const std::string job(200, 'j');
   v1::NodeSavePlan node = Node("h0", 1, 1, {0}, job, 5);
@@ -221,7 +221,7 @@ TEST_CASE("rendezvous: a job with a long name commits (its save id is long too)"
 }
 
 TEST_CASE("rendezvous: a rank planned on two hosts fails the save on both", "[rendezvous]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   Coordinator coord(*backend, kRoot, SmallChunks());
   auto h0 = std::async(std::launch::async, [&] { return coord.PlanSave(HostPlan(0)); });
   v1::NodeSavePlan clash = Node("h1", 3, 2, {1}, "job", 5);
@@ -232,7 +232,7 @@ TEST_CASE("rendezvous: a rank planned on two hosts fails the save on both", "[re
 }
 
 TEST_CASE("rendezvous: a host lost while the others write fails them, naming it", "[rendezvous]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   Coordinator coord(*backend, kRoot, SmallChunks());
   auto h1 = std::async(std::launch::async, [&] { return coord.PlanSave(HostPlan(1)); });
   absl::StatusOr<v1::SaveAssignment> a0 = coord.PlanSave(HostPlan(0));
@@ -266,7 +266,7 @@ TEST_CASE("rendezvous: a host lost while the others write fails them, naming it"
 }
 
 TEST_CASE("rendezvous: ranks that never come fail the save, named", "[rendezvous]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   Coordinator coord(*backend, kRoot, SmallChunks(), {},
                     RendezvousOptions{.plan_timeout = absl::Milliseconds(300)});
   CKPT_REQUIRE_ERROR(coord.PlanSave(HostPlan(0)), absl::StatusCode::kDeadlineExceeded,
@@ -274,7 +274,7 @@ TEST_CASE("rendezvous: ranks that never come fail the save, named", "[rendezvous
 }
 
 TEST_CASE("rendezvous: a host's abort by job and step frees the hosts waiting", "[rendezvous]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   Coordinator coord(*backend, kRoot, SmallChunks());
   auto h0 = std::async(std::launch::async, [&] { return coord.PlanSave(HostPlan(0)); });
   v1::AbortSaveRequest abort;
@@ -291,7 +291,7 @@ TEST_CASE("rendezvous: a host's abort by job and step frees the hosts waiting", 
 }
 
 TEST_CASE("rendezvous: saves nobody waits on still end at their deadlines", "[rendezvous]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   Coordinator coord(
       *backend, kRoot, SmallChunks(), {},
       RendezvousOptions{.plan_timeout = absl::Seconds(5), .write_timeout = absl::Seconds(5)});
@@ -322,7 +322,7 @@ TEST_CASE("rendezvous: saves nobody waits on still end at their deadlines", "[re
 }
 
 TEST_CASE("rendezvous: a host reports only its own files", "[rendezvous]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   Coordinator coord(*backend, kRoot, SmallChunks());
   auto h1 = std::async(std::launch::async, [&] { return coord.PlanSave(HostPlan(1)); });
   absl::StatusOr<v1::SaveAssignment> a0 = coord.PlanSave(HostPlan(0));
@@ -338,7 +338,7 @@ TEST_CASE("rendezvous: a host reports only its own files", "[rendezvous]") {
 }
 
 TEST_CASE("rendezvous: a host that gave up stops waiting", "[rendezvous]") {
-  std::unique_ptr<Backend> backend = storage::NewMemoryBackend();
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
   Coordinator coord(*backend, kRoot, SmallChunks());
   CKPT_REQUIRE_ERROR(coord.PlanSave(HostPlan(0), [] { return true; }), absl::StatusCode::kCancelled,
                      "gave up");

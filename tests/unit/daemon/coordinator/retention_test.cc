@@ -13,13 +13,13 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/coordinator/catalog.h"
 #include "daemon/coordinator/commit.h"
-#include "daemon/coordinator/layout.h"
 #include "daemon/coordinator/retention.h"
-#include "daemon/coordinator/retention_policy.h"
+#include "daemon/planning/retention_policy.h"
 #include "daemon/storage/backend_factory.h"
+#include "daemon/storage/layout.h"
 #include "proto/lib/crc32c.h"
 #include "tests/catch.h"
-#include "tests/unit/daemon/coordinator/test_helpers.h"
+#include "tests/unit/daemon/planning/test_helpers.h"
 
 namespace ckpt::coordinator {
 namespace {
@@ -28,18 +28,18 @@ using storage::Backend;
 
 const absl::Time kNow = absl::FromUnixSeconds(1'700'000'000);
 
-StepFacts Old(int64_t step) {
-  StepFacts f;
+planning::StepFacts Old(int64_t step) {
+  planning::StepFacts f;
   f.step = step;
   f.committed = kNow - absl::Hours(1);
   return f;
 }
 
 // step -> (keep, reason) of each decision.
-std::map<int64_t, std::pair<bool, std::string>> Decide(const RetentionPolicy& policy,
-                                                       const std::vector<StepFacts>& steps) {
+std::map<int64_t, std::pair<bool, std::string>> Decide(
+    const planning::RetentionPolicy& policy, const std::vector<planning::StepFacts>& steps) {
   std::map<int64_t, std::pair<bool, std::string>> out;
-  for (const StepDecision& d : DecideRetention(policy, steps, kNow)) {
+  for (const planning::StepDecision& d : planning::DecideRetention(policy, steps, kNow)) {
     out[d.step] = {d.keep, d.reason};
   }
   return out;
@@ -54,10 +54,10 @@ std::vector<int64_t> Kept(const std::map<int64_t, std::pair<bool, std::string>>&
 }
 
 TEST_CASE("policy: the newest N, multiples of K and latest are kept", "[retention]") {
-  std::vector<StepFacts> steps;
+  std::vector<planning::StepFacts> steps;
   for (int64_t s : {10, 20, 30, 40, 50, 60, 70}) steps.push_back(Old(s));
   steps[1].latest = true;  // a rollback made step 20 latest
-  RetentionPolicy policy;
+  planning::RetentionPolicy policy;
   policy.keep_last = 2;
   auto d = Decide(policy, steps);
   CHECK(Kept(d) == std::vector<int64_t>{20, 60, 70});
@@ -76,12 +76,12 @@ TEST_CASE("policy: the newest N, multiples of K and latest are kept", "[retentio
 }
 
 TEST_CASE("policy: steps in use, young steps and steps of unknown age are kept", "[retention]") {
-  std::vector<StepFacts> steps = {Old(1), Old(2), Old(3), Old(4), Old(5)};
+  std::vector<planning::StepFacts> steps = {Old(1), Old(2), Old(3), Old(4), Old(5)};
   steps.back().latest = true;
   steps[0].in_use = "in use: a load or an export holds its pin";
   steps[1].committed = kNow - absl::Seconds(10);
   steps[2].committed.reset();
-  RetentionPolicy policy;
+  planning::RetentionPolicy policy;
   policy.keep_last = 1;
   policy.grace = absl::Seconds(60);
   auto d = Decide(policy, steps);
@@ -96,11 +96,11 @@ TEST_CASE("policy: steps in use, young steps and steps of unknown age are kept",
 }
 
 TEST_CASE("policy: broken steps do not count and go only when asked", "[retention]") {
-  std::vector<StepFacts> steps = {Old(1), Old(2), Old(3), Old(4)};
+  std::vector<planning::StepFacts> steps = {Old(1), Old(2), Old(3), Old(4)};
   steps[3].broken = true;  // the newest is broken, and not latest
   steps[3].broken_reason = "MANIFEST: bad checksum";
   steps[2].latest = true;
-  RetentionPolicy policy;
+  planning::RetentionPolicy policy;
   policy.keep_last = 2;
   auto d = Decide(policy, steps);
   // Two valid steps kept (2, 3), not one plus the broken one.
@@ -118,15 +118,15 @@ TEST_CASE("policy: broken steps do not count and go only when asked", "[retentio
 }
 
 TEST_CASE("--retention overrides parse per job and refuse nonsense", "[retention]") {
-  absl::StatusOr<RetentionConfig> c =
-      ParseRetentionConfig(5, 0, 30, "jobA:last=3:every=100,jobB:last=10:grace_s=0");
+  absl::StatusOr<planning::RetentionConfig> c =
+      planning::ParseRetentionConfig(5, 0, 30, "jobA:last=3:every=100,jobB:last=10:grace_s=0");
   CKPT_REQUIRE_OK(c);
   CHECK(c->For("other").keep_last == 5);
   CHECK(c->For("jobA").keep_last == 3);
   CHECK(c->For("jobA").keep_every == 100);
   CHECK(c->For("jobA").grace == absl::Seconds(30));  // not given: the flag's
   CHECK(c->For("jobB").grace == absl::ZeroDuration());
-  CHECK(ParseRetentionConfig(0, 0, 60, "").ok());
+  CHECK(planning::ParseRetentionConfig(0, 0, 60, "").ok());
 
   const std::pair<std::string, std::string> bad[] = {
       {"jobA", "want JOB:last=N"},
@@ -140,22 +140,22 @@ TEST_CASE("--retention overrides parse per job and refuse nonsense", "[retention
   };
   for (const auto& [flag, message] : bad) {
     CAPTURE(flag);
-    CKPT_REQUIRE_ERROR(ParseRetentionConfig(0, 0, 60, flag), absl::StatusCode::kInvalidArgument,
-                       "--retention entry", message);
+    CKPT_REQUIRE_ERROR(planning::ParseRetentionConfig(0, 0, 60, flag),
+                       absl::StatusCode::kInvalidArgument, "--retention entry", message);
   }
-  CKPT_REQUIRE_ERROR(ParseRetentionConfig(-1, 0, 60, ""), absl::StatusCode::kInvalidArgument,
-                     "--retain_last");
-  CKPT_REQUIRE_ERROR(ParseRetentionConfig(1, -2, 60, ""), absl::StatusCode::kInvalidArgument,
-                     "--retain_every");
-  CKPT_REQUIRE_ERROR(ParseRetentionConfig(1, 0, -1, ""), absl::StatusCode::kInvalidArgument,
-                     "--retain_grace_s");
+  CKPT_REQUIRE_ERROR(planning::ParseRetentionConfig(-1, 0, 60, ""),
+                     absl::StatusCode::kInvalidArgument, "--retain_last");
+  CKPT_REQUIRE_ERROR(planning::ParseRetentionConfig(1, -2, 60, ""),
+                     absl::StatusCode::kInvalidArgument, "--retain_every");
+  CKPT_REQUIRE_ERROR(planning::ParseRetentionConfig(1, 0, -1, ""),
+                     absl::StatusCode::kInvalidArgument, "--retain_grace_s");
 }
 
 // --- The collector, on real commits in memory -------------------------------
 
 constexpr char kJob[] = "job";
 
-void Write(Backend& backend, const std::string& path, const std::string& contents) {
+void Write(storage::Backend& backend, const std::string& path, const std::string& contents) {
   auto file = backend.NewWritableFile(path);
   CKPT_REQUIRE_OK(file);
   CKPT_REQUIRE_OK((*file)->WriteAt(0, contents.data(), contents.size()));
@@ -165,18 +165,18 @@ void Write(Backend& backend, const std::string& path, const std::string& content
 
 // One tensor of 10 bytes, committed through the real protocol; created in
 // 1970, so older than any grace period.
-void CommitStep(Backend& backend, const std::string& root, int64_t step) {
+void CommitStep(storage::Backend& backend, const std::string& root, int64_t step) {
   const std::string data = "0123456789";
   const std::string partial =
-      PartialDir(root, kJob, step, absl::StrCat("h0-00000000000000aa-", step));
+      storage::PartialDir(root, kJob, step, absl::StrCat("h0-00000000000000aa-", step));
   CKPT_REQUIRE_OK(backend.CreateDirs(partial + "/data"));
   Write(backend, partial + "/data/h0-0.bin", data);
-  const v1::CheckpointManifest m = testing::ManifestOf(kJob, step, data, data.size());
+  const v1::CheckpointManifest m = planning::testing::ManifestOf(kJob, step, data, data.size());
   CKPT_REQUIRE_OK(CommitCheckpoint(backend, root, partial, m));
 }
 
-std::vector<std::string> Entries(Backend& backend, const std::string& root) {
-  absl::StatusOr<std::vector<std::string>> names = backend.ListDir(JobDir(root, kJob));
+std::vector<std::string> Entries(storage::Backend& backend, const std::string& root) {
+  absl::StatusOr<std::vector<std::string>> names = backend.ListDir(storage::JobDir(root, kJob));
   CKPT_REQUIRE_OK(names);
   return *names;
 }
@@ -211,7 +211,7 @@ struct Fixture {
   std::vector<int64_t> Steps() { return catalog->ListSteps(kJob).value(); }
 
   std::string root;
-  std::unique_ptr<Backend> backend;
+  std::unique_ptr<storage::Backend> backend;
   std::unique_ptr<Catalog> catalog;
   std::unique_ptr<GarbageCollector> gc;
 };
@@ -223,7 +223,7 @@ TEST_CASE("gc deletes what the policy says, keeps LATEST after a rollback and pi
   f.Commit(3);  // rollback: 3 is latest
   absl::StatusOr<std::unique_ptr<storage::FileLock>> pin = PinStep(*f.backend, f.root, kJob, 1);
   CKPT_REQUIRE_OK(pin);
-  RetentionPolicy policy;
+  planning::RetentionPolicy policy;
   policy.keep_last = 2;
 
   // A dry run reports and deletes nothing.
@@ -261,8 +261,8 @@ TEST_CASE("gc keeps a broken step unless asked, and refuses an unknown job", "[r
   // POSIX: a broken step's age is its directory's modification time.
   Fixture f(/*posix=*/true);
   for (int64_t s : {1, 2, 3}) f.Commit(s);
-  CKPT_REQUIRE_OK(f.backend->RemoveAll(StepDir(f.root, kJob, 1) + "/data"));
-  RetentionPolicy policy;
+  CKPT_REQUIRE_OK(f.backend->RemoveAll(storage::StepDir(f.root, kJob, 1) + "/data"));
+  planning::RetentionPolicy policy;
   policy.keep_last = 1;
   policy.grace = absl::ZeroDuration();
   absl::StatusOr<GcResult> r = f.gc->Collect(kJob, policy, false, absl::Now(), "test");
@@ -278,7 +278,7 @@ TEST_CASE("gc keeps a broken step unless asked, and refuses an unknown job", "[r
   // Without a time for it (memory), a broken step is too young to tell.
   Fixture m;
   for (int64_t s : {1, 2}) m.Commit(s);
-  CKPT_REQUIRE_OK(m.backend->RemoveAll(StepDir(m.root, kJob, 1) + "/data"));
+  CKPT_REQUIRE_OK(m.backend->RemoveAll(storage::StepDir(m.root, kJob, 1) + "/data"));
   r = m.gc->Collect(kJob, policy, false, absl::Now(), "test");
   CKPT_REQUIRE_OK(r);
   CHECK(ByStep(*r)[1].reason == "its commit time is unknown");
@@ -294,9 +294,9 @@ TEST_CASE("start-up and the next gc finish a delete a crash interrupted", "[rete
   for (int64_t s : {1, 2}) f.Commit(s);
   // What a gc killed after its rename leaves: step 1 as this host's trash,
   // from an earlier instance; another host's trash must stay.
-  const std::string mine = TrashDir(f.root, kJob, 1, "h0-00000000000000aa-7");
-  const std::string theirs = TrashDir(f.root, kJob, 9, "h1-00000000000000cc-1");
-  CKPT_REQUIRE_OK(f.backend->Rename(StepDir(f.root, kJob, 1), mine));
+  const std::string mine = storage::TrashDir(f.root, kJob, 1, "h0-00000000000000aa-7");
+  const std::string theirs = storage::TrashDir(f.root, kJob, 9, "h1-00000000000000cc-1");
+  CKPT_REQUIRE_OK(f.backend->Rename(storage::StepDir(f.root, kJob, 1), mine));
   CKPT_REQUIRE_OK(f.backend->CreateDirs(theirs + "/data"));
   CHECK(f.Steps() == std::vector<int64_t>{2});
   CKPT_REQUIRE_OK(f.catalog->RemoveStalePartials());

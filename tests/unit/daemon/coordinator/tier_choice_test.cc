@@ -7,10 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/coordinator/commit.h"
-#include "daemon/coordinator/layout.h"
 #include "daemon/storage/backend_factory.h"
+#include "daemon/storage/layout.h"
 #include "tests/catch.h"
-#include "tests/unit/daemon/coordinator/test_helpers.h"
+#include "tests/unit/daemon/planning/test_helpers.h"
 
 namespace ckpt::coordinator {
 namespace {
@@ -18,14 +18,14 @@ namespace {
 void CommitStep(storage::Backend& backend, const std::string& job, int64_t step) {
   const std::string data = "0123456789";
   const std::string partial =
-      PartialDir("/r", job, step, absl::StrCat("h0-00000000000000aa-", step));
+      storage::PartialDir("/r", job, step, absl::StrCat("h0-00000000000000aa-", step));
   CKPT_REQUIRE_OK(backend.CreateDirs(partial + "/data"));
   auto file = backend.NewWritableFile(partial + "/data/h0-0.bin");
   CKPT_REQUIRE_OK(file);
   CKPT_REQUIRE_OK((*file)->WriteAt(0, data.data(), data.size()));
   CKPT_REQUIRE_OK((*file)->Close());
   CKPT_REQUIRE_OK(
-      CommitCheckpoint(backend, "/r", partial, testing::ManifestOf(job, step, data, 4)));
+      CommitCheckpoint(backend, "/r", partial, planning::testing::ManifestOf(job, step, data, 4)));
 }
 
 struct TwoStores {

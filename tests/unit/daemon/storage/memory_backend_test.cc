@@ -340,7 +340,7 @@ TEST_CASE("memory backend: a write to a file already shared lands and moves its 
   REQUIRE(fstat((*shared)->fd, &before) == 0);
   // The backend's own mapping is read-only once shared; its writes lift
   // that for their copy, and say so in the file's times (a store through
-  // a writable mapping would not: daemon/server/file_stamp.h).
+  // a writable mapping would not: daemon/tier/file_stamp.h).
   CKPT_REQUIRE_OK(out->WriteAt(5, "y", 1));
   CKPT_REQUIRE_OK(out->Close());
   CHECK((*shared)->data[5] == 'y');

@@ -1,0 +1,88 @@
+// Writer threads. Each thread owns one data file of every save in flight
+// (file index == writer index), so one thread, and so one io_uring ring,
+// writes each file. A thread takes every queued chunk at once and submits
+// the ones of the same file as one batch.
+//
+// Thread-safety: Submit may be called from any thread.
+#ifndef CKPT_DAEMON_EXEC_WRITER_POOL_H_
+#define CKPT_DAEMON_EXEC_WRITER_POOL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "daemon/storage/backend.h"
+
+namespace ckpt::exec {
+
+struct WrittenChunk {
+  uint64_t tag = 0;  // the task's, for the sink's bookkeeping
+  int file = 0;
+  uint64_t file_offset = 0;
+  uint64_t payload = 0;
+  uint32_t crc32c = 0;
+};
+
+// The receiver of a save's chunk writes (SaveSession).
+class ChunkSink {
+ public:
+  virtual ~ChunkSink() = default;
+  virtual storage::WritableFile* File(int index) = 0;
+  // True once the save failed: its remaining chunks are skipped.
+  virtual bool Abandoned() = 0;
+  // Called once per batch, from the writer thread.
+  virtual void OnChunksWritten(absl::Span<const WrittenChunk> chunks, absl::Status status) = 0;
+};
+
+struct WriteTask {
+  std::shared_ptr<ChunkSink> sink;
+  int file = 0;
+  uint64_t file_offset = 0;
+  const char* data = nullptr;  // in the pool, aligned
+  uint64_t length = 0;         // aligned: what is written
+  uint64_t payload = 0;        // what the CRC covers
+  uint64_t tag = 0;            // the sink's (which pool batch the chunk is in)
+};
+
+class WriterPool {
+ public:
+  // `nice` lowers the writers' CPU priority: persisting is background work,
+  // and on a busy host the ranks' snapshot copies (what the trainer waits
+  // for) should win the cores.
+  // `prepare` runs first on every writer (the storage's per-thread set-up,
+  // Backend::PrepareThread); the constructor returns once all have run it.
+  WriterPool(int threads, unsigned max_batch, int nice = 0,
+             std::function<void()> prepare = nullptr);
+  ~WriterPool();  // drains nothing: sinks must not be waiting on it
+  int threads() const { return static_cast<int>(workers_.size()); }
+  void Submit(int writer, std::vector<WriteTask> tasks);
+  // Chunks submitted and not yet written, over every thread (a metric).
+  uint64_t queued_chunks() const { return queued_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Queue {
+    absl::Mutex mu;
+    std::deque<WriteTask> tasks ABSL_GUARDED_BY(mu);
+    bool stop ABSL_GUARDED_BY(mu) = false;
+  };
+  void Run(Queue& queue);
+  void WriteGroup(std::vector<WriteTask>& group);
+
+  const unsigned max_batch_;
+  std::atomic<uint64_t> queued_{0};
+  std::vector<std::unique_ptr<Queue>> queues_;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace ckpt::exec
+
+#endif  // CKPT_DAEMON_EXEC_WRITER_POOL_H_

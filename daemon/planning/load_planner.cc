@@ -1,0 +1,775 @@
+#include "daemon/planning/load_planner.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "daemon/planning/planner_memory.h"
+#include "daemon/planning/rank_form.h"
+#include "daemon/planning/region_table.h"
+#include "proto/lib/compact_plan.h"
+#include "proto/lib/dtype.h"
+#include "proto/lib/geometry.h"
+#include "proto/lib/region_convert.h"
+#include "proto/lib/request_limits.h"
+#include "proto/lib/status_context.h"
+
+namespace ckpt::planning {
+namespace {
+
+std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// How many requests ahead region lookups are prefetched: about as many as
+// the memory has in flight while one request is planned.
+constexpr int kPrefetchAhead = 8;
+
+// One copy into a request, before it becomes a CopyRun: a cluster-scale
+// load emits millions, so they are gathered as plain structs and turned
+// into messages once, grouped by chunk, at the end. Runs are worked out
+// once per distinct region (Planned) and replayed for every request of it
+// (Request) only when the messages are made: copies per request were 8
+// million structs, half a gigabyte, at 4096 ranks x 1000 tensors.
+struct Run {
+  uint32_t read = 0;  // index into Reads::chunks
+  uint64_t chunk_offset = 0;
+  uint64_t dest_offset = 0;
+  uint64_t length = 0;
+  uint64_t count = 1;
+  uint64_t chunk_stride = 0;
+  uint64_t dest_stride = 0;
+};
+
+// The chunks to read, each once however many requests need it. A stored
+// shard's chunks get read ids when a request first meets the shard (one
+// slot per chunk, filled when a run first copies from it), so finding a
+// chunk's read is an array lookup; its file is numbered once, when its read
+// is made, so ordering the reads compares integers.
+struct Reads {
+  static constexpr uint32_t kNone = ~uint32_t{0};
+  // A copy of the stored chunk's fields, taken while it is in the cache:
+  // the reads are made in file order, far from the manifest's.
+  struct Chunk {
+    uint32_t file = 0;  // index into files
+    uint32_t crc32c = 0;
+    uint64_t file_offset = 0;
+    uint64_t shard_offset = 0;
+    uint64_t length = 0;
+    const std::string* fqn = nullptr;
+  };
+  std::vector<Chunk> chunks;
+  std::vector<uint32_t> read_of_slot;  // kNone: not read (yet)
+  std::vector<absl::string_view> files;
+  absl::flat_hash_map<absl::string_view, uint32_t> file_ids;
+
+  // Slots for a stored shard's chunks; returns the first.
+  uint32_t AddSlots(int chunks) {
+    const uint32_t first = static_cast<uint32_t>(read_of_slot.size());
+    read_of_slot.resize(read_of_slot.size() + chunks, kNone);
+    return first;
+  }
+
+  uint32_t ReadOf(uint32_t slot, const v1::StoredChunk& chunk, const std::string& fqn) {
+    uint32_t& read = read_of_slot[slot];
+    if (read == kNone) {
+      read = static_cast<uint32_t>(chunks.size());
+      // Consecutive reads are mostly of one file: compared before hashed.
+      uint32_t file = chunks.empty() ? kNone : chunks.back().file;
+      if (file == kNone || files[file] != chunk.file()) {
+        auto [known, fresh] =
+            file_ids.try_emplace(chunk.file(), static_cast<uint32_t>(files.size()));
+        if (fresh) files.push_back(chunk.file());
+        file = known->second;
+      }
+      chunks.push_back(
+          {file, chunk.crc32c(), chunk.file_offset(), chunk.shard_offset(), chunk.length(), &fqn});
+    }
+    return read;
+  }
+};
+
+// The stored shard's chunks must tile its packed bytes exactly: sorted by
+// shard_offset, contiguous from 0, no gap, no overlap, no wrap. Runs are
+// mapped onto chunks by offset, so anything else would copy bytes from
+// outside the chunk read (a damaged or hostile manifest).
+// `what` names the shard, made only for an error.
+absl::Status CheckChunksTile(const v1::StoredShard& stored, uint64_t bytes,
+                             absl::FunctionRef<std::string()> what) {
+  uint64_t at = 0;
+  for (const v1::StoredChunk& chunk : stored.chunks()) {
+    if (chunk.shard_offset() != at || chunk.length() == 0 || chunk.length() > bytes - at) {
+      return absl::DataLossError(absl::StrCat(
+          what(), ": chunk at shard offset ", chunk.shard_offset(), " of ", chunk.length(),
+          " bytes (in ", chunk.file(), ") does not continue the shard's chunks at ", at, " of its ",
+          bytes, " bytes"));
+    }
+    at += chunk.length();
+  }
+  if (at != bytes) {
+    return absl::DataLossError(
+        absl::StrCat(what(), ": chunks hold ", at, " of the shard's ", bytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+// Adds one copy (count reps) from `chunk`, for the requests it is
+// replayed for.
+void Emit(uint32_t slot, const v1::StoredChunk& chunk, const std::string& fqn, uint64_t in_chunk,
+          uint64_t dst, uint64_t length, uint64_t count, uint64_t chunk_stride,
+          uint64_t dest_stride, Reads& reads, std::vector<Run>& out) {
+  Run& run = out.emplace_back();
+  run.read = reads.ReadOf(slot, chunk, fqn);
+  run.chunk_offset = in_chunk;
+  run.dest_offset = dst;
+  run.length = length;
+  if (count > 1) {
+    run.count = count;
+    run.chunk_stride = chunk_stride;
+    run.dest_stride = dest_stride;
+  }
+}
+
+// Maps the strided run onto the stored shard's chunks (which tile it, see
+// CheckChunksTile): the repetitions that fall inside one chunk become one
+// strided CopyRun; a repetition that straddles chunk boundaries is cut into
+// single runs. Cost: the chunks the run crosses plus its straddling
+// repetitions, at most one per chunk boundary. `first_slot`: the shard's
+// first chunk's in `reads`.
+void AddRunToChunks(const v1::StoredShard& stored, uint32_t first_slot, const std::string& fqn,
+                    const geo::StridedRun& run, Reads& reads, std::vector<Run>& out) {
+  const auto& chunks = stored.chunks();
+  auto chunk_at = [&](uint64_t offset) {
+    auto it =
+        std::upper_bound(chunks.begin(), chunks.end(), offset,
+                         [](uint64_t o, const v1::StoredChunk& c) { return o < c.shard_offset(); });
+    return it - 1;  // the first chunk starts at 0 <= offset
+  };
+  const uint64_t n = static_cast<uint64_t>(run.count);
+  const uint64_t length = static_cast<uint64_t>(run.length);
+  const uint64_t ss = static_cast<uint64_t>(run.src_stride);
+  const uint64_t ds = static_cast<uint64_t>(run.dst_stride);
+  const auto slot = [&](auto it) {
+    return first_slot + static_cast<uint32_t>(it - chunks.begin());
+  };
+  uint64_t k = 0;
+  while (k < n) {
+    const uint64_t start = static_cast<uint64_t>(run.src_offset) + k * ss;
+    const uint64_t dst = static_cast<uint64_t>(run.dst_offset) + k * ds;
+    auto it = chunk_at(start);
+    const uint64_t chunk_end = it->shard_offset() + it->length();
+    if (start + length <= chunk_end) {
+      const uint64_t last =
+          n == 1 ? k : std::min<uint64_t>(n - 1, k + (chunk_end - start - length) / ss);
+      Emit(slot(it), *it, fqn, start - it->shard_offset(), dst, length, last - k + 1, ss, ds, reads,
+           out);
+      k = last + 1;
+      continue;
+    }
+    uint64_t src = start;
+    uint64_t to = dst;
+    uint64_t left = length;
+    for (; left > 0; ++it) {
+      const uint64_t in_chunk = src - it->shard_offset();
+      const uint64_t piece = std::min<uint64_t>(left, it->length() - in_chunk);
+      Emit(slot(it), *it, fqn, in_chunk, to, piece, 1, 0, 0, reads, out);
+      src += piece;
+      to += piece;
+      left -= piece;
+    }
+    ++k;
+  }
+}
+
+// A tensor's stored shards, for finding those a request meets without
+// trying every one: each shard's region (converted once) and flattened span,
+// sorted by where the span begins. A request's candidates are the shards
+// whose span begins before the request's ends and after the request's
+// begins minus the longest stored span: O(log shards + candidates) for row
+// and flat splits, every shard for column splits (whose spans all meet).
+struct StoredIndex {
+  struct Entry {
+    int64_t begin = 0;
+    int64_t end = 0;
+    int shard = 0;  // index into the TensorEntry's shards
+    geo::Region region;
+  };
+  std::vector<Entry> by_begin;
+  int64_t longest = 0;
+  std::vector<int64_t> shard_bytes;  // by index into the TensorEntry's shards
+};
+
+absl::StatusOr<StoredIndex> IndexStoredShards(const v1::TensorEntry& entry, const geo::Shape& shape,
+                                              int64_t element_size, const std::string& where) {
+  StoredIndex index;
+  index.by_begin.reserve(entry.shards_size());
+  index.shard_bytes.resize(entry.shards_size(), 0);
+  for (int k = 0; k < entry.shards_size(); ++k) {
+    StoredIndex::Entry e;
+    e.shard = k;
+    e.region = RegionFromProto(entry.shards(k).region());
+    absl::StatusOr<std::pair<int64_t, int64_t>> span = geo::RegionSpan(shape, e.region);
+    if (!span.ok()) {
+      return WithContext(span.status(), absl::StrCat(where, " tensor ", entry.fqn(), " shard ", k,
+                                                     ", its stored region"));
+    }
+    if (span->first >= span->second) continue;  // empty: meets nothing
+    // The region is valid (it has a span), so its count is.
+    index.shard_bytes[k] = *geo::RegionNumElements(shape, e.region) * element_size;
+    e.begin = span->first;
+    e.end = span->second;
+    index.longest = std::max(index.longest, e.end - e.begin);
+    index.by_begin.push_back(std::move(e));
+  }
+  std::stable_sort(
+      index.by_begin.begin(), index.by_begin.end(),
+      [](const StoredIndex::Entry& a, const StoredIndex::Entry& b) { return a.begin < b.begin; });
+  return index;
+}
+
+// Tensors stored alike: the same dtype, shape and stored regions in the
+// same order (the layers of a model, saved by the same ranks). Where a
+// request meets the stored shards depends on nothing else, so it is worked
+// out once per layout (Geometry) and mapped onto each tensor's own chunks.
+bool SameLayout(const v1::TensorEntry& a, const v1::TensorEntry& b) {
+  if (a.dtype() != b.dtype() || a.shards_size() != b.shards_size() ||
+      !std::equal(a.global_shape().begin(), a.global_shape().end(), b.global_shape().begin(),
+                  b.global_shape().end())) {
+    return false;
+  }
+  for (int k = 0; k < a.shards_size(); ++k) {
+    if (!SameRegion(a.shards(k).region(), b.shards(k).region())) return false;
+  }
+  return true;
+}
+
+size_t LayoutHash(const v1::TensorEntry& entry) {
+  size_t h =
+      absl::HashOf(entry.dtype(), absl::MakeConstSpan(entry.global_shape()), entry.shards_size());
+  for (const v1::StoredShard& stored : entry.shards()) h = HashRegion(h, stored.region());
+  return h;
+}
+
+struct Layout {
+  const v1::TensorEntry* first = nullptr;  // the tensor it was found in
+  StoredIndex index;
+};
+
+// What a request's region of a layout meets: each stored shard's part.
+struct Geometry {
+  int64_t bytes = 0;
+  struct Piece {
+    int shard = 0;  // index into the TensorEntry's shards
+    geo::StridedRun run;
+  };
+  std::vector<Piece> pieces;
+};
+
+// What every rank asking for one spelling of a region gets: worked out for
+// the first such request, replayed for the others.
+struct Planned {
+  int64_t bytes = 0;
+  std::vector<Run> runs;
+};
+
+// One rank's request, served by a Planned.
+struct Request {
+  int rank = 0;
+  uint32_t index = 0;    // into the rank's tensors
+  uint32_t planned = 0;  // Planner's id of what it gets
+};
+
+// The tensors of the manifest and what has been worked out about them.
+class Planner {
+ public:
+  Planner(const v1::CheckpointManifest& manifest, const RequestLimits& limits)
+      : manifest_(manifest),
+        limits_(limits),
+        where_(absl::StrCat("checkpoint ", manifest.job(), " step ", manifest.step())) {
+    for (int t = 0; t < manifest.tensors_size(); ++t) {
+      tensor_by_fqn_.try_emplace(manifest.tensors(t).fqn(), t);
+    }
+    layout_of_tensor_.resize(manifest.tensors_size(), -1);
+    first_slot_.resize(manifest.tensors_size());
+  }
+
+  const std::string& where() const { return where_; }
+
+  // The tensor a host's table names (its index in the manifest) once its
+  // dtype and shape were found to be the stored ones, or why not; `region`
+  // is what the rank first asks of it.
+  absl::StatusOr<int> TensorOf(const v1::TensorDesc& desc, const v1::Region& region, int rank) {
+    const auto invalid_first = [&](absl::Status otherwise) {
+      // A malformed request is named as such before it is looked up.
+      if (absl::Status s = ValidateShardRequest(Scratch(desc, region), limits_).status(); !s.ok()) {
+        return WithContext(s, absl::StrCat("rank ", rank));
+      }
+      return otherwise;
+    };
+    auto found = tensor_by_fqn_.find(desc.fqn());
+    if (found == tensor_by_fqn_.end()) {
+      return invalid_first(
+          absl::NotFoundError(absl::StrCat("tensor ", desc.fqn(), " is not in ", where_)));
+    }
+    const int t = found->second;
+    const v1::TensorEntry& entry = manifest_.tensors(t);
+    if (entry.dtype() != desc.dtype() ||
+        !std::equal(entry.global_shape().begin(), entry.global_shape().end(),
+                    desc.global_shape().begin(), desc.global_shape().end())) {
+      return invalid_first(absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", desc.fqn(), ": rank ", rank, " asks for dtype ", DTypeName(desc.dtype()),
+          " shape ", ShapeString(desc.global_shape()), " but ", where_, " holds dtype ",
+          DTypeName(entry.dtype()), " shape ", ShapeString(entry.global_shape()))));
+    }
+    return t;
+  }
+
+  // The id of the copies of `region` of tensor t (from TensorOf; the box
+  // checked against --max_dims): planned(id), or why it cannot be served.
+  absl::StatusOr<uint32_t> Plan(const v1::Region& region, int t, int rank) {
+    const auto [id, fresh] = regions_.Intern(t, region);
+    if (!fresh) return id;
+    // A failure ends the planning: the table's new id gets no entry.
+    absl::StatusOr<Planned> planned = PlanFirst(region, manifest_.tensors(t), t, rank);
+    if (!planned.ok()) return planned.status();
+    planned_.push_back(std::move(*planned));
+    return id;
+  }
+
+  // Starts loading what Plan(region, t, ...) will look up, for a request
+  // a few ahead of the one being planned: at a million regions each lookup
+  // otherwise waits for memory.
+  void Prefetch(const v1::Region& region, int t) const {
+    regions_.Prefetch(t, region, limits_.max_dims);
+  }
+
+  const Planned& planned(uint32_t id) const { return planned_[id]; }
+  uint32_t planned_count() const { return static_cast<uint32_t>(planned_.size()); }
+  const Reads& reads() const { return reads_; }
+
+ private:
+  // The first request for this spelling of a region of this tensor:
+  // where it meets the stored shards (worked out once per layout), mapped
+  // onto this tensor's chunks.
+  absl::StatusOr<Planned> PlanFirst(const v1::Region& region, const v1::TensorEntry& entry, int t,
+                                    int rank) {
+    if (layout_of_tensor_[t] < 0) {
+      // A tensor's first request is validated in full, whatever its layout.
+      absl::StatusOr<ShardGeometry> g =
+          ValidateShardRequestGeometry(Scratch(entry, region), limits_);
+      if (!g.ok()) return WithContext(g.status(), absl::StrCat("rank ", rank));
+      absl::StatusOr<int> layout = LayoutOf(entry, *g);
+      if (!layout.ok()) return layout.status();
+      layout_of_tensor_[t] = *layout;
+      first_slot_[t].assign(entry.shards_size(), Reads::kNone);
+    }
+    const Layout& layout = layouts_[layout_of_tensor_[t]];
+    const auto [id, fresh] = geometry_regions_.Intern(layout_of_tensor_[t], region);
+    if (fresh) {
+      // A failure ends the planning: the table's new id gets no entry.
+      absl::StatusOr<Geometry> g = Meet(Scratch(entry, region), layout, rank);
+      if (!g.ok()) return g.status();
+      geometries_.push_back(std::move(*g));
+    }
+    const Geometry& geometry = geometries_[id];
+    Planned out;
+    out.bytes = geometry.bytes;
+    for (const Geometry::Piece& piece : geometry.pieces) {
+      const int k = piece.shard;
+      const v1::StoredShard& stored = entry.shards(k);
+      uint32_t& first_slot = first_slot_[t][k];
+      if (first_slot == Reads::kNone) {
+        const auto what = [&] {
+          return absl::StrCat(where_, " tensor ", entry.fqn(), " shard ", k);
+        };
+        if (absl::Status s =
+                CheckChunksTile(stored, static_cast<uint64_t>(layout.index.shard_bytes[k]), what);
+            !s.ok()) {
+          return s;
+        }
+        first_slot = reads_.AddSlots(stored.chunks_size());
+      }
+      AddRunToChunks(stored, first_slot, entry.fqn(), piece.run, reads_, out.runs);
+    }
+    return out;
+  }
+
+  // The layout of a tensor whose first request had geometry `g`: an
+  // earlier tensor's, or a new one indexed here.
+  absl::StatusOr<int> LayoutOf(const v1::TensorEntry& entry, const ShardGeometry& g) {
+    std::vector<int>& alike = layouts_by_hash_[LayoutHash(entry)];
+    for (int l : alike) {
+      if (SameLayout(*layouts_[l].first, entry)) return l;
+    }
+    absl::StatusOr<StoredIndex> index = IndexStoredShards(entry, g.shape, g.element_size, where_);
+    if (!index.ok()) return index.status();
+    alike.push_back(static_cast<int>(layouts_.size()));
+    layouts_.push_back(Layout{&entry, std::move(*index)});
+    return alike.back();
+  }
+
+  // Where the request's region meets the layout's stored shards: validated,
+  // intersected with those whose spans meet it, covered in full.
+  absl::StatusOr<Geometry> Meet(const v1::TensorShard& request, const Layout& layout, int rank) {
+    absl::StatusOr<ShardGeometry> g = ValidateShardRequestGeometry(request, limits_);
+    if (!g.ok()) return WithContext(g.status(), absl::StrCat("rank ", rank));
+    const StoredIndex& index = layout.index;
+    absl::StatusOr<std::pair<int64_t, int64_t>> want = geo::RegionSpan(g->shape, g->region);
+    if (!want.ok()) return want.status();
+    Geometry out;
+    out.bytes = g->bytes;
+    int64_t covered = 0;
+    auto first =
+        std::lower_bound(index.by_begin.begin(), index.by_begin.end(), want->first - index.longest,
+                         [](const StoredIndex::Entry& e, int64_t at) { return e.begin < at; });
+    for (auto it = first; it != index.by_begin.end() && it->begin < want->second; ++it) {
+      if (it->end <= want->first) continue;
+      absl::StatusOr<std::vector<geo::StridedRun>> runs = geo::IntersectRegionsStrided(
+          g->shape, g->element_size, it->region, g->region, limits_.max_runs_per_shard);
+      if (!runs.ok()) {
+        return WithContext(runs.status(), absl::StrCat(where_, " tensor ", layout.first->fqn(),
+                                                       " shard ", it->shard));
+      }
+      for (const geo::StridedRun& run : *runs) {
+        out.pieces.push_back({it->shard, run});
+        covered += run.length * run.count;
+      }
+    }
+    if (covered != g->bytes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tensor ", request.fqn(), " region ", g->region.DebugString(), ": ", where_,
+          " holds only ", covered, " of the ", g->bytes, " bytes asked for (partial save)"));
+    }
+    return out;
+  }
+
+  // A request of the tensor `desc` describes, for `region`: what the
+  // validation of a request reads (the compact form has no request
+  // messages). Valid until the next call.
+  template <typename Desc>
+  const v1::TensorShard& Scratch(const Desc& desc, const v1::Region& region = v1::Region()) {
+    scratch_.Clear();
+    scratch_.set_fqn(desc.fqn());
+    scratch_.set_dtype(desc.dtype());
+    *scratch_.mutable_global_shape() = desc.global_shape();
+    *scratch_.mutable_region() = region;
+    return scratch_;
+  }
+
+  const v1::CheckpointManifest& manifest_;
+  const RequestLimits& limits_;
+  const std::string where_;
+  absl::flat_hash_map<absl::string_view, int> tensor_by_fqn_;
+  v1::TensorShard scratch_;
+  std::vector<int> layout_of_tensor_;  // -1 until the tensor's first request
+  std::vector<Layout> layouts_;
+  absl::flat_hash_map<size_t, std::vector<int>> layouts_by_hash_;
+  RegionTable geometry_regions_;  // (layout, region): ids into geometries_
+  std::vector<Geometry> geometries_;
+  // Each tensor's stored shards' first chunk slots in reads_, once their
+  // chunks were found to tile them (Reads::kNone before).
+  std::vector<std::vector<uint32_t>> first_slot_;
+  RegionTable regions_;
+  std::vector<Planned> planned_;  // by region id
+  Reads reads_;
+};
+
+// The reads in (file, offset) order. A read's copies: for each run of a
+// planned region that reads it (regions in the order first asked for), one
+// CopyRun per place in the ranks' lists where the region was asked for,
+// the ranks in request order (rank, then more_ranks). Everything is walked
+// in the order it was made, not the reads': at a million reads every
+// lookup out of order was a cache miss, most of this function's time.
+void AddReads(const Planner& planner, const std::vector<Request>& requests,
+              v1::LoadAssignment& out) {
+  const Reads& reads = planner.reads();
+  // Sorted on plain keys: the files (a cluster writes a few thousand)
+  // ranked by name once.
+  std::vector<uint32_t> by_name(reads.files.size());
+  std::iota(by_name.begin(), by_name.end(), 0);
+  std::sort(by_name.begin(), by_name.end(),
+            [&](uint32_t a, uint32_t b) { return reads.files[a] < reads.files[b]; });
+  std::vector<uint32_t> file_rank(reads.files.size());
+  for (uint32_t k = 0; k < by_name.size(); ++k) file_rank[by_name[k]] = k;
+  // The reads grouped by file in name order, then each file's sorted as
+  // (offset, read) pairs: a few hundred per sort, not a million at once.
+  std::vector<uint32_t> first(reads.files.size() + 1, 0);
+  for (const Reads::Chunk& chunk : reads.chunks) ++first[file_rank[chunk.file] + 1];
+  std::partial_sum(first.begin(), first.end(), first.begin());
+  std::vector<std::pair<uint64_t, uint32_t>> places(reads.chunks.size());  // (offset, read)
+  {
+    std::vector<uint32_t> next(first.begin(), first.end() - 1);
+    for (uint32_t r = 0; r < reads.chunks.size(); ++r) {
+      places[next[file_rank[reads.chunks[r].file]]++] = {reads.chunks[r].file_offset, r};
+    }
+  }
+  for (size_t f = 0; f + 1 < first.size(); ++f) {
+    std::sort(places.begin() + first[f], places.begin() + first[f + 1]);
+  }
+  // Each planned region's requests, in request order.
+  const uint32_t regions = planner.planned_count();
+  std::vector<uint32_t> first_request(regions + 1, 0);
+  for (const Request& request : requests) ++first_request[request.planned + 1];
+  std::partial_sum(first_request.begin(), first_request.end(), first_request.begin());
+  std::vector<Request> requests_of(requests.size());
+  {
+    std::vector<uint32_t> next(first_request.begin(), first_request.end() - 1);
+    for (const Request& request : requests) requests_of[next[request.planned]++] = request;
+  }
+  // Each read's uses: the runs that copy from it, by planned region.
+  struct Use {
+    uint32_t planned;
+    const Run* run;
+  };
+  std::vector<uint32_t> first_use(reads.chunks.size() + 1, 0);
+  for (uint32_t p = 0; p < regions; ++p) {
+    for (const Run& run : planner.planned(p).runs) ++first_use[run.read + 1];
+  }
+  std::partial_sum(first_use.begin(), first_use.end(), first_use.begin());
+  std::vector<Use> uses(first_use.back());
+  {
+    std::vector<uint32_t> next(first_use.begin(), first_use.end() - 1);
+    for (uint32_t p = 0; p < regions; ++p) {
+      for (const Run& run : planner.planned(p).runs) uses[next[run.read]++] = Use{p, &run};
+    }
+  }
+  // Made in the order the reads were found (their uses, and the requests
+  // of the regions that use them, then lie next to each other in memory),
+  // listed in file order.
+  std::vector<v1::ChunkRead*> made(reads.chunks.size());
+  for (uint32_t r = 0; r < reads.chunks.size(); ++r) {
+    const Reads::Chunk& chunk = reads.chunks[r];
+    v1::ChunkRead* read = google::protobuf::Arena::CreateMessage<v1::ChunkRead>(out.GetArena());
+    made[r] = read;
+    v1::StoredChunk* stored = read->mutable_chunk();
+    const absl::string_view file = reads.files[chunk.file];
+    stored->set_file(file.data(), file.size());
+    stored->set_file_offset(chunk.file_offset);
+    stored->set_shard_offset(chunk.shard_offset);
+    stored->set_length(chunk.length);
+    stored->set_crc32c(chunk.crc32c);
+    read->set_fqn(*chunk.fqn);
+    for (uint32_t u = first_use[r]; u < first_use[r + 1]; ++u) {
+      const Run& run = *uses[u].run;
+      const uint32_t p = uses[u].planned;
+      const uint32_t asked = first_request[p + 1] - first_request[p];
+      v1::CopyRun* copy = nullptr;
+      for (uint32_t q = first_request[p]; q < first_request[p + 1]; ++q) {
+        const Request& request = requests_of[q];
+        // The same run at the same place of another rank's list (a
+        // replica): one more rank of the last copy.
+        if (copy != nullptr && request.index == copy->request()) {
+          copy->add_more_ranks(request.rank);
+          continue;
+        }
+        copy = read->add_runs();
+        copy->set_rank(request.rank);
+        copy->set_request(request.index);
+        copy->set_chunk_offset(run.chunk_offset);
+        copy->set_dest_offset(run.dest_offset);
+        copy->set_length(run.length);
+        if (run.count > 1) {
+          copy->set_count(run.count);
+          copy->set_chunk_stride(run.chunk_stride);
+          copy->set_dest_stride(run.dest_stride);
+        }
+        // Replicas nearly always ask at the same place: room for all.
+        if (q == first_request[p] && asked > 1) copy->mutable_more_ranks()->Reserve(asked - 1);
+      }
+    }
+  }
+  google::protobuf::RepeatedPtrField<v1::ChunkRead>& listed = *out.mutable_reads();
+  listed.Reserve(static_cast<int>(places.size()));
+  for (const auto& [offset, read] : places) listed.AddAllocated(made[read]);
+}
+
+}  // namespace
+
+absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
+                                            absl::Span<const v1::NodeLoadPlan> nodes) {
+  return PlanLoad(manifest, nodes, RequestLimits{});
+}
+
+namespace {
+
+// Plans into `out`, empty: on the heap or on an arena.
+absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
+                          absl::Span<const v1::NodeLoadPlan> nodes, const RequestLimits& limits,
+                          v1::LoadAssignment& out) {
+  // The planner reads the compact form only (coordinator.proto); hosts
+  // already compact are not copied.
+  std::vector<v1::NodeLoadPlan> compacted;
+  if (!std::all_of(nodes.begin(), nodes.end(),
+                   [](const v1::NodeLoadPlan& node) { return node.compact(); })) {
+    compacted.assign(nodes.begin(), nodes.end());
+    for (v1::NodeLoadPlan& node : compacted) {
+      if (absl::Status s = CompactLoadPlan(node, limits); !s.ok()) return s;
+    }
+    nodes = compacted;
+  }
+  std::map<std::pair<std::string, int>, const v1::ObjectEntry*> objects;  // (key, rank)
+  for (const v1::ObjectEntry& entry : manifest.objects()) {
+    objects[{entry.key(), entry.rank()}] = &entry;
+  }
+  Planner planner(manifest, limits);
+  const std::string& where = planner.where();
+  std::vector<Request> requests;
+  std::vector<int> tensor_of;   // of one rank's requests
+  std::vector<uint64_t> pairs;  // of one rank's requests
+  RankForms forms;
+  std::vector<size_t> form_request;  // by form: its first rank's first request
+  // The plan's regions, whatever their tensor (0): a rank's form is in
+  // these numbers.
+  RegionTable regions;
+  // A host's tables, looked up where a rank first uses them.
+  std::vector<int> host_tensor;      // manifest index; -1: not yet
+  std::vector<int64_t> host_region;  // the plan's region number; -1: not yet
+  absl::flat_hash_set<int> ranks_seen;
+  out.set_step(manifest.step());
+  {
+    // One growth by doubling copied up to the whole list (50 MB at 4096
+    // ranks x 1000 requests) into memory the kernel zeroes first.
+    size_t total = 0;
+    for (const v1::NodeLoadPlan& node : nodes) {
+      for (const v1::NodeLoadPlan::RankRequests& rank : node.ranks()) {
+        total += static_cast<size_t>(
+            std::min<int64_t>(rank.request_tensors_size(), limits.max_tensors_per_plan));
+      }
+    }
+    requests.reserve(total);
+  }
+  for (const v1::NodeLoadPlan& node : nodes) {
+    if (absl::Status s = CheckCompactTables(node, limits); !s.ok()) return s;
+    host_tensor.assign(node.tensors_size(), -1);
+    host_region.assign(node.regions_size(), -1);
+    for (const v1::NodeLoadPlan::RankRequests& rank : node.ranks()) {
+      const auto who = [&] { return absl::StrCat("rank ", rank.rank()); };
+      // The assignment's sizes and copies are by rank: one list each.
+      if (rank.rank() < 0 || !ranks_seen.insert(rank.rank()).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(who(), " on host ", node.host().host(),
+                         rank.rank() < 0 ? " is negative" : " appears twice in the load"));
+      }
+      const int count = rank.request_tensors_size();
+      if (count > limits.max_tensors_per_plan) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat(who(), ": plan has ", count, " tensors; the limit is ",
+                         limits.max_tensors_per_plan, " (--max_tensors_per_plan)"));
+      }
+      if (rank.object_keys_size() > limits.max_objects_per_plan) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            who(), ": plan has ", rank.object_keys_size(), " object keys; the limit is ",
+            limits.max_objects_per_plan, " (--max_objects_per_plan)"));
+      }
+      if (rank.request_regions_size() != count || rank.tensors_size() > 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(who(), " on host ", node.host().host(), ": ", count, " request tensors, ",
+                         rank.request_regions_size(), " request regions and ", rank.tensors_size(),
+                         " requests spelled out in a compact plan"));
+      }
+      v1::LoadAssignment::RankSizes* sizes = out.add_sizes();
+      sizes->set_rank(rank.rank());
+      sizes->mutable_tensor_bytes()->Reserve(count);
+      tensor_of.clear();
+      pairs.clear();
+      for (int i = 0; i < count; ++i) {
+        const uint32_t k = rank.request_tensors(i);
+        const uint32_t j = rank.request_regions(i);
+        if (k >= host_tensor.size() || j >= host_region.size()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(who(), ": request ", i, " names tensor ", k, " and region ", j, " of ",
+                           host_tensor.size(), " and ", host_region.size(), " its host listed"));
+        }
+        const v1::Region& region = node.regions(static_cast<int>(j));
+        if (host_region[j] < 0) {
+          // The region is read from here on: its size is checked first.
+          const v1::Box& box = region.box();
+          if (box.offsets_size() > limits.max_dims || box.lengths_size() > limits.max_dims) {
+            v1::TensorShard request;
+            *request.mutable_region() = region;
+            request.set_fqn(node.tensors(static_cast<int>(k)).fqn());
+            return WithContext(ValidateShardRequest(request, limits).status(), who());
+          }
+          host_region[j] = regions.Intern(0, region).first;
+        }
+        if (host_tensor[k] < 0) {
+          absl::StatusOr<int> t =
+              planner.TensorOf(node.tensors(static_cast<int>(k)), region, rank.rank());
+          if (!t.ok()) return t.status();
+          host_tensor[k] = *t;
+        }
+        tensor_of.push_back(host_tensor[k]);
+        pairs.push_back(FormPair(host_tensor[k], static_cast<uint32_t>(host_region[j])));
+      }
+      // A replica of an earlier rank gets its copies.
+      const auto [form, fresh_form] = forms.Intern(pairs);
+      if (!fresh_form) {
+        for (int i = 0; i < count; ++i) {
+          const uint32_t planned = requests[form_request[form] + i].planned;
+          sizes->add_tensor_bytes(planner.planned(planned).bytes);
+          requests.push_back(Request{rank.rank(), static_cast<uint32_t>(i), planned});
+        }
+      } else {
+        form_request.push_back(requests.size());
+        for (int i = 0; i < count; ++i) {
+          if (const int ahead = i + kPrefetchAhead; ahead < count) {
+            planner.Prefetch(node.regions(static_cast<int>(rank.request_regions(ahead))),
+                             tensor_of[ahead]);
+          }
+          absl::StatusOr<uint32_t> planned = planner.Plan(
+              node.regions(static_cast<int>(rank.request_regions(i))), tensor_of[i], rank.rank());
+          if (!planned.ok()) return planned.status();
+          sizes->add_tensor_bytes(planner.planned(*planned).bytes);
+          requests.push_back(Request{rank.rank(), static_cast<uint32_t>(i), *planned});
+        }
+      }
+      for (int i = 0; i < rank.object_keys_size(); ++i) {
+        const std::string& key = rank.object_keys(i);
+        auto found = objects.find({key, rank.rank()});
+        if (found == objects.end()) found = objects.find({key, -1});
+        if (found == objects.end()) {
+          return absl::NotFoundError(absl::StrCat("object ", key, " (rank ", rank.rank(),
+                                                  " or global) is not in ", where));
+        }
+        v1::ObjectRead* read = out.add_objects();
+        read->set_rank(rank.rank());
+        read->set_request(i);
+        *read->mutable_chunk() = found->second->chunk();
+        read->set_key(key);
+        sizes->add_object_bytes(found->second->chunk().length());
+      }
+    }
+  }
+  AddReads(planner, requests, out);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
+                                            absl::Span<const v1::NodeLoadPlan> nodes,
+                                            const RequestLimits& limits) {
+  v1::LoadAssignment out;
+  if (absl::Status s = PlanLoadInto(manifest, nodes, limits, out); !s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> PlanLoadShared(
+    const v1::CheckpointManifest& manifest, absl::Span<const v1::NodeLoadPlan> nodes,
+    const RequestLimits& limits) {
+  std::shared_ptr<v1::LoadAssignment> out = NewOnPlanArena<v1::LoadAssignment>();
+  if (absl::Status s = PlanLoadInto(manifest, nodes, limits, *out); !s.ok()) return s;
+  return out;
+}
+
+}  // namespace ckpt::planning

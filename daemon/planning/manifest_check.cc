@@ -1,0 +1,317 @@
+#include "daemon/planning/manifest_check.h"
+
+#include <algorithm>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "proto/lib/region_convert.h"
+#include "proto/lib/validation.h"
+
+namespace ckpt::planning {
+namespace {
+
+// Strings from the manifest are printed escaped and cut short, so a hostile
+// manifest cannot forge or flood an error message.
+std::string Quoted(absl::string_view text) {
+  constexpr size_t kMax = 80;
+  std::string out = absl::CHexEscape(text.substr(0, kMax));
+  if (text.size() > kMax) absl::StrAppend(&out, "...");
+  return absl::StrCat("\"", out, "\"");
+}
+
+class Checker {
+ public:
+  Checker(absl::string_view source, const ManifestLimits& limits)
+      : source_(source), limits_(limits) {}
+
+  absl::Status Run(const v1::CheckpointManifest& m, absl::string_view job, int64_t step) {
+    if (m.format_version() != kManifestFormatVersion) {
+      return Lost(absl::StrCat("format version ", m.format_version(), " is not the supported ",
+                               kManifestFormatVersion));
+    }
+    if (m.job() != job || m.step() != step) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(source_, ": the manifest is of job ", Quoted(m.job()), " step ", m.step(),
+                       ", not of job ", job, " step ", step,
+                       " whose directory holds it (a copied or moved checkpoint directory?)"));
+    }
+    if (absl::Status s = CheckCount("tensors", m.tensors_size(), limits_.max_tensors); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckCount("objects", m.objects_size(), limits_.max_objects); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckMetadata(m); !s.ok()) return s;
+    std::set<absl::string_view> fqns;
+    for (int t = 0; t < m.tensors_size(); ++t) {
+      const v1::TensorEntry& tensor = m.tensors(t);
+      if (!fqns.insert(tensor.fqn()).second) {
+        return Lost(absl::StrCat("tensor ", Quoted(tensor.fqn()), " is listed twice"));
+      }
+      owner_ = {.tensor = t};
+      if (absl::Status s = CheckTensor(tensor); !s.ok()) return s;
+    }
+    std::set<std::pair<absl::string_view, int>> objects;
+    for (int o = 0; o < m.objects_size(); ++o) {
+      const v1::ObjectEntry& object = m.objects(o);
+      if (!objects.insert({object.key(), object.rank()}).second) {
+        return Lost(absl::StrCat("object ", Quoted(object.key()), " of rank ", object.rank(),
+                                 " is listed twice"));
+      }
+      owner_ = {.object = o};
+      if (absl::Status s = CheckObject(object); !s.ok()) return s;
+    }
+    return CheckDisjoint(m);
+  }
+
+ private:
+  absl::Status Lost(absl::string_view what) const {
+    return absl::DataLossError(absl::StrCat(source_, ": ", what));
+  }
+
+  absl::Status CheckCount(absl::string_view what, int64_t count, int64_t limit) const {
+    if (count <= limit) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(source_, ": the manifest holds ", count, " ",
+                                                      what, ", more than the limit of ", limit));
+  }
+
+  absl::Status CheckMetadata(const v1::CheckpointManifest& m) const {
+    if (absl::Status s = CheckCount("user metadata entries", m.user_metadata_size(),
+                                    limits_.max_metadata_entries);
+        !s.ok()) {
+      return s;
+    }
+    uint64_t bytes = 0;
+    for (const auto& [key, value] : m.user_metadata()) bytes += key.size() + value.size();
+    if (bytes > limits_.max_metadata_bytes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          source_, ": the manifest holds ", bytes,
+          " bytes of user metadata, more than the limit of ", limits_.max_metadata_bytes));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckTensor(const v1::TensorEntry& tensor) {
+    const std::string owner = absl::StrCat("tensor ", Quoted(tensor.fqn()));
+    if (tensor.global_shape_size() > limits_.max_dims) {
+      return Lost(absl::StrCat(owner, " has ", tensor.global_shape_size(),
+                               " dimensions, more than the limit of ", limits_.max_dims));
+    }
+    shards_ += tensor.shards_size();
+    if (absl::Status s = CheckCount("shards", shards_, limits_.max_shards); !s.ok()) return s;
+    if (tensor.shards().empty()) return absl::OkStatus();
+    // Name, dtype and shape once; then each shard's region in that shape
+    // (a cluster's manifest has a million shards).
+    v1::TensorShard whole;
+    whole.set_fqn(tensor.fqn());
+    whole.set_dtype(tensor.dtype());
+    *whole.mutable_global_shape() = tensor.global_shape();
+    absl::StatusOr<ShardGeometry> tensor_geometry = ValidateShard(whole);
+    if (!tensor_geometry.ok()) {
+      // The message names the tensor already.
+      return Lost(absl::StrCat(tensor_geometry.status().message(), " (shard 0)"));
+    }
+    const geo::Shape& shape = tensor_geometry->shape;
+    for (int i = 0; i < tensor.shards_size(); ++i) {
+      const v1::StoredShard& shard = tensor.shards(i);
+      // Built only for an error: a cluster's manifest has millions of shards.
+      const auto where = [&] { return absl::StrCat(owner, " shard ", i); };
+      if (shard.region().box().offsets_size() > limits_.max_dims ||
+          shard.region().box().lengths_size() > limits_.max_dims) {
+        return Lost(absl::StrCat(where(), ": its box has more dimensions than the limit of ",
+                                 limits_.max_dims));
+      }
+      absl::StatusOr<int64_t> elements =
+          geo::RegionNumElements(shape, RegionFromProto(shard.region()));
+      if (!elements.ok()) {
+        return Lost(absl::StrCat("tensor ", tensor.fqn(), ": ", elements.status().message(),
+                                 " (shard ", i, ")"));
+      }
+      // Cannot overflow: the region lies inside a shape whose byte size fits.
+      const int64_t bytes = *elements * tensor_geometry->element_size;
+      if (absl::Status s = CheckChunks(shard, static_cast<uint64_t>(bytes), where); !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // The chunks tile [0, shard_bytes) in order: the first starts at 0, each
+  // starts where the previous ended, none is empty, and the last ends at
+  // shard_bytes. Readers copy `length` bytes of a chunk into the shard at
+  // shard_offset, so anything else would read or write outside it.
+  template <typename Where>
+  absl::Status CheckChunks(const v1::StoredShard& shard, uint64_t shard_bytes, const Where& where) {
+    chunks_ += shard.chunks_size();
+    if (absl::Status s = CheckCount("chunks", chunks_, limits_.max_chunks); !s.ok()) return s;
+    if (shard_bytes > 0 && shard.chunks().empty()) {
+      return Lost(absl::StrCat(where(), " holds ", shard_bytes, " bytes but lists no chunks"));
+    }
+    uint64_t next = 0;
+    for (int i = 0; i < shard.chunks_size(); ++i) {
+      const v1::StoredChunk& chunk = shard.chunks(i);
+      const auto at = [&] { return absl::StrCat(where(), " chunk ", i); };
+      if (chunk.length() == 0) return Lost(absl::StrCat(at(), " is empty"));
+      if (chunk.length() > limits_.max_chunk_bytes) {
+        return Lost(absl::StrCat(at(), " is ", chunk.length(), " bytes, more than the limit of ",
+                                 limits_.max_chunk_bytes));
+      }
+      if (chunk.shard_offset() != next) {
+        return Lost(absl::StrCat(at(), " starts at shard offset ", chunk.shard_offset(), " where ",
+                                 next,
+                                 " was expected (chunks must be contiguous, in order, "
+                                 "without gaps or overlaps)"));
+      }
+      if (chunk.length() > shard_bytes - next) {
+        return Lost(absl::StrCat(at(), " [", next, ", +", chunk.length(),
+                                 ") runs past the shard's ", shard_bytes, " bytes"));
+      }
+      next += chunk.length();
+      if (absl::Status s = CheckPlacement(chunk, at); !s.ok()) return s;
+    }
+    if (next != shard_bytes) {
+      return Lost(
+          absl::StrCat(where(), ": its chunks cover ", next, " of its ", shard_bytes, " bytes"));
+    }
+    return absl::OkStatus();
+  }
+
+  // The chunk's file is inside the step directory and its byte range is
+  // representable as an off_t, padding included. Records the range for
+  // CheckDisjoint.
+  template <typename At>
+  absl::Status CheckPlacement(const v1::StoredChunk& chunk, const At& at) {
+    // A shard's chunks are mostly in one file: its name is checked once.
+    if (!last_confined_ || chunk.file() != *last_confined_) {
+      if (absl::Status s = ValidateConfinedName(chunk.file()); !s.ok()) {
+        return Lost(absl::StrCat(at(), ": ", s.message()));
+      }
+      last_confined_ = chunk.file();
+    }
+    constexpr uint64_t kMaxEnd = uint64_t{1} << 62;  // room to round up to any alignment
+    if (chunk.file_offset() > kMaxEnd || chunk.length() > kMaxEnd - chunk.file_offset()) {
+      return Lost(absl::StrCat(at(), ": file offset ", chunk.file_offset(), " + length ",
+                               chunk.length(), " is beyond any file"));
+    }
+    if (chunk.length() > 0) {
+      Extent extent = owner_;
+      extent.file = chunk.file();
+      extent.offset = chunk.file_offset();
+      extent.length = chunk.length();
+      extents_.push_back(extent);
+    }
+    return absl::OkStatus();
+  }
+
+  // No two chunks share a byte of a file: the save planner gives every item
+  // a place of its own. Readers rely on it: the load planner and the load's
+  // pool groups read each (file, offset) once and hand its bytes, checked
+  // against one chunk's CRC, to every owner of a chunk there, so two chunks
+  // at one place would give one owner another's bytes, or a length that is
+  // not its own. Found by tests/fuzz/fuzz_manifest.
+  absl::Status CheckDisjoint(const v1::CheckpointManifest& m) {
+    // Sorted on integers: the files (a few per host) numbered once, so the
+    // sort of a million chunks never compares their names.
+    absl::flat_hash_map<absl::string_view, uint32_t> file_number;
+    for (const Extent& e : extents_) file_number.try_emplace(e.file, 0);
+    std::vector<absl::string_view> files;
+    files.reserve(file_number.size());
+    for (const auto& [file, number] : file_number) files.push_back(file);
+    std::sort(files.begin(), files.end());
+    for (uint32_t f = 0; f < files.size(); ++f) file_number[files[f]] = f;
+    for (Extent& e : extents_) e.file_number = file_number[e.file];
+    // Grouped by file, then each file's sorted by offset on plain pairs: one
+    // sort of a million whole extents moved 50 MB about, most of a
+    // cluster-scale plan's check.
+    std::vector<uint32_t> first(files.size() + 1, 0);
+    for (const Extent& e : extents_) ++first[e.file_number + 1];
+    std::partial_sum(first.begin(), first.end(), first.begin());
+    std::vector<std::pair<uint64_t, uint32_t>> by_file(extents_.size());  // (offset, extent)
+    {
+      std::vector<uint32_t> next(first.begin(), first.end() - 1);
+      for (uint32_t i = 0; i < extents_.size(); ++i) {
+        by_file[next[extents_[i].file_number]++] = {extents_[i].offset, i};
+      }
+    }
+    for (size_t f = 0; f < files.size(); ++f) {
+      const auto begin = by_file.begin() + first[f];
+      const auto end = by_file.begin() + first[f + 1];
+      std::sort(begin, end);
+      // Sorted by start, ranges are disjoint when each ends before the next.
+      for (auto it = begin + (begin == end ? 0 : 1); it < end; ++it) {
+        const Extent& a = extents_[(it - 1)->second];
+        const Extent& b = extents_[it->second];
+        if (b.offset - a.offset < a.length) {
+          return Lost(absl::StrCat(OwnerName(m, a), " and ", OwnerName(m, b), " overlap in ",
+                                   Quoted(a.file), " at offset ", b.offset,
+                                   " (chunks may not share bytes)"));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckObject(const v1::ObjectEntry& object) {
+    const std::string at =
+        absl::StrCat("object ", Quoted(object.key()), " of rank ", object.rank());
+    if (absl::Status s = ValidateName("object", object.key()); !s.ok()) {
+      return Lost(absl::StrCat(at, ": ", s.message()));
+    }
+    if (object.rank() < -1) return Lost(absl::StrCat(at, ": rank below -1 (global)"));
+    const v1::StoredChunk& chunk = object.chunk();
+    chunks_ += 1;
+    if (absl::Status s = CheckCount("chunks", chunks_, limits_.max_chunks); !s.ok()) return s;
+    if (chunk.length() > limits_.max_object_bytes) {
+      return Lost(absl::StrCat(at, " is ", chunk.length(), " bytes, more than the limit of ",
+                               limits_.max_object_bytes));
+    }
+    if (chunk.shard_offset() != 0) {
+      return Lost(absl::StrCat(at, ": its chunk starts at offset ", chunk.shard_offset(),
+                               " of the object, not 0"));
+    }
+    // An empty object is read from nowhere: its file name is never opened.
+    if (chunk.length() == 0 && chunk.file().empty()) return absl::OkStatus();
+    return CheckPlacement(chunk, [&] { return at; });
+  }
+
+  // A chunk's byte range in its file and whose it is.
+  struct Extent {
+    int tensor = -1;  // index into the manifest's tensors, or
+    int object = -1;  // into its objects
+    absl::string_view file = {};
+    uint32_t file_number = 0;  // files' order by name, set by CheckDisjoint
+    uint64_t offset = 0;
+    uint64_t length = 0;
+  };
+
+  static std::string OwnerName(const v1::CheckpointManifest& m, const Extent& e) {
+    if (e.tensor >= 0) return absl::StrCat("tensor ", Quoted(m.tensors(e.tensor).fqn()));
+    const v1::ObjectEntry& object = m.objects(e.object);
+    return absl::StrCat("object ", Quoted(object.key()), " of rank ", object.rank());
+  }
+
+  const std::string source_;
+  const ManifestLimits& limits_;
+  int64_t shards_ = 0;
+  int64_t chunks_ = 0;
+  Extent owner_;                                    // of the chunks being checked
+  std::vector<Extent> extents_;                     // every non-empty chunk's
+  std::optional<absl::string_view> last_confined_;  // the last file name that passed
+};
+
+}  // namespace
+
+absl::Status ValidateManifest(const v1::CheckpointManifest& manifest, absl::string_view job,
+                              int64_t step, absl::string_view source,
+                              const ManifestLimits& limits) {
+  return Checker(source, limits).Run(manifest, job, step);
+}
+
+}  // namespace ckpt::planning

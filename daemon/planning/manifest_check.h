@@ -1,0 +1,55 @@
+// Validation of a MANIFEST read from disk. A manifest is untrusted input: its
+// CRC trailer only proves it was not torn, not that whoever wrote it (a copy
+// from another directory, another job on a shared mount, a hostile user) told
+// the truth. Everything that reads a manifest (load planning, verify,
+// inspect, list) sees it only after ValidateManifest, so later code may
+// assume: the manifest is the one of the directory asked for; every file
+// name stays in the step directory; every tensor's dtype, shape and regions
+// are valid with overflow-checked sizes; every shard's chunks exactly tile
+// its packed bytes, in order; no two chunks share a byte of a file; no
+// offset + length wraps; and every count is bounded, so walking it costs at
+// most what the limits allow.
+//
+// Thread-safety: pure functions, safe from any thread.
+#ifndef CKPT_DAEMON_PLANNING_MANIFEST_CHECK_H_
+#define CKPT_DAEMON_PLANNING_MANIFEST_CHECK_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "ckpt/v1/manifest.pb.h"
+
+namespace ckpt::planning {
+
+// What a manifest may hold. The defaults are far beyond what a real save
+// writes and small enough that reading one cannot exhaust the daemon.
+struct ManifestLimits {
+  uint64_t max_manifest_bytes = uint64_t{256} << 20;  // the MANIFEST file
+  // Reading one: its bytes, the parsed message and the checks, estimated
+  // before it is parsed (manifest_footprint.h).
+  uint64_t max_memory_bytes = uint64_t{256} << 20;
+  int64_t max_tensors = 1 << 20;
+  int64_t max_shards = 1 << 22;  // over all tensors
+  int64_t max_chunks = 1 << 24;  // over all shards and objects
+  int64_t max_objects = 1 << 20;
+  int max_dims = 64;
+  int64_t max_metadata_entries = 4096;
+  uint64_t max_metadata_bytes = uint64_t{1} << 20;  // keys + values
+  uint64_t max_chunk_bytes = uint64_t{1} << 32;     // one tensor chunk
+  uint64_t max_object_bytes = uint64_t{1} << 32;    // one object
+};
+
+inline constexpr uint32_t kManifestFormatVersion = 1;
+
+// OK, or DATA_LOSS "<source>: <what is wrong, naming tensor/object/chunk>"
+// (FAILED_PRECONDITION when a limit is exceeded). `job` and `step` are those
+// of the directory the manifest was read from.
+absl::Status ValidateManifest(const v1::CheckpointManifest& manifest, absl::string_view job,
+                              int64_t step, absl::string_view source,
+                              const ManifestLimits& limits = {});
+
+}  // namespace ckpt::planning
+
+#endif  // CKPT_DAEMON_PLANNING_MANIFEST_CHECK_H_

@@ -1,0 +1,643 @@
+#include "daemon/service/node_daemon.h"
+
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "daemon/auth/pem_file.h"
+#include "daemon/service/heap_trim.h"
+#include "daemon/service/metrics_sampler.h"
+#include "daemon/service/refusal_interceptor.h"
+#include "daemon/storage/backend_factory.h"
+#include "daemon/storage/layout.h"
+#include "daemon/tier/erasure_code.h"
+#include "gpu/device_factory.h"
+#include "proto/lib/request_limits.h"
+#include "proto/lib/status_context.h"
+
+namespace ckpt::service {
+namespace {
+
+constexpr absl::Duration kReapInterval = absl::Milliseconds(100);
+constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
+// Saves and loads whose progress a heartbeat carries (of each; the
+// coordinator keeps as many).
+constexpr int kMaxHeartbeatProgress = 64;
+
+// A zero or negative bound would refuse everything (or, cast, allow
+// anything): refuse to start instead, naming the flag.
+// --memory_tier_erasure: "k,m", or empty for (0, 0): replicas instead.
+absl::StatusOr<std::pair<int, int>> ParseErasure(const std::string& flag) {
+  if (flag.empty()) return std::pair<int, int>(0, 0);
+  std::vector<std::string> parts = absl::StrSplit(flag, ',');
+  int k = 0, m = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &k) || !absl::SimpleAtoi(parts[1], &m) ||
+      k < 1 || m < 1 || k + m > tier::ErasureCode::kMaxShares) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--memory_tier_erasure is \"k,m\" with k, m >= 1 and k + m <= ",
+                     tier::ErasureCode::kMaxShares, ", not \"", flag.substr(0, 64), "\""));
+  }
+  return std::pair<int, int>(k, m);
+}
+
+absl::Status CheckLimits(const RequestLimits& l, const planning::ManifestLimits& m) {
+  const std::pair<const char*, int64_t> bounds[] = {
+      {"--max_world_size", l.max_world_size},
+      {"--max_tensors_per_plan", l.max_tensors_per_plan},
+      {"--max_objects_per_plan", l.max_objects_per_plan},
+      {"--max_dims", l.max_dims},
+      {"--max_runs_per_shard", l.max_runs_per_shard},
+      {"--max_regions_per_tensor", l.max_regions_per_tensor},
+      {"--max_user_metadata_entries", l.max_user_metadata_entries},
+      {"--max_user_metadata_bytes", l.max_user_metadata_bytes},
+      {"--max_name_bytes", l.max_name_bytes},
+      {"--max_object_bytes", l.max_object_bytes},
+      {"--max_shard_bytes", l.max_shard_bytes},
+      {"--max_bytes_per_rank", l.max_bytes_per_rank},
+      {"--max_chunks_per_save", l.max_chunks_per_save},
+      {"--max_message_bytes", l.max_message_bytes},
+      {"--max_manifest_tensors", m.max_tensors},
+      {"--max_manifest_shards", m.max_shards},
+      {"--max_manifest_chunks", m.max_chunks},
+      {"--max_manifest_objects", m.max_objects},
+  };
+  for (const auto& [flag, value] : bounds) {
+    if (value <= 0)
+      return absl::InvalidArgumentError(absl::StrCat(flag, " must be positive, not ", value));
+  }
+  if (l.max_world_size > INT_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_world_size must be at most ", INT_MAX));
+  }
+  if (m.max_memory_bytes == 0) {
+    return absl::InvalidArgumentError("--max_manifest_memory_bytes must be positive");
+  }
+  if (m.max_manifest_bytes == 0 || m.max_chunk_bytes == 0) {
+    return absl::InvalidArgumentError(
+        "--max_manifest_bytes and --max_manifest_chunk_bytes must be positive");
+  }
+  return absl::OkStatus();
+}
+
+// True when something accepts connections on the socket: another ckptd.
+bool SocketIsServed(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+  const bool served = connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  close(fd);
+  return served;
+}
+
+// The pool is one descriptor per segment plus gRPC's and the storage's:
+// systemd's default soft limit (1024) is too low for a large pool with
+// many ranks, and the hard limit is there to be used.
+void RaiseDescriptorLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
+// The socket files reach as far as the allow-lists do (unix_listener.h).
+auth::SocketAccess SocketAccessOf(const auth::AccessPolicy& policy) {
+  auth::SocketAccess access;
+  if (!policy.AdmitsOthers()) return access;
+  if (std::optional<gid_t> group = policy.SoleGroup(); group.has_value()) {
+    access.reach = auth::SocketAccess::Reach::kGroup;
+    access.group = *group;
+  } else {
+    access.reach = auth::SocketAccess::Reach::kEveryone;
+  }
+  return access;
+}
+
+// A session's segments go only to the user that attached it.
+absl::StatusOr<std::string> SegmentOwner(const session::RankSessions& sessions,
+                                         const std::string& id, uid_t uid) {
+  absl::StatusOr<session::RankSession> session = sessions.Find(id);
+  if (!session.ok()) return session.status();
+  if (session->uid != uid) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(auth::DescribeUid(uid), " may not map the pool segments of a session of ",
+                     auth::DescribeUid(session->uid), " (job ", session->job, ")"));
+  }
+  return session->job;
+}
+
+std::string DefaultHostName() {
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  std::string host(name);
+  // Host names become file names: keep them inside the allowed set.
+  for (char& c : host) {
+    if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+  }
+  return host;
+}
+
+// "host:port" with its host replaced by 127.0.0.1 unless it is loopback
+// already: a listener without TLS and a token must not face the network.
+std::string LoopbackOnly(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  const std::string host = colon == std::string::npos ? "" : address.substr(0, colon);
+  const std::string port = colon == std::string::npos ? address : address.substr(colon + 1);
+  if (host == "localhost" || host == "[::1]" || absl::StartsWith(host, "127.")) return address;
+  return absl::StrCat("127.0.0.1:", port);
+}
+
+}  // namespace
+
+NodeDaemon::NodeDaemon(session::DaemonOptions options) : options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(session::DaemonOptions options) {
+  return Create(std::move(options), nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
+    session::DaemonOptions options, std::unique_ptr<storage::Backend> backend) {
+  if (options.storage_root.empty()) return absl::InvalidArgumentError("--storage_root is required");
+  if (options.socket_path.empty()) return absl::InvalidArgumentError("--socket_path is required");
+  if (options.writer_threads <= 0 || options.reader_threads <= 0) {
+    return absl::InvalidArgumentError("--writer_threads and --reader_threads must be positive");
+  }
+  if (absl::Status s = CheckLimits(options.limits, options.manifest_limits); !s.ok()) return s;
+  if (options.heartbeat_interval < absl::Milliseconds(10) ||
+      options.heartbeat_timeout < 2 * options.heartbeat_interval) {
+    return absl::InvalidArgumentError(
+        "--heartbeat_interval_s must be at least 0.01 and --heartbeat_timeout_s at least twice "
+        "it");
+  }
+  if (absl::StatusOr<std::pair<int, int>> e = ParseErasure(options.memory_tier_erasure); !e.ok()) {
+    return e.status();
+  }
+  if (options.memory_tier_replicas < 0) {
+    return absl::InvalidArgumentError("--memory_tier_replicas must not be negative");
+  }
+  if (options.memory_tier_keep_steps < 1) {
+    return absl::InvalidArgumentError("--memory_tier_keep_steps must be at least 1");
+  }
+  if (options.peer_wait < absl::Seconds(1)) {
+    return absl::InvalidArgumentError("--peer_wait_s must be at least 1");
+  }
+  if (options.host_name.empty()) options.host_name = DefaultHostName();
+  // Only one daemon per socket. With none alive, the sockets left by a
+  // killed one are stale and reclaimed (the pool is memfds: nothing of it
+  // outlives its daemon and its ranks).
+  if (SocketIsServed(options.socket_path)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("another ckptd is serving ", options.socket_path));
+  }
+  RaiseDescriptorLimit();
+  std::unique_ptr<NodeDaemon> d(new NodeDaemon(std::move(options)));
+  const session::DaemonOptions& o = d->options_;
+
+  storage::PosixBackendOptions posix;
+  posix.use_io_uring = o.use_io_uring;
+  posix.use_o_direct = o.use_o_direct;
+  posix.queue_depth = o.queue_depth;
+  if (backend == nullptr) {
+    absl::StatusOr<std::unique_ptr<storage::Backend>> named =
+        storage::NewBackend(o.storage_backend, posix);
+    if (!named.ok()) return named.status();
+    backend = std::move(*named);
+  }
+  d->backend_ = std::move(backend);
+  if (absl::Status s = d->backend_->CreateDirs(o.storage_root); !s.ok()) {
+    return WithContext(s, "storage root");
+  }
+
+  d->gpu_ = gpu::DetectDeviceRuntime();
+  d->ipc_ = std::make_unique<gpu::IpcMappingCache>(d->gpu_.get());
+  pool::PoolOptions pool_options;
+  pool_options.bytes = o.pool_bytes;
+  pool_options.owner_share = o.job_pool_share;
+  pool_options.segment_bytes = o.pool_segment_bytes;
+  // A segment renewed for another job is new memory at the same addresses:
+  // its GPU pinning and the rings' fixed buffers must follow. No I/O or copy
+  // touches it meanwhile (it is wholly free).
+  NodeDaemon* self = d.get();
+  pool_options.before_renew = [self](char* at, uint64_t) {
+    if (self->pool_registered_) (void)self->gpu_->UnregisterHostMemory(at);
+  };
+  pool_options.after_renew = [self](char* at, uint64_t bytes) {
+    if (self->pool_registered_) (void)self->gpu_->RegisterHostMemory(at, bytes);
+    self->backend_->RenewMemory(at, bytes);
+  };
+  absl::StatusOr<std::unique_ptr<pool::ShmPool>> pool = pool::ShmPool::Create(pool_options);
+  if (!pool.ok()) return pool.status();
+  d->pool_ = std::move(*pool);
+  if (d->gpu_->HasDevice()) {
+    // Pinned once here, segment by segment (a renewal re-pins one), so
+    // copies from the GPU run at full DMA speed.
+    for (const auto& [at, bytes] : d->pool_->SegmentRanges()) {
+      if (absl::Status s = d->gpu_->RegisterHostMemory(at, bytes); !s.ok()) return s;
+    }
+    d->pool_registered_ = true;
+  }
+
+  // Writes come from the pool and reads land in it: register it once.
+  if (absl::Status s = d->backend_->RegisterMemory(d->pool_->base(), d->pool_->capacity(),
+                                                   d->pool_->segment_bytes());
+      !s.ok()) {
+    return s;
+  }
+
+  planning::SavePlannerOptions planner;
+  planner.chunk_bytes = o.chunk_bytes;
+  planner.alignment = d->pool_->alignment();
+  planner.limits = o.limits;
+  planner.manifest_limits = o.manifest_limits;  // what the catalog will accept
+  coordinator::CatalogOptions catalog;
+  catalog.host = o.host_name;  // the instance id is chosen here, once per start
+  catalog.limits = o.manifest_limits;
+  // One bound on manifest reads for both tiers' catalogs.
+  catalog.read_slots = std::make_shared<coordinator::ManifestReadSlots>();
+  coordinator::RendezvousOptions rendezvous;
+  // Hosts wait for each other as long as ranks wait for each other, plus
+  // the time the registry takes to declare a silent host lost.
+  rendezvous.plan_timeout = o.plan_timeout + o.heartbeat_timeout;
+  rendezvous.write_timeout = o.snapshot_timeout + 2 * o.heartbeat_timeout;
+  rendezvous.plan_cache_bytes = o.plan_cache_bytes;
+  d->coordinator_ = std::make_unique<coordinator::Coordinator>(*d->backend_, o.storage_root,
+                                                               planner, catalog, rendezvous);
+  absl::StatusOr<int> removed = d->coordinator_->catalog().RemoveStalePartials();
+  if (!removed.ok()) return removed.status();
+  d->removed_partials_ = *removed;
+  d->coordinator_->EnableRetention(o.retention);
+  if (o.memory_tier_bytes > 0) {
+    // The budget is taken as it comes, not at start: say so when it could
+    // not be, before the host finds out by swapping or the OOM killer.
+    const uint64_t physical =
+        static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(getpagesize());
+    if (physical > 0 && o.memory_tier_bytes + o.pool_bytes > physical / 2) {
+      absl::FPrintF(stderr,
+                    "ckptd: warning: --memory_tier_bytes (%d) and --pool_bytes (%d) are more than "
+                    "half of this host's %d bytes of memory; the trainers need the rest\n",
+                    o.memory_tier_bytes, o.pool_bytes, physical);
+    }
+    tier::MemoryTierOptions memory;
+    memory.budget_bytes = o.memory_tier_bytes;
+    memory.keep_steps = o.memory_tier_keep_steps;
+    d->memory_tier_ =
+        std::make_unique<tier::MemoryTier>(memory, planner, catalog, rendezvous, *d->coordinator_);
+  }
+
+  absl::StatusOr<auth::AccessPolicy> policy = auth::AccessPolicy::Create(o.access, geteuid());
+  if (!policy.ok()) return policy.status();
+  std::string admin_token, read_token;
+  if (!o.token_file.empty()) {
+    absl::StatusOr<std::string> token = auth::ReadTokenFile(o.token_file, "--token_file");
+    if (!token.ok()) return token.status();
+    admin_token = *token;
+  }
+  if (!o.read_token_file.empty()) {
+    absl::StatusOr<std::string> token = auth::ReadTokenFile(o.read_token_file, "--read_token_file");
+    if (!token.ok()) return token.status();
+    read_token = *token;
+  }
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("--tls_cert_file and --tls_key_file go together");
+  }
+  auth::BearerTokens tokens(std::move(admin_token), std::move(read_token));
+  if (!o.tokens_file.empty()) {
+    if (absl::Status s = tokens.AddFile(o.tokens_file, "--tokens_file"); !s.ok()) return s;
+  }
+  d->access_note_ = absl::StrCat("unix socket for ", policy->Describe());
+  d->auth_ = std::make_unique<auth::Authenticator>(*std::move(policy), std::move(tokens));
+  // A job with data and no owner record is adopted by an admin, never by
+  // whoever attaches first: its data may be on storage or in the memory tier.
+  d->owners_ = std::make_unique<auth::JobOwners>(
+      *d->backend_, o.storage_root,
+      [backend = d->backend_.get(), root = o.storage_root,
+       memory = d->memory_tier_.get()](const std::string& job) -> absl::StatusOr<bool> {
+        absl::StatusOr<std::vector<std::string>> names =
+            backend->ListDir(storage::JobDir(root, job));
+        if (!names.ok() && !absl::IsNotFound(names.status())) return names.status();
+        if (names.ok()) {
+          for (const std::string& name : *names) {
+            if (!absl::StartsWith(name, auth::kOwnerFileName)) return true;
+          }
+        }
+        if (memory == nullptr) return false;
+        absl::StatusOr<std::vector<v1::CheckpointSummary>> held =
+            memory->coordinator().catalog().ListCheckpoints(job);
+        return held.ok() && !held->empty();
+      });
+
+  session::SessionLimits session_limits;
+  session_limits.max_sessions = o.max_sessions;
+  session_limits.max_world_size = static_cast<int>(o.limits.max_world_size);
+  session_limits.max_sessions_per_principal = o.principal_max_sessions;
+  session_limits.watch_grace = o.session_watch_grace;
+  d->sessions_ = std::make_unique<session::RankSessions>(session_limits);
+  // Each writer and reader sets up its I/O (io_uring ring, pool pinned as
+  // fixed buffers) before the daemon serves, not inside the first save or
+  // load: 0.2 s per thread for a 4.5 GiB pool here, seconds for large ones.
+  auto prepare = [storage = d->backend_.get()] { storage->PrepareThread(); };
+  d->writers_ = std::make_unique<exec::WriterPool>(o.writer_threads, std::max(1u, o.queue_depth),
+                                                   o.writer_nice, prepare);
+  d->readers_ = std::make_unique<exec::ReaderPool>(o.reader_threads, prepare);
+  metrics::MetricsOptions metrics_options;
+  metrics_options.max_jobs = o.metrics_max_jobs;
+  d->metrics_ = std::make_unique<metrics::Metrics>(metrics_options);
+  v1::HostIdentity host;
+  host.set_host(o.host_name);
+  host.set_address(o.listen_address);
+  host.set_failure_domain(o.failure_domain);
+  d->context_.reset(new session::NodeContext{
+      d->options_, *d->gpu_, *d->ipc_, host, *d->coordinator_, *d->backend_, *d->pool_,
+      *d->writers_, *d->readers_, *d->sessions_, d->bytes_written_, d->bytes_read_, d->commits_,
+      *d->auth_, *d->owners_, *d->metrics_});
+  d->context_->background = &d->background_;
+  d->context_->memory_tier = d->memory_tier_.get();
+  if (d->memory_tier_ != nullptr) {
+    d->step_checks_ = std::make_unique<tier::EarlyStepChecks>(*d->memory_tier_, o.reader_threads);
+    d->context_->step_checks = d->step_checks_.get();
+  }
+  d->service_ = std::make_unique<NodeService>(*d->context_, d->gpu_->HasDevice(), o.limits);
+  // A session id asks for its job's pool segments; a session id, a newline
+  // and a load id for the memory-tier files that load shares.
+  d->segment_server_ = std::make_unique<SegmentServer>(
+      [sessions = d->sessions_.get(), pool = d->pool_.get(), service = d->service_.get()](
+          const std::string& request, uid_t uid) -> absl::StatusOr<pool::OwnerSegments> {
+        const size_t newline = request.find('\n');
+        absl::StatusOr<std::string> job = SegmentOwner(*sessions, request.substr(0, newline), uid);
+        if (!job.ok()) return job.status();
+        if (newline == std::string::npos) return pool->SegmentsOf(*job);
+        return service->LoadMemorySpace(*job, request.substr(newline + 1));
+      },
+      // Segments are for ranks: only users who may attach may ask.
+      [auth = d->auth_.get()](int fd, uid_t uid, gid_t gid) {
+        return auth->OfLocalPeer(fd, uid, gid).Has(auth::Permission::kUse);
+      });
+  return d;
+}
+
+absl::Status NodeDaemon::Start() {
+  // First, so a metrics address that cannot be served fails the start
+  // before any rank is admitted.
+  if (!options_.metrics_address.empty()) {
+    metrics_->SetSampler([context = context_.get()] { return SampleNode(*context); });
+    absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> metrics_server =
+        metrics::MetricsServer::Start(options_.metrics_address, *metrics_);
+    if (!metrics_server.ok()) return metrics_server.status();
+    metrics_server_ = std::move(*metrics_server);
+    absl::FPrintF(stderr, "ckptd: metrics on http://%s/metrics (port %d)\n",
+                  options_.metrics_address, metrics_server_->port());
+  }
+  grpc::ServerBuilder builder;
+  // Plans of large models are big, but a request is bounded before it is
+  // parsed.
+  const int max_message =
+      static_cast<int>(std::min<int64_t>(options_.limits.max_message_bytes, INT_MAX));
+  builder.SetMaxReceiveMessageSize(max_message);
+  builder.SetMaxSendMessageSize(max_message);
+  int tcp_port = 0;
+  std::string tcp_address = options_.listen_address;
+  if (!tcp_address.empty()) {
+    const bool tls = !options_.tls_cert_file.empty();
+    std::shared_ptr<grpc::ServerCredentials> credentials;
+    if (tls && auth_->tokens().configured()) {
+      absl::StatusOr<std::string> cert =
+          auth::ReadPemFile(options_.tls_cert_file, "--tls_cert_file");
+      if (!cert.ok()) return cert.status();
+      absl::StatusOr<std::string> key = auth::ReadPemFile(options_.tls_key_file, "--tls_key_file");
+      if (!key.ok()) return key.status();
+      grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+      ssl.pem_key_cert_pairs.push_back({*key, *cert});
+      if (!options_.tls_client_ca_file.empty()) {
+        absl::StatusOr<std::string> ca =
+            auth::ReadPemFile(options_.tls_client_ca_file, "--tls_client_ca_file");
+        if (!ca.ok()) return ca.status();
+        ssl.pem_root_certs = *ca;
+        ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+      }
+      credentials = grpc::SslServerCredentials(ssl);
+      // Calls without a valid token end before their request is read.
+      credentials->SetAuthMetadataProcessor(
+          std::make_shared<auth::TokenAuthProcessor>(auth_->tokens()));
+      absl::StrAppend(&access_note_, "; TCP ", tcp_address, " with TLS and a bearer token");
+    } else {
+      tcp_address = LoopbackOnly(tcp_address);
+      credentials = grpc::InsecureServerCredentials();
+      absl::StrAppend(&access_note_, "; TCP bound to ", tcp_address,
+                      " only and every TCP call refused: it needs --tls_cert_file, --tls_key_file "
+                      "and --tokens_file (or --token_file)");
+    }
+    builder.AddListeningPort(tcp_address, credentials, &tcp_port);
+  }
+  builder.RegisterService(service_.get());
+  if (options_.coordinator) {
+    // Memory-tier saves of jobs spread over hosts meet in this daemon's
+    // memory tier (it keeps their manifests; the hosts keep the data).
+    coordinator::Coordinator* memory = nullptr;
+    if (memory_tier_ != nullptr) {
+      memory = &memory_tier_->coordinator();
+      const std::pair<int, int> erasure = *ParseErasure(options_.memory_tier_erasure);
+      memory->ServeClusterMemoryTier(options_.memory_tier_replicas, erasure.first, erasure.second);
+      coordinator_->LoadFromMemoryToo(&memory->catalog());
+    }
+    cluster_ = std::make_unique<cluster::ClusterServiceImpl>(
+        *auth_, cluster::ClusterServiceOptions{.instance = coordinator_->catalog().instance(),
+                                               .heartbeat_interval = options_.heartbeat_interval,
+                                               .heartbeat_timeout = options_.heartbeat_timeout,
+                                               .coordinator = coordinator_.get(),
+                                               .memory_coordinator = memory});
+    builder.RegisterService(cluster_.get());
+    coordinator_service_ =
+        std::make_unique<cluster::CoordinatorServiceImpl>(*auth_, *coordinator_, *cluster_, memory);
+    builder.RegisterService(coordinator_service_.get());
+    // Ranks of a job spread over hosts that attach here meet the others
+    // in this process.
+    cluster_saves_ = std::make_unique<cluster::LocalSaveCoordinator>(
+        *coordinator_, [this] { return stop_.HasBeenNotified(); }, memory);
+    context_->cluster_saves = cluster_saves_.get();
+  }
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<RefusalInterceptorFactory>(*metrics_));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot start the gRPC server",
+                                               tcp_address.empty() ? "" : " on ", tcp_address));
+  }
+  if (!tcp_address.empty() && tcp_port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", tcp_address));
+  }
+  // Before the gRPC socket: a rank that attached can always fetch its
+  // segments.
+  const auth::SocketAccess access = SocketAccessOf(auth_->policy());
+  if (absl::Status s = segment_server_->Start(SegmentSocketPath(options_.socket_path), access);
+      !s.ok()) {
+    return s;
+  }
+  // The Unix socket is accepted by us, so handlers learn each peer's uid.
+  auth::UnixListener::Admit admit = [auth = auth_.get()](int fd, uid_t uid, gid_t gid) {
+    return !auth->OfLocalPeer(fd, uid, gid).empty();
+  };
+  if (absl::Status s = unix_listener_.Start(options_.socket_path, access, std::move(admit),
+                                            options_.principal_max_connections, server_.get());
+      !s.ok()) {
+    return s;
+  }
+  std::string peer_address;  // as other hosts reach it
+  if (!options_.peer_address.empty()) {
+    absl::StatusOr<std::unique_ptr<peer::PeerReceiver>> receiver = peer::PeerReceiver::Start(
+        {.listen_address = options_.peer_address, .frame_auth = options_.peer_frame_auth});
+    if (!receiver.ok()) return WithContext(receiver.status(), "--peer_address");
+    peer_receiver_ = std::move(*receiver);
+    const size_t colon = options_.peer_address.rfind(':');
+    peer_address =
+        absl::StrCat(options_.peer_address.substr(0, colon), ":", peer_receiver_->port());
+    context_->peer = peer_receiver_.get();
+    context_->peer_address = peer_address;
+    absl::StrAppend(&access_note_, "; peer data channel on ", peer_address,
+                    " (one-use tokens from the coordinator)");
+  }
+  if (!options_.coordinator_address.empty()) {
+    cluster::CoordinatorLinkOptions link;
+    link.self.mutable_host()->set_address(peer_address);
+    link.address = options_.coordinator_address;
+    link.tls_ca_file = options_.coordinator_tls_ca_file;
+    link.token_file = options_.coordinator_token_file;
+    link.self.mutable_host()->set_host(options_.host_name);
+    link.self.set_instance(coordinator_->catalog().instance());
+    link.self.set_pool_bytes(pool_->capacity());
+    link.self.set_failure_domain(options_.failure_domain);
+    link.sample = [this](v1::HeartbeatRequest& beat) {
+      beat.set_pool_used(pool_->Stats().used);
+      beat.set_sessions(static_cast<uint32_t>(service_->InFlight()));
+      service_->InFlightProgress(kMaxHeartbeatProgress, beat.mutable_saves(), beat.mutable_loads());
+      for (std::string& id : service_->SpanningSaveIds()) beat.add_save_ids(std::move(id));
+    };
+    link.on_answer = [this](const v1::HeartbeatResponse& answer) {
+      service_->FailSpanningSaves(answer);
+    };
+    link.max_message_bytes =
+        static_cast<int>(std::min<int64_t>(options_.limits.max_message_bytes, INT_MAX));
+    absl::StatusOr<std::unique_ptr<cluster::CoordinatorLink>> started =
+        cluster::CoordinatorLink::Start(std::move(link));
+    if (!started.ok()) return started.status();
+    coordinator_link_ = std::move(*started);
+    if (cluster_saves_ == nullptr) {
+      // A call waits while other hosts plan or write; the coordinator
+      // fails it itself when one is lost, and CheckCoordinatorContact when
+      // the coordinator is.
+      auto remote = std::make_unique<cluster::RemoteSaveCoordinator>(
+          coordinator_link_->channel(), options_.coordinator_address,
+          options_.plan_timeout + options_.snapshot_timeout + 2 * options_.heartbeat_timeout,
+          [link = coordinator_link_.get()] { return link->registered(); },
+          2 * options_.heartbeat_timeout);
+      remote_saves_ = remote.get();
+      cluster_saves_ = std::move(remote);
+      context_->cluster_saves = cluster_saves_.get();
+    }
+  }
+  notifier_.Ready(StatusLine());
+  reaper_ = std::thread([this] {
+    // What a refused or failed request freed goes back to the system.
+    HeapTrimmer heap_trimmer({.enabled = options_.return_freed_memory});
+    while (!stop_.WaitForNotificationWithTimeout(kReapInterval)) {
+      const absl::Time now = absl::Now();
+      service_->Reap(now);
+      CheckCoordinatorContact(now);
+      metrics_->Tick(now);
+      notifier_.Tick(now, StatusLine());
+      heap_trimmer.Tick(now);
+    }
+  });
+  return absl::OkStatus();
+}
+
+void NodeDaemon::Wait() { stop_.WaitForNotification(); }
+
+void NodeDaemon::CheckCoordinatorContact(absl::Time now) {
+  if (coordinator_link_ == nullptr) return;
+  const absl::Duration silent = now - coordinator_link_->last_contact();
+  if (silent <= options_.heartbeat_timeout) return;
+  const absl::Status lost = absl::UnavailableError(
+      absl::StrCat("host ", options_.host_name, " lost contact with the coordinator at ",
+                   options_.coordinator_address, " (no answer for ",
+                   absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(100))),
+                   "; it died, or the network is cut); aborted"));
+  service_->FailSpanningSaves(lost);
+  if (remote_saves_ != nullptr) remote_saves_->CancelAll(std::string(lost.message()));
+}
+
+std::string NodeDaemon::StatusLine() const {
+  const pool::PoolStats pool = pool_->Stats();
+  return absl::StrFormat("serving: %d ranks attached, %d saves/loads in flight, pool %.0f%% used",
+                         sessions_->attached(), service_->InFlight(),
+                         pool.capacity == 0 ? 0.0 : 100.0 * pool.used / pool.capacity);
+}
+
+void NodeDaemon::Shutdown() {
+  if (stop_.HasBeenNotified()) return;
+  if (service_ != nullptr) {
+    notifier_.Stopping(absl::StrCat("stopping: finishing or aborting ", service_->InFlight(),
+                                    " saves/loads in flight"));
+  }
+  stop_.Notify();
+}
+
+NodeDaemon::~NodeDaemon() {
+  // No scrape may read the parts below once they start going.
+  metrics_server_.reset();
+  if (metrics_) metrics_->SetSampler(nullptr);
+  Shutdown();
+  if (reaper_.joinable()) reaper_.join();
+  // Its heartbeats sample the service: stopped now, kept (a plan in flight
+  // asks it whether this host is registered) until the service is gone.
+  if (coordinator_link_) coordinator_link_->Stop();
+  if (service_) {
+    // Saves whose ranks are all snapshotted can still commit: give what is
+    // in flight a moment to finish, then abort the rest, well inside the
+    // systemd stop timeout.
+    const absl::Time grace_end = absl::Now() + kShutdownGrace;
+    while (service_->InFlight() > 0 && absl::Now() < grace_end)
+      absl::SleepFor(absl::Milliseconds(20));
+    service_->AbortAll(absl::UnavailableError("ckptd is shutting down"));
+  }
+  // Commits waiting on other hosts end: remote calls cancelled, local waits
+  // see stop_.
+  if (remote_saves_ != nullptr) remote_saves_->Close("ckptd is shutting down");
+  if (step_checks_ != nullptr) step_checks_->Stop();
+  background_.Drain();
+  unix_listener_.Stop();
+  if (segment_server_) segment_server_->Stop();
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  writers_.reset();
+  if (readers_) readers_->Stop();
+  service_.reset();
+  // After the loads that expect transfers are gone: cuts the connections
+  // left, joins its threads.
+  peer_receiver_.reset();
+  coordinator_link_.reset();
+  sessions_.reset();
+  ipc_.reset();  // mappings close before the runtime goes
+  if (pool_registered_) {
+    for (const auto& [at, bytes] : pool_->SegmentRanges()) (void)gpu_->UnregisterHostMemory(at);
+  }
+  unlink(options_.socket_path.c_str());
+}
+
+}  // namespace ckpt::service
