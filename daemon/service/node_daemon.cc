@@ -468,9 +468,9 @@ absl::Status NodeDaemon::Start() {
     builder.RegisterService(coordinator_service_.get());
     // Ranks of a job spread over hosts that attach here meet the others
     // in this process.
-    cluster_saves_ = std::make_unique<cluster::LocalSaveCoordinator>(
+    cluster_saves_ = std::make_unique<cluster::LocalCoordinatorClient>(
         *coordinator_, [this] { return stop_.HasBeenNotified(); }, memory);
-    context_->cluster_saves = cluster_saves_.get();
+    context_->coordinator_client = cluster_saves_.get();
   }
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<RefusalInterceptorFactory>(*metrics_));
@@ -542,14 +542,14 @@ absl::Status NodeDaemon::Start() {
       // A call waits while other hosts plan or write; the coordinator
       // fails it itself when one is lost, and CheckCoordinatorContact when
       // the coordinator is.
-      auto remote = std::make_unique<cluster::RemoteSaveCoordinator>(
+      auto remote = std::make_unique<cluster::RemoteCoordinatorClient>(
           coordinator_link_->channel(), options_.coordinator_address,
           options_.plan_timeout + options_.snapshot_timeout + 2 * options_.heartbeat_timeout,
           [link = coordinator_link_.get()] { return link->registered(); },
           2 * options_.heartbeat_timeout);
       remote_saves_ = remote.get();
       cluster_saves_ = std::move(remote);
-      context_->cluster_saves = cluster_saves_.get();
+      context_->coordinator_client = cluster_saves_.get();
     }
   }
   notifier_.Ready(StatusLine());

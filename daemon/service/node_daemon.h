@@ -19,9 +19,9 @@
 #include "daemon/auth/job_owners.h"
 #include "daemon/auth/unix_listener.h"
 #include "daemon/cluster/cluster_service.h"
+#include "daemon/cluster/coordinator_client.h"
 #include "daemon/cluster/coordinator_link.h"
 #include "daemon/cluster/coordinator_service.h"
-#include "daemon/cluster/save_coordinator.h"
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/exec/background_tasks.h"
 #include "daemon/exec/writer_pool.h"
@@ -96,12 +96,12 @@ class NodeDaemon {
   // Before the context and the service: sessions report to it to their end.
   std::unique_ptr<metrics::Metrics> metrics_;
   std::unique_ptr<metrics::MetricsServer> metrics_server_;
-  // Where saves of jobs spread over hosts meet (context_->cluster_saves):
+  // Where saves of jobs spread over hosts meet (context_->coordinator_client):
   // the coordinator in this process, or the remote one; outlives the
   // service, whose sessions call it to their end.
-  std::unique_ptr<cluster::SaveCoordinator> cluster_saves_;
-  exec::BackgroundTasks background_;                        // commits waiting on other hosts
-  cluster::RemoteSaveCoordinator* remote_saves_ = nullptr;  // in cluster_saves_, if remote
+  std::unique_ptr<cluster::CoordinatorClient> cluster_saves_;
+  exec::BackgroundTasks background_;                          // commits waiting on other hosts
+  cluster::RemoteCoordinatorClient* remote_saves_ = nullptr;  // in cluster_saves_, if remote
   std::unique_ptr<session::NodeContext> context_;
   std::unique_ptr<NodeService> service_;
   std::unique_ptr<cluster::ClusterServiceImpl> cluster_;                  // with --coordinator

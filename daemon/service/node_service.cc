@@ -157,8 +157,8 @@ grpc::Status NodeService::Attach(grpc::ServerContext* context, const v1::AttachR
   // Its load, if one comes, may find the held step checked
   // (early_step_check.h).
   if (context_.step_checks != nullptr && context_.background != nullptr) {
-    const bool spread =
-        context_.cluster_saves != nullptr && request->world_size() > request->local_world_size();
+    const bool spread = context_.coordinator_client != nullptr &&
+                        request->world_size() > request->local_world_size();
     context_.step_checks->Begin(request->job(), spread, *context_.background);
   }
   context_.pool.Adopt(request->job());
@@ -246,7 +246,7 @@ grpc::Status NodeService::PlanSave(grpc::ServerContext* context, const v1::PlanS
   }
   // Bounded before anything is allocated for it.
   if (absl::Status s = ValidatePlanSaveRequest(*request, limits_); !s.ok()) return ToGrpc(s);
-  if (rank->spans_hosts() && context_.cluster_saves == nullptr) {
+  if (rank->spans_hosts() && context_.coordinator_client == nullptr) {
     return ToGrpc(absl::FailedPreconditionError(absl::StrCat(
         "save of job ", rank->job, " step ", request->step(), ": the job spans hosts (",
         rank->local_world_size, " of its ", rank->world_size,

@@ -180,7 +180,7 @@ absl::Status LoadSession::Plan() {
   std::unique_ptr<storage::FileLock> pin;
   // Without a cluster, each host of a spanning job plans (and reads) its
   // own ranks' part, as a job on one host does.
-  const bool spans = world_size_ > local_world_size_ && context_.cluster_saves != nullptr;
+  const bool spans = world_size_ > local_world_size_ && context_.coordinator_client != nullptr;
   // Spread over hosts, the coordinator chooses the tier for all of them.
   plan.set_tier(from);
   absl::StatusOr<std::optional<int64_t>> in_memory =
@@ -682,7 +682,7 @@ absl::StatusOr<v1::LoadAssignment> LoadSession::PlanAcrossHosts(
       for (std::string& file : files) held->add_files(std::move(file));
     }
   }
-  absl::StatusOr<v1::LoadAssignment> assignment = context_.cluster_saves->PlanLoad(plan);
+  absl::StatusOr<v1::LoadAssignment> assignment = context_.coordinator_client->PlanLoad(plan);
   if (!assignment.ok()) return assignment.status();
   if (assignment->from_memory() && context_.memory_tier == nullptr) {
     // Said before anything else fails for it (pinning the step in storage).

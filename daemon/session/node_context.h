@@ -11,7 +11,7 @@
 #include "ckpt/v1/common.pb.h"
 #include "daemon/auth/caller.h"
 #include "daemon/auth/job_owners.h"
-#include "daemon/cluster/save_coordinator.h"
+#include "daemon/cluster/coordinator_client.h"
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/exec/background_tasks.h"
 #include "daemon/exec/reader_pool.h"
@@ -52,7 +52,7 @@ struct NodeContext {
   // cluster's coordinator (over gRPC, or this process when it is the
   // coordinator); null when this daemon is in no cluster. Set before the
   // daemon serves.
-  cluster::SaveCoordinator* cluster_saves = nullptr;
+  cluster::CoordinatorClient* coordinator_client = nullptr;
   // Threads for commits that wait on other hosts; null: run in place.
   exec::BackgroundTasks* background = nullptr;
   // The peer data channel's receiver and the address other hosts reach it

@@ -67,7 +67,8 @@ SaveSession::SaveSession(NodeContext& context, std::string job, int64_t step, in
       store_(ToMemory(tier) ? context.memory_tier->coordinator() : context.coordinator),
       store_backend_(ToMemory(tier) ? context.memory_tier->backend() : context.backend),
       local_coordinator_(store_),
-      coordinator_(local_world_size < world_size ? context.cluster_saves : &local_coordinator_),
+      coordinator_(local_world_size < world_size ? context.coordinator_client
+                                                 : &local_coordinator_),
       absent_(job_, world_size, local_world_size),
       written_metric_(context.metrics.WrittenBytes(job_)) {
   absl::MutexLock lock(&mu_);

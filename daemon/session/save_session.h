@@ -18,7 +18,7 @@
 // A job spread over hosts (its ranks attached with a local world size
 // below the world size) waits here for this host's ranks only; the
 // cluster's coordinator meets the hosts' plans and commits once every host
-// has reported (cluster/save_coordinator.h).
+// has reported (cluster/coordinator_client.h).
 //
 // Any error, a rank that goes away before its snapshot completes, a timeout
 // or a cancel fails the whole save: every rank's WaitSave reports it, the
@@ -180,8 +180,8 @@ class SaveSession : public exec::ChunkSink, public std::enable_shared_from_this<
   storage::Backend& store_backend_;
   // The embedded coordinator, or the cluster's for a job spread over hosts
   // (NodeService makes no such save on a daemon in no cluster).
-  cluster::LocalSaveCoordinator local_coordinator_;
-  cluster::SaveCoordinator* const coordinator_;
+  cluster::LocalCoordinatorClient local_coordinator_;
+  cluster::CoordinatorClient* const coordinator_;
   const absl::Time created_ = absl::Now();  // for the rate and ETA in Progress
 
   mutable absl::Mutex mu_;

@@ -1,12 +1,13 @@
-// Where a node daemon's save goes for planning and commit (DESIGN.md §4):
-// the coordinator in this process (a job on this host alone, or this
+// A node daemon's way to the coordinator (DESIGN.md §4): where its saves
+// are planned and committed and its loads spread over hosts are planned.
+// The coordinator in this process (a job on this host alone, or this
 // daemon is the cluster's coordinator), or the cluster's coordinator over
-// gRPC (--coordinator_address) for a job spread over hosts. Save sessions
-// see only this interface, so one session serves both.
+// gRPC (--coordinator_address) for a job spread over hosts. Sessions see
+// only this interface, so one session serves both.
 //
 // Thread-safety: implementations are safe from any thread.
-#ifndef CKPT_DAEMON_CLUSTER_SAVE_COORDINATOR_H_
-#define CKPT_DAEMON_CLUSTER_SAVE_COORDINATOR_H_
+#ifndef CKPT_DAEMON_CLUSTER_COORDINATOR_CLIENT_H_
+#define CKPT_DAEMON_CLUSTER_COORDINATOR_CLIENT_H_
 
 #include <functional>
 #include <memory>
@@ -24,9 +25,9 @@
 
 namespace ckpt::cluster {
 
-class SaveCoordinator {
+class CoordinatorClient {
  public:
-  virtual ~SaveCoordinator() = default;
+  virtual ~CoordinatorClient() = default;
   // Blocks until every host of the job has sent its plan (coordinator.h).
   virtual absl::StatusOr<v1::SaveAssignment> PlanSave(const v1::NodeSavePlan& plan) = 0;
   // Blocks until the save commits on every host, or fails.
@@ -39,14 +40,14 @@ class SaveCoordinator {
 };
 
 // The coordinator in this process.
-class LocalSaveCoordinator final : public SaveCoordinator {
+class LocalCoordinatorClient final : public CoordinatorClient {
  public:
   // `stopping`: waits for other hosts end when it turns true (shutdown).
   // `memory`: where memory-tier saves go (the cluster coordinator's memory
   // tier); null: every save goes to `coordinator`.
-  explicit LocalSaveCoordinator(coordinator::Coordinator& coordinator,
-                                coordinator::CallerGone stopping = {},
-                                coordinator::Coordinator* memory = nullptr)
+  explicit LocalCoordinatorClient(coordinator::Coordinator& coordinator,
+                                  coordinator::CallerGone stopping = {},
+                                  coordinator::Coordinator* memory = nullptr)
       : coordinator_(coordinator), stopping_(std::move(stopping)), memory_(memory) {}
   absl::StatusOr<v1::SaveAssignment> PlanSave(const v1::NodeSavePlan& plan) override {
     return For(plan.tier()).PlanSave(plan, stopping_);
@@ -75,15 +76,15 @@ class LocalSaveCoordinator final : public SaveCoordinator {
 // as the coordinator keeps them (it fails them itself when a host is lost
 // or ranks never come); CancelAll ends them at once when this host loses
 // contact with the coordinator (a cut link never closes the connection).
-class RemoteSaveCoordinator final : public SaveCoordinator {
+class RemoteCoordinatorClient final : public CoordinatorClient {
  public:
   // `registered` says whether this host is registered with the
   // coordinator: a plan waits for that a while (a daemon just restarted
   // registers once its earlier instance is declared gone) instead of
   // being refused.
-  RemoteSaveCoordinator(std::shared_ptr<grpc::Channel> channel, std::string address,
-                        absl::Duration longest_call, std::function<bool()> registered,
-                        absl::Duration registration_wait);
+  RemoteCoordinatorClient(std::shared_ptr<grpc::Channel> channel, std::string address,
+                          absl::Duration longest_call, std::function<bool()> registered,
+                          absl::Duration registration_wait);
   absl::StatusOr<v1::SaveAssignment> PlanSave(const v1::NodeSavePlan& plan) override;
   absl::StatusOr<v1::CommitResult> ReportPersisted(const v1::NodePersistReport& report) override;
   void AbortSave(const v1::AbortSaveRequest& request) override;
@@ -112,4 +113,4 @@ class RemoteSaveCoordinator final : public SaveCoordinator {
 
 }  // namespace ckpt::cluster
 
-#endif  // CKPT_DAEMON_CLUSTER_SAVE_COORDINATOR_H_
+#endif  // CKPT_DAEMON_CLUSTER_COORDINATOR_CLIENT_H_

@@ -1,4 +1,4 @@
-#include "daemon/cluster/save_coordinator.h"
+#include "daemon/cluster/coordinator_client.h"
 
 #include <utility>
 
@@ -8,9 +8,9 @@
 
 namespace ckpt::cluster {
 
-class RemoteSaveCoordinator::Call {
+class RemoteCoordinatorClient::Call {
  public:
-  Call(RemoteSaveCoordinator& owner, absl::Duration timeout) : owner_(owner) {
+  Call(RemoteCoordinatorClient& owner, absl::Duration timeout) : owner_(owner) {
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     absl::MutexLock lock(&owner_.mu_);
     owner_.calls_.insert(this);
@@ -35,23 +35,23 @@ class RemoteSaveCoordinator::Call {
   grpc::ClientContext context;
 
  private:
-  RemoteSaveCoordinator& owner_;
+  RemoteCoordinatorClient& owner_;
   mutable absl::Mutex mu_;  // after the owner's
   std::string reason_ ABSL_GUARDED_BY(mu_);
 };
 
-RemoteSaveCoordinator::RemoteSaveCoordinator(std::shared_ptr<grpc::Channel> channel,
-                                             std::string address, absl::Duration longest_call,
-                                             std::function<bool()> registered,
-                                             absl::Duration registration_wait)
+RemoteCoordinatorClient::RemoteCoordinatorClient(std::shared_ptr<grpc::Channel> channel,
+                                                 std::string address, absl::Duration longest_call,
+                                                 std::function<bool()> registered,
+                                                 absl::Duration registration_wait)
     : stub_(v1::CoordinatorService::NewStub(std::move(channel))),
       address_(std::move(address)),
       longest_call_(longest_call),
       registered_(std::move(registered)),
       registration_wait_(registration_wait) {}
 
-absl::Status RemoteSaveCoordinator::Finish(const grpc::Status& status, const Call& call,
-                                           const char* what) const {
+absl::Status RemoteCoordinatorClient::Finish(const grpc::Status& status, const Call& call,
+                                             const char* what) const {
   if (status.ok()) return absl::OkStatus();
   const std::string cancelled = call.reason();
   if (!cancelled.empty()) return absl::UnavailableError(cancelled);
@@ -60,13 +60,13 @@ absl::Status RemoteSaveCoordinator::Finish(const grpc::Status& status, const Cal
                       absl::StrCat("coordinator ", address_, " (", what, "): ", s.message()));
 }
 
-void RemoteSaveCoordinator::AwaitRegistered() const {
+void RemoteCoordinatorClient::AwaitRegistered() const {
   // Polled: registration is the link's business, and rare.
   const absl::Time until = absl::Now() + registration_wait_;
   while (!registered_() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
 }
 
-absl::StatusOr<v1::SaveAssignment> RemoteSaveCoordinator::PlanSave(const v1::NodeSavePlan& plan) {
+absl::StatusOr<v1::SaveAssignment> RemoteCoordinatorClient::PlanSave(const v1::NodeSavePlan& plan) {
   AwaitRegistered();
   Call call(*this, longest_call_);
   v1::SaveAssignment assignment;
@@ -75,7 +75,7 @@ absl::StatusOr<v1::SaveAssignment> RemoteSaveCoordinator::PlanSave(const v1::Nod
   return assignment;
 }
 
-absl::StatusOr<v1::LoadAssignment> RemoteSaveCoordinator::PlanLoad(const v1::NodeLoadPlan& plan) {
+absl::StatusOr<v1::LoadAssignment> RemoteCoordinatorClient::PlanLoad(const v1::NodeLoadPlan& plan) {
   AwaitRegistered();
   Call call(*this, longest_call_);
   v1::LoadAssignment assignment;
@@ -84,7 +84,7 @@ absl::StatusOr<v1::LoadAssignment> RemoteSaveCoordinator::PlanLoad(const v1::Nod
   return assignment;
 }
 
-absl::StatusOr<v1::CommitResult> RemoteSaveCoordinator::ReportPersisted(
+absl::StatusOr<v1::CommitResult> RemoteCoordinatorClient::ReportPersisted(
     const v1::NodePersistReport& report) {
   Call call(*this, longest_call_);
   v1::CommitResult result;
@@ -93,7 +93,7 @@ absl::StatusOr<v1::CommitResult> RemoteSaveCoordinator::ReportPersisted(
   return result;
 }
 
-void RemoteSaveCoordinator::AbortSave(const v1::AbortSaveRequest& request) {
+void RemoteCoordinatorClient::AbortSave(const v1::AbortSaveRequest& request) {
   // Not waited for: a failing save's clean-up must not hang on a
   // coordinator that is gone or cut off (it learns of the loss by itself).
   struct Pending {
@@ -108,13 +108,13 @@ void RemoteSaveCoordinator::AbortSave(const v1::AbortSaveRequest& request) {
                             [pending](const grpc::Status&) { delete pending; });
 }
 
-void RemoteSaveCoordinator::Close(const std::string& reason) {
+void RemoteCoordinatorClient::Close(const std::string& reason) {
   absl::MutexLock lock(&mu_);
   closed_ = reason.empty() ? "closed" : reason;
   for (Call* call : calls_) call->Cancel(closed_);
 }
 
-void RemoteSaveCoordinator::CancelAll(const std::string& reason) {
+void RemoteCoordinatorClient::CancelAll(const std::string& reason) {
   absl::MutexLock lock(&mu_);
   for (Call* call : calls_) call->Cancel(reason);
 }
