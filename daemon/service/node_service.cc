@@ -240,11 +240,8 @@ grpc::Status NodeService::PlanSave(grpc::ServerContext* context, const v1::PlanS
                                    v1::PlanSaveResponse* response) {
   absl::StatusOr<session::RankSession> rank = CallerSession(context, request->session_id());
   if (!rank.ok()) return ToGrpc(rank.status());
-  if (request->step() < 0) {
-    return ToGrpc(
-        absl::InvalidArgumentError(absl::StrCat("step ", request->step(), " is negative")));
-  }
-  // Bounded before anything is allocated for it.
+  // Checked once, here, bounded before anything is allocated for it (the
+  // session trusts it): counts, sizes, names, shapes, the step.
   if (absl::Status s = ValidatePlanSaveRequest(*request, limits_); !s.ok()) return ToGrpc(s);
   if (rank->spans_hosts() && context_.coordinator_client == nullptr) {
     return ToGrpc(absl::FailedPreconditionError(absl::StrCat(
@@ -331,9 +328,9 @@ absl::Status NodeService::EnterBarrier(const std::string& session_id) {
   absl::MutexLock lock(&mu_);
   int& calls = barrier_calls_[session_id];
   if (calls >= kMaxBarrierCallsPerSession) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the session already has ", calls,
-        " planning::PlanSave or Load calls waiting; the limit is ", kMaxBarrierCallsPerSession));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the session already has ", calls,
+                     " PlanSave or Load calls waiting; the limit is ", kMaxBarrierCallsPerSession));
   }
   ++calls;
   return absl::OkStatus();
@@ -425,10 +422,7 @@ grpc::Status NodeService::Load(grpc::ServerContext* context, const v1::LoadReque
                                v1::LoadResponse* response) {
   absl::StatusOr<session::RankSession> rank = CallerSession(context, request->session_id());
   if (!rank.ok()) return ToGrpc(rank.status());
-  if (request->step() < -1) {
-    return ToGrpc(
-        absl::InvalidArgumentError(absl::StrCat("step ", request->step(), " is negative")));
-  }
+  // Checked once, here (the session trusts it).
   if (absl::Status s = ValidateLoadRequest(*request, limits_); !s.ok()) return ToGrpc(s);
   if (absl::Status s = EnterBarrier(rank->id); !s.ok()) return ToGrpc(s);
   absl::Cleanup leave = [&] { LeaveBarrier(rank->id); };

@@ -57,26 +57,24 @@ LoadSession::LoadSession(NodeContext& context, std::string job, int64_t step, in
       step_(step),
       world_size_(world_size),
       local_world_size_(local_world_size),
+      asked_(world_size, local_world_size, absl::Now() + context.options.plan_timeout),
       absent_(job_, world_size, local_world_size),
       read_metric_(context.metrics.ReadBytes(job_)) {
   absl::MutexLock lock(&mu_);
   created_at_ = absl::Now();
-  deadline_ = absl::Now() + context_.options.plan_timeout;
 }
 
 LoadSession::~LoadSession() {
   // Reader tasks hold a reference: none is queued or running any more.
-  Fail(absl::CancelledError(absl::StrCat(Who(), "abandoned")));
+  Fail(absl::CancelledError(absl::StrCat(Who(), ": abandoned")));
   absl::MutexLock lock(&mu_);
   FreeReadyRoomsLocked();
 }
 
-std::string LoadSession::Name() const {
+std::string LoadSession::Who() const {
   return absl::StrCat("load of job ", job_, " step ",
                       step_ < 0 ? std::string("latest") : absl::StrCat(step_));
 }
-
-std::string LoadSession::Who() const { return absl::StrCat(Name(), ": "); }
 
 v1::LoadProgress LoadSession::Progress() const {
   absl::MutexLock lock(&mu_);
@@ -86,7 +84,7 @@ v1::LoadProgress LoadSession::Progress() const {
   p.set_phase(planned_ ? "reading" : "waiting for ranks");
   p.set_bytes_total(bytes_to_read_);
   p.set_bytes_read(bytes_read_.load(std::memory_order_relaxed));
-  p.set_ranks_arrived(arrived_);
+  p.set_ranks_arrived(asked_.arrived());
   p.set_world_size(world_size_);
   p.set_elapsed_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(absl::Now() - created_at_)));
   return p;
@@ -98,10 +96,11 @@ std::string LoadSession::load_id() const {
 }
 
 absl::Status LoadSession::CheckRankLocked(const RankSession& rank) const {
-  if (absl::Status s = CheckMember(rank, job_, world_size_, Who()); !s.ok()) return s;
+  if (absl::Status s = CheckMember(rank, job_, world_size_, absl::StrCat(Who(), ": ")); !s.ok())
+    return s;
   if (rank.local_world_size != local_world_size_) {
     return absl::FailedPreconditionError(
-        absl::StrCat(Who(), "rank ", rank.rank, " says ", rank.local_world_size,
+        absl::StrCat(Who(), ": rank ", rank.rank, " says ", rank.local_world_size,
                      " of the job's ranks are on this host; the load counts ", local_world_size_));
   }
   return absl::OkStatus();
@@ -116,11 +115,16 @@ absl::StatusOr<v1::LoadResponse> LoadSession::Load(const RankSession& rank,
     if (!error_.ok()) return error_;
     RankState& state = ranks_[rank.rank];
     if (state.request.has_value() || planned_) {
-      return absl::FailedPreconditionError(absl::StrCat(Who(), "rank ", rank.rank, " asked twice"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(Who(), ": rank ", rank.rank, " asked twice"));
+    }
+    absl::StatusOr<bool> completes = asked_.Arrive(rank.rank);
+    if (!completes.ok()) {
+      return WithContext(completes.status(), absl::StrCat(Who(), ": rank ", rank.rank));
     }
     state.request = request;
     state.session_id = rank.id;
-    last = ++arrived_ == local_world_size_;
+    last = *completes;
     if (last) planning_ = true;
   }
   if (last) {
@@ -174,8 +178,8 @@ absl::Status LoadSession::Plan() {
   }
   if (!gpu_tensor.empty() && !context_.gpu.HasDevice()) {
     return absl::FailedPreconditionError(
-        absl::StrCat(Who(), gpu_tensor, " is on a GPU but ckptd has ", context_.gpu.Describe(),
-                     "; use the push path or host tensors"));
+        absl::StrCat(Who(), ": ", gpu_tensor, " is on a GPU but ckptd has ",
+                     context_.gpu.Describe(), "; use the push path or host tensors"));
   }
   std::unique_ptr<storage::FileLock> pin;
   // Without a cluster, each host of a spanning job plans (and reads) its
@@ -185,7 +189,7 @@ absl::Status LoadSession::Plan() {
   plan.set_tier(from);
   absl::StatusOr<std::optional<int64_t>> in_memory =
       spans ? std::optional<int64_t>() : StoresOf(context_).MemoryStepToLoad(job_, step_, from);
-  if (!in_memory.ok()) return WithContext(in_memory.status(), Name());
+  if (!in_memory.ok()) return WithContext(in_memory.status(), Who());
   absl::StatusOr<v1::LoadAssignment> assignment = absl::NotFoundError("not planned");
   bool memory = false;
   tier::HeldStepCheck check;
@@ -206,18 +210,18 @@ absl::Status LoadSession::Plan() {
     if (absl::IsNotFound(assignment.status()) && from != v1::LOAD_TIER_MEMORY) {
       plan.set_step(step_);
     } else if (!assignment.ok()) {
-      return WithContext(assignment.status(), Name());
+      return WithContext(assignment.status(), Who());
     }
   }
   if (!memory) {
     assignment =
         spans ? PlanAcrossHosts(plan, &pin, &check) : context_.coordinator.PlanLoad(plan, &pin);
   }
-  if (!assignment.ok()) return WithContext(assignment.status(), Name());
+  if (!assignment.ok()) return WithContext(assignment.status(), Who());
   if (spans && assignment->from_memory()) memory = true;  // PlanAcrossHosts checked the tier
   const bool spread = assignment->has_peers();
   if (spread) {
-    if (absl::Status s = CheckPeers(*assignment); !s.ok()) return WithContext(s, Name());
+    if (absl::Status s = CheckPeers(*assignment); !s.ok()) return WithContext(s, Who());
   }
 
   absl::MutexLock lock(&mu_);
@@ -285,7 +289,6 @@ absl::Status LoadSession::Plan() {
   }
   planned_ = true;
   planned_at_ = absl::Now();
-  deadline_ = absl::InfiniteFuture();  // liveness, not a timer, ends a stuck load now
   if (groups_.empty()) return absl::OkStatus();
   // As many groups in flight as there are reader threads.
   const int tasks =
@@ -293,7 +296,7 @@ absl::Status LoadSession::Plan() {
   std::shared_ptr<LoadSession> self = shared_from_this();
   for (int t = 0; t < tasks; ++t) {
     if (!context_.readers.Submit([self] { self->ReadNextGroup(); })) {
-      return absl::UnavailableError(absl::StrCat(Who(), "ckptd is shutting down"));
+      return absl::UnavailableError(absl::StrCat(Who(), ": ckptd is shutting down"));
     }
     ++readers_running_;
   }
@@ -396,7 +399,7 @@ void LoadSession::ReadNextGroup() {
   if (!context_.readers.Submit([self] { self->ReadNextGroup(); })) {
     absl::MutexLock lock(&mu_);
     --readers_running_;
-    FailLocked(absl::UnavailableError(absl::StrCat(Who(), "ckptd is shutting down")));
+    FailLocked(absl::UnavailableError(absl::StrCat(Who(), ": ckptd is shutting down")));
   }
 }
 
@@ -515,7 +518,7 @@ absl::StatusOr<pool::OwnerSegments> LoadSession::MemorySpace(const std::string& 
   pool::OwnerSegments out;
   for (const auto& [name, at] : memory_files_) {
     const int fd = fcntl(at.file->fd, F_DUPFD_CLOEXEC, 0);
-    if (fd < 0) return ErrnoStatus(errno, absl::StrCat(Who(), "share ", name));
+    if (fd < 0) return ErrnoStatus(errno, absl::StrCat(Who(), ": share ", name));
     out.fds.emplace_back(fd);
     out.ranges.push_back({at.offset, at.file->size, 0});
   }
@@ -532,7 +535,7 @@ absl::Status LoadSession::TakeRoom(size_t index) {
       bytes, absl::Now() + context_.options.pool_wait_timeout,
       pool::Claim{job_, [this] { return failed_.load(std::memory_order_acquire); }});
   absl::MutexLock lock(&mu_);
-  if (!room.ok()) return WithContext(room.status(), absl::StrCat(Name(), ": room to read into"));
+  if (!room.ok()) return WithContext(room.status(), absl::StrCat(Who(), ": room to read into"));
   groups_[index].room = *room;
   groups_[index].has_room = true;
   return absl::OkStatus();
@@ -556,7 +559,7 @@ absl::Status LoadSession::ReadGroup(size_t index, storage::ChunkReader& reader, 
   std::vector<peer::ExpectedTransfer> incoming;
   for (const planning::GroupTransfer& t : plan.incoming) {
     incoming.emplace_back(context_.peer->Expect(
-        absl::StrCat(Name(), ": group ", plan.peer_group, " from host ", t.host),
+        absl::StrCat(Who(), ": group ", plan.peer_group, " from host ", t.host),
         room + t.room_offset, t.bytes,
         TransferToken(plan.peer_group, t.host, context_.host.host())));
   }
@@ -573,7 +576,7 @@ absl::Status LoadSession::ReadGroup(size_t index, storage::ChunkReader& reader, 
   }
   if (failed_.load(std::memory_order_acquire)) return absl::CancelledError("load failed");
   if (!verified && room == nullptr) {
-    return absl::InternalError(absl::StrCat(Who(), "group ", index, " has no room to read into"));
+    return absl::InternalError(absl::StrCat(Who(), ": group ", index, " has no room to read into"));
   }
   if (!verified) {
     std::vector<storage::ChunkTarget> targets;
@@ -587,7 +590,7 @@ absl::Status LoadSession::ReadGroup(size_t index, storage::ChunkReader& reader, 
     if (absl::Status s = read; !s.ok()) {
       // A load that failed elsewhere cancels its reads: not a storage error.
       if (!absl::IsCancelled(s)) context_.metrics.IoError(metrics::IoOp::kRead);
-      return WithContext(s, Name());
+      return WithContext(s, Who());
     }
   }
   if (absl::Status s = ExchangeGroup(*group, room, incoming); !s.ok()) return s;
@@ -688,7 +691,7 @@ absl::StatusOr<v1::LoadAssignment> LoadSession::PlanAcrossHosts(
     // Said before anything else fails for it (pinning the step in storage).
     return absl::FailedPreconditionError(absl::StrCat(
         Who(),
-        "the coordinator planned the load from the memory tier, but this ckptd has none "
+        ": the coordinator planned the load from the memory tier, but this ckptd has none "
         "(--memory_tier_bytes)"));
   }
   const bool memory = assignment->from_memory();
@@ -837,8 +840,8 @@ absl::Status LoadSession::ExchangeGroup(const Group& in, char* room,
       const std::optional<size_t> at = InPlaceChunkAt(in.in_place_chunks, chunk.room_offset);
       const InPlaceChunk* c = at.has_value() ? &in.in_place_chunks[*at] : nullptr;
       if (c == nullptr || c->room_offset != chunk.room_offset) {
-        return absl::InternalError(absl::StrCat(Who(), "chunk at ", chunk.chunk->file(), " offset ",
-                                                chunk.chunk->file_offset(),
+        return absl::InternalError(absl::StrCat(Who(), ": chunk at ", chunk.chunk->file(),
+                                                " offset ", chunk.chunk->file_offset(),
                                                 " was planned in place but is not shared"));
       }
       block.file = c->fd;
@@ -852,7 +855,7 @@ absl::Status LoadSession::ExchangeGroup(const Group& in, char* room,
             peer::PeerSend(address, TransferToken(group.peer_group, self, t.host), blocks, options);
         !s.ok()) {
       return WithContext(
-          s, absl::StrCat(Name(), ": forwarding group ", group.peer_group, " to host ", t.host));
+          s, absl::StrCat(Who(), ": forwarding group ", group.peer_group, " to host ", t.host));
     }
     context_.peer_bytes_sent.fetch_add(t.bytes, std::memory_order_relaxed);
   }
@@ -863,14 +866,14 @@ absl::Status LoadSession::ExchangeGroup(const Group& in, char* room,
         incoming[k]->WaitUnless(absl::Now() + context_.options.peer_wait,
                                 [this] { return failed_.load(std::memory_order_acquire); });
     if (absl::IsCancelled(s) && failed_.load(std::memory_order_acquire)) {
-      return absl::CancelledError(absl::StrCat(Who(), "failed while waiting for host ", t.host));
+      return absl::CancelledError(absl::StrCat(Who(), ": failed while waiting for host ", t.host));
     }
     if (!s.ok()) return s;
     for (size_t i : t.chunks) {
       const planning::GroupChunk& chunk = group.chunks[i];
       if (Crc32c(room + chunk.room_offset, chunk.chunk->length()) != chunk.chunk->crc32c()) {
         return absl::DataLossError(absl::StrCat(
-            Who(), chunk.owner, ": its chunk at ", chunk.chunk->file(), " offset ",
+            Who(), ": ", chunk.owner, ": its chunk at ", chunk.chunk->file(), " offset ",
             chunk.chunk->file_offset(), " came from host ", t.host, " not matching its checksum"));
       }
     }
@@ -891,7 +894,7 @@ absl::Status LoadSession::DeliverToDevices(const planning::LoadGroup& group, con
     absl::StatusOr<std::shared_ptr<gpu::IpcMapping>> mapping =
         context_.ipc.Get(session, target.ipc_handle(), target.device(), target.allocation_bytes());
     if (!mapping.ok())
-      return WithContext(mapping.status(), absl::StrCat(Name(), ": tensor ", request.fqn()));
+      return WithContext(mapping.status(), absl::StrCat(Who(), ": tensor ", request.fqn()));
     const v1::Delivery& d = copy.delivery;
     const uint64_t count = std::max<uint64_t>(d.count(), 1);
     const uint64_t bytes = (*mapping)->bytes();
@@ -900,7 +903,7 @@ absl::Status LoadSession::DeliverToDevices(const planning::LoadGroup& group, con
       if (target.offset() > bytes || dest > bytes - target.offset() ||
           d.length() > bytes - target.offset() - dest) {
         return absl::InvalidArgumentError(
-            absl::StrCat(Who(), "tensor ", request.fqn(), " of rank ", copy.rank,
+            absl::StrCat(Who(), ": tensor ", request.fqn(), " of rank ", copy.rank,
                          ": device buffer [", target.offset(), ", +", dest + d.length(),
                          ") lies outside its allocation of ", bytes, " bytes"));
       }
@@ -908,7 +911,7 @@ absl::Status LoadSession::DeliverToDevices(const planning::LoadGroup& group, con
       if (absl::Status s = context_.gpu.CopyHostToDevice(
               room + d.pool_offset() + i * d.src_stride(), device, d.length());
           !s.ok()) {
-        return WithContext(s, absl::StrCat(Name(), ": tensor ", request.fqn()));
+        return WithContext(s, absl::StrCat(Who(), ": tensor ", request.fqn()));
       }
     }
   }
@@ -922,14 +925,14 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
   if (!error_.ok()) return error_;
   if (!planned_) {
     return absl::FailedPreconditionError(
-        absl::StrCat(Who(), "rank ", rank.rank, " asked for a batch before the plan"));
+        absl::StrCat(Who(), ": rank ", rank.rank, " asked for a batch before the plan"));
   }
   RankState& state = ranks_[rank.rank];
   if (!state.held.empty() && done_batch_id != 0) {
     // Batch ids are group index + 1; the oldest held goes first.
     const auto [held, handed_at] = state.held.front();
     if (done_batch_id != held + 1) {
-      return absl::InvalidArgumentError(absl::StrCat(Who(), "rank ", rank.rank, " holds batch ",
+      return absl::InvalidArgumentError(absl::StrCat(Who(), ": rank ", rank.rank, " holds batch ",
                                                      held + 1, " but released ", done_batch_id));
     }
     state.held.pop_front();
@@ -1073,9 +1076,9 @@ void LoadSession::RankGone(int rank) {
   if (rank < 0 || rank >= world_size_) return;
   auto it = ranks_.find(rank);
   if (it != ranks_.end() && it->second.done) return;
-  if (!planned_ && it == ranks_.end() && arrived_ == 0) return;
+  if (!planned_ && it == ranks_.end() && asked_.arrived() == 0) return;
   FailLocked(absl::AbortedError(absl::StrCat(
-      Who(), "rank ", rank,
+      Who(), ": rank ", rank,
       " went away (its process exited or its connection closed) before its load completed; "
       "aborted")));
 }
@@ -1086,7 +1089,7 @@ void LoadSession::PeersLost(const google::protobuf::RepeatedPtrField<std::string
   for (const std::string& host : hosts) {
     if (host == context_.host.host() || peer_index_.count(host) == 0) continue;
     FailLocked(absl::UnavailableError(absl::StrCat(
-        Who(), "host ", host,
+        Who(), ": host ", host,
         ", which this load exchanges chunks with, was lost to the coordinator (its ckptd died "
         "or its network is cut); aborted")));
     return;
@@ -1097,23 +1100,22 @@ void LoadSession::CheckDeadlines(absl::Time now) {
   absl::MutexLock lock(&mu_);
   if (planned_ || planning_ || !error_.ok()) return;
   // A rank that cannot come fails the barrier now, not at its deadline.
-  auto asked = [&](int r) ABSL_NO_THREAD_SAFETY_ANALYSIS { return ranks_.count(r) > 0; };  // mu_
+  auto asked = [&](int r) ABSL_NO_THREAD_SAFETY_ANALYSIS { return asked_.Arrived(r); };  // mu_
   absl::Status gone =
       absent_.Check(now, context_.options.rank_grace, context_.sessions.RanksOf(job_), asked);
   if (!gone.ok()) {
-    FailLocked(absl::Status(gone.code(), absl::StrCat(Who(), gone.message())));
+    FailLocked(absl::Status(gone.code(), absl::StrCat(Who(), ": ", gone.message())));
     return;
   }
-  if (now < deadline_) return;
-  const std::vector<int> missing = context_.sessions.MissingRanks(
-      job_, world_size_, local_world_size_,
-      [&](int r) ABSL_NO_THREAD_SAFETY_ANALYSIS { return ranks_.count(r) > 0; },  // under mu_
-      16);
-  const int absent = local_world_size_ - arrived_;
-  FailLocked(absl::DeadlineExceededError(absl::StrCat(
-      Who(), "ranks [", absl::StrJoin(missing, ", "),
-      absent > static_cast<int>(missing.size()) ? ", ..." : "", "] on host ", context_.host.host(),
-      " did not ask within ", absl::FormatDuration(context_.options.plan_timeout), "; aborted")));
+  if (!asked_.Expired(now)) return;
+  // A job spread over hosts: which of its ranks are this host's, only their
+  // sessions say.
+  const bool spans = local_world_size_ < world_size_;
+  const std::vector<int> here = spans ? context_.sessions.RanksOf(job_) : std::vector<int>();
+  FailLocked(absl::DeadlineExceededError(
+      absl::StrCat(Who(), ": ranks ", asked_.Missing(16, spans ? &here : nullptr), " on host ",
+                   context_.host.host(), " did not ask within ",
+                   absl::FormatDuration(context_.options.plan_timeout), "; aborted")));
 }
 
 bool LoadSession::finished() const {

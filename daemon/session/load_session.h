@@ -42,6 +42,7 @@
 #include "ckpt/v1/coordinator.pb.h"
 #include "ckpt/v1/node.pb.h"
 #include "daemon/planning/load_groups.h"
+#include "daemon/planning/rank_barrier.h"
 #include "daemon/session/absent_ranks.h"
 #include "daemon/session/node_context.h"
 #include "daemon/storage/chunk_reader.h"
@@ -191,8 +192,9 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   void FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeReadyRoomsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRankLocked(const RankSession& rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string Name() const;  // "load of job J step S"
-  std::string Who() const;   // Name() + ": ", to start a message
+  // "load of job J step S", as SaveSession's: messages begin with it and
+  // ": ".
+  std::string Who() const;
 
   NodeContext& context_;
   const std::string job_;
@@ -204,12 +206,12 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // Only the ranks that arrived: a world of 65536 with one rank present
   // must not cost 65536 rank states.
   std::map<int, RankState> ranks_ ABSL_GUARDED_BY(mu_);
-  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
+  // This host's ranks that asked, until the plan deadline.
+  planning::RankBarrier asked_ ABSL_GUARDED_BY(mu_);
   int done_ranks_ ABSL_GUARDED_BY(mu_) = 0;
   bool planned_ ABSL_GUARDED_BY(mu_) = false;
   bool planning_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
-  absl::Time deadline_ ABSL_GUARDED_BY(mu_);
   // The local ranks that have not asked and have no session here.
   AbsentRanks absent_ ABSL_GUARDED_BY(mu_);
   std::string load_id_ ABSL_GUARDED_BY(mu_);

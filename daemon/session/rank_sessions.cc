@@ -184,25 +184,4 @@ std::vector<int> RankSessions::RanksOf(const std::string& job) const {
   return {ranks.begin(), ranks.end()};
 }
 
-std::vector<int> RankSessions::MissingRanks(const std::string& job, int world_size,
-                                            int local_world_size,
-                                            const std::function<bool(int)>& done,
-                                            size_t max) const {
-  std::vector<int> missing;
-  auto consider = [&](int r) {
-    if (!done(r)) missing.push_back(r);
-    return missing.size() < max;
-  };
-  if (local_world_size < world_size) {
-    for (int r : RanksOf(job)) {
-      if (!consider(r)) break;
-    }
-  } else {
-    for (int r = 0; r < world_size; ++r) {
-      if (!consider(r)) break;
-    }
-  }
-  return missing;
-}
-
 }  // namespace ckpt::session

@@ -97,11 +97,6 @@ class RankSessions {
   bool HasJob(const std::string& job) const;
   // The ranks of `job` attached here, in order, without repeats.
   std::vector<int> RanksOf(const std::string& job) const;
-  // For a timeout's message: this host's ranks of `job` that are not
-  // `done`, in order, at most `max`. Its ranks are 0..world_size-1 when the
-  // whole job is here, else those attached here.
-  std::vector<int> MissingRanks(const std::string& job, int world_size, int local_world_size,
-                                const std::function<bool(int)>& done, size_t max) const;
 
  private:
   struct Entry {

@@ -25,18 +25,6 @@ namespace {
 // next is being allocated, few enough that a rank cannot hoard the pool.
 constexpr int kMaxOpenBatches = 4;
 
-// Checks one rank's request on its own, before the barrier, so bad input
-// gets its error at once instead of a timeout.
-absl::Status ValidateRankRequest(const v1::PlanSaveRequest& request) {
-  for (const v1::TensorShard& shard : request.shards()) {
-    if (absl::Status s = ValidateShard(shard).status(); !s.ok()) return s;
-  }
-  for (const v1::ObjectDesc& object : request.objects()) {
-    if (absl::Status s = ValidateName("object", object.key()); !s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
-
 bool ToMemory(v1::SaveTier tier) { return tier != v1::SAVE_TIER_DURABLE; }
 
 // Durable saves write to storage now; memory+durable ones later, when the
@@ -69,12 +57,12 @@ SaveSession::SaveSession(NodeContext& context, std::string job, int64_t step, in
       local_coordinator_(store_),
       coordinator_(local_world_size < world_size ? context.coordinator_client
                                                  : &local_coordinator_),
+      planned_(world_size, local_world_size, absl::Now() + context.options.plan_timeout),
       absent_(job_, world_size, local_world_size),
       written_metric_(context.metrics.WrittenBytes(job_)) {
   absl::MutexLock lock(&mu_);
   times_.created = absl::Now();
   event_waited_.assign(world_size, false);
-  deadline_ = absl::Now() + context_.options.plan_timeout;
 }
 
 SaveSession::~SaveSession() = default;
@@ -88,19 +76,14 @@ planning::RankRequests SaveSession::RequestsLocked() const {
   return requests;
 }
 
-std::string SaveSession::MissingLocked(bool snapshot) const {
-  std::vector<int> missing = context_.sessions.MissingRanks(
-      job_, world_size_, local_world_size_,
-      [&](int r) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // called here, under mu_
-        auto it = ranks_.find(r);
-        return it != ranks_.end() &&
-               (snapshot ? it->second.snapshotted : it->second.request.has_value());
-      },
-      16);
-  const int count = local_world_size_ - (snapshot ? snapshotted_ : arrived_);
-  const bool more = static_cast<int>(missing.size()) < count;
+std::string SaveSession::MissingLocked(const planning::RankBarrier& barrier) const {
+  // A job spread over hosts: which of its ranks are this host's, only
+  // their sessions say.
+  const std::vector<int> here =
+      spans_hosts() ? context_.sessions.RanksOf(job_) : std::vector<int>();
+  const int count = barrier.expected() - barrier.arrived();
   return absl::StrCat(
-      "[", absl::StrJoin(missing, ", "), more ? (missing.empty() ? "..." : ", ...") : "", "]",
+      barrier.Missing(16, spans_hosts() ? &here : nullptr),
       spans_hosts() ? absl::StrCat(" (", count, " of this host's ", local_world_size_, ")") : "");
 }
 
@@ -138,11 +121,6 @@ absl::StatusOr<v1::PlanSaveResponse> SaveSession::Plan(const RankSession& rank,
                        "; the save's first rank asked for ", TierName(tier_)));
     }
   }
-  if (absl::Status s = ValidateRankRequest(request); !s.ok()) {
-    Fail(absl::AbortedError(
-        absl::StrCat(Who(), ": rank ", rank.rank, " sent an invalid plan: ", s.message())));
-    return WithContext(s, who);
-  }
   {
     absl::MutexLock lock(&mu_);
     if (!error_.ok()) return error_;
@@ -150,8 +128,10 @@ absl::StatusOr<v1::PlanSaveResponse> SaveSession::Plan(const RankSession& rank,
     if (phase_ != Phase::kPlanning || state.request.has_value()) {
       return absl::FailedPreconditionError(absl::StrCat(who, ": already sent its plan"));
     }
+    absl::StatusOr<bool> completes = planned_.Arrive(rank.rank);
+    if (!completes.ok()) return WithContext(completes.status(), who);
     state.request = request;
-    last = ++arrived_ == local_world_size_;
+    last = *completes;
     if (last) ++busy_;
   }
   if (last) PlanAllRanks();
@@ -325,7 +305,8 @@ void SaveSession::PlanAllRanks() {
     if (error_.ok()) {
       phase_ = Phase::kSnapshot;
       times_.planned = absl::Now();
-      deadline_ = absl::Now() + context_.options.snapshot_timeout;
+      snapshots_.emplace(world_size_, local_world_size_,
+                         absl::Now() + context_.options.snapshot_timeout);
     }
     cleanup = ReadyToCleanUpLocked();
   }
@@ -515,9 +496,9 @@ void SaveSession::MarkSubmittedLocked(RankState& state, uint64_t batch_id) {
   Room& room = rooms_.at(batch_id);
   room.submitted = true;
   --state.open_batches;
-  if (room.last && !state.snapshotted) {
-    state.snapshotted = true;
-    if (++snapshotted_ == local_world_size_) times_.snapshotted = absl::Now();
+  if (room.last && !snapshots_->Arrived(room.rank)) {
+    absl::StatusOr<bool> completes = snapshots_->Arrive(room.rank);
+    if (completes.ok() && *completes) times_.snapshotted = absl::Now();
   }
   FreeRoomIfDoneLocked(batch_id);
 }
@@ -670,7 +651,9 @@ void SaveSession::OnChunksWritten(absl::Span<const exec::WrittenChunk> chunks,
 
 bool SaveSession::ReadyToFinishLocked() {
   if (phase_ != Phase::kSnapshot || !error_.ok()) return false;
-  if (snapshotted_ != local_world_size_ || pending_chunks_ != 0 || busy_ != 0) return false;
+  if (!snapshots_.has_value() || !snapshots_->complete() || pending_chunks_ != 0 || busy_ != 0) {
+    return false;
+  }
   phase_ = Phase::kCommitting;
   times_.written = absl::Now();
   ++busy_;
@@ -870,10 +853,10 @@ void SaveSession::Fail(const absl::Status& status) {
 void SaveSession::RankGone(int rank) {
   {
     absl::MutexLock lock(&mu_);
-    auto it = ranks_.find(rank);
-    const bool planned = it != ranks_.end() && it->second.request.has_value();
-    if (rank < 0 || rank >= world_size_ || (it != ranks_.end() && it->second.snapshotted)) return;
-    if (phase_ == Phase::kPlanning && !planned && arrived_ == 0) return;
+    const bool planned = planned_.Arrived(rank);
+    const bool snapshotted = snapshots_.has_value() && snapshots_->Arrived(rank);
+    if (rank < 0 || rank >= world_size_ || snapshotted) return;
+    if (phase_ == Phase::kPlanning && !planned && planned_.arrived() == 0) return;
     FailLocked(absl::AbortedError(
         absl::StrCat(Who(), ": rank ", rank,
                      " went away (its process exited or its connection closed) before its snapshot "
@@ -1017,24 +1000,22 @@ absl::Status SaveSession::DeadlineFailureLocked(absl::Time now) {
     // A rank that cannot come fails the barrier now, not at its deadline.
     const std::vector<int> attached = context_.sessions.RanksOf(job_);
     auto planned = [&](int r) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // called here, under mu_
-      auto it = ranks_.find(r);
-      return it != ranks_.end() && it->second.request.has_value();
+      return planned_.Arrived(r);
     };
     absl::Status absent = absent_.Check(now, context_.options.rank_grace, attached, planned);
     if (!absent.ok()) {
       return absl::Status(absent.code(), absl::StrCat(Who(), ": ", absent.message()));
     }
   }
-  if (now < deadline_) return absl::OkStatus();
-  if (phase_ == Phase::kPlanning && busy_ == 0) {
+  if (phase_ == Phase::kPlanning && busy_ == 0 && planned_.Expired(now)) {
     return absl::DeadlineExceededError(
-        absl::StrCat(Who(), ": ranks ", MissingLocked(/*snapshot=*/false), " on host ",
-                     context_.host.host(), " did not ask to save within ",
+        absl::StrCat(Who(), ": ranks ", MissingLocked(planned_), " on host ", context_.host.host(),
+                     " did not ask to save within ",
                      absl::FormatDuration(context_.options.plan_timeout), "; aborted"));
   }
-  if (phase_ == Phase::kSnapshot && snapshotted_ != local_world_size_) {
+  if (phase_ == Phase::kSnapshot && snapshots_.has_value() && snapshots_->Expired(now)) {
     return absl::DeadlineExceededError(
-        absl::StrCat(Who(), ": ranks ", MissingLocked(/*snapshot=*/true), " on host ",
+        absl::StrCat(Who(), ": ranks ", MissingLocked(*snapshots_), " on host ",
                      context_.host.host(), " did not finish their snapshot within ",
                      absl::FormatDuration(context_.options.snapshot_timeout), "; aborted"));
   }
@@ -1067,10 +1048,12 @@ v1::SaveProgress SaveSession::Progress() const {
   v1::SaveProgress p;
   p.set_job(job_);
   p.set_step(step_);
-  p.set_phase(phase_ == Phase::kSnapshot && snapshotted_ > 0 ? "writing" : PhaseName(phase_));
+  p.set_phase(phase_ == Phase::kSnapshot && snapshots_.has_value() && snapshots_->arrived() > 0
+                  ? "writing"
+                  : PhaseName(phase_));
   p.set_bytes_total(bytes_total_);
   p.set_bytes_written(bytes_written_);
-  p.set_ranks_snapshotted(snapshotted_);
+  p.set_ranks_snapshotted(snapshots_.has_value() ? snapshots_->arrived() : 0);
   p.set_world_size(world_size_);
   p.set_elapsed_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(absl::Now() - created_)));
   return p;

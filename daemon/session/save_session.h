@@ -45,6 +45,7 @@
 #include "ckpt/v1/node.pb.h"
 #include "daemon/exec/writer_pool.h"
 #include "daemon/planning/node_save_plan.h"
+#include "daemon/planning/rank_barrier.h"
 #include "daemon/planning/save_batches.h"
 #include "daemon/session/absent_ranks.h"
 #include "daemon/session/disk_reservations.h"
@@ -62,7 +63,8 @@ class SaveSession : public exec::ChunkSink, public std::enable_shared_from_this<
               int local_world_size, v1::SaveTier tier = v1::SAVE_TIER_DURABLE);
   ~SaveSession() override;
 
-  // Blocks until every rank has planned (or the save fails).
+  // Blocks until every rank has planned (or the save fails). `request` has
+  // passed ValidatePlanSaveRequest (NodeService checks it once, there).
   absl::StatusOr<v1::PlanSaveResponse> Plan(const RankSession& rank,
                                             const v1::PlanSaveRequest& request);
   // Room for the rank's next slices; waits while the job's pool share is full.
@@ -113,7 +115,6 @@ class SaveSession : public exec::ChunkSink, public std::enable_shared_from_this<
     planning::BatchCursor cursor;
     int open_batches = 0;  // handed out, not yet submitted
     bool handed_last = false;
-    bool snapshotted = false;
   };
 
   void PlanAllRanks();  // run by the last rank to arrive, without mu_
@@ -123,9 +124,10 @@ class SaveSession : public exec::ChunkSink, public std::enable_shared_from_this<
       const v1::HostAssignment& host);
   // Every local rank's request, by rank; only once all have arrived.
   planning::RankRequests RequestsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The attached ranks of this host that have not planned (or snapshotted),
-  // at most 16, for a timeout's message.
-  std::string MissingLocked(bool snapshot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The attached ranks of this host that have not passed `barrier` (planned
+  // or snapshotted), at most 16, for a timeout's message.
+  std::string MissingLocked(const planning::RankBarrier& barrier) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why CheckDeadlines fails the save at `now`; OK to go on.
   absl::Status DeadlineFailureLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Write tasks for the host-copied slices of a submitted room.
@@ -195,12 +197,14 @@ class SaveSession : public exec::ChunkSink, public std::enable_shared_from_this<
   // (a vector cost ~20 MB per save, and any rank could open saves at will).
   // Emptied when the save ends (ReleaseLocked).
   std::map<int, RankState> ranks_ ABSL_GUARDED_BY(mu_);
-  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
-  int snapshotted_ ABSL_GUARDED_BY(mu_) = 0;
+  // This host's ranks that sent their plans, until the plan deadline; and,
+  // once planned, those whose snapshot is complete, until the snapshot
+  // deadline.
+  planning::RankBarrier planned_ ABSL_GUARDED_BY(mu_);
+  std::optional<planning::RankBarrier> snapshots_ ABSL_GUARDED_BY(mu_);
   uint64_t pending_chunks_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_total_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_written_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Time deadline_ ABSL_GUARDED_BY(mu_);
   v1::SaveAssignment assignment_ ABSL_GUARDED_BY(mu_);
   uint64_t next_batch_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, Room> rooms_ ABSL_GUARDED_BY(mu_);

@@ -136,7 +136,7 @@ TEST_CASE("refusals count by method and code; other codes are not refusals", "[m
   CHECK_FALSE(Has(text, "NOT_FOUND"));
   REQUIRE(f.lines.size() == 2);
   CHECK(f.lines[0] ==
-        "ckptd: refused method=planning::PlanSave code=INVALID_ARGUMENT peer=\"unix:\" error=\"bad "
+        "ckptd: refused method=PlanSave code=INVALID_ARGUMENT peer=\"unix:\" error=\"bad "
         "name\"");
 }
 
