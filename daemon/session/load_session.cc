@@ -15,11 +15,11 @@
 #include "daemon/coordinator/retention.h"
 #include "daemon/fault/fault_points.h"
 #include "daemon/peer/peer_sender.h"
+#include "daemon/planning/node_load_plan.h"
 #include "daemon/storage/chunk_reader.h"
 #include "daemon/storage/layout.h"
 #include "daemon/tier/erasure_transfer.h"
 #include "daemon/tier/memory_tier.h"
-#include "proto/lib/compact_plan.h"
 #include "proto/lib/crc32c.h"
 #include "proto/lib/region_convert.h"
 #include "proto/lib/secure_random.h"
@@ -152,22 +152,11 @@ absl::Status LoadSession::Plan() {
   v1::NodeLoadPlan plan;
   std::vector<std::vector<bool>> on_device(world_size_);
   std::string gpu_tensor;  // the first on a GPU
-  v1::LoadTier from = v1::LOAD_TIER_ANY;
   {
     absl::MutexLock lock(&mu_);
-    if (!ranks_.empty()) from = ranks_.begin()->second.request->tier();
-    *plan.mutable_host() = context_.host;
-    plan.set_job(job_);
-    plan.set_step(step_);
-    // This host's ranks only: those of a job spread over hosts elsewhere
-    // plan their own loads. Compact (coordinator.proto): the requests,
-    // device buffers included, were validated as they arrived.
-    CompactShardsBuilder compact(plan);
+    planning::LoadRequests requests;
     for (const auto& [r, state] : ranks_) {
-      v1::NodeLoadPlan::RankRequests* rank = plan.add_ranks();
-      rank->set_rank(r);
-      compact.AddRequests(state.request->tensors(), *rank);
-      *rank->mutable_object_keys() = state.request->object_keys();
+      requests[r] = &*state.request;
       for (const v1::TensorShard& t : state.request->tensors()) {
         on_device[r].push_back(t.has_device_buffer());
         if (t.has_device_buffer() && gpu_tensor.empty()) {
@@ -175,7 +164,9 @@ absl::Status LoadSession::Plan() {
         }
       }
     }
+    plan = planning::BatchLoadRequests(context_.host, job_, step_, requests);
   }
+  const v1::LoadTier from = plan.tier();
   if (!gpu_tensor.empty() && !context_.gpu.HasDevice()) {
     return absl::FailedPreconditionError(
         absl::StrCat(Who(), ": ", gpu_tensor, " is on a GPU but ckptd has ",
@@ -185,8 +176,8 @@ absl::Status LoadSession::Plan() {
   // Without a cluster, each host of a spanning job plans (and reads) its
   // own ranks' part, as a job on one host does.
   const bool spans = world_size_ > local_world_size_ && context_.coordinator_client != nullptr;
-  // Spread over hosts, the coordinator chooses the tier for all of them.
-  plan.set_tier(from);
+  // Spread over hosts, the coordinator chooses the tier for all of them
+  // (the plan carries the lowest rank's).
   absl::StatusOr<std::optional<int64_t>> in_memory =
       spans ? std::optional<int64_t>() : StoresOf(context_).MemoryStepToLoad(job_, step_, from);
   if (!in_memory.ok()) return WithContext(in_memory.status(), Who());

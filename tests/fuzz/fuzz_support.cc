@@ -13,11 +13,11 @@
 #include "daemon/planning/load_planner.h"
 #include "daemon/planning/manifest_check.h"
 #include "daemon/planning/manifest_io.h"
+#include "daemon/planning/node_load_plan.h"
 #include "daemon/planning/node_save_plan.h"
 #include "daemon/planning/save_batches.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/lib/align.h"
-#include "proto/lib/compact_plan.h"
 #include "proto/lib/copy_run.h"
 #include "proto/lib/request_limits.h"
 
@@ -162,8 +162,7 @@ absl::StatusOr<v1::SaveAssignment> PlanSaveCase(const SaveCase& save,
     v1::PlanSaveRequest& request = (*requests)[r];
     if (r < save.ranks_size()) request = save.ranks(r);
     if (r > 0) request.set_step((*requests)[0].step());
-    // NodeService::PlanSave.
-    if (request.step() < 0) return absl::InvalidArgumentError("negative step");
+    // NodeService::PlanSave checks each request once, as it arrives.
     if (absl::Status s = ValidatePlanSaveRequest(request, limits); !s.ok()) return s;
     ranks[r] = &request;
   }
@@ -230,23 +229,15 @@ v1::CheckpointManifest CheckSaveAssignment(const v1::SaveAssignment& assignment,
 absl::StatusOr<v1::LoadAssignment> PlanLoadRequests(const v1::CheckpointManifest& manifest,
                                                     const std::vector<v1::LoadRequest>& ranks) {
   const RequestLimits limits;
-  v1::NodeLoadPlan plan;
-  *plan.mutable_host() = FuzzHost();
-  plan.set_job(manifest.job());
-  plan.set_step(manifest.step());
-  CompactShardsBuilder compact(plan);
+  planning::LoadRequests requests;
   for (size_t r = 0; r < ranks.size(); ++r) {
-    const v1::LoadRequest& request = ranks[r];
-    // NodeService::Load.
-    if (request.step() < -1) return absl::InvalidArgumentError("step below -1");
-    if (absl::Status s = ValidateLoadRequest(request, limits); !s.ok()) return s;
-    // LoadSession::Plan.
-    v1::NodeLoadPlan::RankRequests* rank = plan.add_ranks();
-    rank->set_rank(static_cast<int>(r));
-    compact.AddRequests(request.tensors(), *rank);
-    *rank->mutable_object_keys() = request.object_keys();
+    // NodeService::Load checks each request once, as it arrives.
+    if (absl::Status s = ValidateLoadRequest(ranks[r], limits); !s.ok()) return s;
+    requests[static_cast<int>(r)] = &ranks[r];
   }
-  return planning::PlanLoad(manifest, {plan});
+  // LoadSession::Plan.
+  return planning::PlanLoad(manifest, {planning::BatchLoadRequests(FuzzHost(), manifest.job(),
+                                                                   manifest.step(), requests)});
 }
 
 void CheckLoadAssignment(const v1::LoadAssignment& assignment,
