@@ -1,7 +1,7 @@
 // The GPU as the daemon sees it: what is there, pinning of host memory (the
 // staging pool) so that device copies run at full PCIe/NVLink speed, CUDA IPC
 // (a rank exports its tensors' allocations, the daemon maps them), and the
-// chunked copies of the save (D2H, DESIGN.md 4.3) and load (H2D, 5) paths.
+// chunked copies of the save (D2H, docs/design.md 4.3) and load (H2D, 5) paths.
 //
 // Two implementations, picked at run time by DetectDeviceRuntime()
 // (device_factory.h): CUDA (cuda/, the only code that includes CUDA headers)

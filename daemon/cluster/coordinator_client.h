@@ -1,4 +1,4 @@
-// A node daemon's way to the coordinator (DESIGN.md §4): where its saves
+// A node daemon's way to the coordinator (docs/design.md §4): where its saves
 // are planned and committed and its loads spread over hosts are planned.
 // The coordinator in this process (a job on this host alone, or this
 // daemon is the cluster's coordinator), or the cluster's coordinator over

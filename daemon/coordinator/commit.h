@@ -1,4 +1,4 @@
-// The commit protocol (DESIGN.md §6). A checkpoint becomes visible in one
+// The commit protocol (docs/design.md §6). A checkpoint becomes visible in one
 // atomic step, and a crash anywhere leaves either the old state or the new:
 //
 //  1. Data files are written into <job>/.step-N.partial-<id>/data/ and

@@ -14,7 +14,7 @@
 // renames are durable. A reader that resolved the step before the rename
 // waits on its lock, then finds the path gone (NOT_FOUND), never half a
 // checkpoint. The MANIFEST is locked, not a file of our own, because a
-// committed step directory is never modified (DESIGN.md §6). A step with no
+// committed step directory is never modified (docs/design.md §6). A step with no
 // MANIFEST cannot be read by anyone, so needs no pin.
 //
 // Deletion protocol, per step, so that a crash anywhere leaves no listed

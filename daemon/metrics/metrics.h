@@ -37,7 +37,7 @@ class Registry;
 
 namespace ckpt::metrics {
 
-// A save's stages (DESIGN.md §4). plan: first rank's request to the
+// A save's stages (docs/design.md §4). plan: first rank's request to the
 // assignment (the barrier included); snapshot: assignment to every rank's
 // last batch submitted; write: assignment to the last chunk written
 // (overlaps snapshot); fsync: syncing the data files; commit: manifest,
@@ -55,7 +55,7 @@ struct SaveReport {
   SaveStages stages;        // observed only when status is OK
 };
 
-// A load's stages (DESIGN.md §5). plan: first rank's request to the plan;
+// A load's stages (docs/design.md §5). plan: first rank's request to the plan;
 // read and verify: the reader threads' time in I/O and in CRC checks,
 // summed over threads; deliver: device copies by the daemon plus the time
 // ranks held their batches (their copies out of the pool), summed.

@@ -1,4 +1,4 @@
-// The peer data channel's wire format (DESIGN.md §5): daemons forward byte
+// The peer data channel's wire format (docs/design.md §5): daemons forward byte
 // ranges to each other over plain TCP, which reached the link's bandwidth
 // where a gRPC stream of the same bytes reached half of it
 // (tools/bench/peer_bench.cc). The control plane (gRPC, authenticated)

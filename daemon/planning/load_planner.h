@@ -1,4 +1,4 @@
-// Load planning with resharding (DESIGN.md §5).
+// Load planning with resharding (docs/design.md §5).
 //
 // Every request (fqn, dtype, global shape, region wanted) is intersected
 // with the stored shards of the manifest; the resulting byte runs are split

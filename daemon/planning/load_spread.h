@@ -1,4 +1,4 @@
-// A load spread over hosts, read once (DESIGN.md §5): the global load plan
+// A load spread over hosts, read once (docs/design.md §5): the global load plan
 // (every rank of every host) is cut into each host's part. Every stored
 // chunk the job needs is read from storage by exactly one host, among those
 // that need it, the one with the fewest bytes to read so far (largest chunks

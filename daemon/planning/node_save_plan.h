@@ -1,6 +1,6 @@
 // The node's side of save planning, as pure functions like the
 // coordinator's planner: the ranks' requests batched into the one plan the
-// node sends (DESIGN.md §2: one message per node, not per rank), and this
+// node sends (docs/design.md §2: one message per node, not per rank), and this
 // host's part of the assignment split into each rank's items. The save
 // session keeps the state and the locking around them.
 //

@@ -1,4 +1,4 @@
-// The save plan cache (DESIGN.md §4): a job that checkpoints the same
+// The save plan cache (docs/design.md §4): a job that checkpoints the same
 // shards on the same hosts step after step gets the assignment it got
 // before, without planning again. Only the step and the user metadata may
 // differ from the cached plan; they are validated and carried beside the

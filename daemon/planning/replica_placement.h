@@ -1,4 +1,4 @@
-// Where the copies of a memory-tier save spread over hosts go (DESIGN.md
+// Where the copies of a memory-tier save spread over hosts go (docs/design.md
 // §8): each host's data files are copied whole to the R hosts after it in
 // a ring of the save's hosts, as Gemini places them. The ring spreads the
 // hosts' failure domains (HostIdentity.failure_domain) so that no host is

@@ -1,6 +1,6 @@
 // How a rank's assigned items stream through the pool: the daemon cuts them
 // into batches of whole chunks and decides where each slice lies in the
-// batch's room (DESIGN.md §4: the daemon decides the layout, the client only
+// batch's room (docs/design.md §4: the daemon decides the layout, the client only
 // copies). Pure functions, so the layout is tested apart from the sessions.
 //
 // Thread-safety: pure functions.

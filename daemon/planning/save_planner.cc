@@ -637,7 +637,7 @@ absl::StatusOr<Items> CollectItems(absl::Span<const v1::NodeSavePlan> nodes, con
   return out;
 }
 
-// Worst-fit, largest first (DESIGN.md §4.2): each item to the least-loaded
+// Worst-fit, largest first (docs/design.md §4.2): each item to the least-loaded
 // host among its holders, then that host's least-loaded rank, then its
 // least-loaded writer file, at the file's next aligned offset. Largest
 // first keeps the loads within about one item of each other. Items held on

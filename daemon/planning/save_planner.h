@@ -1,4 +1,4 @@
-// Global save planning (DESIGN.md §4.2), written once for one host or many.
+// Global save planning (docs/design.md §4.2), written once for one host or many.
 //
 // Input: one NodeSavePlan per host, each batching that host's ranks. The
 // planner validates every shard, checks that ranks agree on each tensor's

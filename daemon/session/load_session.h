@@ -1,4 +1,4 @@
-// One load of one job step on this host (DESIGN.md §5). Ranks arrive with
+// One load of one job step on this host (docs/design.md §5). Ranks arrive with
 // their requests; the last to arrive batches them into one NodeLoadPlan and
 // gets the chunk reads from the coordinator. The reads are cut into groups
 // of about --batch_bytes; the daemon's reader threads (ReaderPool) take the

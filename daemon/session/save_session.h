@@ -1,5 +1,5 @@
 // One save of one job step on this host, from the first rank's PlanSave to
-// commit or abort (DESIGN.md §4):
+// commit or abort (docs/design.md §4):
 //
 //   planning   ranks arrive with their local plans; the last one to arrive
 //              batches them into one NodeSavePlan and asks the coordinator

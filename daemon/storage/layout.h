@@ -1,4 +1,4 @@
-// Paths of the on-disk format (DESIGN.md §6):
+// Paths of the on-disk format (docs/design.md §6):
 //   <root>/<job>/step-<N>/MANIFEST
 //   <root>/<job>/step-<N>/data/<host>-<writer>.bin
 //   <root>/<job>/.step-<N>.partial-<host>-<instance>-<seq>/

@@ -1,4 +1,4 @@
-// The memory tier (DESIGN.md §8): checkpoints kept in this daemon's memory,
+// The memory tier (docs/design.md §8): checkpoints kept in this daemon's memory,
 // so a trainer that crashed restarts from them without reading storage.
 //
 // It is a second store beside the durable one, with the same parts: a

@@ -1,4 +1,4 @@
-// The copies of a memory-tier save spread over hosts (DESIGN.md §8,
+// The copies of a memory-tier save spread over hosts (docs/design.md §8,
 // coordinator.proto ReplicaPlan): each host sends its data files, from its
 // memory tier, to its replica hosts over the peer data channel, and keeps
 // the files its predecessors send it in its own memory tier beside its

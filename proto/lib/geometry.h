@@ -1,4 +1,4 @@
-// Shard geometry: the one routine behind resharding (DESIGN.md §3).
+// Shard geometry: the one routine behind resharding (docs/design.md §3).
 //
 // A shard of a tensor is either a box (per-dimension offsets and lengths) or
 // a flat range of the row-major flattened tensor; a shard's bytes are stored

@@ -1,4 +1,4 @@
-// Errors with context (STYLE.md: each layer adds what it knows). Every error
+// Errors with context (docs/style.md: each layer adds what it knows). Every error
 // reads "<outer context>: <inner context>: <what failed>", so one line says
 // what failed and where; codes are kept as the error crosses layers, and an
 // errno becomes a code by one table for the daemon, the client and the tools.

@@ -1,4 +1,4 @@
-// Bad input against a real ckptd (DESIGN.md §7): every malformed request gets
+// Bad input against a real ckptd (docs/design.md §7): every malformed request gets
 // the right gRPC code and a message naming what was wrong, and the daemon
 // keeps serving: after each case it still answers GetStatus, holds no pool
 // bytes or save for the rejected request, and completes a valid save and a

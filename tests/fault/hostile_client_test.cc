@@ -1,5 +1,5 @@
 // A hostile client against a real ckptd, over the Unix socket and over TCP
-// (DESIGN.md §7): extreme sizes and counts, names that are paths, absurd
+// (docs/design.md §7): extreme sizes and counts, names that are paths, absurd
 // worlds and ranks, ids that belong to someone else or to no one, absurd
 // timeouts and bytes that are not a request at all. Every such request gets
 // a clear error naming the bound or the field, the daemon process stays

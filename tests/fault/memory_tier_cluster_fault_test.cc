@@ -1,4 +1,4 @@
-// The memory tier of a job spread over hosts (DESIGN.md §8) under attack
+// The memory tier of a job spread over hosts (docs/design.md §8) under attack
 // and under real faults: a coordinator and node daemons, each a real ckptd
 // process. A hostile raw-gRPC client sends the CoordinatorService tiers that
 // do not exist, memory-tier plans to a coordinator without a memory tier,

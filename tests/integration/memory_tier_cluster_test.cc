@@ -1,4 +1,4 @@
-// The memory tier of a job spread over hosts (DESIGN.md §8): a coordinator
+// The memory tier of a job spread over hosts (docs/design.md §8): a coordinator
 // and three node daemons, each a real ckptd process, eight rank processes.
 // Each host keeps its part of a memory-tier save in its own memory and a
 // replica of the host before it (R=1, a ring by name); the commit waits for

@@ -1,4 +1,4 @@
-// A job spread over hosts (DESIGN.md §4): three node daemons and a
+// A job spread over hosts (docs/design.md §4): three node daemons and a
 // coordinator daemon, each a real ckptd process on one shared storage root;
 // eight rank processes attach to their own host's daemon. They save one
 // checkpoint of a transformer sharded TP=2 x PP=2 x DP=2 (weights

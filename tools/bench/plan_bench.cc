@@ -1,5 +1,5 @@
 // ckpt-plan-bench: how long global planning takes at cluster scale, on one
-// core (DESIGN.md §4.2; ByteCheckpoint reports 62 s for its first plan at
+// core (docs/design.md §4.2; ByteCheckpoint reports 62 s for its first plan at
 // 8,960 GPUs). No daemon, no I/O: the coordinator's planners on synthetic
 // plans.
 //

@@ -54,7 +54,7 @@ struct ClientOptions {
   GpuTransfer gpu_transfer = GpuTransfer::kPull;
 };
 
-// Where a save's step goes (DESIGN.md §8). kMemory: the daemon's memory
+// Where a save's step goes (docs/design.md §8). kMemory: the daemon's memory
 // tier (ckptd --memory_tier_bytes), committed once in place; it survives
 // this process, not the daemon. kMemoryAndDurable: committed in memory, then
 // persisted to storage from that copy in the background; WaitPersisted
