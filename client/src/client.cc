@@ -7,13 +7,14 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
-#include <future>
 #include <optional>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "ckpt/v1/node.grpc.pb.h"
+#include "client/src/ahead_call.h"
 #include "client/src/parallel_copy.h"
 #include "client/src/pool_mapping.h"
 #include "gpu/device_factory.h"
@@ -26,6 +27,7 @@
 namespace ckpt {
 namespace {
 
+using client::AheadCall;
 using client::CopyPiece;
 using client::PoolMapping;
 
@@ -537,6 +539,8 @@ class ClientImpl final : public Client {
   }
 
   void WorkLoop() {
+    // Asks for each save's next batch; one thread for the worker's life.
+    AheadCall<v1::SaveBatch> ahead;
     for (;;) {
       std::unique_ptr<SaveJob> job;
       {
@@ -552,7 +556,7 @@ class ClientImpl final : public Client {
         job = std::move(saves_.front());
         saves_.pop_front();
       }
-      std::optional<std::pair<std::string, std::string>> wait = RunSnapshot(*job);
+      std::optional<std::pair<std::string, std::string>> wait = RunSnapshot(*job, ahead);
       absl::MutexLock lock(&queue_mu_);
       if (wait.has_value()) {
         persists_.push_back({job->state, job->step, wait->first, wait->second});
@@ -599,9 +603,11 @@ class ClientImpl final : public Client {
     }
   }
 
-  // Plans and copies one save; returns (session, save id) to wait on, or
-  // nullopt once the handle has its error.
-  std::optional<std::pair<std::string, std::string>> RunSnapshot(SaveJob& job) {
+  // Plans and copies one save, asking for its batches ahead on `ahead`;
+  // returns (session, save id) to wait on, or nullopt once the handle has
+  // its error.
+  std::optional<std::pair<std::string, std::string>> RunSnapshot(SaveJob& job,
+                                                                 AheadCall<v1::SaveBatch>& ahead) {
     SaveState& state = *job.state;
     const std::string what =
         absl::StrCat("save of job ", options_.job, " step ", job.step, " by rank ", options_.rank);
@@ -643,16 +649,23 @@ class ClientImpl final : public Client {
     std::vector<uint64_t> shard_bytes;
     for (const v1::TensorShard& shard : plan.shards()) shard_bytes.push_back(ShardBytes(shard));
     bool pushed_sync = false;
-    auto next_batch = [&](v1::SaveBatch* batch) {
+    auto next_batch = [&]() -> absl::StatusOr<v1::SaveBatch> {
       grpc::ClientContext context;
       SetDeadline(context, *attachment);
       v1::NextSaveBatchRequest request;
       request.set_session_id(attachment->session);
       request.set_save_id(planned.save_id());
-      return FromDaemon(*attachment, stub.NextSaveBatch(&context, request, batch));
+      v1::SaveBatch batch;
+      absl::Status s = FromDaemon(*attachment, stub.NextSaveBatch(&context, request, &batch));
+      if (!s.ok()) return s;
+      return batch;
     };
-    v1::SaveBatch batch;
-    if (absl::Status s = next_batch(&batch); !s.ok()) return fail(s);
+    // Whichever way this save ends, a request still asking ends first: it
+    // reads this frame.
+    absl::Cleanup settle = [&] { ahead.Settle(); };
+    absl::StatusOr<v1::SaveBatch> first = next_batch();
+    if (!first.ok()) return fail(first.status());
+    v1::SaveBatch batch = *std::move(first);
     for (;;) {
       // Copy this batch on the copy threads while asking for the next one.
       if (absl::Status s = attachment->pool->Refresh(batch.segment_epoch()); !s.ok()) {
@@ -698,15 +711,14 @@ class ClientImpl final : public Client {
         pieces.push_back({*dst, src + slice.item_offset(), slice.length()});
       }
       copies_.Start(std::move(pieces));
-      v1::SaveBatch following;
       // The next batch is asked for while this one is copied and submitted,
       // not before it is submitted: its room may have to wait for this
       // one's to be written, and ranks that each held a room unsubmitted
       // while waiting for another would wedge a pool of one room per rank.
-      std::future<absl::Status> ahead;
-      if (!batch.last()) {
-        ahead = std::async(std::launch::async, [&] { return next_batch(&following); });
-      }
+      // So another thread asks (one for the worker's life). A load asks on
+      // its own thread: its next batch never waits on what that thread
+      // does next.
+      if (!batch.last()) ahead.Start(next_batch);
       copies_.Wait();
       {
         grpc::ClientContext context;
@@ -720,8 +732,9 @@ class ClientImpl final : public Client {
         if (!s.ok()) return fail(s);
       }
       if (batch.last()) break;
-      if (absl::Status s = ahead.get(); !s.ok()) return fail(s);
-      batch = std::move(following);
+      absl::StatusOr<v1::SaveBatch> following = ahead.Take();
+      if (!following.ok()) return fail(following.status());
+      batch = *std::move(following);
     }
     state.SnapshotDone(absl::OkStatus());
     return std::make_pair(attachment->session, planned.save_id());
