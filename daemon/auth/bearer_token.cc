@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "daemon/auth/principal.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::auth {
 namespace {
@@ -25,10 +26,7 @@ constexpr size_t kMaxTokensFileBytes = 1 << 20;
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path, const char* flag,
                                            size_t max_bytes) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": cannot open ", path, ": ", strerror(errno)));
-  }
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat(flag, ": cannot open ", path));
   struct stat st {};
   std::string text(max_bytes + 1, '\0');
   ssize_t n = -1;
@@ -37,9 +35,7 @@ absl::StatusOr<std::string> ReadSecretFile(const std::string& path, const char* 
   close(fd);
   if (!S_ISREG(st.st_mode))
     return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a regular file"));
-  if (n < 0)
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": cannot read ", path, ": ", strerror(error)));
+  if (n < 0) return ErrnoStatus(error, absl::StrCat(flag, ": cannot read ", path));
   if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(flag, ": ", path, " is open to other users (mode ",

@@ -4,12 +4,12 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "proto/lib/status_context.h"
 
 #ifndef SO_PEERGROUPS
 #define SO_PEERGROUPS 59  // Linux 4.13; older C library headers lack the name
@@ -60,8 +60,10 @@ absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContextBase& co
     socklen_t length = sizeof(cred);
     if (!absl::SimpleAtoi(fd_text, &fd) ||
         getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0 || length != sizeof(cred)) {
+      // UNAUTHENTICATED whatever the errno: the caller is refused, not failed.
+      const int error = errno;
       return absl::UnauthenticatedError(
-          absl::StrCat("ckptd cannot tell who is calling on ", peer, ": ", strerror(errno)));
+          absl::StrCat("ckptd cannot tell who is calling on ", peer, ": ", ErrnoMessage(error)));
     }
     caller.local = true;
     caller.pid = cred.pid;

@@ -14,6 +14,7 @@
 #include <grpcpp/server_posix.h>
 
 #include "absl/strings/str_cat.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::auth {
 namespace {
@@ -43,7 +44,7 @@ absl::StatusOr<int> BindUnixSocket(const std::string& path, int type, const Sock
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, path.data(), path.size());
   const int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket(AF_UNIX): ", strerror(errno)));
+  if (fd < 0) return ErrnoStatus(errno, "socket(AF_UNIX)");
   unlink(path.c_str());  // a stale socket of a killed daemon (the caller checked none serves it)
   // No other user may connect while the mode is being set.
   const mode_t old_umask = umask(0077);
@@ -52,18 +53,18 @@ absl::StatusOr<int> BindUnixSocket(const std::string& path, int type, const Sock
   umask(old_umask);
   if (bound != 0) {
     close(fd);
-    return absl::UnavailableError(
-        absl::StrCat("cannot bind unix:", path, ": ", strerror(bind_error)));
+    return ErrnoStatus(bind_error, absl::StrCat("cannot bind unix:", path));
   }
   mode_t mode = 0600;
   if (access.reach == SocketAccess::Reach::kGroup) {
     if (chown(path.c_str(), static_cast<uid_t>(-1), access.group) == 0) {
       mode = 0660;
     } else {
+      const int error = errno;
       std::fprintf(stderr,
                    "ckptd: warning: cannot give %s to group %u (%s): opening it to every user; "
                    "the allow-lists are still checked at accept\n",
-                   path.c_str(), static_cast<unsigned>(access.group), strerror(errno));
+                   path.c_str(), static_cast<unsigned>(access.group), ErrnoMessage(error).c_str());
       mode = 0666;
     }
   } else if (access.reach == SocketAccess::Reach::kEveryone) {
@@ -72,14 +73,12 @@ absl::StatusOr<int> BindUnixSocket(const std::string& path, int type, const Sock
   if (chmod(path.c_str(), mode) != 0) {
     const int error = errno;
     close(fd);
-    return absl::InternalError(
-        absl::StrCat("chmod ", absl::Hex(mode), " ", path, ": ", strerror(error)));
+    return ErrnoStatus(error, absl::StrCat("chmod ", absl::Hex(mode), " ", path));
   }
   if (listen(fd, kBacklog) != 0) {
     const int error = errno;
     close(fd);
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on unix:", path, ": ", strerror(error)));
+    return ErrnoStatus(error, absl::StrCat("cannot listen on unix:", path));
   }
   return fd;
 }
@@ -103,16 +102,17 @@ void UnixListener::Run(grpc::Server* server) {
       return;
     }
     if (conn < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+      const int error = errno;
+      if (error == EINTR || error == ECONNABORTED) continue;
+      if (error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM) {
         // Out of descriptors: the pending connection waits in the backlog;
         // back off instead of spinning.
-        std::fprintf(stderr, "ckptd: accept on the Unix socket: %s\n", strerror(errno));
+        std::fprintf(stderr, "ckptd: accept on the Unix socket: %s\n", ErrnoMessage(error).c_str());
         usleep(100 * 1000);
         continue;
       }
       std::fprintf(stderr, "ckptd: accept on the Unix socket failed: %s; not accepting more\n",
-                   strerror(errno));
+                   ErrnoMessage(error).c_str());
       return;
     }
     ucred peer{};

@@ -33,7 +33,7 @@ absl::Status ReadFileAt(int file, uint64_t offset, char* p, uint64_t n, const st
     if (k < 0 && errno == EINTR) continue;
     if (k < 0) {
       return absl::DataLossError(
-          absl::StrCat("reading a file for ", peer, ": ", std::strerror(errno)));
+          absl::StrCat("reading a file for ", peer, ": ", ErrnoMessage(errno)));
     }
     if (k == 0) {
       return absl::DataLossError(

@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <functional>
 
 #include "absl/strings/numbers.h"
@@ -259,7 +258,7 @@ absl::Status SendFileFull(int fd, int file, uint64_t offset, uint64_t length,
       }
       // The file's side (EIO, EINVAL, ENOMEM, ...): this end's fault.
       return absl::DataLossError(
-          absl::StrCat("sending a file to ", peer, ": ", std::strerror(errno)));
+          absl::StrCat("sending a file to ", peer, ": ", ErrnoMessage(errno)));
     }
     if (k == 0) {
       return absl::DataLossError(

@@ -7,7 +7,6 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <deque>
 #include <map>
 #include <utility>
@@ -16,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/auth/unix_listener.h"
 #include "proto/lib/segment_handover.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::service {
 namespace {
@@ -58,7 +58,7 @@ absl::Status SegmentServer::Start(const std::string& path, const auth::SocketAcc
   if (wake_fd_ < 0) {
     const int error = errno;
     close(*fd);
-    return absl::InternalError(absl::StrCat("eventfd: ", strerror(error)));
+    return ErrnoStatus(error, "eventfd");
   }
   listen_fd_ = *fd;
   path_ = path;
@@ -96,8 +96,9 @@ void SegmentServer::Run() {
     }
     const int ready = poll(fds.data(), fds.size(), timeout_ms);
     if (ready < 0 && errno != EINTR) {
+      const int error = errno;
       std::fprintf(stderr, "ckptd: segment socket: poll: %s; not serving segments\n",
-                   strerror(errno));
+                   ErrnoMessage(error).c_str());
       break;
     }
     if (fds[0].revents != 0) break;  // Stop

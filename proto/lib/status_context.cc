@@ -53,9 +53,12 @@ absl::StatusCode ErrnoToCode(int err) {
 }
 
 absl::Status ErrnoStatus(int err, absl::string_view context) {
-  // std::generic_category().message() is thread-safe, unlike strerror().
-  return absl::Status(ErrnoToCode(err),
-                      absl::StrCat(context, ": ", std::generic_category().message(err)));
+  return absl::Status(ErrnoToCode(err), absl::StrCat(context, ": ", ErrnoMessage(err)));
+}
+
+std::string ErrnoMessage(int err) {
+  // Thread-safe (strerror_r underneath), unlike strerror's shared buffer.
+  return std::generic_category().message(err);
 }
 
 }  // namespace ckpt

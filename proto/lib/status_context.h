@@ -35,8 +35,16 @@ std::string QuoteId(absl::string_view id);
 // (EIO, ...) -> UNKNOWN. 0 -> OK.
 absl::StatusCode ErrnoToCode(int err);
 
-// "<context>: <strerror(err)>" with ErrnoToCode(err).
+// "<context>: <ErrnoMessage(err)>" with ErrnoToCode(err).
 absl::Status ErrnoStatus(int err, absl::string_view context);
+
+// The C library's text for errno `err` ("No such file or directory"), for
+// where no status is made (a log line, a bench's reply) or where a caller's
+// contract fixes the code (a peer's DATA_LOSS, an auth refusal's
+// UNAUTHENTICATED). Unlike strerror it is safe from any thread, and it is
+// the one spelling of an errno here: tests/layering_test.sh refuses
+// strerror elsewhere.
+std::string ErrnoMessage(int err);
 
 }  // namespace ckpt
 

@@ -7,13 +7,13 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::testing {
 namespace {
@@ -49,18 +49,19 @@ absl::StatusOr<HttpReply> HttpGet(const std::string& host_port, const std::strin
   }
   address.sin_port = htons(static_cast<uint16_t>(port));
   Fd s{socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)};
-  if (s.fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  if (s.fd < 0) return ErrnoStatus(errno, "socket");
+  // A server that cannot be reached is UNAVAILABLE whatever the errno.
   if (connect(s.fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    if (errno != EINPROGRESS || !WaitFd(s.fd, POLLOUT, deadline)) {
+    const int connect_error = errno;  // before WaitFd's poll
+    if (connect_error != EINPROGRESS || !WaitFd(s.fd, POLLOUT, deadline)) {
       return absl::UnavailableError(
-          absl::StrCat("connect ", host_port, ": ", std::strerror(errno)));
+          absl::StrCat("connect ", host_port, ": ", ErrnoMessage(connect_error)));
     }
     int error = 0;
     socklen_t length = sizeof(error);
     getsockopt(s.fd, SOL_SOCKET, SO_ERROR, &error, &length);
     if (error != 0) {
-      return absl::UnavailableError(
-          absl::StrCat("connect ", host_port, ": ", std::strerror(error)));
+      return absl::UnavailableError(absl::StrCat("connect ", host_port, ": ", ErrnoMessage(error)));
     }
   }
   const std::string request =
@@ -70,7 +71,7 @@ absl::StatusOr<HttpReply> HttpGet(const std::string& host_port, const std::strin
     if (!WaitFd(s.fd, POLLOUT, deadline)) return absl::DeadlineExceededError("sending the request");
     const ssize_t n = send(s.fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && errno != EAGAIN && errno != EINTR) {
-      return absl::UnavailableError(absl::StrCat("send: ", std::strerror(errno)));
+      return absl::UnavailableError(absl::StrCat("send: ", ErrnoMessage(errno)));
     }
     if (n > 0) sent += static_cast<size_t>(n);
   }
@@ -82,7 +83,7 @@ absl::StatusOr<HttpReply> HttpGet(const std::string& host_port, const std::strin
     if (n == 0) break;
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) continue;
-      return absl::UnavailableError(absl::StrCat("recv: ", std::strerror(errno)));
+      return absl::UnavailableError(absl::StrCat("recv: ", ErrnoMessage(errno)));
     }
     reply.append(buffer, static_cast<size_t>(n));
   }

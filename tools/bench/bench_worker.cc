@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "ckpt/client.h"
 #include "client/src/parallel_copy.h"
+#include "proto/lib/status_context.h"
 
 namespace ckpt::bench {
 namespace {
@@ -175,24 +177,27 @@ int RunWorker(const WorkerOptions& options) {
       const std::string path = absl::StrCat(dir, "/baseline-rank-", options.rank, ".bin");
       const auto start = Clock::now();
       const int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0640);
-      bool ok = fd >= 0;
+      // The first failure's errno, kept past close and unlink.
+      int error = fd >= 0 ? 0 : errno;
       for (const HostTensor& t : shards) {
         const char* p = static_cast<const char*>(t.data);
         uint64_t left = static_cast<uint64_t>(t.region.lengths[0] * kColumns * kElement);
-        while (ok && left > 0) {
+        while (error == 0 && left > 0) {
           const ssize_t n = write(fd, p, std::min<uint64_t>(left, 64 << 20));
-          ok = n > 0;
+          if (n <= 0) {
+            error = n < 0 ? errno : EIO;
+            break;
+          }
           p += n;
-          left -= n;
+          left -= static_cast<uint64_t>(n);
         }
       }
-      ok = ok && fsync(fd) == 0;
+      if (error == 0 && fsync(fd) != 0) error = errno;
       if (fd >= 0) close(fd);
       const double seconds = Since(start);
       unlink(path.c_str());
-      if (!ok) {
-        std::cout << "error baseline write to " << path << ": " << std::strerror(errno)
-                  << std::endl;
+      if (error != 0) {
+        std::cout << "error baseline write to " << path << ": " << ErrnoMessage(error) << std::endl;
         continue;
       }
       std::cout << "ok " << seconds << std::endl;

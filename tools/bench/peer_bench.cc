@@ -46,6 +46,7 @@
 #include "daemon/peer/peer_receiver.h"
 #include "daemon/peer/peer_sender.h"
 #include "proto/lib/hex.h"
+#include "proto/lib/status_context.h"
 #include "tools/bench/child_process.h"
 #include "tools/bench/median.h"
 
@@ -138,8 +139,9 @@ int RunReceiver(const std::string& host, int tcp_port, int grpc_port, uint64_t b
   ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
   if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
       ::listen(listener, 4) != 0) {
+    const int error = errno;
     std::cout << "error raw TCP listen on " << host << ":" << tcp_port << ": "
-              << std::strerror(errno) << std::endl;
+              << ErrnoMessage(error) << std::endl;
     return 1;
   }
   std::thread raw([&] { ServeRawTcp(listener, destination.data(), destination.size()); });
@@ -205,7 +207,8 @@ absl::StatusOr<double> SendRawTcp(const std::string& host, int port, uint64_t by
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     const int e = errno;
     ::close(fd);
-    return absl::UnavailableError(absl::StrCat("connect ", host, ":", port, ": ", strerror(e)));
+    // UNAVAILABLE whatever the errno: the receiver cannot be reached.
+    return absl::UnavailableError(absl::StrCat("connect ", host, ":", port, ": ", ErrnoMessage(e)));
   }
   bool ok = SendAll(fd, reinterpret_cast<const char*>(&bytes), sizeof bytes);
   for (uint64_t sent = 0; ok && sent < bytes; sent += block.size()) {

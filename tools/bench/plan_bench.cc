@@ -283,8 +283,9 @@ int main(int argc, char** argv) {
     // Tunables are read at startup only: the bench runs again with it.
     SetHugeHeapTunable();
     execv("/proc/self/exe", argv);
+    const int error = errno;
     std::fprintf(stderr, "ckpt-plan-bench: re-executing with %s: %s (running without)\n",
-                 kHugeHeapTunable, std::strerror(errno));
+                 kHugeHeapTunable, ckpt::ErrnoMessage(error).c_str());
     huge_heap = false;
   }
   // As ckptd does: a plan's freed memory is kept for the next one.

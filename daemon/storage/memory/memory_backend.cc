@@ -186,8 +186,9 @@ absl::Status MemoryBackend::Inode::MapLocked(const std::string& path, uint64_t e
   }
   void* at = mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_SHARED, target, 0);
   if (at == MAP_FAILED) {
-    return fail(absl::ResourceExhaustedError(absl::StrFormat(
-        "write %s: cannot map %d bytes of its memory file: %s", path, want, std::strerror(errno))));
+    const int error = errno;
+    return fail(ErrnoStatus(
+        error, absl::StrFormat("write %s: cannot map %d bytes of its memory file", path, want)));
   }
   char* const fresh = static_cast<char*>(at);
   // What is written already may sit in huge pages: map it so; heap blocks

@@ -43,6 +43,7 @@ TEST_CASE("errno maps to one code everywhere", "[status_context]") {
   const absl::Status s = ErrnoStatus(ENOSPC, "pwrite /x/data/h-0.bin at offset 4096");
   CHECK(s.code() == absl::StatusCode::kResourceExhausted);
   CHECK(s.message() == "pwrite /x/data/h-0.bin at offset 4096: No space left on device");
+  CHECK(ErrnoMessage(ENOENT) == "No such file or directory");
 }
 
 }  // namespace
