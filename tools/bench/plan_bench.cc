@@ -306,6 +306,9 @@ int main(int argc, char** argv) {
   options.manifest_limits.max_chunks = int64_t{1} << 30;
   options.manifest_limits.max_tensors = int64_t{1} << 30;
   options.manifest_limits.max_manifest_bytes = uint64_t{1} << 40;
+  // As an operator of a job this size sets --max_manifest_memory_bytes:
+  // 8192 ranks' manifest takes ~640 MiB parsed, past the 256 MiB default.
+  options.manifest_limits.max_memory_bytes = uint64_t{1} << 40;
 
   CompactTime compact;
   std::vector<ckpt::v1::NodeSavePlan> save_nodes = SavePlans(l, compact);
