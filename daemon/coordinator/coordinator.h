@@ -1,5 +1,5 @@
 // The coordinator role, embedded in ckptd when no coordinator address is
-// configured (DESIGN.md §2). It owns the catalog, plans saves and loads with
+// configured (docs/design.md §2). It owns the catalog, plans saves and loads with
 // the pure planners, tracks saves between plan and commit, and runs the
 // commit protocol. Every message carries host identity, so the networked
 // CoordinatorService (coordinator_service.h) wraps this class unchanged: a
@@ -7,29 +7,39 @@
 // ReportPersisted say what failed, not which save: the node's save session
 // that calls them names the job and step once.
 //
-// Thread-safety: all methods are safe from any thread.
+// This class is a facade over three parts, each with its own lock:
+//   SaveGathering (save_gathering.h)  the saves in flight, from the first
+//                                     host's plan to the last report
+//   Committer (committer.h)           commits, one at a time, and retention
+//   LoadGathering (load_gathering.h)  loads, and the gathering of those
+//                                     spanning hosts
+// It owns the catalog they share and composes them; no part calls another,
+// and the facade holds no lock of its own, so no two parts' locks are ever
+// held at once. A lost host is told to both gatherings.
+//
+// Thread-safety: all methods are safe from any thread; the ones marked
+// "call once, before serving" excepted.
 #ifndef CKPT_DAEMON_COORDINATOR_COORDINATOR_H_
 #define CKPT_DAEMON_COORDINATOR_COORDINATOR_H_
 
-#include <deque>
+#include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "daemon/coordinator/catalog.h"
+#include "daemon/coordinator/committer.h"
+#include "daemon/coordinator/load_gathering.h"
+#include "daemon/coordinator/partial_dir.h"
+#include "daemon/coordinator/rendezvous.h"
 #include "daemon/coordinator/retention.h"
-#include "daemon/coordinator/retention_runner.h"
-#include "daemon/planning/load_spread.h"
+#include "daemon/coordinator/save_gathering.h"
 #include "daemon/planning/plan_cache.h"
 #include "daemon/planning/retention_policy.h"
 #include "daemon/planning/save_planner.h"
@@ -37,28 +47,7 @@
 
 namespace ckpt::coordinator {
 
-// How a save spread over hosts meets at the coordinator.
-struct RendezvousOptions {
-  // How long hosts that sent their plans wait for the rest of the job's
-  // ranks before the save fails naming the ranks that never came.
-  absl::Duration plan_timeout = absl::Seconds(120);
-  // Saves being planned, written or committed at once (beyond:
-  // RESOURCE_EXHAUSTED), and ended ones remembered for late callers.
-  size_t max_active_saves = 1024;
-  size_t ended_saves_kept = 1024;  // at least 1
-  // How long hosts may write once planned before the save fails naming
-  // those that have not reported (ExpireSaves).
-  absl::Duration write_timeout = absl::Seconds(300);
-  // Memory the save plan cache may hold (plan_cache.h): a job's plan at
-  // thousands of ranks takes hundreds of megabytes; one larger than this
-  // is planned afresh every step. Jobs' known layouts (the barrier skip)
-  // are kept within the same bound.
-  uint64_t plan_cache_bytes = uint64_t{1} << 30;
-};
-
-// True once the caller of a blocking method has gone (its RPC was
-// cancelled): the method returns CANCELLED instead of waiting on.
-using CallerGone = std::function<bool()>;
+// RendezvousOptions and CallerGone: rendezvous.h.
 
 class Coordinator {
  public:
@@ -70,17 +59,17 @@ class Coordinator {
 
   Catalog& catalog() { return catalog_; }
   storage::Backend& backend() { return backend_; }
-  planning::PlanCacheStats plan_cache_stats() const { return plan_cache_.Stats(); }
+  planning::PlanCacheStats plan_cache_stats() const { return saves_.plan_cache_stats(); }
   // Hosts answered without waiting for the rest of their job: their plan
   // equalled their part of the job's last layout (the plan cache's skip of
   // the planning barrier; the commit still waits for every host).
   uint64_t barrier_skips() const;
   // Saves between their first host's plan and their end.
   size_t saves_in_flight() const;
-  GarbageCollector& garbage_collector() { return gc_; }
+  GarbageCollector& garbage_collector() { return committer_.garbage_collector(); }
   const std::string& root() const { return catalog_.root(); }
 
-  // One host's part of a save (DESIGN.md §4.2). Blocks until the plans of
+  // One host's part of a save (docs/design.md §4.2). Blocks until the plans of
   // all `world_size` ranks of the job's step have arrived from their hosts
   // (at once when this host holds them all), then plans them together,
   // creates the partial directory (named by this coordinator's host and
@@ -161,7 +150,7 @@ class Coordinator {
   // Retention after each commit (retention_runner.h), and the grace period
   // of a `ckptctl gc` that names none. Call once, before serving.
   void EnableRetention(planning::RetentionConfig config);
-  const planning::RetentionConfig& retention() const { return retention_config_; }
+  const planning::RetentionConfig& retention() const { return committer_.retention(); }
 
   // This coordinator is the cluster coordinator's memory tier: a save
   // spread over hosts is written in the hosts' memory, each host's files
@@ -172,100 +161,22 @@ class Coordinator {
   // (replica_placement.h PlaceErasure); the stripes are kept with the
   // step (kErasureFile) for loads that must rebuild.
   void ServeClusterMemoryTier(int replicas, int erasure_k = 0, int erasure_m = 0) {
-    memory_cluster_ = true;
-    replicas_ = replicas;
-    erasure_k_ = erasure_k;
-    erasure_m_ = erasure_m;
+    saves_.ServeClusterMemoryTier(replicas, erasure_k, erasure_m);
   }
-  // The step's stripes (ErasurePlan, serialized), beside its MANIFEST.
-  static constexpr char kErasureFile[] = "ERASURE";
+  // The step's stripes (ErasurePlan, serialized), beside its MANIFEST
+  // (partial_dir.h).
+  static constexpr const char* kErasureFile = coordinator::kErasureFile;
   // The memory tier's catalog, where a load spread over hosts that may
   // come from memory looks first (PlanSpanningLoad). Call once, before
   // serving.
-  void LoadFromMemoryToo(Catalog* memory) { memory_catalog_ = memory; }
+  void LoadFromMemoryToo(Catalog* memory) { loads_.LoadFromMemoryToo(memory); }
 
  private:
-  struct ActiveSave;
-  using SaveRef = std::shared_ptr<ActiveSave>;
-  struct ActiveLoad;
-  // Plans a spanning load whose hosts all arrived; without mu_.
-  absl::Status PlanGatheredLoad(ActiveLoad& load);
-  // The whole load's plan from the memory tier when it may and can come
-  // from there (every file it needs held by a host of the load, *holders
-  // says which); null when it comes from storage.
-  absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> PlanFromMemory(
-      const ActiveLoad& load, planning::FileHolders* holders);
-  // Fails the gathering spanning loads `host` takes part in.
-  void FailLoadsOfLocked(const std::string& host, const absl::Status& why)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // A job's last layout over hosts, by host: what a host's plan must equal
-  // (serialized, step and metadata cleared) to be answered at once.
-  // Hosts' parts of a plan, by host name; shared between a save's answers
-  // and the layout remembered from it.
-  using Parts = std::map<std::string, std::shared_ptr<const v1::HostAssignment>>;
-  struct KnownLayout {
-    int world_size = 0;
-    uint64_t chunk_bytes = 0;
-    std::map<std::string, std::string> keys;
-    Parts parts;
-    uint64_t bytes = 0;
-  };
-
-  // Joins (or opens) the save of node's job and step; the save, and whether
-  // this caller completed the gathering and must plan it, or may go on at
-  // once with its part of the job's known layout (*early).
-  absl::StatusOr<SaveRef> JoinSave(const v1::NodeSavePlan& node, bool* plan_it, bool* early);
-  // The early host's answer, once the partial directory exists.
-  absl::StatusOr<v1::SaveAssignment> AnswerEarly(const SaveRef& save, const v1::HostIdentity& host);
-  // Creates the save's partial directory (and makes a new job directory
-  // durable); without mu_.
-  absl::Status CreatePartialDir(const std::string& job, const std::string& partial);
-  void RememberLayoutLocked(const ActiveSave& save) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ForgetLayoutLocked(const std::string& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PlanGathered(const SaveRef& save);  // without mu_
-  // The stripes of an erasure-coded save, into its partial directory.
-  absl::Status WriteErasureLayout(const std::string& partial, const v1::ErasurePlan& whole);
-  // Without mu_; the last report runs it. With manifest_out, the committed
-  // manifest serialized.
-  absl::Status Commit(const SaveRef& save, std::string* manifest_out = nullptr);
-  // Fails the save unless it ended; true if this call failed it.
-  bool FailLocked(ActiveSave& save, const absl::Status& error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EndLocked(ActiveSave& save) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Waits until `done` or the caller is gone; false if gone.
-  bool AwaitSave(const std::function<bool()>& done, const CallerGone& gone)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status WaitGathered(ActiveSave& save, const std::string& host, const CallerGone& gone)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status GatheringTimeout(const ActiveSave& save) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  SaveRef FindLocked(const std::string& save_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
   storage::Backend& backend_;
-  Catalog catalog_;
-  const planning::SavePlannerOptions options_;
-  const RendezvousOptions rendezvous_;
-  planning::SavePlanCache plan_cache_;
-  mutable absl::Mutex mu_;
-  std::map<std::string, SaveRef> saves_ ABSL_GUARDED_BY(mu_);        // by save_id, ended ones too
-  std::deque<std::string> ended_ ABSL_GUARDED_BY(mu_);               // oldest first
-  std::map<std::string, KnownLayout> layouts_ ABSL_GUARDED_BY(mu_);  // by job
-  uint64_t layout_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t barrier_skips_ ABSL_GUARDED_BY(mu_) = 0;
-  std::set<std::string> lost_hosts_ ABSL_GUARDED_BY(mu_);
-  // Spanning loads gathering plans, by job and step asked for.
-  std::map<std::pair<std::string, int64_t>, std::shared_ptr<ActiveLoad>> loads_
-      ABSL_GUARDED_BY(mu_);
-  // Commits run one at a time: LATEST and LATEST.next of a job are written
-  // by one commit at a time (commit.h).
-  absl::Mutex commit_mu_;
-  GarbageCollector gc_;
-  planning::RetentionConfig retention_config_;
-  bool memory_cluster_ = false;  // set before serving
-  int replicas_ = 0;
-  int erasure_k_ = 0;
-  int erasure_m_ = 0;
-  Catalog* memory_catalog_ = nullptr;
-  std::unique_ptr<RetentionRunner> retention_;  // last: stops before gc_ goes
+  Catalog catalog_;  // first: the parts hold it
+  SaveGathering saves_;
+  Committer committer_;
+  LoadGathering loads_;
 };
 
 }  // namespace ckpt::coordinator

@@ -1,0 +1,83 @@
+#include "daemon/coordinator/committer.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/coordinator/commit.h"
+#include "daemon/coordinator/partial_dir.h"
+#include "daemon/planning/manifest_io.h"
+#include "daemon/planning/save_planner.h"
+#include "daemon/storage/layout.h"
+
+namespace ckpt::coordinator {
+
+Committer::Committer(storage::Backend& backend, Catalog& catalog)
+    : backend_(backend), catalog_(catalog), gc_(backend, catalog) {}
+
+void Committer::EnableRetention(planning::RetentionConfig config) {
+  retention_config_ = config;
+  retention_ = std::make_unique<RetentionRunner>(gc_, std::move(config));
+}
+
+void Committer::Retain(const std::string& job) {
+  if (retention_ != nullptr) retention_->Committed(job);
+}
+
+absl::Status Committer::CommitSave(v1::CheckpointManifest planned,
+                                   const std::map<std::string, v1::NodePersistReport>& reports,
+                                   const std::string& partial_dir, std::string* manifest_out) {
+  std::map<std::pair<std::string, uint64_t>, uint32_t> crcs;
+  for (const auto& [host, report] : reports) {
+    for (const v1::ChunkChecksum& c : report.checksums())
+      crcs[{c.file(), c.file_offset()}] = c.crc32c();
+  }
+  absl::Status status = planning::ForEachMutableChunk(
+      planned, [&](v1::StoredChunk& chunk, const std::string& owner) -> absl::Status {
+        // 0-byte items are complete in the plan: nothing written, no report.
+        if (!planning::SaveChunkNeedsChecksum(chunk)) return absl::OkStatus();
+        auto it = crcs.find({chunk.file(), chunk.file_offset()});
+        if (it == crcs.end()) {
+          return absl::InternalError(absl::StrCat("no checksum reported for ", chunk.file(),
+                                                  " at offset ", chunk.file_offset(), " (", owner,
+                                                  ")"));
+        }
+        chunk.set_crc32c(it->second);
+        return absl::OkStatus();
+      });
+  if (!status.ok()) return status;
+  if (manifest_out != nullptr) *manifest_out = planned.SerializeAsString();
+  absl::MutexLock lock(&mu_);
+  return CommitCheckpoint(backend_, catalog_.root(), partial_dir, planned);
+}
+
+absl::StatusOr<std::string> Committer::CommitCopy(
+    const v1::CheckpointManifest& manifest,
+    const std::function<absl::Status(const std::string& partial_dir)>& copy) {
+  const std::string& job = manifest.job();
+  const int64_t step = manifest.step();
+  const std::string& root = catalog_.root();
+  absl::StatusOr<bool> exists = catalog_.StepExists(job, step);
+  if (!exists.ok()) return exists.status();
+  if (*exists) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("step ", step, " of job ", job, " is committed in ", root));
+  }
+  const std::string partial = storage::PartialDir(root, job, step, catalog_.NewPartialId());
+  absl::Status status = CreatePartialDir(backend_, root, job, partial);
+  if (status.ok()) status = copy(partial);
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    // Copied in late: a newer step committed meanwhile stays latest.
+    absl::StatusOr<int64_t> latest = catalog_.ResolveStep(job, -1);
+    status = CommitCheckpoint(backend_, root, partial, manifest,
+                              /*make_latest=*/!latest.ok() || *latest < step);
+  }
+  if (!status.ok()) {
+    (void)backend_.RemoveAll(partial);  // best effort: restart removes the rest
+    return status;
+  }
+  Retain(job);
+  return storage::StepDir(root, job, step);
+}
+
+}  // namespace ckpt::coordinator

@@ -1,0 +1,68 @@
+// The coordinator's commits (coordinator.h): a gathered save whose hosts
+// all reported, and a checkpoint copied in whole from another store, each
+// made visible by the commit protocol (commit.h), then the job's retention
+// (retention_runner.h). It knows nothing of the saves in flight: the
+// coordinator asks the save gathering (save_gathering.h) first.
+//
+// Thread-safety: all methods are safe from any thread. Commits run one at
+// a time under mu_, because LATEST and LATEST.next of a job are written by
+// one commit at a time (commit.h); mu_ guards that protocol on disk, no
+// state in memory. Callers hold no lock of the coordinator's other parts
+// when they call in.
+// EnableRetention is called once, before serving.
+#ifndef CKPT_DAEMON_COORDINATOR_COMMITTER_H_
+#define CKPT_DAEMON_COORDINATOR_COMMITTER_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "ckpt/v1/coordinator.pb.h"
+#include "ckpt/v1/manifest.pb.h"
+#include "daemon/coordinator/catalog.h"
+#include "daemon/coordinator/retention.h"
+#include "daemon/coordinator/retention_runner.h"
+#include "daemon/planning/retention_policy.h"
+#include "daemon/storage/backend.h"
+
+namespace ckpt::coordinator {
+
+class Committer {
+ public:
+  Committer(storage::Backend& backend, Catalog& catalog);
+
+  // A save whose hosts all reported: fills their checksums into `planned`
+  // (the save's manifest as planned) and commits `partial_dir`, making the
+  // step latest. With manifest_out, the committed manifest serialized.
+  // Retention is the caller's to ask for (Retain), once the save is ended.
+  absl::Status CommitSave(v1::CheckpointManifest planned,
+                          const std::map<std::string, v1::NodePersistReport>& reports,
+                          const std::string& partial_dir, std::string* manifest_out = nullptr);
+  // Coordinator::CommitCopy once no save of the step is in flight: the
+  // step's path once committed, retention run after it.
+  absl::StatusOr<std::string> CommitCopy(
+      const v1::CheckpointManifest& manifest,
+      const std::function<absl::Status(const std::string& partial_dir)>& copy);
+  // A step of `job` was committed: its retention runs (when enabled).
+  void Retain(const std::string& job);
+
+  void EnableRetention(planning::RetentionConfig config);
+  const planning::RetentionConfig& retention() const { return retention_config_; }
+  GarbageCollector& garbage_collector() { return gc_; }
+
+ private:
+  storage::Backend& backend_;
+  Catalog& catalog_;
+  absl::Mutex mu_;  // one commit at a time; guards the protocol on disk
+  GarbageCollector gc_;
+  planning::RetentionConfig retention_config_;  // set before serving
+  std::unique_ptr<RetentionRunner> retention_;  // last: stops before gc_ goes
+};
+
+}  // namespace ckpt::coordinator
+
+#endif  // CKPT_DAEMON_COORDINATOR_COMMITTER_H_

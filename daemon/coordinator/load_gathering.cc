@@ -1,0 +1,251 @@
+#include "daemon/coordinator/load_gathering.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/coordinator/retention.h"
+#include "daemon/planning/load_planner.h"
+#include "daemon/storage/layout.h"
+#include "proto/lib/status_context.h"
+#include "proto/lib/validation.h"
+
+namespace ckpt::coordinator {
+
+LoadGathering::LoadGathering(storage::Backend& backend, Catalog& catalog,
+                             planning::SavePlannerOptions options, RendezvousOptions rendezvous)
+    : backend_(backend), catalog_(catalog), options_(options), rendezvous_(rendezvous) {}
+
+absl::StatusOr<v1::LoadAssignment> LoadGathering::PlanLoad(
+    const v1::NodeLoadPlan& node, std::unique_ptr<storage::FileLock>* pin) {
+  // Pinned before the manifest is read. "latest" may move on between the
+  // pin and the read (a commit): then the pin is taken again.
+  constexpr int kPinAttempts = 3;
+  absl::StatusOr<v1::CheckpointManifest> manifest;
+  for (int attempt = 1;; ++attempt) {
+    std::unique_ptr<storage::FileLock> held;
+    int64_t pinned_step = -1;
+    bool unpinnable = false;
+    if (pin != nullptr) {
+      absl::StatusOr<int64_t> step = catalog_.ResolveStep(node.job(), node.step());
+      if (!step.ok()) return step.status();
+      absl::StatusOr<std::unique_ptr<storage::FileLock>> pinned =
+          PinStep(backend_, root(), node.job(), *step);
+      if (pinned.ok()) {
+        held = std::move(*pinned);
+        pinned_step = *step;
+      } else if (!absl::IsNotFound(pinned.status())) {
+        // Locks do not work here (a filesystem without flock): gc cannot
+        // lock the step either, so it keeps it; load unpinned.
+        unpinnable = true;
+        std::fprintf(stderr, "ckptd: load of job %s step %lld goes on unpinned: %s\n",
+                     node.job().c_str(), static_cast<long long>(*step),
+                     std::string(pinned.status().message()).c_str());
+      }
+      // NOT_FOUND: deleted meanwhile, or no MANIFEST; the read says which.
+    }
+    manifest = catalog_.ReadManifest(node.job(), node.step());
+    if (!manifest.ok()) return manifest.status();
+    if (pin == nullptr || unpinnable) break;
+    if (held != nullptr && manifest->step() == pinned_step) {
+      *pin = std::move(held);
+      break;
+    }
+    if (attempt >= kPinAttempts) {
+      return absl::AbortedError(absl::StrCat("the latest step of job ", node.job(), " changed ",
+                                             kPinAttempts,
+                                             " times while the load pinned it; try again"));
+    }
+  }
+  absl::StatusOr<v1::LoadAssignment> assignment =
+      planning::PlanLoad(*manifest, {node}, options_.limits);
+  if (!assignment.ok()) return assignment.status();
+  assignment->set_checkpoint_path(storage::StepDir(root(), node.job(), manifest->step()));
+  return assignment;
+}
+
+size_t LoadGathering::loads_gathering() const {
+  absl::MutexLock lock(&mu_);
+  return loads_.size();
+}
+
+void LoadGathering::FailLoadsOfLocked(const std::string& host, const absl::Status& why) {
+  for (auto it = loads_.begin(); it != loads_.end();) {
+    ActiveLoad& load = *it->second;
+    const bool member =
+        std::any_of(load.nodes.begin(), load.nodes.end(),
+                    [&](const v1::NodeLoadPlan& n) { return n.host().host() == host; });
+    if (member && load.error.ok()) {
+      load.error = why;
+      it = loads_.erase(it);  // the next load of this step gathers afresh
+    } else {
+      ++it;
+    }
+  }
+}
+
+std::string LoadGathering::RankHost(const ActiveLoad& load, int rank, const std::string& host) {
+  // Only on the error path: the barrier keeps ranks, not their hosts.
+  for (const v1::NodeLoadPlan& node : load.nodes) {
+    for (const auto& r : node.ranks()) {
+      if (r.rank() == rank) return node.host().host();
+    }
+  }
+  return host;  // twice in this host's own plan
+}
+
+void LoadGathering::HostLost(const std::string& host, const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  lost_hosts_.insert(host);
+  FailLoadsOfLocked(host, absl::UnavailableError(absl::StrCat("host ", host, " ", reason)));
+}
+
+void LoadGathering::HostRegistered(const std::string& host) {
+  absl::MutexLock lock(&mu_);
+  lost_hosts_.erase(host);
+}
+
+absl::StatusOr<v1::LoadAssignment> LoadGathering::PlanSpanningLoad(const v1::NodeLoadPlan& node,
+                                                                   const CallerGone& gone) {
+  if (absl::Status s = ValidateName("job", node.job()); !s.ok()) return s;
+  const std::string& host = node.host().host();
+  if (absl::Status s = ValidateName("host", host); !s.ok()) return s;
+  if (node.world_size() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host ", host, " sent world size ", node.world_size()));
+  }
+  if (node.world_size() > options_.limits.max_world_size) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "host ", host, " says the world has ", node.world_size(), " ranks; the limit is ",
+        options_.limits.max_world_size, " (--max_world_size)"));
+  }
+  if (!v1::LoadTier_IsValid(node.tier())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host ", host, " asks for load tier ", static_cast<int>(node.tier())));
+  }
+  // What a host holds of a job in memory: a few steps of a few files each.
+  constexpr int kMaxHeldSteps = 1024;
+  constexpr int kMaxHeldFiles = 1 << 16;
+  constexpr size_t kMaxFileName = 4096;
+  int held_files = 0;
+  bool held_ok = node.memory_steps_size() <= kMaxHeldSteps;
+  for (const v1::NodeLoadPlan::HeldStep& held : node.memory_steps()) {
+    held_files += held.files_size();
+    for (const std::string& file : held.files()) held_ok = held_ok && file.size() <= kMaxFileName;
+  }
+  if (!held_ok || held_files > kMaxHeldFiles) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host ", host, " says it holds ", node.memory_steps_size(), " steps and ",
+                     held_files, " files of the job in memory (at most ", kMaxHeldSteps, " and ",
+                     kMaxHeldFiles, ", names of at most ", kMaxFileName, " bytes)"));
+  }
+  if (node.ranks_size() == 0 || node.ranks_size() > node.world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("host ", host, " sent ", node.ranks_size(),
+                                                   " ranks of a world of ", node.world_size()));
+  }
+  std::shared_ptr<ActiveLoad> load;
+  bool plan_it = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (lost_hosts_.count(host) > 0) {
+      return absl::UnavailableError(
+          absl::StrCat("host ", host,
+                       " was lost to the coordinator; it loads nothing until it registers again"));
+    }
+    const std::pair<std::string, int64_t> key(node.job(), node.step());
+    auto it = loads_.find(key);
+    if (it == loads_.end()) {
+      if (loads_.size() >= rendezvous_.max_active_saves) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            loads_.size(), " loads spanning hosts are gathering at the coordinator; the limit is ",
+            rendezvous_.max_active_saves));
+      }
+      auto fresh =
+          std::make_shared<ActiveLoad>(node.world_size(), absl::Now() + rendezvous_.plan_timeout);
+      fresh->job = node.job();
+      fresh->step = node.step();
+      it = loads_.emplace(key, std::move(fresh)).first;
+    }
+    load = it->second;
+    // A bad plan fails the load for every host: they would otherwise wait
+    // for ranks that never come.
+    absl::Status bad;
+    if (node.world_size() != load->ranks.world_size()) {
+      bad = absl::InvalidArgumentError(absl::StrCat("host ", host, " says the world has ",
+                                                    node.world_size(), " ranks, another host said ",
+                                                    load->ranks.world_size()));
+    }
+    for (const v1::NodeLoadPlan& other : load->nodes) {
+      if (bad.ok() && other.host().host() == host) {
+        bad = absl::FailedPreconditionError(
+            absl::StrCat("host ", host, " sent its plan for this load twice"));
+      }
+    }
+    for (int i = 0; bad.ok() && i < node.ranks_size(); ++i) {
+      const int rank = node.ranks(i).rank();
+      const absl::StatusOr<bool> arrived = load->ranks.Arrive(rank);
+      if (absl::IsInvalidArgument(arrived.status())) {
+        bad = absl::InvalidArgumentError(absl::StrCat("host ", host, " sent rank ", rank,
+                                                      " of a world of ", load->ranks.world_size()));
+      } else if (absl::IsAlreadyExists(arrived.status())) {
+        bad = absl::InvalidArgumentError(absl::StrCat("rank ", rank, " asked to load on both host ",
+                                                      RankHost(*load, rank, host), " and host ",
+                                                      host));
+      } else if (!arrived.ok()) {
+        bad = WithContext(arrived.status(), absl::StrCat("host ", host));
+      }
+    }
+    if (!bad.ok()) {
+      load->error = bad;
+      loads_.erase(it);
+      return bad;
+    }
+    load->nodes.push_back(node);
+    if (node.group_bytes() > 0) load->group_bytes = std::min(load->group_bytes, node.group_bytes());
+    plan_it = load->ranks.complete();
+    // Every host is here: the next load of this step gathers afresh.
+    if (plan_it) loads_.erase(it);
+  }
+  if (plan_it) {
+    const absl::Status planned = PlanGatheredLoad(*load);
+    absl::MutexLock lock(&mu_);
+    if (load->error.ok()) load->error = planned;
+    load->planned = true;
+  } else {
+    absl::MutexLock lock(&mu_);
+    bool timed_out = false;
+    const bool present = AwaitUnlessGone(
+        mu_,
+        [&] {
+          // Not ranks.Expired: the deadline also ends a wait while the
+          // last host plans.
+          timed_out = absl::Now() >= load->ranks.deadline();
+          return load->planned || !load->error.ok() || timed_out;
+        },
+        gone);
+    if (load->error.ok() && !load->planned) {
+      if (!present) {
+        load->error = absl::AbortedError(
+            absl::StrCat("host ", host, " gave up waiting for the other hosts' load plans"));
+      } else {
+        load->error = RanksNeverCame(load->ranks, rendezvous_.plan_timeout);
+      }
+      auto it = loads_.find({load->job, load->step});
+      if (it != loads_.end() && it->second == load) loads_.erase(it);
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  if (!load->error.ok()) return load->error;
+  auto part = load->parts.find(host);
+  if (part == load->parts.end()) {
+    return absl::InternalError(absl::StrCat("the load's plan has no part for host ", host));
+  }
+  v1::LoadAssignment mine = std::move(part->second);
+  load->parts.erase(part);
+  return mine;
+}
+
+}  // namespace ckpt::coordinator
