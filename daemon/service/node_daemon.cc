@@ -261,11 +261,8 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
     return s;
   }
 
-  planning::SavePlannerOptions planner;
-  planner.chunk_bytes = o.chunk_bytes;
-  planner.alignment = d->pool_->alignment();
-  planner.limits = o.limits;
-  planner.manifest_limits = o.manifest_limits;  // what the catalog will accept
+  const planning::SavePlannerOptions planner =
+      session::SavePlannerOptionsOf(o, d->pool_->alignment());
   coordinator::CatalogOptions catalog;
   catalog.host = o.host_name;  // the instance id is chosen here, once per start
   catalog.limits = o.manifest_limits;

@@ -136,6 +136,13 @@ absl::Status NodeService::AuthorizeJob(const auth::Caller& caller, const std::st
       ", and operators need ", auth::PermissionName(operator_needs)));
 }
 
+absl::Status NodeService::AuthorizeForJob(const grpc::ServerContextBase* context,
+                                          const std::string& job, auth::Permission operator_needs) {
+  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kNone);
+  if (!caller.ok()) return caller.status();
+  return AuthorizeJob(*caller, job, operator_needs);
+}
+
 grpc::Status NodeService::Attach(grpc::ServerContext* context, const v1::AttachRequest* request,
                                  v1::AttachResponse* response) {
   absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kUse);
@@ -525,9 +532,7 @@ grpc::Status NodeService::GetStatus(grpc::ServerContext* context, const v1::GetS
 grpc::Status NodeService::ListCheckpoints(grpc::ServerContext* context,
                                           const v1::ListCheckpointsRequest* request,
                                           v1::ListCheckpointsResponse* response) {
-  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kNone);
-  if (!caller.ok()) return ToGrpc(caller.status());
-  if (absl::Status s = AuthorizeJob(*caller, request->job(), auth::Permission::kRead); !s.ok()) {
+  if (absl::Status s = AuthorizeForJob(context, request->job(), auth::Permission::kRead); !s.ok()) {
     return ToGrpc(s);
   }
   absl::StatusOr<std::vector<v1::CheckpointSummary>> steps =
@@ -540,9 +545,7 @@ grpc::Status NodeService::ListCheckpoints(grpc::ServerContext* context,
 grpc::Status NodeService::InspectCheckpoint(grpc::ServerContext* context,
                                             const v1::InspectCheckpointRequest* request,
                                             v1::InspectCheckpointResponse* response) {
-  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kNone);
-  if (!caller.ok()) return ToGrpc(caller.status());
-  if (absl::Status s = AuthorizeJob(*caller, request->job(), auth::Permission::kRead); !s.ok()) {
+  if (absl::Status s = AuthorizeForJob(context, request->job(), auth::Permission::kRead); !s.ok()) {
     return ToGrpc(s);
   }
   absl::StatusOr<std::vector<tier::Stores::Copy>> stores =
@@ -564,9 +567,7 @@ absl::StatusOr<std::vector<tier::Stores::Copy>> NodeService::CopiesOf(const std:
 grpc::Status NodeService::VerifyCheckpoint(grpc::ServerContext* context,
                                            const v1::VerifyCheckpointRequest* request,
                                            v1::VerifyCheckpointResponse* response) {
-  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kNone);
-  if (!caller.ok()) return ToGrpc(caller.status());
-  if (absl::Status s = AuthorizeJob(*caller, request->job(), auth::Permission::kRead); !s.ok()) {
+  if (absl::Status s = AuthorizeForJob(context, request->job(), auth::Permission::kRead); !s.ok()) {
     return ToGrpc(s);
   }
   // Every tier that holds the step is checked: a copy in memory can go bad
@@ -592,12 +593,11 @@ grpc::Status NodeService::VerifyCheckpoint(grpc::ServerContext* context,
 grpc::Status NodeService::CancelSave(grpc::ServerContext* context,
                                      const v1::CancelSaveRequest* request,
                                      v1::CancelSaveResponse*) {
-  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kNone);
-  if (!caller.ok()) return ToGrpc(caller.status());
-  if (absl::Status s = ValidateName("job", request->job()); !s.ok()) return ToGrpc(s);
-  if (absl::Status s = AuthorizeJob(*caller, request->job(), auth::Permission::kAdmin); !s.ok()) {
+  if (absl::Status s = AuthorizeForJob(context, request->job(), auth::Permission::kAdmin);
+      !s.ok()) {
     return ToGrpc(s);
   }
+  if (absl::Status s = ValidateName("job", request->job()); !s.ok()) return ToGrpc(s);
   std::shared_ptr<session::SaveSession> save;
   {
     absl::MutexLock lock(&mu_);
@@ -658,9 +658,8 @@ grpc::Status NodeService::CollectGarbage(grpc::ServerContext* context,
                                          const v1::CollectGarbageRequest* request,
                                          v1::CollectGarbageResponse* response) {
   // Deleting checkpoints: the job's owner, or an admin operator.
-  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kNone);
-  if (!caller.ok()) return ToGrpc(caller.status());
-  if (absl::Status s = AuthorizeJob(*caller, request->job(), auth::Permission::kAdmin); !s.ok()) {
+  if (absl::Status s = AuthorizeForJob(context, request->job(), auth::Permission::kAdmin);
+      !s.ok()) {
     return ToGrpc(s);
   }
   return Reply(service::CollectGarbage(context_.coordinator, *request), response);

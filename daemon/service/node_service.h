@@ -118,6 +118,9 @@ class NodeService final
   // `operator_needs`, or the user that owns the job.
   absl::Status AuthorizeJob(const auth::Caller& caller, const std::string& job,
                             auth::Permission operator_needs);
+  // Authorize and AuthorizeJob in one, for a call on one job's checkpoints.
+  absl::Status AuthorizeForJob(const grpc::ServerContextBase* context, const std::string& job,
+                               auth::Permission operator_needs);
   std::shared_ptr<session::SaveSession> FindSave(const std::string& save_id);
   std::shared_ptr<session::LoadSession> FindLoad(const std::string& load_id);
 

@@ -10,6 +10,7 @@
 #include "daemon/auth/access_policy.h"
 #include "daemon/planning/manifest_check.h"
 #include "daemon/planning/retention_policy.h"
+#include "daemon/planning/save_planner.h"
 #include "proto/lib/request_limits.h"
 
 namespace ckpt::session {
@@ -162,6 +163,19 @@ inline uint64_t LoadGroupBytes(const DaemonOptions& o) {
 inline uint64_t VerifiedLoadGroupBytes(const DaemonOptions& o) {
   constexpr uint64_t kMost = 256ull << 20;
   return std::min(std::max(o.batch_bytes, kMost), o.pool_bytes / 2);
+}
+
+// The save planner as the flags set it, for a pool of this alignment: the
+// chunk size, the request limits and the manifest limits the catalog will
+// accept (a plan whose manifest it would refuse is refused up front).
+inline planning::SavePlannerOptions SavePlannerOptionsOf(const DaemonOptions& o,
+                                                         uint64_t alignment) {
+  planning::SavePlannerOptions planner;
+  planner.chunk_bytes = o.chunk_bytes;
+  planner.alignment = alignment;
+  planner.limits = o.limits;
+  planner.manifest_limits = o.manifest_limits;
+  return planner;
 }
 
 }  // namespace ckpt::session

@@ -38,11 +38,7 @@ FakeNode::FakeNode(uint64_t pool_bytes, uint64_t chunk_bytes) {
   if (!created.ok()) std::abort();
   pool_ = std::move(*created);
 
-  planning::SavePlannerOptions planner;
-  planner.chunk_bytes = options_.chunk_bytes;
-  planner.alignment = pool_->alignment();
-  planner.limits = options_.limits;
-  planner.manifest_limits = options_.manifest_limits;
+  const planning::SavePlannerOptions planner = SavePlannerOptionsOf(options_, pool_->alignment());
   coordinator::CatalogOptions catalog;
   catalog.host = options_.host_name;
   catalog.limits = options_.manifest_limits;
