@@ -3,11 +3,13 @@ import functools
 import os
 import queue
 import threading
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import torch
 
 from . import _ckpt
+from ._ckpt import CheckpointError
+from .dtensor import dtensor_box, is_dtensor
 from .sharding import Shard
 from .state import leaves, rebuild
 from .values import decode, encode
@@ -22,14 +24,40 @@ for _name, _code in (("float8_e4m3fn", 11), ("float8_e5m2", 12)):
         _DTYPES[getattr(torch, _name)] = _code
 
 
+_DTYPES_BY_CODE = {code: dtype for dtype, code in _DTYPES.items()}
+
+
+class TensorInfo(NamedTuple):
+    dtype: torch.dtype
+    shape: Tuple[int, ...]  # the global shape
+    partial: bool  # the save did not cover all of it
+
+
+class Contents(NamedTuple):
+    step: int
+    tensors: Dict[str, TensorInfo]  # by stored name
+    objects: Dict[str, int]  # stored name -> the rank that saved it, -1 for the job's
+
+
 def _is_leaf(node) -> bool:
     return isinstance(node, (torch.Tensor, Shard))
+
+
+def _target(leaf) -> torch.Tensor:
+    """The tensor a load fills for a leaf."""
+    if is_dtensor(leaf):
+        return leaf._local_tensor
+    return leaf.tensor if isinstance(leaf, Shard) else leaf
 
 
 def _describe(name: str, leaf, keep: list) -> tuple:
     """The client's description of a tensor leaf; keep collects what must
     stay alive (and unchanged) until the snapshot is taken."""
-    if isinstance(leaf, Shard):
+    if is_dtensor(leaf):
+        tensor, global_shape, offsets = dtensor_box(name, leaf)
+        global_shape, offsets = list(global_shape), list(offsets)
+        kind, lengths, flat_begin, flat_end = "box", list(tensor.shape), 0, 0
+    elif isinstance(leaf, Shard):
         tensor, global_shape = leaf.tensor, list(leaf.global_shape)
         kind, offsets, lengths, flat_begin, flat_end = leaf.describe()
     else:
@@ -142,12 +170,6 @@ class Checkpointer:
         durable_every (memory every step, both every K-th), else durable."""
         if tier is None:
             tier = tier_for_step(step, self._durable_every)
-        last, self._last = self._last, None
-        if last is not None and not last.reported:
-            # Saves run in order: the previous one's snapshot precedes this
-            # one's anyway, and waiting for it here raises its failure now.
-            last.wait_snapshot()
-        self._watcher.raise_failure()
         tensors, objects, keep = [], [], []
         for name, leaf, _ in leaves(state, _is_leaf):
             if _is_leaf(leaf):
@@ -157,6 +179,19 @@ class Checkpointer:
                 # own: a load by a rank that did not save (a larger world)
                 # then gets rank 0's, and every other rank its own.
                 objects.append((name, encode(name, leaf, allow_pickle), self._rank == 0))
+        return self._submit(step, tensors, objects, keep, blocking=blocking, partial=partial,
+                            metadata=metadata, tier=tier)
+
+    def _submit(self, step: int, tensors: list, objects: list, keep: list, *,
+                blocking: bool = False, partial: bool = False,
+                metadata: Optional[Dict[str, str]] = None, tier: str = "durable") -> SaveHandle:
+        """A save of described tensors and (name, bytes, global) objects."""
+        last, self._last = self._last, None
+        if last is not None and not last.reported:
+            # Saves run in order: the previous one's snapshot precedes this
+            # one's anyway, and waiting for it here raises its failure now.
+            last.wait_snapshot()
+        self._watcher.raise_failure()
         stream = 0
         if any(t[-1] for t in tensors):
             stream = torch.cuda.current_stream().cuda_stream
@@ -186,19 +221,24 @@ class Checkpointer:
 
     def load_state(self, step, state, *, allow_pickle: bool = False, source: str = "any"):
         """load(), returning (step loaded, state with tuples rebuilt)."""
-        want = _ckpt.LATEST if step == "latest" else int(step)
-        tensors, targets, keys, setters, keep = [], [], [], [], []
         found = leaves(state, _is_leaf)
-        for name, leaf, setter in found:
-            if _is_leaf(leaf):
-                target = leaf.tensor if isinstance(leaf, Shard) else leaf
-                desc = _describe(name, leaf, keep)
-                tensors.append(desc)
-                # A copy was described when the tensor is not contiguous: copy back.
-                targets.append((target, keep[-1]))
-            else:
-                keys.append(name)
-                setters.append(setter)
+        tensor_leaves = [(name, leaf) for name, leaf, _ in found if _is_leaf(leaf)]
+        setters = [(name, setter) for name, leaf, setter in found if not _is_leaf(leaf)]
+        loaded, values = self._load_raw(step, tensor_leaves, [name for name, _ in setters],
+                                        source)
+        for name, setter in setters:
+            setter(decode(name, values[name], allow_pickle))
+        return loaded, rebuild(state, found)
+
+    def _load_raw(self, step, tensor_leaves: list, keys: list, source: str = "any"):
+        """Fills (name, tensor, Shard or DTensor) leaves in place; returns
+        (step loaded, {key: the object's bytes as stored})."""
+        want = _ckpt.LATEST if step == "latest" else int(step)
+        tensors, targets, keep = [], [], []
+        for name, leaf in tensor_leaves:
+            tensors.append(_describe(name, leaf, keep))
+            # A copy was described when the tensor is not contiguous: copy back.
+            targets.append((_target(leaf), keep[-1]))
         loaded, values, tiers, fallbacks = self._client.load(want, tensors, keys, source)
         self.last_load_tiers = list(tiers)
         self.last_load_fallback_chunks = fallbacks
@@ -206,9 +246,20 @@ class Checkpointer:
             for target, filled in targets:
                 if filled.data_ptr() != target.data_ptr():  # a packed copy was filled
                     target.copy_(filled)
-        for name, setter in zip(keys, setters):
-            setter(decode(name, values[name], allow_pickle))
-        return loaded, rebuild(state, found)
+        return loaded, values
+
+    def contents(self, step: Union[int, str] = "latest") -> "Contents":
+        """What a checkpoint holds (from its manifest; no other rank takes
+        part): its step, each tensor's dtype and global shape, the objects."""
+        want = _ckpt.LATEST if step == "latest" else int(step)
+        loaded, tensors, objects = self._client.describe(want)
+        described = {}
+        for fqn, code, shape, partial in tensors:
+            dtype = _DTYPES_BY_CODE.get(code)
+            if dtype is None:
+                raise CheckpointError(f"{fqn}: dtype code {code} is not one this torch has")
+            described[fqn] = TensorInfo(dtype, tuple(shape), partial)
+        return Contents(loaded, described, {key: rank for key, rank in objects})
 
     def wrap_optimizer(self, optimizer: "torch.optim.Optimizer") -> "torch.optim.Optimizer":
         """From now on optimizer.step() first waits for the last save's

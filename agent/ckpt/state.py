@@ -17,6 +17,25 @@ def escape(key) -> str:
     return "".join(c if c in _PLAIN else "".join(f"-{b:02x}" for b in c.encode()) for c in text)
 
 
+def unescape(name: str) -> str:
+    """The key escape() was given (names from other writers come back as
+    they are)."""
+    if "-" not in name:
+        return name
+    out, i = bytearray(), 0
+    while i < len(name):
+        if name[i] == "-" and i + 3 <= len(name):
+            try:
+                out.append(int(name[i + 1:i + 3], 16))
+                i += 3
+                continue
+            except ValueError:
+                pass
+        out += name[i].encode()
+        i += 1
+    return out.decode(errors="replace")
+
+
 Leaf = Tuple[str, Any, Callable[[Any], None]]  # name, value, setter
 
 

@@ -11,6 +11,9 @@ import json
 import pickle
 
 _JSON, _BYTES, _NUMPY, _PICKLE, _INT = b"J", b"B", b"N", b"P", b"I"
+# A value as torch.save wrote it: what torch.distributed.checkpoint keeps of
+# a non-tensor (ckpt.dcp stores it as it came).
+TORCH = b"T"
 
 
 class PickleRefused(TypeError):
@@ -53,6 +56,10 @@ def decode(path: str, data: bytes, allow_pickle: bool):
     if tag == _NUMPY:
         import numpy
         return numpy.load(io.BytesIO(body), allow_pickle=False)
+    if tag == TORCH:
+        import torch
+        # weights_only: tensors, numbers, strings and containers, no code.
+        return torch.load(io.BytesIO(body), weights_only=not allow_pickle)
     if tag == _PICKLE:
         if not allow_pickle:
             raise PickleRefused(

@@ -191,6 +191,26 @@ class PyClient {
     return py::make_tuple(loaded->step, out, tiers, loaded->fallback_chunks);
   }
 
+  // (step, [(fqn, dtype code, global shape, partial)], [(key, rank)]):
+  // what a checkpoint holds, from its manifest; -1 is a global object.
+  py::tuple Describe(int64_t step) {
+    absl::StatusOr<CheckpointContents> contents;
+    {
+      py::gil_scoped_release release;
+      contents = client_->Describe(step);
+    }
+    Check(contents.status());
+    py::list tensors;
+    for (const CheckpointContents::Tensor& t : contents->tensors) {
+      tensors.append(py::make_tuple(t.fqn, static_cast<int>(t.dtype), t.global_shape, t.partial));
+    }
+    py::list objects;
+    for (const CheckpointContents::Object& o : contents->objects) {
+      objects.append(py::make_tuple(o.key, o.rank));
+    }
+    return py::make_tuple(contents->step, tensors, objects);
+  }
+
  private:
   std::unique_ptr<Client> client_;
 };
@@ -229,5 +249,6 @@ PYBIND11_MODULE(_ckpt, m) {
            py::arg("blocking"), py::arg("partial"), py::arg("cuda_stream"), py::arg("metadata"),
            py::arg("tier") = "durable")
       .def("load", &PyClient::Load, py::arg("step"), py::arg("tensors"), py::arg("keys"),
-           py::arg("source") = "any");
+           py::arg("source") = "any")
+      .def("describe", &PyClient::Describe, py::arg("step"));
 }

@@ -264,7 +264,12 @@ class ClientImpl final : public Client {
     for (size_t i = 0; i < tensors.size(); ++i) {
       const HostTensor& t = tensors[i];
       if (t.data == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor ", t.fqn, " has no data"));
+        // An empty region (an uneven last shard) has no memory to point at.
+        v1::TensorShard shard;
+        ToProto(t, &shard);
+        if (ShardBytes(shard) > 0) {
+          return absl::InvalidArgumentError(absl::StrCat("tensor ", t.fqn, " has no data"));
+        }
       }
       if (t.location != Location::kCudaDevice) continue;
       on_gpu = true;
@@ -302,6 +307,39 @@ class ClientImpl final : public Client {
       if (absl::Status s = state->WaitSnapshot(); !s.ok()) return s;
     }
     return std::shared_ptr<SaveHandle>(state);
+  }
+
+  absl::StatusOr<CheckpointContents> Describe(int64_t step) override {
+    const std::string what =
+        absl::StrCat("contents of job ", options_.job, " step ",
+                     step == kLatestStep ? std::string("latest") : absl::StrCat(step));
+    if (absl::Status s = EnsureAttached(); !s.ok()) return WithContext(s, what);
+    std::shared_ptr<Attachment> attachment = Current();
+    v1::InspectCheckpointRequest request;
+    request.set_job(options_.job);
+    request.set_step(step);
+    v1::InspectCheckpointResponse response;
+    grpc::ClientContext context;
+    SetDeadline(context, *attachment);
+    absl::Status s =
+        FromDaemon(*attachment, attachment->stub->InspectCheckpoint(&context, request, &response));
+    if (!s.ok()) return WithContext(s, what);
+    const v1::CheckpointManifest& manifest = response.manifest();
+    CheckpointContents contents;
+    contents.step = manifest.step();
+    contents.tensors.reserve(manifest.tensors_size());
+    for (const v1::TensorEntry& entry : manifest.tensors()) {
+      CheckpointContents::Tensor& t = contents.tensors.emplace_back();
+      t.fqn = entry.fqn();
+      t.dtype = static_cast<DType>(entry.dtype());
+      t.global_shape.assign(entry.global_shape().begin(), entry.global_shape().end());
+      t.partial = entry.partial();
+    }
+    contents.objects.reserve(manifest.objects_size());
+    for (const v1::ObjectEntry& entry : manifest.objects()) {
+      contents.objects.push_back({entry.key(), entry.rank()});
+    }
+    return contents;
   }
 
   using Client::Load;

@@ -93,6 +93,25 @@ struct LoadResult {
   uint64_t fallback_chunks = 0;
 };
 
+// What a checkpoint holds, as its manifest lists it: enough to shape the
+// tensors and objects a load asks for (torch.distributed.checkpoint's reader
+// builds its metadata from it).
+struct CheckpointContents {
+  struct Tensor {
+    std::string fqn;
+    DType dtype = DType::kFloat32;
+    std::vector<int64_t> global_shape;
+    bool partial = false;  // the save did not cover all of it
+  };
+  struct Object {
+    std::string key;
+    int rank = -1;  // -1: the job's (global); else the rank that saved it
+  };
+  int64_t step = 0;
+  std::vector<Tensor> tensors;
+  std::vector<Object> objects;
+};
+
 class SaveHandle {
  public:
   virtual ~SaveHandle() = default;
@@ -126,6 +145,9 @@ class Client {
   virtual absl::StatusOr<LoadResult> Load(int64_t step, const std::vector<HostTensor>& tensors,
                                           const std::vector<LoadObject>& objects,
                                           const LoadOptions& options) = 0;
+  // What the given step (or the latest, with kLatestStep) holds. Needs no
+  // other rank: it reads the manifest, not the data.
+  virtual absl::StatusOr<CheckpointContents> Describe(int64_t step) = 0;
 };
 
 }  // namespace ckpt
