@@ -16,7 +16,8 @@ any ckpt checkpoint (one saved with Checkpointer.save too) and
 Checkpointer.load reads one saved through DCP, each into the caller's
 sharding.
 
-async_save: with the checkpoint id given to the writer, the writer stages:
+async_save: with the checkpoint id given to a new writer (or a writer
+reset() to it), the writer stages:
 the snapshot is ckptd's (copied into the daemon's pool; no tensors made),
 async_save returns once it is taken and the future completes at the commit.
 The process mode (AsyncCheckpointerType.PROCESS) hands the state to another
@@ -130,6 +131,7 @@ class StorageWriter(_StorageWriter, AsyncStager):
         self.checkpoint_id = None
         self.job, self.step = None, None
         self.is_coordinator = False
+        self._unsaved = False
         self._staged: Dict[tuple, SaveHandle] = {}  # snapshots taken by stage()
         if checkpoint_id is not None:
             self.reset(checkpoint_id)
@@ -142,6 +144,7 @@ class StorageWriter(_StorageWriter, AsyncStager):
         if step == "latest":
             raise ValueError(f"checkpoint id {checkpoint_id!r}: a save needs a step number")
         self.checkpoint_id, self.job, self.step = str(checkpoint_id), job, step
+        self._unsaved = True  # stage() may save to it; spent once written
 
     def set_up_storage_writer(self, is_coordinator: bool, *args, **kwargs) -> None:
         if self.job is None:
@@ -157,8 +160,14 @@ class StorageWriter(_StorageWriter, AsyncStager):
 
     def write_data(self, plan, planner) -> Future:
         handle = self._staged.pop((self.job, self.step), None)
+        if self._staged:
+            staged = ", ".join(f"ckpt://{job}/{step}" for job, step in self._staged)
+            self._staged.clear()
+            raise ValueError(f"async_save staged {staged} (the writer's checkpoint id) but "
+                             f"saves {self.checkpoint_id}: give the id to the writer only")
         if handle is None:
             handle = self._save(plan.items, planner.resolve_data)
+        self._unsaved = False
         handle.wait_persisted()
         results = [WriteResult(index=item.index, size_in_bytes=_item_bytes(item),
                                storage_data=escape(item.index.fqn)) for item in plan.items]
@@ -178,9 +187,9 @@ class StorageWriter(_StorageWriter, AsyncStager):
 
     # --- AsyncStager ---
     def stage(self, state_dict):
-        if self.staging == "copy" or self.job is None:
-            # Without an id yet, the step to save to is unknown: copy now,
-            # save from the copy when dcp.save names it.
+        if self.staging == "copy" or not self._unsaved:
+            # Without a fresh id, the step to save to is unknown (async_save
+            # names it later): copy now, save from the copy then.
             stager = DefaultStager(StagingOptions(False, self.staging == "copy", False, False))
             try:
                 return stager.stage(state_dict)
