@@ -8,8 +8,9 @@ ones). Modes: save, load (checks every
 local shard against torch's own distribute_tensor of the global, byte for
 byte), dcp_save, dcp_load (the same through torch.distributed.checkpoint
 with ckpt's writer and reader), resave (load STEP, save STEP+1 from what was
-loaded), dcp_async and dcp_async_process (async_save, threads or a
-process; the trainer overwrites its tensors as soon as it returns), fs_save
+loaded), dcp_async, dcp_async_process and dcp_async_reuse (async_save in
+threads, in a process, through one writer given ids twice;
+the trainer overwrites its tensors as soon as it returns), fs_save
 (DCP's own FileSystemWriter, for import), partial (a Partial placement is
 refused).
 """
@@ -134,6 +135,18 @@ def act(cp, mesh, layout, mode, step, seed):
         for t in state["t"].values():
             t._local_tensor.fill_(7)
         future.result()
+    elif mode == "dcp_async_reuse":
+        # One writer, the ids given to async_save: steps STEP and STEP+1
+        # (seeds likewise), each overwritten as soon as it returns.
+        writer = StorageWriter(socket_path=cp.socket)
+        for k in (0, 1):
+            state = {"t": distributed(mesh, placements, global_tensors(seed + k)),
+                     "seed": seed + k}
+            future = dcp.async_save(state, storage_writer=writer,
+                                    checkpoint_id=f"ckpt://{cp.job}/{step + k}")
+            for t in state["t"].values():
+                t._local_tensor.fill_(7)
+            future.result()
     elif mode == "fs_save":
         dcp.save({"t": distributed(mesh, placements, values), "seed": seed},
                  storage_writer=dcp.FileSystemWriter(fs_dir(cp, step)))

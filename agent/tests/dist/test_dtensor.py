@@ -45,8 +45,9 @@ def test_dcp_save_and_load_through_ckpt_both_ways(daemon):
 def test_dcp_async_save_in_threads_and_in_a_process(daemon):
     # Each trainer overwrites its tensors the moment async_save returns; the
     # loads see the values from before.
-    ranks(daemon, "async", "mesh2x2", 4, "dcp_async:1", "dcp_async_process:2:12")
-    ranks(daemon, "async", "mesh3", 3, "load:1", "dcp_load:2:12")
+    ranks(daemon, "async", "mesh2x2", 4, "dcp_async:1", "dcp_async_process:2:12",
+          "dcp_async_reuse:3")
+    ranks(daemon, "async", "mesh3", 3, "load:1", "load:2:12", "load:3", "dcp_load:4")
 
 
 def test_a_checkpoint_of_dcps_own_writer_is_imported(daemon):
