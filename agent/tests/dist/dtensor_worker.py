@@ -7,7 +7,8 @@ The global tensors come from SEED (default: STEP; all ranks make the same
 ones). Modes: save, load (checks every
 local shard against torch's own distribute_tensor of the global, byte for
 byte), dcp_save, dcp_load (the same through torch.distributed.checkpoint
-with ckpt's writer and reader), resave (load STEP, save STEP+1 from what was
+with ckpt's writer and reader), dcp_latest (dcp.load of "latest", which
+must be STEP), resave (load STEP, save STEP+100 from what was
 loaded), dcp_async, dcp_async_process and dcp_async_reuse (async_save in
 threads, in a process, through one writer given ids twice;
 the trainer overwrites its tensors as soon as it returns), fs_save
@@ -109,17 +110,18 @@ def act(cp, mesh, layout, mode, step, seed):
         state = {"t": distributed(mesh, placements, zeros), "seed": -1}
         cp.load(step, state)
         check(mesh, placements, state["t"], values, f"load of step {step} as {layout}")
-        cp.save(step + 1, state).wait_persisted()
+        cp.save(step + 100, state).wait_persisted()
     elif mode == "dcp_save":
         dcp.save({"t": distributed(mesh, placements, values), "seed": seed},
                  storage_writer=StorageWriter(f"ckpt://{cp.job}/{step}", socket_path=cp.socket))
-    elif mode == "dcp_load":
+    elif mode in ("dcp_load", "dcp_latest"):
         state = {"t": distributed(mesh, placements, zeros), "seed": -1}
-        reader = StorageReader(f"ckpt://{cp.job}/latest", socket_path=cp.socket)
+        which = step if mode == "dcp_load" else "latest"
+        reader = StorageReader(f"ckpt://{cp.job}/{which}", socket_path=cp.socket)
         dcp.load(state, storage_reader=reader)
         assert reader.loaded_step == step, reader.loaded_step
         assert state["seed"] == seed, state["seed"]
-        check(mesh, placements, state["t"], values, f"dcp.load of step {step} as {layout}")
+        check(mesh, placements, state["t"], values, f"dcp.load of step {which} as {layout}")
     elif mode in ("dcp_async", "dcp_async_process"):
         # The trainer overwrites its tensors as soon as async_save returns:
         # the checkpoint must hold what they were before.

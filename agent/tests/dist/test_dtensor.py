@@ -1,62 +1,73 @@
 """DTensors saved from one mesh and placements, loaded into others, through
 Checkpointer and through torch.distributed.checkpoint with ckpt's plugin:
-every local shard byte for byte what torch's own distribute_tensor makes."""
+every local shard byte for byte what torch's own distribute_tensor makes.
+
+Starting a world of processes costs most of the time here (each imports
+torch), so one world of 4 saves every way, once for the module, and each
+test's world checks many steps (dtensor_worker.py: its error names the
+step and the way)."""
 import json
 import os
 import subprocess
 import sys
 
+import pytest
+
+from conftest import Daemon
 from world import run_world
 
 WORKER = os.path.join(os.path.dirname(__file__), "dtensor_worker.py")
 CKPTCTL = os.environ.get(
     "CKPTCTL", os.path.join(os.path.dirname(__file__), "../../../build/tools/ckptctl/ckptctl"))
+JOB = "dt"
 
 
-def ranks(daemon, job, layout, world, *actions):
-    run_world(WORKER, world, [daemon.socket, job, layout, *actions])
+def ranks(daemon, layout, world, *actions):
+    run_world(WORKER, world, [daemon.socket, JOB, layout, *actions])
 
 
-def test_four_ranks_then_three_then_two(daemon):
-    # 2x2 mesh (uneven, empty and strided shards) -> 1-D mesh of 3, which
-    # saves what it loaded -> a 1x2 mesh: each step reshards the last. A
-    # Partial placement is refused on the way.
-    ranks(daemon, "chain", "mesh2x2", 4, "save:1", "partial:9")
-    ranks(daemon, "chain", "mesh3", 3, "resave:1")
-    ranks(daemon, "chain", "mesh1x2", 2, "load:2:1")
+def import_dcp(daemon, *flags):
+    fs_dir = os.path.join(os.path.dirname(daemon.socket), f"fs-{JOB}-3")
+    return subprocess.run([sys.executable, "-m", "ckpt.import_dcp", fs_dir, JOB, "30",
+                           f"--socket={daemon.socket}", *flags], capture_output=True, text=True)
 
 
-def test_dcp_save_and_load_through_ckpt_both_ways(daemon):
-    # dcp.save -> dcp.load and Checkpointer.load; Checkpointer.save ->
-    # dcp.load; a 1-D mesh of 4 -> a single rank.
-    ranks(daemon, "dcp", "mesh4", 4, "dcp_save:5", "save:7")
-    # On the mesh of 4, "e" is Replicate() on every rank and "d" Shard(1):
-    # the MANIFEST holds one stored copy of e, four shards of d.
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A daemon holding what a 2x2 mesh saved (uneven, empty and strided
+    shards, five dtypes): 1 and 7 by Checkpointer, 5 by dcp.save, 11-14 by
+    dcp.async_save (threads; a process, seed 112; one writer given ids
+    twice), each overwritten the moment async_save returned; 30 imported
+    from DCP's own FileSystemWriter (seed 3). A Partial DTensor was refused."""
+    daemon = Daemon(str(tmp_path_factory.mktemp("dtensor"))).start()
+    try:
+        ranks(daemon, "mesh2x2", 4, "save:1", "partial:9", "dcp_save:5", "save:7",
+              "dcp_async:11", "dcp_async_process:12:112", "dcp_async_reuse:13", "fs_save:3")
+        refused = import_dcp(daemon)
+        assert refused.returncode == 2 and "--allow-pickle" in refused.stderr, refused.stderr
+        done = import_dcp(daemon, "--allow-pickle")
+        assert done.returncode == 0, done.stderr
+        yield daemon
+    finally:
+        daemon.stop()
+
+
+def test_replicated_placements_are_stored_once(saved):
+    # On the 2x2 mesh "e" is Replicate() twice (4 holders), "d" Shard(2) on
+    # the second dimension (2 distinct boxes, 2 holders each).
     manifest = json.loads(subprocess.run(
-        [CKPTCTL, f"--socket={daemon.socket}", "inspect", "dcp", "7"], check=True,
+        [CKPTCTL, f"--socket={saved.socket}", "inspect", JOB, "7"], check=True,
         capture_output=True, text=True).stdout)
     shards = {t["fqn"]: t["shards"] for t in manifest["tensors"]}
-    assert len(shards["t.e"]) == 1 and len(shards["t.d"]) == 4, shards
-    ranks(daemon, "dcp", "mesh3", 3, "dcp_load:7", "load:5", "save:8")
-    ranks(daemon, "dcp", "mesh1", 1, "dcp_load:8", "load:5")
+    assert len(shards["t.e"]) == 1 and len(shards["t.d"]) == 2, shards
 
 
-
-def test_dcp_async_save_in_threads_and_in_a_process(daemon):
-    # Each trainer overwrites its tensors the moment async_save returns; the
-    # loads see the values from before.
-    ranks(daemon, "async", "mesh2x2", 4, "dcp_async:1", "dcp_async_process:2:12",
-          "dcp_async_reuse:3")
-    ranks(daemon, "async", "mesh3", 3, "load:1", "load:2:12", "load:3", "dcp_load:4")
-
-
-def test_a_checkpoint_of_dcps_own_writer_is_imported(daemon):
-    ranks(daemon, "fs", "mesh2x2", 4, "fs_save:3")
-    fs_dir = os.path.join(os.path.dirname(daemon.socket), "fs-fs-3")
-    refused = subprocess.run(
-        [sys.executable, "-m", "ckpt.import_dcp", fs_dir, "imported", "3",
-         f"--socket={daemon.socket}"], capture_output=True, text=True)
-    assert refused.returncode == 2 and "--allow-pickle" in refused.stderr, refused.stderr
-    subprocess.run([sys.executable, "-m", "ckpt.import_dcp", fs_dir, "imported", "3",
-                    f"--socket={daemon.socket}", "--allow-pickle"], check=True)
-    ranks(daemon, "imported", "mesh3", 3, "load:3", "dcp_load:3")
+def test_every_way_in_loaded_on_three_ranks_then_two(saved):
+    # Checkpointer and dcp.load, each of what Checkpointer, dcp.save,
+    # async_save and the import wrote; then the 3 ranks save step 107 from
+    # what they loaded of 7, and a 1x2 mesh loads it: 4 ranks (2x2) -> 3
+    # (1-D) -> 2 (1x2), each load resharding the last save.
+    ranks(saved, "mesh3", 3, "load:1", "dcp_load:1", "load:5", "dcp_load:5", "load:7",
+          "load:11", "load:12:112", "dcp_load:12:112", "load:13", "load:14", "load:30:3",
+          "dcp_load:30:3", "resave:7")
+    ranks(saved, "mesh1x2", 2, "load:107:7", "dcp_latest:107:7")
