@@ -9,7 +9,7 @@ import torch
 
 from . import _ckpt
 from ._ckpt import CheckpointError
-from .dtensor import dtensor_box, is_dtensor
+from .dtensor import dtensor_box, holds_part, is_dtensor
 from .sharding import Shard
 from .state import leaves, rebuild
 from .values import decode, encode
@@ -41,6 +41,12 @@ class Contents(NamedTuple):
 
 def _is_leaf(node) -> bool:
     return isinstance(node, (torch.Tensor, Shard))
+
+
+def _held(leaf) -> bool:
+    """Whether this rank holds any of a tensor leaf (not so for a DTensor
+    on a mesh without this rank)."""
+    return not is_dtensor(leaf) or holds_part(leaf)
 
 
 def _target(leaf) -> torch.Tensor:
@@ -173,7 +179,8 @@ class Checkpointer:
         tensors, objects, keep = [], [], []
         for name, leaf, _ in leaves(state, _is_leaf):
             if _is_leaf(leaf):
-                tensors.append(_describe(name, leaf, keep))
+                if _held(leaf):
+                    tensors.append(_describe(name, leaf, keep))
             else:
                 # Rank 0's values are the job's (global), the others' their
                 # own: a load by a rank that did not save (a larger world)
@@ -222,7 +229,8 @@ class Checkpointer:
     def load_state(self, step, state, *, allow_pickle: bool = False, source: str = "any"):
         """load(), returning (step loaded, state with tuples rebuilt)."""
         found = leaves(state, _is_leaf)
-        tensor_leaves = [(name, leaf) for name, leaf, _ in found if _is_leaf(leaf)]
+        tensor_leaves = [(name, leaf) for name, leaf, _ in found
+                         if _is_leaf(leaf) and _held(leaf)]
         setters = [(name, setter) for name, leaf, setter in found if not _is_leaf(leaf)]
         loaded, values = self._load_raw(step, tensor_leaves, [name for name, _ in setters],
                                         source)

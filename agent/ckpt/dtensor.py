@@ -24,6 +24,12 @@ def is_dtensor(value) -> bool:
     return DTensor is not None and isinstance(value, DTensor)
 
 
+def holds_part(value) -> bool:
+    """Whether this rank is in the DTensor's mesh (pipeline stages put
+    tensors on sub-meshes: the other ranks hold nothing of them)."""
+    return value.device_mesh.get_coordinate() is not None
+
+
 def dtensor_box(name: str, value) -> Tuple[torch.Tensor, Tuple[int, ...], Tuple[int, ...]]:
     """(local tensor, global shape, offsets) of this rank's part of value."""
     for dim, placement in enumerate(value.placements):

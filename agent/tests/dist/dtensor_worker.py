@@ -12,7 +12,8 @@ must be STEP), resave (load STEP, save STEP+100 from what was
 loaded), dcp_async, dcp_async_process and dcp_async_reuse (async_save in
 threads, in a process, through one writer given ids twice;
 the trainer overwrites its tensors as soon as it returns), fs_save
-(DCP's own FileSystemWriter, for import), partial (a Partial placement is
+(DCP's own FileSystemWriter, for import), stage_save and stage_load (a
+tensor on a mesh of ranks 0 and 1 only, as a pipeline stage holds it), partial (a Partial placement is
 refused).
 """
 import os
@@ -22,7 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor._api import DTensor
 from torch.distributed.tensor.placement_types import _StridedShard
@@ -152,6 +153,19 @@ def act(cp, mesh, layout, mode, step, seed):
     elif mode == "fs_save":
         dcp.save({"t": distributed(mesh, placements, values), "seed": seed},
                  storage_writer=dcp.FileSystemWriter(fs_dir(cp, step)))
+    elif mode in ("stage_save", "stage_load"):
+        # A pipeline stage's tensor: on a mesh of ranks 0 and 1 only (the
+        # others hold nothing of it), saved from there, loaded by all.
+        stage = DeviceMesh("cpu", [0, 1]) if mode == "stage_save" else mesh
+        where = [Shard(0)] * stage.ndim
+        if mode == "stage_save":
+            cp.save(step, {"s": distribute_tensor(values["a"], stage, where, src_data_rank=None)}
+                    ).wait_persisted()
+        else:
+            got = {"s": distribute_tensor(zeros["a"], stage, where, src_data_rank=None)}
+            cp.load(step, got)
+            want = distribute_tensor(values["a"], stage, where, src_data_rank=None)
+            assert same_bytes(got["s"]._local_tensor, want._local_tensor), "stage tensor"
     elif mode == "partial":
         t = DTensor.from_local(torch.ones(2, 2), mesh, [Partial()] * len(shape))
         try:
