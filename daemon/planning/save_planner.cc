@@ -798,7 +798,9 @@ void BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes, const Shards& sha
     entry->set_fqn(std::string(info.fqn));
     entry->set_dtype(info.dtype);
     for (int64_t d : info.shape) entry->add_global_shape(d);
-    entry->set_partial(first.partial());
+    // Only what the save left uncovered (a partial save may cover some
+    // tensors whole: those export and load like any other).
+    entry->set_partial(first.partial() && info.covered != info.elements);
     entries[t] = entry;
   }
   for (uint32_t i : order) {

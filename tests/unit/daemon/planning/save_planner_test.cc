@@ -755,10 +755,13 @@ TEST_CASE("shard errors name the tensor", "[save_planner]") {
     CKPT_REQUIRE_ERROR(Plan({node}), absl::StatusCode::kInvalidArgument, "tensor layer.w",
                        "12 of 16", "partial");
     node.set_partial(true);
+    AddShard(node, 0, Whole("layer.b", v1::FLOAT32, {4}));
     auto a = Plan({node});
     CKPT_REQUIRE_OK(a);
     CHECK(Entry(*a, "layer.w").partial());
     CHECK(Entry(*a, "layer.w").shards_size() == 2);
+    // Covered whole by the partial save: not partial itself.
+    CHECK_FALSE(Entry(*a, "layer.b").partial());
   }
   SECTION("region out of bounds") {
     AddShard(node, 0, BoxShard("layer.w", v1::FLOAT32, {4, 4}, {3, 0}, {2, 4}));
