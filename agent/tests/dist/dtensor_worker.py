@@ -1,8 +1,9 @@
 """One rank of a DTensor save or load (run by world.py).
 
-    dtensor_worker.py SOCKET JOB LAYOUT MODE:STEP[:SEED] ...
+    dtensor_worker.py SOCKET JOB LAYOUT MODE:STEP[:SEED][@LAYOUT] ...
 
-LAYOUT names a mesh and each tensor's placements; each action runs in turn.
+LAYOUT names a mesh and each tensor's placements (an action may name its
+own after "@"); each action runs in turn.
 The global tensors come from SEED (default: STEP; all ranks make the same
 ones). Modes: save, load (checks every
 local shard against torch's own distribute_tensor of the global, byte for
@@ -47,6 +48,11 @@ LAYOUTS = {
         "a": [Shard(0), Shard(1)], "b": [Shard(0), Shard(0)],
         "c": [_StridedShard(0, split_factor=2), Shard(0)], "d": [Replicate(), Shard(2)],
         "e": [Replicate(), Replicate()]}),
+    # Three dimensions (dp, cp, tp): strided, replicated and sharded at once.
+    "mesh2x1x2": ((2, 1, 2), {
+        "a": [Shard(0), Replicate(), Shard(1)], "b": [Shard(1), Shard(0), Shard(0)],
+        "c": [_StridedShard(0, split_factor=2), Replicate(), Shard(0)],
+        "d": [Replicate(), Shard(1), Shard(2)], "e": [Shard(1), Replicate(), Replicate()]}),
     "mesh4": ((4,), {"a": [Shard(0)], "b": [Shard(0)], "c": [Shard(0)], "d": [Shard(1)],
                      "e": [Replicate()]}),
     "mesh3": ((3,), {"a": [Shard(1)], "b": [Replicate()], "c": [Shard(0)], "d": [Shard(0)],
@@ -182,12 +188,16 @@ def main():
     socket, job, layout = sys.argv[1:4]
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    mesh = init_device_mesh("cpu", LAYOUTS[layout][0])
+    meshes = {}  # by layout; every rank makes the same ones, in the same order
     cp = ckpt.Checkpointer(job, rank, world, socket_path=socket)
     cp.job, cp.socket = job, socket
     for action in sys.argv[4:]:
+        action, _, where = action.partition("@")
+        where = where or layout
+        if where not in meshes:
+            meshes[where] = init_device_mesh("cpu", LAYOUTS[where][0])
         mode, step, *seed = action.split(":")
-        act(cp, mesh, layout, mode, int(step), int(seed[0]) if seed else int(step))
+        act(cp, meshes[where], where, mode, int(step), int(seed[0]) if seed else int(step))
     cp.close()
     dist.barrier()
     dist.destroy_process_group()

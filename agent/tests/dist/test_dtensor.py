@@ -39,11 +39,13 @@ def saved(tmp_path_factory):
     dcp.async_save (threads; a process, seed 112; one writer given ids
     twice), each overwritten the moment async_save returned; 30 imported
     from DCP's own FileSystemWriter (seed 3); 40 from a mesh of ranks 0 and 1
-    only. A Partial DTensor was refused."""
+    only; 50 (Checkpointer) and 51 (dcp.save) from a 3-D mesh of 2x1x2. A
+    Partial DTensor was refused."""
     daemon = Daemon(str(tmp_path_factory.mktemp("dtensor"))).start()
     try:
         ranks(daemon, "mesh2x2", 4, "save:1", "partial:9", "dcp_save:5", "save:7",
-              "dcp_async:11", "dcp_async_process:12:112", "dcp_async_reuse:13", "fs_save:3", "stage_save:40")
+              "dcp_async:11", "dcp_async_process:12:112", "dcp_async_reuse:13", "fs_save:3", "stage_save:40", "save:50@mesh2x1x2",
+              "dcp_save:51@mesh2x1x2")
         refused = import_dcp(daemon)
         assert refused.returncode == 2 and "--allow-pickle" in refused.stderr, refused.stderr
         done = import_dcp(daemon, "--allow-pickle")
@@ -65,10 +67,10 @@ def test_replicated_placements_are_stored_once(saved):
 
 def test_every_way_in_loaded_on_three_ranks_then_two(saved):
     # Checkpointer and dcp.load, each of what Checkpointer, dcp.save,
-    # async_save and the import wrote; then the 3 ranks save step 107 from
-    # what they loaded of 7, and a 1x2 mesh loads it: 4 ranks (2x2) -> 3
-    # (1-D) -> 2 (1x2), each load resharding the last save.
+    # async_save and the import wrote (from 2-D and 3-D meshes); then the 3
+    # ranks save step 107 from what they loaded of 7, and a 1x2 mesh loads
+    # it: 4 ranks (2x2) -> 3 (1-D) -> 2 (1x2), each load resharding the last.
     ranks(saved, "mesh3", 3, "load:1", "dcp_load:1", "load:5", "dcp_load:5", "load:7",
           "load:11", "load:12:112", "dcp_load:12:112", "load:13", "load:14", "load:30:3",
-          "dcp_load:30:3", "stage_load:40", "resave:7")
-    ranks(saved, "mesh1x2", 2, "load:107:7", "dcp_latest:107:7")
+          "dcp_load:30:3", "stage_load:40", "load:50", "dcp_load:51", "resave:7")
+    ranks(saved, "mesh1x2", 2, "load:107:7", "dcp_load:50", "load:51", "dcp_latest:107:7")
