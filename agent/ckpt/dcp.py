@@ -16,8 +16,8 @@ any ckpt checkpoint (one saved with Checkpointer.save too) and
 Checkpointer.load reads one saved through DCP, each into the caller's
 sharding.
 
-async_save: with the checkpoint id given to a new writer (or a writer
-reset() to it), the writer stages:
+async_save: with the checkpoint id given to a new writer, the writer stages
+(once: a writer reused through async_save's checkpoint_id copies):
 the snapshot is ckptd's (copied into the daemon's pool; no tensors made),
 async_save returns once it is taken and the future completes at the commit.
 The process mode (AsyncCheckpointerType.PROCESS) hands the state to another
@@ -43,6 +43,7 @@ from torch.distributed.checkpoint.staging import AsyncStager, DefaultStager, Sta
 from torch.distributed.checkpoint.storage import WriteResult
 
 from .checkpointer import Checkpointer, SaveHandle, _describe
+from .dcp_sequences import dcp_view, item_objects
 from .sharding import shard_box
 from .state import escape, unescape
 from .values import TORCH, decode
@@ -68,6 +69,14 @@ def parse_checkpoint_id(checkpoint_id) -> Tuple[str, object]:
     if value < 0:
         raise ValueError(f"checkpoint id {text!r}: the step is negative")
     return job, value
+
+
+def _save_id(checkpoint_id) -> tuple:
+    """(id, job, step) of a save's checkpoint id."""
+    job, step = parse_checkpoint_id(checkpoint_id)
+    if step == "latest":
+        raise ValueError(f"checkpoint id {checkpoint_id!r}: a save needs a step number")
+    return str(checkpoint_id), job, step
 
 
 def _rank_and_world() -> Tuple[int, int]:
@@ -128,23 +137,38 @@ class StorageWriter(_StorageWriter, AsyncStager):
         self.socket_path = socket_path
         self.tier = tier
         self.staging = staging
-        self.checkpoint_id = None
-        self.job, self.step = None, None
         self.is_coordinator = False
         self._unsaved = False
         self._staged: Dict[tuple, SaveHandle] = {}  # snapshots taken by stage()
+        # The id it was made with; one that reset() names holds for the
+        # thread that named it: each async_save plans and writes in a thread
+        # of its own, and two in flight through one writer keep theirs.
+        self._made_with = (None, None, None)
+        self._named = threading.local()
         if checkpoint_id is not None:
-            self.reset(checkpoint_id)
+            self._made_with = _save_id(checkpoint_id)
+            # Only the id it was made with, once: an id that reset() set
+            # came from an async_save that has staged already (DCP stages
+            # first, then names the id), and may be another save's.
+            self._unsaved = True
+
+    @property
+    def checkpoint_id(self):
+        return getattr(self._named, "id", self._made_with)[0]
+
+    @property
+    def job(self):
+        return getattr(self._named, "id", self._made_with)[1]
+
+    @property
+    def step(self):
+        return getattr(self._named, "id", self._made_with)[2]
 
     # --- StorageWriter ---
     def reset(self, checkpoint_id=None) -> None:
         if checkpoint_id is None:
             return  # the id given at construction stays
-        job, step = parse_checkpoint_id(checkpoint_id)
-        if step == "latest":
-            raise ValueError(f"checkpoint id {checkpoint_id!r}: a save needs a step number")
-        self.checkpoint_id, self.job, self.step = str(checkpoint_id), job, step
-        self._unsaved = True  # stage() may save to it; spent once written
+        self._named.id = _save_id(checkpoint_id)
 
     def set_up_storage_writer(self, is_coordinator: bool, *args, **kwargs) -> None:
         if self.job is None:
@@ -213,7 +237,13 @@ class StorageWriter(_StorageWriter, AsyncStager):
                 "ckpt.dcp.StorageWriter staged in this process cannot move to another: "
                 "async_save(..., async_checkpointer_type=PROCESS) needs "
                 "StorageWriter(..., staging='copy')")
-        return dict(self.__dict__)
+        state = dict(self.__dict__)
+        del state["_named"]  # ids named in this process's threads stay here
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._named = threading.local()
 
     def _save(self, items, resolve) -> SaveHandle:
         """Hands this rank's items to ckptd; returns at once."""
@@ -230,6 +260,10 @@ class StorageWriter(_StorageWriter, AsyncStager):
             if item.type == WriteItemType.BYTE_IO:
                 blob = data.getvalue() if isinstance(data, io.BytesIO) else bytes(data)
                 objects.append((name, TORCH + blob, True))
+                for extra in item_objects(fqn, blob):  # Checkpointer's names too
+                    if extra[0] not in names:
+                        names.add(extra[0])
+                        objects.append(extra)
                 continue
             tensor = data.detach()
             chunk = item.tensor_data.chunk
@@ -257,6 +291,17 @@ def _one_holder_per_value(items, rank: int, world: int) -> list:
     return [i for i in items if i.type != WriteItemType.BYTE_IO or owner[i.index.fqn] == rank]
 
 
+def _like_target(planner, item, value: list):
+    """value as a tuple where the caller's state holds a tuple there (the
+    stored items do not say which it was)."""
+    try:
+        from torch.distributed.checkpoint._traverse import get_element
+        target = get_element(planner.original_state_dict, planner.mappings[item.dest_index.fqn])
+    except Exception:  # a planner without DefaultLoadPlanner's mappings
+        return value
+    return tuple(value) if isinstance(target, tuple) else value
+
+
 class StorageReader(_StorageReader):
     """Reads a ckpt checkpoint for dcp.load, resharded to the caller's state.
 
@@ -278,6 +323,7 @@ class StorageReader(_StorageReader):
         self.job, self.step = None, None
         self.loaded_step: Optional[int] = None  # the step "latest" resolved to
         self._contents = None
+        self._composed: Dict[str, List[str]] = {}
         if checkpoint_id is not None:
             self.reset(checkpoint_id)
 
@@ -302,8 +348,12 @@ class StorageReader(_StorageReader):
             described[unescape(name)] = TensorStorageMetadata(
                 TensorProperties(dtype=info.dtype), size,
                 [ChunkStorageMetadata(offsets=torch.Size([0] * len(size)), sizes=size)])
-        for name in contents.objects:
-            described.setdefault(unescape(name), BytesStorageMetadata())
+        # Lists Checkpointer.save kept item by item, as the one value DCP asks
+        # for; the items the writer added for Checkpointer, out of sight.
+        self._composed, hidden = dcp_view(contents.objects, contents.tensors)
+        for name in list(contents.objects) + list(self._composed):
+            if name not in hidden:
+                described.setdefault(unescape(name), BytesStorageMetadata())
         return Metadata(state_dict_metadata=described,
                         storage_meta=StorageMeta(checkpoint_id=self.checkpoint_id))
 
@@ -321,12 +371,16 @@ class StorageReader(_StorageReader):
         tensor_leaves: List[tuple] = []
         fills: List[tuple] = []  # (item, target, what was filled)
         byte_items: List[tuple] = []
+        composed_items: List[tuple] = []  # values made of stored items
         names = set()
         for item in plan.items:
             fqn = item.storage_index.fqn
             name = escape(fqn)
             if item.type == LoadItemType.BYTE_IO:
-                byte_items.append((name, item))
+                if name not in contents.objects and name in self._composed:
+                    composed_items.append((name, item))
+                else:
+                    byte_items.append((name, item))
                 continue
             if name in names:
                 raise ValueError(f"{fqn}: this rank asks for more than one shard of it; ckpt "
@@ -339,8 +393,12 @@ class StorageReader(_StorageReader):
                 target.shape, dtype=info.dtype, device=target.device)
             tensor_leaves.append((name, shard_box(filled, info.shape, item.storage_offsets)))
             fills.append((item, target, filled))
+        keys = [name for name, _ in byte_items]
+        for name, _ in composed_items:
+            keys += self._items_of(name)
+        keys = list(dict.fromkeys(keys))
         _, values = _checkpointer(self.socket_path, self.job)._load_raw(
-            self.loaded_step, tensor_leaves, [name for name, _ in byte_items], self.source)
+            self.loaded_step, tensor_leaves, keys, self.source)
         with torch.no_grad():
             for item, target, filled in fills:
                 if filled is not target:
@@ -348,9 +406,20 @@ class StorageReader(_StorageReader):
                 planner.commit_tensor(item, target)
         for name, item in byte_items:
             planner.load_bytes(item, io.BytesIO(self._torch_blob(name, values[name])))
+        for name, item in composed_items:
+            out = io.BytesIO()
+            torch.save(_like_target(planner, item, self._compose(name, values)), out)
+            planner.load_bytes(item, io.BytesIO(out.getvalue()))
         future: Future = Future()
         future.set_result(None)
         return future
+
+    def _items_of(self, name: str) -> List[str]:
+        """The stored objects a composed value is made of."""
+        return self._composed[name]
+
+    def _compose(self, name: str, values: Dict[str, bytes]) -> list:
+        return [decode(item, values[item], self.allow_pickle) for item in self._composed[name]]
 
     def _torch_blob(self, name: str, data: bytes) -> bytes:
         """The torch.save bytes DCP's planner loads, from a value as stored."""

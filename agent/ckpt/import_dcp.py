@@ -13,11 +13,12 @@ code: only import checkpoints you trust; --allow-pickle says that you do
 """
 import argparse
 import io
+import os
 import sys
 
 import torch
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata
 
 from ._ckpt import CheckpointError
 from .checkpointer import Checkpointer, _describe
@@ -32,8 +33,19 @@ def import_dcp(path: str, job: str, step: int, *, socket_path=None,
         raise PermissionError(
             f"{path}: a DCP checkpoint's metadata and non-tensors are pickles, and reading "
             f"them runs code; pass allow_pickle=True (--allow-pickle) for one you trust")
+    if not os.path.isdir(path):
+        raise NotADirectoryError(f"{path}: not a directory holding DCP's .metadata (what "
+                                 f"FileSystemWriter writes)")
     reader = dcp.FileSystemReader(path)
-    metadata = reader.read_metadata()
+    try:
+        metadata = reader.read_metadata()
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # pickle's and torch's many errors for a foreign file
+        raise ValueError(f"{path}: its .metadata is not DCP's ({type(e).__name__}: {e})") from e
+    if not isinstance(metadata, Metadata):
+        raise ValueError(f"{path}: its .metadata holds a {type(metadata).__name__}, not DCP's "
+                         f"Metadata")
     state, byte_keys = {}, []
     for fqn, md in metadata.state_dict_metadata.items():
         if isinstance(md, BytesStorageMetadata):
@@ -75,7 +87,7 @@ def main(argv=None) -> int:
     try:
         done = import_dcp(args.dir, args.job, args.step, socket_path=args.socket,
                           allow_pickle=args.allow_pickle)
-    except (PermissionError, FileNotFoundError, ValueError, CheckpointError) as e:
+    except (OSError, ValueError, CheckpointError) as e:
         print(f"import_dcp: {e}", file=sys.stderr)
         return 2
     print(f"imported {args.dir} as {args.job} step {args.step}: {done['tensors']} tensors, "

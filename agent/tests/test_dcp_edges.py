@@ -1,8 +1,7 @@
 """ckpt.dcp at its edges, in one process: unusual states through dcp.save and
 dcp.load, DCP's own options, async_save in a row and with ckptd killed,
 Checkpointer and DCP reading each other's optimizer states, and import_dcp
-given what is not a DCP checkpoint. The tests marked xfail show bugs: each
-fails today for the reason it names."""
+given what is not a DCP checkpoint."""
 import os
 import subprocess
 import sys
@@ -187,10 +186,6 @@ def test_two_async_saves_in_a_row_keep_their_snapshots(daemon):
         assert torch.equal(into["w"], torch.full((1000,), float(step))) and into["e"] == step
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A writer reused with async_save(checkpoint_id=...) while its previous save is still "
-    "planning stages to the previous id (stage() runs before DCP's reset and _unsaved is "
-    "still set): the two states land in each other's steps, and the first future succeeds"))
 def test_a_reused_writer_does_not_swap_two_async_saves(daemon):
     reused = writer(daemon)
     planning, go_on = threading.Event(), threading.Event()
@@ -273,9 +268,6 @@ def optimizer_state(lr: float):
     return {"model": model.state_dict(), "optim": opt.state_dict()}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Checkpointer.load walks into lists and tuples of values (optim.param_groups.0.betas.0) "
-    "where DCP stored them whole (optim.param_groups.0.betas): NOT_FOUND"))
 def test_checkpointer_loads_an_optimizer_state_dcp_saved(daemon):
     saved = optimizer_state(0.1)
     dcp.save(saved, storage_writer=writer(daemon, "ckpt://optdcp/1"))
@@ -285,9 +277,6 @@ def test_checkpointer_loads_an_optimizer_state_dcp_saved(daemon):
     assert into["optim"]["param_groups"][0]["lr"] == 0.1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Checkpointer.save stores a tuple or list of values item by item (betas.0, betas.1); "
-    "StorageReader describes them so, and DCP asks for the whole (betas): Missing key"))
 def test_dcp_loads_an_optimizer_state_the_checkpointer_saved(daemon):
     with ckpt.Checkpointer("optcp", socket_path=daemon.socket) as cp:
         cp.save(1, optimizer_state(0.1)).wait_persisted()
@@ -326,9 +315,6 @@ def test_import_dcp_names_a_missing_dir(daemon, tmp_path, capsys):
         assert err.startswith("import_dcp:") and ".metadata" in err, err
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "import_dcp catches FileNotFoundError only: a file given as DIR (NotADirectoryError) or "
-    "a .metadata that is not DCP's (UnpicklingError) ends in a traceback, exit status 1"))
 def test_import_dcp_names_what_is_not_a_dcp_checkpoint(daemon, tmp_path, capsys):
     not_dir = tmp_path / "a_file"
     not_dir.write_text("x")
