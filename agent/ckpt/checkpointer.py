@@ -9,7 +9,7 @@ import torch
 
 from . import _ckpt
 from ._ckpt import CheckpointError
-from .dtensor import dtensor_box, holds_part, is_dtensor
+from .dtensor import dtensor_shard, holds_part, is_dtensor
 from .sharding import Shard
 from .state import leaves, rebuild
 from .values import decode, encode
@@ -60,10 +60,8 @@ def _describe(name: str, leaf, keep: list) -> tuple:
     """The client's description of a tensor leaf; keep collects what must
     stay alive (and unchanged) until the snapshot is taken."""
     if is_dtensor(leaf):
-        tensor, global_shape, offsets = dtensor_box(name, leaf)
-        global_shape, offsets = list(global_shape), list(offsets)
-        kind, lengths, flat_begin, flat_end = "box", list(tensor.shape), 0, 0
-    elif isinstance(leaf, Shard):
+        leaf = dtensor_shard(name, leaf)
+    if isinstance(leaf, Shard):
         tensor, global_shape = leaf.tensor, list(leaf.global_shape)
         kind, offsets, lengths, flat_begin, flat_end = leaf.describe()
     else:

@@ -395,8 +395,7 @@ class StorageReader(_StorageReader):
             fills.append((item, target, filled))
         keys = [name for name, _ in byte_items]
         for name, _ in composed_items:
-            keys += self._items_of(name)
-        keys = list(dict.fromkeys(keys))
+            keys += self._composed[name]  # hidden from DCP: asked for by no other item
         _, values = _checkpointer(self.socket_path, self.job)._load_raw(
             self.loaded_step, tensor_leaves, keys, self.source)
         with torch.no_grad():
@@ -413,10 +412,6 @@ class StorageReader(_StorageReader):
         future: Future = Future()
         future.set_result(None)
         return future
-
-    def _items_of(self, name: str) -> List[str]:
-        """The stored objects a composed value is made of."""
-        return self._composed[name]
 
     def _compose(self, name: str, values: Dict[str, bytes]) -> list:
         return [decode(item, values[item], self.allow_pickle) for item in self._composed[name]]

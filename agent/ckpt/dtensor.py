@@ -9,9 +9,7 @@ group describes the same box and the daemon writes it once), and the
 _StridedShard placements FSDP2 over tensor parallel produces. Partial()
 holds addends of the tensor, not a part of it: it is refused.
 """
-from typing import Tuple
-
-import torch
+from .sharding import Shard, shard_box
 
 try:
     from torch.distributed.tensor import DTensor, Partial
@@ -30,8 +28,8 @@ def holds_part(value) -> bool:
     return value.device_mesh.get_coordinate() is not None
 
 
-def dtensor_box(name: str, value) -> Tuple[torch.Tensor, Tuple[int, ...], Tuple[int, ...]]:
-    """(local tensor, global shape, offsets) of this rank's part of value."""
+def dtensor_shard(name: str, value) -> Shard:
+    """This rank's part of value: its local tensor as a box of the global one."""
     for dim, placement in enumerate(value.placements):
         if isinstance(placement, Partial):
             raise ValueError(
@@ -52,4 +50,4 @@ def dtensor_box(name: str, value) -> Tuple[torch.Tensor, Tuple[int, ...], Tuple[
         # An empty last shard: its offsets may point past the end; the
         # region is empty wherever it starts.
         offsets = tuple(min(o, g) for o, g in zip(offsets, global_shape))
-    return local, global_shape, offsets
+    return shard_box(local, global_shape, offsets)
