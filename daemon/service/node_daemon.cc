@@ -463,6 +463,18 @@ absl::Status NodeDaemon::Start() {
     coordinator_service_ =
         std::make_unique<cluster::CoordinatorServiceImpl>(*auth_, *coordinator_, *cluster_, memory);
     builder.RegisterService(coordinator_service_.get());
+    if (memory_tier_ != nullptr) {
+      spread_persists_ = std::make_unique<tier::SpreadPersists>(
+          *coordinator_, tier::SpreadPersistOptions{
+                             .deadline = options_.snapshot_timeout + 2 * options_.heartbeat_timeout,
+                             .host_live = [cluster = cluster_.get()](const std::string& host) {
+                               return cluster->HostLive(host);
+                             }});
+      spread_service_ =
+          std::make_unique<SpreadPersistServiceImpl>(*auth_, *spread_persists_, *cluster_);
+      builder.RegisterService(spread_service_.get());
+      spread_client_ = std::make_unique<SpreadPersistClient>(*spread_persists_);
+    }
     // Ranks of a job spread over hosts that attach here meet the others
     // in this process.
     cluster_saves_ = std::make_unique<cluster::LocalCoordinatorClient>(
@@ -545,9 +557,24 @@ absl::Status NodeDaemon::Start() {
           [link = coordinator_link_.get()] { return link->registered(); },
           2 * options_.heartbeat_timeout);
       remote_saves_ = remote.get();
+      // Its report waits for every host of the step; the coordinator ends
+      // the copy by the same deadline plus heartbeats.
+      if (memory_tier_ != nullptr) {
+        spread_client_ = std::make_unique<SpreadPersistClient>(
+            coordinator_link_->channel(),
+            options_.snapshot_timeout + 4 * options_.heartbeat_timeout);
+      }
       cluster_saves_ = std::move(remote);
       context_->coordinator_client = cluster_saves_.get();
     }
+  }
+  if (spread_client_ != nullptr) {
+    memory_tier_->PersistSpreadWith(tier::MemoryTier::SpreadPersistence{
+        .host = options_.host_name,
+        .open = [client = spread_client_.get()](
+                    const v1::SpreadPersistOpen& r) { return client->Open(r); },
+        .report = [client = spread_client_.get()](
+                      const v1::SpreadPersistCopied& r) { return client->Report(r); }});
   }
   notifier_.Ready(StatusLine());
   reaper_ = std::thread([this] {
@@ -617,6 +644,10 @@ NodeDaemon::~NodeDaemon() {
   // Commits waiting on other hosts end: remote calls cancelled, local waits
   // see stop_.
   if (remote_saves_ != nullptr) remote_saves_->Close("ckptd is shutting down");
+  // Durable copies of steps spread over hosts end too (failed, their
+  // directories removed); the memory tier's persister finds them closed.
+  if (spread_client_ != nullptr) spread_client_->Close();
+  if (spread_persists_ != nullptr) spread_persists_->Stop();
   if (step_checks_ != nullptr) step_checks_->Stop();
   background_.Drain();
   unix_listener_.Stop();

@@ -32,6 +32,7 @@
 #include "daemon/service/node_service.h"
 #include "daemon/service/segment_server.h"
 #include "daemon/service/service_notifier.h"
+#include "daemon/service/spread_persist_service.h"
 #include "daemon/session/daemon_options.h"
 #include "daemon/session/rank_sessions.h"
 #include "daemon/storage/backend.h"
@@ -80,6 +81,13 @@ class NodeDaemon {
   std::unique_ptr<pool::ShmPool> pool_;
   bool pool_registered_ = false;
   std::unique_ptr<coordinator::Coordinator> coordinator_;
+  // Durable copies of memory+durable steps spread over hosts: the gathering
+  // and its service (with --coordinator and a memory tier), and this host's
+  // client of it (in a cluster). Before the memory tier, whose persister
+  // calls the client to its end.
+  std::unique_ptr<tier::SpreadPersists> spread_persists_;
+  std::unique_ptr<SpreadPersistServiceImpl> spread_service_;
+  std::unique_ptr<SpreadPersistClient> spread_client_;
   // With --memory_tier_bytes; after the coordinator it persists to.
   std::unique_ptr<tier::MemoryTier> memory_tier_;
   // With the memory tier; its checks run on background_, drained first.

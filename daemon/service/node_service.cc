@@ -264,15 +264,9 @@ grpc::Status NodeService::PlanSave(grpc::ServerContext* context, const v1::PlanS
                        " asks for the memory tier, but this ckptd has none: start it with "
                        "--memory_tier_bytes")));
     }
-    // Persisting from memory copies one host's files; a job spread over
-    // hosts would need every host's persisted and one commit of them all.
-    if (rank->spans_hosts() && request->tier() == v1::SAVE_TIER_MEMORY_AND_DURABLE) {
-      return ToGrpc(absl::UnimplementedError(absl::StrCat(
-          "save of job ", rank->job, " step ", request->step(),
-          ": memory+durable is for jobs on one host; this one spans hosts (",
-          rank->local_world_size, " of its ", rank->world_size,
-          " ranks attach here): save to memory, and to durable storage every K steps")));
-    }
+    // memory+durable spread over hosts: every host copies its own files of
+    // the step to storage after the memory commit, and the cluster's
+    // coordinator commits them as one (tier/spread_persist.h).
   }
   // The job's first save records who owns it.
   if (absl::Status s = context_.owners.Persist(rank->job, rank->principal); !s.ok()) {

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "daemon/coordinator/retention.h"
 #include "daemon/fault/fault_points.h"
@@ -100,6 +101,64 @@ absl::Status CopyFile(storage::Backend& from, const std::string& from_path, stor
   }
   if (absl::Status s = (*out)->Sync(); !s.ok()) return s;
   return (*out)->Close();
+}
+
+// This host's part of the durable copy of a step spread over hosts
+// (spread_persist.h): opens it at the coordinator, copies this host's own
+// data files of the step (data/<host>-*) from memory into the directory
+// the coordinator names, and reports them (or the error), which waits for
+// every host's. No directory is made here: one the coordinator removed
+// (the copy failed on another host) stays gone.
+absl::Status PersistSpreadPart(const MemoryTier::SpreadPersistence& spread,
+                               const v1::CheckpointManifest& manifest, storage::Backend& from,
+                               const std::string& step_dir, storage::Backend& to,
+                               const std::string& to_root,
+                               std::map<std::string, std::vector<ChunkToCopy>>& by_file) {
+  if (!spread.open || !spread.report) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the step is spread over ", manifest.topology().hosts_size(),
+                     " hosts and this ckptd belongs to no cluster (--coordinator_address)"));
+  }
+  v1::SpreadPersistOpen open;
+  open.mutable_host()->set_host(spread.host);
+  open.set_manifest(manifest.SerializeAsString());
+  absl::StatusOr<v1::SpreadPersistDir> dir = spread.open(open);
+  if (!dir.ok()) return WithContext(dir.status(), "the coordinator");
+  // The coordinator names a partial directory of the step's job, nothing else.
+  absl::string_view name = dir->partial_dir();
+  if (!absl::ConsumePrefix(&name, absl::StrCat(manifest.job(), "/")) ||
+      !storage::IsPartialDirName(name)) {
+    return absl::InternalError(absl::StrCat("the coordinator named ",
+                                            dir->partial_dir().substr(0, 256),
+                                            ", not a partial directory of job ", manifest.job()));
+  }
+  const std::string to_dir = absl::StrCat(to_root, "/", dir->partial_dir());
+  const std::string mine = absl::StrCat("data/", spread.host, "-");
+  v1::SpreadPersistCopied report;
+  report.mutable_host()->set_host(spread.host);
+  report.set_persist_id(dir->persist_id());
+  absl::Status status;
+  for (auto& [file, chunks] : by_file) {
+    if (!absl::StartsWith(file, mine)) continue;
+    report.add_files(file);
+    status = CopyFile(from, absl::StrCat(step_dir, "/", file), to, absl::StrCat(to_dir, "/", file),
+                      chunks);
+    if (!status.ok()) break;
+  }
+  if (status.ok() && report.files_size() > 0) status = to.SyncDir(absl::StrCat(to_dir, "/data"));
+  // Tests kill ckptd here: its files are on storage, not reported.
+  if (status.ok()) FaultPoint("persist.spread_copied");
+  if (!status.ok()) {
+    // Its own files go; the coordinator removes the directory.
+    for (const std::string& file : report.files()) {
+      (void)to.RemoveAll(absl::StrCat(to_dir, "/", file));
+    }
+    report.clear_files();
+    report.set_error(std::string(status.message()).substr(0, 1024));
+  }
+  absl::StatusOr<v1::SpreadPersistResult> committed = spread.report(report);
+  if (!status.ok()) return WithContext(status, absl::StrCat("host ", spread.host, "'s files"));
+  return committed.status();
 }
 
 }  // namespace
@@ -275,6 +334,15 @@ absl::Status MemoryTier::Persist(const std::string& job, int64_t step) {
   }
   const std::string dir = storage::StepDir(kRoot, job, step);
   storage::Backend& to = durable_.backend();
+  if (manifest->topology().hosts_size() > 1) {
+    SpreadPersistence spread;
+    {
+      absl::MutexLock lock(&mu_);
+      spread = spread_;
+    }
+    return WithContext(
+        PersistSpreadPart(spread, *manifest, *backend_, dir, to, durable_.root(), by_file), who);
+  }
   auto copy = [&](const std::string& partial) -> absl::Status {
     // The manifest's file names were checked when it was read (confined to
     // the step directory), so they name the same place in both stores.
@@ -371,6 +439,11 @@ absl::Status MemoryTier::FlipByte(const std::string& job, int64_t step, const st
                file.c_str(), static_cast<unsigned long long>(offset), job.c_str(),
                static_cast<long long>(step));
   return absl::OkStatus();
+}
+
+void MemoryTier::PersistSpreadWith(SpreadPersistence spread) {
+  absl::MutexLock lock(&mu_);
+  spread_ = std::move(spread);
 }
 
 PersistCounts MemoryTier::persist_counts() const {

@@ -19,7 +19,9 @@
 //    file by file and byte for byte, to the durable store in the background
 //    and committed there with the same manifest (no second snapshot). So a
 //    chunk that fails verification in memory can be read at the same file
-//    and offset from storage.
+//    and offset from storage. A step of a job spread over hosts is copied
+//    by every host of it, each its own files, into one directory the
+//    cluster's coordinator names and commits (spread_persist.h).
 //
 // The tier lives and dies with the daemon: it survives the trainer, not
 // ckptd.
@@ -31,6 +33,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -42,6 +45,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "ckpt/v1/coordinator.pb.h"
 #include "ckpt/v1/node.pb.h"
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/storage/memory/memory_backend.h"
@@ -119,8 +123,21 @@ class MemoryTier {
   void PersistLater(const std::string& job, int64_t step, std::shared_ptr<void> hold = nullptr);
   // Copies the step's files to the durable store and commits it there with
   // the same manifest; ALREADY_EXISTS when storage has the step. Runs in
-  // the caller (PersistLater's thread, tests).
+  // the caller (PersistLater's thread, tests). A step spread over hosts
+  // (its manifest names more than one): this host's part, below.
   absl::Status Persist(const std::string& job, int64_t step);
+
+  // How this host takes part in the durable copy of a step spread over
+  // hosts (spread_persist.h): the cluster coordinator's
+  // SpreadPersistService, over gRPC or in this process. Set once, before
+  // serving, on a daemon in a cluster; without it such a step's
+  // persistence fails, saying why.
+  struct SpreadPersistence {
+    std::string host;  // this host's name, as its data files are named
+    std::function<absl::StatusOr<v1::SpreadPersistDir>(const v1::SpreadPersistOpen&)> open;
+    std::function<absl::StatusOr<v1::SpreadPersistResult>(const v1::SpreadPersistCopied&)> report;
+  };
+  void PersistSpreadWith(SpreadPersistence spread);
   PersistCounts persist_counts() const;
   // Blocks until no persistence is queued or running (tests, shutdown).
   void WaitPersisted();
@@ -238,6 +255,7 @@ class MemoryTier {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t persisted_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t persist_failed_ ABSL_GUARDED_BY(mu_) = 0;
+  SpreadPersistence spread_ ABSL_GUARDED_BY(mu_);
   std::thread persister_;  // last: started once the rest exists
 };
 

@@ -32,12 +32,19 @@ ABSL_FLAG(int32_t, scale, 1, "Model size multiplier (1: ~1.4 MiB)");
 ABSL_FLAG(bool, linger, false,
           "save: once saved, stay attached until killed (a trainer that goes on, then crashes)");
 ABSL_FLAG(std::string, tier, "durable", "save: durable, memory, or both (memory, then durable)");
+ABSL_FLAG(int32_t, steps, 1, "save: steps to save, from --step on, one after the other");
+ABSL_FLAG(int32_t, durable_every, 0,
+          "save: the every-K-steps policy (ckpt::TierForStep): every step to memory, every K-th "
+          "to memory and durable storage; 0: --tier for every step");
 ABSL_FLAG(std::string, from, "any", "load: any (the fastest tier), memory or durable");
 ABSL_FLAG(int32_t, saved_world, 0, "load: ranks that saved (to know which rng objects exist)");
 ABSL_FLAG(std::string, layout, "demo",
           "demo (tools/demo/model_layout.h) or parallel (tools/demo/parallel_layout.h)");
 ABSL_FLAG(int32_t, tp, 1, "parallel layout: tensor-parallel degree");
 ABSL_FLAG(int32_t, pp, 1, "parallel layout: pipeline stages (data-parallel: the rest)");
+ABSL_FLAG(std::string, go_file, "",
+          "save, load: once attached, wait until this file exists before the first request "
+          "(fault tests choose the moment)");
 
 namespace {
 
@@ -75,6 +82,12 @@ int main(int argc, char** argv) {
     for (;;) pause();
   }
 
+  if (const std::string go = absl::GetFlag(FLAGS_go_file); !go.empty()) {
+    std::printf("rank %d attached, waiting for %s\n", rank, go.c_str());
+    std::fflush(stdout);
+    while (access(go.c_str(), F_OK) != 0) absl::SleepFor(absl::Milliseconds(10));
+  }
+
   std::vector<HostTensor> tensors;
   if (absl::GetFlag(FLAGS_layout) == "parallel") {
     ckpt::testing::Parallelism parallel{absl::GetFlag(FLAGS_tp), absl::GetFlag(FLAGS_pp), 1};
@@ -108,16 +121,21 @@ int main(int argc, char** argv) {
     } else if (tier != "durable") {
       return Fail("flags", absl::InvalidArgumentError("--tier is durable, memory or both"));
     }
-    const absl::Time start = absl::Now();
-    absl::StatusOr<std::shared_ptr<ckpt::SaveHandle>> handle =
-        (*client)->Save(absl::GetFlag(FLAGS_step), tensors, ckpt::testing::SaveObjects(rank), save);
-    if (!handle.ok()) return Fail("save", handle.status());
-    if (absl::Status s = (*handle)->WaitSnapshot(); !s.ok()) return Fail("snapshot", s);
-    const absl::Duration snapshot = absl::Now() - start;
-    if (absl::Status s = (*handle)->WaitPersisted(); !s.ok()) return Fail("persist", s);
-    const absl::Duration persisted = absl::Now() - start;
-    absl::PrintF("rank %d saved step %d: %.1f MiB held, snapshot %.1f ms, committed %.1f ms\n",
-                 rank, (*handle)->step(), bytes / 1048576.0, Ms(snapshot), Ms(persisted));
+    const int64_t first = absl::GetFlag(FLAGS_step);
+    const int64_t every = absl::GetFlag(FLAGS_durable_every);
+    for (int64_t step = first; step < first + absl::GetFlag(FLAGS_steps); ++step) {
+      if (every > 0) save.tier = ckpt::TierForStep(step, every);
+      const absl::Time start = absl::Now();
+      absl::StatusOr<std::shared_ptr<ckpt::SaveHandle>> handle =
+          (*client)->Save(step, tensors, ckpt::testing::SaveObjects(rank), save);
+      if (!handle.ok()) return Fail("save", handle.status());
+      if (absl::Status s = (*handle)->WaitSnapshot(); !s.ok()) return Fail("snapshot", s);
+      const absl::Duration snapshot = absl::Now() - start;
+      if (absl::Status s = (*handle)->WaitPersisted(); !s.ok()) return Fail("persist", s);
+      const absl::Duration persisted = absl::Now() - start;
+      absl::PrintF("rank %d saved step %d: %.1f MiB held, snapshot %.1f ms, committed %.1f ms\n",
+                   rank, (*handle)->step(), bytes / 1048576.0, Ms(snapshot), Ms(persisted));
+    }
     if (absl::GetFlag(FLAGS_linger)) {
       std::fflush(stdout);
       for (;;) pause();
