@@ -242,6 +242,13 @@ void SpreadPersists::Run(std::shared_ptr<Copy> copy) {
     if (path.ok()) copy->path = *path;
     ++(path.ok() ? counts_.committed : counts_.failed);
     by_step_.erase({copy->manifest.job(), copy->manifest.step()});
+    // Kept a while for late hosts: what names the save, not its tensors.
+    v1::CheckpointManifest kept;
+    kept.set_job(copy->manifest.job());
+    kept.set_step(copy->manifest.step());
+    kept.set_created_unix_ms(copy->manifest.created_unix_ms());
+    copy->manifest = std::move(kept);
+    copy->files.clear();
     by_id_.erase(copy->id);
     ended_.push_back(copy);
     while (ended_.size() > kEndedKept && !ended_.front()->runner.joinable()) ended_.pop_front();
