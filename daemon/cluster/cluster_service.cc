@@ -77,6 +77,11 @@ grpc::Status ClusterServiceImpl::Heartbeat(grpc::ServerContext* context,
   for (std::string& host : registry_.LostHosts(MonotonicNow(), kMaxLostHosts)) {
     response->add_lost_hosts(std::move(host));
   }
+  if (options_.verify_rounds != nullptr && !response->register_again()) {
+    options_.verify_rounds->TakeOrders(request->host(), [&](const v1::VerifyOrder& order) {
+      *response->add_verify_orders() = order;
+    });
+  }
   if (options_.coordinator != nullptr && request->save_ids_size() > 0) {
     // A host takes part in a few saves at a time: a heartbeat listing more,
     // or ids longer than any save's, is answered for the first only, so the
@@ -121,6 +126,10 @@ std::vector<coordinator::Coordinator*> ClusterServiceImpl::Coordinators() const 
 
 bool ClusterServiceImpl::HostLive(const std::string& host) const {
   return registry_.Live(host, MonotonicNow());
+}
+
+v1::ClusterStatusResponse ClusterServiceImpl::Registry() const {
+  return registry_.Status(MonotonicNow());
 }
 
 grpc::Status ClusterServiceImpl::ClusterStatus(grpc::ServerContext* context,

@@ -17,6 +17,7 @@
 #include "ckpt/v1/cluster.grpc.pb.h"
 #include "daemon/auth/caller.h"
 #include "daemon/cluster/host_registry.h"
+#include "daemon/cluster/verify_rounds.h"
 #include "daemon/coordinator/coordinator.h"
 
 namespace ckpt::cluster {
@@ -32,6 +33,9 @@ struct ClusterServiceOptions {
   // The coordinator's memory tier (its own coordinator, coordinator.h
   // ServeClusterMemoryTier), told of hosts lost as the other is; or null.
   coordinator::Coordinator* memory_coordinator = nullptr;
+  // Verifies of memory-tier steps spread over hosts: their orders ride on
+  // heartbeat answers; or null.
+  VerifyRounds* verify_rounds = nullptr;
 };
 
 class ClusterServiceImpl final : public v1::ClusterService::Service {
@@ -48,6 +52,11 @@ class ClusterServiceImpl final : public v1::ClusterService::Service {
 
   // Registered, and heard from within the heartbeat timeout.
   bool HostLive(const std::string& host) const;
+  // Every host registered, lost ones too (ckptctl verify asks the live
+  // ones, and finds replicas' places by their domains).
+  v1::ClusterStatusResponse Registry() const;
+  absl::Duration heartbeat_timeout() const { return options_.heartbeat_timeout; }
+  absl::Duration heartbeat_interval() const { return options_.heartbeat_interval; }
 
  private:
   // The coordinators told of hosts lost and saves' deadlines.

@@ -46,6 +46,16 @@ absl::Status CoordinatorServiceImpl::Admit(const grpc::ServerContext& context,
   return absl::OkStatus();
 }
 
+grpc::Status CoordinatorServiceImpl::ReportVerify(grpc::ServerContext* context,
+                                                  const v1::HostVerifyReport* request,
+                                                  v1::ReportVerifyResponse*) {
+  if (absl::Status s = Admit(*context, request->host()); !s.ok()) return Refuse(s);
+  if (verify_rounds_ == nullptr) {
+    return Refuse(absl::FailedPreconditionError("this coordinator runs no verifies"));
+  }
+  return Refuse(verify_rounds_->Report(*request));
+}
+
 absl::StatusOr<coordinator::Coordinator*> CoordinatorServiceImpl::Store(v1::SaveTier tier) const {
   if (!v1::SaveTier_IsValid(tier)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown save tier ", static_cast<int>(tier)));

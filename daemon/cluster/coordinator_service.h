@@ -45,6 +45,11 @@ class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
   // Loads whose world spans hosts (coordinator.h PlanSpanningLoad).
   grpc::Status PlanLoad(grpc::ServerContext* context, const v1::NodeLoadPlan* request,
                         v1::LoadAssignment* response) override;
+  // A host's answer to a verify order (verify_rounds.h).
+  grpc::Status ReportVerify(grpc::ServerContext* context, const v1::HostVerifyReport* request,
+                            v1::ReportVerifyResponse* response) override;
+  // Where verify reports go; set before serving (null: refused).
+  void ServeVerifies(VerifyRounds* rounds) { verify_rounds_ = rounds; }
 
  private:
   // The admin token and a live registered host, or the refusal.
@@ -78,6 +83,7 @@ class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
   coordinator::Coordinator& coordinator_;
   const ClusterServiceImpl& cluster_;
   coordinator::Coordinator* const memory_;
+  VerifyRounds* verify_rounds_ = nullptr;
   mutable absl::Mutex planning_mu_;
   std::map<std::pair<std::string, int64_t>, Planning> planning_ ABSL_GUARDED_BY(planning_mu_);
   // Until when each save's disagreement is remembered.

@@ -33,16 +33,23 @@ bool HoldsShare(const FileHolders& holders, const std::string& host,
 // one of its own: without domains the ring is by host name.
 std::vector<std::string> RingOrder(
     const std::map<std::string, std::shared_ptr<const v1::HostAssignment>>& parts) {
+  std::map<std::string, std::string> domains;
+  for (const auto& [host, part] : parts) domains[host] = part->host().failure_domain();
+  return RingOfHosts(domains);
+}
+
+}  // namespace
+
+std::vector<std::string> RingOfHosts(const std::map<std::string, std::string>& domain_of) {
   std::map<std::string, std::deque<std::string>> domains;
-  for (const auto& [host, part] : parts) {  // by name
-    const std::string& domain = part->host().failure_domain();
+  for (const auto& [host, domain] : domain_of) {  // by name
     // Keyed apart: a host's own "domain" never joins a named one.
     domains[domain.empty() ? absl::StrCat("host:", host) : absl::StrCat("domain:", domain)]
         .push_back(host);
   }
   std::vector<std::string> ring;
   std::string previous;
-  while (ring.size() < parts.size()) {
+  while (ring.size() < domain_of.size()) {
     auto pick = domains.end();
     for (auto it = domains.begin(); it != domains.end(); ++it) {
       if (it->second.empty() || it->first == previous) continue;
@@ -55,8 +62,6 @@ std::vector<std::string> RingOrder(
   }
   return ring;
 }
-
-}  // namespace
 
 v1::ReplicaPeer ReplicaFilesOf(const v1::HostAssignment& part) {
   std::map<std::string, uint64_t> ends;

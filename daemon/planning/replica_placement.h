@@ -18,6 +18,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "ckpt/v1/coordinator.pb.h"
@@ -35,6 +36,11 @@ absl::StatusOr<std::map<std::string, v1::ReplicaPlan>> PlaceReplicas(
     const std::map<std::string, std::shared_ptr<const v1::HostAssignment>>& parts,
     const std::map<std::string, std::string>& addresses, int replicas, uint64_t replica_id,
     const std::string& secret);
+
+// The ring PlaceReplicas and PlaceErasure use, of hosts by name with
+// their failure domains (empty: none): each host's replicas are the R
+// hosts after it (ckptctl verify finds where copies should be with it).
+std::vector<std::string> RingOfHosts(const std::map<std::string, std::string>& domain_of);
 
 // The files of one host's part, each with the end of its last item.
 v1::ReplicaPeer ReplicaFilesOf(const v1::HostAssignment& part);

@@ -27,6 +27,7 @@
 #include "daemon/storage/backend_factory.h"
 #include "daemon/storage/layout.h"
 #include "daemon/tier/erasure_code.h"
+#include "daemon/tier/held_files_verify.h"
 #include "gpu/device_factory.h"
 #include "proto/lib/request_limits.h"
 #include "proto/lib/status_context.h"
@@ -453,16 +454,23 @@ absl::Status NodeDaemon::Start() {
       memory->ServeClusterMemoryTier(options_.memory_tier_replicas, erasure.first, erasure.second);
       coordinator_->LoadFromMemoryToo(&memory->catalog());
     }
+    verify_rounds_ = std::make_unique<cluster::VerifyRounds>();
     cluster_ = std::make_unique<cluster::ClusterServiceImpl>(
         *auth_, cluster::ClusterServiceOptions{.instance = coordinator_->catalog().instance(),
                                                .heartbeat_interval = options_.heartbeat_interval,
                                                .heartbeat_timeout = options_.heartbeat_timeout,
                                                .coordinator = coordinator_.get(),
-                                               .memory_coordinator = memory});
+                                               .memory_coordinator = memory,
+                                               .verify_rounds = verify_rounds_.get()});
     builder.RegisterService(cluster_.get());
     coordinator_service_ =
         std::make_unique<cluster::CoordinatorServiceImpl>(*auth_, *coordinator_, *cluster_, memory);
     builder.RegisterService(coordinator_service_.get());
+    if (memory_tier_ != nullptr) {
+      coordinator_service_->ServeVerifies(verify_rounds_.get());
+      context_->cluster = cluster_.get();
+      context_->verify_rounds = verify_rounds_.get();
+    }
     if (memory_tier_ != nullptr) {
       spread_persists_ = std::make_unique<tier::SpreadPersists>(
           *coordinator_, tier::SpreadPersistOptions{
@@ -538,7 +546,17 @@ absl::Status NodeDaemon::Start() {
       service_->InFlightProgress(kMaxHeartbeatProgress, beat.mutable_saves(), beat.mutable_loads());
       for (std::string& id : service_->SpanningSaveIds()) beat.add_save_ids(std::move(id));
     };
+    // Checks of what this host holds, for ckptctl verify at the coordinator.
+    verify_runner_ = std::make_unique<cluster::VerifyRunner>([this](const v1::VerifyOrder& order) {
+      if (memory_tier_ != nullptr)
+        return tier::VerifyHeldFiles(*memory_tier_, order, options_.host_name);
+      v1::HostVerifyReport nothing;  // no memory tier: holds nothing
+      nothing.mutable_host()->set_host(options_.host_name);
+      nothing.set_round(order.round());
+      return nothing;
+    });
     link.on_answer = [this](const v1::HeartbeatResponse& answer) {
+      verify_runner_->Take(answer.verify_orders());
       service_->FailSpanningSaves(answer);
     };
     link.max_message_bytes =
@@ -547,6 +565,7 @@ absl::Status NodeDaemon::Start() {
         cluster::CoordinatorLink::Start(std::move(link));
     if (!started.ok()) return started.status();
     coordinator_link_ = std::move(*started);
+    verify_runner_->SetChannel(coordinator_link_->channel());
     if (cluster_saves_ == nullptr) {
       // A call waits while other hosts plan or write; the coordinator
       // fails it itself when one is lost, and CheckCoordinatorContact when

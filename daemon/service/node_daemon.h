@@ -22,6 +22,8 @@
 #include "daemon/cluster/coordinator_client.h"
 #include "daemon/cluster/coordinator_link.h"
 #include "daemon/cluster/coordinator_service.h"
+#include "daemon/cluster/verify_rounds.h"
+#include "daemon/cluster/verify_runner.h"
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/exec/background_tasks.h"
 #include "daemon/exec/writer_pool.h"
@@ -112,6 +114,10 @@ class NodeDaemon {
   cluster::RemoteCoordinatorClient* remote_saves_ = nullptr;  // in cluster_saves_, if remote
   std::unique_ptr<session::NodeContext> context_;
   std::unique_ptr<NodeService> service_;
+  // ckptctl verify of memory-tier steps spread over hosts: the rounds at
+  // the coordinator, the checks on a host (destroyed after its link).
+  std::unique_ptr<cluster::VerifyRounds> verify_rounds_;
+  std::unique_ptr<cluster::VerifyRunner> verify_runner_;
   std::unique_ptr<cluster::ClusterServiceImpl> cluster_;                  // with --coordinator
   std::unique_ptr<cluster::CoordinatorServiceImpl> coordinator_service_;  // with --coordinator
   std::unique_ptr<cluster::CoordinatorLink> coordinator_link_;

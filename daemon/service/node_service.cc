@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <map>
@@ -14,6 +15,7 @@
 #include "daemon/coordinator/verify.h"
 #include "daemon/planning/manifest_io.h"
 #include "daemon/planning/save_planner.h"
+#include "daemon/service/cluster_verify.h"
 #include "daemon/service/collect_garbage.h"
 #include "daemon/service/segment_server.h"
 #include "daemon/storage/chunk_reader.h"
@@ -570,6 +572,18 @@ grpc::Status NodeService::VerifyCheckpoint(grpc::ServerContext* context,
       CopiesOf(request->job(), request->step());
   if (!stores.ok()) return ToGrpc(stores.status());
   for (const tier::Stores::Copy& store : *stores) {
+    // The cluster's coordinator holds the manifests of memory-tier steps
+    // spread over hosts; the hosts hold the bytes: each checks its own.
+    if (context_.verify_rounds != nullptr && store.backend == &context_.memory_tier->backend()) {
+      absl::Status spread = VerifySpreadMemoryStep(
+          context_, request->job(), store.step,
+          [context] {
+            return context->IsCancelled() || std::chrono::system_clock::now() > context->deadline();
+          },
+          response);
+      if (!spread.ok()) return ToGrpc(spread);
+      continue;
+    }
     absl::StatusOr<coordinator::VerifyResult> result =
         coordinator::VerifyCheckpoint(*store.backend, *store.catalog, request->job(), store.step);
     if (!result.ok()) {

@@ -11,7 +11,9 @@
 #include "ckpt/v1/common.pb.h"
 #include "daemon/auth/caller.h"
 #include "daemon/auth/job_owners.h"
+#include "daemon/cluster/cluster_service.h"
 #include "daemon/cluster/coordinator_client.h"
+#include "daemon/cluster/verify_rounds.h"
 #include "daemon/coordinator/coordinator.h"
 #include "daemon/exec/background_tasks.h"
 #include "daemon/exec/reader_pool.h"
@@ -74,6 +76,11 @@ struct NodeContext {
   // Disk bytes reserved by every save in flight, per job: the quota
   // (--job_max_disk_bytes) counts them with the committed steps.
   DiskReservations disk_reservations{};
+  // At the cluster's coordinator: its registry of hosts, and the rounds of
+  // ckptctl verify of memory-tier steps spread over them; null elsewhere.
+  // Set before serving.
+  const cluster::ClusterServiceImpl* cluster = nullptr;
+  cluster::VerifyRounds* verify_rounds = nullptr;
 };
 
 // Which of this daemon's stores holds a step (tier/stores.h).

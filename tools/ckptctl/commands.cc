@@ -416,6 +416,13 @@ int RunVerify(const Call& call, const std::string& job, int64_t step, bool json)
   if (json) return PrintJson(call, "verify", response);
   *call.out << "OK: " << response.chunks_checked() << " chunks, " << response.bytes_checked()
             << " bytes verified\n";
+  // A memory-tier step spread over hosts: every host's copies.
+  for (const auto& host : response.hosts()) {
+    *call.out << "  host " << host.host() << ": " << host.files() << " files ok, " << host.chunks()
+              << " chunks, " << host.bytes() << " bytes";
+    if (host.parity_shares() > 0) *call.out << ", " << host.parity_shares() << " parity shares";
+    *call.out << "\n";
+  }
   return kExitOk;
 }
 
