@@ -72,7 +72,13 @@ grpc::Status ClusterServiceImpl::Heartbeat(grpc::ServerContext* context,
                                            v1::HeartbeatResponse* response) {
   absl::StatusOr<auth::Caller> caller = auth_.Authorize(*context, auth::Permission::kAdmin);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
-  response->set_register_again(!registry_.Heartbeat(*request, MonotonicNow()));
+  const bool known = registry_.Heartbeat(*request, MonotonicNow());
+  response->set_register_again(!known);
+  if (known) {
+    // What it carries now, for when it is lost (host_ranks.h).
+    for (coordinator::Coordinator* c : Coordinators())
+      c->HostCarries(request->host(), request->jobs());
+  }
   constexpr size_t kMaxLostHosts = 1024;
   for (std::string& host : registry_.LostHosts(MonotonicNow(), kMaxLostHosts)) {
     response->add_lost_hosts(std::move(host));

@@ -28,6 +28,28 @@ void KeepProgress(const google::protobuf::RepeatedPtrField<Progress>& from,
   }
 }
 
+// The jobs a heartbeat says the host carries, bounded as the coordinator's
+// HostRanks keeps them (shown, not trusted).
+void KeepCarried(const google::protobuf::RepeatedPtrField<v1::CarriedJob>& from,
+                 google::protobuf::RepeatedPtrField<v1::CarriedJob>* to) {
+  constexpr int kMaxJobs = 64;
+  constexpr int kMaxRanks = 4096;
+  to->Clear();
+  int ranks = 0;
+  for (const v1::CarriedJob& job : from) {
+    if (to->size() == kMaxJobs || ranks == kMaxRanks) break;
+    if (!ValidateName("job", job.job()).ok()) continue;
+    v1::CarriedJob* kept = to->Add();
+    kept->set_job(job.job());
+    kept->set_world_size(job.world_size());
+    for (uint32_t rank : job.ranks()) {
+      if (ranks == kMaxRanks) break;
+      kept->add_ranks(rank);
+      ++ranks;
+    }
+  }
+}
+
 }  // namespace
 
 absl::Status HostRegistry::Register(const v1::RegisterHostRequest& request, absl::Time now) {
@@ -95,6 +117,7 @@ bool HostRegistry::Heartbeat(const v1::HeartbeatRequest& request, absl::Time now
   it->second.info.set_sessions(request.sessions());
   KeepProgress(request.saves(), it->second.info.mutable_saves());
   KeepProgress(request.loads(), it->second.info.mutable_loads());
+  KeepCarried(request.jobs(), it->second.info.mutable_jobs());
   return true;
 }
 

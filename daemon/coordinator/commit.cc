@@ -75,7 +75,8 @@ absl::StatusOr<std::optional<int64_t>> RepairLatest(storage::Backend& backend,
 
 absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root,
                               const std::string& partial_dir,
-                              const v1::CheckpointManifest& manifest, bool make_latest) {
+                              const v1::CheckpointManifest& manifest, bool make_latest,
+                              const std::function<absl::Status()>& commit_point) {
   const std::string job_dir = storage::JobDir(root, manifest.job());
   const std::string step_dir = storage::StepDir(root, manifest.job(), manifest.step());
   const std::string intent_path = absl::StrCat(job_dir, "/", storage::kLatestIntentName);
@@ -110,6 +111,9 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
   }
   if (absl::Status s = backend.SyncDir(partial_dir); !s.ok()) return WithContext(s, kCommit);
   FaultPoint("commit.before_rename");
+  if (commit_point != nullptr) {
+    if (absl::Status s = commit_point(); !s.ok()) return s;
+  }
 
   absl::StatusOr<bool> exists = backend.Exists(step_dir);
   if (!exists.ok()) return WithContext(exists.status(), kCommit);

@@ -30,6 +30,7 @@
 #define CKPT_DAEMON_COORDINATOR_COMMIT_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -48,9 +49,13 @@ namespace ckpt::coordinator {
 // make_latest = false commits the step without touching LATEST (steps 3
 // and 6): a step copied in late (the memory tier's persistence) that is
 // older than the latest must not become latest.
+// `commit_point`, when given, is asked just before the rename (step 4): an
+// error there (a host of the save was lost meanwhile) is returned and the
+// step is not committed.
 absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root,
                               const std::string& partial_dir,
-                              const v1::CheckpointManifest& manifest, bool make_latest = true);
+                              const v1::CheckpointManifest& manifest, bool make_latest = true,
+                              const std::function<absl::Status()>& commit_point = nullptr);
 
 // The step LATEST.next names when that step is committed (its directory
 // exists), nullopt otherwise; never fails on a missing or torn LATEST.next.

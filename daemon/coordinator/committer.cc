@@ -25,7 +25,8 @@ void Committer::Retain(const std::string& job) {
 
 absl::Status Committer::CommitSave(v1::CheckpointManifest planned,
                                    const std::map<std::string, v1::NodePersistReport>& reports,
-                                   const std::string& partial_dir, std::string* manifest_out) {
+                                   const std::string& partial_dir, std::string* manifest_out,
+                                   const std::function<absl::Status()>& commit_point) {
   std::map<std::pair<std::string, uint64_t>, uint32_t> crcs;
   for (const auto& [host, report] : reports) {
     for (const v1::ChunkChecksum& c : report.checksums())
@@ -47,7 +48,8 @@ absl::Status Committer::CommitSave(v1::CheckpointManifest planned,
   if (!status.ok()) return status;
   if (manifest_out != nullptr) *manifest_out = planned.SerializeAsString();
   absl::MutexLock lock(&mu_);
-  return CommitCheckpoint(backend_, catalog_.root(), partial_dir, planned);
+  return CommitCheckpoint(backend_, catalog_.root(), partial_dir, planned, /*make_latest=*/true,
+                          commit_point);
 }
 
 absl::StatusOr<std::string> Committer::CommitCopy(

@@ -39,9 +39,11 @@ class Committer {
   // (the save's manifest as planned) and commits `partial_dir`, making the
   // step latest. With manifest_out, the committed manifest serialized.
   // Retention is the caller's to ask for (Retain), once the save is ended.
+  // `commit_point`: CommitCheckpoint's.
   absl::Status CommitSave(v1::CheckpointManifest planned,
                           const std::map<std::string, v1::NodePersistReport>& reports,
-                          const std::string& partial_dir, std::string* manifest_out = nullptr);
+                          const std::string& partial_dir, std::string* manifest_out = nullptr,
+                          const std::function<absl::Status()>& commit_point = nullptr);
   // Coordinator::CommitCopy once no save of the step is in flight: the
   // step's path once committed, retention run after it.
   absl::StatusOr<std::string> CommitCopy(

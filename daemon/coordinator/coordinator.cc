@@ -11,9 +11,9 @@ Coordinator::Coordinator(storage::Backend& backend, std::string root,
                          RendezvousOptions rendezvous)
     : backend_(backend),
       catalog_(backend, std::move(root), std::move(catalog)),
-      saves_(backend, catalog_, options, rendezvous),
+      saves_(backend, catalog_, host_ranks_, options, rendezvous),
       committer_(backend, catalog_),
-      loads_(backend, catalog_, options, rendezvous) {}
+      loads_(backend, catalog_, host_ranks_, options, rendezvous) {}
 
 void Coordinator::EnableRetention(planning::RetentionConfig config) {
   committer_.EnableRetention(std::move(config));
@@ -38,7 +38,8 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(const v1::NodePers
   std::string manifest;
   const absl::Status status =
       committer_.CommitSave(std::move(reported->manifest), *reported->reports,
-                            reported->partial_dir, saves_.memory_cluster() ? &manifest : nullptr);
+                            reported->partial_dir, saves_.memory_cluster() ? &manifest : nullptr,
+                            [&] { return saves_.PassCommitPoint(reported->save); });
   absl::StatusOr<v1::CommitResult> result =
       saves_.Committed(*reported, status, std::move(manifest));
   if (result.ok()) committer_.Retain(reported->job);
@@ -66,13 +67,20 @@ void Coordinator::AbortSave(const std::string& save_id, const std::string& reaso
   saves_.AbortSave(request);
 }
 
+void Coordinator::HostCarries(const std::string& host,
+                              const google::protobuf::RepeatedPtrField<v1::CarriedJob>& jobs) {
+  host_ranks_.Carries(host, jobs);
+}
+
 void Coordinator::HostLost(const std::string& host, const std::string& reason) {
+  host_ranks_.Lost(host, reason);
   // Loads first: saves' partial directories are removed before it returns.
   loads_.HostLost(host, reason);
   saves_.HostLost(host, reason);
 }
 
 void Coordinator::HostRegistered(const std::string& host) {
+  host_ranks_.Registered(host);
   saves_.HostRegistered(host);
   loads_.HostRegistered(host);
 }

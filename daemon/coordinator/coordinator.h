@@ -35,6 +35,7 @@
 #include "ckpt/v1/coordinator.pb.h"
 #include "daemon/coordinator/catalog.h"
 #include "daemon/coordinator/committer.h"
+#include "daemon/coordinator/host_ranks.h"
 #include "daemon/coordinator/load_gathering.h"
 #include "daemon/coordinator/partial_dir.h"
 #include "daemon/coordinator/rendezvous.h"
@@ -101,9 +102,18 @@ class Coordinator {
   // one ran). True if this call failed a save in flight.
   bool AbortSave(const v1::AbortSaveRequest& request);
   void AbortSave(const std::string& save_id, const std::string& reason);
-  // The registry lost `host` (no heartbeat, or it restarted): every save it
-  // takes part in fails, naming it, and it may join none until
-  // HostRegistered (a plan racing the loss is refused, not left waiting).
+  // A live host's heartbeat: the ranks of jobs spread over hosts it
+  // carries (host_ranks.h).
+  void HostCarries(const std::string& host,
+                   const google::protobuf::RepeatedPtrField<v1::CarriedJob>& jobs);
+  // The registry lost `host` (no heartbeat, or it restarted): every save
+  // and load it takes part in fails, naming it and its ranks -- those its
+  // plan brought, or, before its plan came, those its heartbeats said it
+  // carries -- and it may join none until HostRegistered (a plan racing
+  // the loss is refused, not left waiting). A save or load of a job whose
+  // ranks it carried fails at once too, until it registers again or
+  // another host carries those ranks. A save committing when the host is
+  // lost fails unless its commit passed the rename.
   void HostLost(const std::string& host, const std::string& reason);
   void HostRegistered(const std::string& host);
   // Fails saves past their deadline: gathering (ranks that never came) or
@@ -173,7 +183,8 @@ class Coordinator {
 
  private:
   storage::Backend& backend_;
-  Catalog catalog_;  // first: the parts hold it
+  Catalog catalog_;       // first: the parts hold it
+  HostRanks host_ranks_;  // the parts hold it too
   SaveGathering saves_;
   Committer committer_;
   LoadGathering loads_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,9 +16,13 @@
 
 namespace ckpt::coordinator {
 
-LoadGathering::LoadGathering(storage::Backend& backend, Catalog& catalog,
+LoadGathering::LoadGathering(storage::Backend& backend, Catalog& catalog, HostRanks& host_ranks,
                              planning::SavePlannerOptions options, RendezvousOptions rendezvous)
-    : backend_(backend), catalog_(catalog), options_(options), rendezvous_(rendezvous) {}
+    : backend_(backend),
+      catalog_(catalog),
+      host_ranks_(host_ranks),
+      options_(options),
+      rendezvous_(rendezvous) {}
 
 absl::StatusOr<v1::LoadAssignment> LoadGathering::PlanLoad(
     const v1::NodeLoadPlan& node, std::unique_ptr<storage::FileLock>* pin) {
@@ -72,14 +77,19 @@ size_t LoadGathering::loads_gathering() const {
   return loads_.size();
 }
 
-void LoadGathering::FailLoadsOfLocked(const std::string& host, const absl::Status& why) {
+void LoadGathering::FailLoadsOfLocked(const std::string& host, const std::string& reason) {
   for (auto it = loads_.begin(); it != loads_.end();) {
     ActiveLoad& load = *it->second;
-    const bool member =
-        std::any_of(load.nodes.begin(), load.nodes.end(),
-                    [&](const v1::NodeLoadPlan& n) { return n.host().host() == host; });
-    if (member && load.error.ok()) {
-      load.error = why;
+    const int world_size = load.ranks.world_size();
+    std::vector<int> ranks = host_ranks_.RanksOf(host, load.job, world_size);
+    auto member = std::find_if(load.nodes.begin(), load.nodes.end(),
+                               [&](const v1::NodeLoadPlan& n) { return n.host().host() == host; });
+    if (member != load.nodes.end()) {
+      ranks.clear();
+      for (const auto& r : member->ranks()) ranks.push_back(r.rank());
+    }
+    if ((member != load.nodes.end() || !ranks.empty()) && load.error.ok()) {
+      load.error = HostRanks::LostError(host, ranks, world_size, reason);
       it = loads_.erase(it);  // the next load of this step gathers afresh
     } else {
       ++it;
@@ -100,7 +110,7 @@ std::string LoadGathering::RankHost(const ActiveLoad& load, int rank, const std:
 void LoadGathering::HostLost(const std::string& host, const std::string& reason) {
   absl::MutexLock lock(&mu_);
   lost_hosts_.insert(host);
-  FailLoadsOfLocked(host, absl::UnavailableError(absl::StrCat("host ", host, " ", reason)));
+  FailLoadsOfLocked(host, reason);
 }
 
 void LoadGathering::HostRegistered(const std::string& host) {
@@ -145,6 +155,15 @@ absl::StatusOr<v1::LoadAssignment> LoadGathering::PlanSpanningLoad(const v1::Nod
   if (node.ranks_size() == 0 || node.ranks_size() > node.world_size()) {
     return absl::InvalidArgumentError(absl::StrCat("host ", host, " sent ", node.ranks_size(),
                                                    " ranks of a world of ", node.world_size()));
+  }
+  // A host lost before its plan came carried ranks this load would wait
+  // for in vain: it fails now, naming that host.
+  std::vector<int> brought;
+  brought.reserve(node.ranks_size());
+  for (const auto& r : node.ranks()) brought.push_back(r.rank());
+  if (std::optional<HostRanks::LostCarrier> lost =
+          host_ranks_.LostFrom(node.job(), node.world_size(), brought)) {
+    return HostRanks::LostError(lost->host, lost->ranks, node.world_size(), lost->reason);
   }
   std::shared_ptr<ActiveLoad> load;
   bool plan_it = false;

@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "daemon/coordinator/catalog.h"
+#include "daemon/coordinator/host_ranks.h"
 #include "daemon/coordinator/rendezvous.h"
 #include "daemon/planning/load_spread.h"
 #include "daemon/planning/rank_barrier.h"
@@ -38,8 +39,8 @@ namespace ckpt::coordinator {
 
 class LoadGathering {
  public:
-  LoadGathering(storage::Backend& backend, Catalog& catalog, planning::SavePlannerOptions options,
-                RendezvousOptions rendezvous);
+  LoadGathering(storage::Backend& backend, Catalog& catalog, HostRanks& host_ranks,
+                planning::SavePlannerOptions options, RendezvousOptions rendezvous);
 
   // Coordinator::PlanLoad, PlanSpanningLoad, loads_gathering,
   // LoadFromMemoryToo.
@@ -50,8 +51,9 @@ class LoadGathering {
   size_t loads_gathering() const;
   void LoadFromMemoryToo(Catalog* memory) { memory_catalog_ = memory; }
 
-  // The registry lost `host`: the spanning loads it takes part in fail,
-  // naming it, and it joins none until HostRegistered.
+  // The registry lost `host`: the spanning loads it takes part in (its
+  // plan came, or it carried ranks of their job) fail, naming it, and it
+  // joins none until HostRegistered.
   void HostLost(const std::string& host, const std::string& reason);
   void HostRegistered(const std::string& host);
 
@@ -83,11 +85,12 @@ class LoadGathering {
   // The host that sent `rank` for `load` (this host when none before it).
   static std::string RankHost(const ActiveLoad& load, int rank, const std::string& host);
   // Fails the gathering spanning loads `host` takes part in.
-  void FailLoadsOfLocked(const std::string& host, const absl::Status& why)
+  void FailLoadsOfLocked(const std::string& host, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   storage::Backend& backend_;
   Catalog& catalog_;
+  HostRanks& host_ranks_;  // locks itself (a leaf)
   const planning::SavePlannerOptions options_;
   const RendezvousOptions rendezvous_;
   Catalog* memory_catalog_ = nullptr;  // set before serving

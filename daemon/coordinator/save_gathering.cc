@@ -1,6 +1,7 @@
 #include "daemon/coordinator/save_gathering.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -47,6 +48,12 @@ struct SaveGathering::ActiveSave {
   std::map<std::string, std::string> layout_keys;  // by host (planning::HostPlanKey)
   absl::Status error;
   v1::CommitResult result;
+  // While committing: a host lost before the commit's point of no return
+  // vetoes it (commit_point_mu is a leaf, taken by the committer without
+  // mu_). The waiting hosts fail with the veto at once.
+  absl::Mutex commit_point_mu;
+  absl::Status veto ABSL_GUARDED_BY(commit_point_mu);
+  bool commit_point_passed ABSL_GUARDED_BY(commit_point_mu) = false;
   // A memory-tier save spread over hosts (ServeClusterMemoryTier): each
   // host's copies, and the manifest's planned size.
   std::map<std::string, v1::ReplicaPlan> replicas;
@@ -57,10 +64,11 @@ struct SaveGathering::ActiveSave {
   std::string Who() const { return absl::StrCat("save of job ", job, " step ", step); }
 };
 
-SaveGathering::SaveGathering(storage::Backend& backend, Catalog& catalog,
+SaveGathering::SaveGathering(storage::Backend& backend, Catalog& catalog, HostRanks& host_ranks,
                              planning::SavePlannerOptions options, RendezvousOptions rendezvous)
     : backend_(backend),
       catalog_(catalog),
+      host_ranks_(host_ranks),
       options_(options),
       rendezvous_([&] {
         RendezvousOptions r = rendezvous;
@@ -126,6 +134,15 @@ absl::StatusOr<SaveGathering::SaveRef> SaveGathering::JoinSave(const v1::NodeSav
     return WithContext(s, absl::StrCat("host ", host));
   }
   const std::string key = planning::HostPlanKey(plan);
+  // A host lost before its plan came carried ranks this save would wait
+  // for in vain: it fails now, naming that host, not at the plan timeout.
+  std::vector<int> brought;
+  brought.reserve(node.ranks_size());
+  for (const auto& r : node.ranks()) brought.push_back(r.rank());
+  if (std::optional<HostRanks::LostCarrier> lost =
+          host_ranks_.LostFrom(node.job(), node.world_size(), brought)) {
+    return HostRanks::LostError(lost->host, lost->ranks, node.world_size(), lost->reason);
+  }
 
   absl::MutexLock lock(&mu_);
   if (lost_hosts_.count(host) > 0) {
@@ -613,8 +630,12 @@ absl::StatusOr<v1::CommitResult> SaveGathering::AwaitCommit(const SaveRef& save,
                                                             const std::string& host,
                                                             const CallerGone& gone) {
   absl::MutexLock lock(&mu_);
+  auto vetoed = [&save]() -> absl::Status {
+    absl::MutexLock veto(&save->commit_point_mu);
+    return save->veto;
+  };
   if (!AwaitUnlessGone(
-          mu_, [&] { return save->ended(); }, gone)) {
+          mu_, [&] { return save->ended() || !vetoed().ok(); }, gone)) {
     // The host gave up: it counts its save failed and may remove its files,
     // so the save must not commit without them.
     FailLocked(*save,
@@ -623,7 +644,15 @@ absl::StatusOr<v1::CommitResult> SaveGathering::AwaitCommit(const SaveRef& save,
     return absl::CancelledError("the host gave up waiting for the commit");
   }
   if (save->phase == ActiveSave::Phase::kFailed) return save->error;
+  if (absl::Status veto = vetoed(); !veto.ok() && !save->ended()) return veto;
   return save->result;
+}
+
+absl::Status SaveGathering::PassCommitPoint(const SaveRef& save) {
+  absl::MutexLock veto(&save->commit_point_mu);
+  if (!save->veto.ok()) return save->veto;
+  save->commit_point_passed = true;
+  return absl::OkStatus();
 }
 
 bool SaveGathering::AbortSave(const v1::AbortSaveRequest& request) {
@@ -655,14 +684,31 @@ void SaveGathering::HostLost(const std::string& host, const std::string& reason)
   {
     absl::MutexLock lock(&mu_);
     lost_hosts_.insert(host);
-    std::vector<SaveRef> hit;  // FailLocked may erase ended saves from saves_
+    // The saves it takes part in: those it sent its plan to, and those of
+    // the jobs it carried ranks of, whose plans may not have come yet.
+    std::vector<std::pair<SaveRef, std::vector<int>>> hit;  // FailLocked may erase from saves_
     for (const auto& [id, save] : saves_) {
-      if (!save->ended() && save->node_index.count(host) > 0) hit.push_back(save);
-    }
-    for (const SaveRef& save : hit) {
-      if (FailLocked(*save, absl::UnavailableError(absl::StrCat("host ", host, " ", reason)))) {
-        partials.push_back(save->partial_dir);
+      if (save->ended()) continue;
+      std::vector<int> ranks = host_ranks_.RanksOf(host, save->job, save->world_size());
+      auto member = save->node_index.find(host);
+      if (member != save->node_index.end() && member->second < save->nodes.size()) {
+        ranks.clear();
+        for (const auto& r : save->nodes[member->second].ranks()) ranks.push_back(r.rank());
       }
+      if (member != save->node_index.end() || !ranks.empty()) {
+        hit.emplace_back(save, std::move(ranks));
+      }
+    }
+    for (const auto& [save, ranks] : hit) {
+      const absl::Status why = HostRanks::LostError(host, ranks, save->world_size(), reason);
+      if (save->phase == ActiveSave::Phase::kCommitting) {
+        // The committer holds the save: it fails at its commit point, and
+        // the hosts waiting for it learn now (AwaitCommit).
+        absl::MutexLock veto(&save->commit_point_mu);
+        if (!save->commit_point_passed && save->veto.ok()) save->veto = why;
+        continue;
+      }
+      if (FailLocked(*save, why)) partials.push_back(save->partial_dir);
     }
   }
   for (const std::string& partial : partials) {

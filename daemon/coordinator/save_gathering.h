@@ -34,6 +34,7 @@
 #include "ckpt/v1/coordinator.pb.h"
 #include "ckpt/v1/manifest.pb.h"
 #include "daemon/coordinator/catalog.h"
+#include "daemon/coordinator/host_ranks.h"
 #include "daemon/coordinator/rendezvous.h"
 #include "daemon/planning/plan_cache.h"
 #include "daemon/planning/save_planner.h"
@@ -46,8 +47,8 @@ class SaveGathering {
   struct ActiveSave;  // save_gathering.cc
   using SaveRef = std::shared_ptr<ActiveSave>;
 
-  SaveGathering(storage::Backend& backend, Catalog& catalog, planning::SavePlannerOptions options,
-                RendezvousOptions rendezvous);
+  SaveGathering(storage::Backend& backend, Catalog& catalog, HostRanks& host_ranks,
+                planning::SavePlannerOptions options, RendezvousOptions rendezvous);
 
   planning::PlanCacheStats plan_cache_stats() const { return plan_cache_.Stats(); }
   uint64_t barrier_skips() const;
@@ -75,6 +76,11 @@ class SaveGathering {
   // partial directory is removed.
   absl::StatusOr<v1::CommitResult> Committed(const Reported& reported, const absl::Status& status,
                                              std::string manifest);
+  // Called by the commit just before its point of no return (the rename):
+  // the error of a host lost while the save was committing, which the
+  // hosts waiting for the commit have been told already; OK, and from then
+  // on a host lost no longer fails the save, otherwise.
+  absl::Status PassCommitPoint(const SaveRef& save);
   // A host that reported before the last: waits for the save's end. When
   // the caller goes first, the save fails (the host may remove its files).
   absl::StatusOr<v1::CommitResult> AwaitCommit(const SaveRef& save, const std::string& host,
@@ -136,6 +142,7 @@ class SaveGathering {
 
   storage::Backend& backend_;
   Catalog& catalog_;
+  HostRanks& host_ranks_;  // locks itself (a leaf)
   const planning::SavePlannerOptions options_;
   const RendezvousOptions rendezvous_;
   planning::SavePlanCache plan_cache_;  // locks itself

@@ -40,6 +40,25 @@ constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
 // Saves and loads whose progress a heartbeat carries (of each; the
 // coordinator keeps as many).
 constexpr int kMaxHeartbeatProgress = 64;
+// What the coordinator keeps of a heartbeat's carried jobs (cluster.proto).
+constexpr int kMaxCarriedJobs = 64;
+constexpr int kMaxCarriedRanks = 4096;
+
+void AddCarriedJobs(const std::map<std::string, session::RankSessions::SpreadJob>& jobs,
+                    v1::HeartbeatRequest& beat) {
+  int ranks = 0;
+  for (const auto& [job, spread] : jobs) {
+    if (beat.jobs_size() == kMaxCarriedJobs || ranks == kMaxCarriedRanks) break;
+    v1::CarriedJob* carried = beat.add_jobs();
+    carried->set_job(job);
+    carried->set_world_size(static_cast<uint32_t>(spread.world_size));
+    for (int rank : spread.ranks) {
+      if (ranks == kMaxCarriedRanks) break;
+      carried->add_ranks(static_cast<uint32_t>(rank));
+      ++ranks;
+    }
+  }
+}
 
 // A zero or negative bound would refuse everything (or, cast, allow
 // anything): refuse to start instead, naming the flag.
@@ -545,6 +564,7 @@ absl::Status NodeDaemon::Start() {
       beat.set_sessions(static_cast<uint32_t>(service_->InFlight()));
       service_->InFlightProgress(kMaxHeartbeatProgress, beat.mutable_saves(), beat.mutable_loads());
       for (std::string& id : service_->SpanningSaveIds()) beat.add_save_ids(std::move(id));
+      AddCarriedJobs(sessions_->SpreadJobs(), beat);
     };
     // Checks of what this host holds, for ckptctl verify at the coordinator.
     verify_runner_ = std::make_unique<cluster::VerifyRunner>([this](const v1::VerifyOrder& order) {

@@ -764,6 +764,19 @@ void NodeService::FailSpanningSaves(const absl::Status& status) {
     save->Fail(absl::Status(status.code(), absl::StrCat("save of job ", save->job(), " step ",
                                                         save->step(), ": ", status.message())));
   }
+  // Loads spread over hosts wait for the coordinator's plan or exchange
+  // with peers the coordinator assigned: as lost as the saves.
+  std::vector<std::shared_ptr<session::LoadSession>> loads;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, load] : loads_) {
+      if (load->spans_hosts()) loads.push_back(load);
+    }
+  }
+  for (const auto& load : loads) {
+    load->Fail(absl::Status(status.code(),
+                            absl::StrCat("load of job ", load->job(), ": ", status.message())));
+  }
 }
 
 void NodeService::Unfinished(std::vector<std::shared_ptr<session::SaveSession>>& saves,

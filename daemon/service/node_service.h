@@ -60,7 +60,8 @@ class NodeService final
   // restarted and forgot them), with its reason, and the loads spread over
   // a host it lost ...
   void FailSpanningSaves(const v1::HeartbeatResponse& answer);
-  // ... and all of them, when this host lost contact with the coordinator.
+  // ... and all of them, and the loads spread over hosts, when this host
+  // lost contact with the coordinator.
   void FailSpanningSaves(const absl::Status& status);
 
   grpc::Status Attach(grpc::ServerContext*, const v1::AttachRequest*, v1::AttachResponse*) override;

@@ -80,6 +80,7 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   // Every rank is done or the load failed, and the readers have stopped.
   bool finished() const;
   const std::string& job() const { return job_; }
+  bool spans_hosts() const { return local_world_size_ < world_size_; }
   std::string load_id() const;
   // For GetStatus: phase, bytes read of the total, time so far.
   v1::LoadProgress Progress() const;

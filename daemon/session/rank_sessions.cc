@@ -184,4 +184,18 @@ std::vector<int> RankSessions::RanksOf(const std::string& job) const {
   return {ranks.begin(), ranks.end()};
 }
 
+std::map<std::string, RankSessions::SpreadJob> RankSessions::SpreadJobs() const {
+  std::map<std::string, std::set<int>> ranks;
+  std::map<std::string, SpreadJob> jobs;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, entry] : sessions_) {
+    const RankSession& s = entry.session;
+    if (!s.spans_hosts()) continue;
+    ranks[s.job].insert(s.rank);
+    jobs[s.job].world_size = s.world_size;  // every rank of a job gives the same
+  }
+  for (auto& [job, spread] : jobs) spread.ranks.assign(ranks[job].begin(), ranks[job].end());
+  return jobs;
+}
+
 }  // namespace ckpt::session

@@ -97,6 +97,13 @@ class RankSessions {
   bool HasJob(const std::string& job) const;
   // The ranks of `job` attached here, in order, without repeats.
   std::vector<int> RanksOf(const std::string& job) const;
+  // The jobs spanning hosts with ranks attached here, by name: each one's
+  // world size and ranks, in order (what heartbeats tell the coordinator).
+  struct SpreadJob {
+    int world_size = 0;
+    std::vector<int> ranks;
+  };
+  std::map<std::string, SpreadJob> SpreadJobs() const;
 
  private:
   struct Entry {

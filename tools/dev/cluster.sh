@@ -8,8 +8,8 @@
 #
 #   tools/dev/cluster.sh up DIR K [--loopback]   start; prints the hosts
 #   tools/dev/cluster.sh status DIR              ckptctl cluster at the coordinator
-#   tools/dev/cluster.sh kill DIR I              SIGKILL host I's daemon
-#   tools/dev/cluster.sh start DIR I [FLAGS...]  start host I's daemon again (with FLAGS)
+#   tools/dev/cluster.sh kill DIR I|coord        SIGKILL host I's (or the coordinator's) daemon
+#   tools/dev/cluster.sh start DIR I|coord [FLAGS...]  start it again (with FLAGS)
 #   tools/dev/cluster.sh cut DIR I               take host I's link down
 #   tools/dev/cluster.sh heal DIR I              bring it back up
 #   tools/dev/cluster.sh down DIR                stop everything, remove namespaces and links
@@ -163,9 +163,10 @@ stop_daemon() {  # NAME SIGNAL
   # Gone, or a zombie (its parent, the shell of `up`, has exited and
   # nothing may reap it soon): either way no longer running. A loaded
   # machine may take seconds to tear a killed daemon down; a start before
-  # it is gone finds its socket still served.
+  # it is gone finds its socket still served. A zombie leader whose other
+  # threads still exit ("Zl") holds its sockets until the last one goes.
   for _ in $(seq 1 600); do
-    case "$(ps -o stat= -p "$pid" 2>/dev/null)" in "" | Z*) break ;; esac
+    case "$(ps -o stat= -p "$pid" 2>/dev/null)" in "" | Z | "Z+") break ;; esac
     sleep 0.05
   done
 }
@@ -182,8 +183,12 @@ down() {
   echo "cluster: down"
 }
 
-host_arg() {
+host_arg() {  # I, or coord (kill and start only)
   local i="${3:?usage: cluster.sh $command DIR I}"
+  if [ "$i" = coord ] && [ "$command" != cut ] && [ "$command" != heal ]; then
+    echo coord
+    return
+  fi
   [[ "$i" =~ ^[0-9]+$ ]] && [ "$i" -lt "$hosts" ] || die "no host $i (0..$((hosts - 1)))"
   echo "h$i"
 }
