@@ -13,13 +13,15 @@ durable_every=K) saves every step to the daemons' memory and every K-th
 also to storage; a restarted trainer's load("latest") reads memory.
 """
 from ._ckpt import CheckpointError
-from .checkpointer import Checkpointer, SaveHandle, init_optimizer_state, tier_for_step
+from .checkpointer import (Checkpointer, LoadSource, SaveHandle, init_optimizer_state,
+                           tier_for_step)
 from .sharding import Shard, shard_box, shard_flat, shard_rows, shard_columns, split_range
 from .values import PickleRefused
 
 __all__ = [
     "CheckpointError",
     "Checkpointer",
+    "LoadSource",
     "PickleRefused",
     "SaveHandle",
     "init_optimizer_state",

@@ -33,6 +33,13 @@ class TensorInfo(NamedTuple):
     partial: bool  # the save did not cover all of it
 
 
+class LoadSource(NamedTuple):
+    """Bytes of a load from one source (Checkpointer.last_load_sources)."""
+    kind: str  # "memory", "storage", "peer" (sent by another host) or "parity" (rebuilt)
+    host: str  # the host that read or rebuilt them
+    bytes: int
+
+
 class Contents(NamedTuple):
     step: int
     tensors: Dict[str, TensorInfo]  # by stored name
@@ -145,6 +152,10 @@ class Checkpointer:
         # storage after they failed verification in memory.
         self.last_load_tiers: List[str] = []
         self.last_load_fallback_chunks = 0
+        # The bytes the last load delivered to this rank, and where they came
+        # from (LoadSource); the sources' bytes add up to last_load_bytes.
+        self.last_load_bytes = 0
+        self.last_load_sources: List[LoadSource] = []
         self._last: Optional[SaveHandle] = None
         self._watcher = _PersistWatcher()
 
@@ -221,7 +232,8 @@ class Checkpointer:
 
         source: "any" (the fastest tier with the step; "latest" is the newest
         step in any tier), "memory" or "durable". last_load_tiers says where
-        the bytes came from."""
+        the bytes came from; last_load_sources, from which host and how
+        (memory, storage, peer, parity), summing to last_load_bytes."""
         return self.load_state(step, state, allow_pickle=allow_pickle, source=source)[0]
 
     def load_state(self, step, state, *, allow_pickle: bool = False, source: str = "any"):
@@ -245,9 +257,12 @@ class Checkpointer:
             tensors.append(_describe(name, leaf, keep))
             # A copy was described when the tensor is not contiguous: copy back.
             targets.append((_target(leaf), keep[-1]))
-        loaded, values, tiers, fallbacks = self._client.load(want, tensors, keys, source)
+        loaded, values, tiers, fallbacks, delivered, sources = self._client.load(
+            want, tensors, keys, source)
         self.last_load_tiers = list(tiers)
         self.last_load_fallback_chunks = fallbacks
+        self.last_load_bytes = delivered
+        self.last_load_sources = [LoadSource(*s) for s in sources]
         with torch.no_grad():
             for target, filled in targets:
                 if filled.data_ptr() != target.data_ptr():  # a packed copy was filled

@@ -162,7 +162,8 @@ class PyClient {
   }
 
   // Fills the tensors; returns (step loaded, {key: bytes}, [tiers read],
-  // chunks read from storage after failing verification in memory).
+  // chunks read from storage after failing verification in memory, bytes
+  // delivered, [(kind, host, bytes)]: where they came from, summing to them).
   py::tuple Load(int64_t step, const std::vector<TensorSpec>& tensors,
                  const std::vector<std::string>& keys, const std::string& source) {
     LoadOptions options;
@@ -188,7 +189,12 @@ class PyClient {
     for (size_t i = 0; i < keys.size(); ++i) out[py::str(keys[i])] = py::bytes(values[i]);
     py::list tiers;
     for (const std::string& t : loaded->tiers) tiers.append(py::str(t));
-    return py::make_tuple(loaded->step, out, tiers, loaded->fallback_chunks);
+    py::list sources;
+    for (const LoadSource& s : loaded->sources) {
+      sources.append(py::make_tuple(py::str(s.kind), py::str(s.host), s.bytes));
+    }
+    return py::make_tuple(loaded->step, out, tiers, loaded->fallback_chunks, loaded->bytes,
+                          sources);
   }
 
   // (step, [(fqn, dtype code, global shape, partial)], [(key, rank)]):

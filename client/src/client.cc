@@ -439,7 +439,8 @@ class ClientImpl final : public Client {
         done = 0;  // released: not ready yet
       }
     };
-    uint64_t copied = 0;  // a batch copied and not released yet
+    uint64_t copied = 0;        // a batch copied and not released yet
+    uint64_t device_bytes = 0;  // ckptd's own copies to this rank's GPU
     std::vector<CopyPiece> host;
     absl::StatusOr<v1::LoadBatch> asked = ask(0);
     for (;;) {
@@ -448,6 +449,11 @@ class ClientImpl final : public Client {
       if (batch.last()) {
         result.tiers.assign(batch.tiers().begin(), batch.tiers().end());
         result.fallback_chunks = batch.fallback_chunks();
+        result.sources.clear();
+        for (const v1::LoadSource& s : batch.sources()) {
+          result.sources.push_back({s.kind(), s.host(), s.bytes()});
+        }
+        device_bytes = batch.device_bytes();
       }
       if (batch.batch_id() == 0) break;  // last, nothing in it
       if (absl::Status s = attachment->pool->Refresh(batch.segment_epoch()); !s.ok()) {
@@ -479,6 +485,7 @@ class ClientImpl final : public Client {
         if (from == nullptr) return BadDelivery(what);
         absl::StatusOr<char*> source = from->Range(d.pool_offset(), span);
         if (!source.ok()) return BadDelivery(what);
+        result.bytes += count * d.length();
         for (uint64_t i = 0; i < count; ++i) {
           const uint64_t dst = d.dest_offset() + i * d.dest_stride();
           const char* from = *source + i * d.src_stride();
@@ -528,6 +535,7 @@ class ClientImpl final : public Client {
       asked = ask(batch.batch_id());
     }
     result.step = response.step();
+    result.bytes += device_bytes;
     if (result.tiers.empty()) result.tiers.push_back(response.tier());
     return result;
   }

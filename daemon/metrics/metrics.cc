@@ -14,6 +14,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "daemon/metrics/build_info.h"
@@ -130,6 +131,21 @@ struct Metrics::Families {
                            .Help("Chunks that failed verification in the memory tier and were "
                                  "read from storage instead, by job")
                            .Register(r)),
+        load_sources(prometheus::BuildCounter()
+                         .Name("ckpt_load_bytes_total")
+                         .Help("Bytes completed loads delivered to their ranks, by job, source "
+                               "(memory, storage, peer, parity) and the host that read or "
+                               "rebuilt them")
+                         .Register(r)),
+        parity_rebuilds(prometheus::BuildCounter()
+                            .Name("ckpt_parity_rebuilds_total")
+                            .Help("A lost host's data files of a memory-tier step rebuilt here "
+                                  "from parity for a load, by job")
+                            .Register(r)),
+        parity_rebuilt_bytes(prometheus::BuildCounter()
+                                 .Name("ckpt_parity_rebuilt_bytes_total")
+                                 .Help("Bytes of lost data shares rebuilt here from parity, by job")
+                                 .Register(r)),
         io_errors(prometheus::BuildCounter()
                       .Name("ckpt_io_errors_total")
                       .Help("Storage operations that failed: write, sync (data files) or read "
@@ -154,6 +170,9 @@ struct Metrics::Families {
   Family<Counter>& read;
   Family<Gauge>& last_commit;
   Family<Counter>& load_fallbacks;
+  Family<Counter>& load_sources;
+  Family<Counter>& parity_rebuilds;
+  Family<Counter>& parity_rebuilt_bytes;
   Family<Counter>& io_errors;
   Family<Counter>& refusals;
 };
@@ -357,7 +376,22 @@ void Metrics::LoadEnded(const LoadReport& r) {
                       r.job, StepText(r.step), r.bytes, Seconds(r.duration), outcome, code);
   if (!r.tier.empty()) absl::StrAppend(&line, " tier=", r.tier);
   if (r.fallback_chunks > 0) absl::StrAppend(&line, " fallback_chunks=", r.fallback_chunks);
+  if (!r.sources.empty()) {
+    // sources=memory@h0:4096,peer@h2:1024: kind@host:bytes, summing to delivered_bytes.
+    uint64_t delivered = 0;
+    std::vector<std::string> parts;
+    for (const LoadSourceBytes& s : r.sources) {
+      delivered += s.bytes;
+      parts.push_back(absl::StrCat(s.kind, "@", s.host, ":", s.bytes));
+    }
+    absl::StrAppend(&line, " delivered_bytes=", delivered,
+                    " sources=", QuoteValue(absl::StrJoin(parts, ","), 4096));
+  }
   if (r.status.ok()) {
+    for (const LoadSourceBytes& s : r.sources) {
+      families_->load_sources.Add({{"ckpt_job", job}, {"source", s.kind}, {"host", s.host}})
+          .Increment(static_cast<double>(s.bytes));
+    }
     families_->load_duration.Add({{"ckpt_job", job}}, StageBuckets()).Observe(Seconds(r.duration));
     const std::pair<const char*, absl::Duration> stages[] = {{"plan", r.stages.plan},
                                                              {"read", r.stages.read},
@@ -391,6 +425,16 @@ void Metrics::Refused(absl::string_view method, absl::StatusCode code, absl::str
 
 void Metrics::LoadFallback(const std::string& job) {
   families_->load_fallbacks.Add({{"ckpt_job", jobs_.LabelFor(job)}}).Increment();
+}
+
+void Metrics::ParityRebuilt(const std::string& job, int64_t step, const std::string& lost_host,
+                            const std::vector<std::string>& files, uint64_t bytes) {
+  const std::string label = jobs_.LabelFor(job);
+  families_->parity_rebuilds.Add({{"ckpt_job", label}}).Increment();
+  families_->parity_rebuilt_bytes.Add({{"ckpt_job", label}}).Increment(static_cast<double>(bytes));
+  log_.Event(absl::StrFormat("ckptd: parity-rebuild job=%s step=%d host=%s files=%s bytes=%d", job,
+                             step, QuoteValue(lost_host),
+                             QuoteValue(absl::StrJoin(files, ","), 4096), bytes));
 }
 
 void Metrics::IoError(IoOp op) { families_->io_errors.Add({{"op", IoOpName(op)}}).Increment(); }

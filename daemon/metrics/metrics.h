@@ -63,6 +63,15 @@ struct LoadStages {
   absl::Duration plan, read, verify, deliver;
 };
 
+// Bytes a load delivered to its ranks on this host from one source
+// (node.proto LoadSource): kind "memory", "storage", "peer" or "parity", and
+// the host that read or rebuilt them.
+struct LoadSourceBytes {
+  std::string kind;
+  std::string host;
+  uint64_t bytes = 0;
+};
+
 struct LoadReport {
   std::string job;
   int64_t step = -1;  // -1: latest, not resolved (the load failed first)
@@ -70,6 +79,9 @@ struct LoadReport {
   uint64_t bytes = 0;            // read from storage (or the memory tier: tier)
   std::string tier;              // "memory" or "durable"; empty before it is planned
   uint64_t fallback_chunks = 0;  // failed verification in memory, read from storage
+  // Where the bytes delivered to the ranks came from (summed over this
+  // host's ranks that completed; their sum is the bytes delivered).
+  std::vector<LoadSourceBytes> sources;
   absl::Duration duration;
   LoadStages stages;  // observed only when status is OK
 };
@@ -132,6 +144,11 @@ class Metrics {
   // A chunk of the job's load failed verification in one tier and was read
   // from the next.
   void LoadFallback(const std::string& job);
+  // This host rebuilt `lost_host`'s data files of the job's step from the
+  // parity shares of the others (`bytes`: the lost shares' bytes), for a
+  // load: counted, and logged naming the files.
+  void ParityRebuilt(const std::string& job, int64_t step, const std::string& lost_host,
+                     const std::vector<std::string>& files, uint64_t bytes);
   // Periodic: reports suppressed refusal lines.
   void Tick(absl::Time now);
 

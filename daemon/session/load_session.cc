@@ -221,6 +221,11 @@ absl::Status LoadSession::Plan() {
   pin_ = std::move(pin);
   from_memory_ = memory;
   read_backend_ = memory ? &context_.memory_tier->backend() : &context_.backend;
+  if (memory) {
+    for (const tier::LostShare& lost : tier::LostShares(assignment_.rebuild())) {
+      for (const std::string& file : lost.files) rebuilt_by_[file] = lost.rebuilder;
+    }
+  }
   // Unguessable: a load's id asks the segment socket for its memory space.
   load_id_ = absl::StrCat("load-", RandomHex(8));
   object_bytes_.assign(world_size_, {});
@@ -262,6 +267,12 @@ absl::Status LoadSession::Plan() {
       if (chunk.source.empty()) bytes_to_read_ += chunk.chunk->length();
     }
     groups_[g].plan = std::move(planned[g]);
+    std::vector<uint32_t>& order = groups_[g].by_offset;
+    const std::vector<planning::GroupChunk>& chunks = groups_[g].plan.chunks;
+    for (uint32_t c = 0; c < chunks.size(); ++c) order.push_back(c);
+    std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+      return chunks[a].room_offset < chunks[b].room_offset;
+    });
     for (int r = 0; r < world_size_; ++r) {
       if (groups_[g].plan.host[r].empty()) continue;  // only this host's ranks have any
       ranks_[r].groups.push_back(g);
@@ -646,6 +657,10 @@ absl::Status LoadSession::ReadWithFallback(absl::Span<const storage::ChunkTarget
     }
     fallback_chunks_.fetch_add(1, std::memory_order_relaxed);
     used_durable_.store(true, std::memory_order_relaxed);
+    {
+      absl::MutexLock lock(&mu_);
+      fallen_back_.insert(target.chunk);
+    }
     context_.load_fallback_chunks.fetch_add(1, std::memory_order_relaxed);
     context_.metrics.LoadFallback(job_);
     std::fprintf(stderr, "ckptd: load-fallback job=%s step=%lld from=memory to=durable error=%s\n",
@@ -755,6 +770,7 @@ absl::Status LoadSession::RebuildLostShares(const v1::LoadAssignment& assignment
     absl::MutexLock lock(&mu_);
     if (error_.ok()) early_prefix_ = std::move(load_prefix);
   }
+  if (status.ok() && rebuilder) ReportRebuilt(rebuild, assignment.step());
   if (status.ok()) {
     std::fprintf(stderr,
                  "ckptd: rebuild job=%s step=%lld stripes=%d rebuilder=%s sent_bytes=%llu "
@@ -944,6 +960,7 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
   if (state.next >= state.groups.size()) {
     if (!state.done) {
       state.done = true;
+      SourcesLocked(rank.rank);  // counted in the host's before the load's end is reported
       if (++done_ranks_ == local_world_size_) {
         ReportEndLocked();
         // Every byte is delivered here: gc may have the step, unless readers
@@ -953,7 +970,7 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
       }
     }
     batch.set_last(true);
-    SetTiersLocked(batch);
+    SetTiersLocked(rank.rank, batch);
     return batch;
   }
   const size_t index = state.groups[state.next];
@@ -973,7 +990,7 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
   batch.set_batch_id(index + 1);
   batch.set_roomless(!group.has_room);
   batch.set_last(state.next >= state.groups.size());
-  if (batch.last()) SetTiersLocked(batch);
+  if (batch.last()) SetTiersLocked(rank.rank, batch);
   batch.set_segment_epoch(group.room.epoch);
   for (v1::Delivery d : group.plan.host[rank.rank]) {
     // Checked when planned: a copy lies in one chunk read in place, or in
@@ -991,11 +1008,87 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
   return batch;
 }
 
-void LoadSession::SetTiersLocked(v1::LoadBatch& batch) const {
+void LoadSession::SetTiersLocked(int rank, v1::LoadBatch& batch) {
   if (!planned_) return;
   batch.add_tiers(from_memory_ ? "memory" : "durable");
   if (used_durable_.load(std::memory_order_relaxed)) batch.add_tiers("durable");
   batch.set_fallback_chunks(fallback_chunks_.load(std::memory_order_relaxed));
+  for (const v1::LoadSource& source : SourcesLocked(rank)) *batch.add_sources() = source;
+  batch.set_device_bytes(ranks_[rank].device_bytes);
+}
+
+std::pair<std::string, std::string> LoadSession::SourceOfLocked(const Group& group,
+                                                                const v1::Delivery& d) const {
+  const std::string& self = context_.host.host();
+  const std::vector<planning::GroupChunk>& chunks = group.plan.chunks;
+  // The chunk that starts at or last before the delivery (planning puts
+  // each delivery in one chunk).
+  auto after =
+      std::upper_bound(group.by_offset.begin(), group.by_offset.end(), d.pool_offset(),
+                       [&](uint64_t offset, uint32_t c) { return offset < chunks[c].room_offset; });
+  const planning::GroupChunk* chunk =
+      after == group.by_offset.begin() ? nullptr : &chunks[*std::prev(after)];
+  const std::string source = chunk == nullptr ? std::string() : chunk->source;
+  if (from_memory_ && chunk != nullptr) {
+    // Rebuilt from parity by the host it came from (this one, or a peer
+    // that sent it): the rebuilder holds the only copy.
+    auto rebuilt = rebuilt_by_.find(chunk->chunk->file());
+    if (rebuilt != rebuilt_by_.end() && rebuilt->second == (source.empty() ? self : source)) {
+      return {"parity", rebuilt->second};
+    }
+  }
+  if (!source.empty()) return {"peer", source};
+  if (!from_memory_ || (chunk != nullptr && fallen_back_.contains(chunk->chunk))) {
+    return {"storage", self};
+  }
+  return {"memory", self};
+}
+
+const std::vector<v1::LoadSource>& LoadSession::SourcesLocked(int rank) {
+  RankState& state = ranks_[rank];
+  if (state.sources.has_value()) return *state.sources;
+  std::map<std::pair<std::string, std::string>, uint64_t> bytes;
+  auto count = [&](const Group& group, const v1::Delivery& d)
+                   ABSL_NO_THREAD_SAFETY_ANALYSIS -> uint64_t {  // mu_ is held
+    const uint64_t delivered = d.length() * std::max<uint64_t>(d.count(), 1);
+    if (delivered > 0) bytes[SourceOfLocked(group, d)] += delivered;
+    return delivered;
+  };
+  for (size_t g : state.groups) {
+    for (const v1::Delivery& d : groups_[g].plan.host[rank]) count(groups_[g], d);
+  }
+  // The daemon's own copies to the rank's GPU (a group may hold only those
+  // for it, and is then not among its groups).
+  for (const Group& group : groups_) {
+    for (const planning::DeviceCopy& copy : group.plan.device) {
+      if (copy.rank == rank) state.device_bytes += count(group, copy.delivery);
+    }
+  }
+  std::vector<v1::LoadSource>& out = state.sources.emplace();
+  for (const auto& [key, n] : bytes) {
+    v1::LoadSource& source = out.emplace_back();
+    source.set_kind(key.first);
+    source.set_host(key.second);
+    source.set_bytes(n);
+    delivered_[key] += n;
+  }
+  return out;
+}
+
+void LoadSession::ReportRebuilt(const v1::ErasureRebuild& rebuild, int64_t step) {
+  // One line and count per lost host whose shares this host rebuilt.
+  std::map<std::string, std::pair<std::set<std::string>, uint64_t>> by_host;
+  for (const tier::LostShare& lost : tier::LostShares(rebuild)) {
+    if (lost.rebuilder != context_.host.host()) continue;
+    auto& [files, bytes] = by_host[lost.host];
+    files.insert(lost.files.begin(), lost.files.end());
+    bytes += lost.bytes;
+  }
+  for (const auto& [host, rebuilt] : by_host) {
+    context_.metrics.ParityRebuilt(
+        job_, step, host, std::vector<std::string>(rebuilt.first.begin(), rebuilt.first.end()),
+        rebuilt.second);
+  }
 }
 
 void LoadSession::ReportEndLocked() {
@@ -1016,6 +1109,8 @@ void LoadSession::ReportEndLocked() {
   report.bytes = bytes_read_.load(std::memory_order_relaxed);
   report.tier = !planned_ ? "" : from_memory_ ? "memory" : "durable";
   report.fallback_chunks = fallback_chunks_.load(std::memory_order_relaxed);
+  for (const auto& [key, bytes] : delivered_)
+    report.sources.push_back({key.first, key.second, bytes});
   report.duration = absl::Now() - created_at_;
   report.stages.plan = planned_at_ - created_at_;
   report.stages.read = ns(times_.io);

@@ -113,6 +113,9 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     // chunk fails verification: the group then reads through a room.
     bool in_place = false;
     std::vector<InPlaceChunk> in_place_chunks;
+    // plan.chunks' indices by room_offset: which chunk a delivery copies
+    // from (each copies out of one), for the load's sources.
+    std::vector<uint32_t> by_offset;
   };
   // A memory-tier file shared with the ranks, at its place in the load's
   // memory space.
@@ -129,6 +132,10 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     // one, or two while the first holds no room (LoadBatch.roomless).
     std::deque<std::pair<size_t, absl::Time>> held;
     bool done = false;
+    // Where the bytes delivered to it came from, once its last batch is
+    // handed out (SourcesLocked), and of them what ckptd copied to its GPU.
+    std::optional<std::vector<v1::LoadSource>> sources;
+    uint64_t device_bytes = 0;
   };
 
   absl::Status Plan();  // run by the last rank to arrive, without mu_
@@ -186,8 +193,20 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
                          uint64_t* in_place);
   absl::Status DeliverToDevices(const planning::LoadGroup& group, const char* room);
   void ReleaseLocked(size_t group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // With a rank's last batch: the tiers the load read from.
-  void SetTiersLocked(v1::LoadBatch& batch) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With a rank's last batch: the tiers the load read from, and the
+  // sources of the bytes delivered to the rank.
+  void SetTiersLocked(int rank, v1::LoadBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The sources of the bytes delivered to `rank` (node.proto LoadSource),
+  // once every group it copies from is read: counted once per rank, into
+  // the host's too (delivered_).
+  const std::vector<v1::LoadSource>& SourcesLocked(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Where the chunk that delivery `d` (room-relative) of `group` copies
+  // from came from: kind and host.
+  std::pair<std::string, std::string> SourceOfLocked(const Group& group,
+                                                     const v1::Delivery& d) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Logs and counts the lost hosts' files this host rebuilt from parity.
+  void ReportRebuilt(const v1::ErasureRebuild& rebuild, int64_t step);
   // The load's end for the metrics and the log line; once.
   void ReportEndLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -235,6 +254,15 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   storage::Backend* read_backend_ = nullptr;
   bool from_memory_ = false;
   std::atomic<uint64_t> fallback_chunks_{0};
+  // The chunks read from storage after failing verification in memory.
+  std::set<const v1::StoredChunk*> fallen_back_ ABSL_GUARDED_BY(mu_);
+  // A load from the memory tier that rebuilt a lost host's files from
+  // parity first: each such file, with the host that rebuilt (and holds)
+  // it. Set with assignment_, then read-only.
+  std::map<std::string, std::string> rebuilt_by_;
+  // Bytes delivered to this host's ranks, by source (kind, host): the sum
+  // of SourcesLocked's, for the load's log line and metrics.
+  std::map<std::pair<std::string, std::string>, uint64_t> delivered_ ABSL_GUARDED_BY(mu_);
   // The files shared with the ranks, by name (until every rank is done),
   // and the size of the memory space they are laid out in.
   std::map<std::string, SharedFileAt> memory_files_ ABSL_GUARDED_BY(mu_);

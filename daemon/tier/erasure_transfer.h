@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -49,6 +50,19 @@ absl::Status RunRebuild(peer::PeerReceiver* receiver, storage::Backend& backend,
                         const v1::ErasureRebuild& rebuild, const std::string& host,
                         const std::function<bool()>& cancelled, absl::Time deadline,
                         uint64_t* sent);
+
+// A data share a load's rebuild restores (ErasureRebuild): the host that
+// lost it, the host that rebuilds it, the files its range of the lost
+// host's files reaches, and its bytes.
+struct LostShare {
+  std::string host;
+  std::string rebuilder;
+  std::vector<std::string> files;
+  uint64_t bytes = 0;
+};
+// Every lost share the rebuild names, in its order (unchecked input: the
+// shares and indices it names, where they exist).
+std::vector<LostShare> LostShares(const v1::ErasureRebuild& rebuild);
 
 }  // namespace ckpt::tier
 

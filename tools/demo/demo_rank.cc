@@ -11,6 +11,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -186,5 +187,21 @@ int main(int argc, char** argv) {
       "fallback_chunks=%d window_us=%d-%d\n",
       rank, *step, bytes / 1048576.0, Ms(loaded), absl::StrJoin(result->tiers, "+"),
       result->fallback_chunks, absl::ToUnixMicros(start), absl::ToUnixMicros(start + loaded));
+  // Where the bytes came from (kind@host:bytes): they must add up to what
+  // the rank copied, which must be its tensors and objects.
+  const uint64_t expected = bytes + dataloader.size() + rng.size();
+  uint64_t sourced = 0;
+  std::vector<std::string> sources;
+  for (const ckpt::LoadSource& s : result->sources) {
+    sourced += s.bytes;
+    sources.push_back(absl::StrCat(s.kind, "@", s.host, ":", s.bytes));
+  }
+  absl::PrintF("rank %d load sources=%s delivered_bytes=%d expected_bytes=%d\n", rank,
+               absl::StrJoin(sources, ","), result->bytes, expected);
+  if (sourced != result->bytes || result->bytes != expected) {
+    absl::FPrintF(stderr, "rank %d: load sources add up to %d bytes, delivered %d, expected %d\n",
+                  rank, sourced, result->bytes, expected);
+    return 1;
+  }
   return 0;
 }

@@ -85,12 +85,26 @@ struct LoadOptions {
   From from = From::kAny;
 };
 
+// Bytes of a load from one source: kind "memory" (the host's memory tier),
+// "storage" (read from storage by the host), "peer" (sent by `host`, another
+// host of a load spread over hosts) or "parity" (rebuilt from parity by
+// `host` for this load); host: the host that read or rebuilt them.
+struct LoadSource {
+  std::string kind;
+  std::string host;
+  uint64_t bytes = 0;
+};
+
 struct LoadResult {
   int64_t step = 0;
   // The tiers the bytes came from ("memory", "durable"), and the chunks
   // read from storage after failing verification in memory.
   std::vector<std::string> tiers;
   uint64_t fallback_chunks = 0;
+  // The bytes delivered into this rank's tensors and objects (counted as
+  // they are copied), and where they came from: the sources add up to it.
+  uint64_t bytes = 0;
+  std::vector<LoadSource> sources;
 };
 
 // What a checkpoint holds, as its manifest lists it: enough to shape the
