@@ -7,11 +7,14 @@
 // data channel, and no host reads storage: every byte checked in the
 // ranks (ckpt-demo-rank), the counters of every host compared.
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "tests/catch.h"
 #include "tests/support/test_cluster.h"
 
@@ -58,6 +61,75 @@ void RequireAllSay(const std::vector<ExitInfo>& ranks, const std::string& what) 
   }
 }
 
+// Where a rank's load came from, as ckpt-demo-rank prints it ("load
+// sources=kind@host:bytes,... delivered_bytes=N expected_bytes=M"): bytes by
+// "kind@host".
+struct RankSources {
+  std::map<std::string, uint64_t> bytes;
+  uint64_t delivered = 0;
+  uint64_t expected = 0;
+};
+
+uint64_t NumberAfter(const std::string& text, const std::string& key) {
+  const size_t at = text.find(key);
+  if (at == std::string::npos) return 0;
+  uint64_t n = 0;
+  const std::string digits = text.substr(
+      at + key.size(), text.find_first_not_of("0123456789", at + key.size()) - (at + key.size()));
+  return absl::SimpleAtoi(digits, &n) ? n : 0;
+}
+
+RankSources SourcesOf(const ExitInfo& rank) {
+  RankSources out;
+  const std::string key = "load sources=";
+  const size_t at = rank.output.find(key);
+  if (at == std::string::npos) return out;
+  const std::string line = rank.output.substr(at, rank.output.find('\n', at) - at);
+  const std::string list = line.substr(key.size(), line.find(' ', key.size()) - key.size());
+  for (absl::string_view entry : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    const size_t colon = entry.rfind(':');
+    uint64_t n = 0;
+    if (colon != absl::string_view::npos && absl::SimpleAtoi(entry.substr(colon + 1), &n)) {
+      out.bytes[std::string(entry.substr(0, colon))] += n;
+    }
+  }
+  out.delivered = NumberAfter(line, "delivered_bytes=");
+  out.expected = NumberAfter(line, "expected_bytes=");
+  return out;
+}
+
+// Every rank's sources add up to the bytes it loaded (its tensors and
+// objects), none is storage, and each names a host; returns them by rank.
+std::vector<RankSources> RequireSourcesAddUp(const std::vector<ExitInfo>& ranks) {
+  std::vector<RankSources> out;
+  for (const ExitInfo& r : ranks) {
+    INFO(r.output);
+    RankSources s = SourcesOf(r);
+    uint64_t sum = 0;
+    for (const auto& [source, bytes] : s.bytes) {
+      sum += bytes;
+      CHECK_FALSE(absl::StartsWith(source, "storage@"));
+      CHECK_FALSE(absl::EndsWith(source, "@"));
+    }
+    CHECK(s.delivered > 0);
+    CHECK(sum == s.delivered);
+    CHECK(s.delivered == s.expected);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// The sources of the ranks ranks [first, first + count) on one host.
+uint64_t BytesFrom(const std::vector<RankSources>& sources, int first, int count,
+                   const std::string& source) {
+  uint64_t total = 0;
+  for (int r = first; r < first + count; ++r) {
+    auto it = sources[r].bytes.find(source);
+    if (it != sources[r].bytes.end()) total += it->second;
+  }
+  return total;
+}
+
 TEST_CASE("A host that lost its memory restores its ranks from its peers' replicas",
           "[memory_tier_cluster]") {
   TestCluster cluster;
@@ -97,6 +169,26 @@ TEST_CASE("A host that lost its memory restores its ranks from its peers' replic
       cluster.RunRanks("mem", "load", kHosts, -1, kWorld, kScale, Layout(2, 2, "--from=memory"));
   RequireAllOk(loaded);
   RequireAllSay(loaded, "tiers=memory");
+  // Each rank's load says where its bytes came from, adding up to them:
+  // h1's ranks (3-5) all from peers, h1's own part from h2 (its replica);
+  // the others from their own memory, or a peer.
+  const std::vector<RankSources> sources = RequireSourcesAddUp(loaded);
+  uint64_t h1_delivered = 0;
+  for (int r = 3; r < 6; ++r) {
+    INFO("rank " << r);
+    h1_delivered += sources[r].delivered;
+    for (const auto& [source, bytes] : sources[r].bytes) CHECK(absl::StartsWith(source, "peer@h"));
+  }
+  CHECK(BytesFrom(sources, 3, 3, "peer@h2") > 0);
+  CHECK(BytesFrom(sources, 0, 3, "memory@h0") > 0);
+  CHECK(BytesFrom(sources, 6, 2, "memory@h2") > 0);
+  for (int r : {0, 1, 2, 6, 7}) CHECK(sources[r].bytes.count("memory@h1") == 0);
+  // h1's log line says the same, for its three ranks together.
+  const std::string h1_log = cluster.node(1).Output();
+  INFO(h1_log);
+  REQUIRE(absl::StrContains(h1_log, "ckptd: load job=mem step=1 "));
+  CHECK(NumberAfter(h1_log.substr(h1_log.find("ckptd: load job=mem ")), "delivered_bytes=") ==
+        h1_delivered);
   const std::vector<HostCounters> c3 = Counters(cluster);
   for (int i = 0; i < 3; ++i) {
     INFO("host " << i);
@@ -202,6 +294,11 @@ TEST_CASE("A byte flipped in a host's memory is taken from its replica on anothe
       cluster.RunRanks("flip", "load", kHosts, -1, kWorld, kScale, Layout(2, 2, "--from=memory"));
   RequireAllOk(loaded);  // every byte checked in the ranks
   RequireAllSay(loaded, "tiers=memory");
+  // The part h1 set aside came from h2's replica; the rest of h1's own
+  // from its memory.
+  const std::vector<RankSources> sources = RequireSourcesAddUp(loaded);
+  CHECK(BytesFrom(sources, 3, 3, "peer@h2") > 0);
+  CHECK(BytesFrom(sources, 3, 3, "memory@h1") > 0);
   // h1 found the bad chunk before the plan and left its copy out: the
   // plan took that part from h2, and nothing from storage.
   CHECK(absl::StrContains(cluster.node(1).Output(), "memory-check job=flip step=1 file=data/h1-"));
@@ -302,6 +399,17 @@ TEST_CASE("Erasure coded over three hosts: any one host lost, its part is rebuil
     RequireAllOk(loaded);
     RequireAllSay(loaded, absl::StrCat("loaded step ", step));
     RequireAllSay(loaded, "tiers=memory");
+    // The lost host's part came rebuilt from parity, by the lost host
+    // itself (its replacement): its ranks say so, and the sources add up.
+    const std::vector<RankSources> sources = RequireSourcesAddUp(loaded);
+    const int first_rank = lost == 0 ? 0 : lost == 1 ? 3 : 6;
+    const std::string rebuilt = absl::StrCat("parity@h", lost);
+    CHECK(BytesFrom(sources, first_rank, kHosts[lost], rebuilt) > 0);
+    CHECK(BytesFrom(sources, first_rank, kHosts[lost], absl::StrCat("memory@h", lost)) == 0);
+    // Logged and counted once, naming the job, the step, the host and its files.
+    CHECK(absl::StrContains(cluster.node(lost).Output(),
+                            absl::StrCat("ckptd: parity-rebuild job=ec step=", step, " host=\"h",
+                                         lost, "\" files=\"data/h", lost, "-")));
     const std::vector<HostCounters> c1 = Counters(cluster);
     for (int i = 0; i < 3; ++i) CHECK(c1[i].storage_read == c0[i].storage_read);
     // The replacement rebuilt its part and keeps it: it holds the step.

@@ -122,6 +122,38 @@ TEST_CASE("a load's stages and bytes", "[metrics]") {
   CHECK(Has(f.lines[1], "error=\"crc mismatch\""));
 }
 
+TEST_CASE("a load's sources count by source and host and are logged; parity rebuilds too",
+          "[metrics]") {
+  Fixture f;
+  LoadReport r;
+  r.job = "llm";
+  r.step = 3;
+  r.tier = "memory";
+  r.sources = {{"memory", "h1", 100}, {"parity", "h0", 30}, {"peer", "h2", 20}};
+  f.metrics.LoadEnded(r);
+  r.sources = {{"peer", "h2", 5}};
+  f.metrics.LoadEnded(r);
+  // A failed load's bytes are not counted: it delivered nothing usable.
+  r.status = absl::UnavailableError("host h2 lost");
+  f.metrics.LoadEnded(r);
+  f.metrics.ParityRebuilt("llm", 3, "h0", {"data/h0-0.bin", "data/h0-1.bin"}, 4096);
+  const std::string text = f.metrics.TextFormat();
+  INFO(text);
+  CHECK(Has(text, "ckpt_load_bytes_total{ckpt_job=\"llm\",host=\"h1\",source=\"memory\"} 100"));
+  CHECK(Has(text, "ckpt_load_bytes_total{ckpt_job=\"llm\",host=\"h0\",source=\"parity\"} 30"));
+  CHECK(Has(text, "ckpt_load_bytes_total{ckpt_job=\"llm\",host=\"h2\",source=\"peer\"} 25"));
+  CHECK(Has(text, "ckpt_parity_rebuilds_total{ckpt_job=\"llm\"} 1"));
+  CHECK(Has(text, "ckpt_parity_rebuilt_bytes_total{ckpt_job=\"llm\"} 4096"));
+  REQUIRE(f.lines.size() == 4);
+  CHECK(Has(f.lines[0],
+            " tier=memory delivered_bytes=150 sources=\"memory@h1:100,parity@h0:30,peer@h2:20\" "
+            "plan_s="));
+  CHECK(Has(f.lines[2], "sources=\"peer@h2:5\""));
+  CHECK(f.lines[3] ==
+        "ckptd: parity-rebuild job=llm step=3 host=\"h0\" files=\"data/h0-0.bin,data/h0-1.bin\" "
+        "bytes=4096");
+}
+
 TEST_CASE("refusals count by method and code; other codes are not refusals", "[metrics]") {
   Fixture f;
   f.metrics.Refused("/ckpt.v1.NodeService/PlanSave", absl::StatusCode::kInvalidArgument, "bad name",
