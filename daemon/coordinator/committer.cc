@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/coordinator/commit.h"
 #include "daemon/coordinator/partial_dir.h"
+#include "daemon/coordinator/tier_choice.h"
 #include "daemon/planning/manifest_io.h"
 #include "daemon/planning/save_planner.h"
 #include "daemon/storage/layout.h"
@@ -69,10 +70,15 @@ absl::StatusOr<std::string> Committer::CommitCopy(
   if (status.ok()) status = copy(partial);
   if (status.ok()) {
     absl::MutexLock lock(&mu_);
-    // Copied in late: a newer step committed meanwhile stays latest.
-    absl::StatusOr<int64_t> latest = catalog_.ResolveStep(job, -1);
-    status = CommitCheckpoint(backend_, root, partial, manifest,
-                              /*make_latest=*/!latest.ok() || *latest < step);
+    // Copied in late: a step saved after it and committed meanwhile stays
+    // latest (tier_choice.h), whatever its number: a rollback stays latest.
+    bool make_latest = true;
+    if (absl::StatusOr<int64_t> latest = catalog_.ResolveStep(job, -1); latest.ok()) {
+      absl::StatusOr<v1::CheckpointManifest> newest = catalog_.ReadManifest(job, *latest);
+      make_latest = !newest.ok() || SavedAfter({step, manifest.created_unix_ms()},
+                                               {*latest, newest->created_unix_ms()});
+    }
+    status = CommitCheckpoint(backend_, root, partial, manifest, make_latest);
   }
   if (!status.ok()) {
     (void)backend_.RemoveAll(partial);  // best effort: restart removes the rest

@@ -6,11 +6,24 @@
 
 namespace ckpt::coordinator {
 
-absl::StatusOr<int64_t> NewestOfTiers(const absl::StatusOr<int64_t>& durable,
-                                      const absl::StatusOr<int64_t>& memory) {
-  if (!memory.ok()) return durable;
-  if (!durable.ok()) return memory;
-  return std::max(*durable, *memory);
+bool SavedAfter(const SavedAt& a, const SavedAt& b) {
+  if (a.created_unix_ms != b.created_unix_ms) return a.created_unix_ms > b.created_unix_ms;
+  return a.step > b.step;
+}
+
+absl::StatusOr<int64_t> LatestOfTiers(Catalog& durable, Catalog* memory, const std::string& job) {
+  absl::StatusOr<int64_t> on_disk = durable.ResolveStep(job, -1);
+  if (memory == nullptr) return on_disk;
+  absl::StatusOr<int64_t> in_memory = memory->ResolveStep(job, -1);
+  if (!in_memory.ok()) return on_disk;
+  if (!on_disk.ok() || *on_disk == *in_memory) return in_memory;
+  absl::StatusOr<v1::CheckpointManifest> disk_manifest = durable.ReadManifest(job, *on_disk);
+  if (!disk_manifest.ok()) return in_memory;
+  absl::StatusOr<v1::CheckpointManifest> memory_manifest = memory->ReadManifest(job, *in_memory);
+  if (!memory_manifest.ok()) return on_disk;
+  const SavedAt disk{*on_disk, disk_manifest->created_unix_ms()};
+  const SavedAt held{*in_memory, memory_manifest->created_unix_ms()};
+  return SavedAfter(disk, held) ? on_disk : in_memory;
 }
 
 absl::StatusOr<std::optional<int64_t>> MemoryStepToLoad(Catalog& durable, Catalog* memory,
@@ -32,10 +45,9 @@ absl::StatusOr<std::optional<int64_t>> MemoryStepToLoad(Catalog& durable, Catalo
     return std::nullopt;
   }
   if (step < 0 && from == v1::LOAD_TIER_ANY) {
-    // Latest: storage's, when it is newer than memory's.
-    if (NewestOfTiers(durable.ResolveStep(job, step), in_memory) != in_memory) {
-      return std::nullopt;
-    }
+    // Latest: storage's, when it was saved after memory's.
+    absl::StatusOr<int64_t> latest = LatestOfTiers(durable, memory, job);
+    if (!latest.ok() || *latest != *in_memory) return std::nullopt;
   }
   return *in_memory;
 }

@@ -1,7 +1,13 @@
 // Which of a daemon's two stores -- storage (durable) and the memory tier --
 // a load of (job, step or latest) takes, written once for the node daemon's
-// loads (tier/stores.h) and the cluster coordinator's (spanning_load.cc):
-//  - latest is the newest step committed in either store;
+// loads (tier/stores.h) and the cluster coordinator's (spanning_load.cc),
+// and the one rule for "latest" that list, load, inspect, verify and the
+// memory tier's persistence share:
+//  - latest is the step committed last, a rollback (a lower step saved
+//    after higher ones) included. Within one store its LATEST names it
+//    (commit.h); across the two stores, and for a step copied late into
+//    storage, the step whose save was planned last (its manifest's
+//    created_unix_ms) is the newer, the higher step on a tie;
 //  - a load of ANY takes memory when memory holds the step it resolves to;
 //  - a load of MEMORY fails when memory lacks it; DURABLE never looks there.
 //
@@ -20,10 +26,18 @@
 
 namespace ckpt::coordinator {
 
-// The newest of two stores' resolutions of one step (either may have
-// failed): the one that exists, the larger of both, or `durable`'s error.
-absl::StatusOr<int64_t> NewestOfTiers(const absl::StatusOr<int64_t>& durable,
-                                      const absl::StatusOr<int64_t>& memory);
+// A step's place in the order of commits, as its manifest records it.
+struct SavedAt {
+  int64_t step = 0;
+  int64_t created_unix_ms = 0;
+};
+// Whether `a` was saved after `b` (the rule above).
+bool SavedAfter(const SavedAt& a, const SavedAt& b);
+
+// The latest step of `job` over both stores (`memory` may be null):
+// storage's error when neither holds one. A store's latest whose manifest
+// cannot be read loses to the other's.
+absl::StatusOr<int64_t> LatestOfTiers(Catalog& durable, Catalog* memory, const std::string& job);
 
 // The memory tier's step a load asking `from` should take, or nullopt for
 // storage. `memory` is null without a memory tier; `holder` names whose it

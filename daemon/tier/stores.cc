@@ -19,7 +19,10 @@ absl::StatusOr<std::vector<Stores::Copy>> Stores::CopiesOf(const std::string& jo
   absl::StatusOr<int64_t> on_disk = durable_.ResolveStep(job, step);
   absl::StatusOr<int64_t> in_memory = absl::NotFoundError("no memory tier");
   if (memory_ != nullptr) in_memory = memory_catalog()->ResolveStep(job, step);
-  absl::StatusOr<int64_t> wanted = coordinator::NewestOfTiers(on_disk, in_memory);
+  // A named step is the same step in either store; latest is the rule's.
+  absl::StatusOr<int64_t> wanted =
+      step >= 0 ? (on_disk.ok() ? on_disk : in_memory)
+                : coordinator::LatestOfTiers(durable_, memory_catalog(), job);
   if (!wanted.ok()) return wanted.status();
   std::vector<Copy> copies;
   if (in_memory.ok() && *in_memory == *wanted) {
@@ -45,13 +48,14 @@ absl::StatusOr<std::vector<v1::CheckpointSummary>> Stores::List(const std::strin
   }
   // One line per step, naming the tiers that hold it.
   std::map<int64_t, v1::CheckpointSummary> steps;
-  absl::StatusOr<int64_t> latest_durable = absl::NotFoundError("none");
-  absl::StatusOr<int64_t> latest_memory = absl::NotFoundError("none");
+  std::optional<coordinator::SavedAt> latest_durable;
+  std::optional<coordinator::SavedAt> latest_memory;
   auto add = [&](absl::StatusOr<std::vector<v1::CheckpointSummary>>& list, const char* tier,
-                 absl::StatusOr<int64_t>& latest) {
+                 std::optional<coordinator::SavedAt>& latest) {
     if (!list.ok()) return;
     for (v1::CheckpointSummary& summary : *list) {
-      if (summary.latest()) latest = summary.step();
+      if (summary.latest())
+        latest = coordinator::SavedAt{summary.step(), summary.created_unix_ms()};
       auto [it, added] = steps.emplace(summary.step(), summary);
       if (!added && it->second.broken() && !summary.broken()) {
         v1::CheckpointSummary kept = summary;
@@ -63,12 +67,17 @@ absl::StatusOr<std::vector<v1::CheckpointSummary>> Stores::List(const std::strin
   };
   add(durable, "durable", latest_durable);
   add(memory, "memory", latest_memory);
-  // Latest as a load takes it: the newest of either store's latest.
-  const absl::StatusOr<int64_t> latest = coordinator::NewestOfTiers(latest_durable, latest_memory);
+  // Latest as a load takes it (tier_choice.h): the latest of the store
+  // whose latest was saved last. A broken latest has no time: it loses.
+  std::optional<coordinator::SavedAt> latest = latest_durable;
+  if (latest_memory.has_value() &&
+      (!latest.has_value() || !coordinator::SavedAfter(*latest, *latest_memory))) {
+    latest = latest_memory;
+  }
   std::vector<v1::CheckpointSummary> out;
   out.reserve(steps.size());
   for (auto& [step, summary] : steps) {
-    summary.set_latest(latest.ok() && step == *latest);
+    summary.set_latest(latest.has_value() && step == latest->step);
     out.push_back(std::move(summary));
   }
   return out;

@@ -331,6 +331,36 @@ TEST_CASE("latest is the newest step in any tier", "[memory_tier]") {
   CHECK(absl::StrContains(list.output, "memory          latest"));
 }
 
+TEST_CASE("a rollback is latest for list and load alike in either tier", "[memory_tier]") {
+  TestDaemon d;
+  REQUIRE(d.Start({BudgetFlag()}).ok());
+  RequireAllOk(d.RunRanks("back", "save", 1, 10, 1));  // durable
+  // The trainer went back to step 4 and saved step 5 to memory: latest,
+  // though storage holds a higher step.
+  RequireAllOk(d.RunRanks("back", "save", 1, 5, 1, 0, {"--tier=memory"}));
+  ExitInfo list = d.Ckptctl({"list", "back"});
+  INFO(list.output);
+  CHECK(StepsIn(list.output, "memory          latest") == std::vector<std::string>{"5"});
+  for (const ExitInfo& r : d.RunRanks("back", "load", 1, -1, 1, 1)) {
+    INFO(r.output);
+    CHECK(absl::StrContains(r.output, "loaded step 5"));
+    CHECK(absl::StrContains(r.output, "tiers=memory"));
+  }
+  const ExitInfo inspect = d.Ckptctl({"inspect", "back", "latest"});
+  INFO(inspect.output);
+  CHECK(absl::StrContains(inspect.output, "\"step\": \"5\""));
+  // Back again, to storage: its step 3 is latest now.
+  RequireAllOk(d.RunRanks("back", "save", 1, 3, 1));
+  list = d.Ckptctl({"list", "back"});
+  INFO(list.output);
+  CHECK(StepsIn(list.output, "durable         latest") == std::vector<std::string>{"3"});
+  for (const ExitInfo& r : d.RunRanks("back", "load", 1, -1, 1, 1)) {
+    INFO(r.output);
+    CHECK(absl::StrContains(r.output, "loaded step 3"));
+    CHECK(absl::StrContains(r.output, "tiers=durable"));
+  }
+}
+
 TEST_CASE("ckptd SIGKILLed while persisting from memory leaves storage as it was",
           "[memory_tier]") {
   TestDaemon d;

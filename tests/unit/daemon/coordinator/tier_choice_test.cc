@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/coordinator/commit.h"
+#include "daemon/coordinator/committer.h"
 #include "daemon/storage/backend_factory.h"
 #include "daemon/storage/layout.h"
 #include "tests/catch.h"
@@ -15,7 +16,9 @@
 namespace ckpt::coordinator {
 namespace {
 
-void CommitStep(storage::Backend& backend, const std::string& job, int64_t step) {
+// `created_unix_ms`: when its save was planned (0: unset, as old manifests).
+void CommitStep(storage::Backend& backend, const std::string& job, int64_t step,
+                int64_t created_unix_ms = 0) {
   const std::string data = "0123456789";
   const std::string partial =
       storage::PartialDir("/r", job, step, absl::StrCat("h0-00000000000000aa-", step));
@@ -24,8 +27,9 @@ void CommitStep(storage::Backend& backend, const std::string& job, int64_t step)
   CKPT_REQUIRE_OK(file);
   CKPT_REQUIRE_OK((*file)->WriteAt(0, data.data(), data.size()));
   CKPT_REQUIRE_OK((*file)->Close());
-  CKPT_REQUIRE_OK(
-      CommitCheckpoint(backend, "/r", partial, planning::testing::ManifestOf(job, step, data, 4)));
+  v1::CheckpointManifest manifest = planning::testing::ManifestOf(job, step, data, 4);
+  manifest.set_created_unix_ms(created_unix_ms);
+  CKPT_REQUIRE_OK(CommitCheckpoint(backend, "/r", partial, manifest));
 }
 
 struct TwoStores {
@@ -73,13 +77,50 @@ TEST_CASE("without a memory tier a load of memory names whose tier is missing", 
   CHECK(refused.status().message().find("the coordinator has none") != absl::string_view::npos);
 }
 
-TEST_CASE("the newest of two resolutions", "[tier_choice]") {
-  const absl::StatusOr<int64_t> none = absl::NotFoundError("no step");
-  CHECK(*NewestOfTiers(3, 5) == 5);
-  CHECK(*NewestOfTiers(7, 5) == 7);
-  CHECK(*NewestOfTiers(none, 5) == 5);
-  CHECK(*NewestOfTiers(3, none) == 3);
-  CHECK(absl::IsNotFound(NewestOfTiers(none, none).status()));
+TEST_CASE("saved after: the later plan, the higher step on a tie", "[tier_choice]") {
+  CHECK(SavedAfter({3, 200}, {5, 100}));
+  CHECK_FALSE(SavedAfter({5, 100}, {3, 200}));
+  CHECK(SavedAfter({7, 100}, {5, 100}));
+  CHECK_FALSE(SavedAfter({5, 100}, {5, 100}));
+}
+
+TEST_CASE("a rollback is latest across the stores, whichever holds it", "[tier_choice]") {
+  TwoStores s;
+  CHECK(absl::IsNotFound(LatestOfTiers(s.durable, &s.held, "job").status()));
+  CommitStep(*s.disk, "job", 30, /*created_unix_ms=*/1000);
+  CHECK(*LatestOfTiers(s.durable, &s.held, "job") == 30);
+  CHECK(*LatestOfTiers(s.durable, nullptr, "job") == 30);
+  // The trainer went back to step 19 and saved step 20 to memory after 30.
+  CommitStep(*s.memory, "job", 20, 2000);
+  CHECK(*LatestOfTiers(s.durable, &s.held, "job") == 20);
+  CHECK(*s.Choose(-1, v1::LOAD_TIER_ANY) == std::optional<int64_t>(20));
+  // Then to storage again, lower still: storage's is the latest.
+  CommitStep(*s.disk, "job", 15, 3000);
+  CHECK(*LatestOfTiers(s.durable, &s.held, "job") == 15);
+  CHECK(*s.Choose(-1, v1::LOAD_TIER_ANY) == std::nullopt);
+}
+
+TEST_CASE("a copy committed late is latest when it was saved last", "[tier_choice]") {
+  TwoStores s;
+  Committer committer(*s.disk, s.durable);
+  CommitStep(*s.disk, "job", 30, /*created_unix_ms=*/1000);
+  auto copy_of = [&](int64_t step, int64_t created) {
+    v1::CheckpointManifest manifest = planning::testing::ManifestOf("job", step, "0123456789", 4);
+    manifest.set_created_unix_ms(created);
+    return committer.CommitCopy(manifest, [&](const std::string& partial) -> absl::Status {
+      if (absl::Status made = s.disk->CreateDirs(partial + "/data"); !made.ok()) return made;
+      auto file = s.disk->NewWritableFile(partial + "/data/h0-0.bin");
+      if (!file.ok()) return file.status();
+      if (absl::Status wrote = (*file)->WriteAt(0, "0123456789", 10); !wrote.ok()) return wrote;
+      return (*file)->Close();
+    });
+  };
+  // Saved before step 30 (persisted late): committed, not latest.
+  CKPT_REQUIRE_OK(copy_of(10, 500).status());
+  CHECK(*s.durable.ResolveStep("job", -1) == 30);
+  // A rollback saved after it: latest, though lower.
+  CKPT_REQUIRE_OK(copy_of(20, 2000).status());
+  CHECK(*s.durable.ResolveStep("job", -1) == 20);
 }
 
 }  // namespace
