@@ -204,12 +204,19 @@ TEST_CASE("a byte flipped in memory is read from storage instead, and counted", 
   INFO(list.output);
   CHECK(StepsIn(list.output, "durable+memory") == std::vector<std::string>{"5"});
 
+  // The ranks that copy the bad chunk's bytes say they came from storage
+  // (ckpt-demo-rank checks each rank's sources add up to its bytes).
+  bool from_storage = false;
   for (const ExitInfo& r : d.RunRanks("flip", "load", 3, -1, 1, 2)) {
     INFO(r.output);
     CHECK(r.ok());  // bit-exact despite the flipped byte
     CHECK(absl::StrContains(r.output, "loaded step 5"));
     CHECK(absl::StrContains(r.output, "tiers=memory+durable fallback_chunks=1"));
+    CHECK(absl::StrContains(r.output, "load sources=memory@"));
+    from_storage = from_storage || absl::StrContains(r.output, "storage@");
   }
+  CHECK(from_storage);
+  CHECK(absl::StrContains(d.Output(), ",storage@"));  // the load's log line
   const v1::GetStatusResponse status = d.Status();
   CHECK(status.load_fallback_chunks() == 1);  // read once, shared by the ranks
   CHECK(status.storage_bytes_read() > 0);
