@@ -164,7 +164,15 @@ absl::Status MemoryBackend::Inode::MapLocked(const std::string& path, uint64_t e
                                  std::min(2 * map_bytes, kMaxFileSize));
   int new_fd = -1;
   if (fd < 0) {
-    new_fd = memfd_create("ckpt-memory-tier", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    // Named for its path as first written (the kernel keeps 249 bytes; the
+    // tail, which names the job, step and file): /proc/<pid>/fd shows an
+    // operator, or a fault test, which file each memory file is.
+    constexpr size_t kMaxMemfdName = 249;
+    constexpr absl::string_view kPrefix = "ckpt-memory-tier:";
+    const size_t room = kMaxMemfdName - kPrefix.size();
+    const std::string name =
+        absl::StrCat(kPrefix, path.size() > room ? path.substr(path.size() - room) : path);
+    new_fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (new_fd < 0) {
       return ErrnoStatus(errno, absl::StrCat("write ", path, ": create its memory file"));
     }
