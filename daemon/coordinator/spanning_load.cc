@@ -4,6 +4,7 @@
 // else from storage, and cuts the plan into the hosts' parts
 // (load_spread.h).
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -139,8 +140,13 @@ absl::Status LoadGathering::PlanGatheredLoad(ActiveLoad& load) {
       planning::SpreadLoad(**global, rank_hosts, addresses,
                            load.group_bytes == ~uint64_t{0} ? (64u << 20) : load.group_bytes,
                            load_id, secret, from_memory ? &holders : nullptr);
+  std::map<std::string, std::string> rebuilt_files;  // file -> its rebuilder
+  for (const planning::LostShare& lost : planning::LostShares((*global)->rebuild())) {
+    for (const std::string& file : lost.files) rebuilt_files[file] = lost.rebuilder;
+  }
   for (auto& [host, part] : spread.parts) {
     part.set_from_memory(from_memory);
+    part.mutable_rebuilt_files()->insert(rebuilt_files.begin(), rebuilt_files.end());
     // Each host's rebuilds: those it runs, and those it sends shares to.
     const v1::ErasureRebuild& all = (*global)->rebuild();
     if (all.stripes().empty()) continue;

@@ -292,4 +292,28 @@ absl::StatusOr<v1::ErasureRebuild> PlanRebuild(const v1::ErasurePlan& stripes,
   return rebuild;
 }
 
+std::vector<LostShare> LostShares(const v1::ErasureRebuild& rebuild) {
+  std::vector<LostShare> out;
+  for (const v1::StripeRebuild& sr : rebuild.stripes()) {
+    for (uint32_t t : sr.lost()) {
+      if (t >= static_cast<uint32_t>(sr.stripe().shares_size())) continue;
+      const v1::ErasureShare& share = sr.stripe().shares(static_cast<int>(t));
+      LostShare& lost = out.emplace_back();
+      lost.host = share.host();
+      lost.rebuilder = sr.rebuilder();
+      lost.bytes = share.bytes();
+      // The share is [offset, offset + bytes) of the host's files laid end to end.
+      const uint64_t begin = share.offset();
+      const uint64_t end = begin + share.bytes();
+      uint64_t start = 0;
+      for (const v1::ReplicaFile& f : share.files()) {
+        const uint64_t stop = start + f.bytes();
+        if (f.bytes() > 0 && start < end && begin < stop) lost.files.push_back(f.name());
+        start = stop;
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace ckpt::planning

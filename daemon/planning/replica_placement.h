@@ -68,6 +68,19 @@ absl::StatusOr<ErasurePlacement> PlaceErasure(
     const std::map<std::string, std::string>& addresses, int k, int m, uint64_t id,
     const std::string& secret);
 
+// A data share a load's rebuild restores (ErasureRebuild): the host that
+// lost it, the host that rebuilds it, the files its range of the lost
+// host's files reaches, and its bytes.
+struct LostShare {
+  std::string host;
+  std::string rebuilder;
+  std::vector<std::string> files;
+  uint64_t bytes = 0;
+};
+// Every lost share the rebuild names, in its order (unchecked input: the
+// shares and indices it names, where they exist).
+std::vector<LostShare> LostShares(const v1::ErasureRebuild& rebuild);
+
 // A memory-tier step's lost data shares (hosts that hold none of their
 // files any more, or take no part in the load), each rebuilt by one host of
 // the load from k surviving shares: the lost host itself when it takes part

@@ -222,6 +222,9 @@ absl::Status LoadSession::Plan() {
   from_memory_ = memory;
   read_backend_ = memory ? &context_.memory_tier->backend() : &context_.backend;
   if (memory) {
+    // All the load's rebuilt files (the coordinator names them to every
+    // host), and those of its own part of the rebuild.
+    rebuilt_by_.insert(assignment_.rebuilt_files().begin(), assignment_.rebuilt_files().end());
     for (const tier::LostShare& lost : tier::LostShares(assignment_.rebuild())) {
       for (const std::string& file : lost.files) rebuilt_by_[file] = lost.rebuilder;
     }

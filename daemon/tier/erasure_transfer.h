@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "daemon/peer/peer_receiver.h"
+#include "daemon/planning/replica_placement.h"
 #include "daemon/storage/backend.h"
 #include "daemon/tier/memory_plan_check.h"
 
@@ -51,18 +52,10 @@ absl::Status RunRebuild(peer::PeerReceiver* receiver, storage::Backend& backend,
                         const std::function<bool()>& cancelled, absl::Time deadline,
                         uint64_t* sent);
 
-// A data share a load's rebuild restores (ErasureRebuild): the host that
-// lost it, the host that rebuilds it, the files its range of the lost
-// host's files reaches, and its bytes.
-struct LostShare {
-  std::string host;
-  std::string rebuilder;
-  std::vector<std::string> files;
-  uint64_t bytes = 0;
-};
-// Every lost share the rebuild names, in its order (unchecked input: the
-// shares and indices it names, where they exist).
-std::vector<LostShare> LostShares(const v1::ErasureRebuild& rebuild);
+// The shares a load's rebuild restores (planning/replica_placement.h: the
+// coordinator names the rebuilt files to every host of the load with them).
+using planning::LostShare;
+using planning::LostShares;
 
 }  // namespace ckpt::tier
 
