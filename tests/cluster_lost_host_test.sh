@@ -100,7 +100,7 @@ cut_h2() {
     [ "$(cat "$dir/ranks/$r.rc")" != 0 ] || fail "$phase: rank $r succeeded though h2 was cut off"
     if [ "$r" -lt 6 ]; then
       grep -q "$says" "$dir/ranks/$r.out" ||
-        fail "$phase: rank $r does not say \"$says\": $(cat "$dir/ranks/$r.out")"
+        fail "$phase: rank $r (exit $(cat "$dir/ranks/$r.rc")) does not say \"$says\": $(cat "$dir/ranks/$r.out")"
     else
       grep -qE "$own" "$dir/ranks/$r.out" ||
         fail "$phase: rank $r of h2 does not say \"$own\": $(cat "$dir/ranks/$r.out")"
@@ -116,10 +116,16 @@ restore_h2() {
   "$cluster" start "$dir" 2 "$@"
   await_alive h2
 }
-nothing_left() {  # STEP
-  local left
-  left="$(ls -a "$dir/root/job" | grep -e "^step-$1\$" -e '\.partial-' || true)"
-  [ -z "$left" ] || fail "step $1 left behind: $left"
+nothing_left() {  # STEP: no step-STEP and, once the removals that follow a failure ran, no partial
+  local left start
+  start=$(now_ms)
+  while :; do
+    left="$(ls -a "$dir/root/job" | grep -e "^step-$1\$" -e '\.partial-' || true)"
+    [ -z "$left" ] && return 0
+    grep -q "^step-$1\$" <<<"$left" && fail "step $1 was committed"
+    (( $(now_ms) - start > 10000 )) && fail "step $1 left behind: $left"
+    sleep 0.05
+  done
 }
 
 await_alive
@@ -142,8 +148,38 @@ sys.exit(0 if any(j["job"] == "job" and j.get("ranks") == [6, 7] for j in jobs) 
 done
 touch "$dir/go.next"
 cut_h2 "before planning" "host h2 (ranks 6, 7 of 8"
-restore_h2 --fault_kill_at=save.planned --fault_pause_s=1
 nothing_left 2
+
+# A save begun once the loss is known fails too, within the lost-ranks
+# grace (two heartbeat intervals), naming h2 ...
+start=$(now_ms)
+until "$cluster" status "$dir" --json | python3 -c '
+import json, sys
+hosts = {h["host"]["host"]: h for h in json.load(sys.stdin).get("hosts", [])}
+sys.exit(0 if hosts.get("h2", {}).get("lost") else 1)'; do
+  (( $(now_ms) - start > 30000 )) && fail "h2 never lost"
+  sleep 0.05
+done
+start=$(now_ms)
+ranks save 2
+await_ranks 60
+took=$(( $(now_ms) - start ))
+(( took < limit_ms )) || fail "after the loss: ranks failed only $took ms after they began"
+for r in 0 1 2 3 4 5; do
+  [ "$(cat "$dir/ranks/$r.rc")" != 0 ] || fail "after the loss: rank $r saved without h2's ranks"
+  grep -q "host h2 (ranks 6, 7 of 8" "$dir/ranks/$r.out" ||
+    fail "after the loss: rank $r does not name h2: $(cat "$dir/ranks/$r.out")"
+done
+echo "a save begun after h2 was lost: failed within $took ms, naming h2"
+# ... but the job restarted without h2 (its ranks 6 and 7 on h0 and h1)
+# saves: their hosts' heartbeats say they carry them now.
+per_host=(4 4 0)
+ranks save 2
+await_ranks 120
+all_ok
+per_host=(3 3 2)
+echo "the job restarted on h0 and h1 alone saves step 2"
+restore_h2 --fault_kill_at=save.planned --fault_pause_s=1
 
 # After planning: h2 holds its part of the plan (one of its ranks paused).
 ranks save 3

@@ -85,7 +85,10 @@ void Coordinator::HostRegistered(const std::string& host) {
   loads_.HostRegistered(host);
 }
 
-void Coordinator::ExpireSaves(absl::Time now) { saves_.ExpireSaves(now); }
+void Coordinator::ExpireSaves(absl::Time now) {
+  saves_.ExpireSaves(now);
+  loads_.ExpireLoads(now);
+}
 
 std::vector<std::pair<std::string, std::string>> Coordinator::FailedSaves(
     absl::Span<const std::string> save_ids) {

@@ -111,14 +111,17 @@ class Coordinator {
   // plan brought, or, before its plan came, those its heartbeats said it
   // carries -- and it may join none until HostRegistered (a plan racing
   // the loss is refused, not left waiting). A save or load of a job whose
-  // ranks it carried fails at once too, until it registers again or
-  // another host carries those ranks. A save committing when the host is
-  // lost fails unless its commit passed the rename.
+  // ranks it carried, begun later, fails too (ExpireSaves), until it
+  // registers again or another host carries those ranks. A save
+  // committing when the host is lost fails unless its commit passed the
+  // rename.
   void HostLost(const std::string& host, const std::string& reason);
   void HostRegistered(const std::string& host);
   // Fails saves past their deadline: gathering (ranks that never came) or
   // writing (hosts that never reported), whether or not a host waits on
-  // them. The registry's sweeper calls it.
+  // them; and saves and loads gathering past the lost-ranks grace
+  // (rendezvous.h) that wait for ranks a lost host carried. The registry's
+  // sweeper calls it.
   void ExpireSaves(absl::Time now);
   // Of `save_ids`, those that failed or that this coordinator does not know
   // (it restarted), with the reason: heartbeats carry it to the hosts.

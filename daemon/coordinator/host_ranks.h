@@ -4,12 +4,12 @@
 // a host lost before its plan arrived would leave the others waiting for
 // the plan timeout. With this the coordinator fails that save or load at
 // once, on every host, naming the lost host and its ranks: when the host
-// is lost (HostLost) and when a save or load of its job begins later
-// (LostFrom).
+// is lost (HostLost), and when a save or load of its job begun later still
+// waits for them after a grace (LostFrom; rendezvous.h lost_ranks_grace).
 //
 // A lost host's ranks stay lost until it registers again, or until a live
-// host carries them (the job was restarted without it), for the same job
-// and world size.
+// host carries them (the job was restarted without it, and those hosts'
+// heartbeats said so within the grace), for the same job and world size.
 //
 // Thread-safety: all methods are safe from any thread. mu_ is a leaf: no
 // call out is made under it, so the gatherings call in under their locks.

@@ -107,6 +107,31 @@ std::string LoadGathering::RankHost(const ActiveLoad& load, int rank, const std:
   return host;  // twice in this host's own plan
 }
 
+void LoadGathering::ExpireLoads(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = loads_.begin(); it != loads_.end();) {
+    ActiveLoad& load = *it->second;
+    if (!load.error.ok() || now - load.started < rendezvous_.lost_ranks_grace) {
+      ++it;
+      continue;
+    }
+    std::vector<int> arrived;
+    for (const v1::NodeLoadPlan& node : load.nodes) {
+      for (const auto& r : node.ranks()) arrived.push_back(r.rank());
+    }
+    const int world_size = load.ranks.world_size();
+    std::optional<HostRanks::LostCarrier> lost =
+        host_ranks_.LostFrom(load.job, world_size, arrived);
+    if (!lost.has_value()) {
+      ++it;
+      continue;
+    }
+    // Its hosts wake (mu_ released) and fail with this.
+    load.error = HostRanks::LostError(lost->host, lost->ranks, world_size, lost->reason);
+    it = loads_.erase(it);  // the next load of this step gathers afresh
+  }
+}
+
 void LoadGathering::HostLost(const std::string& host, const std::string& reason) {
   absl::MutexLock lock(&mu_);
   lost_hosts_.insert(host);
@@ -156,15 +181,6 @@ absl::StatusOr<v1::LoadAssignment> LoadGathering::PlanSpanningLoad(const v1::Nod
     return absl::InvalidArgumentError(absl::StrCat("host ", host, " sent ", node.ranks_size(),
                                                    " ranks of a world of ", node.world_size()));
   }
-  // A host lost before its plan came carried ranks this load would wait
-  // for in vain: it fails now, naming that host.
-  std::vector<int> brought;
-  brought.reserve(node.ranks_size());
-  for (const auto& r : node.ranks()) brought.push_back(r.rank());
-  if (std::optional<HostRanks::LostCarrier> lost =
-          host_ranks_.LostFrom(node.job(), node.world_size(), brought)) {
-    return HostRanks::LostError(lost->host, lost->ranks, node.world_size(), lost->reason);
-  }
   std::shared_ptr<ActiveLoad> load;
   bool plan_it = false;
   {
@@ -182,8 +198,9 @@ absl::StatusOr<v1::LoadAssignment> LoadGathering::PlanSpanningLoad(const v1::Nod
             loads_.size(), " loads spanning hosts are gathering at the coordinator; the limit is ",
             rendezvous_.max_active_saves));
       }
+      const absl::Time now = absl::Now();
       auto fresh =
-          std::make_shared<ActiveLoad>(node.world_size(), absl::Now() + rendezvous_.plan_timeout);
+          std::make_shared<ActiveLoad>(node.world_size(), now, now + rendezvous_.plan_timeout);
       fresh->job = node.job();
       fresh->step = node.step();
       it = loads_.emplace(key, std::move(fresh)).first;

@@ -56,16 +56,21 @@ class LoadGathering {
   // joins none until HostRegistered.
   void HostLost(const std::string& host, const std::string& reason);
   void HostRegistered(const std::string& host);
+  // Fails the gathering spanning loads that waited past the lost-ranks
+  // grace (rendezvous.h) for ranks a lost host carried, naming it.
+  void ExpireLoads(absl::Time now);
 
  private:
   // A spanning load between its first host's plan and its plan (or
   // failure). Its fields are guarded by mu_, but for the plans, written
   // only while it gathers and read by its one planner after.
   struct ActiveLoad {
-    ActiveLoad(int world_size, absl::Time deadline) : ranks(world_size, world_size, deadline) {}
+    ActiveLoad(int world_size, absl::Time now, absl::Time deadline)
+        : ranks(world_size, world_size, deadline), started(now) {}
     std::string job;
     int64_t step = 0;             // as asked: -1 is the latest, resolved once for all hosts
     planning::RankBarrier ranks;  // every rank of the world, once
+    absl::Time started;           // its first host's plan
     std::vector<v1::NodeLoadPlan> nodes;
     uint64_t group_bytes = ~uint64_t{0};
     bool planned = false;

@@ -33,6 +33,11 @@ struct RendezvousOptions {
   // is planned afresh every step. Jobs' known layouts (the barrier skip)
   // are kept within the same bound.
   uint64_t plan_cache_bytes = uint64_t{1} << 30;
+  // A save or load still gathering this long whose missing ranks a lost
+  // host carried fails, naming it (host_ranks.h). Not at once: a job
+  // restarted without that host attaches its ranks elsewhere, and their
+  // hosts say so in their next heartbeat (so: two heartbeat intervals).
+  absl::Duration lost_ranks_grace = absl::Seconds(2);
 };
 
 // True once the caller of a blocking method has gone (its RPC was

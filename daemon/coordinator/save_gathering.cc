@@ -25,13 +25,14 @@ namespace ckpt::coordinator {
 // reports are fixed once it is committing.
 struct SaveGathering::ActiveSave {
   enum class Phase { kGathering, kPlanning, kWriting, kCommitting, kCommitted, kFailed };
-  ActiveSave(int world_size, absl::Time plan_deadline)
-      : ranks(world_size, world_size, plan_deadline), deadline(plan_deadline) {}
+  ActiveSave(int world_size, absl::Time now, absl::Time plan_deadline)
+      : ranks(world_size, world_size, plan_deadline), started(now), deadline(plan_deadline) {}
   std::string save_id;
   std::string job;
   int64_t step = 0;
   planning::RankBarrier ranks;  // every rank of the world, once
   Phase phase = Phase::kGathering;
+  absl::Time started;                                    // its first host's plan
   absl::Time deadline;                                   // for gathering, then for writing
   std::vector<v1::NodeSavePlan> nodes;                   // read by the planner without mu_
   bool planner_busy = false;                             // so they stay until it is done
@@ -134,15 +135,6 @@ absl::StatusOr<SaveGathering::SaveRef> SaveGathering::JoinSave(const v1::NodeSav
     return WithContext(s, absl::StrCat("host ", host));
   }
   const std::string key = planning::HostPlanKey(plan);
-  // A host lost before its plan came carried ranks this save would wait
-  // for in vain: it fails now, naming that host, not at the plan timeout.
-  std::vector<int> brought;
-  brought.reserve(node.ranks_size());
-  for (const auto& r : node.ranks()) brought.push_back(r.rank());
-  if (std::optional<HostRanks::LostCarrier> lost =
-          host_ranks_.LostFrom(node.job(), node.world_size(), brought)) {
-    return HostRanks::LostError(lost->host, lost->ranks, node.world_size(), lost->reason);
-  }
 
   absl::MutexLock lock(&mu_);
   if (lost_hosts_.count(host) > 0) {
@@ -164,7 +156,8 @@ absl::StatusOr<SaveGathering::SaveRef> SaveGathering::JoinSave(const v1::NodeSav
           absl::StrCat(active, " saves are in flight at the coordinator; the limit is ",
                        rendezvous_.max_active_saves));
     }
-    save = std::make_shared<ActiveSave>(node.world_size(), absl::Now() + rendezvous_.plan_timeout);
+    const absl::Time now = absl::Now();
+    save = std::make_shared<ActiveSave>(node.world_size(), now, now + rendezvous_.plan_timeout);
     save->job = node.job();
     save->step = node.step();
     const std::string id = catalog_.NewPartialId();
@@ -437,12 +430,34 @@ absl::Status SaveGathering::WaitGathered(ActiveSave& save, const std::string& ho
   }
 }
 
+std::optional<absl::Status> SaveGathering::LostCarrierLocked(const ActiveSave& save,
+                                                             absl::Time now) const {
+  if (save.phase != ActiveSave::Phase::kGathering ||
+      now - save.started < rendezvous_.lost_ranks_grace) {
+    return std::nullopt;
+  }
+  std::vector<int> arrived;
+  for (const v1::NodeSavePlan& node : save.nodes) {
+    for (const auto& r : node.ranks()) arrived.push_back(r.rank());
+  }
+  std::optional<HostRanks::LostCarrier> lost =
+      host_ranks_.LostFrom(save.job, save.world_size(), arrived);
+  if (!lost.has_value()) return std::nullopt;
+  return HostRanks::LostError(lost->host, lost->ranks, save.world_size(), lost->reason);
+}
+
 void SaveGathering::ExpireSaves(absl::Time now) {
   std::vector<std::string> partials;
   {
     absl::MutexLock lock(&mu_);
     std::vector<SaveRef> due;
+    std::vector<std::pair<SaveRef, absl::Status>> lost;
     for (const auto& [id, save] : saves_) {
+      // Waiting for ranks a lost host carried: they will not come.
+      if (std::optional<absl::Status> why = LostCarrierLocked(*save, now)) {
+        lost.emplace_back(save, *why);
+        continue;
+      }
       if (now < save->deadline) continue;
       if (save->phase == ActiveSave::Phase::kGathering ||
           save->phase == ActiveSave::Phase::kWriting) {
@@ -462,6 +477,9 @@ void SaveGathering::ExpireSaves(absl::Time now) {
             "hosts [", absl::StrJoin(silent, ", "), "] did not report their files within ",
             absl::FormatDuration(rendezvous_.write_timeout), " of the plan"));
       }
+      if (FailLocked(*save, why)) partials.push_back(save->partial_dir);
+    }
+    for (const auto& [save, why] : lost) {
       if (FailLocked(*save, why)) partials.push_back(save->partial_dir);
     }
   }

@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -87,7 +88,8 @@ class SaveGathering {
                                                const CallerGone& gone);
 
   // Coordinator::AbortSave, HostLost (for saves), HostRegistered,
-  // ExpireSaves, FailedSaves, KnowsSave, SaveInFlight.
+  // ExpireSaves (also failing saves that wait for a lost host's ranks),
+  // FailedSaves, KnowsSave, SaveInFlight.
   bool AbortSave(const v1::AbortSaveRequest& request);
   void HostLost(const std::string& host, const std::string& reason);
   void HostRegistered(const std::string& host);
@@ -138,6 +140,10 @@ class SaveGathering {
   absl::Status WaitGathered(ActiveSave& save, const std::string& host, const CallerGone& gone)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status GatheringTimeout(const ActiveSave& save) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A save gathering past the lost-ranks grace whose missing ranks a lost
+  // host carried: the error naming it.
+  std::optional<absl::Status> LostCarrierLocked(const ActiveSave& save, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   SaveRef FindLocked(const std::string& save_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   storage::Backend& backend_;

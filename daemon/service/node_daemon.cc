@@ -294,6 +294,7 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   rendezvous.plan_timeout = o.plan_timeout + o.heartbeat_timeout;
   rendezvous.write_timeout = o.snapshot_timeout + 2 * o.heartbeat_timeout;
   rendezvous.plan_cache_bytes = o.plan_cache_bytes;
+  rendezvous.lost_ranks_grace = 2 * o.heartbeat_interval;
   d->coordinator_ = std::make_unique<coordinator::Coordinator>(*d->backend_, o.storage_root,
                                                                planner, catalog, rendezvous);
   absl::StatusOr<int> removed = d->coordinator_->catalog().RemoveStalePartials();

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -246,13 +247,15 @@ TEST_CASE("rendezvous: a host lost while the others write fails them, naming it"
   const absl::Status committed = commit0.get().status();
   INFO(committed.ToString());
   CHECK((absl::IsUnavailable(committed) || absl::IsNotFound(committed)));
-  CHECK(committed.message().find("host h1 was lost") != std::string::npos);
+  CHECK(committed.message().find("host h1 (ranks 2 of 3 carried there) was lost") !=
+        std::string::npos);
   CHECK(!StepExists(coord, 5));
   CHECK(NoPartials(*backend));
   const std::vector<std::pair<std::string, std::string>> failed =
       coord.FailedSaves({a0->save_id(), "job/5/not-a-save"});
   REQUIRE(failed.size() == 2);
-  CHECK(failed[0].second.find("host h1 was lost") != std::string::npos);
+  CHECK(failed[0].second.find("host h1 (ranks 2 of 3 carried there) was lost") !=
+        std::string::npos);
   CHECK(failed[1].second.find("does not know this save") != std::string::npos);
 
   // A lost host joins no save until it registers again (a plan racing the
@@ -342,6 +345,66 @@ TEST_CASE("rendezvous: a host that gave up stops waiting", "[rendezvous]") {
   Coordinator coord(*backend, kRoot, SmallChunks());
   CKPT_REQUIRE_ERROR(coord.PlanSave(HostPlan(0), [] { return true; }), absl::StatusCode::kCancelled,
                      "gave up");
+}
+
+}  // namespace
+}  // namespace ckpt::coordinator
+
+namespace ckpt::coordinator {
+namespace {
+
+google::protobuf::RepeatedPtrField<v1::CarriedJob> Carried(const std::vector<uint32_t>& ranks) {
+  google::protobuf::RepeatedPtrField<v1::CarriedJob> jobs;
+  v1::CarriedJob* job = jobs.Add();
+  job->set_job("job");
+  job->set_world_size(3);
+  for (uint32_t r : ranks) job->add_ranks(r);
+  return jobs;
+}
+
+TEST_CASE("rendezvous: a host lost before its plan came fails the gathering, naming its ranks",
+          "[rendezvous]") {
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
+  Coordinator coord(*backend, kRoot, SmallChunks());
+  coord.HostCarries("h0", Carried({0, 1}));
+  coord.HostCarries("h1", Carried({2}));
+  // h0 waits for rank 2; h1 is lost before it planned.
+  auto h0 = std::async(std::launch::async, [&] { return coord.PlanSave(HostPlan(0)); });
+  while (coord.saves_in_flight() == 0) std::this_thread::yield();
+  coord.HostLost("h1", "was lost: no heartbeat for 5s");
+  CKPT_REQUIRE_ERROR(h0.get(), absl::StatusCode::kUnavailable,
+                     "host h1 (ranks 2 of 3 carried there) was lost");
+  CHECK(NoPartials(*backend));
+}
+
+TEST_CASE("rendezvous: a save begun after the loss fails past the grace, unless the ranks moved",
+          "[rendezvous]") {
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
+  RendezvousOptions rendezvous;
+  rendezvous.lost_ranks_grace = absl::Seconds(1);
+  Coordinator coord(*backend, kRoot, SmallChunks(), {}, rendezvous);
+  coord.HostCarries("h1", Carried({2}));
+  coord.HostLost("h1", "was lost: no heartbeat for 5s");
+
+  auto h0 = std::async(std::launch::async, [&] { return coord.PlanSave(HostPlan(0)); });
+  while (coord.saves_in_flight() == 0) std::this_thread::yield();
+  coord.ExpireSaves(absl::Now());  // within the grace: it waits on
+  CHECK(coord.saves_in_flight() == 1);
+  coord.ExpireSaves(absl::Now() + absl::Seconds(2));
+  CKPT_REQUIRE_ERROR(h0.get(), absl::StatusCode::kUnavailable,
+                     "host h1 (ranks 2 of 3 carried there) was lost");
+
+  // The job restarted without h1: h2 carries rank 2 now, and the save
+  // that waits for it is not failed.
+  coord.HostCarries("h2", Carried({2}));
+  auto again = std::async(std::launch::async, [&] { return coord.PlanSave(HostPlan(0, 6)); });
+  while (coord.saves_in_flight() == 0) std::this_thread::yield();
+  coord.ExpireSaves(absl::Now() + absl::Seconds(2));
+  CHECK(coord.saves_in_flight() == 1);
+  v1::NodeSavePlan from_h2 = HostPlan(1, 6);
+  from_h2.mutable_host()->set_host("h2");
+  CKPT_REQUIRE_OK(coord.PlanSave(from_h2));
+  CKPT_REQUIRE_OK(again.get());
 }
 
 }  // namespace
