@@ -6,6 +6,7 @@
 // afresh.
 #include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/coordinator/coordinator.h"
@@ -80,7 +81,7 @@ TEST_CASE("load gathering: a lost host fails the load and loads nothing until it
   const absl::Status lost = h0.get().status();
   INFO(lost.ToString());
   CHECK(absl::IsUnavailable(lost));
-  CHECK((lost.message() == "host h0 was lost: no heartbeat for 5s" ||
+  CHECK((lost.message() == "host h0 (ranks 0 of 3 carried there) was lost: no heartbeat for 5s" ||
          lost.message().find("host h0 was lost to the coordinator") == 0));
   CKPT_REQUIRE_ERROR(coord.PlanSpanningLoad(LoadPlan("h0", {0})), absl::StatusCode::kUnavailable,
                      "host h0 was lost to the coordinator; it loads nothing until it registers");
@@ -92,6 +93,39 @@ TEST_CASE("load gathering: a lost host fails the load and loads nothing until it
   const absl::Status clash = coord.PlanSpanningLoad(LoadPlan("h1", {0})).status();
   CHECK(absl::IsInvalidArgument(clash));
   CHECK(absl::IsInvalidArgument(again.get().status()));
+}
+
+TEST_CASE("load gathering: a host lost before its plan came fails the load, naming its ranks",
+          "[load_gathering]") {
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
+  RendezvousOptions rendezvous;
+  rendezvous.lost_ranks_grace = absl::Seconds(1);
+  Coordinator coord(*backend, kRoot, {}, {}, rendezvous);
+  google::protobuf::RepeatedPtrField<v1::CarriedJob> carried;
+  v1::CarriedJob* job = carried.Add();
+  job->set_job("job");
+  job->set_world_size(3);
+  job->add_ranks(2);
+  coord.HostCarries("h1", carried);
+  // Lost while h0 waits for rank 2: at once.
+  auto h0 = std::async(std::launch::async, [&] {
+    return coord.PlanSpanningLoad(LoadPlan("h0", {0, 1}));
+  });
+  while (coord.loads_gathering() == 0) std::this_thread::yield();
+  coord.HostLost("h1", "was lost: no heartbeat for 5s");
+  CKPT_REQUIRE_ERROR(h0.get(), absl::StatusCode::kUnavailable,
+                     "host h1 (ranks 2 of 3 carried there) was lost");
+  // A load begun after the loss: once past the grace.
+  auto later = std::async(std::launch::async, [&] {
+    return coord.PlanSpanningLoad(LoadPlan("h0", {0, 1}));
+  });
+  while (coord.loads_gathering() == 0) std::this_thread::yield();
+  coord.ExpireSaves(absl::Now());
+  CHECK(coord.loads_gathering() == 1);
+  coord.ExpireSaves(absl::Now() + absl::Seconds(2));
+  CKPT_REQUIRE_ERROR(later.get(), absl::StatusCode::kUnavailable,
+                     "host h1 (ranks 2 of 3 carried there) was lost");
+  CHECK(coord.loads_gathering() == 0);
 }
 
 }  // namespace
