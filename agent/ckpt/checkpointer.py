@@ -230,8 +230,9 @@ class Checkpointer:
         lists. Returns the step loaded. (Tuples cannot change in place: use
         load_state() to get a state with them rebuilt.)
 
-        source: "any" (the fastest tier with the step; "latest" is the newest
-        step in any tier), "memory" or "durable". last_load_tiers says where
+        source: "any" (the fastest tier with the step; "latest" is the step
+        committed last in any tier, a rollback included), "memory" or
+        "durable". last_load_tiers says where
         the bytes came from; last_load_sources, from which host and how
         (memory, storage, peer, parity), summing to last_load_bytes."""
         return self.load_state(step, state, allow_pickle=allow_pickle, source=source)[0]
