@@ -11,6 +11,7 @@
 #include "daemon/fault/fault_points.h"
 #include "daemon/planning/manifest_check.h"
 #include "daemon/planning/manifest_io.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "proto/lib/status_context.h"
 #include "proto/lib/validation.h"
 
@@ -82,6 +83,13 @@ absl::StatusOr<v1::SpreadPersistDir> SpreadPersists::Open(const v1::SpreadPersis
         return absl::FailedPreconditionError(
             absl::StrCat(Who(*it->second), " is in flight for another save of that step"));
       }
+      if (!google::protobuf::util::MessageDifferencer::Equals(it->second->manifest, manifest)) {
+        const absl::Status unlike = absl::AbortedError(
+            absl::StrCat("host ", host, " sent a manifest of step ", manifest.step(), " of job ",
+                         manifest.job(), " unlike the one host ", it->second->starter, " sent"));
+        FailLocked(*it->second, unlike);
+        return unlike;
+      }
       copy = it->second;
     } else {
       for (const std::shared_ptr<Copy>& ended : ended_) {
@@ -89,8 +97,17 @@ absl::StatusOr<v1::SpreadPersistDir> SpreadPersists::Open(const v1::SpreadPersis
         if (!ended->outcome.ok()) return ended->outcome;
         return absl::AlreadyExistsError(absl::StrCat(Who(*ended), " is committed"));
       }
+      size_t started_here = 0;
+      for (const auto& [k, c] : by_step_) started_here += c->starter == host ? 1 : 0;
+      if (by_step_.size() >= kMaxInFlight || started_here >= kMaxStartedPerHost) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("durable copies of steps spread over hosts in flight: ", by_step_.size(),
+                         ", ", started_here, " started by host ", host, "; the limits are ",
+                         kMaxInFlight, " and ", kMaxStartedPerHost, " a host"));
+      }
       copy = std::make_shared<Copy>();
       copy->id = absl::StrCat("persist-", ++next_id_);
+      copy->starter = host;
       copy->manifest = std::move(manifest);
       copy->hosts = std::move(hosts);
       (void)planning::ForEachChunk(copy->manifest,

@@ -69,10 +69,19 @@ class SpreadPersists {
   SpreadPersists(coordinator::Coordinator& durable, SpreadPersistOptions options);
   ~SpreadPersists();  // Stop()
 
+  // Copies in flight at once, and of them started by one host's open: each
+  // holds a thread, a manifest and a partial directory for up to the
+  // deadline, and a host persists one step at a time.
+  static constexpr size_t kMaxInFlight = 256;
+  static constexpr size_t kMaxStartedPerHost = 4;
+
   // Step 1 above: the partial directory (relative to the storage root) and
   // the copy's id. FAILED_PRECONDITION when a copy of another save of the
   // step is in flight or the host is not of the step; the copy's error
   // when it failed already (ALREADY_EXISTS when storage has the step).
+  // RESOURCE_EXHAUSTED beyond the bounds above. A host whose manifest is
+  // not the one the copy's first host sent fails the copy (ABORTED): one
+  // host alone never names what is committed for all.
   absl::StatusOr<v1::SpreadPersistDir> Open(const v1::SpreadPersistOpen& request,
                                             const coordinator::CallerGone& gone = {});
   // Step 2: records the host's files (or its error) and waits for the
@@ -87,6 +96,7 @@ class SpreadPersists {
  private:
   struct Copy {
     std::string id;
+    std::string starter;  // the host whose open started it
     v1::CheckpointManifest manifest;
     std::set<std::string> hosts;  // of the step: each reports
     std::set<std::string> files;  // data files with bytes: each reported by its host
