@@ -70,7 +70,16 @@ void HostRanks::Lost(const std::string& host, const std::string& reason) {
   auto it = hosts_.find(host);
   if (it == hosts_.end()) return;
   it->second.lost = true;
+  it->second.lost_order = ++lost_count_;
   it->second.reason = reason;
+  size_t lost = 0;
+  auto oldest = hosts_.end();
+  for (auto h = hosts_.begin(); h != hosts_.end(); ++h) {
+    if (!h->second.lost) continue;
+    ++lost;
+    if (oldest == hosts_.end() || h->second.lost_order < oldest->second.lost_order) oldest = h;
+  }
+  if (lost > kMaxLostHosts) hosts_.erase(oldest);
 }
 
 void HostRanks::Registered(const std::string& host) {

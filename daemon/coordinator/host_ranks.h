@@ -35,6 +35,9 @@ class HostRanks {
   // What a heartbeat may make the coordinator keep, per host.
   static constexpr int kMaxJobs = 64;
   static constexpr int kMaxRanks = 4096;
+  // Lost hosts kept: beyond it, the one lost longest ago is forgotten (the
+  // registry forgets lost hosts too, and a heartbeat looks at every one).
+  static constexpr size_t kMaxLostHosts = 1024;
 
   // A live host's heartbeat: the jobs it carries now (bad names, world
   // sizes or ranks are skipped; beyond the bounds, cut). Its ranks are
@@ -76,9 +79,11 @@ class HostRanks {
   struct Host {
     std::vector<Job> jobs;
     bool lost = false;
+    uint64_t lost_order = 0;  // when lost: greater is later
     std::string reason;
   };
   mutable absl::Mutex mu_;
+  uint64_t lost_count_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, Host> hosts_ ABSL_GUARDED_BY(mu_);
 };
 
