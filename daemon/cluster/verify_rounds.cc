@@ -23,17 +23,26 @@ void Bound(v1::HostVerifyReport& report) {
 
 }  // namespace
 
-absl::StatusOr<uint64_t> VerifyRounds::Start(std::map<std::string, v1::VerifyOrder> orders) {
+absl::StatusOr<uint64_t> VerifyRounds::Start(std::map<std::string, v1::VerifyOrder> orders,
+                                             const std::string& caller) {
   absl::MutexLock lock(&mu_);
   if (rounds_.size() >= kMaxRounds) {
     return absl::ResourceExhaustedError(
         absl::StrCat(kMaxRounds, " verifies of memory-tier steps spread over hosts are running; ",
                      "try again when one ended"));
   }
+  size_t mine = 0;
+  for (const auto& [id, round] : rounds_) mine += round.caller == caller ? 1 : 0;
+  if (mine >= kMaxRoundsPerCaller) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        caller, " has ", mine, " verifies of memory-tier steps spread over hosts running; the ",
+        "limit per caller is ", kMaxRoundsPerCaller, ": try again when one ended"));
+  }
   // Not guessable: a report names its round.
   uint64_t id = 0;
   while (id == 0 || rounds_.contains(id)) FillRandom(&id, sizeof id);
   Round& round = rounds_[id];
+  round.caller = caller;
   for (auto& [host, order] : orders) {
     order.set_round(id);
     round.hosts[host].order = std::move(order);
@@ -65,7 +74,7 @@ absl::Status VerifyRounds::Report(v1::HostVerifyReport report) {
 
 std::map<std::string, VerifyRounds::Outcome> VerifyRounds::Await(
     uint64_t id, const std::function<bool(const std::string&)>& live, absl::Time pick_up_by,
-    const std::function<bool()>& gone) {
+    absl::Time answer_by, const std::function<bool()>& gone) {
   absl::MutexLock lock(&mu_);
   auto round = rounds_.find(id);
   if (round == rounds_.end()) return {};
@@ -80,13 +89,17 @@ std::map<std::string, VerifyRounds::Outcome> VerifyRounds::Await(
                              +[](size_t* waiting) { return *waiting == 0; }, &r.waiting),
                          absl::Milliseconds(100));
     const bool ended = gone();
-    const bool late = absl::Now() > pick_up_by;
+    const absl::Time now = absl::Now();
+    const bool late = now > pick_up_by;
+    const bool silent = now > answer_by;
     for (auto& [host, asked] : r.hosts) {
       if (asked.outcome.reported || !asked.outcome.why.empty()) continue;
       if (!live(host)) {
         give_up(asked, "lost: no heartbeat within the timeout");
       } else if (!asked.taken && late) {
         give_up(asked, "took no verify order in time");
+      } else if (silent) {
+        give_up(asked, "took its verify order but sent no report in time");
       } else if (ended) {
         give_up(asked, "no answer before the call's deadline");
       }

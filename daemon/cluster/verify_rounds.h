@@ -27,6 +27,8 @@ namespace ckpt::cluster {
 class VerifyRounds {
  public:
   static constexpr size_t kMaxRounds = 8;
+  // Of them, one caller's (a principal): none can take them all.
+  static constexpr size_t kMaxRoundsPerCaller = 2;
   static constexpr int kMaxOrdersPerAnswer = 4;
 
   // What became of one host asked.
@@ -36,9 +38,11 @@ class VerifyRounds {
     v1::HostVerifyReport report;
   };
 
-  // Starts a round of `orders` (by host; each order's round is set here).
-  // RESOURCE_EXHAUSTED with kMaxRounds running.
-  absl::StatusOr<uint64_t> Start(std::map<std::string, v1::VerifyOrder> orders);
+  // Starts a round of `orders` (by host; each order's round is set here)
+  // for `caller`. RESOURCE_EXHAUSTED with kMaxRounds running, or
+  // kMaxRoundsPerCaller of the caller's.
+  absl::StatusOr<uint64_t> Start(std::map<std::string, v1::VerifyOrder> orders,
+                                 const std::string& caller);
   // Hands `host` the orders waiting for it (each once), at most
   // kMaxOrdersPerAnswer.
   template <typename Add>
@@ -58,10 +62,12 @@ class VerifyRounds {
   absl::Status Report(v1::HostVerifyReport report);
   // Waits for the round's reports and ends it. `live(host)`: whether the
   // registry still holds the host live; a host that took no order by
-  // `pick_up_by`, or is lost, is given up; so is every host once `gone()`.
+  // `pick_up_by`, sent no report by `answer_by` (its one report may be
+  // lost), or is lost, is given up; so is every host once `gone()`.
   std::map<std::string, Outcome> Await(uint64_t round,
                                        const std::function<bool(const std::string&)>& live,
-                                       absl::Time pick_up_by, const std::function<bool()>& gone);
+                                       absl::Time pick_up_by, absl::Time answer_by,
+                                       const std::function<bool()>& gone);
 
  private:
   struct Asked {
@@ -70,6 +76,7 @@ class VerifyRounds {
     Outcome outcome;
   };
   struct Round {
+    std::string caller;
     std::map<std::string, Asked> hosts;
     size_t waiting = 0;  // hosts without an outcome
   };

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "daemon/coordinator/commit.h"
 #include "daemon/coordinator/partial_dir.h"
 #include "daemon/coordinator/tier_choice.h"
@@ -59,6 +60,16 @@ absl::StatusOr<std::string> Committer::CommitCopy(
   const std::string& job = manifest.job();
   const int64_t step = manifest.step();
   const std::string& root = catalog_.root();
+  // Its save time decides whether it becomes latest (tier_choice.h): one
+  // from the future (a host's clock, or a forged manifest) would outrank
+  // every later save.
+  constexpr absl::Duration kMaxClockSkew = absl::Minutes(10);
+  const absl::Time saved = absl::FromUnixMillis(manifest.created_unix_ms());
+  if (saved > absl::Now() + kMaxClockSkew) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step ", step, " of job ", job, " says it was saved at ", absl::FormatTime(saved),
+        ", more than ", absl::FormatDuration(kMaxClockSkew), " from now: not committed"));
+  }
   absl::StatusOr<bool> exists = catalog_.StepExists(job, step);
   if (!exists.ok()) return exists.status();
   if (*exists) {

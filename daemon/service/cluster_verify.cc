@@ -12,9 +12,16 @@
 #include "daemon/tier/spread_verify.h"
 
 namespace ckpt::service {
+namespace {
+
+// How long a host that took its order may take to report.
+constexpr absl::Duration kVerifyReportTime = absl::Minutes(10);
+
+}  // namespace
 
 absl::Status VerifySpreadMemoryStep(session::NodeContext& context, const std::string& job,
-                                    int64_t step, const std::function<bool()>& gone,
+                                    int64_t step, const std::string& caller,
+                                    const std::function<bool()>& gone,
                                     v1::VerifyCheckpointResponse* response) {
   tier::MemoryTier& memory = *context.memory_tier;
   coordinator::Catalog& catalog = memory.coordinator().catalog();
@@ -46,7 +53,7 @@ absl::Status VerifySpreadMemoryStep(session::NodeContext& context, const std::st
     }
   }
   std::map<std::string, v1::VerifyOrder> orders = tier::VerifyOrders(0, job, step, live, plan);
-  absl::StatusOr<uint64_t> round = context.verify_rounds->Start(orders);
+  absl::StatusOr<uint64_t> round = context.verify_rounds->Start(orders, caller);
   if (!round.ok()) return round.status();
   // This daemon holds files too when ranks of the job attached here.
   const std::string self = context.options.host_name;
@@ -61,9 +68,12 @@ absl::Status VerifySpreadMemoryStep(session::NodeContext& context, const std::st
   // not by the heartbeat timeout is as good as lost.
   const absl::Time pick_up_by =
       absl::Now() + context.cluster->heartbeat_timeout() + context.cluster->heartbeat_interval();
+  // A host checks what it holds at memory speed; its one report may still
+  // be lost on the way: the round ends without it after this.
+  const absl::Time answer_by = pick_up_by + kVerifyReportTime;
   for (auto& [host, outcome] : context.verify_rounds->Await(
            *round, [&](const std::string& h) { return context.cluster->HostLive(h); }, pick_up_by,
-           gone)) {
+           answer_by, gone)) {
     tier::HostAnswer& answer = answers[host];
     answer.reached = outcome.reported;
     answer.why = std::move(outcome.why);

@@ -23,9 +23,12 @@ namespace ckpt::service {
 
 inline constexpr int kMaxProblemLines = 64;
 
-// `gone`: the caller cancelled or its deadline passed.
+// `caller` (its principal, described) runs at most
+// VerifyRounds::kMaxRoundsPerCaller of these at once; `gone`: the caller
+// cancelled or its deadline passed.
 absl::Status VerifySpreadMemoryStep(session::NodeContext& context, const std::string& job,
-                                    int64_t step, const std::function<bool()>& gone,
+                                    int64_t step, const std::string& caller,
+                                    const std::function<bool()>& gone,
                                     v1::VerifyCheckpointResponse* response);
 
 }  // namespace ckpt::service

@@ -563,7 +563,9 @@ absl::StatusOr<std::vector<tier::Stores::Copy>> NodeService::CopiesOf(const std:
 grpc::Status NodeService::VerifyCheckpoint(grpc::ServerContext* context,
                                            const v1::VerifyCheckpointRequest* request,
                                            v1::VerifyCheckpointResponse* response) {
-  if (absl::Status s = AuthorizeForJob(context, request->job(), auth::Permission::kRead); !s.ok()) {
+  absl::StatusOr<auth::Caller> caller = Authorize(context, auth::Permission::kNone);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  if (absl::Status s = AuthorizeJob(*caller, request->job(), auth::Permission::kRead); !s.ok()) {
     return ToGrpc(s);
   }
   // Every tier that holds the step is checked: a copy in memory can go bad
@@ -576,7 +578,7 @@ grpc::Status NodeService::VerifyCheckpoint(grpc::ServerContext* context,
     // spread over hosts; the hosts hold the bytes: each checks its own.
     if (context_.verify_rounds != nullptr && store.backend == &context_.memory_tier->backend()) {
       absl::Status spread = VerifySpreadMemoryStep(
-          context_, request->job(), store.step,
+          context_, request->job(), store.step, caller->principal.Describe(),
           [context] {
             return context->IsCancelled() || std::chrono::system_clock::now() > context->deadline();
           },

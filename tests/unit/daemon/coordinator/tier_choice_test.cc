@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "daemon/coordinator/commit.h"
 #include "daemon/coordinator/committer.h"
 #include "daemon/storage/backend_factory.h"
@@ -121,6 +122,12 @@ TEST_CASE("a copy committed late is latest when it was saved last", "[tier_choic
   // A rollback saved after it: latest, though lower.
   CKPT_REQUIRE_OK(copy_of(20, 2000).status());
   CHECK(*s.durable.ResolveStep("job", -1) == 20);
+  // One from the future would outrank every later save: refused.
+  const int64_t tomorrow = absl::ToUnixMillis(absl::Now() + absl::Hours(24));
+  CKPT_REQUIRE_ERROR(copy_of(40, tomorrow).status(), absl::StatusCode::kInvalidArgument,
+                     "from now: not committed");
+  CHECK(*s.durable.ResolveStep("job", -1) == 20);
+  CHECK_FALSE(*s.durable.StepExists("job", 40));
 }
 
 }  // namespace
