@@ -146,6 +146,8 @@ sys.exit(0 if any(j["job"] == "job" and j.get("ranks") == [6, 7] for j in jobs) 
   (( $(now_ms) - start > 30000 )) && fail "the coordinator never heard that h2 carries ranks 6, 7"
   sleep 0.05
 done
+"$cluster" status "$dir" | grep -q "ranks 6, 7 of job job (world 8)" ||
+  fail "ckptctl cluster does not show h2's ranks: $("$cluster" status "$dir")"
 touch "$dir/go.next"
 cut_h2 "before planning" "host h2 (ranks 6, 7 of 8"
 nothing_left 2

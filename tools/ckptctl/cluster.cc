@@ -1,11 +1,27 @@
 #include "tools/ckptctl/cluster.h"
 
 #include <ostream>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace ckpt::ctl {
+namespace {
+
+// "ranks 6, 7 of job J (world 8)", the first 16 ranks named.
+std::string DescribeCarried(const v1::CarriedJob& job) {
+  constexpr int kNamed = 16;
+  std::string ranks;
+  for (int i = 0; i < job.ranks_size() && i < kNamed; ++i) {
+    absl::StrAppend(&ranks, i == 0 ? "" : ", ", job.ranks(i));
+  }
+  if (job.ranks_size() > kNamed)
+    absl::StrAppend(&ranks, " and ", job.ranks_size() - kNamed, " more");
+  return absl::StrCat("ranks ", ranks, " of job ", job.job(), " (world ", job.world_size(), ")");
+}
+
+}  // namespace
 
 int RunCluster(const Call& call, v1::ClusterService::StubInterface& stub, bool json) {
   v1::ClusterStatusRequest request;
@@ -40,6 +56,8 @@ int RunCluster(const Call& call, v1::ClusterService::StubInterface& stub, bool j
     // heartbeat reported them.
     for (const v1::SaveProgress& save : h.saves()) out << "    " << DescribeSave(save) << "\n";
     for (const v1::LoadProgress& load : h.loads()) out << "    " << DescribeLoad(load) << "\n";
+    // The ranks of spread jobs it carries: what fails at once if it is lost.
+    for (const v1::CarriedJob& job : h.jobs()) out << "    " << DescribeCarried(job) << "\n";
   }
   return kExitOk;
 }
