@@ -81,7 +81,6 @@ class VerifyRounds {
     size_t waiting = 0;  // hosts without an outcome
   };
   absl::Mutex mu_;
-  uint64_t next_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, Round> rounds_ ABSL_GUARDED_BY(mu_);
 };
 
