@@ -3,12 +3,15 @@
 # (issue "Jobs spread over hosts"): h2's link is cut before the save's
 # planning (its ranks attached, their plans not sent), after the planning,
 # during the snapshot, during the commit (the coordinator held just before
-# its rename), and during a spread load. Each time every rank's call fails
-# within the heartbeat timeout + 2 s of the cut: the other hosts' ranks
-# name h2 and, for saves, the ranks it carried; h2's own ranks say they lost
-# the coordinator (or, loading, the peer it cannot reach). Nothing is committed and nothing stays behind; after
-# healing the next save commits and loads. Needs network namespaces (root):
-# exits 77 (skipped) without them.
+# its rename), and during a spread load; and its daemon is SIGKILLed during
+# the snapshot. Each time every rank's call fails within the heartbeat
+# timeout + 2 s: the other hosts' ranks name h2 and, for saves, the ranks
+# it carried; h2's own ranks say they lost the coordinator (or, loading,
+# the peer they cannot reach; killed, their ckptd). A save begun after the
+# loss fails too, and the job restarted without h2 saves. Nothing is
+# committed and nothing stays behind; after healing the next save commits
+# and loads. Needs network namespaces (root): exits 77 (skipped) without
+# them.
 #   tests/cluster_lost_host_test.sh CKPTD CKPTCTL DEMO_RANK
 set -euo pipefail
 export CKPTD="${1:?ckptd}" CKPTCTL="${2:?ckptctl}"
@@ -86,18 +89,18 @@ sys.exit(0 if len(hosts) == 3 and not any(h.get("lost") for h in hosts) else 1)'
   done
 }
 # cut_h2 PHASE [what h0's and h1's ranks must say [what h2's must say
-# (grep -E)]]: cuts h2's link now and checks that every rank fails within
-# limit_ms, naming h2.
+# (grep -E) [cut, or kill: SIGKILL its daemon]]]: cuts h2's link now and
+# checks that every rank fails within limit_ms, naming h2.
 cut_h2() {
   local phase="$1" says="${2:-host h2}" cut took r
-  local own="${3:-lost contact with the coordinator}"
+  local own="${3:-lost contact with the coordinator}" how="${4:-cut}"
   cut=$(now_ms)
-  "$cluster" cut "$dir" 2
+  "$cluster" "$how" "$dir" 2
   [ -e "$dir/go.next" ] && mv "$dir/go.next" "$dir/go"
   await_ranks 60
   took=$(( $(now_ms) - cut ))
   for r in $(seq 0 7); do
-    [ "$(cat "$dir/ranks/$r.rc")" != 0 ] || fail "$phase: rank $r succeeded though h2 was cut off"
+    [ "$(cat "$dir/ranks/$r.rc")" != 0 ] || fail "$phase: rank $r succeeded though h2 was lost"
     if [ "$r" -lt 6 ]; then
       grep -q "$says" "$dir/ranks/$r.out" ||
         fail "$phase: rank $r (exit $(cat "$dir/ranks/$r.rc")) does not say \"$says\": $(cat "$dir/ranks/$r.out")"
@@ -107,7 +110,7 @@ cut_h2() {
     fi
   done
   (( took < limit_ms )) || fail "$phase: ranks failed only $took ms after the cut (limit $limit_ms)"
-  echo "h2 cut $phase: all 8 ranks failed within $took ms, naming h2"
+  echo "h2 ${how/kill/killed} $phase: all 8 ranks failed within $took ms, naming h2"
 }
 # restore_h2 [FLAGS...]: heals h2's link and restarts its daemon with FLAGS.
 restore_h2() {
@@ -214,7 +217,15 @@ await_line "$dir/h2/log" "fault point load.exchange reached"
 # h2's own ranks fail on whichever comes first: the coordinator's silence
 # or a peer it cannot reach.
 cut_h2 "during a spread load" "host h2" "lost contact with the coordinator|cannot connect to peer"
+restore_h2 --fault_kill_at=save.chunk_written --fault_pause_s=1
+
+# h2's daemon SIGKILLed during the snapshot: the same for the others; its
+# own ranks lose their daemon.
+ranks save 6
+await_line "$dir/h2/log" "fault point save.chunk_written reached"
+cut_h2 "during the snapshot" "host h2 (ranks 6, 7 of 8" "ckptd" kill
 restore_h2
+nothing_left 6
 
 ranks save 6
 await_ranks 120
