@@ -3,15 +3,15 @@
 # (issue "Jobs spread over hosts"): h2's link is cut before the save's
 # planning (its ranks attached, their plans not sent), after the planning,
 # during the snapshot, during the commit (the coordinator held just before
-# its rename), and during a spread load; and its daemon is SIGKILLed during
-# the snapshot. Each time every rank's call fails within the heartbeat
-# timeout + 2 s: the other hosts' ranks name h2 and, for saves, the ranks
-# it carried; h2's own ranks say they lost the coordinator (or, loading,
-# the peer they cannot reach; killed, their ckptd). A save begun after the
-# loss fails too, and the job restarted without h2 saves. Nothing is
-# committed and nothing stays behind; after healing the next save commits
-# and loads. Needs network namespaces (root): exits 77 (skipped) without
-# them.
+# its rename), before a spread load's planning and during the load; and its
+# daemon is SIGKILLed during the snapshot. Each time every rank's call
+# fails within the heartbeat timeout + 2 s: the other hosts' ranks name h2
+# and, for saves, the ranks it carried; h2's own ranks say they lost the
+# coordinator (or, loading, the peer they cannot reach; killed, their
+# ckptd). A save begun after the loss fails too, and the job restarted
+# without h2 saves. Nothing is committed and nothing stays behind; after
+# healing the next save commits and loads. Needs network namespaces
+# (root): exits 77 (skipped) without them.
 #   tests/cluster_lost_host_test.sh CKPTD CKPTCTL DEMO_RANK
 set -euo pipefail
 export CKPTD="${1:?ckptd}" CKPTCTL="${2:?ckptctl}"
@@ -119,6 +119,19 @@ restore_h2() {
   "$cluster" start "$dir" 2 "$@"
   await_alive h2
 }
+# Until the coordinator heard from h2 that it carries ranks 6 and 7.
+await_carried() {
+  local start
+  start=$(now_ms)
+  until "$cluster" status "$dir" --json | python3 -c '
+import json, sys
+hosts = {h["host"]["host"]: h for h in json.load(sys.stdin).get("hosts", [])}
+jobs = hosts.get("h2", {}).get("jobs", [])
+sys.exit(0 if any(j["job"] == "job" and j.get("ranks") == [6, 7] for j in jobs) else 1)'; do
+    (( $(now_ms) - start > 30000 )) && fail "the coordinator never heard that h2 carries ranks 6, 7"
+    sleep 0.05
+  done
+}
 nothing_left() {  # STEP: no step-STEP and, once the removals that follow a failure ran, no partial
   local left start
   start=$(now_ms)
@@ -140,15 +153,7 @@ echo "step 1 saved by 8 ranks on 3 hosts"
 # Before planning: h2's ranks attached, the coordinator heard of them, and
 # the link goes before any plan is sent.
 ranks save 2 --go_file="$dir/go"
-start=$(now_ms)
-until "$cluster" status "$dir" --json | python3 -c '
-import json, sys
-hosts = {h["host"]["host"]: h for h in json.load(sys.stdin).get("hosts", [])}
-jobs = hosts.get("h2", {}).get("jobs", [])
-sys.exit(0 if any(j["job"] == "job" and j.get("ranks") == [6, 7] for j in jobs) else 1)'; do
-  (( $(now_ms) - start > 30000 )) && fail "the coordinator never heard that h2 carries ranks 6, 7"
-  sleep 0.05
-done
+await_carried
 "$cluster" status "$dir" | grep -q "ranks 6, 7 of job job (world 8)" ||
   fail "ckptctl cluster does not show h2's ranks: $("$cluster" status "$dir")"
 touch "$dir/go.next"
@@ -210,6 +215,13 @@ await_line "$dir/coord/log" "fault point commit.before_rename reached"
 cut_h2 "during the commit" "host h2 (ranks 6, 7 of 8"
 restore_h2 --fault_kill_at=load.exchange --fault_pause_s=1
 nothing_left 5
+
+# Before a spread load's planning: as before the save's.
+ranks load -1 --go_file="$dir/go"
+await_carried
+touch "$dir/go.next"
+cut_h2 "before a load's planning" "host h2 (ranks 6, 7 of 8"
+restore_h2 --fault_kill_at=load.exchange --fault_pause_s=1
 
 # During a spread load: h2 is exchanging chunks with the others.
 ranks load -1

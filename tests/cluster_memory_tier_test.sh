@@ -52,9 +52,16 @@ all_ok() {
   local r
   for r in $(seq 0 5); do [ "$(cat "$dir/ranks/$r.rc")" = 0 ] || fail "rank $r: $(cat "$dir/ranks/$r.out")"; done
 }
-await_alive() {
+await_alive() {  # [hI that was restarted: until its new daemon registered]
   local start
   start=$(now_ms)
+  if [ -n "${1:-}" ]; then
+    # The killed one may look alive until its heartbeat timeout.
+    until grep -q "registered with coordinator" "$dir/$1/log" 2>/dev/null; do
+      (( $(now_ms) - start > 30000 )) && fail "$1 did not register within 30 s"
+      sleep 0.05
+    done
+  fi
   until "$cluster" status "$dir" --json | python3 -c '
 import json, sys
 hosts = json.load(sys.stdin).get("hosts", [])
@@ -121,7 +128,7 @@ echo "a flipped replica: $(grep -m1 "host h1: data/h0-0.bin" <<<"$out")"
 # rank's sources add up to its bytes (ckpt-demo-rank fails otherwise).
 "$cluster" kill "$dir" 2
 "$cluster" start "$dir" 2 >/dev/null
-await_alive
+await_alive h2
 ranks rep load 1 --from=memory
 all_ok
 grep -q "sources=.*peer@h0" "$dir/ranks/4.out" || fail "h2's rank 4 took nothing from h0: $(cat "$dir/ranks/4.out")"
@@ -155,7 +162,7 @@ grep -q "parity shares" <<<"$out" || fail "verify checked no parity: $out"
 # parity, and its ranks' sources say so (adding up, as every load checks).
 "$cluster" kill "$dir" 1
 "$cluster" start "$dir" 1 >/dev/null
-await_alive
+await_alive h1
 ranks ec load 1 --from=memory
 all_ok
 grep -q "sources=.*parity@" "$dir/ranks/2.out" || fail "h1's rank 2 rebuilt nothing: $(cat "$dir/ranks/2.out")"

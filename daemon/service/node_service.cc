@@ -774,6 +774,10 @@ void NodeService::FailSpanningSaves(const absl::Status& status) {
     for (const auto& [id, load] : loads_) {
       if (load->spans_hosts()) loads.push_back(load);
     }
+    // Those still gathering their ranks or waiting for the plan too.
+    for (const auto& [key, load] : load_barriers_) {
+      if (load->spans_hosts()) loads.push_back(load);
+    }
   }
   for (const auto& load : loads) {
     load->Fail(absl::Status(status.code(),
