@@ -1,6 +1,7 @@
 #include "daemon/coordinator/host_ranks.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -33,66 +34,61 @@ void HostRanks::Carries(const std::string& host,
   absl::MutexLock lock(&mu_);
   // Ranks carried here are not lost elsewhere: the job went on without
   // that host.
-  for (auto it = hosts_.begin(); it != hosts_.end();) {
-    Host& other = it->second;
-    if (other.lost && it->first != host) {
-      for (Job& was : other.jobs) {
-        for (const Job& now : kept) {
-          if (now.name != was.name || now.world_size != was.world_size) continue;
-          std::vector<int> left;
-          std::set_difference(was.ranks.begin(), was.ranks.end(), now.ranks.begin(),
-                              now.ranks.end(), std::back_inserter(left));
-          was.ranks = std::move(left);
-        }
-      }
-      other.jobs.erase(std::remove_if(other.jobs.begin(), other.jobs.end(),
-                                      [](const Job& j) { return j.ranks.empty(); }),
-                       other.jobs.end());
-      if (other.jobs.empty()) {
-        it = hosts_.erase(it);
-        continue;
+  for (auto it = lost_.begin(); it != lost_.end();) {
+    std::vector<Job>& was_jobs = it->second.jobs;
+    for (Job& was : was_jobs) {
+      for (const Job& now : kept) {
+        if (now.name != was.name || now.world_size != was.world_size) continue;
+        std::vector<int> left;
+        std::set_difference(was.ranks.begin(), was.ranks.end(), now.ranks.begin(), now.ranks.end(),
+                            std::back_inserter(left));
+        was.ranks = std::move(left);
       }
     }
-    ++it;
+    was_jobs.erase(std::remove_if(was_jobs.begin(), was_jobs.end(),
+                                  [](const Job& j) { return j.ranks.empty(); }),
+                   was_jobs.end());
+    it = was_jobs.empty() ? lost_.erase(it) : std::next(it);
   }
+  lost_.erase(host);  // heard from: live
   if (kept.empty()) {
-    hosts_.erase(host);
-    return;
+    live_.erase(host);
+  } else {
+    live_[host] = std::move(kept);
   }
-  Host& mine = hosts_[host];
-  mine.jobs = std::move(kept);
-  mine.lost = false;
-  mine.reason.clear();
 }
 
 void HostRanks::Lost(const std::string& host, const std::string& reason) {
   absl::MutexLock lock(&mu_);
-  auto it = hosts_.find(host);
-  if (it == hosts_.end()) return;
-  it->second.lost = true;
-  it->second.lost_order = ++lost_count_;
-  it->second.reason = reason;
-  size_t lost = 0;
-  auto oldest = hosts_.end();
-  for (auto h = hosts_.begin(); h != hosts_.end(); ++h) {
-    if (!h->second.lost) continue;
-    ++lost;
-    if (oldest == hosts_.end() || h->second.lost_order < oldest->second.lost_order) oldest = h;
+  auto it = live_.find(host);
+  if (it == live_.end()) return;
+  LostHost& lost = lost_[host];
+  lost.jobs = std::move(it->second);
+  lost.order = ++lost_count_;
+  lost.reason = reason;
+  live_.erase(it);
+  if (lost_.size() <= kMaxLostHosts) return;
+  auto oldest = lost_.begin();
+  for (auto h = lost_.begin(); h != lost_.end(); ++h) {
+    if (h->second.order < oldest->second.order) oldest = h;
   }
-  if (lost > kMaxLostHosts) hosts_.erase(oldest);
+  lost_.erase(oldest);
 }
 
 void HostRanks::Registered(const std::string& host) {
   absl::MutexLock lock(&mu_);
-  hosts_.erase(host);
+  live_.erase(host);
+  lost_.erase(host);
 }
 
 std::vector<int> HostRanks::RanksOf(const std::string& host, const std::string& job,
                                     int world_size) const {
   absl::MutexLock lock(&mu_);
-  auto it = hosts_.find(host);
-  if (it == hosts_.end()) return {};
-  for (const Job& j : it->second.jobs) {
+  const std::vector<Job>* jobs = nullptr;
+  if (auto live = live_.find(host); live != live_.end()) jobs = &live->second;
+  if (auto lost = lost_.find(host); lost != lost_.end()) jobs = &lost->second.jobs;
+  if (jobs == nullptr) return {};
+  for (const Job& j : *jobs) {
     if (j.name == job && j.world_size == world_size) return j.ranks;
   }
   return {};
@@ -103,8 +99,7 @@ std::optional<HostRanks::LostCarrier> HostRanks::LostFrom(const std::string& job
   std::vector<int> brought(except.begin(), except.end());
   std::sort(brought.begin(), brought.end());
   absl::MutexLock lock(&mu_);
-  for (const auto& [name, host] : hosts_) {
-    if (!host.lost) continue;
+  for (const auto& [name, host] : lost_) {
     for (const Job& j : host.jobs) {
       if (j.name != job || j.world_size != world_size) continue;
       std::vector<int> missing;

@@ -76,15 +76,18 @@ class HostRanks {
     int world_size = 0;
     std::vector<int> ranks;  // ascending
   };
-  struct Host {
+  // A live host's jobs, from its last heartbeat; a lost host's, with why
+  // and when it was lost. Apart, so that heartbeats and the sweeper walk
+  // only the lost ones (at most kMaxLostHosts), never every host.
+  struct LostHost {
     std::vector<Job> jobs;
-    bool lost = false;
-    uint64_t lost_order = 0;  // when lost: greater is later
+    uint64_t order = 0;  // greater is later
     std::string reason;
   };
   mutable absl::Mutex mu_;
   uint64_t lost_count_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<std::string, Host> hosts_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::vector<Job>> live_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, LostHost> lost_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ckpt::coordinator
