@@ -1,10 +1,8 @@
 #include "daemon/cluster/coordinator_service.h"
 
-#include <chrono>
-
 #include "absl/strings/str_cat.h"
+#include "daemon/cluster/host_calls.h"
 #include "proto/lib/grpc_status.h"
-#include "proto/lib/validation.h"
 
 namespace ckpt::cluster {
 namespace {
@@ -13,43 +11,13 @@ namespace {
 // bounded, whatever a caller sends.
 constexpr size_t kMaxReasonBytes = 1024;
 
-// A refusal as gRPC carries it: the message bounded (it travels in
-// metadata; callers' inputs it quotes may be of any size).
-grpc::Status Refuse(const absl::Status& status) {
-  constexpr size_t kMaxMessage = 4096;
-  if (status.message().size() <= kMaxMessage) return ToGrpcStatus(status);
-  return ToGrpcStatus(
-      absl::Status(status.code(), absl::StrCat(status.message().substr(0, kMaxMessage), "...")));
-}
-
-// The caller is gone once it cancelled or its deadline passed: a sync
-// handler may not see a client's deadline as a cancellation while it waits.
-coordinator::CallerGone Gone(grpc::ServerContext* context) {
-  return [context] {
-    return context->IsCancelled() || std::chrono::system_clock::now() > context->deadline();
-  };
-}
-
 }  // namespace
-
-absl::Status CoordinatorServiceImpl::Admit(const grpc::ServerContext& context,
-                                           const v1::HostIdentity& host) const {
-  absl::StatusOr<auth::Caller> caller = auth_.Authorize(context, auth::Permission::kAdmin);
-  if (!caller.ok()) return caller.status();
-  if (absl::Status s = ValidateName("host", host.host()); !s.ok()) return s;
-  if (!cluster_.HostLive(host.host())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "host ", host.host(),
-        " is not registered with this coordinator, or is lost: its ckptd must run with "
-        "--coordinator_address pointing here and heartbeat"));
-  }
-  return absl::OkStatus();
-}
 
 grpc::Status CoordinatorServiceImpl::ReportVerify(grpc::ServerContext* context,
                                                   const v1::HostVerifyReport* request,
                                                   v1::ReportVerifyResponse*) {
-  if (absl::Status s = Admit(*context, request->host()); !s.ok()) return Refuse(s);
+  if (absl::Status s = AdmitHost(auth_, cluster_, *context, request->host()); !s.ok())
+    return Refuse(s);
   if (verify_rounds_ == nullptr) {
     return Refuse(absl::FailedPreconditionError("this coordinator runs no verifies"));
   }
@@ -108,7 +76,8 @@ void CoordinatorServiceImpl::MarkDisagreed(const std::string& job, int64_t step)
 grpc::Status CoordinatorServiceImpl::PlanSave(grpc::ServerContext* context,
                                               const v1::NodeSavePlan* request,
                                               v1::SaveAssignment* response) {
-  if (absl::Status s = Admit(*context, request->host()); !s.ok()) return Refuse(s);
+  if (absl::Status s = AdmitHost(auth_, cluster_, *context, request->host()); !s.ok())
+    return Refuse(s);
   absl::StatusOr<coordinator::Coordinator*> store = Store(request->tier());
   if (!store.ok()) return Refuse(store.status());
   // The tiers meet in different stores: hosts that disagree would each
@@ -139,7 +108,7 @@ grpc::Status CoordinatorServiceImpl::PlanSave(grpc::ServerContext* context,
   }
   // Waiting, this host gives up once a host of the same save plans in the
   // other tier (checked every 200 ms): that one gives up too.
-  coordinator::CallerGone gone = Gone(context);
+  coordinator::CallerGone gone = CallerGoneOf(context);
   if (other != nullptr) {
     gone = [this, gone, &disagreed, job = request->job(), step = request->step(), memory] {
       if (gone()) return true;
@@ -160,10 +129,12 @@ grpc::Status CoordinatorServiceImpl::PlanSave(grpc::ServerContext* context,
 grpc::Status CoordinatorServiceImpl::ReportPersisted(grpc::ServerContext* context,
                                                      const v1::NodePersistReport* request,
                                                      v1::CommitResult* response) {
-  if (absl::Status s = Admit(*context, request->host()); !s.ok()) return Refuse(s);
+  if (absl::Status s = AdmitHost(auth_, cluster_, *context, request->host()); !s.ok())
+    return Refuse(s);
   absl::StatusOr<coordinator::Coordinator*> store = Store(request->tier());
   if (!store.ok()) return Refuse(store.status());
-  absl::StatusOr<v1::CommitResult> result = (*store)->ReportPersisted(*request, Gone(context));
+  absl::StatusOr<v1::CommitResult> result =
+      (*store)->ReportPersisted(*request, CallerGoneOf(context));
   if (!result.ok()) return Refuse(result.status());
   *response = std::move(*result);
   return grpc::Status::OK;
@@ -172,9 +143,10 @@ grpc::Status CoordinatorServiceImpl::ReportPersisted(grpc::ServerContext* contex
 grpc::Status CoordinatorServiceImpl::PlanLoad(grpc::ServerContext* context,
                                               const v1::NodeLoadPlan* request,
                                               v1::LoadAssignment* response) {
-  if (absl::Status s = Admit(*context, request->host()); !s.ok()) return Refuse(s);
+  if (absl::Status s = AdmitHost(auth_, cluster_, *context, request->host()); !s.ok())
+    return Refuse(s);
   absl::StatusOr<v1::LoadAssignment> assignment =
-      coordinator_.PlanSpanningLoad(*request, Gone(context));
+      coordinator_.PlanSpanningLoad(*request, CallerGoneOf(context));
   if (!assignment.ok()) return Refuse(assignment.status());
   *response = std::move(*assignment);
   return grpc::Status::OK;

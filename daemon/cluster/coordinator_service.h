@@ -52,8 +52,6 @@ class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
   void ServeVerifies(VerifyRounds* rounds) { verify_rounds_ = rounds; }
 
  private:
-  // The admin token and a live registered host, or the refusal.
-  absl::Status Admit(const grpc::ServerContext& context, const v1::HostIdentity& host) const;
   // The store a save's messages go to by its tier; FAILED_PRECONDITION for
   // a memory tier this coordinator lacks.
   absl::StatusOr<coordinator::Coordinator*> Store(v1::SaveTier tier) const;

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <map>
@@ -12,6 +11,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/cluster/host_calls.h"
 #include "daemon/coordinator/verify.h"
 #include "daemon/planning/manifest_io.h"
 #include "daemon/planning/save_planner.h"
@@ -577,12 +577,9 @@ grpc::Status NodeService::VerifyCheckpoint(grpc::ServerContext* context,
     // The cluster's coordinator holds the manifests of memory-tier steps
     // spread over hosts; the hosts hold the bytes: each checks its own.
     if (context_.verify_rounds != nullptr && store.backend == &context_.memory_tier->backend()) {
-      absl::Status spread = VerifySpreadMemoryStep(
-          context_, request->job(), store.step, caller->principal.Describe(),
-          [context] {
-            return context->IsCancelled() || std::chrono::system_clock::now() > context->deadline();
-          },
-          response);
+      absl::Status spread =
+          VerifySpreadMemoryStep(context_, request->job(), store.step, caller->principal.Describe(),
+                                 cluster::CallerGoneOf(context), response);
       if (!spread.ok()) return ToGrpc(spread);
       continue;
     }

@@ -1,51 +1,24 @@
 #include "daemon/service/spread_persist_service.h"
 
-#include <chrono>
-
-#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/cluster/host_calls.h"
 #include "proto/lib/grpc_status.h"
-#include "proto/lib/validation.h"
 
 namespace ckpt::service {
 namespace {
 
 constexpr char kClosed[] = "ckptd is shutting down";
 
-// A refusal as gRPC carries it, bounded (it travels in metadata).
-grpc::Status Refuse(const absl::Status& status) {
-  constexpr size_t kMaxMessage = 4096;
-  if (status.message().size() <= kMaxMessage) return ToGrpcStatus(status);
-  return ToGrpcStatus(
-      absl::Status(status.code(), absl::StrCat(status.message().substr(0, kMaxMessage), "...")));
-}
-
-coordinator::CallerGone Gone(grpc::ServerContext* context) {
-  return [context] {
-    return context->IsCancelled() || std::chrono::system_clock::now() > context->deadline();
-  };
-}
-
 }  // namespace
-
-absl::Status SpreadPersistServiceImpl::Admit(const grpc::ServerContext& context,
-                                             const v1::HostIdentity& host) const {
-  absl::StatusOr<auth::Caller> caller = auth_.Authorize(context, auth::Permission::kAdmin);
-  if (!caller.ok()) return caller.status();
-  if (absl::Status s = ValidateName("host", host.host()); !s.ok()) return s;
-  if (!cluster_.HostLive(host.host())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("host ", host.host(), " is not registered with this coordinator, or is lost"));
-  }
-  return absl::OkStatus();
-}
 
 grpc::Status SpreadPersistServiceImpl::OpenPersist(grpc::ServerContext* context,
                                                    const v1::SpreadPersistOpen* request,
                                                    v1::SpreadPersistDir* response) {
-  if (absl::Status s = Admit(*context, request->host()); !s.ok()) return Refuse(s);
-  absl::StatusOr<v1::SpreadPersistDir> dir = persists_.Open(*request, Gone(context));
-  if (!dir.ok()) return Refuse(dir.status());
+  if (absl::Status s = cluster::AdmitHost(auth_, cluster_, *context, request->host()); !s.ok())
+    return cluster::Refuse(s);
+  absl::StatusOr<v1::SpreadPersistDir> dir =
+      persists_.Open(*request, cluster::CallerGoneOf(context));
+  if (!dir.ok()) return cluster::Refuse(dir.status());
   *response = std::move(*dir);
   return grpc::Status::OK;
 }
@@ -53,9 +26,11 @@ grpc::Status SpreadPersistServiceImpl::OpenPersist(grpc::ServerContext* context,
 grpc::Status SpreadPersistServiceImpl::ReportPersistCopied(grpc::ServerContext* context,
                                                            const v1::SpreadPersistCopied* request,
                                                            v1::SpreadPersistResult* response) {
-  if (absl::Status s = Admit(*context, request->host()); !s.ok()) return Refuse(s);
-  absl::StatusOr<v1::SpreadPersistResult> result = persists_.Report(*request, Gone(context));
-  if (!result.ok()) return Refuse(result.status());
+  if (absl::Status s = cluster::AdmitHost(auth_, cluster_, *context, request->host()); !s.ok())
+    return cluster::Refuse(s);
+  absl::StatusOr<v1::SpreadPersistResult> result =
+      persists_.Report(*request, cluster::CallerGoneOf(context));
+  if (!result.ok()) return cluster::Refuse(result.status());
   *response = std::move(*result);
   return grpc::Status::OK;
 }

@@ -39,8 +39,6 @@ class SpreadPersistServiceImpl final : public v1::SpreadPersistService::Service 
                                    v1::SpreadPersistResult* response) override;
 
  private:
-  absl::Status Admit(const grpc::ServerContext& context, const v1::HostIdentity& host) const;
-
   const auth::Authenticator& auth_;
   tier::SpreadPersists& persists_;
   const cluster::ClusterServiceImpl& cluster_;
