@@ -14,36 +14,12 @@
 # (root): exits 77 (skipped) without them.
 #   tests/cluster_lost_host_test.sh CKPTD CKPTCTL DEMO_RANK
 set -euo pipefail
-export CKPTD="${1:?ckptd}" CKPTCTL="${2:?ckptctl}"
-demo_rank="${3:?ckpt-demo-rank}"
-if [ "$(id -u)" -ne 0 ] || ! ip netns list >/dev/null 2>&1; then
-  echo "cluster_lost_host_test: needs root and network namespaces; skipped"
-  exit 77
-fi
-export CKPT_CLUSTER_HEARTBEAT_S=0.2 CKPT_CLUSTER_TIMEOUT_S=1.5
+test_name=cluster_lost_host_test
+source "$(dirname "$0")/cluster_test_lib.sh"
 limit_ms=3500  # the heartbeat timeout + 2 s
-cluster="$(cd "$(dirname "$0")/.." && pwd)/tools/dev/cluster.sh"
-dir="$(mktemp -d /tmp/ckpt-lost-host-test-XXXXXX)"
-trap '"$cluster" down "$dir" >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
-fail() {
-  echo "cluster_lost_host_test: FAIL: $*" >&2
-  for f in "$dir"/*/log "$dir"/ranks/*.out; do [ -e "$f" ] && { echo "== $f"; tail -5 "$f"; }; done >&2
-  exit 1
-}
-now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
-# await_line FILE TEXT: until FILE holds TEXT (60 s at most).
-await_line() {
-  local start
-  start=$(now_ms)
-  until grep -q "$2" "$1" 2>/dev/null; do
-    (( $(now_ms) - start > 60000 )) && fail "no \"$2\" in $1 within 60 s"
-    sleep 0.02
-  done
-}
 
 "$cluster" up "$dir" 3 >/dev/null
 source "$dir/cluster.env"
-mkdir -p "$dir/ranks"
 
 # ranks MODE STEP [FLAGS...]: 8 ranks, 3 on h0, 3 on h1, 2 on h2, in the
 # background; each leaves RANK.out and RANK.rc.
@@ -73,20 +49,6 @@ await_ranks() {  # SECONDS
 all_ok() {
   local r
   for r in $(seq 0 7); do [ "$(cat "$dir/ranks/$r.rc")" = 0 ] || fail "rank $r: $(cat "$dir/ranks/$r.out")"; done
-}
-await_alive() {  # [NAME that was restarted: until its new daemon registered]
-  local start
-  start=$(now_ms)
-  if [ -n "${1:-}" ] && [ "$1" != coord ]; then
-    await_line "$dir/$1/log" "registered with coordinator"
-  fi
-  until "$cluster" status "$dir" --json | python3 -c '
-import json, sys
-hosts = json.load(sys.stdin).get("hosts", [])
-sys.exit(0 if len(hosts) == 3 and not any(h.get("lost") for h in hosts) else 1)'; do
-    (( $(now_ms) - start > 30000 )) && fail "hosts not all alive within 30 s"
-    sleep 0.05
-  done
 }
 # cut_h2 PHASE [what h0's and h1's ranks must say [what h2's must say
 # (grep -E) [cut, or kill: SIGKILL its daemon]]]: cuts h2's link now and

@@ -13,23 +13,8 @@
 # Needs network namespaces (root): exits 77 (skipped) without them.
 #   tests/cluster_memory_tier_test.sh CKPTD CKPTCTL DEMO_RANK
 set -euo pipefail
-export CKPTD="${1:?ckptd}" CKPTCTL="${2:?ckptctl}"
-demo_rank="${3:?ckpt-demo-rank}"
-if [ "$(id -u)" -ne 0 ] || ! ip netns list >/dev/null 2>&1; then
-  echo "cluster_memory_tier_test: needs root and network namespaces; skipped"
-  exit 77
-fi
-export CKPT_CLUSTER_HEARTBEAT_S=0.2 CKPT_CLUSTER_TIMEOUT_S=1.5
-cluster="$(cd "$(dirname "$0")/.." && pwd)/tools/dev/cluster.sh"
-dir="$(mktemp -d /tmp/ckpt-cluster-memory-test-XXXXXX)"
-trap '"$cluster" down "$dir" >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
-fail() {
-  echo "cluster_memory_tier_test: FAIL: $*" >&2
-  for f in "$dir"/*/log "$dir"/ranks/*.out; do [ -e "$f" ] && { echo "== $f"; tail -5 "$f"; }; done >&2
-  exit 1
-}
-now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
-mkdir -p "$dir/ranks"
+test_name=cluster_memory_tier_test
+source "$(dirname "$0")/cluster_test_lib.sh"
 
 # ranks JOB MODE STEP [FLAGS...]: 6 ranks, 2 on each host; waits for all.
 ranks() {
@@ -51,24 +36,6 @@ ranks() {
 all_ok() {
   local r
   for r in $(seq 0 5); do [ "$(cat "$dir/ranks/$r.rc")" = 0 ] || fail "rank $r: $(cat "$dir/ranks/$r.out")"; done
-}
-await_alive() {  # [hI that was restarted: until its new daemon registered]
-  local start
-  start=$(now_ms)
-  if [ -n "${1:-}" ]; then
-    # The killed one may look alive until its heartbeat timeout.
-    until grep -q "registered with coordinator" "$dir/$1/log" 2>/dev/null; do
-      (( $(now_ms) - start > 30000 )) && fail "$1 did not register within 30 s"
-      sleep 0.05
-    done
-  fi
-  until "$cluster" status "$dir" --json | python3 -c '
-import json, sys
-hosts = json.load(sys.stdin).get("hosts", [])
-sys.exit(0 if len(hosts) == 3 and not any(h.get("lost") for h in hosts) else 1)'; do
-    (( $(now_ms) - start > 30000 )) && fail "hosts not all alive within 30 s"
-    sleep 0.05
-  done
 }
 verify() {  # JOB STEP: ckptctl verify at the coordinator; its output in $out, its code in $verified
   verified=0
