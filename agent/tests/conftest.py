@@ -63,3 +63,14 @@ def daemon():
             # detach first, so ckptd has no rank to wait for as it stops.
             gc.collect()
             d.stop()
+
+
+@pytest.fixture
+def tiered():
+    """A ckptd with a 64 MiB memory tier."""
+    with tempfile.TemporaryDirectory(prefix="ckpt-agent-") as root:
+        d = Daemon(root, flags=[f"--memory_tier_bytes={64 << 20}"]).start()
+        try:
+            yield d
+        finally:
+            d.stop()

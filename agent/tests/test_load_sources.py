@@ -1,24 +1,11 @@
 """Where a load's bytes came from, seen from Python (Checkpointer.last_load_sources):
 one ckptd, a load from storage and one from its memory tier. The sources add
 up to the bytes the load delivered, which are the state's own bytes."""
-import tempfile
 
-import pytest
 import torch
 
 import ckpt
 from ckpt.values import encode
-from conftest import Daemon
-
-
-@pytest.fixture
-def tiered():
-    with tempfile.TemporaryDirectory(prefix="ckpt-agent-") as root:
-        d = Daemon(root, flags=[f"--memory_tier_bytes={64 << 20}"]).start()
-        try:
-            yield d
-        finally:
-            d.stop()
 
 
 def state(seed: int):

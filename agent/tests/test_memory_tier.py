@@ -2,23 +2,11 @@
 memory, the every-step policy, and clear errors."""
 import subprocess
 import sys
-import tempfile
 
 import pytest
 import torch
 
 import ckpt
-from conftest import Daemon
-
-
-@pytest.fixture
-def tiered():
-    with tempfile.TemporaryDirectory(prefix="ckpt-agent-") as root:
-        d = Daemon(root, flags=[f"--memory_tier_bytes={64 << 20}"]).start()
-        try:
-            yield d
-        finally:
-            d.stop()
 
 
 def state(seed: int):
