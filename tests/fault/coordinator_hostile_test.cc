@@ -152,3 +152,108 @@ TEST_CASE("A hostile client cannot crash, wedge or bloat the coordinator", "[mul
 
 }  // namespace
 }  // namespace ckpt::testing
+
+namespace ckpt::testing {
+namespace {
+
+// The calls only node daemons make (issue "Jobs spread over hosts"): a
+// heartbeat's carried jobs, a spread step's copy to storage, a verify
+// report. With no token or the read-only token each is refused; with the
+// cluster's admin token but an unregistered host, too; and a heartbeat
+// carrying a million ranks is kept bounded.
+TEST_CASE("Host-only coordinator calls want the admin token and a live host", "[multi_host]") {
+  TestCluster cluster;
+  REQUIRE(cluster
+              .Start(2, {"--memory_tier_bytes=67108864"},
+                     {"--memory_tier_bytes=67108864", "--memory_tier_replicas=1"})
+              .ok());
+  TestDaemon& coordinator = cluster.coordinator();
+  const std::string read = TestDaemon::ReadToken(coordinator.read_token_file());
+
+  for (const std::string& token : {std::string("none"), read}) {
+    INFO("token " << (token == "none" ? "none" : "read-only"));
+    const auto channel = Channel(coordinator, token);
+    auto persist = v1::SpreadPersistService::NewStub(channel);
+    v1::SpreadPersistOpen open;
+    open.mutable_host()->set_host("h0");
+    grpc::ClientContext open_context;
+    Deadline(open_context);
+    v1::SpreadPersistDir dir;
+    const grpc::Status opened = persist->OpenPersist(&open_context, open, &dir);
+    CHECK((opened.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+           opened.error_code() == grpc::StatusCode::PERMISSION_DENIED));
+    v1::SpreadPersistCopied copied;
+    copied.mutable_host()->set_host("h0");
+    grpc::ClientContext copied_context;
+    Deadline(copied_context);
+    v1::SpreadPersistResult result;
+    const grpc::Status reported = persist->ReportPersistCopied(&copied_context, copied, &result);
+    CHECK((reported.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+           reported.error_code() == grpc::StatusCode::PERMISSION_DENIED));
+
+    auto coord = v1::CoordinatorService::NewStub(channel);
+    v1::HostVerifyReport verify;
+    verify.mutable_host()->set_host("h0");
+    grpc::ClientContext verify_context;
+    Deadline(verify_context);
+    v1::ReportVerifyResponse verified;
+    const grpc::Status verify_status = coord->ReportVerify(&verify_context, verify, &verified);
+    CHECK((verify_status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+           verify_status.error_code() == grpc::StatusCode::PERMISSION_DENIED));
+
+    auto registry = v1::ClusterService::NewStub(channel);
+    v1::HeartbeatRequest beat;
+    beat.set_host("h0");
+    beat.add_jobs()->set_job("job");
+    grpc::ClientContext beat_context;
+    Deadline(beat_context);
+    v1::HeartbeatResponse answer;
+    const grpc::Status heard = registry->Heartbeat(&beat_context, beat, &answer);
+    CHECK((heard.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+           heard.error_code() == grpc::StatusCode::PERMISSION_DENIED));
+  }
+
+  // The admin token, for a host that never registered.
+  auto persist = v1::SpreadPersistService::NewStub(Channel(coordinator, ""));
+  v1::SpreadPersistOpen open;
+  open.mutable_host()->set_host("stranger");
+  grpc::ClientContext open_context;
+  Deadline(open_context);
+  v1::SpreadPersistDir dir;
+  const grpc::Status stranger = persist->OpenPersist(&open_context, open, &dir);
+  CHECK(stranger.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(absl::StrContains(stranger.error_message(), "host stranger is not registered"));
+
+  // A live host's heartbeat carrying 1000 jobs of 1000 ranks each: kept
+  // to 64 jobs and 4096 ranks.
+  const v1::ClusterStatusResponse status = cluster.Status();
+  REQUIRE(status.hosts_size() == 2);
+  auto registry = v1::ClusterService::NewStub(Channel(coordinator, ""));
+  v1::HeartbeatRequest beat;
+  beat.set_host(status.hosts(0).host().host());
+  beat.set_instance(status.hosts(0).instance());
+  for (int j = 0; j < 1000; ++j) {
+    v1::CarriedJob* job = beat.add_jobs();
+    job->set_job("job" + std::to_string(j));
+    job->set_world_size(100000);
+    for (int r = 0; r < 1000; ++r) job->add_ranks(static_cast<uint32_t>(r));
+  }
+  grpc::ClientContext beat_context;
+  Deadline(beat_context);
+  v1::HeartbeatResponse answer;
+  REQUIRE(registry->Heartbeat(&beat_context, beat, &answer).ok());
+  int jobs = 0;
+  int ranks = 0;
+  const v1::ClusterStatusResponse kept = cluster.Status();
+  for (const v1::ClusterHost& host : kept.hosts()) {
+    for (const v1::CarriedJob& job : host.jobs()) {
+      ++jobs;
+      ranks += job.ranks_size();
+    }
+  }
+  CHECK(jobs <= 64);
+  CHECK(ranks <= 4096);
+}
+
+}  // namespace
+}  // namespace ckpt::testing
