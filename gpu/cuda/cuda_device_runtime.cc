@@ -27,6 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "gpu/registered_ranges.h"
 #include "proto/lib/status_context.h"
 
 namespace ckpt::gpu {
@@ -263,6 +264,7 @@ class CudaRuntime : public DeviceRuntime {
     // since one daemon serves all GPUs of the node.
     cudaError_t err = cudaHostRegister(ptr, bytes, cudaHostRegisterPortable);
     if (err != cudaSuccess) return CudaError(err, context);
+    ProcessRegistrations().Add(reinterpret_cast<uintptr_t>(ptr), bytes);
     return absl::OkStatus();
   }
 
@@ -271,6 +273,7 @@ class CudaRuntime : public DeviceRuntime {
     if (ptr == nullptr) return absl::InvalidArgumentError(absl::StrCat(context, ": null pointer"));
     cudaError_t err = cudaHostUnregister(ptr);
     if (err != cudaSuccess) return CudaError(err, context);
+    ProcessRegistrations().Remove(reinterpret_cast<uintptr_t>(ptr));
     return absl::OkStatus();
   }
 
@@ -500,8 +503,17 @@ class CudaRuntime : public DeviceRuntime {
       while (status.ok() && issued < chunks && issued - landed < kChunksInFlight) {
         auto [offset, length] = range_of(issued);
         cudaStream_t s = stream[(start + issued) % stream.size()];
-        cudaError_t err = cudaMemcpyAsync(static_cast<char*>(dst) + offset,
-                                          static_cast<const char*>(src) + offset, length, kind, s);
+        // One copy per registration the host side touches (registered_ranges.h).
+        const uintptr_t host = reinterpret_cast<uintptr_t>(
+            kind == cudaMemcpyDeviceToHost ? static_cast<const char*>(dst) : src);
+        cudaError_t err = cudaSuccess;
+        for (uint64_t done = 0; done < length && err == cudaSuccess;) {
+          const uint64_t piece =
+              ProcessRegistrations().PieceAt(host + offset + done, length - done);
+          err = cudaMemcpyAsync(static_cast<char*>(dst) + offset + done,
+                                static_cast<const char*>(src) + offset + done, piece, kind, s);
+          done += piece;
+        }
         if (err != cudaSuccess) {
           status = chunk_error(err, issued, "cudaMemcpyAsync");
           return;
