@@ -281,6 +281,12 @@ absl::Status LoadSession::Plan() {
       ranks_[r].groups.push_back(g);
       ++groups_[g].consumers_left;
     }
+    for (const planning::DeviceCopy& copy : groups_[g].plan.device) {
+      std::vector<size_t>& device = ranks_[copy.rank].device_groups;
+      if (groups_[g].plan.host[copy.rank].empty() && (device.empty() || device.back() != g)) {
+        device.push_back(g);
+      }
+    }
   }
   const bool checked = memory && check.step == assignment_.step();
   if (checked) {
@@ -951,6 +957,7 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
     ReleaseLocked(held);
   }
   v1::LoadBatch batch;
+  std::pair<LoadSession*, int> landed(this, rank.rank);
   // A second batch only while the one held takes no room: two rooms held
   // by each rank could wedge a pool sized for one each. Until then (or
   // until the rank releases what it holds, past its last batch): nothing,
@@ -961,6 +968,16 @@ absl::StatusOr<v1::LoadBatch> LoadSession::NextBatch(const RankSession& rank,
     return batch;
   }
   if (state.next >= state.groups.size()) {
+    // The daemon's own copies to the rank's GPU must have landed before the
+    // rank hears that its load is over, and reads its tensors.
+    mu_.AwaitWithTimeout(absl::Condition(
+                             +[](std::pair<LoadSession*, int>* p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                               return p->first->DeviceCopiesLandedLocked(p->second);
+                             },
+                             &landed),
+                         wait);
+    if (!error_.ok()) return error_;
+    if (!DeviceCopiesLandedLocked(rank.rank)) return batch;  // not yet: ask again
     if (!state.done) {
       state.done = true;
       SourcesLocked(rank.rank);  // counted in the host's before the load's end is reported
@@ -1120,6 +1137,18 @@ void LoadSession::ReportEndLocked() {
   report.stages.verify = ns(times_.verify);
   report.stages.deliver = ns(times_.deliver);
   context_.metrics.LoadEnded(report);
+}
+
+bool LoadSession::DeviceCopiesLandedLocked(int rank) const {
+  if (!error_.ok()) return true;
+  auto it = ranks_.find(rank);
+  if (it == ranks_.end()) return true;
+  for (size_t g : it->second.device_groups) {
+    if (groups_[g].state != GroupState::kReady && groups_[g].state != GroupState::kReleased) {
+      return false;
+    }
+  }
+  return true;
 }
 
 void LoadSession::ReleaseLocked(size_t index) {

@@ -127,7 +127,10 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
     std::optional<v1::LoadRequest> request;
     std::string session_id;
     std::vector<size_t> groups;  // the groups with deliveries for this rank, in order
-    size_t next = 0;             // index into groups of the one to hand out next
+    // Groups whose only deliveries to this rank are the daemon's own copies
+    // to its GPU: never handed to it, but its load ends after they land.
+    std::vector<size_t> device_groups;
+    size_t next = 0;  // index into groups of the one to hand out next
     // Handed out, not released, oldest first, with when (delivery time):
     // one, or two while the first holds no room (LoadBatch.roomless).
     std::deque<std::pair<size_t, absl::Time>> held;
@@ -192,6 +195,9 @@ class LoadSession : public std::enable_shared_from_this<LoadSession> {
   absl::Status ReadGroup(size_t index, storage::ChunkReader& reader, bool verified,
                          uint64_t* in_place);
   absl::Status DeliverToDevices(const planning::LoadGroup& group, const char* room);
+  // Every group in the rank's device_groups has been delivered, or the load
+  // failed.
+  bool DeviceCopiesLandedLocked(int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseLocked(size_t group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // With a rank's last batch: the tiers the load read from, and the
   // sources of the bytes delivered to the rank.

@@ -2,8 +2,12 @@
 // daemon pulls) and loaded by push, and the reverse; bytes compared after
 // the round trip. Without a GPU it skips, saying why, and ctest shows it
 // skipped.
+#include <algorithm>
 #include <cstring>
+#include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "ckpt/client.h"
 #include "gpu/device_factory.h"
 #include "tests/catch.h"
@@ -26,6 +30,22 @@ bool GpuOrSkip() {
   return false;
 }
 
+#if CKPT_HAVE_CUDA
+// "" when equal, else where and how the bytes differ.
+std::string Mismatch(const std::vector<char>& got, const std::vector<char>& want) {
+  size_t first = got.size(), count = 0, zeros = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] == want[i]) continue;
+    first = std::min(first, i);
+    ++count;
+    zeros += got[i] == 0;
+  }
+  if (count == 0) return "";
+  return absl::StrCat(count, " of ", got.size(), " bytes differ (", zeros,
+                      " of them zero), the first at offset ", first);
+}
+#endif
+
 }  // namespace
 
 TEST_CASE("GPU tensors save and load, pull and push", "[gpu]") {
@@ -34,7 +54,9 @@ TEST_CASE("GPU tensors save and load, pull and push", "[gpu]") {
   HostTensor t;
   t.fqn = "model.gpu.weight";
   t.dtype = DType::kFloat32;
-  t.global_shape = {1024, 2048};  // 8 MiB
+  // 40 MB: larger than the test daemon's pool segments, so rooms and
+  // copies straddle their registrations (registered_ranges.h).
+  t.global_shape = {1024, 10000};
   std::vector<char> host = *PatternShard(t);
   void* saved_buffer = nullptr;
   void* loaded_buffer = nullptr;
@@ -72,7 +94,15 @@ TEST_CASE("GPU tensors save and load, pull and push", "[gpu]") {
   std::vector<char> back(host.size());
   REQUIRE(cudaMemcpy(back.data(), loaded_buffer, back.size(), cudaMemcpyDeviceToHost) ==
           cudaSuccess);
-  CHECK(std::memcmp(back.data(), host.data(), host.size()) == 0);
+  CHECK(Mismatch(back, host) == "");
+  // The step as stored, through host memory: tells a wrong save from a
+  // wrong load.
+  HostTensor stored = t;
+  std::vector<char> on_host(host.size(), 0);
+  stored.location = Location::kHost;
+  stored.data = on_host.data();
+  REQUIRE((*client)->Load(kLatestStep, {stored}).ok());
+  CHECK(Mismatch(on_host, host) == "");
   cudaFree(saved_buffer);
   cudaFree(loaded_buffer);
 #endif

@@ -15,7 +15,9 @@ constexpr char kRoot[] = "/ckpt";
 
 }  // namespace
 
-FakeNode::FakeNode(uint64_t pool_bytes, uint64_t chunk_bytes) {
+FakeNode::FakeNode(uint64_t pool_bytes, uint64_t chunk_bytes,
+                   std::unique_ptr<gpu::DeviceRuntime> gpu)
+    : gpu_(std::move(gpu)) {
   options_.storage_root = kRoot;
   options_.host_name = "testhost";
   options_.pool_bytes = pool_bytes;
@@ -29,7 +31,7 @@ FakeNode::FakeNode(uint64_t pool_bytes, uint64_t chunk_bytes) {
   options_.snapshot_timeout = absl::Hours(1);
   (void)faults_.CreateDirs(kRoot);
 
-  gpu_ = std::make_unique<gpu::HostRuntime>("no GPU in session unit tests");
+  if (gpu_ == nullptr) gpu_ = std::make_unique<gpu::HostRuntime>("no GPU in session unit tests");
   ipc_ = std::make_unique<gpu::IpcMappingCache>(gpu_.get());
   pool::PoolOptions pool;
   pool.bytes = pool_bytes;

@@ -1,7 +1,8 @@
 // A node for driving SaveSession and LoadSession directly, without gRPC,
 // sockets or rank processes: a NodeContext over in-memory parts. Storage
 // is a MemoryBackend behind the fault-injection decorator (so a test can
-// fail writes or corrupt reads), the GPU is the host runtime, the pool a
+// fail writes or corrupt reads), the GPU the host runtime (or a test's
+// fake), the pool a
 // small real one, and the writers, readers, coordinator and catalog are
 // the daemon's own. A test plays the ranks: it attaches them, calls the
 // session's methods from one thread per rank, and copies bytes into and
@@ -50,7 +51,10 @@ class FakeNode {
  public:
   // A pool of `pool_bytes` and chunks of `chunk_bytes`; the plan and
   // snapshot deadlines are long: tests end barriers by events, not time.
-  explicit FakeNode(uint64_t pool_bytes = 8 << 20, uint64_t chunk_bytes = 64 << 10);
+  // `gpu` stands in for the GPU (a fake behind DeviceRuntime's interface);
+  // null: the host runtime, which has none.
+  explicit FakeNode(uint64_t pool_bytes = 8 << 20, uint64_t chunk_bytes = 64 << 10,
+                    std::unique_ptr<gpu::DeviceRuntime> gpu = nullptr);
   ~FakeNode();
 
   NodeContext& context() { return *context_; }
