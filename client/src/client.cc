@@ -271,7 +271,7 @@ class ClientImpl final : public Client {
           return absl::InvalidArgumentError(absl::StrCat("tensor ", t.fqn, " has no data"));
         }
       }
-      if (t.location != Location::kCudaDevice) continue;
+      if (t.location != Location::kCudaDevice || EmptyShard(t)) continue;
       on_gpu = true;
       absl::StatusOr<gpu::DeviceRuntime*> gpu = Gpu(t.fqn);
       if (!gpu.ok()) return gpu.status();
@@ -364,7 +364,8 @@ class ClientImpl final : public Client {
     const bool pull = options_.gpu_transfer == ClientOptions::GpuTransfer::kPull;
     for (const HostTensor& t : tensors) {
       std::optional<gpu::IpcExport> exported;
-      if (t.location == Location::kCudaDevice) {
+      // An empty tensor (PyTorch gives it no device memory) has nothing to map.
+      if (t.location == Location::kCudaDevice && !EmptyShard(t)) {
         absl::StatusOr<gpu::DeviceRuntime*> gpu = Gpu(t.fqn);
         if (!gpu.ok()) return WithContext(gpu.status(), what);
         if (pull) {
@@ -784,6 +785,13 @@ class ClientImpl final : public Client {
     }
     state.SnapshotDone(absl::OkStatus());
     return std::make_pair(attachment->session, planned.save_id());
+  }
+
+  // A tensor or region of no bytes: nothing to copy, on a GPU or not.
+  static bool EmptyShard(const HostTensor& t) {
+    v1::TensorShard shard;
+    ToProto(t, &shard);
+    return ShardBytes(shard) == 0;
   }
 
   static uint64_t ShardBytes(const v1::TensorShard& shard) {

@@ -105,4 +105,43 @@ TEST_CASE("GPU tensors without a GPU get a clear error", "[integration][gpu_fall
   }
 }
 
+// PyTorch gives a zero-element CUDA tensor no device memory: it has nothing
+// to copy, so it needs no GPU and no IPC export, and saves and loads beside
+// the host tensors (with a GPU, an export of it used to fail the save).
+TEST_CASE("an empty GPU tensor saves and loads without a GPU", "[integration][gpu_fallback]") {
+  TestDaemon d;
+  REQUIRE(d.Start().ok());
+  std::vector<char> bytes(256, 7), back(256, 0);
+  HostTensor host;
+  host.fqn = "model.weight";
+  host.dtype = DType::kUInt8;
+  host.global_shape = {256};
+  host.data = bytes.data();
+  HostTensor empty;
+  empty.fqn = "model.empty";
+  empty.dtype = DType::kFloat32;
+  empty.global_shape = {0, 5};
+  empty.location = Location::kCudaDevice;
+  char dummy = 0;
+  empty.data = &dummy;  // host memory: it must never be touched or exported
+  for (auto transfer : {ClientOptions::GpuTransfer::kPull, ClientOptions::GpuTransfer::kPush}) {
+    ClientOptions options;
+    options.socket_path = d.socket();
+    options.job = transfer == ClientOptions::GpuTransfer::kPull ? "empty-pull" : "empty-push";
+    options.gpu_transfer = transfer;
+    auto client = Client::Attach(options);
+    REQUIRE(client.ok());
+    auto saved = (*client)->Save(1, {host, empty}, {});
+    INFO(saved.status().ToString());
+    REQUIRE(saved.ok());
+    REQUIRE((*saved)->WaitPersisted().ok());
+    HostTensor into = host;
+    into.data = back.data();
+    auto loaded = (*client)->Load(1, {into, empty});
+    INFO(loaded.status().ToString());
+    REQUIRE(loaded.ok());
+    CHECK(back == bytes);
+  }
+}
+
 }  // namespace ckpt::testing
