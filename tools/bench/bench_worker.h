@@ -31,7 +31,8 @@ struct WorkerOptions {
   int world = 1;
   uint64_t state_bytes = 0;  // of the whole model, all ranks together
   int copy_threads = 4;
-  bool load = false;  // shards start zeroed, to be filled by `load`
+  bool gpu_push = false;  // GPU ranks: ClientOptions::GpuTransfer::kPush
+  bool load = false;      // shards start zeroed, to be filled by `load`
 };
 
 // The model: kTensors float32 matrices of 4096 columns whose rows are split

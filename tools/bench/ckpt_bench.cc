@@ -3,6 +3,7 @@
 // (the machines are shared and noisy: only same-run ratios mean anything).
 //
 //   ckpt-bench --dir DIR --state-gib 2 --ranks 2 [--pool-gib P] --json
+//   ckpt-bench --dir DIR --gpu ...      the GPU path (gpu_bench.h)
 //
 // It starts its own ckptd, R rank processes holding S GiB in total, and
 // prints a table and (--json) one JSON line. See docs/measuring.md for the fields.
@@ -26,33 +27,17 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "daemon/pool/huge_pages.h"
+#include "tools/bench/bench_run.h"
 #include "tools/bench/bench_worker.h"
 #include "tools/bench/child_process.h"
 #include "tools/bench/disk_baseline.h"
+#include "tools/bench/gpu_bench.h"
+#include "tools/bench/gpu_worker.h"
 #include "tools/bench/median.h"
 #include "tools/bench/rss_sampler.h"
 
 namespace ckpt::bench {
 namespace {
-
-struct Config {
-  std::string dir;
-  double state_gib = 2;
-  int ranks = 2;
-  int compute_ms = 1000;
-  int every = 2;
-  int checkpoints = 3;
-  int writer_threads = 4;
-  int reader_threads = 2;
-  int writer_nice = 10;
-  int batch_mib = 32;
-  int copy_threads = 4;
-  double pool_gib = 0;  // 0: room for two snapshots
-  bool json = false;
-  bool keep_host = false;    // leave shmem_enabled as it is
-  bool memory_tier = false;  // the memory tier's figures instead of storage's
-  std::string ckptd;
-};
 
 // deploy/ckptd.service gives the pool huge pages where the host gives
 // shared memory none (daemon/pool/huge_pages.h); a bench that starts its
@@ -76,57 +61,6 @@ class ServiceHostSetup {
  private:
   std::optional<pool::ScopedShmemHugeAdvise> setting_;
 };
-
-std::string SelfPath() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
-
-// Sends a command to every worker, then collects every answer's numbers
-// (the workers run the phase at the same time).
-absl::StatusOr<std::vector<std::vector<double>>> Broadcast(
-    std::vector<std::unique_ptr<ChildProcess>>& workers, const std::string& command) {
-  for (auto& w : workers) {
-    if (absl::Status s = w->Send(command); !s.ok()) return s;
-  }
-  std::vector<std::vector<double>> out;
-  for (size_t r = 0; r < workers.size(); ++r) {
-    absl::StatusOr<std::string> line = workers[r]->ReadLine();
-    if (!line.ok()) return line.status();
-    if (line->rfind("ok", 0) != 0) {
-      return absl::InternalError(absl::StrCat("rank ", r, ": ", command, ": ", *line));
-    }
-    std::vector<double> numbers;
-    std::istringstream in(line->substr(2));
-    for (double x; in >> x;) numbers.push_back(x);
-    out.push_back(std::move(numbers));
-  }
-  return out;
-}
-
-// The slowest rank's value of column `col`: a collective step waits for it.
-double MaxOver(const std::vector<std::vector<double>>& answers, size_t col) {
-  double m = 0;
-  for (const auto& a : answers) m = std::max(m, a.at(col));
-  return m;
-}
-
-absl::StatusOr<std::vector<std::unique_ptr<ChildProcess>>> StartWorkers(const Config& c,
-                                                                        const std::string& socket,
-                                                                        int world, bool load,
-                                                                        uint64_t bytes) {
-  std::vector<std::unique_ptr<ChildProcess>> workers;
-  for (int r = 0; r < world; ++r) {
-    auto w = ChildProcess::Start(
-        {SelfPath(), "--worker", "--socket", socket, "--rank", std::to_string(r), "--world",
-         std::to_string(world), "--state-bytes", std::to_string(bytes), "--copy-threads",
-         std::to_string(c.copy_threads), load ? "--load-worker" : "--save-worker"},
-        /*merge_stderr=*/false);
-    if (!w.ok()) return w.status();
-    workers.push_back(std::move(*w));
-  }
-  for (auto& w : workers) {
-    if (absl::Status s = w->WaitFor("ready"); !s.ok()) return s;
-  }
-  return workers;
-}
 
 // The committed steps under a job's directory, newest first.
 absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> CommittedSteps(
@@ -156,52 +90,6 @@ std::vector<std::string> DataFiles(const std::string& step_dir) {
     }
   }
   return files;
-}
-
-// A run's state size, work directory under --dir (made here) and socket;
-// Fail reports an error, removes the directory, and gives the exit code.
-struct Workspace {
-  explicit Workspace(const Config& c)
-      : bytes(static_cast<uint64_t>(c.state_gib * (1ull << 30))),
-        work(absl::StrCat(c.dir, "/ckpt-bench-", getpid())),
-        socket(absl::StrCat("/tmp/ckpt-bench-", getpid(), ".sock")) {
-    std::filesystem::create_directories(work);
-  }
-  int Fail(const absl::Status& s) const {
-    absl::FPrintF(stderr, "ckpt-bench: %s\n", s.ToString());
-    std::error_code ec;
-    std::filesystem::remove_all(work, ec);
-    return 1;
-  }
-  const uint64_t bytes;
-  const std::string work;
-  const std::string socket;
-};
-
-// The pool: --pool-gib, by default room for two snapshots (one fills while
-// the other drains).
-uint64_t PoolBytes(const Config& c, uint64_t bytes) {
-  return c.pool_gib > 0 ? static_cast<uint64_t>(c.pool_gib * (1ull << 30)) / 4096 * 4096
-                        : (2 * bytes + (512ull << 20)) / 4096 * 4096;
-}
-
-// This run's ckptd, serving once it returns.
-absl::StatusOr<std::unique_ptr<ChildProcess>> StartDaemon(const Config& c, const std::string& work,
-                                                          const std::string& socket, uint64_t pool,
-                                                          std::vector<std::string> extra_flags) {
-  std::vector<std::string> argv = {c.ckptd,
-                                   "--storage_root=" + work + "/root",
-                                   "--socket_path=" + socket,
-                                   absl::StrCat("--pool_bytes=", pool),
-                                   absl::StrCat("--writer_threads=", c.writer_threads),
-                                   absl::StrCat("--reader_threads=", c.reader_threads),
-                                   absl::StrCat("--writer_nice=", c.writer_nice),
-                                   absl::StrCat("--batch_bytes=", uint64_t(c.batch_mib) << 20)};
-  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
-  auto daemon = ChildProcess::Start(argv, /*merge_stderr=*/true);
-  if (!daemon.ok()) return daemon.status();
-  if (absl::Status s = (*daemon)->WaitFor("ckptd: serving"); !s.ok()) return s;
-  return daemon;
 }
 
 // Restores of `step` from memory by `workers`, each against the floor
@@ -273,7 +161,7 @@ int RunMemoryTier(const Config& c) {
   if (!daemon.ok()) return fail(daemon.status());
   int64_t last_step = 0;
   {
-    auto workers = StartWorkers(c, socket, c.ranks, /*load=*/false, bytes);
+    auto workers = StartWorkers(c, socket, c.ranks, bytes, {"--save-worker"});
     if (!workers.ok()) return fail(workers.status());
     absl::FPrintF(stderr, "ckpt-bench: %d ranks hold %.2f GiB; %d memory-tier saves...\n", c.ranks,
                   bytes / double(1 << 30), c.checkpoints);
@@ -306,7 +194,7 @@ int RunMemoryTier(const Config& c) {
   }
   {
     // A restarted trainer: new processes, the same sharding.
-    auto workers = StartWorkers(c, socket, c.ranks, /*load=*/true, bytes);
+    auto workers = StartWorkers(c, socket, c.ranks, bytes, {"--load-worker"});
     if (!workers.ok()) return fail(workers.status());
     // Once right away, as a trainer with nothing to build would: the load
     // waits for the check begun as the ranks attached. One sample.
@@ -376,7 +264,7 @@ int Run(const Config& c) {
   auto heap = std::make_unique<RssSampler>((*daemon)->pid());
 
   {
-    auto workers = StartWorkers(c, socket, c.ranks, /*load=*/false, bytes);
+    auto workers = StartWorkers(c, socket, c.ranks, bytes, {"--save-worker"});
     if (!workers.ok()) return fail(workers.status());
     absl::FPrintF(stderr, "ckpt-bench: %d ranks hold %.2f GiB\n", c.ranks, bytes / double(1 << 30));
     // The floor is measured right before each blocking checkpoint, so both
@@ -438,7 +326,7 @@ int Run(const Config& c) {
                   "ckpt-bench: %d ranks load %d steps (resharded from %d), each paired with a "
                   "read of another step's files...\n",
                   load_ranks, pairs, c.ranks);
-    auto workers = StartWorkers(c, socket, load_ranks, /*load=*/true, bytes);
+    auto workers = StartWorkers(c, socket, load_ranks, bytes, {"--load-worker"});
     if (!workers.ok()) return fail(workers.status());
     std::vector<double> loads, reads, ratios;
     for (int k = 0; k < pairs; ++k) {
@@ -543,7 +431,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ckpt-bench: what a checkpoint costs the trainer, against the floors"};
   ckpt::bench::Config c;
   ckpt::bench::WorkerOptions w;
-  bool worker = false, load_worker = false, save_worker = false;
+  bool worker = false, load_worker = false, save_worker = false, gpu_worker = false;
   app.add_option("--dir", c.dir, "Storage directory: tmpfs, a local disk or a mount");
   app.add_option("--state-gib", c.state_gib, "GiB of model state in total")->capture_default_str();
   app.add_option("--ranks", c.ranks, "Rank processes")->capture_default_str();
@@ -566,12 +454,22 @@ int main(int argc, char** argv) {
   app.add_flag("--memory-tier", c.memory_tier,
                "Measure the memory tier instead: every-step save stall and restore from memory, "
                "each against the memcpy floor");
+  app.add_flag("--gpu", c.gpu,
+               "Measure the GPU path instead: saves of GPU tensors over CUDA IPC, blocking and "
+               "lazy, and loads back into them, against the D2H and H2D floors (exit code 77, "
+               "skipped, without a GPU)");
+  app.add_option("--gpu-transfer", c.gpu_transfer,
+                 "With --gpu: pull (ckptd copies over CUDA IPC) or push (the ranks copy)")
+      ->check(CLI::IsMember({"pull", "push"}))
+      ->capture_default_str();
   app.add_flag("--keep-host-settings", c.keep_host,
                "Run ckptd without the huge page setting ckptd.service makes");
   // Internal: the rank processes.
   app.add_flag("--worker", worker)->group("");
   app.add_flag("--load-worker", load_worker)->group("");
   app.add_flag("--save-worker", save_worker)->group("");
+  app.add_flag("--gpu-worker", gpu_worker)->group("");
+  app.add_flag("--gpu-push", w.gpu_push)->group("");
   app.add_option("--socket", w.socket)->group("");
   app.add_option("--rank", w.rank)->group("");
   app.add_option("--world", w.world)->group("");
@@ -580,7 +478,7 @@ int main(int argc, char** argv) {
   if (worker) {
     w.load = load_worker;
     w.copy_threads = c.copy_threads;
-    return ckpt::bench::RunWorker(w);
+    return gpu_worker ? ckpt::bench::RunGpuWorker(w) : ckpt::bench::RunWorker(w);
   }
   if (c.dir.empty()) {
     std::fprintf(stderr, "ckpt-bench: --dir is required\n%s", app.help().c_str());
@@ -598,5 +496,6 @@ int main(int argc, char** argv) {
     if (!std::filesystem::exists(c.ckptd)) c.ckptd = "ckptd";
   }
   ckpt::bench::ServiceHostSetup host(c.keep_host);
+  if (c.gpu) return ckpt::bench::RunGpu(c);
   return c.memory_tier ? ckpt::bench::RunMemoryTier(c) : ckpt::bench::Run(c);
 }
