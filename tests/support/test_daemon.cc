@@ -21,9 +21,22 @@
 
 namespace ckpt::testing {
 
-std::string CkptdPath() { return CKPT_TEST_CKPTD_PATH; }
-std::string DemoRankPath() { return CKPT_TEST_DEMO_RANK_PATH; }
-std::string CkptctlPath() { return CKPT_TEST_CKPTCTL_PATH; }
+namespace {
+
+// The build's path of a program, unless the environment names another: a
+// test binary run from tools/dev/gpu-check.sh's bundle, on a machine without
+// this build tree, finds the bundled programs through CKPTD, CKPT_DEMO_RANK
+// and CKPTCTL (the agent's tests read the same names).
+std::string BuiltOr(const char* variable, const char* built) {
+  const char* set = std::getenv(variable);
+  return set != nullptr && *set != '\0' ? set : built;
+}
+
+}  // namespace
+
+std::string CkptdPath() { return BuiltOr("CKPTD", CKPT_TEST_CKPTD_PATH); }
+std::string DemoRankPath() { return BuiltOr("CKPT_DEMO_RANK", CKPT_TEST_DEMO_RANK_PATH); }
+std::string CkptctlPath() { return BuiltOr("CKPTCTL", CKPT_TEST_CKPTCTL_PATH); }
 
 TestDaemon::TestDaemon() {
   char pattern[] = "/tmp/ckpt-test-XXXXXX";

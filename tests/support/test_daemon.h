@@ -20,7 +20,8 @@
 
 namespace ckpt::testing {
 
-// Paths of the binaries under test (set by CMake).
+// Paths of the binaries under test: set by CMake, or by the environment
+// (CKPTD, CKPT_DEMO_RANK, CKPTCTL) for binaries run outside the build tree.
 std::string CkptdPath();
 std::string DemoRankPath();
 std::string CkptctlPath();
