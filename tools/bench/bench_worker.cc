@@ -5,18 +5,17 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <sstream>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ckpt/client.h"
 #include "client/src/parallel_copy.h"
 #include "proto/lib/status_context.h"
+#include "tools/bench/worker_loop.h"
 
 namespace ckpt::bench {
 namespace {
@@ -24,12 +23,6 @@ namespace {
 constexpr int kTensors = 4;
 constexpr int64_t kColumns = 4096;
 constexpr int64_t kElement = 4;
-
-using Clock = std::chrono::steady_clock;
-
-double Since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Anonymous memory with every page written, so no timing includes faults.
 char* Prefaulted(uint64_t bytes, char fill) {
@@ -39,14 +32,6 @@ char* Prefaulted(uint64_t bytes, char fill) {
   if (p == MAP_FAILED) return nullptr;
   std::memset(p, fill, bytes);
   return static_cast<char*>(p);
-}
-
-std::string Reply(const absl::Status& s) {
-  std::string m(s.ToString());
-  for (char& c : m) {
-    if (c == '\n') c = ' ';
-  }
-  return "error " + m;
 }
 
 }  // namespace
@@ -121,9 +106,7 @@ int RunWorker(const WorkerOptions& options) {
       in >> step >> tier;
       SaveOptions save;
       save.blocking = true;
-      save.tier = tier == "memory" ? Tier::kMemory
-                  : tier == "both" ? Tier::kMemoryAndDurable
-                                   : Tier::kDurable;
+      save.tier = TierNamed(tier);
       const auto start = Clock::now();
       auto handle = (*client)->Save(step, shards, {}, save);
       const double stall = Since(start);
@@ -137,38 +120,12 @@ int RunWorker(const WorkerOptions& options) {
       int64_t step0 = 0;
       int checkpoints = 0, every = 1, compute_ms = 0;
       in >> step0 >> checkpoints >> every >> compute_ms;
-      std::vector<double> stalls;
-      std::vector<std::shared_ptr<SaveHandle>> handles;
-      absl::Status status;
-      for (int64_t i = 0; i < int64_t{checkpoints} * every && status.ok(); ++i) {
-        std::shared_ptr<SaveHandle> pending;
-        double stall = 0;
-        if (i % every == 0) {
-          const auto start = Clock::now();
-          auto handle = (*client)->Save(step0 + i, shards, {});
-          stall += Since(start);
-          if (!handle.ok())
-            status = handle.status();
-          else
-            pending = *handle;
-        }
-        // The forward and backward pass: the GPU computes, the host waits.
-        std::this_thread::sleep_for(std::chrono::milliseconds(compute_ms));
-        if (pending) {
-          // Right before the optimizer step modifies the tensors.
-          const auto start = Clock::now();
-          status.Update(pending->WaitSnapshot());
-          stall += Since(start);
-          stalls.push_back(stall);
-          handles.push_back(pending);
-        }
-      }
-      for (auto& h : handles) status.Update(h->WaitPersisted());
-      if (!status.ok()) {
-        std::cout << Reply(status) << std::endl;
-        continue;
-      }
-      std::cout << "ok " << absl::StrJoin(stalls, " ") << std::endl;
+      absl::StatusOr<std::vector<double>> stalls =
+          LazySaves([&](int64_t step) { return (*client)->Save(step, shards, {}); }, step0,
+                    checkpoints, every, compute_ms);
+      std::cout << (stalls.ok() ? absl::StrCat("ok ", absl::StrJoin(*stalls, " "))
+                                : Reply(stalls.status()))
+                << std::endl;
     } else if (command == "baseline") {
       // The plain way, as torch.save does it: one file per rank, buffered
       // writes, then fsync, all on the training thread.
@@ -210,9 +167,7 @@ int RunWorker(const WorkerOptions& options) {
       std::string from = "any";
       in >> from;
       LoadOptions load;
-      load.from = from == "memory"    ? LoadOptions::From::kMemory
-                  : from == "durable" ? LoadOptions::From::kDurable
-                                      : LoadOptions::From::kAny;
+      load.from = FromNamed(from);
       for (const HostTensor& t : shards) {
         std::memset(t.data, 0, static_cast<size_t>(t.region.lengths[0] * kColumns * kElement));
       }

@@ -1,11 +1,9 @@
 #include "tools/bench/gpu_worker.h"
 
-#include <chrono>
 #include <cstring>
 #include <iostream>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -13,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "ckpt/client.h"
 #include "gpu/device_factory.h"
+#include "tools/bench/worker_loop.h"
 
 #if CKPT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -23,35 +22,9 @@ namespace ckpt::bench {
 #if CKPT_HAVE_CUDA
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double Since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::string Reply(const absl::Status& s) {
-  std::string m(s.ToString());
-  for (char& c : m) {
-    if (c == '\n') c = ' ';
-  }
-  return "error " + m;
-}
-
 absl::Status Cuda(cudaError_t err, const std::string& call) {
   if (err == cudaSuccess) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(call, ": ", cudaGetErrorString(err)));
-}
-
-Tier TierNamed(const std::string& name) {
-  return name == "memory" ? Tier::kMemory
-         : name == "both" ? Tier::kMemoryAndDurable
-                          : Tier::kDurable;
-}
-
-LoadOptions::From FromNamed(const std::string& name) {
-  return name == "memory"    ? LoadOptions::From::kMemory
-         : name == "durable" ? LoadOptions::From::kDurable
-                             : LoadOptions::From::kAny;
 }
 
 // A tensor of the shard: its device memory (a cudaMalloc of its own, as the
@@ -245,34 +218,11 @@ int RunGpuWorker(const WorkerOptions& options) {
       int checkpoints = 0, every = 1, compute_ms = 0;
       std::string tier;
       in >> step0 >> checkpoints >> every >> compute_ms >> tier;
-      std::vector<double> stalls;
-      std::vector<std::shared_ptr<SaveHandle>> handles;
-      absl::Status status;
-      for (int64_t i = 0; i < int64_t{checkpoints} * every && status.ok(); ++i) {
-        std::shared_ptr<SaveHandle> pending;
-        double stall = 0;
-        if (i % every == 0) {
-          const auto start = Clock::now();
-          auto handle = rank.Save(step0 + i, TierNamed(tier), /*blocking=*/false);
-          stall += Since(start);
-          if (handle.ok()) {
-            pending = *handle;
-          } else {
-            status = handle.status();
-          }
-        }
-        // The forward and backward pass, then the optimizer step would
-        // modify the tensors: the snapshot must be taken by then.
-        std::this_thread::sleep_for(std::chrono::milliseconds(compute_ms));
-        if (pending) {
-          const auto start = Clock::now();
-          status.Update(pending->WaitSnapshot());
-          stalls.push_back(stall + Since(start));
-          handles.push_back(pending);
-        }
-      }
-      for (auto& h : handles) status.Update(h->WaitPersisted());
-      std::cout << (status.ok() ? absl::StrCat("ok ", absl::StrJoin(stalls, " ")) : Reply(status))
+      absl::StatusOr<std::vector<double>> stalls = LazySaves(
+          [&](int64_t step) { return rank.Save(step, TierNamed(tier), /*blocking=*/false); }, step0,
+          checkpoints, every, compute_ms);
+      std::cout << (stalls.ok() ? absl::StrCat("ok ", absl::StrJoin(*stalls, " "))
+                                : Reply(stalls.status()))
                 << std::endl;
     } else if (command == "load") {
       int64_t step = kLatestStep;
