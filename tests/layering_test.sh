@@ -7,8 +7,8 @@
 #   agent/   the Python binding: client/ (public headers), proto/
 #   daemon/  everything but client/, agent/, tools/ and tests/, and inside it
 #            (docs/design.md, "The map"):
-#     fault/, storage/, pool/, metrics/, peer/  the floor: nothing of daemon/
-#                   but their own (storage/ may use fault points)
+#     fault/, storage/, pool/, metrics/, peer/, codec/  the floor: nothing
+#                   of daemon/ but their own (storage/ may use fault points)
 #     planning/     pure planning and the MANIFEST codec: proto/ only
 #     exec/         the pools: storage/, fault/
 #     coordinator/  catalog, gathering, commit: planning/, storage/, fault/
@@ -50,6 +50,7 @@ check daemon/storage 'daemon/(storage|fault)|proto|ckpt/v1'
 check daemon/pool 'daemon/pool|proto|ckpt/v1'
 check daemon/metrics 'daemon/metrics|proto|ckpt/v1'
 check daemon/peer 'daemon/peer|proto|ckpt/v1'
+check daemon/codec 'daemon/codec|proto|ckpt/v1'
 check daemon/planning 'daemon/planning|proto|ckpt/v1'
 check daemon/exec 'daemon/(exec|storage|fault)|proto|ckpt/v1'
 check daemon/coordinator 'daemon/(coordinator|planning|storage|fault)|proto|ckpt/v1'

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/codec/chunk_codec.h"
 #include "daemon/planning/load_planner.h"
 #include "daemon/planning/manifest_io.h"
 #include "daemon/planning/node_save_plan.h"
@@ -280,6 +282,29 @@ void WriteMemoryPlanSeeds(const std::filesystem::path& root, const std::string& 
   }
 }
 
+// Stored chunks of each codec as fuzz_chunk_codec reads them: codec byte,
+// element size - 1, recorded raw length (little-endian), stored bytes.
+void WriteCodecSeeds(const std::filesystem::path& root) {
+  std::string floats(4096, '\0');
+  for (size_t i = 0; i < floats.size(); i += 4) {
+    const float f = 0.001f * static_cast<float>(i % 97) - 0.05f;
+    std::memcpy(floats.data() + i, &f, 4);
+  }
+  for (codec::Codec c : {codec::Codec::kNone, codec::Codec::kZstd, codec::Codec::kGroupedZstd}) {
+    std::string stored;
+    absl::StatusOr<codec::Codec> used =
+        codec::EncodeChunk(c, 4, absl::MakeConstSpan(floats.data(), floats.size()),
+                           {.level = 1, .min_saving = 0.0}, &stored);
+    if (!used.ok() || *used != c) std::abort();
+    if (c == codec::Codec::kNone) stored = floats;
+    std::string seed = {static_cast<char>(c), 3};
+    const uint32_t raw = static_cast<uint32_t>(floats.size());
+    seed.append(reinterpret_cast<const char*>(&raw), 4);
+    seed += stored;
+    Write(root / "fuzz_chunk_codec" / absl::StrCat(codec::CodecName(c), ".chunk"), seed);
+  }
+}
+
 }  // namespace
 }  // namespace ckpt::fuzz
 
@@ -336,6 +361,7 @@ int main(int argc, char** argv) {
       fuzz::Write(root / "fuzz_node_plans" / (seed + ".pb"), cluster.SerializeAsString());
     }
   }
+  fuzz::WriteCodecSeeds(root);
   std::printf("seeds written under %s\n", root.c_str());
   return 0;
 }
