@@ -31,6 +31,7 @@ struct Config {
   bool keep_host = false;             // leave shmem_enabled as it is
   bool memory_tier = false;           // the memory tier's figures instead of storage's
   bool gpu = false;                   // the GPU path's figures (gpu_bench.h)
+  bool codecs = false;                // the chunk codecs' figures (codec_bench.h)
   std::string gpu_transfer = "pull";  // or push: how GPU tensors travel
   std::string ckptd;
 };

@@ -4,6 +4,7 @@
 //
 //   ckpt-bench --dir DIR --state-gib 2 --ranks 2 [--pool-gib P] --json
 //   ckpt-bench --dir DIR --gpu ...      the GPU path (gpu_bench.h)
+//   ckpt-bench --codecs ...             the chunk codecs (codec_bench.h)
 //
 // It starts its own ckptd, R rank processes holding S GiB in total, and
 // prints a table and (--json) one JSON line. See docs/measuring.md for the fields.
@@ -30,6 +31,7 @@
 #include "tools/bench/bench_run.h"
 #include "tools/bench/bench_worker.h"
 #include "tools/bench/child_process.h"
+#include "tools/bench/codec_bench.h"
 #include "tools/bench/disk_baseline.h"
 #include "tools/bench/gpu_bench.h"
 #include "tools/bench/gpu_worker.h"
@@ -458,6 +460,10 @@ int main(int argc, char** argv) {
                "Measure the GPU path instead: saves of GPU tensors over CUDA IPC, blocking and "
                "lazy, and loads back into them, against the D2H and H2D floors (exit code 77, "
                "skipped, without a GPU)");
+  app.add_flag("--codecs", c.codecs,
+               "Measure the chunk codecs instead: compression ratios of a synthetic "
+               "mixed-precision Adam state, whole and as deltas between steps, and codec speed "
+               "on one core (no daemon)");
   app.add_option("--gpu-transfer", c.gpu_transfer,
                  "With --gpu: pull (ckptd copies over CUDA IPC) or push (the ranks copy)")
       ->check(CLI::IsMember({"pull", "push"}))
@@ -480,7 +486,7 @@ int main(int argc, char** argv) {
     w.copy_threads = c.copy_threads;
     return gpu_worker ? ckpt::bench::RunGpuWorker(w) : ckpt::bench::RunWorker(w);
   }
-  if (c.dir.empty()) {
+  if (c.dir.empty() && !c.codecs) {
     std::fprintf(stderr, "ckpt-bench: --dir is required\n%s", app.help().c_str());
     return 2;
   }
@@ -497,5 +503,6 @@ int main(int argc, char** argv) {
   }
   ckpt::bench::ServiceHostSetup host(c.keep_host);
   if (c.gpu) return ckpt::bench::RunGpu(c);
+  if (c.codecs) return ckpt::bench::RunCodecs(c);
   return c.memory_tier ? ckpt::bench::RunMemoryTier(c) : ckpt::bench::Run(c);
 }

@@ -1,0 +1,213 @@
+#include "tools/bench/codec_bench.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "daemon/codec/chunk_codec.h"
+#include "daemon/codec/step_delta.h"
+#include "tools/bench/worker_loop.h"
+
+namespace ckpt::bench {
+namespace {
+
+using codec::Codec;
+
+constexpr uint64_t kChunkBytes = 4 << 20;  // ckptd's default chunk
+
+// The synthetic state. Per parameter, as mixed-precision Adam keeps it: a
+// bf16 weight (the model), an fp32 master weight, and Adam's first and
+// second moments in fp32: 14 bytes. Each tensor of 16 Mi parameters has
+// its own scale, drawn from 0.01 to 0.05 as trained layers' are (one in
+// eight is a norm's weight: around 1.0 with that spread). Values are
+// normal-like (a sum of four uniforms, centred: Irwin-Hall). Step t+1 is
+// step t after one Adam update: the master weight moves by lr (1e-4)
+// times a normal-like update of unit scale, the bf16 weight is the new
+// master rounded to nearest even, m = 0.9 m + 0.1 g and v = 0.999 v +
+// 0.001 g^2 for a gradient g of scale 1e-3.
+class SyntheticModel {
+ public:
+  explicit SyntheticModel(uint64_t seed) : state_(seed | 1) {}
+
+  // One normal-like value of unit scale.
+  float Normal() {
+    float sum = 0;
+    for (int i = 0; i < 4; ++i) sum += static_cast<float>(Next() >> 40) * 0x1p-24f;
+    return (sum - 2.0f) * 1.7320508f;
+  }
+  float Scale(uint64_t tensor) const {
+    return 0.01f + 0.04f * static_cast<float>((tensor * 0x9e3779b97f4a7c15ull) >> 40) * 0x1p-24f;
+  }
+
+ private:
+  uint64_t Next() {  // xorshift64*
+    state_ ^= state_ >> 12;
+    state_ ^= state_ << 25;
+    state_ ^= state_ >> 27;
+    return state_ * 0x2545f4914f6cdd1dull;
+  }
+  uint64_t state_;
+};
+
+uint16_t Bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7f800000) == 0x7f800000) return static_cast<uint16_t>(bits >> 16);
+  bits += 0x7fff + ((bits >> 16) & 1);  // round to nearest even
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// One chunk's worth of parameters of each kind, at two consecutive steps.
+struct ChunkPair {
+  std::vector<char> bf16[2], master[2], m[2], v[2];
+};
+
+ChunkPair MakeChunks(SyntheticModel& rng, uint64_t params, uint64_t tensor) {
+  ChunkPair p;
+  const float scale = rng.Scale(tensor);
+  const bool norm = tensor % 8 == 7;
+  for (int s = 0; s < 2; ++s) {
+    p.bf16[s].resize(params * 2);
+    p.master[s].resize(params * 4);
+    p.m[s].resize(params * 4);
+    p.v[s].resize(params * 4);
+  }
+  for (uint64_t i = 0; i < params; ++i) {
+    const float w = (norm ? 1.0f : 0.0f) + scale * rng.Normal();
+    const float g0 = 1e-3f * rng.Normal(), g1 = 1e-3f * rng.Normal();
+    const float m0 = 0.1f * g0, v0 = 0.001f * g0 * g0 + 1e-8f;
+    const float m1 = 0.9f * m0 + 0.1f * g1, v1 = 0.999f * v0 + 0.001f * g1 * g1;
+    const float w1 = w - 1e-4f * rng.Normal();
+    const float values[2][3] = {{w, m0, v0}, {w1, m1, v1}};
+    for (int s = 0; s < 2; ++s) {
+      const uint16_t b = Bf16(values[s][0]);
+      std::memcpy(p.bf16[s].data() + 2 * i, &b, 2);
+      std::memcpy(p.master[s].data() + 4 * i, &values[s][0], 4);
+      std::memcpy(p.m[s].data() + 4 * i, &values[s][1], 4);
+      std::memcpy(p.v[s].data() + 4 * i, &values[s][2], 4);
+    }
+  }
+  return p;
+}
+
+// Stored bytes of raw under codec (raw's size when it stays raw), and the
+// seconds the encode and a decode took.
+struct Coded {
+  uint64_t raw = 0, stored = 0;
+  double encode_s = 0, decode_s = 0;
+  void Add(const Coded& o) {
+    raw += o.raw;
+    stored += o.stored;
+    encode_s += o.encode_s;
+    decode_s += o.decode_s;
+  }
+  double ratio() const { return stored == 0 ? 0 : double(raw) / double(stored); }
+};
+
+absl::StatusOr<Coded> Code(Codec codec, int width, const std::vector<char>& raw) {
+  Coded c;
+  c.raw = raw.size();
+  std::string stored;
+  auto start = Clock::now();
+  absl::StatusOr<Codec> used = codec::EncodeChunk(codec, width, raw, {}, &stored);
+  c.encode_s = Since(start);
+  if (!used.ok()) return used.status();
+  c.stored = *used == Codec::kNone ? raw.size() : stored.size();
+  if (*used != Codec::kNone) {
+    std::vector<char> back(raw.size());
+    start = Clock::now();
+    absl::Status s = codec::DecodeChunk(*used, width, stored, absl::MakeSpan(back));
+    c.decode_s = Since(start);
+    if (!s.ok()) return s;
+    if (back != raw) return absl::InternalError("a chunk did not decode to its bytes");
+  }
+  return c;
+}
+
+}  // namespace
+
+int RunCodecs(const Config& c) {
+  const uint64_t bytes = static_cast<uint64_t>(c.state_gib * (1ull << 30));
+  // A chunk of fp32 values holds kChunkBytes / 4 parameters; the bf16 one
+  // half a chunk of the same parameters.
+  const uint64_t params_per_chunk = kChunkBytes / 4;
+  const uint64_t chunks = std::max<uint64_t>(1, bytes / (14 * params_per_chunk));
+  SyntheticModel rng(42);
+  std::map<std::string, Coded> by;
+  absl::FPrintF(stderr, "ckpt-bench: %d chunk groups of %d parameters (%.2f GiB a step)...\n",
+                chunks, params_per_chunk, chunks * 14.0 * params_per_chunk / (1ull << 30));
+  for (uint64_t k = 0; k < chunks; ++k) {
+    ChunkPair p = MakeChunks(rng, params_per_chunk, k / 4);  // 4 chunks per tensor
+    struct Item {
+      const char* key;
+      Codec codec;
+      int width;
+      const std::vector<char>* raw;
+    };
+    std::vector<char> delta_bf16 = p.bf16[1], delta_master = p.master[1];
+    std::vector<char> delta_m = p.m[1], delta_v = p.v[1];
+    codec::XorInto(p.bf16[0], absl::MakeSpan(delta_bf16));
+    codec::XorInto(p.master[0], absl::MakeSpan(delta_master));
+    codec::XorInto(p.m[0], absl::MakeSpan(delta_m));
+    codec::XorInto(p.v[0], absl::MakeSpan(delta_v));
+    const Item items[] = {
+        {"grouped_zstd_ratio_bf16", Codec::kGroupedZstd, 2, &p.bf16[1]},
+        {"zstd_ratio_bf16", Codec::kZstd, 2, &p.bf16[1]},
+        {"grouped_zstd_ratio_fp32", Codec::kGroupedZstd, 4, &p.master[1]},
+        {"grouped_zstd_ratio_fp32", Codec::kGroupedZstd, 4, &p.m[1]},
+        {"grouped_zstd_ratio_fp32", Codec::kGroupedZstd, 4, &p.v[1]},
+        {"zstd_ratio_fp32", Codec::kZstd, 4, &p.master[1]},
+        {"zstd_ratio_fp32", Codec::kZstd, 4, &p.m[1]},
+        {"zstd_ratio_fp32", Codec::kZstd, 4, &p.v[1]},
+        {"delta_ratio_bf16", Codec::kGroupedZstd, 2, &delta_bf16},
+        {"delta_ratio_fp32", Codec::kGroupedZstd, 4, &delta_master},
+        {"delta_ratio_fp32", Codec::kGroupedZstd, 4, &delta_m},
+        {"delta_ratio_fp32", Codec::kGroupedZstd, 4, &delta_v},
+        {"delta_ratio_fp32_weights", Codec::kGroupedZstd, 4, &delta_master},
+        {"delta_ratio_fp32_adam", Codec::kGroupedZstd, 4, &delta_m},
+        {"delta_ratio_fp32_adam", Codec::kGroupedZstd, 4, &delta_v},
+    };
+    for (const Item& item : items) {
+      absl::StatusOr<Coded> coded = Code(item.codec, item.width, *item.raw);
+      if (!coded.ok()) {
+        absl::FPrintF(stderr, "ckpt-bench: %s\n", coded.status().ToString());
+        return 1;
+      }
+      by[item.key].Add(*coded);
+    }
+  }
+  std::map<std::string, double> f;
+  for (const auto& [key, coded] : by) f[key] = coded.ratio();
+  Coded grouped = by["grouped_zstd_ratio_bf16"];
+  grouped.Add(by["grouped_zstd_ratio_fp32"]);
+  f["compress_gbps_per_core"] = grouped.raw / grouped.encode_s / 1e9;
+  f["decompress_gbps_per_core"] = grouped.raw / grouped.decode_s / 1e9;
+  f["step_gib"] = chunks * 14.0 * params_per_chunk / (1ull << 30);
+  absl::PrintF(
+      "ckpt-bench --codecs: synthetic mixed-precision Adam state, 4 MiB chunks, one core\n");
+  for (const auto& [k, v] : f) absl::PrintF("  %-28s %10.3f\n", k, v);
+  struct Goal {
+    const char* name;
+    double value, limit;
+  };
+  const Goal goals[] = {{"grouped_zstd_ratio_bf16", f["grouped_zstd_ratio_bf16"], 1.4},
+                        {"grouped_zstd_ratio_fp32", f["grouped_zstd_ratio_fp32"], 1.15},
+                        {"delta_ratio_bf16", f["delta_ratio_bf16"], 2.0}};
+  for (const Goal& g : goals) {
+    absl::PrintF("  %-28s %8.3f  (>= %.2f)  %s\n", g.name, g.value, g.limit,
+                 g.value >= g.limit ? "ok" : "MISSED");
+  }
+  if (c.json) {
+    std::string line = absl::StrFormat("{\"mode\":\"codecs\",\"state_gib\":%.3f", c.state_gib);
+    for (const auto& [k, v] : f) absl::StrAppendFormat(&line, ",\"%s\":%.4f", k, v);
+    absl::PrintF("%s}\n", line);
+  }
+  return 0;
+}
+
+}  // namespace ckpt::bench
