@@ -15,6 +15,7 @@ also to storage; a restarted trainer's load("latest") reads memory.
 from ._ckpt import CheckpointError
 from .checkpointer import (Checkpointer, LoadSource, SaveHandle, init_optimizer_state,
                            tier_for_step)
+from .policy import IntervalPolicy, expected_waste, young_daly_interval
 from .sharding import Shard, shard_box, shard_flat, shard_rows, shard_columns, split_range
 from .values import PickleRefused
 
@@ -24,6 +25,8 @@ __all__ = [
     "LoadSource",
     "PickleRefused",
     "SaveHandle",
+    "IntervalPolicy",
+    "expected_waste",
     "init_optimizer_state",
     "Shard",
     "shard_box",
@@ -32,4 +35,5 @@ __all__ = [
     "shard_rows",
     "split_range",
     "tier_for_step",
+    "young_daly_interval",
 ]

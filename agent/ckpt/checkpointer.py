@@ -3,6 +3,7 @@ import functools
 import os
 import queue
 import threading
+import time
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import torch
@@ -92,14 +93,26 @@ class SaveHandle:
     wait_persisted(): the checkpoint is committed. Both raise
     CheckpointError if the save failed."""
 
-    def __init__(self, handle, keep: list):
+    def __init__(self, handle, keep: list, call_s: float = 0.0, blocking: bool = False):
         self._handle = handle
         self._keep = keep  # the tensors (or copies) the daemon copies from
         self.reported = False  # its failure reached the caller once
+        # What the trainer stalled for this save: the save() call, then the
+        # first wait that saw the snapshot taken (a blocking save's call
+        # already did).
+        self._stall_s = call_s
+        self._snapshot_seen = blocking
 
     @property
     def step(self) -> int:
         return self._handle.step
+
+    @property
+    def stall_s(self) -> Optional[float]:
+        """Seconds the trainer stalled for this save (the save() call plus
+        the wait for its snapshot), once the snapshot was waited for; else
+        None."""
+        return self._stall_s if self._snapshot_seen else None
 
     def wait_snapshot(self) -> None:
         self._wait(self._handle.wait_snapshot)
@@ -108,8 +121,12 @@ class SaveHandle:
         self._wait(self._handle.wait_persisted)
 
     def _wait(self, wait) -> None:
+        start = time.monotonic()
         try:
             wait()
+            if not self._snapshot_seen:
+                self._stall_s += time.monotonic() - start
+                self._snapshot_seen = True
         except _ckpt.CheckpointError:
             self.reported = True
             raise
@@ -211,9 +228,10 @@ class Checkpointer:
         stream = 0
         if any(t[-1] for t in tensors):
             stream = torch.cuda.current_stream().cuda_stream
-        handle = SaveHandle(
-            self._client.save(int(step), tensors, objects, blocking, partial, stream,
-                              dict(metadata or {}), tier), keep)
+        start = time.monotonic()
+        raw = self._client.save(int(step), tensors, objects, blocking, partial, stream,
+                                dict(metadata or {}), tier)
+        handle = SaveHandle(raw, keep, time.monotonic() - start, blocking)
         self._last = handle
         self._watcher.watch(handle)
         return handle
