@@ -34,6 +34,9 @@ struct Config {
   bool codecs = false;                // the chunk codecs' figures (codec_bench.h)
   std::string gpu_transfer = "pull";  // or push: how GPU tensors travel
   std::string ckptd;
+  // With codecs: safetensors files to measure instead of the synthetic
+  // state (a second one: the next step, for the delta ratios).
+  std::vector<std::string> codec_files;
 };
 
 // A run's state size, work directory under --dir (made here) and socket;

@@ -464,6 +464,10 @@ int main(int argc, char** argv) {
                "Measure the chunk codecs instead: compression ratios of a synthetic "
                "mixed-precision Adam state, whole and as deltas between steps, and codec speed "
                "on one core (no daemon)");
+  app.add_option("--codec-files", c.codec_files,
+                 "With --codecs: measure these safetensors files (a step, then optionally the "
+                 "next step for the deltas) instead of the synthetic state")
+      ->expected(1, 2);
   app.add_option("--gpu-transfer", c.gpu_transfer,
                  "With --gpu: pull (ckptd copies over CUDA IPC) or push (the ranks copy)")
       ->check(CLI::IsMember({"pull", "push"}))

@@ -4,14 +4,19 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "daemon/codec/chunk_codec.h"
 #include "daemon/codec/step_delta.h"
+#include "proto/lib/dtype.h"
 #include "tools/bench/worker_loop.h"
+#include "tools/ckptctl/safetensors.h"
 
 namespace ckpt::bench {
 namespace {
@@ -129,9 +134,116 @@ absl::StatusOr<Coded> Code(Codec codec, int width, const std::vector<char>& raw)
   return c;
 }
 
+// Prints the figures, the goals and (json) one line.
+void Report(const Config& c, const std::string& mode, const std::map<std::string, double>& f) {
+  for (const auto& [k, v] : f) absl::PrintF("  %-28s %10.3f\n", k, v);
+  struct Goal {
+    const char* name;
+    double limit;
+  };
+  for (const Goal& g : {Goal{"grouped_zstd_ratio_bf16", 1.4}, Goal{"grouped_zstd_ratio_fp32", 1.15},
+                        Goal{"delta_ratio_bf16", 2.0}}) {
+    auto it = f.find(g.name);
+    if (it == f.end()) continue;
+    absl::PrintF("  %-28s %8.3f  (>= %.2f)  %s\n", g.name, it->second, g.limit,
+                 it->second >= g.limit ? "ok" : "MISSED");
+  }
+  if (c.json) {
+    std::string line = absl::StrFormat("{\"mode\":\"%s\"", mode);
+    if (c.codec_files.empty()) absl::StrAppendFormat(&line, ",\"state_gib\":%.3f", c.state_gib);
+    for (const auto& [k, v] : f) absl::StrAppendFormat(&line, ",\"%s\":%.4f", k, v);
+    absl::PrintF("%s}\n", line);
+  }
+}
+
+// A safetensors file's tensors by name, and its bytes.
+struct TensorFile {
+  std::string bytes;
+  std::map<std::string, ctl::SafetensorsTensor> tensors;
+};
+
+absl::StatusOr<TensorFile> ReadTensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  TensorFile file;
+  file.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  absl::StatusOr<std::vector<ctl::SafetensorsTensor>> parsed =
+      ctl::ParseSafetensorsHeader(file.bytes, file.bytes.size(), path);
+  if (!parsed.ok()) return parsed.status();
+  for (ctl::SafetensorsTensor& t : *parsed) file.tensors[t.name] = std::move(t);
+  return file;
+}
+
+// "bf16" for BF16 and F16, "fp32" for F32, else "int<bits>".
+std::string Family(v1::DType dtype, int64_t width) {
+  if (dtype == v1::BFLOAT16 || dtype == v1::FLOAT16) return "bf16";
+  if (dtype == v1::FLOAT32) return "fp32";
+  return absl::StrCat("int", width * 8);
+}
+
+// The codecs on real tensors: each tensor of the first file in 4 MiB
+// chunks, and, where the second file has the same tensor (name, dtype,
+// shape), that tensor as its XOR against the first.
+int RunCodecFiles(const Config& c) {
+  absl::StatusOr<TensorFile> now = ReadTensors(c.codec_files[0]);
+  if (!now.ok()) {
+    absl::FPrintF(stderr, "ckpt-bench: %s\n", now.status().ToString());
+    return 1;
+  }
+  absl::StatusOr<TensorFile> next = absl::NotFoundError("no next step");
+  if (c.codec_files.size() > 1) {
+    next = ReadTensors(c.codec_files[1]);
+    if (!next.ok()) {
+      absl::FPrintF(stderr, "ckpt-bench: %s\n", next.status().ToString());
+      return 1;
+    }
+  }
+  std::map<std::string, Coded> by;
+  for (const auto& [name, t] : now->tensors) {
+    absl::StatusOr<int64_t> width = DTypeSize(t.dtype);
+    if (!width.ok() || *width < 1 || *width > 8) continue;
+    const std::string family = Family(t.dtype, *width);
+    const char* later = nullptr;
+    if (next.ok()) {
+      auto it = next->tensors.find(name);
+      if (it != next->tensors.end() && it->second.dtype == t.dtype && it->second.shape == t.shape) {
+        later = next->bytes.data() + it->second.begin;
+      }
+    }
+    for (uint64_t at = t.begin; at < t.end; at += kChunkBytes) {
+      const uint64_t n = std::min<uint64_t>(kChunkBytes, t.end - at);
+      const std::vector<char> raw(now->bytes.data() + at, now->bytes.data() + at + n);
+      for (const auto& [prefix, codec] : {std::pair{"grouped_zstd_ratio_", Codec::kGroupedZstd},
+                                          std::pair{"zstd_ratio_", Codec::kZstd}}) {
+        absl::StatusOr<Coded> coded = Code(codec, static_cast<int>(*width), raw);
+        if (!coded.ok()) return 1;
+        by[prefix + family].Add(*coded);
+      }
+      if (later != nullptr) {
+        std::vector<char> delta(later + (at - t.begin), later + (at - t.begin) + n);
+        codec::XorInto(raw, absl::MakeSpan(delta));
+        absl::StatusOr<Coded> coded = Code(Codec::kGroupedZstd, static_cast<int>(*width), delta);
+        if (!coded.ok()) return 1;
+        by["delta_ratio_" + family].Add(*coded);
+      }
+    }
+  }
+  std::map<std::string, double> f;
+  for (const auto& [key, coded] : by) {
+    f[key] = coded.ratio();
+    f[key + "_mib"] = coded.raw / double(1 << 20);
+  }
+  absl::PrintF("ckpt-bench --codecs --codec-files %s%s: 4 MiB chunks\n", c.codec_files[0],
+               c.codec_files.size() > 1 ? " " + c.codec_files[1] : "");
+  Report(c, "codec_files", f);
+  return 0;
+}
+
 }  // namespace
 
 int RunCodecs(const Config& c) {
+  if (!c.codec_files.empty()) return RunCodecFiles(c);
+
   const uint64_t bytes = static_cast<uint64_t>(c.state_gib * (1ull << 30));
   // A chunk of fp32 values holds kChunkBytes / 4 parameters; the bf16 one
   // half a chunk of the same parameters.
@@ -190,23 +302,7 @@ int RunCodecs(const Config& c) {
   f["step_gib"] = chunks * 14.0 * params_per_chunk / (1ull << 30);
   absl::PrintF(
       "ckpt-bench --codecs: synthetic mixed-precision Adam state, 4 MiB chunks, one core\n");
-  for (const auto& [k, v] : f) absl::PrintF("  %-28s %10.3f\n", k, v);
-  struct Goal {
-    const char* name;
-    double value, limit;
-  };
-  const Goal goals[] = {{"grouped_zstd_ratio_bf16", f["grouped_zstd_ratio_bf16"], 1.4},
-                        {"grouped_zstd_ratio_fp32", f["grouped_zstd_ratio_fp32"], 1.15},
-                        {"delta_ratio_bf16", f["delta_ratio_bf16"], 2.0}};
-  for (const Goal& g : goals) {
-    absl::PrintF("  %-28s %8.3f  (>= %.2f)  %s\n", g.name, g.value, g.limit,
-                 g.value >= g.limit ? "ok" : "MISSED");
-  }
-  if (c.json) {
-    std::string line = absl::StrFormat("{\"mode\":\"codecs\",\"state_gib\":%.3f", c.state_gib);
-    for (const auto& [k, v] : f) absl::StrAppendFormat(&line, ",\"%s\":%.4f", k, v);
-    absl::PrintF("%s}\n", line);
-  }
+  Report(c, "codecs", f);
   return 0;
 }
 
