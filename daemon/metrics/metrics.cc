@@ -359,6 +359,8 @@ void Metrics::SaveEnded(const SaveReport& r) {
       absl::StrAppendFormat(&line, " %s_s=%.3f", stage, Seconds(d));
     }
     families_->last_commit.Add({{"ckpt_job", job}}).SetToCurrentTime();
+    const absl::Time now = absl::Now();
+    costs_.Saved(r.job, now - r.duration, r.stages.plan + r.stages.snapshot, r.duration, now);
   } else {
     absl::StrAppend(&line, " error=", QuoteValue(r.status.message()));
   }

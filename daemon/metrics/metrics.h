@@ -27,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "daemon/metrics/event_log.h"
+#include "daemon/metrics/job_costs.h"
 #include "daemon/metrics/job_labels.h"
 
 namespace prometheus {
@@ -152,6 +153,9 @@ class Metrics {
   // Periodic: reports suppressed refusal lines.
   void Tick(absl::Time now);
 
+  // Each job's checkpoint cost, from its committed saves (SaveEnded).
+  const JobCosts& job_costs() const { return costs_; }
+
   // Read at every scrape; nullptr: none (the gauges read 0). Setting it
   // waits for a scrape in progress, so the daemon can clear it before its
   // parts go.
@@ -167,6 +171,7 @@ class Metrics {
 
   const absl::Time started_;
   JobLabels jobs_;
+  JobCosts costs_;
   EventLog log_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> families_;

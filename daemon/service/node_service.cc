@@ -522,6 +522,16 @@ grpc::Status NodeService::GetStatus(grpc::ServerContext* context, const v1::GetS
   for (const auto& load : loads) {
     if (visible(load->job())) *response->add_loads() = load->Progress();
   }
+  for (const metrics::JobCost& cost : context_.metrics.job_costs().All()) {
+    if (!visible(cost.job)) continue;
+    v1::JobCheckpointCost* out = response->add_job_costs();
+    out->set_job(cost.job);
+    out->set_saves(cost.saves);
+    out->set_snapshot_s(cost.snapshot_s);
+    out->set_persist_s(cost.persist_s);
+    out->set_interval_s(cost.interval_s);
+    out->set_last_commit_unix_ms(absl::ToUnixMillis(cost.last_commit));
+  }
   return grpc::Status::OK;
 }
 

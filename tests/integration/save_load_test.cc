@@ -117,6 +117,31 @@ TEST_CASE("4 ranks save, 3 ranks load with another sharding, bit-exact", "[integ
   }
 }
 
+// ckptctl status shows what the job's checkpoints cost, from ckptd's own
+// clocks, and with an MTBF the interval that pays (Young/Daly).
+TEST_CASE("ckptctl status shows each job's checkpoint cost and the interval that pays",
+          "[integration]") {
+  TestDaemon d;
+  REQUIRE(d.Start().ok());
+  RequireAllOk(d.RunRanks("costly", "save", 2, 1, 1));
+  RequireAllOk(d.RunRanks("costly", "save", 2, 2, 1));
+  ExitInfo plain = d.Ckptctl({"status"});
+  INFO(plain.output);
+  REQUIRE(plain.ok());
+  CHECK(plain.output.find("job costly: 2 saves, snapshot ") != std::string::npos);
+  CHECK(plain.output.find("Young/Daly") == std::string::npos);  // no MTBF given
+  ExitInfo with_mtbf = d.Ckptctl({"status", "--mtbf_h", "4"});
+  INFO(with_mtbf.output);
+  REQUIRE(with_mtbf.ok());
+  CHECK(with_mtbf.output.find("Young/Daly at MTBF 4.0 h: every ") != std::string::npos);
+  CHECK(with_mtbf.output.find("at the current interval") != std::string::npos);
+  ExitInfo json = d.Ckptctl({"status", "--json"});
+  REQUIRE(json.ok());
+  CHECK(json.output.find("\"job_costs\"") != std::string::npos);
+  CHECK(json.output.find("\"saves\": \"2\"") != std::string::npos);
+  CHECK_FALSE(d.Ckptctl({"status", "--mtbf_h", "-1"}).ok());
+}
+
 TEST_CASE("latest is the newest committed step; older steps stay loadable", "[integration]") {
   TestDaemon d;
   REQUIRE(d.Start().ok());

@@ -23,6 +23,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "proto/lib/grpc_status.h"
+#include "tools/ckptctl/checkpoint_interval.h"
 
 namespace ckpt::ctl {
 
@@ -264,7 +265,35 @@ void PrintInFlight(std::ostream& out, const v1::GetStatusResponse& response) {
   for (const v1::LoadProgress& load : response.loads()) out << "  " << DescribeLoad(load) << "\n";
 }
 
-int RunStatus(const Call& call, bool json) {
+// The stall taken is a blocking save's (snapshot_s): a lazy save's is
+// smaller, so the interval shown is an upper bound.
+void PrintJobCosts(std::ostream& out, const v1::GetStatusResponse& response, double mtbf_s) {
+  if (response.job_costs().empty()) return;
+  out << "checkpoint cost by job (smoothed over its last saves):\n";
+  for (const v1::JobCheckpointCost& c : response.job_costs()) {
+    std::string line = absl::StrFormat(
+        "  job %s: %d saves, snapshot %.3f s, committed in %.3f s, every %s", c.job(), c.saves(),
+        c.snapshot_s(), c.persist_s(),
+        c.interval_s() > 0 ? absl::StrFormat("%.1f s", c.interval_s()) : std::string("-"));
+    if (mtbf_s > 0) {
+      const double best = YoungDalyInterval(c.snapshot_s(), mtbf_s);
+      absl::StrAppendFormat(&line, "; Young/Daly at MTBF %.1f h: every %.1f s", mtbf_s / 3600,
+                            best);
+      if (best > 0) {
+        absl::StrAppendFormat(&line, " (%.2f%% lost",
+                              100 * ExpectedWaste(best, c.snapshot_s(), mtbf_s));
+        if (c.interval_s() > 0) {
+          absl::StrAppendFormat(&line, ", %.2f%% at the current interval",
+                                100 * ExpectedWaste(c.interval_s(), c.snapshot_s(), mtbf_s));
+        }
+        line += ")";
+      }
+    }
+    out << line << "\n";
+  }
+}
+
+int RunStatus(const Call& call, bool json, double mtbf_h) {
   v1::GetStatusRequest request;
   v1::GetStatusResponse response;
   const grpc::Status rpc = Invoke(call, [&](grpc::ClientContext* context) {
@@ -316,6 +345,7 @@ int RunStatus(const Call& call, bool json) {
                            FormatBytes(job.bytes()), kept));
     }
   }
+  PrintJobCosts(out, response, mtbf_h * 3600);
   PrintInFlight(out, response);
   return kExitOk;
 }

@@ -81,9 +81,13 @@ struct Call {
 };
 
 // Each returns an exit code from the table above.
-int RunStatus(const Call& call, bool json);
+// mtbf_h > 0: each job's checkpoint cost line adds the Young/Daly interval.
+int RunStatus(const Call& call, bool json, double mtbf_h = 0);
 // The saves and loads in flight with phase, bytes, rate and ETA.
 void PrintInFlight(std::ostream& out, const v1::GetStatusResponse& response);
+// Each job's checkpoint cost; with mtbf_s > 0, the Young/Daly interval and
+// the time lost at it and at the job's current interval.
+void PrintJobCosts(std::ostream& out, const v1::GetStatusResponse& response, double mtbf_s);
 // One line for a save or load in flight: job, step, phase, bytes done of
 // the total, rate and ETA, ranks (status and cluster print them).
 std::string DescribeSave(const v1::SaveProgress& save);

@@ -69,8 +69,14 @@ int main(int argc, char** argv) {
   std::string job;
   std::string step_text = "latest";
 
+  double mtbf_h = 0;
   CLI::App* status = app.add_subcommand("status", "show the daemon's state");
   status->add_flag("--json", json, "print the answer as JSON");
+  status
+      ->add_option("--mtbf_h", mtbf_h,
+                   "the jobs' mean time between failures in hours: each job's line then "
+                   "gives the checkpoint interval that pays (Young/Daly) and the time lost")
+      ->check(CLI::PositiveNumber);
 
   double watch_interval_s = 1.0;
   CLI::App* watch = app.add_subcommand(
@@ -235,7 +241,7 @@ int main(int argc, char** argv) {
   call.out = &std::cout;
   call.err = &std::cerr;
 
-  if (command == status) return ckpt::ctl::RunStatus(call, json);
+  if (command == status) return ckpt::ctl::RunStatus(call, json, mtbf_h);
   if (command == cluster) {
     auto cluster_stub = ckpt::v1::ClusterService::NewStub(channel);
     return ckpt::ctl::RunCluster(call, *cluster_stub, json);
