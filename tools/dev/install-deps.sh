@@ -16,6 +16,7 @@ packages=(
   libssl-dev libsystemd-dev prometheus-cpp-dev libzstd-dev libcurl4-openssl-dev
   clang fio openssl ca-certificates iproute2 procps prometheus
   dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps, and file to find the binaries
+  xz-utils binutils  # tools/dev/gpu-check.sh: the bundle is stripped and xz-compressed
 )
 
 sudo=""
