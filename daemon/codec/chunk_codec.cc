@@ -117,34 +117,45 @@ absl::StatusOr<Codec> CodecNamed(absl::string_view name) {
       absl::StrCat("codec \"", name, "\": none, zstd or grouped-zstd"));
 }
 
-void GroupBytes(int element_bytes, absl::Span<const char> in, absl::Span<char> out) {
+namespace {
+
+// Byte b of whole element i moves between i * w + b (interleaved) and
+// b * n + i (planes), towards the planes when kToPlanes; the tail is
+// copied as it is.
+template <bool kToPlanes>
+void Transpose(int element_bytes, absl::Span<const char> in, absl::Span<char> out) {
   const size_t w = static_cast<size_t>(element_bytes);
   const size_t n = in.size() / w;
   if (w == 1) {
     CopyBytes(out.data(), in.data(), in.size());
     return;
   }
+  const char* from = in.data();
+  char* to = out.data();
   for (size_t b = 0; b < w; ++b) {
-    char* plane = out.data() + b * n;
-    const char* from = in.data() + b;
-    for (size_t i = 0; i < n; ++i) plane[i] = from[i * w];
+    // Raw pointers with the stride outside: the loop the compiler
+    // vectorizes (indexing the spans measured 25% slower to decode).
+    if constexpr (kToPlanes) {
+      char* plane = to + b * n;
+      const char* element = from + b;
+      for (size_t i = 0; i < n; ++i) plane[i] = element[i * w];
+    } else {
+      const char* plane = from + b * n;
+      char* element = to + b;
+      for (size_t i = 0; i < n; ++i) element[i * w] = plane[i];
+    }
   }
   CopyBytes(out.data() + n * w, in.data() + n * w, in.size() - n * w);
 }
 
+}  // namespace
+
+void GroupBytes(int element_bytes, absl::Span<const char> in, absl::Span<char> out) {
+  Transpose<true>(element_bytes, in, out);
+}
+
 void UngroupBytes(int element_bytes, absl::Span<const char> in, absl::Span<char> out) {
-  const size_t w = static_cast<size_t>(element_bytes);
-  const size_t n = in.size() / w;
-  if (w == 1) {
-    CopyBytes(out.data(), in.data(), in.size());
-    return;
-  }
-  for (size_t b = 0; b < w; ++b) {
-    const char* plane = in.data() + b * n;
-    char* to = out.data() + b;
-    for (size_t i = 0; i < n; ++i) to[i * w] = plane[i];
-  }
-  CopyBytes(out.data() + n * w, in.data() + n * w, in.size() - n * w);
+  Transpose<false>(element_bytes, in, out);
 }
 
 absl::StatusOr<Codec> EncodeChunk(Codec wanted, int element_bytes, absl::Span<const char> raw,
