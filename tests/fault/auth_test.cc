@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -447,6 +448,9 @@ TEST_CASE("every TCP credential holds exactly its permissions and acts as its pr
     for (NodeStub* reader : {dash.get(), legacy_read.get()}) {
       v1::GetStatusResponse status;
       Expect(reader->GetStatus(Context().get(), {}, &status), StatusCode::OK, "status");
+      // Readers see every job's checkpoint cost.
+      CHECK(std::any_of(status.job_costs().begin(), status.job_costs().end(),
+                        [](const v1::JobCheckpointCost& c) { return c.job() == "rootjob"; }));
       Expect(ListAs(*reader, "rootjob"), StatusCode::OK, "list another's job");
       Expect(VerifyAs(*reader, "rootjob"), StatusCode::OK, "verify another's job");
       Expect(AttachAs(*reader, "rootjob"), denied, "attach another's job");
@@ -458,6 +462,11 @@ TEST_CASE("every TCP credential holds exactly its permissions and acts as its pr
     }
   }
   SECTION("a use token never acts as the daemon's own user") {
+    // Its status shows the daemon's totals, not root's job or its costs.
+    v1::GetStatusResponse status;
+    Expect(trainer->GetStatus(Context().get(), {}, &status), StatusCode::OK, "status");
+    CHECK(std::none_of(status.job_costs().begin(), status.job_costs().end(),
+                       [](const v1::JobCheckpointCost& c) { return c.job() == "rootjob"; }));
     Expect(AttachAs(*trainer, "rootjob"), denied, "attach the daemon user's job");
     Expect(ListAs(*trainer, "rootjob"), denied, "list the daemon user's job");
     Expect(VerifyAs(*trainer, "rootjob"), denied, "verify the daemon user's job");
