@@ -99,4 +99,24 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> StartDaemon(const Config& c, const
   return daemon;
 }
 
+void PrintFigures(const std::map<std::string, double>& f) {
+  for (const auto& [k, v] : f) absl::PrintF("  %-28s %10.3f\n", k, v);
+}
+
+void PrintGoals(const std::vector<Goal>& goals) {
+  for (const Goal& g : goals) {
+    const bool pass = g.at_most ? g.value <= g.limit : g.value >= g.limit;
+    absl::PrintF("  %-36s %8.3f  (%s %.2f)  %s\n", g.name, g.value,
+                 g.at_most ? "<=" : ">=", g.limit, pass ? "ok" : "MISSED");
+  }
+}
+
+void PrintJsonLine(const std::string& head, const std::map<std::string, double>& f) {
+  std::string line = "{" + head;
+  for (const auto& [k, v] : f) {
+    absl::StrAppendFormat(&line, "%s\"%s\":%.4f", line.size() > 1 ? "," : "", k, v);
+  }
+  absl::PrintF("%s}\n", line);
+}
+
 }  // namespace ckpt::bench

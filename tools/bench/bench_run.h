@@ -4,6 +4,7 @@
 #define CKPT_TOOLS_BENCH_BENCH_RUN_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,6 +75,19 @@ uint64_t PoolBytes(const Config& c, uint64_t bytes);
 absl::StatusOr<std::unique_ptr<ChildProcess>> StartDaemon(const Config& c, const std::string& work,
                                                           const std::string& socket, uint64_t pool,
                                                           std::vector<std::string> extra_flags);
+
+// How a run reports: its figures one per line, each goal with ok or
+// MISSED, and (--json) one line with the run's own fields (`head`: JSON
+// members without the braces) followed by every figure.
+struct Goal {
+  std::string name;
+  double value = 0;
+  double limit = 0;
+  bool at_most = false;  // the figure must stay at or under the limit
+};
+void PrintFigures(const std::map<std::string, double>& f);
+void PrintGoals(const std::vector<Goal>& goals);
+void PrintJsonLine(const std::string& head, const std::map<std::string, double>& f);
 
 }  // namespace ckpt::bench
 

@@ -228,16 +228,12 @@ int RunMemoryTier(const Config& c) {
   std::error_code ec;
   std::filesystem::remove_all(work, ec);
   absl::PrintF("ckpt-bench --memory-tier: %.2f GiB, %d ranks\n", c.state_gib, c.ranks);
-  for (const auto& [k, v] : f) absl::PrintF("  %-28s %10.3f\n", k, v);
-  absl::PrintF("  %-32s %8.3f  (>= 0.80)  %s\n", "memory_restore / memcpy_floor",
-               f["memory_restore_over_memcpy"],
-               f["memory_restore_over_memcpy"] >= 0.8 ? "ok" : "MISSED");
+  PrintFigures(f);
+  PrintGoals({{"memory_restore / memcpy_floor", f["memory_restore_over_memcpy"], 0.8}});
   if (c.json) {
-    std::string line = absl::StrFormat("{\"mode\":\"memory_tier\",\"state_gib\":%.3f,\"ranks\":%d",
-                                       c.state_gib, c.ranks);
-    for (const auto& [k, v] : f) absl::StrAppendFormat(&line, ",\"%s\":%.4f", k, v);
-    line += "}";
-    absl::PrintF("%s\n", line);
+    PrintJsonLine(absl::StrFormat("\"mode\":\"memory_tier\",\"state_gib\":%.3f,\"ranks\":%d",
+                                  c.state_gib, c.ranks),
+                  f);
   }
   return 0;
 }
@@ -415,13 +411,12 @@ int Run(const Config& c) {
                                                 : "MISSED");
   }
   if (c.json) {
-    std::string line = absl::StrFormat(
-        "{\"state_gib\":%.3f,\"ranks\":%d,\"load_ranks\":%d,\"compute_ms\":%d,\"every\":%d,"
-        "\"checkpoints\":%d,\"dir\":\"%s\"",
-        c.state_gib, c.ranks, c.ranks + 1, c.compute_ms, c.every, c.checkpoints, c.dir);
-    for (const auto& [k, v] : f) absl::StrAppendFormat(&line, ",\"%s\":%.4f", k, v);
-    line += "}";
-    absl::PrintF("%s\n", line);
+    PrintJsonLine(
+        absl::StrFormat("\"state_gib\":%.3f,\"ranks\":%d,\"load_ranks\":%d,"
+                        "\"compute_ms\":%d,\"every\":%d,\"checkpoints\":%d,\"dir\":\"%s\"",
+                        c.state_gib, c.ranks, c.ranks + 1, c.compute_ms, c.every, c.checkpoints,
+                        c.dir),
+        f);
   }
   return 0;
 }

@@ -134,25 +134,21 @@ absl::StatusOr<Coded> Code(Codec codec, int width, const std::vector<char>& raw)
   return c;
 }
 
-// Prints the figures, the goals and (json) one line.
+// Prints the figures, the goals it has figures for and (json) one line.
 void Report(const Config& c, const std::string& mode, const std::map<std::string, double>& f) {
-  for (const auto& [k, v] : f) absl::PrintF("  %-28s %10.3f\n", k, v);
-  struct Goal {
-    const char* name;
-    double limit;
-  };
-  for (const Goal& g : {Goal{"grouped_zstd_ratio_bf16", 1.4}, Goal{"grouped_zstd_ratio_fp32", 1.15},
-                        Goal{"delta_ratio_bf16", 2.0}}) {
-    auto it = f.find(g.name);
-    if (it == f.end()) continue;
-    absl::PrintF("  %-28s %8.3f  (>= %.2f)  %s\n", g.name, it->second, g.limit,
-                 it->second >= g.limit ? "ok" : "MISSED");
+  PrintFigures(f);
+  std::vector<Goal> goals;
+  for (const auto& [name, limit] :
+       {std::pair{"grouped_zstd_ratio_bf16", 1.4}, std::pair{"grouped_zstd_ratio_fp32", 1.15},
+        std::pair{"delta_ratio_bf16", 2.0}}) {
+    auto it = f.find(name);
+    if (it != f.end()) goals.push_back({name, it->second, limit});
   }
+  PrintGoals(goals);
   if (c.json) {
-    std::string line = absl::StrFormat("{\"mode\":\"%s\"", mode);
-    if (c.codec_files.empty()) absl::StrAppendFormat(&line, ",\"state_gib\":%.3f", c.state_gib);
-    for (const auto& [k, v] : f) absl::StrAppendFormat(&line, ",\"%s\":%.4f", k, v);
-    absl::PrintF("%s}\n", line);
+    std::string head = absl::StrFormat("\"mode\":\"%s\"", mode);
+    if (c.codec_files.empty()) absl::StrAppendFormat(&head, ",\"state_gib\":%.3f", c.state_gib);
+    PrintJsonLine(head, f);
   }
 }
 

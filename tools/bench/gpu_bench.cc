@@ -126,13 +126,6 @@ absl::StatusOr<double> PullAlone(gpu::DeviceRuntime& runtime,
   return seconds;
 }
 
-struct Goal {
-  const char* name;
-  double value;
-  double limit;
-  bool at_most;
-};
-
 }  // namespace
 
 int RunGpu(const Config& c) {
@@ -241,7 +234,7 @@ int RunGpu(const Config& c) {
   f["gpu_load_over_h2d"] = f["gpu_load_gbps"] / f["gpu_h2d_floor_gbps"];
   f["gpu_pull_over_d2h"] = f["gpu_pull_gbps"] / f["gpu_d2h_floor_gbps"];
   f["gpu_lazy_over_blocking"] = f["gpu_stall_lazy_s"] / f["gpu_stall_blocking_s"];
-  const Goal goals[] = {
+  const std::vector<Goal> goals = {
       {"gpu_snapshot / gpu_d2h_floor", f["gpu_snapshot_over_d2h"], 0.8, false},
       {"gpu_load / gpu_h2d_floor", f["gpu_load_over_h2d"], 0.8, false},
       {"gpu_stall_lazy / gpu_stall_blocking", f["gpu_lazy_over_blocking"], 0.1, true},
@@ -249,20 +242,14 @@ int RunGpu(const Config& c) {
   absl::PrintF(
       "ckpt-bench --gpu: %.2f GiB, %d ranks on one %s, %d ms compute, %s, %d reader threads\n",
       c.state_gib, c.ranks, name, c.compute_ms, c.gpu_transfer, c.reader_threads);
-  for (const auto& [k, v] : f) absl::PrintF("  %-28s %10.3f\n", k, v);
-  for (const Goal& g : goals) {
-    const bool pass = g.at_most ? g.value <= g.limit : g.value >= g.limit;
-    absl::PrintF("  %-36s %8.3f  (%s %.2f)  %s\n", g.name, g.value,
-                 g.at_most ? "<=" : ">=", g.limit, pass ? "ok" : "MISSED");
-  }
+  PrintFigures(f);
+  PrintGoals(goals);
   if (c.json) {
-    std::string line = absl::StrFormat(
-        "{\"mode\":\"gpu\",\"state_gib\":%.3f,\"ranks\":%d,\"gpu_name\":\"%s\","
-        "\"gpu_transfer\":\"%s\",\"reader_threads\":%d",
-        c.state_gib, c.ranks, name, c.gpu_transfer, c.reader_threads);
-    for (const auto& [k, v] : f) absl::StrAppendFormat(&line, ",\"%s\":%.4f", k, v);
-    line += "}";
-    absl::PrintF("%s\n", line);
+    PrintJsonLine(
+        absl::StrFormat("\"mode\":\"gpu\",\"state_gib\":%.3f,\"ranks\":%d,"
+                        "\"gpu_name\":\"%s\",\"gpu_transfer\":\"%s\",\"reader_threads\":%d",
+                        c.state_gib, c.ranks, name, c.gpu_transfer, c.reader_threads),
+        f);
   }
   return 0;
 }
