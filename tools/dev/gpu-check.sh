@@ -79,7 +79,6 @@ make_bundle() {
   done
   printf '%s\n' "${order[@]}" >"$stage/static/ORDER"
   cp -r /usr/include/absl "$stage/include/"
-  ls "$build_dir"/agent/python/ckpt/*.py >/dev/null
   mkdir -p gpu-bundle
   tar -C "$stage" -cf - . | xz -T0 -6 >"$bundle_file.tmp"
   mv "$bundle_file.tmp" "$bundle_file"
