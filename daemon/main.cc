@@ -47,6 +47,9 @@ ABSL_FLAG(std::string, memory_tier_erasure, "",
           "instead of replicating them (Reed-Solomon, groups of k+m hosts: each host holds its "
           "part and m/k of it in parity; a group survives the loss of any m hosts)");
 ABSL_FLAG(uint64_t, chunk_bytes, 4 << 20, "Checksum and write unit (multiple of 4096)");
+ABSL_FLAG(std::string, codec, "none",
+          "How chunks are stored when a save does not say: none, zstd or grouped-zstd "
+          "(docs/compression.md)");
 ABSL_FLAG(uint64_t, batch_bytes, 32 << 20,
           "Pool room a rank copies into at a time, and a load's read-ahead unit: saves and "
           "loads of any size stream through the pool this much at a time");
@@ -226,6 +229,7 @@ int main(int argc, char** argv) {
   o.reader_threads = absl::GetFlag(FLAGS_reader_threads);
   o.writer_nice = absl::GetFlag(FLAGS_writer_nice);
   o.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  o.codec = absl::GetFlag(FLAGS_codec);
   o.batch_bytes = absl::GetFlag(FLAGS_batch_bytes);
   o.save_batch_bytes = absl::GetFlag(FLAGS_save_batch_bytes);
   o.job_pool_share = absl::GetFlag(FLAGS_job_pool_share);

@@ -7,10 +7,12 @@
 #   agent/   the Python binding: client/ (public headers), proto/
 #   daemon/  everything but client/, agent/, tools/ and tests/, and inside it
 #            (docs/design.md, "The map"):
-#     fault/, storage/, pool/, metrics/, peer/, codec/  the floor: nothing
-#                   of daemon/ but their own (storage/ may use fault points)
+#     fault/, codec/, pool/, metrics/, peer/  the floor: nothing of
+#                   daemon/ but their own
+#     storage/      backends and the chunk reader: fault/ (fault points),
+#                   codec/ (decoding what it reads)
 #     planning/     pure planning and the MANIFEST codec: proto/ only
-#     exec/         the pools: storage/, fault/
+#     exec/         the pools: storage/, codec/ (the writers encode), fault/
 #     coordinator/  catalog, gathering, commit: planning/, storage/, fault/
 #     tier/         which store holds a step, the memory tier, its checks
 #                   and transfers: coordinator/, planning/, storage/, peer/,
@@ -46,18 +48,18 @@ check client 'client|proto|gpu|ckpt/v1|ckpt'
 check agent 'client|proto|ckpt/v1|ckpt'
 check daemon 'daemon|proto|gpu|ckpt/v1'
 check daemon/fault 'daemon/fault|proto|ckpt/v1'
-check daemon/storage 'daemon/(storage|fault)|proto|ckpt/v1'
+check daemon/storage 'daemon/(storage|fault|codec)|proto|ckpt/v1'
 check daemon/pool 'daemon/pool|proto|ckpt/v1'
 check daemon/metrics 'daemon/metrics|proto|ckpt/v1'
 check daemon/peer 'daemon/peer|proto|ckpt/v1'
 check daemon/codec 'daemon/codec|proto|ckpt/v1'
 check daemon/planning 'daemon/planning|proto|ckpt/v1'
-check daemon/exec 'daemon/(exec|storage|fault)|proto|ckpt/v1'
+check daemon/exec 'daemon/(exec|storage|codec|fault)|proto|ckpt/v1'
 check daemon/coordinator 'daemon/(coordinator|planning|storage|fault)|proto|ckpt/v1'
 check daemon/tier 'daemon/(tier|coordinator|planning|storage|peer|exec|fault)|proto|ckpt/v1'
 check daemon/auth 'daemon/(auth|storage)|proto|ckpt/v1'
 check daemon/cluster 'daemon/(cluster|auth|coordinator|planning|storage)|proto|ckpt/v1'
-check daemon/session 'daemon/(session|tier|coordinator|planning|storage|peer|exec|fault|auth|cluster|pool|metrics)|proto|gpu|ckpt/v1'
+check daemon/session 'daemon/(session|tier|coordinator|planning|storage|peer|exec|codec|fault|auth|cluster|pool|metrics)|proto|gpu|ckpt/v1'
 # The tools link no session or service: ckptctl reads checkpoints with the
 # catalog, the planners and the chunk reader alone.
 check tools/ckptctl 'tools|client|daemon/(coordinator|planning|storage)|proto|ckpt/v1|ckpt'

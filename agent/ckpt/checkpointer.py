@@ -149,12 +149,19 @@ class Checkpointer:
     local_world_size: the job's ranks on this host (default: all of them);
     fewer when the job spans hosts, whose daemons then meet at the cluster's
     coordinator ($LOCAL_WORLD_SIZE as torchrun sets it is a good value).
+    codec: how ckptd stores this job's chunks, "none", "zstd" or
+    "grouped-zstd" (docs/compression.md); None: the daemon's --codec. Every
+    rank on a host must pass the same.
     """
 
     def __init__(self, job: str, rank: int = 0, world_size: int = 1, *,
                  socket_path: Optional[str] = None, local_rank: Optional[int] = None,
                  copy_threads: int = 4, gpu_transfer: str = "pull",
-                 local_world_size: int = 0, durable_every: Optional[int] = None):
+                 local_world_size: int = 0, durable_every: Optional[int] = None,
+                 codec: Optional[str] = None):
+        if codec not in (None, "none", "zstd", "grouped-zstd"):
+            raise ValueError(f"codec is 'none', 'zstd' or 'grouped-zstd', not {codec!r}")
+        self._codec = codec or ""
         if gpu_transfer not in ("pull", "push"):
             raise ValueError(f"gpu_transfer is 'pull' or 'push', not {gpu_transfer!r}")
         socket_path = socket_path or os.environ.get("CKPTD_SOCKET", "/run/ckptd/ckptd.sock")
@@ -230,7 +237,7 @@ class Checkpointer:
             stream = torch.cuda.current_stream().cuda_stream
         start = time.monotonic()
         raw = self._client.save(int(step), tensors, objects, blocking, partial, stream,
-                                dict(metadata or {}), tier)
+                                dict(metadata or {}), tier, self._codec)
         handle = SaveHandle(raw, keep, time.monotonic() - start, blocking)
         self._last = handle
         self._watcher.watch(handle)

@@ -114,7 +114,7 @@ absl::StatusOr<Codec> CodecNamed(absl::string_view name) {
     if (name == CodecName(c)) return c;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("codec \"", name, "\": none, zstd or grouped-zstd"));
+      absl::StrCat("codec \"", name.substr(0, 64), "\": none, zstd or grouped-zstd"));
 }
 
 namespace {

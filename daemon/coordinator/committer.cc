@@ -7,6 +7,7 @@
 #include "daemon/coordinator/commit.h"
 #include "daemon/coordinator/partial_dir.h"
 #include "daemon/coordinator/tier_choice.h"
+#include "daemon/planning/manifest_check.h"
 #include "daemon/planning/manifest_io.h"
 #include "daemon/planning/save_planner.h"
 #include "daemon/storage/layout.h"
@@ -29,10 +30,9 @@ absl::Status Committer::CommitSave(v1::CheckpointManifest planned,
                                    const std::map<std::string, v1::NodePersistReport>& reports,
                                    const std::string& partial_dir, std::string* manifest_out,
                                    const std::function<absl::Status()>& commit_point) {
-  std::map<std::pair<std::string, uint64_t>, uint32_t> crcs;
+  std::map<std::pair<std::string, uint64_t>, const v1::ChunkChecksum*> crcs;
   for (const auto& [host, report] : reports) {
-    for (const v1::ChunkChecksum& c : report.checksums())
-      crcs[{c.file(), c.file_offset()}] = c.crc32c();
+    for (const v1::ChunkChecksum& c : report.checksums()) crcs[{c.file(), c.file_offset()}] = &c;
   }
   absl::Status status = planning::ForEachMutableChunk(
       planned, [&](v1::StoredChunk& chunk, const std::string& owner) -> absl::Status {
@@ -44,8 +44,15 @@ absl::Status Committer::CommitSave(v1::CheckpointManifest planned,
                                                   " at offset ", chunk.file_offset(), " (", owner,
                                                   ")"));
         }
-        chunk.set_crc32c(it->second);
-        return absl::OkStatus();
+        const v1::ChunkChecksum& sum = *it->second;
+        chunk.set_crc32c(sum.crc32c());
+        if (sum.codec() == v1::CHUNK_CODEC_NONE) return absl::OkStatus();
+        chunk.set_codec(sum.codec());
+        chunk.set_stored_length(sum.stored_length());
+        chunk.set_stored_crc32c(sum.stored_crc32c());
+        chunk.set_element_bytes(sum.element_bytes());
+        // A host's report is checked as a manifest read back would be.
+        return planning::CheckChunkEncoding(chunk, owner);
       });
   if (!status.ok()) return status;
   if (manifest_out != nullptr) *manifest_out = planned.SerializeAsString();

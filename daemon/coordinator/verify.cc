@@ -11,6 +11,7 @@
 #include "daemon/storage/layout.h"
 #include "proto/lib/crc32c.h"
 #include "proto/lib/status_context.h"
+#include "proto/lib/stored_chunk.h"
 
 namespace ckpt::coordinator {
 namespace {
@@ -63,15 +64,17 @@ absl::StatusOr<VerifyResult> VerifyCheckpoint(storage::Backend& backend, Catalog
           it = files.emplace(chunk.file(), OpenFile{std::move(*file), *size}).first;
         }
         const uint64_t size = it->second.size;
-        if (chunk.file_offset() > size || chunk.length() > size - chunk.file_offset()) {
+        // As stored: an encoded chunk is checked without decoding it.
+        const uint64_t stored = StoredLength(chunk);
+        const uint32_t expected = StoredCrc32c(chunk);
+        if (chunk.file_offset() > size || stored > size - chunk.file_offset()) {
           return absl::DataLossError(
               absl::StrCat(path, " at offset ", chunk.file_offset(), " (", owner, "): the file is ",
-                           size, " bytes, too short for a ", chunk.length(), "-byte chunk"));
+                           size, " bytes, too short for a ", stored, "-byte chunk"));
         }
         uint32_t crc = 0;
-        for (uint64_t done = 0; done < chunk.length();) {
-          const size_t piece =
-              static_cast<size_t>(std::min<uint64_t>(piece_bytes, chunk.length() - done));
+        for (uint64_t done = 0; done < stored;) {
+          const size_t piece = static_cast<size_t>(std::min<uint64_t>(piece_bytes, stored - done));
           storage::IoOp op{chunk.file_offset() + done, buffer.get(), piece};
           if (absl::Status s = it->second.file->ReadBatch({&op, 1}); !s.ok()) {
             return WithContext(s, owner);  // names the file and offset
@@ -79,10 +82,10 @@ absl::StatusOr<VerifyResult> VerifyCheckpoint(storage::Backend& backend, Catalog
           crc = Crc32cExtend(crc, buffer.get(), piece);
           done += piece;
         }
-        if (crc != chunk.crc32c()) {
+        if (crc != expected) {
           return absl::DataLossError(absl::StrFormat(
               "checksum mismatch in %s at offset %d, %d bytes (%s): expected CRC32C %08x", path,
-              chunk.file_offset(), chunk.length(), owner, chunk.crc32c()));
+              chunk.file_offset(), stored, owner, expected));
         }
         result.bytes += chunk.length();
         return absl::OkStatus();

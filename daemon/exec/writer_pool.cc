@@ -5,12 +5,15 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "daemon/fault/fault_points.h"
+#include "proto/lib/align.h"
 #include "proto/lib/crc32c.h"
 #include "proto/lib/status_context.h"
 
@@ -91,24 +94,92 @@ void WriterPool::WriteGroup(std::vector<WriteTask>& group) {
   absl::Status status;
   if (sink.Abandoned()) {
     // Still reported, without CRCs, so the save's count of chunks in flight drains.
-    for (const WriteTask& task : group)
-      written.push_back({task.tag, task.file, task.file_offset, 0, 0});
+    for (const WriteTask& task : group) {
+      WrittenChunk& w = written.emplace_back();
+      w.tag = task.tag;
+      w.file = task.file;
+      w.file_offset = task.file_offset;
+    }
     status = absl::AbortedError("save abandoned");
   } else {
-    std::vector<storage::IoOp> ops;
-    ops.reserve(group.size());
-    for (const WriteTask& task : group) {
-      written.push_back(
-          {task.tag, task.file, task.file_offset, task.payload, Crc32c(task.data, task.payload)});
-      ops.push_back({task.file_offset, const_cast<char*>(task.data), task.length});
-    }
-    status = sink.File(group.front().file)->WriteBatch(ops);
+    status = EncodeAndWrite(*sink.File(group.front().file), group, written);
     FaultPoint("save.chunk_written");
   }
   // Keep the sink alive past the callback: it may finish the save.
   std::shared_ptr<ChunkSink> keep = group.front().sink;
   group.clear();
   keep->OnChunksWritten(written, status);
+}
+
+namespace {
+
+// Encoded chunks wait here for their batch's write; a batch is written
+// when the next chunk would not fit. Chunks larger than this (big objects)
+// are stored raw.
+constexpr uint64_t kScratchBytes = 64 << 20;
+
+struct AlignedFree {
+  void operator()(char* p) const { std::free(p); }
+};
+
+char* WriterScratch() {
+  thread_local std::unique_ptr<char, AlignedFree> scratch;
+  if (scratch == nullptr) {
+    void* p = nullptr;
+    // 4 KiB: O_DIRECT's block, the largest alignment the pool hands out.
+    if (posix_memalign(&p, 4096, kScratchBytes) != 0) return nullptr;
+    scratch.reset(static_cast<char*>(p));
+  }
+  return scratch.get();
+}
+
+}  // namespace
+
+absl::Status WriterPool::EncodeAndWrite(storage::WritableFile& file,
+                                        const std::vector<WriteTask>& group,
+                                        std::vector<WrittenChunk>& written) {
+  std::vector<storage::IoOp> ops;
+  ops.reserve(group.size());
+  char* scratch = nullptr;
+  uint64_t used = 0;
+  thread_local std::string encoded;
+  for (const WriteTask& task : group) {
+    WrittenChunk& w = written.emplace_back();
+    w.tag = task.tag;
+    w.file = task.file;
+    w.file_offset = task.file_offset;
+    w.payload = task.payload;
+    w.crc32c = Crc32c(task.data, task.payload);
+    w.element_bytes = task.element_bytes;
+    storage::IoOp op{task.file_offset, const_cast<char*>(task.data), task.length};
+    const bool wanted = task.codec != codec::Codec::kNone && task.payload <= kScratchBytes &&
+                        task.alignment <= 4096 &&
+                        (scratch != nullptr || (scratch = WriterScratch()));
+    absl::StatusOr<codec::Codec> got =
+        wanted ? codec::EncodeChunk(task.codec, task.element_bytes, {task.data, task.payload},
+                                    codec::EncodeOptions(), &encoded)
+               : codec::Codec::kNone;
+    // A chunk that cannot be encoded (an element size out of range) is
+    // stored raw: the save goes on.
+    if (got.ok() && *got != codec::Codec::kNone) {
+      const uint64_t padded = AlignUp(encoded.size(), task.alignment);
+      if (used + padded > kScratchBytes) {
+        if (absl::Status s = file.WriteBatch(ops); !s.ok()) return s;
+        ops.clear();
+        used = 0;
+      }
+      char* at = scratch + used;
+      std::memcpy(at, encoded.data(), encoded.size());
+      std::memset(at + encoded.size(), 0, padded - encoded.size());
+      used += padded;
+      op = {task.file_offset, at, padded};
+      w.codec = *got;
+      w.stored_length = encoded.size();
+      w.stored_crc32c = Crc32c(encoded.data(), encoded.size());
+    }
+    ops.push_back(op);
+  }
+  return file.WriteBatch(ops);
 }
 
 }  // namespace ckpt::exec

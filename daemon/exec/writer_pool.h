@@ -3,6 +3,11 @@
 // writes each file. A thread takes every queued chunk at once and submits
 // the ones of the same file as one batch.
 //
+// A chunk whose task asks for a codec is encoded here, on the writer's
+// thread (daemon/codec), and its encoded bytes fill the start of the place
+// the plan gave its raw bytes: compression costs the writers' cores, never
+// the trainer's copies, and the plan and every offset stay as they were.
+//
 // Thread-safety: Submit may be called from any thread.
 #ifndef CKPT_DAEMON_EXEC_WRITER_POOL_H_
 #define CKPT_DAEMON_EXEC_WRITER_POOL_H_
@@ -20,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "daemon/codec/chunk_codec.h"
 #include "daemon/storage/backend.h"
 
 namespace ckpt::exec {
@@ -28,8 +34,14 @@ struct WrittenChunk {
   uint64_t tag = 0;  // the task's, for the sink's bookkeeping
   int file = 0;
   uint64_t file_offset = 0;
-  uint64_t payload = 0;
-  uint32_t crc32c = 0;
+  uint64_t payload = 0;  // raw bytes
+  uint32_t crc32c = 0;   // of the raw bytes
+  // How it was stored: kNone (stored_length and stored_crc32c unset) when
+  // the task asked for none or encoding did not pay.
+  codec::Codec codec = codec::Codec::kNone;
+  uint64_t stored_length = 0;
+  uint32_t stored_crc32c = 0;
+  int element_bytes = 1;
 };
 
 // The receiver of a save's chunk writes (SaveSession).
@@ -51,6 +63,9 @@ struct WriteTask {
   uint64_t length = 0;         // aligned: what is written
   uint64_t payload = 0;        // what the CRC covers
   uint64_t tag = 0;            // the sink's (which pool batch the chunk is in)
+  codec::Codec codec = codec::Codec::kNone;
+  int element_bytes = 1;   // of the chunk's dtype (grouped-zstd's planes)
+  uint64_t alignment = 1;  // what `length` was rounded to (O_DIRECT's block)
 };
 
 class WriterPool {
@@ -76,6 +91,10 @@ class WriterPool {
   };
   void Run(Queue& queue);
   void WriteGroup(std::vector<WriteTask>& group);
+  // Encodes the tasks that ask for it and writes them all, in batches whose
+  // encoded bytes fit this thread's scratch; fills `written`.
+  absl::Status EncodeAndWrite(storage::WritableFile& file, const std::vector<WriteTask>& group,
+                              std::vector<WrittenChunk>& written);
 
   const unsigned max_batch_;
   std::atomic<uint64_t> queued_{0};

@@ -346,6 +346,10 @@ void Metrics::SaveEnded(const SaveReport& r) {
   std::string line =
       absl::StrFormat("ckptd: save job=%s step=%d bytes=%d duration_s=%.3f outcome=%s code=%s",
                       r.job, r.step, r.bytes, Seconds(r.duration), outcome, code);
+  // What compression saved, where the save asked for it.
+  if (!r.codec.empty() && r.codec != "none") {
+    absl::StrAppendFormat(&line, " codec=%s stored_bytes=%d", r.codec, r.stored_bytes);
+  }
   if (r.status.ok()) {
     families_->save_duration.Add({{"ckpt_job", job}}, StageBuckets()).Observe(Seconds(r.duration));
     const std::pair<const char*, absl::Duration> stages[] = {{"plan", r.stages.plan},

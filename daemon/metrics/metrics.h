@@ -50,10 +50,12 @@ struct SaveStages {
 struct SaveReport {
   std::string job;
   int64_t step = 0;
-  absl::Status status;      // OK: committed
-  uint64_t bytes = 0;       // payload written
-  absl::Duration duration;  // first rank's request to commit or clean-up
-  SaveStages stages;        // observed only when status is OK
+  absl::Status status;        // OK: committed
+  uint64_t bytes = 0;         // payload written
+  uint64_t stored_bytes = 0;  // of it, as the codec stored it (bytes when raw)
+  std::string codec;          // the save's ("none", "zstd", "grouped-zstd")
+  absl::Duration duration;    // first rank's request to commit or clean-up
+  SaveStages stages;          // observed only when status is OK
 };
 
 // A load's stages (docs/design.md §5). plan: first rank's request to the plan;

@@ -12,6 +12,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "proto/lib/region_convert.h"
+#include "proto/lib/stored_chunk.h"
 #include "proto/lib/validation.h"
 
 namespace ckpt::planning {
@@ -200,6 +201,9 @@ class Checker {
       return Lost(absl::StrCat(at(), ": file offset ", chunk.file_offset(), " + length ",
                                chunk.length(), " is beyond any file"));
     }
+    if (absl::Status s = CheckChunkEncoding(chunk, at()); !s.ok()) {
+      return Lost(s.message());
+    }
     if (chunk.length() > 0) {
       Extent extent = owner_;
       extent.file = chunk.file();
@@ -312,6 +316,27 @@ absl::Status ValidateManifest(const v1::CheckpointManifest& manifest, absl::stri
                               int64_t step, absl::string_view source,
                               const ManifestLimits& limits) {
   return Checker(source, limits).Run(manifest, job, step);
+}
+
+absl::Status CheckChunkEncoding(const v1::StoredChunk& chunk, absl::string_view where) {
+  // grouped-zstd's planes (daemon/codec/chunk_codec.h checks the same bound).
+  constexpr uint32_t kMaxElementBytes = 16;
+  if (!v1::ChunkCodec_IsValid(chunk.codec())) {
+    return absl::DataLossError(
+        absl::StrCat(where, ": unknown codec ", static_cast<int>(chunk.codec())));
+  }
+  if (!IsEncoded(chunk)) return absl::OkStatus();
+  if (chunk.stored_length() == 0 || chunk.stored_length() > chunk.length()) {
+    return absl::DataLossError(absl::StrCat(where, ": stores ", chunk.stored_length(),
+                                            " encoded bytes for ", chunk.length(),
+                                            " raw bytes (1 to the raw length)"));
+  }
+  if (chunk.codec() == v1::CHUNK_CODEC_GROUPED_ZSTD &&
+      (chunk.element_bytes() < 1 || chunk.element_bytes() > kMaxElementBytes)) {
+    return absl::DataLossError(absl::StrCat(where, ": element size ", chunk.element_bytes(),
+                                            " is outside [1, ", kMaxElementBytes, "]"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ckpt::planning

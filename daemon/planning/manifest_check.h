@@ -50,6 +50,13 @@ absl::Status ValidateManifest(const v1::CheckpointManifest& manifest, absl::stri
                               int64_t step, absl::string_view source,
                               const ManifestLimits& limits = {});
 
+// A chunk's encoding fields (proto/lib/stored_chunk.h) are consistent: a
+// known codec; an encoded chunk stores 1 to `length` bytes, and
+// grouped-zstd names an element size of 1 to 16. DATA_LOSS
+// "<where>: <what>" otherwise. Part of ValidateManifest; the committer
+// checks hosts' reports with it too.
+absl::Status CheckChunkEncoding(const v1::StoredChunk& chunk, absl::string_view where);
+
 }  // namespace ckpt::planning
 
 #endif  // CKPT_DAEMON_PLANNING_MANIFEST_CHECK_H_

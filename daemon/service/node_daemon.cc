@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "daemon/auth/pem_file.h"
+#include "daemon/codec/chunk_codec.h"
 #include "daemon/service/heap_trim.h"
 #include "daemon/service/metrics_sampler.h"
 #include "daemon/service/refusal_interceptor.h"
@@ -200,6 +201,9 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
     return absl::InvalidArgumentError("--writer_threads and --reader_threads must be positive");
   }
   if (absl::Status s = CheckLimits(options.limits, options.manifest_limits); !s.ok()) return s;
+  if (absl::Status s = codec::CodecNamed(options.codec).status(); !s.ok()) {
+    return WithContext(s, "--codec");
+  }
   if (options.heartbeat_interval < absl::Milliseconds(10) ||
       options.heartbeat_timeout < 2 * options.heartbeat_interval) {
     return absl::InvalidArgumentError(

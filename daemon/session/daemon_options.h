@@ -32,6 +32,10 @@ struct DaemonOptions {
   int writer_nice = 10;  // writers yield the CPU to the ranks' copies
   int reader_threads = 2;
   uint64_t chunk_bytes = 4 << 20;
+  // How writers store chunks when a save does not say (daemon/codec:
+  // "none", "zstd", "grouped-zstd"); docs/compression.md has the figures
+  // the default comes from.
+  std::string codec = "none";
   // Pool room handed to a rank at a time for its copies, and read ahead per
   // load: the unit of streaming through the pool.
   uint64_t batch_bytes = 32 << 20;

@@ -25,6 +25,7 @@
 #include "proto/lib/secure_random.h"
 #include "proto/lib/segment_handover.h"
 #include "proto/lib/status_context.h"
+#include "proto/lib/stored_chunk.h"
 
 namespace ckpt::session {
 std::optional<size_t> LoadSession::InPlaceChunkAt(const std::vector<InPlaceChunk>& chunks,
@@ -472,6 +473,11 @@ void LoadSession::ShareMemoryFilesLocked(const std::string& dir,
       const v1::StoredChunk& stored = *c.chunk;
       if (!c.source.empty()) continue;  // a peer sends it
       if (stored.length() == 0) continue;
+      // An encoded chunk must be decoded into the room first.
+      if (IsEncoded(stored)) {
+        ok = false;
+        break;
+      }
       auto it = memory_files_.find(stored.file());
       if (it == memory_files_.end()) {
         // A short, missing or oddly named file is read through the pool,

@@ -14,6 +14,7 @@
 #include "daemon/tier/erasure_transfer.h"
 #include "daemon/tier/replica_transfer.h"
 #include "proto/lib/align.h"
+#include "proto/lib/dtype.h"
 #include "proto/lib/region_convert.h"
 #include "proto/lib/status_context.h"
 #include "proto/lib/validation.h"
@@ -119,6 +120,15 @@ absl::StatusOr<v1::PlanSaveResponse> SaveSession::Plan(const RankSession& rank,
       return absl::FailedPreconditionError(
           absl::StrCat(who, " asks for tier ", TierName(request.tier()),
                        "; the save's first rank asked for ", TierName(tier_)));
+    }
+    absl::StatusOr<codec::Codec> codec =
+        codec::CodecNamed(request.codec().empty() ? context_.options.codec : request.codec());
+    if (!codec.ok()) return WithContext(codec.status(), who);
+    if (!codec_.has_value()) codec_ = *codec;
+    if (*codec != *codec_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(who, " asks for codec ", codec::CodecName(*codec),
+                       "; the save's first rank asked for ", codec::CodecName(*codec_)));
     }
   }
   {
@@ -419,6 +429,13 @@ std::map<int, std::vector<exec::WriteTask>> SaveSession::TasksFor(uint64_t batch
     if (pull != pulled) continue;
     const v1::WriteItem& write = *state.writes[slice.item];
     char* data = context_.pool.base() + room.allocation.offset + slice.room_offset;
+    // grouped-zstd's planes: one per byte of the tensor's elements.
+    int element_bytes = 1;
+    if (item.kind() == v1::SaveItem::SHARD) {
+      absl::StatusOr<int64_t> size =
+          DTypeSize(state.request->shards(static_cast<int>(item.index())).dtype());
+      if (size.ok()) element_bytes = static_cast<int>(*size);
+    }
     // The pad after the payload is written too (O_DIRECT wants whole
     // blocks); zero it so files never carry stale pool bytes.
     std::memset(data + slice.length, 0, AlignUp(slice.length, alignment) - slice.length);
@@ -428,7 +445,8 @@ std::map<int, std::vector<exec::WriteTask>> SaveSession::TasksFor(uint64_t batch
       const uint64_t payload = std::min(step, slice.length - off);
       tasks[write.writer()].push_back(
           exec::WriteTask{self, write.writer(), write.file_offset() + slice.item_offset + off,
-                          data + off, AlignUp(payload, alignment), payload, batch_id});
+                          data + off, AlignUp(payload, alignment), payload, batch_id,
+                          codec_.value_or(codec::Codec::kNone), element_bytes, alignment});
       ++count;
     }
   }
@@ -545,12 +563,15 @@ absl::Status SaveSession::RunPulls(const RankSession& rank, uint64_t batch_id) {
     char* destination = nullptr;
     int writer = 0;
     uint64_t file_offset = 0;
+    int element_bytes = 1;
   };
   std::vector<Pull> pulls;
   uint64_t chunk = 0;
+  codec::Codec codec = codec::Codec::kNone;
   {
     absl::MutexLock lock(&mu_);
     chunk = std::max<uint64_t>(assignment_.chunk_bytes(), 1);
+    codec = codec_.value_or(codec::Codec::kNone);
     const Room& room = rooms_[batch_id];
     const RankState& state = ranks_[rank.rank];
     for (const planning::BatchSliceLayout& slice : room.slices) {
@@ -561,7 +582,8 @@ absl::Status SaveSession::RunPulls(const RankSession& rank, uint64_t batch_id) {
       pulls.push_back({shard.device_buffer(), shard.fqn(), slice.item_offset, slice.length,
                        context_.pool.base() + room.allocation.offset + slice.room_offset,
                        state.writes[slice.item]->writer(),
-                       state.writes[slice.item]->file_offset() + slice.item_offset});
+                       state.writes[slice.item]->file_offset() + slice.item_offset,
+                       static_cast<int>(DTypeSize(shard.dtype()).value_or(1))});
     }
   }
   const uint64_t alignment = context_.pool.alignment();
@@ -588,7 +610,8 @@ absl::Status SaveSession::RunPulls(const RankSession& rank, uint64_t batch_id) {
             const uint64_t payload = std::min(chunk, offset + length - off);
             tasks.push_back(exec::WriteTask{self, pull.writer, pull.file_offset + off,
                                             pull.destination + off, AlignUp(payload, alignment),
-                                            payload, batch_id});
+                                            payload, batch_id, codec, pull.element_bytes,
+                                            alignment});
           }
           {
             absl::MutexLock lock(&mu_);
@@ -623,14 +646,25 @@ void SaveSession::OnChunksWritten(absl::Span<const exec::WrittenChunk> chunks,
     }
     if (status.ok()) {
       uint64_t bytes = 0;
+      uint64_t stored = 0;
       for (const exec::WrittenChunk& c : chunks) {
         v1::ChunkChecksum* sum = &checksums_.emplace_back();
         sum->set_file(assignment_.hosts(0).files(c.file));
         sum->set_file_offset(c.file_offset);
         sum->set_crc32c(c.crc32c);
         bytes += c.payload;
+        if (c.codec == codec::Codec::kNone) {
+          stored += c.payload;
+          continue;
+        }
+        sum->set_codec(static_cast<v1::ChunkCodec>(c.codec));
+        sum->set_stored_length(c.stored_length);
+        sum->set_stored_crc32c(c.stored_crc32c);
+        sum->set_element_bytes(static_cast<uint32_t>(c.element_bytes));
+        stored += c.stored_length;
       }
       bytes_written_ += bytes;
+      bytes_stored_ += stored;
       // Storage's counter: the memory tier writes none.
       if (!ToMemory(tier_)) {
         context_.bytes_written.fetch_add(bytes, std::memory_order_relaxed);
@@ -943,6 +977,8 @@ void SaveSession::ReportEndLocked() {
   report.step = step_;
   report.status = phase_ == Phase::kDone ? absl::OkStatus() : error_;
   report.bytes = bytes_written_;
+  report.stored_bytes = bytes_stored_;
+  if (codec_.has_value()) report.codec = std::string(codec::CodecName(*codec_));
   report.duration = absl::Now() - times_.created;
   report.stages.plan = times_.planned - times_.created;
   report.stages.snapshot = times_.snapshotted - times_.planned;

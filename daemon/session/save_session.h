@@ -43,6 +43,7 @@
 #include "absl/time/time.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "ckpt/v1/node.pb.h"
+#include "daemon/codec/chunk_codec.h"
 #include "daemon/exec/writer_pool.h"
 #include "daemon/planning/node_save_plan.h"
 #include "daemon/planning/rank_barrier.h"
@@ -205,6 +206,10 @@ class SaveSession : public exec::ChunkSink, public std::enable_shared_from_this<
   uint64_t pending_chunks_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_total_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_written_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t bytes_stored_ ABSL_GUARDED_BY(mu_) = 0;  // of those, as stored (encoded)
+  // How the writers store the chunks: the first rank's choice (or the
+  // daemon's --codec), which every other rank must repeat.
+  std::optional<codec::Codec> codec_ ABSL_GUARDED_BY(mu_);
   v1::SaveAssignment assignment_ ABSL_GUARDED_BY(mu_);
   uint64_t next_batch_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, Room> rooms_ ABSL_GUARDED_BY(mu_);

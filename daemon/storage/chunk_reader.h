@@ -11,10 +11,16 @@
 // end is checked against its file's size before reading: a short file is
 // DATA_LOSS naming the file and the offset.
 //
+// An encoded chunk (docs/compression.md) is read whole into the reader's
+// scratch, its stored bytes' CRC32C checked, then decoded into the target
+// (bounded by the chunk's raw length) and checked as any chunk is. A chunk
+// that does not decode is DATA_LOSS naming the file, offset, owner and why.
+//
 // Thread-safety: a ChunkReader is used by one thread; it caches open files.
 #ifndef CKPT_DAEMON_STORAGE_CHUNK_READER_H_
 #define CKPT_DAEMON_STORAGE_CHUNK_READER_H_
 
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -49,6 +55,9 @@ class ChunkReader {
   }
   uint64_t bytes_read() const { return bytes_read_; }
   uint64_t chunk_bytes_read() const { return chunk_bytes_read_; }  // without the padding
+  // Encoded bytes decoded, and the time it took.
+  uint64_t stored_bytes_decoded() const { return stored_bytes_decoded_; }
+  absl::Duration decode_time() const { return decode_time_; }
   // Time spent waiting for reads and checking checksums, for the load's
   // summary line.
   absl::Duration io_time() const { return io_time_; }
@@ -68,14 +77,26 @@ class ChunkReader {
   // them, else the exact length. DATA_LOSS when the file is too short.
   absl::StatusOr<uint64_t> ReadLength(const ChunkTarget& target, uint64_t file_size) const;
   absl::Status Verify(const ChunkTarget& target) const;
+  // Checks an encoded chunk's stored bytes, then decodes them into its target.
+  absl::Status Decode(const ChunkTarget& target, const char* stored) const;
+  // The reader's scratch for encoded chunks, at least `bytes`, kept for the
+  // next call; null when the memory is not there.
+  char* Scratch(uint64_t bytes);
 
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
   storage::Backend& backend_;
   const std::string dir_;
   const uint64_t alignment_;
   std::map<std::string, OpenFile> files_;
   uint64_t bytes_read_ = 0;
   uint64_t chunk_bytes_read_ = 0;
+  uint64_t stored_bytes_decoded_ = 0;
+  std::unique_ptr<char, Free> scratch_;
+  uint64_t scratch_capacity_ = 0;
   absl::Duration io_time_;
+  absl::Duration decode_time_;
   absl::Duration verify_time_;
 };
 

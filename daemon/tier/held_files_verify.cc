@@ -16,6 +16,7 @@
 #include "daemon/planning/manifest_io.h"
 #include "daemon/storage/layout.h"
 #include "proto/lib/crc32c.h"
+#include "proto/lib/stored_chunk.h"
 #include "proto/lib/validation.h"
 
 namespace ckpt::tier {
@@ -189,13 +190,15 @@ v1::HostVerifyReport VerifyHeldFiles(MemoryTier& tier, const v1::VerifyOrder& or
   }
   const std::set<std::string> names(held.begin(), held.end());
   std::map<std::string, std::vector<Chunk>> chunks;
-  (void)planning::ForEachChunk(*manifest, [&](const v1::StoredChunk& chunk,
-                                              const std::string& owner) {
-    if (chunk.length() > 0 && names.contains(chunk.file())) {
-      chunks[chunk.file()].push_back({chunk.file_offset(), chunk.length(), chunk.crc32c(), owner});
-    }
-    return absl::OkStatus();
-  });
+  (void)planning::ForEachChunk(
+      *manifest, [&](const v1::StoredChunk& chunk, const std::string& owner) {
+        if (chunk.length() > 0 && names.contains(chunk.file())) {
+          // As stored: an encoded chunk is checked without decoding it.
+          chunks[chunk.file()].push_back(
+              {chunk.file_offset(), StoredLength(chunk), StoredCrc32c(chunk), owner});
+        }
+        return absl::OkStatus();
+      });
   std::map<std::string, Mapped> mapped;
   for (const std::string& file : held) {
     absl::StatusOr<Mapped> shared = backend.Share(absl::StrCat(dir, "/", file));

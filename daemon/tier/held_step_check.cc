@@ -14,6 +14,7 @@
 #include "daemon/planning/manifest_io.h"
 #include "daemon/storage/layout.h"
 #include "proto/lib/crc32c.h"
+#include "proto/lib/stored_chunk.h"
 
 namespace ckpt::tier {
 namespace {
@@ -81,12 +82,14 @@ HeldStepCheck CheckHeldStep(tier::MemoryTier& tier, const std::string& job, int6
           file.stamp = *stamp;
         }
         const uint64_t size = file.shared->size;
-        if (chunk.file_offset() > size || chunk.length() > size - chunk.file_offset()) {
+        // As stored: an encoded chunk is checked without decoding it.
+        const uint64_t stored = StoredLength(chunk);
+        if (chunk.file_offset() > size || stored > size - chunk.file_offset()) {
           file.problem = absl::StrCat(owner, ": its chunk at offset ", chunk.file_offset(),
                                       " lies past the file's end (", size, " bytes)");
           return absl::OkStatus();
         }
-        tasks.push_back({file.shared->data + chunk.file_offset(), chunk.length(), chunk.crc32c(),
+        tasks.push_back({file.shared->data + chunk.file_offset(), stored, StoredCrc32c(chunk),
                          &file, &chunk, owner});
         return absl::OkStatus();
       });

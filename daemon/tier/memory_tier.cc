@@ -21,6 +21,7 @@
 #include "proto/lib/align.h"
 #include "proto/lib/crc32c.h"
 #include "proto/lib/status_context.h"
+#include "proto/lib/stored_chunk.h"
 
 namespace ckpt::tier {
 namespace {
@@ -324,8 +325,9 @@ absl::Status MemoryTier::Persist(const std::string& job, int64_t step) {
           [&](const v1::StoredChunk& chunk, const std::string& owner) {
             // 0-byte items have no bytes in any file.
             if (chunk.length() > 0) {
+              // As stored: an encoded chunk is copied and checked encoded.
               by_file[chunk.file()].push_back(
-                  {chunk.file_offset(), chunk.length(), chunk.crc32c(), owner});
+                  {chunk.file_offset(), StoredLength(chunk), StoredCrc32c(chunk), owner});
             }
             return absl::OkStatus();
           });
@@ -420,7 +422,7 @@ absl::Status MemoryTier::FlipByte(const std::string& job, int64_t step, const st
     absl::StatusOr<bool> here = backend_->Exists(absl::StrCat(dir, "/", chunk.file()));
     if (!here.ok() || !*here) return absl::OkStatus();
     file = chunk.file();
-    offset = chunk.file_offset() + chunk.length() / 2;
+    offset = chunk.file_offset() + StoredLength(chunk) / 2;
     preferred = wanted;
     return absl::OkStatus();
   });

@@ -76,6 +76,10 @@ struct SaveOptions {
   // Save. nullptr: the default stream.
   void* cuda_stream = nullptr;
   std::map<std::string, std::string> user_metadata;
+  // How ckptd's writers store the chunks: "none", "zstd" or "grouped-zstd"
+  // (docs/compression.md); empty: the daemon's --codec. Every rank on a
+  // host must pass the same.
+  std::string codec;
 };
 
 struct LoadOptions {
