@@ -15,6 +15,7 @@
 #include "ckpt/client.h"
 #include "client/src/parallel_copy.h"
 #include "proto/lib/status_context.h"
+#include "tools/bench/synthetic_model.h"
 #include "tools/bench/worker_loop.h"
 
 namespace ckpt::bench {
@@ -99,14 +100,33 @@ int RunWorker(const WorkerOptions& options) {
       const auto start = Clock::now();
       client::ParallelCopy(way == "in" ? floor_in : floor_copy, options.copy_threads);
       std::cout << "ok " << Since(start) << std::endl;
+    } else if (command == "trained") {
+      // "trained SEED": values like trained fp32 weights and Adam's moments
+      // (synthetic_model.h), one scale per tensor, so codecs meet what they
+      // would in training (the constant fill compresses to nothing).
+      uint64_t seed = 1;
+      in >> seed;
+      SyntheticModel model(seed * 131 + static_cast<uint64_t>(options.rank));
+      for (size_t t = 0; t < shards.size(); ++t) {
+        float* p = static_cast<float*>(shards[t].data);
+        const uint64_t n = static_cast<uint64_t>(shards[t].region.lengths[0] * kColumns);
+        const float scale = model.Scale(t + seed);
+        for (uint64_t i = 0; i < n; ++i) p[i] = scale * model.Normal();
+        // Never a zero in the first byte of a block: `load` checks for them.
+        const uint32_t marker = 0x3f800001;  // 1.0000001f: its low byte is not zero
+        for (uint64_t i = 0; i < n; i += 1024) std::memcpy(p + i, &marker, 4);
+      }
+      std::cout << "ok 0" << std::endl;
     } else if (command == "blocking") {
-      // "blocking STEP [durable|memory|both]"
+      // "blocking STEP [durable|memory|both [CODEC]]"
       int64_t step = 0;
       std::string tier = "durable";
-      in >> step >> tier;
+      std::string codec;
+      in >> step >> tier >> codec;
       SaveOptions save;
       save.blocking = true;
       save.tier = TierNamed(tier);
+      save.codec = codec;
       const auto start = Clock::now();
       auto handle = (*client)->Save(step, shards, {}, save);
       const double stall = Since(start);

@@ -7,7 +7,10 @@
 //   floor                   -> ok <seconds to memcpy the shard out of its tensors>
 //   floor in                -> ok <seconds to memcpy a copy of the shard into its
 //                              tensors> (they then hold that copy's bytes)
-//   blocking <step>         -> ok <stall seconds> <save-to-commit seconds>
+//   trained <seed>          -> ok 0 (the shard now holds values like trained
+//                              weights': synthetic_model.h)
+//   blocking <step> [<tier> [<codec>]]
+//                           -> ok <stall seconds> <save-to-commit seconds>
 //   lazy <step0> <checkpoints> <every> <compute_ms>
 //                           -> ok <stall seconds of each checkpoint...>
 //   baseline <dir>          -> ok <seconds to write+fsync the shard>

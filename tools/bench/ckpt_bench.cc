@@ -458,7 +458,8 @@ int main(int argc, char** argv) {
   app.add_flag("--codecs", c.codecs,
                "Measure the chunk codecs instead: compression ratios of a synthetic "
                "mixed-precision Adam state, whole and as deltas between steps, and codec speed "
-               "on one core (no daemon)");
+               "on one core; then persisting it through ckptd raw and encoded (to --dir, "
+               "default /var/tmp)");
   app.add_option("--codec-files", c.codec_files,
                  "With --codecs: measure these safetensors files (a step, then optionally the "
                  "next step for the deltas) instead of the synthetic state")
@@ -485,6 +486,8 @@ int main(int argc, char** argv) {
     w.copy_threads = c.copy_threads;
     return gpu_worker ? ckpt::bench::RunGpuWorker(w) : ckpt::bench::RunWorker(w);
   }
+  // The codecs' persist figures need a disk: /var/tmp's (not tmpfs) unless told.
+  if (c.dir.empty() && c.codecs && c.codec_files.empty()) c.dir = "/var/tmp";
   if (c.dir.empty() && !c.codecs) {
     std::fprintf(stderr, "ckpt-bench: --dir is required\n%s", app.help().c_str());
     return 2;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -15,6 +16,7 @@
 #include "daemon/codec/chunk_codec.h"
 #include "daemon/codec/step_delta.h"
 #include "proto/lib/dtype.h"
+#include "tools/bench/synthetic_model.h"
 #include "tools/bench/worker_loop.h"
 #include "tools/ckptctl/safetensors.h"
 
@@ -24,48 +26,6 @@ namespace {
 using codec::Codec;
 
 constexpr uint64_t kChunkBytes = 4 << 20;  // ckptd's default chunk
-
-// The synthetic state. Per parameter, as mixed-precision Adam keeps it: a
-// bf16 weight (the model), an fp32 master weight, and Adam's first and
-// second moments in fp32: 14 bytes. Each tensor of 16 Mi parameters has
-// its own scale, drawn from 0.01 to 0.05 as trained layers' are (one in
-// eight is a norm's weight: around 1.0 with that spread). Values are
-// normal-like (a sum of four uniforms, centred: Irwin-Hall). Step t+1 is
-// step t after one Adam update: the master weight moves by lr (1e-4)
-// times a normal-like update of unit scale, the bf16 weight is the new
-// master rounded to nearest even, m = 0.9 m + 0.1 g and v = 0.999 v +
-// 0.001 g^2 for a gradient g of scale 1e-3.
-class SyntheticModel {
- public:
-  explicit SyntheticModel(uint64_t seed) : state_(seed | 1) {}
-
-  // One normal-like value of unit scale.
-  float Normal() {
-    float sum = 0;
-    for (int i = 0; i < 4; ++i) sum += static_cast<float>(Next() >> 40) * 0x1p-24f;
-    return (sum - 2.0f) * 1.7320508f;
-  }
-  float Scale(uint64_t tensor) const {
-    return 0.01f + 0.04f * static_cast<float>((tensor * 0x9e3779b97f4a7c15ull) >> 40) * 0x1p-24f;
-  }
-
- private:
-  uint64_t Next() {  // xorshift64*
-    state_ ^= state_ >> 12;
-    state_ ^= state_ << 25;
-    state_ ^= state_ >> 27;
-    return state_ * 0x2545f4914f6cdd1dull;
-  }
-  uint64_t state_;
-};
-
-uint16_t Bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7f800000) == 0x7f800000) return static_cast<uint16_t>(bits >> 16);
-  bits += 0x7fff + ((bits >> 16) & 1);  // round to nearest even
-  return static_cast<uint16_t>(bits >> 16);
-}
 
 // One chunk's worth of parameters of each kind, at two consecutive steps.
 struct ChunkPair {
@@ -144,6 +104,7 @@ void Report(const Config& c, const std::string& mode, const std::map<std::string
     auto it = f.find(name);
     if (it != f.end()) goals.push_back({name, it->second, limit});
   }
+
   PrintGoals(goals);
   if (c.json) {
     std::string head = absl::StrFormat("\"mode\":\"%s\"", mode);
@@ -235,6 +196,51 @@ int RunCodecFiles(const Config& c) {
   return 0;
 }
 
+// Persisting through ckptd, raw and encoded: --ranks ranks fill their
+// shards with trained-like fp32 values (synthetic_model.h), then save them
+// blocking to storage under --dir with each codec, the codecs taking turns
+// twice; each codec's figure is its faster round's save-to-persisted time
+// (a round is the slowest rank's). Old steps are removed as new ones
+// commit, so the disk holds two.
+absl::Status MeasurePersist(const Config& c, std::map<std::string, double>& f) {
+  Workspace ws(c);
+  absl::FPrintF(stderr, "ckpt-bench: persisting %.2f GiB per codec to %s...\n", c.state_gib,
+                ws.work);
+  absl::StatusOr<std::unique_ptr<ChildProcess>> daemon =
+      StartDaemon(c, ws.work, ws.socket, PoolBytes(c, ws.bytes), {"--retain_last=2"});
+  if (!daemon.ok()) return daemon.status();
+  absl::StatusOr<std::vector<std::unique_ptr<ChildProcess>>> workers =
+      StartWorkers(c, ws.socket, c.ranks, ws.bytes, {});
+  if (!workers.ok()) return workers.status();
+  if (absl::StatusOr<std::vector<std::vector<double>>> filled = Broadcast(*workers, "trained 7");
+      !filled.ok()) {
+    return filled.status();
+  }
+  const std::pair<const char*, const char*> codecs[] = {{"persist_raw_s", "none"},
+                                                        {"persist_compressed_s", "grouped-zstd"},
+                                                        {"persist_zstd_s", "zstd"}};
+  int64_t step = 1;
+  for (int round = 0; round < 2; ++round) {
+    for (const auto& [key, name] : codecs) {
+      absl::StatusOr<std::vector<std::vector<double>>> saved =
+          Broadcast(*workers, absl::StrCat("blocking ", step++, " durable ", name));
+      if (!saved.ok()) return saved.status();
+      const double seconds = MaxOver(*saved, 1);
+      absl::FPrintF(stderr, "ckpt-bench: round %d %s: %.3f s\n", round, name, seconds);
+      auto it = f.find(key);
+      f[key] = it == f.end() ? seconds : std::min(it->second, seconds);
+    }
+  }
+  for (auto& w : *workers) (void)w->Send("quit");
+  std::error_code ec;
+  std::filesystem::remove_all(ws.work, ec);
+  f["persist_gib"] = static_cast<double>(ws.bytes) / (1ull << 30);
+  // Over 1: compressing costs this disk more time than it saves in bytes,
+  // which is why ckptd's default --codec is none (docs/compression.md).
+  f["persist_compressed_over_raw"] = f["persist_compressed_s"] / f["persist_raw_s"];
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int RunCodecs(const Config& c) {
@@ -296,8 +302,15 @@ int RunCodecs(const Config& c) {
   f["compress_gbps_per_core"] = grouped.raw / grouped.encode_s / 1e9;
   f["decompress_gbps_per_core"] = grouped.raw / grouped.decode_s / 1e9;
   f["step_gib"] = chunks * 14.0 * params_per_chunk / (1ull << 30);
+  if (!c.dir.empty()) {
+    if (absl::Status s = MeasurePersist(c, f); !s.ok()) {
+      absl::FPrintF(stderr, "ckpt-bench: %s\n", s.ToString());
+      return 1;
+    }
+  }
   absl::PrintF(
-      "ckpt-bench --codecs: synthetic mixed-precision Adam state, 4 MiB chunks, one core\n");
+      "ckpt-bench --codecs: synthetic mixed-precision Adam state, 4 MiB chunks, one core%s\n",
+      c.dir.empty() ? "" : absl::StrCat("; persisted through ckptd to ", c.dir));
   Report(c, "codecs", f);
   return 0;
 }
