@@ -50,6 +50,9 @@ ABSL_FLAG(uint64_t, chunk_bytes, 4 << 20, "Checksum and write unit (multiple of 
 ABSL_FLAG(std::string, codec, "none",
           "How chunks are stored when a save does not say: none, zstd or grouped-zstd "
           "(docs/compression.md)");
+ABSL_FLAG(int32_t, delta_every, 1,
+          "Step deltas on durable storage when a save does not say: a full step every K saves "
+          "of a job, the others stored as deltas against it (1: every step full)");
 ABSL_FLAG(uint64_t, batch_bytes, 32 << 20,
           "Pool room a rank copies into at a time, and a load's read-ahead unit: saves and "
           "loads of any size stream through the pool this much at a time");
@@ -230,6 +233,7 @@ int main(int argc, char** argv) {
   o.writer_nice = absl::GetFlag(FLAGS_writer_nice);
   o.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   o.codec = absl::GetFlag(FLAGS_codec);
+  o.delta_every = absl::GetFlag(FLAGS_delta_every);
   o.batch_bytes = absl::GetFlag(FLAGS_batch_bytes);
   o.save_batch_bytes = absl::GetFlag(FLAGS_save_batch_bytes);
   o.job_pool_share = absl::GetFlag(FLAGS_job_pool_share);

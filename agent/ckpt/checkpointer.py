@@ -152,16 +152,22 @@ class Checkpointer:
     codec: how ckptd stores this job's chunks, "none", "zstd" or
     "grouped-zstd" (docs/compression.md); None: the daemon's --codec. Every
     rank on a host must pass the same.
+    delta_every: step deltas on durable storage, a full step every K saves
+    and the others stored as deltas against it (docs/compression.md); 1:
+    every step full; None: the daemon's --delta_every.
     """
 
     def __init__(self, job: str, rank: int = 0, world_size: int = 1, *,
                  socket_path: Optional[str] = None, local_rank: Optional[int] = None,
                  copy_threads: int = 4, gpu_transfer: str = "pull",
                  local_world_size: int = 0, durable_every: Optional[int] = None,
-                 codec: Optional[str] = None):
+                 codec: Optional[str] = None, delta_every: Optional[int] = None):
         if codec not in (None, "none", "zstd", "grouped-zstd"):
             raise ValueError(f"codec is 'none', 'zstd' or 'grouped-zstd', not {codec!r}")
         self._codec = codec or ""
+        if delta_every is not None and (not isinstance(delta_every, int) or delta_every < 1):
+            raise ValueError(f"delta_every is a step count of 1 or more, not {delta_every!r}")
+        self._delta_every = delta_every or 0
         if gpu_transfer not in ("pull", "push"):
             raise ValueError(f"gpu_transfer is 'pull' or 'push', not {gpu_transfer!r}")
         socket_path = socket_path or os.environ.get("CKPTD_SOCKET", "/run/ckptd/ckptd.sock")
@@ -237,7 +243,7 @@ class Checkpointer:
             stream = torch.cuda.current_stream().cuda_stream
         start = time.monotonic()
         raw = self._client.save(int(step), tensors, objects, blocking, partial, stream,
-                                dict(metadata or {}), tier, self._codec)
+                                dict(metadata or {}), tier, self._codec, self._delta_every)
         handle = SaveHandle(raw, keep, time.monotonic() - start, blocking)
         self._last = handle
         self._watcher.watch(handle)

@@ -74,7 +74,8 @@ def run(rank, args, init_file):
     model = TinyLM()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     torch.manual_seed(args.seed + 1 + rank)  # each rank its own dropout
-    cp = ckpt.Checkpointer(args.job, rank=rank, world_size=args.world, socket_path=args.socket)
+    cp = ckpt.Checkpointer(args.job, rank=rank, world_size=args.world, socket_path=args.socket,
+                           codec=args.codec, delta_every=args.delta_every)
     cp.wrap_optimizer(opt)
     start = 0
     if args.resume:
@@ -121,6 +122,11 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--out", help="write the final loss and a hash of the weights here")
+    parser.add_argument("--codec", choices=["none", "zstd", "grouped-zstd"],
+                        help="how ckptd stores the chunks (default: the daemon's --codec)")
+    parser.add_argument("--delta-every", type=int,
+                        help="a full step every K saves, deltas against it between "
+                             "(default: the daemon's --delta_every)")
     parser.add_argument("--halt-after", type=int, default=0,
                         help="tests: after this step, wait to be killed instead of going on")
     args = parser.parse_args()

@@ -134,7 +134,7 @@ class PyClient {
                     const std::vector<std::tuple<std::string, py::bytes, bool>>& objects,
                     bool blocking, bool partial, uintptr_t cuda_stream,
                     const std::map<std::string, std::string>& metadata, const std::string& tier,
-                    const std::string& codec) {
+                    const std::string& codec, int delta_every) {
     std::vector<HostTensor> host = ToHostTensors(tensors);
     std::vector<SaveObject> saved;
     saved.reserve(objects.size());
@@ -154,6 +154,7 @@ class PyClient {
     options.cuda_stream = reinterpret_cast<void*>(cuda_stream);
     options.user_metadata = metadata;
     options.codec = codec;
+    options.delta_every = delta_every;
     absl::StatusOr<std::shared_ptr<SaveHandle>> handle;
     {
       py::gil_scoped_release release;
@@ -255,7 +256,7 @@ PYBIND11_MODULE(_ckpt, m) {
            py::arg("local_world_size") = 0)
       .def("save", &PyClient::Save, py::arg("step"), py::arg("tensors"), py::arg("objects"),
            py::arg("blocking"), py::arg("partial"), py::arg("cuda_stream"), py::arg("metadata"),
-           py::arg("tier") = "durable", py::arg("codec") = "")
+           py::arg("tier") = "durable", py::arg("codec") = "", py::arg("delta_every") = 0)
       .def("load", &PyClient::Load, py::arg("step"), py::arg("tensors"), py::arg("keys"),
            py::arg("source") = "any")
       .def("describe", &PyClient::Describe, py::arg("step"));

@@ -670,6 +670,7 @@ class ClientImpl final : public Client {
     plan.set_step(job.step);
     plan.set_partial(job.options.partial);
     plan.set_codec(job.options.codec);
+    plan.set_delta_every(job.options.delta_every);
     plan.set_tier(job.options.tier == Tier::kMemory             ? v1::SAVE_TIER_MEMORY
                   : job.options.tier == Tier::kMemoryAndDurable ? v1::SAVE_TIER_MEMORY_AND_DURABLE
                                                                 : v1::SAVE_TIER_DURABLE);

@@ -14,6 +14,7 @@
 #include "daemon/planning/manifest_io.h"
 #include "daemon/storage/layout.h"
 #include "proto/lib/secure_random.h"
+#include "proto/lib/stored_chunk.h"
 #include "proto/lib/validation.h"
 
 namespace ckpt::coordinator {
@@ -245,8 +246,9 @@ absl::Status Catalog::CheckDataFiles(const std::string& job, int64_t step,
   (void)planning::ForEachChunk(manifest, [&](const v1::StoredChunk& c, const std::string& owner) {
     if (c.length() == 0) return absl::OkStatus();
     auto& [end, who] = needed[c.file()];
-    if (c.file_offset() + c.length() > end) {
-      end = c.file_offset() + c.length();
+    // An encoded chunk's place may end in a hole the file never reaches.
+    if (c.file_offset() + StoredLength(c) > end) {
+      end = c.file_offset() + StoredLength(c);
       who = owner;
     }
     return absl::OkStatus();
@@ -329,6 +331,7 @@ absl::StatusOr<std::vector<v1::CheckpointSummary>> Catalog::ListCheckpoints(
     summary.set_bytes(bytes);
     summary.set_tensors(manifest->tensors_size());
     summary.set_objects(manifest->objects_size());
+    if (manifest->has_delta_base_step()) summary.set_delta_base_step(manifest->delta_base_step());
   }
   return out;
 }

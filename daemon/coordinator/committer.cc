@@ -1,5 +1,6 @@
 #include "daemon/coordinator/committer.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -34,6 +35,7 @@ absl::Status Committer::CommitSave(v1::CheckpointManifest planned,
   for (const auto& [host, report] : reports) {
     for (const v1::ChunkChecksum& c : report.checksums()) crcs[{c.file(), c.file_offset()}] = &c;
   }
+  std::optional<int64_t> delta_base_step;
   absl::Status status = planning::ForEachMutableChunk(
       planned, [&](v1::StoredChunk& chunk, const std::string& owner) -> absl::Status {
         // 0-byte items are complete in the plan: nothing written, no report.
@@ -51,10 +53,28 @@ absl::Status Committer::CommitSave(v1::CheckpointManifest planned,
         chunk.set_stored_length(sum.stored_length());
         chunk.set_stored_crc32c(sum.stored_crc32c());
         chunk.set_element_bytes(sum.element_bytes());
+        if (sum.has_delta_base()) {
+          // One base per step: gc keeps the step the manifest names.
+          if (delta_base_step.has_value() && *delta_base_step != sum.delta_base_step()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(owner, ": a delta against step ", sum.delta_base_step(),
+                             " where others are against ", *delta_base_step));
+          }
+          delta_base_step = sum.delta_base_step();
+          chunk.set_delta_base_step(sum.delta_base_step());
+          *chunk.mutable_delta_base() = sum.delta_base();
+        }
         // A host's report is checked as a manifest read back would be.
         return planning::CheckChunkEncoding(chunk, owner);
       });
   if (!status.ok()) return status;
+  if (delta_base_step.has_value()) {
+    if (*delta_base_step < 0 || *delta_base_step >= planned.step()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("deltas against step ", *delta_base_step, " in step ", planned.step()));
+    }
+    planned.set_delta_base_step(*delta_base_step);
+  }
   if (manifest_out != nullptr) *manifest_out = planned.SerializeAsString();
   absl::MutexLock lock(&mu_);
   return CommitCheckpoint(backend_, catalog_.root(), partial_dir, planned, /*make_latest=*/true,

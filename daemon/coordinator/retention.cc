@@ -129,6 +129,7 @@ absl::StatusOr<GcResult> GarbageCollector::Collect(const std::string& job,
     f.latest = c.latest();
     f.broken = c.broken();
     f.broken_reason = c.broken_reason();
+    if (c.has_delta_base_step()) f.delta_base = c.delta_base_step();
     // The later of the manifest's time (the save's start) and the
     // directory's (its MANIFEST was written at commit): the younger guess.
     const std::string dir = storage::StepDir(catalog_.root(), job, c.step());

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
+#include "daemon/codec/step_delta.h"
 #include "daemon/fault/fault_points.h"
 #include "proto/lib/align.h"
 #include "proto/lib/crc32c.h"
@@ -117,32 +118,72 @@ namespace {
 // when the next chunk would not fit. Chunks larger than this (big objects)
 // are stored raw.
 constexpr uint64_t kScratchBytes = 64 << 20;
+// O_DIRECT's block, the largest alignment the pool hands out.
+constexpr uint64_t kBlock = 4096;
 
 struct AlignedFree {
   void operator()(char* p) const { std::free(p); }
 };
 
-char* WriterScratch() {
-  thread_local std::unique_ptr<char, AlignedFree> scratch;
-  if (scratch == nullptr) {
-    void* p = nullptr;
-    // 4 KiB: O_DIRECT's block, the largest alignment the pool hands out.
-    if (posix_memalign(&p, 4096, kScratchBytes) != 0) return nullptr;
-    scratch.reset(static_cast<char*>(p));
+// A block-aligned buffer of this thread's, grown as needed and kept.
+class ThreadBuffer {
+ public:
+  char* Get(uint64_t bytes) {
+    if (capacity_ < bytes) {
+      void* p = nullptr;
+      data_.reset();
+      capacity_ = 0;
+      if (posix_memalign(&p, kBlock, AlignUp(bytes, kBlock)) != 0) return nullptr;
+      data_.reset(static_cast<char*>(p));
+      capacity_ = AlignUp(bytes, kBlock);
+    }
+    return data_.get();
   }
-  return scratch.get();
+
+ private:
+  std::unique_ptr<char, AlignedFree> data_;
+  uint64_t capacity_ = 0;
+};
+
+const char* ZeroBlock() {
+  alignas(kBlock) static const char zeros[kBlock] = {};
+  return zeros;
 }
 
 }  // namespace
+
+bool WriterPool::DeltaOf(const WriteTask& task, std::unique_ptr<storage::ChunkReader>& reader,
+                         char* xored) {
+  thread_local ThreadBuffer base;
+  char* into = base.Get(AlignUp(task.payload, kBlock));
+  if (into == nullptr || task.delta_base->length() != task.payload) return false;
+  if (reader == nullptr) {
+    reader = std::make_unique<storage::ChunkReader>(*task.delta_source->backend,
+                                                    task.delta_source->dir, kBlock);
+  }
+  // The base chunk read, decoded and checked against its CRC; one that
+  // cannot be (removed meanwhile, damaged) makes this chunk whole.
+  if (absl::Status s = reader->Read(*task.delta_base, "the delta base", into); !s.ok()) {
+    std::fprintf(stderr, "ckptd: step delta: storing a chunk whole: %s\n",
+                 std::string(s.message()).c_str());
+    return false;
+  }
+  std::memcpy(xored, task.data, task.payload);
+  codec::XorInto({into, task.payload}, {xored, task.payload});
+  return true;
+}
 
 absl::Status WriterPool::EncodeAndWrite(storage::WritableFile& file,
                                         const std::vector<WriteTask>& group,
                                         std::vector<WrittenChunk>& written) {
   std::vector<storage::IoOp> ops;
   ops.reserve(group.size());
+  thread_local ThreadBuffer scratch_buffer;
+  thread_local ThreadBuffer xored_buffer;
+  thread_local std::string encoded;
   char* scratch = nullptr;
   uint64_t used = 0;
-  thread_local std::string encoded;
+  std::unique_ptr<storage::ChunkReader> base_reader;  // the group's one sink's base
   for (const WriteTask& task : group) {
     WrittenChunk& w = written.emplace_back();
     w.tag = task.tag;
@@ -152,13 +193,29 @@ absl::Status WriterPool::EncodeAndWrite(storage::WritableFile& file,
     w.crc32c = Crc32c(task.data, task.payload);
     w.element_bytes = task.element_bytes;
     storage::IoOp op{task.file_offset, const_cast<char*>(task.data), task.length};
-    const bool wanted = task.codec != codec::Codec::kNone && task.payload <= kScratchBytes &&
-                        task.alignment <= 4096 &&
-                        (scratch != nullptr || (scratch = WriterScratch()));
-    absl::StatusOr<codec::Codec> got =
-        wanted ? codec::EncodeChunk(task.codec, task.element_bytes, {task.data, task.payload},
-                                    codec::EncodeOptions(), &encoded)
-               : codec::Codec::kNone;
+    const bool encodable =
+        task.payload <= kScratchBytes && task.alignment <= kBlock &&
+        (scratch != nullptr || (scratch = scratch_buffer.Get(kScratchBytes)) != nullptr);
+    absl::StatusOr<codec::Codec> got = codec::Codec::kNone;
+    // A delta where the base's place holds the same chunk and the XOR
+    // encodes smaller by the codec's margin; the chunk whole otherwise.
+    if (encodable && task.delta_base != nullptr) {
+      char* xored = xored_buffer.Get(task.payload);
+      if (xored != nullptr && DeltaOf(task, base_reader, xored)) {
+        const codec::Codec codec =
+            task.codec == codec::Codec::kNone ? codec::Codec::kGroupedZstd : task.codec;
+        got = codec::EncodeChunk(codec, task.element_bytes, {xored, task.payload},
+                                 codec::EncodeOptions(), &encoded);
+        if (got.ok() && *got != codec::Codec::kNone) {
+          w.delta_base = task.delta_base;
+          w.delta_base_step = task.delta_source->step;
+        }
+      }
+    }
+    if (w.delta_base == nullptr && encodable && task.codec != codec::Codec::kNone) {
+      got = codec::EncodeChunk(task.codec, task.element_bytes, {task.data, task.payload},
+                               codec::EncodeOptions(), &encoded);
+    }
     // A chunk that cannot be encoded (an element size out of range) is
     // stored raw: the save goes on.
     if (got.ok() && *got != codec::Codec::kNone) {
@@ -173,6 +230,11 @@ absl::Status WriterPool::EncodeAndWrite(storage::WritableFile& file,
       std::memset(at + encoded.size(), 0, padded - encoded.size());
       used += padded;
       op = {task.file_offset, at, padded};
+      if (padded < task.length) {
+        // The place's last block: the file reaches its planned size.
+        ops.push_back({task.file_offset + task.length - task.alignment,
+                       const_cast<char*>(ZeroBlock()), task.alignment});
+      }
       w.codec = *got;
       w.stored_length = encoded.size();
       w.stored_crc32c = Crc32c(encoded.data(), encoded.size());

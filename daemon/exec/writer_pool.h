@@ -7,6 +7,9 @@
 // thread (daemon/codec), and its encoded bytes fill the start of the place
 // the plan gave its raw bytes: compression costs the writers' cores, never
 // the trainer's copies, and the plan and every offset stay as they were.
+// An encoded chunk also writes its place's last block (zeros), so every
+// file still reaches its planned size (replicas and parity copy files to
+// that size); the blocks between are a hole.
 //
 // Thread-safety: Submit may be called from any thread.
 #ifndef CKPT_DAEMON_EXEC_WRITER_POOL_H_
@@ -25,10 +28,20 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "ckpt/v1/manifest.pb.h"
 #include "daemon/codec/chunk_codec.h"
 #include "daemon/storage/backend.h"
+#include "daemon/storage/chunk_reader.h"
 
 namespace ckpt::exec {
+
+// Where a save's step deltas take their base chunks from: the base step's
+// directory in the store the save writes to.
+struct DeltaSource {
+  storage::Backend* backend = nullptr;
+  std::string dir;
+  int64_t step = 0;
+};
 
 struct WrittenChunk {
   uint64_t tag = 0;  // the task's, for the sink's bookkeeping
@@ -42,6 +55,9 @@ struct WrittenChunk {
   uint64_t stored_length = 0;
   uint32_t stored_crc32c = 0;
   int element_bytes = 1;
+  // Stored as a delta against this chunk of step delta_base_step.
+  std::shared_ptr<const v1::StoredChunk> delta_base;
+  int64_t delta_base_step = 0;
 };
 
 // The receiver of a save's chunk writes (SaveSession).
@@ -66,6 +82,11 @@ struct WriteTask {
   codec::Codec codec = codec::Codec::kNone;
   int element_bytes = 1;   // of the chunk's dtype (grouped-zstd's planes)
   uint64_t alignment = 1;  // what `length` was rounded to (O_DIRECT's block)
+  // A step delta, where the save found the same place in its base step:
+  // the chunk is stored as the XOR with that chunk's raw bytes, encoded,
+  // when that is smaller than the chunk encoded alone.
+  std::shared_ptr<const v1::StoredChunk> delta_base;
+  std::shared_ptr<const DeltaSource> delta_source;
 };
 
 class WriterPool {
@@ -95,6 +116,11 @@ class WriterPool {
   // encoded bytes fit this thread's scratch; fills `written`.
   absl::Status EncodeAndWrite(storage::WritableFile& file, const std::vector<WriteTask>& group,
                               std::vector<WrittenChunk>& written);
+  // The XOR of the task's chunk with its delta base's raw bytes, into
+  // `xored` (room for the payload); false when the base cannot be read
+  // (the chunk is then stored whole). `reader` is opened on first use.
+  static bool DeltaOf(const WriteTask& task, std::unique_ptr<storage::ChunkReader>& reader,
+                      char* xored);
 
   const unsigned max_batch_;
   std::atomic<uint64_t> queued_{0};

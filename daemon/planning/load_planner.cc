@@ -72,6 +72,9 @@ struct Reads {
     uint32_t stored_crc32c = 0;
     uint8_t codec = 0;
     uint8_t element_bytes = 0;
+    // A step delta's base chunk (in the manifest, which outlives the plan).
+    const v1::StoredChunk* delta_base = nullptr;
+    int64_t delta_base_step = 0;
   };
   std::vector<Chunk> chunks;
   std::vector<uint32_t> read_of_slot;  // kNone: not read (yet)
@@ -97,10 +100,11 @@ struct Reads {
         if (fresh) files.push_back(chunk.file());
         file = known->second;
       }
-      chunks.push_back({file, chunk.crc32c(), chunk.file_offset(), chunk.shard_offset(),
-                        chunk.length(), &fqn, chunk.stored_length(), chunk.stored_crc32c(),
-                        static_cast<uint8_t>(chunk.codec()),
-                        static_cast<uint8_t>(chunk.element_bytes())});
+      chunks.push_back(
+          {file, chunk.crc32c(), chunk.file_offset(), chunk.shard_offset(), chunk.length(), &fqn,
+           chunk.stored_length(), chunk.stored_crc32c(), static_cast<uint8_t>(chunk.codec()),
+           static_cast<uint8_t>(chunk.element_bytes()),
+           chunk.has_delta_base() ? &chunk.delta_base() : nullptr, chunk.delta_base_step()});
     }
     return read;
   }
@@ -570,6 +574,10 @@ void AddReads(const Planner& planner, const std::vector<Request>& requests,
       stored->set_stored_length(chunk.stored_length);
       stored->set_stored_crc32c(chunk.stored_crc32c);
       stored->set_element_bytes(chunk.element_bytes);
+    }
+    if (chunk.delta_base != nullptr) {
+      stored->set_delta_base_step(chunk.delta_base_step);
+      *stored->mutable_delta_base() = *chunk.delta_base;
     }
     read->set_fqn(*chunk.fqn);
     for (uint32_t u = first_use[r]; u < first_use[r + 1]; ++u) {

@@ -50,6 +50,13 @@ class Checker {
       return s;
     }
     if (absl::Status s = CheckMetadata(m); !s.ok()) return s;
+    if (m.has_delta_base_step()) {
+      if (m.delta_base_step() < 0 || m.delta_base_step() >= m.step()) {
+        return Lost(
+            absl::StrCat("its delta base is step ", m.delta_base_step(), ", not an earlier step"));
+      }
+      delta_base_step_ = m.delta_base_step();
+    }
     std::set<absl::string_view> fqns;
     for (int t = 0; t < m.tensors_size(); ++t) {
       const v1::TensorEntry& tensor = m.tensors(t);
@@ -204,6 +211,11 @@ class Checker {
     if (absl::Status s = CheckChunkEncoding(chunk, at()); !s.ok()) {
       return Lost(s.message());
     }
+    if (chunk.has_delta_base() &&
+        (!delta_base_step_.has_value() || chunk.delta_base_step() != *delta_base_step_)) {
+      return Lost(absl::StrCat(at(), ": a delta against step ", chunk.delta_base_step(),
+                               ", not the manifest's delta base"));
+    }
     if (chunk.length() > 0) {
       Extent extent = owner_;
       extent.file = chunk.file();
@@ -308,6 +320,7 @@ class Checker {
   Extent owner_;                                    // of the chunks being checked
   std::vector<Extent> extents_;                     // every non-empty chunk's
   std::optional<absl::string_view> last_confined_;  // the last file name that passed
+  std::optional<int64_t> delta_base_step_;          // the manifest's, when set
 };
 
 }  // namespace
@@ -336,7 +349,26 @@ absl::Status CheckChunkEncoding(const v1::StoredChunk& chunk, absl::string_view 
     return absl::DataLossError(absl::StrCat(where, ": element size ", chunk.element_bytes(),
                                             " is outside [1, ", kMaxElementBytes, "]"));
   }
-  return absl::OkStatus();
+  if (!chunk.has_delta_base()) return absl::OkStatus();
+  // A delta: against a whole chunk of the same length, itself well formed.
+  const v1::StoredChunk& base = chunk.delta_base();
+  const std::string of_base =
+      absl::StrCat(where, ": its delta base (step ", chunk.delta_base_step(), ")");
+  if (base.has_delta_base()) {
+    return absl::DataLossError(absl::StrCat(of_base, " is itself a delta"));
+  }
+  if (base.length() != chunk.length()) {
+    return absl::DataLossError(
+        absl::StrCat(of_base, " is ", base.length(), " bytes, not ", chunk.length()));
+  }
+  if (absl::Status s = ValidateConfinedName(base.file()); !s.ok()) {
+    return absl::DataLossError(absl::StrCat(of_base, ": ", s.message()));
+  }
+  constexpr uint64_t kMaxEnd = uint64_t{1} << 62;
+  if (base.file_offset() > kMaxEnd || base.length() > kMaxEnd - base.file_offset()) {
+    return absl::DataLossError(absl::StrCat(of_base, " lies beyond any file"));
+  }
+  return CheckChunkEncoding(base, of_base);
 }
 
 }  // namespace ckpt::planning

@@ -1,6 +1,7 @@
 #include "daemon/planning/retention_policy.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -79,6 +80,16 @@ std::vector<StepDecision> DecideRetention(const RetentionPolicy& policy,
                                         ? absl::StrCat(" and not a multiple of ", policy.keep_every)
                                         : "");
     }
+  }
+  // Bases of kept steps: a delta is only as loadable as its base.
+  std::map<int64_t, StepDecision*> by_step;
+  for (StepDecision& d : out) by_step[d.step] = &d;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (!out[i].keep || !steps[i].delta_base.has_value()) continue;
+    auto base = by_step.find(*steps[i].delta_base);
+    if (base == by_step.end() || base->second->keep) continue;
+    base->second->keep = true;
+    base->second->reason = absl::StrCat("the base of step ", steps[i].step);
   }
   return out;
 }

@@ -16,6 +16,9 @@
 //    error or a manifest over this daemon's limits, so only an operator who
 //    asks (ckptctl gc --delete-broken) deletes one, and retention never does.
 //  - anything else: deleted.
+// Then every step a kept step's deltas are against (its base) is kept too,
+// whatever the rules said of it ("the base of step N"): without it the
+// kept step cannot be loaded.
 #ifndef CKPT_DAEMON_PLANNING_RETENTION_POLICY_H_
 #define CKPT_DAEMON_PLANNING_RETENTION_POLICY_H_
 
@@ -48,6 +51,8 @@ struct StepFacts {
   // Non-empty: why the step may be in use (its pin is held, or whether it
   // is could not be told); such a step is kept.
   std::string in_use;
+  // Its chunks are deltas against this step, which is kept with it.
+  std::optional<int64_t> delta_base;
 };
 
 struct StepDecision {

@@ -204,6 +204,10 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   if (absl::Status s = codec::CodecNamed(options.codec).status(); !s.ok()) {
     return WithContext(s, "--codec");
   }
+  if (options.delta_every < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--delta_every must be 1 or more, not ", options.delta_every));
+  }
   if (options.heartbeat_interval < absl::Milliseconds(10) ||
       options.heartbeat_timeout < 2 * options.heartbeat_interval) {
     return absl::InvalidArgumentError(

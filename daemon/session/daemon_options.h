@@ -36,6 +36,10 @@ struct DaemonOptions {
   // "none", "zstd", "grouped-zstd"); docs/compression.md has the figures
   // the default comes from.
   std::string codec = "none";
+  // Step deltas on durable storage: a full step every delta_every saves of
+  // a job and deltas against it between (1: every step full), when a save
+  // does not say.
+  int delta_every = 1;
   // Pool room handed to a rank at a time for its copies, and read ahead per
   // load: the unit of streaming through the pool.
   uint64_t batch_bytes = 32 << 20;

@@ -130,6 +130,18 @@ absl::StatusOr<v1::PlanSaveResponse> SaveSession::Plan(const RankSession& rank,
           absl::StrCat(who, " asks for codec ", codec::CodecName(*codec),
                        "; the save's first rank asked for ", codec::CodecName(*codec_)));
     }
+    if (request.delta_every() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          who, ": delta_every is ", request.delta_every(), "; 1 or more (0: the daemon's)"));
+    }
+    const int every =
+        request.delta_every() > 0 ? request.delta_every() : context_.options.delta_every;
+    if (!delta_every_.has_value()) delta_every_ = every;
+    if (every != *delta_every_) {
+      return absl::FailedPreconditionError(absl::StrCat(who, " asks for a full step every ", every,
+                                                        "; the save's first rank asked for ",
+                                                        *delta_every_));
+    }
   }
   {
     absl::MutexLock lock(&mu_);
@@ -185,8 +197,10 @@ absl::StatusOr<std::unique_ptr<DiskReservations::Reservation>> SaveSession::Rese
 
 void SaveSession::PlanAllRanks() {
   v1::NodeSavePlan plan;
+  int delta_every = 0;
   {
     absl::MutexLock lock(&mu_);
+    delta_every = delta_every_.value_or(0);
     plan = planning::BatchRankPlans(context_.host, job_, step_, world_size_,
                                     context_.writers.threads(), RequestsLocked());
   }
@@ -285,10 +299,18 @@ void SaveSession::PlanAllRanks() {
       files.push_back(std::move(*file));
     }
   }
+  // Step deltas on durable storage, for a save on one host (a job spread
+  // over hosts, and the memory tier, store whole steps).
+  std::shared_ptr<const DeltaBase> delta;
+  if (status.ok() && tier_ == v1::SAVE_TIER_DURABLE && !spans_hosts()) {
+    delta = ChooseDeltaBase(context_.coordinator.catalog(), context_.backend, job_, step_,
+                            delta_every, assignment->manifest_template());
+  }
   bool cleanup = false;
   {
     absl::MutexLock lock(&mu_);
     --busy_;
+    delta_ = std::move(delta);
     // Kept even when opening the files failed: CleanUp aborts the save by
     // its id, which frees the step at the coordinator and removes the
     // partial directory it made.
@@ -443,16 +465,27 @@ std::map<int, std::vector<exec::WriteTask>> SaveSession::TasksFor(uint64_t batch
     const uint64_t step = item.kind() == v1::SaveItem::OBJECT ? slice.length : chunk;
     for (uint64_t off = 0; off < slice.length; off += step) {
       const uint64_t payload = std::min(step, slice.length - off);
-      tasks[write.writer()].push_back(
-          exec::WriteTask{self, write.writer(), write.file_offset() + slice.item_offset + off,
-                          data + off, AlignUp(payload, alignment), payload, batch_id,
-                          codec_.value_or(codec::Codec::kNone), element_bytes, alignment});
+      const uint64_t file_offset = write.file_offset() + slice.item_offset + off;
+      exec::WriteTask& task = tasks[write.writer()].emplace_back(exec::WriteTask{
+          self, write.writer(), file_offset, data + off, AlignUp(payload, alignment), payload,
+          batch_id, codec_.value_or(codec::Codec::kNone), element_bytes, alignment,
+          /*delta_base=*/nullptr, /*delta_source=*/nullptr});
+      SetDeltaBaseLocked(task);
       ++count;
     }
   }
   room.pending_chunks += count;
   pending_chunks_ += count;
   return tasks;
+}
+
+void SaveSession::SetDeltaBaseLocked(exec::WriteTask& task) const {
+  if (delta_ == nullptr || task.file < 0 || task.file >= assignment_.hosts(0).files_size()) return;
+  const v1::StoredChunk* base = delta_->At(assignment_.hosts(0).files(task.file), task.file_offset);
+  if (base == nullptr) return;
+  // Shares the base's ownership: the writer may use it past the save's end.
+  task.delta_base = std::shared_ptr<const v1::StoredChunk>(delta_, base);
+  task.delta_source = delta_->source;
 }
 
 absl::Status SaveSession::SubmitSnapshot(const RankSession& rank,
@@ -568,10 +601,14 @@ absl::Status SaveSession::RunPulls(const RankSession& rank, uint64_t batch_id) {
   std::vector<Pull> pulls;
   uint64_t chunk = 0;
   codec::Codec codec = codec::Codec::kNone;
+  std::shared_ptr<const DeltaBase> delta;
+  std::vector<std::string> files;
   {
     absl::MutexLock lock(&mu_);
     chunk = std::max<uint64_t>(assignment_.chunk_bytes(), 1);
     codec = codec_.value_or(codec::Codec::kNone);
+    delta = delta_;
+    files.assign(assignment_.hosts(0).files().begin(), assignment_.hosts(0).files().end());
     const Room& room = rooms_[batch_id];
     const RankState& state = ranks_[rank.rank];
     for (const planning::BatchSliceLayout& slice : room.slices) {
@@ -588,6 +625,13 @@ absl::Status SaveSession::RunPulls(const RankSession& rank, uint64_t batch_id) {
   }
   const uint64_t alignment = context_.pool.alignment();
   std::shared_ptr<SaveSession> self = shared_from_this();
+  auto delta_at = [&](int writer, uint64_t offset) -> std::shared_ptr<const v1::StoredChunk> {
+    if (delta == nullptr || writer < 0 || static_cast<size_t>(writer) >= files.size()) {
+      return nullptr;
+    }
+    const v1::StoredChunk* base = delta->At(files[writer], offset);
+    return base == nullptr ? nullptr : std::shared_ptr<const v1::StoredChunk>(delta, base);
+  };
   for (const Pull& pull : pulls) {
     absl::StatusOr<std::shared_ptr<gpu::IpcMapping>> mapping = context_.ipc.Get(
         rank.id, pull.source.ipc_handle(), pull.source.device(), pull.source.allocation_bytes());
@@ -608,10 +652,14 @@ absl::Status SaveSession::RunPulls(const RankSession& rank, uint64_t batch_id) {
           std::vector<exec::WriteTask> tasks;
           for (uint64_t off = offset; off < offset + length; off += chunk) {
             const uint64_t payload = std::min(chunk, offset + length - off);
+            std::shared_ptr<const v1::StoredChunk> base =
+                delta_at(pull.writer, pull.file_offset + off);
+            std::shared_ptr<const exec::DeltaSource> source =
+                base == nullptr ? nullptr : delta->source;
             tasks.push_back(exec::WriteTask{self, pull.writer, pull.file_offset + off,
                                             pull.destination + off, AlignUp(payload, alignment),
-                                            payload, batch_id, codec, pull.element_bytes,
-                                            alignment});
+                                            payload, batch_id, codec, pull.element_bytes, alignment,
+                                            std::move(base), std::move(source)});
           }
           {
             absl::MutexLock lock(&mu_);
@@ -662,6 +710,10 @@ void SaveSession::OnChunksWritten(absl::Span<const exec::WrittenChunk> chunks,
         sum->set_stored_crc32c(c.stored_crc32c);
         sum->set_element_bytes(static_cast<uint32_t>(c.element_bytes));
         stored += c.stored_length;
+        if (c.delta_base != nullptr) {
+          sum->set_delta_base_step(c.delta_base_step);
+          *sum->mutable_delta_base() = *c.delta_base;
+        }
       }
       bytes_written_ += bytes;
       bytes_stored_ += stored;
@@ -993,6 +1045,7 @@ void SaveSession::ReleaseLocked() {
   // are gone): the room it was promised goes back.
   memory_room_.reset();
   disk_reservation_.reset();
+  delta_.reset();  // its pin on the base step
   erasure_prefix_.reset();
   ranks_.clear();
   std::vector<v1::ChunkChecksum>().swap(checksums_);

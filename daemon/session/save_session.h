@@ -49,6 +49,7 @@
 #include "daemon/planning/rank_barrier.h"
 #include "daemon/planning/save_batches.h"
 #include "daemon/session/absent_ranks.h"
+#include "daemon/session/delta_base.h"
 #include "daemon/session/disk_reservations.h"
 #include "daemon/session/node_context.h"
 
@@ -119,6 +120,8 @@ class SaveSession : public exec::ChunkSink, public std::enable_shared_from_this<
   };
 
   void PlanAllRanks();  // run by the last rank to arrive, without mu_
+  // Points the task at its delta base, where this save has one there.
+  void SetDeltaBaseLocked(exec::WriteTask& task) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The save's disk bytes reserved against the job's quota (none without
   // one, or for a save to memory alone): RESOURCE_EXHAUSTED past it.
   absl::StatusOr<std::unique_ptr<DiskReservations::Reservation>> ReserveDisk(
@@ -210,6 +213,12 @@ class SaveSession : public exec::ChunkSink, public std::enable_shared_from_this<
   // How the writers store the chunks: the first rank's choice (or the
   // daemon's --codec), which every other rank must repeat.
   std::optional<codec::Codec> codec_ ABSL_GUARDED_BY(mu_);
+  // A full step every delta_every_ (1: every step; the same rule as codec_),
+  // and the base this save's deltas are against (null: none). The base is
+  // set by planning before any chunk is queued and kept until the save
+  // ends, so writer threads use what tasks point to without mu_.
+  std::optional<int> delta_every_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const DeltaBase> delta_ ABSL_GUARDED_BY(mu_);
   v1::SaveAssignment assignment_ ABSL_GUARDED_BY(mu_);
   uint64_t next_batch_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, Room> rooms_ ABSL_GUARDED_BY(mu_);

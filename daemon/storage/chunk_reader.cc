@@ -8,6 +8,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "daemon/codec/chunk_codec.h"
+#include "daemon/codec/step_delta.h"
+#include "daemon/storage/layout.h"
 #include "proto/lib/align.h"
 #include "proto/lib/crc32c.h"
 #include "proto/lib/status_context.h"
@@ -81,6 +83,41 @@ absl::Status ChunkReader::Decode(const ChunkTarget& target, const char* stored) 
       codec, " bytes do not decode to its ", chunk.length(), " bytes: ", decoded.message()));
 }
 
+absl::Status ChunkReader::ApplyDelta(const ChunkTarget& target) {
+  const v1::StoredChunk& chunk = *target.chunk;
+  const int64_t step = chunk.delta_base_step();
+  std::unique_ptr<ChunkReader>& base = base_readers_[step];
+  if (base == nullptr) {
+    // The base step is a sibling of this one: <job dir>/step-<B>.
+    const size_t slash = dir_.rfind('/');
+    const std::string job_dir = slash == std::string::npos ? "" : dir_.substr(0, slash + 1);
+    base = std::make_unique<ChunkReader>(backend_, job_dir + StepDirName(step), alignment_);
+  }
+  const uint64_t room = AlignUp(chunk.length(), alignment_);
+  if (base_scratch_capacity_ < room) {
+    base_scratch_.reset();
+    base_scratch_capacity_ = 0;
+    void* p = nullptr;
+    if (posix_memalign(&p, 4096, AlignUp(room, 4096)) != 0) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("no memory for a ", room, "-byte delta base"));
+    }
+    base_scratch_.reset(static_cast<char*>(p));
+    base_scratch_capacity_ = room;
+  }
+  const uint64_t before = base->bytes_read();
+  const absl::Status read = base->Read(chunk.delta_base(), target.owner, base_scratch_.get());
+  bytes_read_ += base->bytes_read() - before;
+  if (!read.ok()) {
+    // Missing or damaged, the base makes this step unreadable: data lost.
+    return absl::DataLossError(absl::StrCat(
+        dir_, "/", chunk.file(), " at offset ", chunk.file_offset(), " (", target.owner,
+        ") is a delta against step ", step, ", whose chunk cannot be read: ", read.message()));
+  }
+  codec::XorInto({base_scratch_.get(), chunk.length()}, {target.dst, chunk.length()});
+  return absl::OkStatus();
+}
+
 char* ChunkReader::Scratch(uint64_t bytes) {
   if (scratch_capacity_ < bytes) {
     scratch_.reset();
@@ -149,6 +186,10 @@ absl::Status ChunkReader::ReadAll(absl::Span<const ChunkTarget> targets) {
     if (target.chunk->length() == 0 || !IsEncoded(*target.chunk)) continue;
     if (absl::Status s = Decode(target, scratch + scratch_at[i]); !s.ok()) return s;
     stored_bytes_decoded_ += target.chunk->stored_length();
+  }
+  for (const ChunkTarget& target : targets) {
+    if (target.chunk->length() == 0 || !target.chunk->has_delta_base()) continue;
+    if (absl::Status s = ApplyDelta(target); !s.ok()) return s;
   }
   const absl::Time decoded = absl::Now();
   decode_time_ += decoded - read;

@@ -16,6 +16,11 @@
 // (bounded by the chunk's raw length) and checked as any chunk is. A chunk
 // that does not decode is DATA_LOSS naming the file, offset, owner and why.
 //
+// A step delta's chunk (docs/compression.md) is decoded, then XORed with the
+// same chunk of its base step, a sibling directory of this one, read and
+// checked the same way; the raw CRC32C is checked on the result. A base
+// that is missing or damaged is DATA_LOSS naming this chunk and the base.
+//
 // Thread-safety: a ChunkReader is used by one thread; it caches open files.
 #ifndef CKPT_DAEMON_STORAGE_CHUNK_READER_H_
 #define CKPT_DAEMON_STORAGE_CHUNK_READER_H_
@@ -79,6 +84,9 @@ class ChunkReader {
   absl::Status Verify(const ChunkTarget& target) const;
   // Checks an encoded chunk's stored bytes, then decodes them into its target.
   absl::Status Decode(const ChunkTarget& target, const char* stored) const;
+  // A step delta: reads the base step's chunk (checked as any chunk is)
+  // and XORs it into the target, which holds the decoded delta.
+  absl::Status ApplyDelta(const ChunkTarget& target);
   // The reader's scratch for encoded chunks, at least `bytes`, kept for the
   // next call; null when the memory is not there.
   char* Scratch(uint64_t bytes);
@@ -95,6 +103,11 @@ class ChunkReader {
   uint64_t stored_bytes_decoded_ = 0;
   std::unique_ptr<char, Free> scratch_;
   uint64_t scratch_capacity_ = 0;
+  // Readers of the base steps of delta chunks, by step, and the room their
+  // chunks are read into.
+  std::map<int64_t, std::unique_ptr<ChunkReader>> base_readers_;
+  std::unique_ptr<char, Free> base_scratch_;
+  uint64_t base_scratch_capacity_ = 0;
   absl::Duration io_time_;
   absl::Duration decode_time_;
   absl::Duration verify_time_;

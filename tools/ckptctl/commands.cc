@@ -417,6 +417,8 @@ int RunList(const Call& call, const std::string& job, bool json) {
                    row->created_unix_ms() == 0 ? "-" : FormatUtcMillis(row->created_unix_ms()),
                    FormatBytes(row->bytes()), absl::StrCat(row->tensors()),
                    absl::StrCat(row->objects()), tiers);
+    // The chain: a delta step loads only with its base (kept by gc with it).
+    if (row->has_delta_base_step()) out << "  delta of " << row->delta_base_step();
     out << (row->latest() ? "  latest\n" : "\n");
   }
   return kExitOk;

@@ -80,6 +80,10 @@ struct SaveOptions {
   // (docs/compression.md); empty: the daemon's --codec. Every rank on a
   // host must pass the same.
   std::string codec;
+  // Step deltas on durable storage (docs/compression.md): a full step every
+  // delta_every saves, the others stored as deltas against it; 1: every
+  // step full; 0: the daemon's --delta_every.
+  int delta_every = 0;
 };
 
 struct LoadOptions {

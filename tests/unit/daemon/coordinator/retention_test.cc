@@ -117,6 +117,23 @@ TEST_CASE("policy: broken steps do not count and go only when asked", "[retentio
   CHECK(Decide(policy, steps)[4].first);
 }
 
+TEST_CASE("policy: the base of a kept delta step is kept, a deleted one's is not", "[retention]") {
+  // 1 and 4 are full; 2, 3 deltas of 1; 5, 6 deltas of 4.
+  std::vector<planning::StepFacts> steps = {Old(1), Old(2), Old(3), Old(4), Old(5), Old(6)};
+  for (int i : {1, 2}) steps[i].delta_base = 1;
+  for (int i : {4, 5}) steps[i].delta_base = 4;
+  planning::RetentionPolicy policy;
+  policy.keep_last = 1;
+  auto d = Decide(policy, steps);
+  CHECK(Kept(d) == std::vector<int64_t>{4, 6});
+  CHECK(d[4].second == "the base of step 6");
+  // Step 3 kept as a milestone keeps its base; step 2 is not kept for it.
+  policy.keep_every = 3;
+  d = Decide(policy, steps);
+  CHECK(Kept(d) == std::vector<int64_t>{1, 3, 4, 6});
+  CHECK(d[1].second == "the base of step 3");
+}
+
 TEST_CASE("--retention overrides parse per job and refuse nonsense", "[retention]") {
   absl::StatusOr<planning::RetentionConfig> c =
       planning::ParseRetentionConfig(5, 0, 30, "jobA:last=3:every=100,jobB:last=10:grace_s=0");
