@@ -36,6 +36,8 @@ absl::Status Committer::CommitSave(v1::CheckpointManifest planned,
     for (const v1::ChunkChecksum& c : report.checksums()) crcs[{c.file(), c.file_offset()}] = &c;
   }
   std::optional<int64_t> delta_base_step;
+  uint32_t delta_ordinal = 0;
+  bool encoded = false;
   absl::Status status = planning::ForEachMutableChunk(
       planned, [&](v1::StoredChunk& chunk, const std::string& owner) -> absl::Status {
         // 0-byte items are complete in the plan: nothing written, no report.
@@ -49,6 +51,7 @@ absl::Status Committer::CommitSave(v1::CheckpointManifest planned,
         const v1::ChunkChecksum& sum = *it->second;
         chunk.set_crc32c(sum.crc32c());
         if (sum.codec() == v1::CHUNK_CODEC_NONE) return absl::OkStatus();
+        encoded = true;
         chunk.set_codec(sum.codec());
         chunk.set_stored_length(sum.stored_length());
         chunk.set_stored_crc32c(sum.stored_crc32c());
@@ -61,6 +64,7 @@ absl::Status Committer::CommitSave(v1::CheckpointManifest planned,
                              " where others are against ", *delta_base_step));
           }
           delta_base_step = sum.delta_base_step();
+          delta_ordinal = sum.delta_ordinal();
           chunk.set_delta_base_step(sum.delta_base_step());
           *chunk.mutable_delta_base() = sum.delta_base();
         }
@@ -69,11 +73,21 @@ absl::Status Committer::CommitSave(v1::CheckpointManifest planned,
       });
   if (!status.ok()) return status;
   if (delta_base_step.has_value()) {
-    if (*delta_base_step < 0 || *delta_base_step >= planned.step()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("deltas against step ", *delta_base_step, " in step ", planned.step()));
+    // Only a save on one host makes deltas (delta_base.h).
+    if (*delta_base_step < 0 || *delta_base_step >= planned.step() ||
+        planned.topology().hosts_size() > 1) {
+      return absl::InvalidArgumentError(absl::StrCat("deltas against step ", *delta_base_step,
+                                                     " in step ", planned.step(), " of ",
+                                                     planned.topology().hosts_size(), " hosts"));
     }
     planned.set_delta_base_step(*delta_base_step);
+    planned.set_delta_ordinal(delta_ordinal);
+  }
+  // Encodings make the manifest larger than planned: still loadable?
+  if (encoded) {
+    if (absl::Status s = planning::CheckManifestSize(planned, 0, catalog_.limits()); !s.ok()) {
+      return s;
+    }
   }
   if (manifest_out != nullptr) *manifest_out = planned.SerializeAsString();
   absl::MutexLock lock(&mu_);

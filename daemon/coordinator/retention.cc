@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -152,6 +153,30 @@ absl::StatusOr<GcResult> GarbageCollector::Collect(const std::string& job,
     }
   }
 
+  // A save of deltas pins its base until it commits (delta_base.h): one
+  // that committed between the listing and the locks above is seen now,
+  // and the base it needs is kept. Later ones wait for the locks, then
+  // find their base gone and store whole steps.
+  if (!locks.empty()) {
+    absl::StatusOr<std::vector<v1::CheckpointSummary>> again = catalog_.ListCheckpoints(job);
+    std::set<int64_t> listed;
+    for (const v1::CheckpointSummary& c : *summaries) listed.insert(c.step());
+    for (const v1::CheckpointSummary& c : again.ok() ? *again : *summaries) {
+      if (listed.count(c.step()) > 0 || !c.has_delta_base_step()) continue;
+      for (planning::StepFacts& f : facts) {
+        if (f.step == c.step()) continue;
+        if (f.step == c.delta_base_step() && f.in_use.empty()) {
+          f.in_use = absl::StrCat("the base of step ", c.step(), ", committed as gc ran");
+        }
+      }
+    }
+    if (!again.ok()) {
+      // Not knowing what committed meanwhile, nothing a new delta may need goes.
+      for (planning::StepFacts& f : facts) {
+        if (f.in_use.empty()) f.in_use = absl::StrCat("cannot tell: ", again.status().message());
+      }
+    }
+  }
   const std::vector<planning::StepDecision> decisions =
       planning::DecideRetention(policy, facts, now);
   GcResult result;

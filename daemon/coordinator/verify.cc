@@ -36,6 +36,17 @@ absl::StatusOr<VerifyResult> VerifyCheckpoint(storage::Backend& backend, Catalog
   VerifyResult result;
   result.step = manifest->step();
   const std::string dir = storage::StepDir(catalog.root(), job, result.step);
+  // A step of deltas loads only with its base: that it is there and sound
+  // (`ckptctl verify` of the base checks its bytes).
+  if (manifest->has_delta_base_step()) {
+    absl::StatusOr<v1::CheckpointManifest> base =
+        catalog.ReadManifest(job, manifest->delta_base_step());
+    if (!base.ok()) {
+      return absl::DataLossError(absl::StrCat(
+          "step ", result.step, " is stored as deltas against step ", manifest->delta_base_step(),
+          ", which cannot be read: ", base.status().message()));
+    }
+  }
 
   piece_bytes = std::max(kBlock, piece_bytes / kBlock * kBlock);
   std::unique_ptr<char, decltype(&std::free)> buffer(

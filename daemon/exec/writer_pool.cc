@@ -153,7 +153,7 @@ const char* ZeroBlock() {
 }  // namespace
 
 bool WriterPool::DeltaOf(const WriteTask& task, std::unique_ptr<storage::ChunkReader>& reader,
-                         char* xored) {
+                         bool& base_failed, char* xored) {
   thread_local ThreadBuffer base;
   char* into = base.Get(AlignUp(task.payload, kBlock));
   if (into == nullptr || task.delta_base->length() != task.payload) return false;
@@ -162,10 +162,13 @@ bool WriterPool::DeltaOf(const WriteTask& task, std::unique_ptr<storage::ChunkRe
                                                     task.delta_source->dir, kBlock);
   }
   // The base chunk read, decoded and checked against its CRC; one that
-  // cannot be (removed meanwhile, damaged) makes this chunk whole.
-  if (absl::Status s = reader->Read(*task.delta_base, "the delta base", into); !s.ok()) {
-    std::fprintf(stderr, "ckptd: step delta: storing a chunk whole: %s\n",
-                 std::string(s.message()).c_str());
+  // cannot be (removed meanwhile, damaged) makes this chunk whole, and the
+  // group's others against that base too (said once).
+  if (base_failed) return false;
+  if (absl::Status s = reader->Read(*task.delta_base, "the base chunk", into); !s.ok()) {
+    std::fprintf(stderr, "ckptd: step delta against %s: storing chunks whole: %s\n",
+                 task.delta_source->dir.c_str(), std::string(s.message()).c_str());
+    base_failed = true;
     return false;
   }
   std::memcpy(xored, task.data, task.payload);
@@ -184,16 +187,25 @@ absl::Status WriterPool::EncodeAndWrite(storage::WritableFile& file,
   char* scratch = nullptr;
   uint64_t used = 0;
   std::unique_ptr<storage::ChunkReader> base_reader;  // the group's one sink's base
+  bool base_failed = false;
+  // Every task is reported, written or not: a write that fails leaves the
+  // rest unwritten, and the save counts each chunk back before it cleans up.
   for (const WriteTask& task : group) {
     WrittenChunk& w = written.emplace_back();
     w.tag = task.tag;
     w.file = task.file;
     w.file_offset = task.file_offset;
+  }
+  for (size_t i = 0; i < group.size(); ++i) {
+    const WriteTask& task = group[i];
+    WrittenChunk& w = written[i];
     w.payload = task.payload;
     w.crc32c = Crc32c(task.data, task.payload);
     w.element_bytes = task.element_bytes;
     storage::IoOp op{task.file_offset, const_cast<char*>(task.data), task.length};
+    // The scratch is taken only by saves that encode.
     const bool encodable =
+        (task.codec != codec::Codec::kNone || task.delta_base != nullptr) &&
         task.payload <= kScratchBytes && task.alignment <= kBlock &&
         (scratch != nullptr || (scratch = scratch_buffer.Get(kScratchBytes)) != nullptr);
     absl::StatusOr<codec::Codec> got = codec::Codec::kNone;
@@ -201,7 +213,7 @@ absl::Status WriterPool::EncodeAndWrite(storage::WritableFile& file,
     // encodes smaller by the codec's margin; the chunk whole otherwise.
     if (encodable && task.delta_base != nullptr) {
       char* xored = xored_buffer.Get(task.payload);
-      if (xored != nullptr && DeltaOf(task, base_reader, xored)) {
+      if (xored != nullptr && DeltaOf(task, base_reader, base_failed, xored)) {
         const codec::Codec codec =
             task.codec == codec::Codec::kNone ? codec::Codec::kGroupedZstd : task.codec;
         got = codec::EncodeChunk(codec, task.element_bytes, {xored, task.payload},
@@ -209,6 +221,7 @@ absl::Status WriterPool::EncodeAndWrite(storage::WritableFile& file,
         if (got.ok() && *got != codec::Codec::kNone) {
           w.delta_base = task.delta_base;
           w.delta_base_step = task.delta_source->step;
+          w.delta_ordinal = task.delta_source->ordinal;
         }
       }
     }

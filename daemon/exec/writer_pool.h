@@ -41,6 +41,7 @@ struct DeltaSource {
   storage::Backend* backend = nullptr;
   std::string dir;
   int64_t step = 0;
+  uint32_t ordinal = 0;  // the save is the n-th delta against that step
 };
 
 struct WrittenChunk {
@@ -58,6 +59,7 @@ struct WrittenChunk {
   // Stored as a delta against this chunk of step delta_base_step.
   std::shared_ptr<const v1::StoredChunk> delta_base;
   int64_t delta_base_step = 0;
+  uint32_t delta_ordinal = 0;
 };
 
 // The receiver of a save's chunk writes (SaveSession).
@@ -84,7 +86,7 @@ struct WriteTask {
   uint64_t alignment = 1;  // what `length` was rounded to (O_DIRECT's block)
   // A step delta, where the save found the same place in its base step:
   // the chunk is stored as the XOR with that chunk's raw bytes, encoded,
-  // when that is smaller than the chunk encoded alone.
+  // when that saves the codec's margin over the raw chunk.
   std::shared_ptr<const v1::StoredChunk> delta_base;
   std::shared_ptr<const DeltaSource> delta_source;
 };
@@ -118,9 +120,10 @@ class WriterPool {
                               std::vector<WrittenChunk>& written);
   // The XOR of the task's chunk with its delta base's raw bytes, into
   // `xored` (room for the payload); false when the base cannot be read
-  // (the chunk is then stored whole). `reader` is opened on first use.
+  // (the chunk is then stored whole), and from then on for the group
+  // (`base_failed`). `reader` is opened on first use.
   static bool DeltaOf(const WriteTask& task, std::unique_ptr<storage::ChunkReader>& reader,
-                      char* xored);
+                      bool& base_failed, char* xored);
 
   const unsigned max_batch_;
   std::atomic<uint64_t> queued_{0};

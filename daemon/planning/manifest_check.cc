@@ -55,6 +55,9 @@ class Checker {
         return Lost(
             absl::StrCat("its delta base is step ", m.delta_base_step(), ", not an earlier step"));
       }
+      if (m.delta_ordinal() < 1) {
+        return Lost(absl::StrCat("its delta ordinal is ", m.delta_ordinal(), ", not 1 or more"));
+      }
       delta_base_step_ = m.delta_base_step();
     }
     std::set<absl::string_view> fqns;
@@ -338,19 +341,24 @@ absl::Status CheckChunkEncoding(const v1::StoredChunk& chunk, absl::string_view 
     return absl::DataLossError(
         absl::StrCat(where, ": unknown codec ", static_cast<int>(chunk.codec())));
   }
-  if (!IsEncoded(chunk)) return absl::OkStatus();
-  if (chunk.stored_length() == 0 || chunk.stored_length() > chunk.length()) {
-    return absl::DataLossError(absl::StrCat(where, ": stores ", chunk.stored_length(),
-                                            " encoded bytes for ", chunk.length(),
-                                            " raw bytes (1 to the raw length)"));
-  }
-  if (chunk.codec() == v1::CHUNK_CODEC_GROUPED_ZSTD &&
-      (chunk.element_bytes() < 1 || chunk.element_bytes() > kMaxElementBytes)) {
-    return absl::DataLossError(absl::StrCat(where, ": element size ", chunk.element_bytes(),
-                                            " is outside [1, ", kMaxElementBytes, "]"));
+  if (IsEncoded(chunk)) {
+    if (chunk.stored_length() == 0 || chunk.stored_length() > chunk.length()) {
+      return absl::DataLossError(absl::StrCat(where, ": stores ", chunk.stored_length(),
+                                              " encoded bytes for ", chunk.length(),
+                                              " raw bytes (1 to the raw length)"));
+    }
+    // Every decoder checks it (daemon/codec), so every codec's is checked.
+    if (chunk.element_bytes() < 1 || chunk.element_bytes() > kMaxElementBytes) {
+      return absl::DataLossError(absl::StrCat(where, ": element size ", chunk.element_bytes(),
+                                              " is outside [1, ", kMaxElementBytes, "]"));
+    }
   }
   if (!chunk.has_delta_base()) return absl::OkStatus();
-  // A delta: against a whole chunk of the same length, itself well formed.
+  // A delta (the writers store every one encoded): against a whole chunk
+  // of the same length, itself well formed.
+  if (!IsEncoded(chunk)) {
+    return absl::DataLossError(absl::StrCat(where, ": a delta stored raw"));
+  }
   const v1::StoredChunk& base = chunk.delta_base();
   const std::string of_base =
       absl::StrCat(where, ": its delta base (step ", chunk.delta_base_step(), ")");

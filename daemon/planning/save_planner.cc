@@ -733,27 +733,7 @@ absl::Status CheckLoadable(const v1::CheckpointManifest& manifest, uint64_t chun
     return absl::FailedPreconditionError(
         absl::StrCat("the save would commit a checkpoint that cannot be loaded: ", s.message()));
   }
-  const uint64_t bytes = manifest.ByteSizeLong() + 6 * chunks;
-  if (bytes > options.manifest_limits.max_manifest_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the save needs a manifest of about ", bytes, " bytes; the limit is ",
-                     options.manifest_limits.max_manifest_bytes, " (--max_manifest_bytes)"));
-  }
-  // Nor one too large to hold while it is read (manifest_footprint.h):
-  // measured on its bytes unless even the costliest bytes could not reach
-  // the bound.
-  if (bytes > options.manifest_limits.max_memory_bytes / kMaxFootprintPerWireByte) {
-    const std::string wire = manifest.SerializeAsString();
-    absl::StatusOr<ManifestFootprint> footprint = MeasureManifest(wire, "the plan's manifest");
-    if (!footprint.ok()) return footprint.status();
-    if (absl::Status s = CheckManifestFootprint(*footprint, bytes, "the plan's manifest",
-                                                options.manifest_limits);
-        !s.ok()) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the save would commit a checkpoint that cannot be loaded: ", s.message()));
-    }
-  }
-  return absl::OkStatus();
+  return CheckManifestSize(manifest, 6 * chunks, options.manifest_limits);
 }
 
 // The assignment, and the manifest the commit will write with every chunk
@@ -864,6 +844,30 @@ absl::Status PlanSaveInto(absl::Span<const v1::NodeSavePlan> nodes,
 }
 
 }  // namespace
+
+absl::Status CheckManifestSize(const v1::CheckpointManifest& manifest, uint64_t extra_bytes,
+                               const ManifestLimits& limits) {
+  const uint64_t bytes = manifest.ByteSizeLong() + extra_bytes;
+  if (bytes > limits.max_manifest_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the save needs a manifest of about ", bytes, " bytes; the limit is ",
+                     limits.max_manifest_bytes, " (--max_manifest_bytes)"));
+  }
+  // Nor one too large to hold while it is read (manifest_footprint.h):
+  // measured on its bytes unless even the costliest bytes could not reach
+  // the bound.
+  if (bytes > limits.max_memory_bytes / kMaxFootprintPerWireByte) {
+    const std::string wire = manifest.SerializeAsString();
+    absl::StatusOr<ManifestFootprint> footprint = MeasureManifest(wire, "the plan's manifest");
+    if (!footprint.ok()) return footprint.status();
+    if (absl::Status s = CheckManifestFootprint(*footprint, bytes, "the plan's manifest", limits);
+        !s.ok()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the save would commit a checkpoint that cannot be loaded: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> nodes,
                                             const SavePlannerOptions& options) {

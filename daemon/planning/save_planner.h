@@ -44,6 +44,14 @@ struct SavePlannerOptions {
   ManifestLimits manifest_limits;
 };
 
+// The manifest, `extra_bytes` larger (what the commit still fills in), is
+// within the limits a catalog reads manifests with: its bytes, and its
+// footprint while read. RESOURCE_EXHAUSTED naming the limit otherwise.
+// Planning checks it with room for the CRCs; the commit again once the
+// writers' encodings (docs/compression.md) made it larger.
+absl::Status CheckManifestSize(const v1::CheckpointManifest& manifest, uint64_t extra_bytes,
+                               const ManifestLimits& limits);
+
 absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> nodes,
                                             const SavePlannerOptions& options);
 // The same plan, built on an arena the pointer owns: a cluster's is

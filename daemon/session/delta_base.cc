@@ -33,24 +33,22 @@ std::shared_ptr<const DeltaBase> ChooseDeltaBase(coordinator::Catalog& catalog,
                                                  int64_t step, int delta_every,
                                                  const v1::CheckpointManifest& planned) {
   if (delta_every <= 1) return nullptr;
-  absl::StatusOr<std::vector<v1::CheckpointSummary>> steps = catalog.ListCheckpoints(job);
-  if (!steps.ok()) {
-    Log(job, step, std::string(steps.status().message()));
+  // The latest step (one manifest read, not the job's every step): whole,
+  // it is the base; a delta, its base is while fewer than K - 1 deltas
+  // follow it (its ordinal says how many, whatever gc removed).
+  absl::StatusOr<v1::CheckpointManifest> latest = catalog.ReadManifest(job, -1);
+  if (!latest.ok()) {
+    if (!absl::IsNotFound(latest.status())) Log(job, step, std::string(latest.status().message()));
     return nullptr;
   }
-  const v1::CheckpointSummary* latest = nullptr;
-  for (const v1::CheckpointSummary& s : *steps) {
-    if (s.latest() && !s.broken()) latest = &s;
-  }
-  if (latest == nullptr || latest->step() >= step) return nullptr;  // nothing below to take
-  const int64_t base = latest->has_delta_base_step() ? latest->delta_base_step() : latest->step();
-  int deltas = 0;
-  for (const v1::CheckpointSummary& s : *steps) {
-    if (!s.broken() && s.has_delta_base_step() && s.delta_base_step() == base) ++deltas;
-  }
-  if (deltas >= delta_every - 1) return nullptr;  // a full step now: the next base
+  if (latest->step() >= step) return nullptr;  // nothing below to take
+  const bool latest_whole = !latest->has_delta_base_step();
+  const int64_t base = latest_whole ? latest->step() : latest->delta_base_step();
+  const uint64_t ordinal = latest_whole ? 1 : uint64_t{latest->delta_ordinal()} + 1;
+  if (ordinal >= static_cast<uint64_t>(delta_every)) return nullptr;  // whole: the next base
 
   auto out = std::make_shared<DeltaBase>();
+  out->ordinal = static_cast<uint32_t>(ordinal);
   absl::StatusOr<std::unique_ptr<storage::FileLock>> pin =
       coordinator::PinStep(backend, catalog.root(), job, base);
   if (!pin.ok()) {
@@ -58,7 +56,8 @@ std::shared_ptr<const DeltaBase> ChooseDeltaBase(coordinator::Catalog& catalog,
     return nullptr;
   }
   out->pin = std::move(*pin);
-  absl::StatusOr<v1::CheckpointManifest> manifest = catalog.ReadManifest(job, base);
+  absl::StatusOr<v1::CheckpointManifest> manifest =
+      latest_whole ? *std::move(latest) : catalog.ReadManifest(job, base);
   if (!manifest.ok()) {
     Log(job, step, absl::StrCat("its base, step ", base, ": ", manifest.status().message()));
     return nullptr;
@@ -66,7 +65,7 @@ std::shared_ptr<const DeltaBase> ChooseDeltaBase(coordinator::Catalog& catalog,
   if (manifest->has_delta_base_step()) return nullptr;  // bases are whole steps
   out->manifest = *std::move(manifest);
   out->source = std::make_shared<const exec::DeltaSource>(
-      exec::DeltaSource{&backend, storage::StepDir(catalog.root(), job, base), base});
+      exec::DeltaSource{&backend, storage::StepDir(catalog.root(), job, base), base, out->ordinal});
 
   std::map<std::pair<std::string, uint64_t>, std::pair<ChunkKey, const v1::StoredChunk*>> at;
   for (const v1::TensorEntry& t : out->manifest.tensors()) {

@@ -1,8 +1,8 @@
 // Which step a durable save stores its deltas against (docs/compression.md,
 // "Step deltas"): with a full step every K, the job's latest committed step
-// when it is full, or the base of the latest when that is a delta and the
-// base has fewer than K - 1 deltas; never a step at or above the one being
-// saved. A chunk is a delta candidate where the base holds the same chunk
+// when it is full, or the base of the latest when that is a delta of
+// ordinal below K - 1 (the manifest's delta_ordinal); never a step at or
+// above the one being saved. A chunk is a delta candidate where the base holds the same chunk
 // at the same place: the same tensor, dtype, shard region, shard offset and
 // length at the same file and offset. A changed layout matches nothing, so
 // the step is stored whole and the next one takes it as its base.
@@ -27,6 +27,7 @@ namespace ckpt::session {
 
 struct DeltaBase {
   std::shared_ptr<const exec::DeltaSource> source;  // the base step's directory
+  uint32_t ordinal = 0;                             // this save is the n-th delta
   v1::CheckpointManifest manifest;                  // the base step's
   // (file, file offset) -> the base's chunk there, where the plan puts the
   // same chunk.

@@ -473,8 +473,8 @@ void LoadSession::ShareMemoryFilesLocked(const std::string& dir,
       const v1::StoredChunk& stored = *c.chunk;
       if (!c.source.empty()) continue;  // a peer sends it
       if (stored.length() == 0) continue;
-      // An encoded chunk must be decoded into the room first.
-      if (IsEncoded(stored)) {
+      // An encoded chunk (or a delta) must be decoded into the room first.
+      if (IsEncoded(stored) || stored.has_delta_base()) {
         ok = false;
         break;
       }

@@ -712,6 +712,7 @@ void SaveSession::OnChunksWritten(absl::Span<const exec::WrittenChunk> chunks,
         stored += c.stored_length;
         if (c.delta_base != nullptr) {
           sum->set_delta_base_step(c.delta_base_step);
+          sum->set_delta_ordinal(c.delta_ordinal);
           *sum->mutable_delta_base() = *c.delta_base;
         }
       }

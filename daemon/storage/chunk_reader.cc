@@ -86,6 +86,17 @@ absl::Status ChunkReader::Decode(const ChunkTarget& target, const char* stored) 
 absl::Status ChunkReader::ApplyDelta(const ChunkTarget& target) {
   const v1::StoredChunk& chunk = *target.chunk;
   const int64_t step = chunk.delta_base_step();
+  const auto lost = [&](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat(dir_, "/", chunk.file(), " at offset ",
+                                            chunk.file_offset(), " (", target.owner,
+                                            ") is a delta against step ", step, ", ", why));
+  };
+  // Validated manifests hold nothing else; a plan is checked again here,
+  // since the base is read into room sized by this chunk.
+  if (chunk.delta_base().length() != chunk.length() || chunk.delta_base().has_delta_base() ||
+      step < 0) {
+    return lost("whose chunk is not one a delta can be against");
+  }
   std::unique_ptr<ChunkReader>& base = base_readers_[step];
   if (base == nullptr) {
     // The base step is a sibling of this one: <job dir>/step-<B>.
@@ -99,8 +110,9 @@ absl::Status ChunkReader::ApplyDelta(const ChunkTarget& target) {
     base_scratch_capacity_ = 0;
     void* p = nullptr;
     if (posix_memalign(&p, 4096, AlignUp(room, 4096)) != 0) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("no memory for a ", room, "-byte delta base"));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          dir_, "/", chunk.file(), " at offset ", chunk.file_offset(), " (", target.owner,
+          "): no memory for its ", room, "-byte delta base of step ", step));
     }
     base_scratch_.reset(static_cast<char*>(p));
     base_scratch_capacity_ = room;
@@ -110,9 +122,7 @@ absl::Status ChunkReader::ApplyDelta(const ChunkTarget& target) {
   bytes_read_ += base->bytes_read() - before;
   if (!read.ok()) {
     // Missing or damaged, the base makes this step unreadable: data lost.
-    return absl::DataLossError(absl::StrCat(
-        dir_, "/", chunk.file(), " at offset ", chunk.file_offset(), " (", target.owner,
-        ") is a delta against step ", step, ", whose chunk cannot be read: ", read.message()));
+    return lost(absl::StrCat("whose chunk cannot be read: ", read.message()));
   }
   codec::XorInto({base_scratch_.get(), chunk.length()}, {target.dst, chunk.length()});
   return absl::OkStatus();

@@ -554,7 +554,13 @@ TEST_CASE("a delta whose base is missing or damaged fails the load naming both",
   // Every delta chunk's base is gone, and the first read is named; a
   // damaged one is the chunk whose base it is.
   std::string named = "step-2/" + delta->file() + " at offset ";
-  SECTION("its base step removed") { std::filesystem::remove_all(d.root() + "/broken/step-1"); }
+  SECTION("its base step removed") {
+    std::filesystem::remove_all(d.root() + "/broken/step-1");
+    // ckptctl verify says so too.
+    ExitInfo verify = d.Ckptctl({"verify", "broken", "2"});
+    CHECK_FALSE(verify.ok());
+    CHECK(absl::StrContains(verify.output, "stored as deltas against step 1"));
+  }
   SECTION("its base chunk damaged") {
     const v1::StoredChunk& base = delta->delta_base();
     FlipByte(d.root() + "/broken/step-1/" + base.file(),

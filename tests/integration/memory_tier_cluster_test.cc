@@ -6,6 +6,8 @@
 // memory empty) restores its ranks from its peers' copies over the peer
 // data channel, and no host reads storage: every byte checked in the
 // ranks (ckpt-demo-rank), the counters of every host compared.
+#include <grpcpp/grpcpp.h>
+
 #include <cstdio>
 #include <map>
 #include <string>
@@ -15,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "ckpt/v1/node.grpc.pb.h"
 #include "tests/catch.h"
 #include "tests/support/test_cluster.h"
 
@@ -443,6 +446,58 @@ TEST_CASE("Erasure coded over three hosts: any one host lost, its part is rebuil
   CHECK(rebuilt);
   const std::vector<HostCounters> c1 = Counters(cluster);
   for (int i = 0; i < 3; ++i) CHECK(c1[i].storage_read == c0[i].storage_read);
+}
+
+// Chunks encoded by the writers (--codec) travel in the memory tier as they
+// are stored: replicas and parity copy the encoded files, and a host that
+// lost its memory restores them from its peers, decoded on the way (every
+// byte checked in the ranks).
+TEST_CASE("Encoded chunks are replicated and parity-coded as stored, and restored from them",
+          "[memory_tier_cluster][codec]") {
+  const bool erasure = GENERATE(false, true);
+  INFO((erasure ? "erasure k=2,m=1" : "replicas R=1"));
+  std::vector<std::string> nodes = kNodeFlags;
+  nodes.push_back("--codec=grouped-zstd");
+  const std::vector<std::string> coordinator =
+      erasure
+          ? std::vector<std::string>{"--memory_tier_bytes=67108864", "--memory_tier_erasure=2,1"}
+          : kCoordinatorFlags;
+  TestCluster cluster;
+  REQUIRE(cluster.Start(3, nodes, coordinator).ok());
+  std::vector<std::string> save = Layout(2, 2, "--tier=memory");
+  save.push_back("--compressible");
+  RequireAllOk(cluster.RunRanks("enc", "save", kHosts, 1, 0, kScale, save));
+
+  grpc::ClientContext context;
+  v1::InspectCheckpointRequest request;
+  request.set_job("enc");
+  request.set_step(1);
+  v1::InspectCheckpointResponse response;
+  REQUIRE(cluster.coordinator().Stub()->InspectCheckpoint(&context, request, &response).ok());
+  uint64_t raw = 0, stored = 0;
+  int encoded = 0;
+  for (const v1::TensorEntry& t : response.manifest().tensors()) {
+    for (const v1::StoredShard& s : t.shards()) {
+      for (const v1::StoredChunk& c : s.chunks()) {
+        raw += c.length();
+        stored += c.codec() == v1::CHUNK_CODEC_NONE ? c.length() : c.stored_length();
+        encoded += c.codec() == v1::CHUNK_CODEC_GROUPED_ZSTD ? 1 : 0;
+      }
+    }
+  }
+  CHECK(encoded > 0);
+  CHECK(stored < raw * 3 / 4);
+
+  cluster.node(1).Kill();
+  REQUIRE(cluster.RestartNode(1).ok());
+  REQUIRE(cluster.AwaitLiveHosts(3));
+  std::vector<std::string> load = Layout(2, 2, "--from=memory");
+  load.push_back("--compressible");
+  std::vector<ExitInfo> loaded = cluster.RunRanks("enc", "load", kHosts, -1, kWorld, kScale, load);
+  RequireAllOk(loaded);
+  RequireAllSay(loaded, "tiers=memory");
+  const std::vector<RankSources> sources = RequireSourcesAddUp(loaded);
+  CHECK(BytesFrom(sources, 3, 3, erasure ? "parity@h1" : "peer@h2") > 0);
 }
 
 }  // namespace

@@ -37,6 +37,8 @@ ABSL_FLAG(int32_t, steps, 1, "save: steps to save, from --step on, one after the
 ABSL_FLAG(int32_t, durable_every, 0,
           "save: the every-K-steps policy (ckpt::TierForStep): every step to memory, every K-th "
           "to memory and durable storage; 0: --tier for every step");
+ABSL_FLAG(bool, compressible, false,
+          "tensors hold a pattern the chunk codecs can shrink (save and load must agree)");
 ABSL_FLAG(std::string, from, "any", "load: any (the fastest tier), memory or durable");
 ABSL_FLAG(int32_t, saved_world, 0, "load: ranks that saved (to know which rng objects exist)");
 ABSL_FLAG(std::string, layout, "demo",
@@ -62,6 +64,7 @@ double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  ckpt::testing::UseCompressiblePattern(absl::GetFlag(FLAGS_compressible));
   const int rank = absl::GetFlag(FLAGS_rank);
   const int world = absl::GetFlag(FLAGS_world);
   const int scale = absl::GetFlag(FLAGS_scale);

@@ -1,5 +1,7 @@
 #include "tools/demo/tensor_pattern.h"
 
+#include <atomic>
+
 #include "absl/hash/hash.h"
 #include "proto/lib/dtype.h"
 #include "proto/lib/geometry.h"
@@ -32,13 +34,17 @@ uint64_t Seed(const std::string& fqn) {
   return h;
 }
 
-// splitmix64: cheap, and every byte position gets an independent value.
+std::atomic<bool> compressible{false};
+
+// splitmix64: cheap, and every byte position gets an independent value
+// (of 4 bits when compressible, so that codecs have something to do).
 inline char PatternByte(uint64_t seed, uint64_t index) {
   uint64_t z = seed + (index >> 3) * 0x9e3779b97f4a7c15ull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   z ^= z >> 31;
-  return static_cast<char>(z >> (8 * (index & 7)));
+  const char byte = static_cast<char>(z >> (8 * (index & 7)));
+  return compressible.load(std::memory_order_relaxed) ? static_cast<char>(byte & 0x0f) : byte;
 }
 
 // Calls fn(packed_offset, global_byte_index, length) for every run.
@@ -57,6 +63,8 @@ absl::Status ForEachRun(const HostTensor& t, Fn fn) {
 }
 
 }  // namespace
+
+void UseCompressiblePattern(bool on) { compressible.store(on, std::memory_order_relaxed); }
 
 absl::StatusOr<int64_t> ShardBytes(const HostTensor& tensor) {
   absl::StatusOr<int64_t> n =

@@ -95,9 +95,100 @@ TEST_CASE("ValidateManifest accepts what the save planner writes", "[manifest_ch
   CKPT_REQUIRE_OK(Check(m));
 }
 
+// A chunk stored grouped-zstd, and a delta against step 2's same chunk.
+void Encode(v1::StoredChunk& c) {
+  c.set_codec(v1::CHUNK_CODEC_GROUPED_ZSTD);
+  c.set_stored_length(100);
+  c.set_element_bytes(4);
+}
+void MakeDelta(v1::CheckpointManifest& m) {
+  m.set_delta_base_step(2);
+  m.set_delta_ordinal(1);
+  v1::StoredChunk& c = FirstChunk(m);
+  Encode(c);
+  const v1::StoredChunk base = c;  // the same place in step 2
+  c.set_delta_base_step(2);
+  *c.mutable_delta_base() = base;
+}
+
+TEST_CASE("ValidateManifest takes encoded chunks and deltas as the writers make them",
+          "[manifest_check][codec]") {
+  v1::CheckpointManifest m = Good();
+  Encode(FirstChunk(m));
+  CHECK(Check(m).ok());
+  m = Good();
+  MakeDelta(m);
+  INFO(Check(m).ToString());
+  CHECK(Check(m).ok());
+}
+
 TEST_CASE("ValidateManifest refuses hostile manifests", "[manifest_check]") {
   using absl::StatusCode;
   const std::vector<Hostile> cases = {
+      {"unknown codec", [](auto& m) { FirstChunk(m).set_codec(static_cast<v1::ChunkCodec>(9)); },
+       StatusCode::kDataLoss, "unknown codec 9"},
+      {"stores more than it holds",
+       [](auto& m) {
+         Encode(FirstChunk(m));
+         FirstChunk(m).set_stored_length(4097);
+       },
+       StatusCode::kDataLoss, "stores 4097 encoded bytes for 4096"},
+      {"stores nothing",
+       [](auto& m) {
+         Encode(FirstChunk(m));
+         FirstChunk(m).set_stored_length(0);
+       },
+       StatusCode::kDataLoss, "stores 0 encoded bytes"},
+      {"zstd with a bad element size",
+       [](auto& m) {
+         Encode(FirstChunk(m));
+         FirstChunk(m).set_codec(v1::CHUNK_CODEC_ZSTD);
+         FirstChunk(m).set_element_bytes(257);
+       },
+       StatusCode::kDataLoss, "element size 257"},
+      {"a raw delta",
+       [](auto& m) {
+         MakeDelta(m);
+         FirstChunk(m).set_codec(v1::CHUNK_CODEC_NONE);
+       },
+       StatusCode::kDataLoss, "a delta stored raw"},
+      {"a delta against a larger chunk",
+       [](auto& m) {
+         MakeDelta(m);
+         FirstChunk(m).mutable_delta_base()->set_length(64 << 20);
+       },
+       StatusCode::kDataLoss, "is 67108864 bytes, not 4096"},
+      {"a delta against a delta",
+       [](auto& m) {
+         MakeDelta(m);
+         v1::StoredChunk inner = FirstChunk(m).delta_base();
+         *FirstChunk(m).mutable_delta_base()->mutable_delta_base() = inner;
+       },
+       StatusCode::kDataLoss, "is itself a delta"},
+      {"a delta base outside the step",
+       [](auto& m) {
+         MakeDelta(m);
+         FirstChunk(m).mutable_delta_base()->set_file("../../x");
+       },
+       StatusCode::kDataLoss, "leaves its directory"},
+      {"a delta against another base than the manifest's",
+       [](auto& m) {
+         MakeDelta(m);
+         FirstChunk(m).set_delta_base_step(1);
+       },
+       StatusCode::kDataLoss, "not the manifest's delta base"},
+      {"a delta against a later step",
+       [](auto& m) {
+         MakeDelta(m);
+         m.set_delta_base_step(5);
+       },
+       StatusCode::kDataLoss, "not an earlier step"},
+      {"a delta without an ordinal",
+       [](auto& m) {
+         MakeDelta(m);
+         m.set_delta_ordinal(0);
+       },
+       StatusCode::kDataLoss, "delta ordinal is 0"},
       {"traversal", [](auto& m) { FirstChunk(m).set_file("../../other/step-1/data/h0-0.bin"); },
        StatusCode::kDataLoss, "leaves its directory"},
       {"traversal inside", [](auto& m) { FirstChunk(m).set_file("data/../../x"); },
