@@ -100,7 +100,9 @@ def run(rank, args, init_file):
         opt.step()  # waits for the last checkpoint's snapshot first
         print(f"rank {rank} step {step + 1} loss {loss.item():.6f}", flush=True)
         if (step + 1) % args.every == 0:
-            cp.save(step + 1, training_state(model, opt, rank, step + 1))  # lazy
+            saved = cp.save(step + 1, training_state(model, opt, rank, step + 1))  # lazy
+            if args.wait_persisted:
+                saved.wait_persisted()
         if args.halt_after == step + 1:
             # For crash tests: stop here, mid-run, until killed, so the kill
             # cannot come after the run already ended.
@@ -127,6 +129,8 @@ def main():
     parser.add_argument("--delta-every", type=int,
                         help="a full step every K saves, deltas against it between "
                              "(default: the daemon's --delta_every)")
+    parser.add_argument("--wait-persisted", action="store_true",
+                        help="wait for each checkpoint to be committed before the next step")
     parser.add_argument("--halt-after", type=int, default=0,
                         help="tests: after this step, wait to be killed instead of going on")
     args = parser.parse_args()

@@ -19,7 +19,10 @@ CKPTCTL = os.environ.get("CKPTCTL", os.path.join(os.path.dirname(__file__), "../
 
 def train(daemon, job, delta_every):
     subprocess.run([sys.executable, TRAINER, "--socket", daemon.socket, "--job", job, "--world",
-                    "2", "--steps", "10", "--every", "1", "--delta-every", str(delta_every)],
+                    "2", "--steps", "10", "--every", "1", "--delta-every", str(delta_every),
+                    # Each save sees the one before committed: the chain is
+                    # exact (overlapping saves count committed steps only).
+                    "--wait-persisted"],
                    check=True, timeout=300, capture_output=True)
 
 

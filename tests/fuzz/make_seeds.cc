@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/codec/chunk_codec.h"
 #include "daemon/planning/load_planner.h"
+#include "daemon/planning/manifest_check.h"
 #include "daemon/planning/manifest_io.h"
 #include "daemon/planning/node_save_plan.h"
 #include "daemon/planning/replica_placement.h"
@@ -30,6 +31,45 @@
 
 namespace ckpt::fuzz {
 namespace {
+
+[[noreturn]] void Refused(const std::string& seed, const absl::Status& status);
+
+// The manifest as the writers would commit it with a codec and step deltas
+// (docs/compression.md): every chunk grouped-zstd, every other tensor chunk
+// a delta against the step before; it must still validate.
+v1::CheckpointManifest EncodedWithDeltas(v1::CheckpointManifest m) {
+  const bool deltas = m.step() > 0;
+  if (deltas) {
+    m.set_delta_base_step(m.step() - 1);
+    m.set_delta_ordinal(1);
+  }
+  int n = 0;
+  auto encode = [](v1::StoredChunk& c) {
+    c.set_codec(v1::CHUNK_CODEC_GROUPED_ZSTD);
+    c.set_stored_length(std::max<uint64_t>(1, c.length() / 2));
+    c.set_element_bytes(4);
+  };
+  for (v1::TensorEntry& t : *m.mutable_tensors()) {
+    for (v1::StoredShard& s : *t.mutable_shards()) {
+      for (v1::StoredChunk& c : *s.mutable_chunks()) {
+        encode(c);
+        if (deltas && n++ % 2 == 1) {
+          const v1::StoredChunk base = c;
+          c.set_delta_base_step(m.step() - 1);
+          *c.mutable_delta_base() = base;
+        }
+      }
+    }
+  }
+  for (v1::ObjectEntry& o : *m.mutable_objects()) {
+    if (o.chunk().length() > 0) encode(*o.mutable_chunk());
+  }
+  if (absl::Status s = planning::ValidateManifest(m, m.job(), m.step(), "the encoded seed");
+      !s.ok()) {
+    Refused("multichunk_encoded_deltas", s);
+  }
+  return m;
+}
 
 v1::TensorShard Whole(const std::string& fqn, v1::DType dtype, std::vector<int64_t> shape) {
   v1::TensorShard s;
@@ -334,6 +374,10 @@ int main(int argc, char** argv) {
       if (compact) fuzz::WriteMemoryPlanSeeds(root, name, hosts);
     }
     fuzz::Write(root / "fuzz_manifest" / (name + ".MANIFEST"), planning::EncodeManifest(manifest));
+    if (name == "multichunk") {
+      fuzz::Write(root / "fuzz_manifest" / "multichunk_encoded_deltas.MANIFEST",
+                  planning::EncodeManifest(fuzz::EncodedWithDeltas(manifest)));
+    }
   }
   for (const auto& [name, load] : fuzz::Loads(saves)) {
     std::vector<v1::PlanSaveRequest> requests;

@@ -102,19 +102,6 @@ std::vector<char> Fill(const DTypeCase& c, uint32_t seed) {
   return bytes;
 }
 
-std::unique_ptr<Client> Attach(const TestDaemon& d, const std::string& job, int rank, int world) {
-  ClientOptions options;
-  options.socket_path = d.socket();
-  options.job = job;
-  options.rank = rank;
-  options.local_rank = rank;
-  options.world_size = world;
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Attach(options);
-  INFO(client.status().ToString());
-  REQUIRE(client.ok());
-  return std::move(*client);
-}
-
 std::string Name(const DTypeCase& c) { return absl::StrCat("t", static_cast<int>(c.dtype)); }
 
 std::vector<int64_t> Shape(const DTypeCase& c) { return {kRows, kRowBytes / c.width}; }
@@ -127,7 +114,7 @@ void SaveAll(const TestDaemon& d, const std::string& job, int64_t step, const st
   std::vector<std::thread> ranks;
   std::vector<absl::Status> results(2);
   std::vector<std::unique_ptr<Client>> clients;
-  for (int r = 0; r < 2; ++r) clients.push_back(Attach(d, job, r, 2));
+  for (int r = 0; r < 2; ++r) clients.push_back(AttachRank(d, job, r, 2));
   for (int r = 0; r < 2; ++r) {
     ranks.emplace_back([&, r] {
       std::vector<HostTensor> tensors;
@@ -162,7 +149,7 @@ void SaveAll(const TestDaemon& d, const std::string& job, int64_t step, const st
 // reads some chunks of each saved shard and not others.
 absl::Status LoadRows(const TestDaemon& d, const std::string& job, int64_t step,
                       std::map<DType, std::vector<char>>& out, LoadOptions::From from) {
-  std::unique_ptr<Client> client = Attach(d, job, 0, 1);
+  std::unique_ptr<Client> client = AttachRank(d, job, 0, 1);
   std::vector<HostTensor> tensors;
   for (const DTypeCase& c : AllDTypes()) {
     std::vector<char>& bytes = out[c.dtype];
@@ -173,18 +160,6 @@ absl::Status LoadRows(const TestDaemon& d, const std::string& job, int64_t step,
   LoadOptions options;
   options.from = from;
   return client->Load(step, tensors, {}, options).status();
-}
-
-v1::CheckpointManifest Inspect(const TestDaemon& d, const std::string& job, int64_t step) {
-  grpc::ClientContext context;
-  v1::InspectCheckpointRequest request;
-  request.set_job(job);
-  request.set_step(step);
-  v1::InspectCheckpointResponse response;
-  grpc::Status s = d.Stub()->InspectCheckpoint(&context, request, &response);
-  INFO(s.error_message());
-  REQUIRE(s.ok());
-  return response.manifest();
 }
 
 std::map<DType, std::vector<char>> MakeData() {
@@ -277,7 +252,7 @@ TEST_CASE("every dtype round-trips bit-exact through each codec, resharded",
   const std::map<DType, std::vector<char>> data = MakeData();
   SaveAll(d, "codecs", 7, codec, data);
 
-  const v1::CheckpointManifest manifest = Inspect(d, "codecs", 7);
+  const v1::CheckpointManifest manifest = InspectManifest(d, "codecs", 7);
   const Encoded e = CountEncoded(manifest);
   if (codec == "none") {
     CHECK(e.encoded == 0);
@@ -309,7 +284,7 @@ TEST_CASE("every dtype round-trips bit-exact through each codec, resharded",
   RequireRows(data, loaded);
 
   // Objects too, and ckptctl verify checks the stored bytes.
-  std::unique_ptr<Client> client = Attach(d, "codecs", 0, 1);
+  std::unique_ptr<Client> client = AttachRank(d, "codecs", 0, 1);
   std::string text, noise;
   REQUIRE(client->Load(7, {}, {{"text", &text}, {"noise", &noise}}).ok());
   CHECK(text == std::string(100000, 'a') + "end");
@@ -324,7 +299,7 @@ TEST_CASE("a save asks for an unknown codec, or ranks disagree: named errors",
   TestDaemon d;
   REQUIRE(d.Start().ok());
   std::vector<float> w(1024, 0.5f);
-  std::unique_ptr<Client> client = Attach(d, "bad", 0, 1);
+  std::unique_ptr<Client> client = AttachRank(d, "bad", 0, 1);
   SaveOptions options;
   options.codec = "lz4";
   absl::StatusOr<std::shared_ptr<SaveHandle>> h =
@@ -355,7 +330,7 @@ TEST_CASE("the memory tier holds encoded chunks and persists them as they are",
     REQUIRE(s.ok());
     RequireRows(data, loaded);
   }
-  const v1::CheckpointManifest manifest = Inspect(d, "mem", 3);
+  const v1::CheckpointManifest manifest = InspectManifest(d, "mem", 3);
   CHECK(CountEncoded(manifest).encoded > 0);
   ExitInfo verify = d.Ckptctl({"verify", "mem", "3"});
   INFO(verify.output);
@@ -368,7 +343,7 @@ TEST_CASE("a damaged encoded chunk fails the load naming it", "[integration][cod
   const std::map<DType, std::vector<char>> data = MakeData();
   SaveAll(d, "hurt", 5, "grouped-zstd", data);
   const std::string step_dir = d.root() + "/hurt/step-5";
-  v1::CheckpointManifest manifest = Inspect(d, "hurt", 5);
+  v1::CheckpointManifest manifest = InspectManifest(d, "hurt", 5);
   const Encoded e = CountEncoded(manifest);
   REQUIRE(e.first != nullptr);
   const v1::StoredChunk chunk = *e.first;
@@ -464,7 +439,7 @@ TEST_CASE("steps stored as deltas against a full step every K load bit-exact, re
     Train(data, static_cast<uint32_t>(step));
     SaveAll(d, "deltas", step, "", data);
     saved[step] = data;
-    const v1::CheckpointManifest m = Inspect(d, "deltas", step);
+    const v1::CheckpointManifest m = InspectManifest(d, "deltas", step);
     const int64_t base = (step - 1) / 4 * 4 + 1;  // 1, 5, 9 are full
     INFO("step " << step);
     if (step == base) {
@@ -511,7 +486,7 @@ TEST_CASE("steps stored as deltas against a full step every K load bit-exact, re
   RequireRows(saved[10], loaded);
 
   // Another layout matches nothing of the base: stored whole, the next base.
-  std::unique_ptr<Client> client = Attach(d, "deltas", 0, 1);
+  std::unique_ptr<Client> client = AttachRank(d, "deltas", 0, 1);
   std::vector<float> w(50000, 0.25f);
   for (int64_t step : {11, 12}) {
     absl::StatusOr<std::shared_ptr<SaveHandle>> h =
@@ -520,8 +495,8 @@ TEST_CASE("steps stored as deltas against a full step every K load bit-exact, re
     REQUIRE((*h)->WaitPersisted().ok());
     w[step] = 1.0f;
   }
-  CHECK_FALSE(Inspect(d, "deltas", 11).has_delta_base_step());
-  CHECK(Inspect(d, "deltas", 12).delta_base_step() == 11);
+  CHECK_FALSE(InspectManifest(d, "deltas", 11).has_delta_base_step());
+  CHECK(InspectManifest(d, "deltas", 12).delta_base_step() == 11);
   std::vector<float> back(50000, 0.0f);
   REQUIRE(
       client->Load(12, {{"other", DType::kFloat32, {50000}, Region::Whole(), back.data()}}).ok());
@@ -539,7 +514,7 @@ TEST_CASE("a delta whose base is missing or damaged fails the load naming both",
     // Asked per save this time (the daemon's default is every step whole).
     SaveAll(d, "broken", step, "", data, Tier::kDurable, /*delta_every=*/3);
   }
-  const v1::CheckpointManifest m = Inspect(d, "broken", 2);
+  const v1::CheckpointManifest m = InspectManifest(d, "broken", 2);
   REQUIRE(m.delta_base_step() == 1);
   const v1::StoredChunk* delta = nullptr;
   for (const v1::TensorEntry& t : m.tensors())

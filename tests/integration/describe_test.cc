@@ -14,20 +14,6 @@
 namespace ckpt::testing {
 namespace {
 
-std::unique_ptr<Client> AttachRank(const TestDaemon& d, const std::string& job, int rank,
-                                   int world) {
-  ClientOptions options;
-  options.socket_path = d.socket();
-  options.job = job;
-  options.rank = rank;
-  options.local_rank = rank;
-  options.world_size = world;
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Attach(options);
-  INFO(client.status().ToString());
-  REQUIRE(client.ok());
-  return std::move(*client);
-}
-
 void Commit(absl::StatusOr<std::shared_ptr<SaveHandle>> handle) {
   INFO(handle.status().ToString());
   REQUIRE(handle.ok());

@@ -6,8 +6,6 @@
 // memory empty) restores its ranks from its peers' copies over the peer
 // data channel, and no host reads storage: every byte checked in the
 // ranks (ckpt-demo-rank), the counters of every host compared.
-#include <grpcpp/grpcpp.h>
-
 #include <cstdio>
 #include <map>
 #include <string>
@@ -17,7 +15,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "ckpt/v1/node.grpc.pb.h"
 #include "tests/catch.h"
 #include "tests/support/test_cluster.h"
 
@@ -468,15 +465,10 @@ TEST_CASE("Encoded chunks are replicated and parity-coded as stored, and restore
   save.push_back("--compressible");
   RequireAllOk(cluster.RunRanks("enc", "save", kHosts, 1, 0, kScale, save));
 
-  grpc::ClientContext context;
-  v1::InspectCheckpointRequest request;
-  request.set_job("enc");
-  request.set_step(1);
-  v1::InspectCheckpointResponse response;
-  REQUIRE(cluster.coordinator().Stub()->InspectCheckpoint(&context, request, &response).ok());
+  const v1::CheckpointManifest manifest = InspectManifest(cluster.coordinator(), "enc", 1);
   uint64_t raw = 0, stored = 0;
   int encoded = 0;
-  for (const v1::TensorEntry& t : response.manifest().tensors()) {
+  for (const v1::TensorEntry& t : manifest.tensors()) {
     for (const v1::StoredShard& s : t.shards()) {
       for (const v1::StoredChunk& c : s.chunks()) {
         raw += c.length();

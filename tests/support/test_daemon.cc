@@ -285,6 +285,20 @@ v1::CheckpointManifest InspectManifest(const TestDaemon& d, const std::string& j
   return response.manifest();
 }
 
+std::unique_ptr<Client> AttachRank(const TestDaemon& d, const std::string& job, int rank,
+                                   int world) {
+  ClientOptions options;
+  options.socket_path = d.socket();
+  options.job = job;
+  options.rank = rank;
+  options.local_rank = rank;
+  options.world_size = world;
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Attach(options);
+  INFO(client.status().ToString());
+  REQUIRE(client.ok());
+  return std::move(*client);
+}
+
 std::vector<std::string> ListDir(const std::string& path) {
   std::vector<std::string> names;
   std::error_code ec;

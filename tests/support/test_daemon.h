@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "ckpt/client.h"
 #include "ckpt/v1/node.grpc.pb.h"
 #include "tests/support/subprocess.h"
 
@@ -134,6 +135,10 @@ std::vector<int64_t> ListedSteps(const TestDaemon& d, const std::string& job);
 uint64_t CheckpointBytes(const TestDaemon& d, const std::string& job, int64_t step);
 // The manifest of a committed step, asked over gRPC (REQUIRE: it answers).
 v1::CheckpointManifest InspectManifest(const TestDaemon& d, const std::string& job, int64_t step);
+// A client of the daemon as rank `rank` of a job of `world` ranks on its
+// host (local rank = rank); REQUIREs that it attached.
+std::unique_ptr<Client> AttachRank(const TestDaemon& d, const std::string& job, int rank,
+                                   int world);
 // Saves `step` of `job` with one demo rank; REQUIREs that it succeeded.
 void SaveStep(const TestDaemon& d, const std::string& job, int64_t step);
 
