@@ -5,7 +5,6 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -14,6 +13,7 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "daemon/codec/step_delta.h"
 #include "daemon/fault/fault_points.h"
+#include "daemon/storage/aligned_buffer.h"
 #include "proto/lib/align.h"
 #include "proto/lib/crc32c.h"
 #include "proto/lib/status_context.h"
@@ -121,30 +121,6 @@ constexpr uint64_t kScratchBytes = 64 << 20;
 // O_DIRECT's block, the largest alignment the pool hands out.
 constexpr uint64_t kBlock = 4096;
 
-struct AlignedFree {
-  void operator()(char* p) const { std::free(p); }
-};
-
-// A block-aligned buffer of this thread's, grown as needed and kept.
-class ThreadBuffer {
- public:
-  char* Get(uint64_t bytes) {
-    if (capacity_ < bytes) {
-      void* p = nullptr;
-      data_.reset();
-      capacity_ = 0;
-      if (posix_memalign(&p, kBlock, AlignUp(bytes, kBlock)) != 0) return nullptr;
-      data_.reset(static_cast<char*>(p));
-      capacity_ = AlignUp(bytes, kBlock);
-    }
-    return data_.get();
-  }
-
- private:
-  std::unique_ptr<char, AlignedFree> data_;
-  uint64_t capacity_ = 0;
-};
-
 const char* ZeroBlock() {
   alignas(kBlock) static const char zeros[kBlock] = {};
   return zeros;
@@ -154,7 +130,7 @@ const char* ZeroBlock() {
 
 bool WriterPool::DeltaOf(const WriteTask& task, std::unique_ptr<storage::ChunkReader>& reader,
                          bool& base_failed, char* xored) {
-  thread_local ThreadBuffer base;
+  thread_local storage::AlignedBuffer base;
   char* into = base.Get(AlignUp(task.payload, kBlock));
   if (into == nullptr || task.delta_base->length() != task.payload) return false;
   if (reader == nullptr) {
@@ -181,8 +157,8 @@ absl::Status WriterPool::EncodeAndWrite(storage::WritableFile& file,
                                         std::vector<WrittenChunk>& written) {
   std::vector<storage::IoOp> ops;
   ops.reserve(group.size());
-  thread_local ThreadBuffer scratch_buffer;
-  thread_local ThreadBuffer xored_buffer;
+  thread_local storage::AlignedBuffer scratch_buffer;
+  thread_local storage::AlignedBuffer xored_buffer;
   thread_local std::string encoded;
   char* scratch = nullptr;
   uint64_t used = 0;

@@ -23,6 +23,7 @@
 #include "proto/lib/region_convert.h"
 #include "proto/lib/request_limits.h"
 #include "proto/lib/status_context.h"
+#include "proto/lib/stored_chunk.h"
 
 namespace ckpt::planning {
 namespace {
@@ -67,14 +68,9 @@ struct Reads {
     uint64_t shard_offset = 0;
     uint64_t length = 0;
     const std::string* fqn = nullptr;
-    // An encoded chunk's (proto/lib/stored_chunk.h); zero for a raw one.
-    uint64_t stored_length = 0;
-    uint32_t stored_crc32c = 0;
-    uint8_t codec = 0;
-    uint8_t element_bytes = 0;
-    // A step delta's base chunk (in the manifest, which outlives the plan).
-    const v1::StoredChunk* delta_base = nullptr;
-    int64_t delta_base_step = 0;
+    // An encoded chunk or a delta (proto/lib/stored_chunk.h), copied whole
+    // from the manifest, which outlives the plan; null for a raw chunk.
+    const v1::StoredChunk* encoded = nullptr;
   };
   std::vector<Chunk> chunks;
   std::vector<uint32_t> read_of_slot;  // kNone: not read (yet)
@@ -100,11 +96,9 @@ struct Reads {
         if (fresh) files.push_back(chunk.file());
         file = known->second;
       }
-      chunks.push_back(
-          {file, chunk.crc32c(), chunk.file_offset(), chunk.shard_offset(), chunk.length(), &fqn,
-           chunk.stored_length(), chunk.stored_crc32c(), static_cast<uint8_t>(chunk.codec()),
-           static_cast<uint8_t>(chunk.element_bytes()),
-           chunk.has_delta_base() ? &chunk.delta_base() : nullptr, chunk.delta_base_step()});
+      chunks.push_back({file, chunk.crc32c(), chunk.file_offset(), chunk.shard_offset(),
+                        chunk.length(), &fqn,
+                        IsEncoded(chunk) || chunk.has_delta_base() ? &chunk : nullptr});
     }
     return read;
   }
@@ -569,16 +563,7 @@ void AddReads(const Planner& planner, const std::vector<Request>& requests,
     stored->set_shard_offset(chunk.shard_offset);
     stored->set_length(chunk.length);
     stored->set_crc32c(chunk.crc32c);
-    if (chunk.codec != v1::CHUNK_CODEC_NONE) {
-      stored->set_codec(static_cast<v1::ChunkCodec>(chunk.codec));
-      stored->set_stored_length(chunk.stored_length);
-      stored->set_stored_crc32c(chunk.stored_crc32c);
-      stored->set_element_bytes(chunk.element_bytes);
-    }
-    if (chunk.delta_base != nullptr) {
-      stored->set_delta_base_step(chunk.delta_base_step);
-      *stored->mutable_delta_base() = *chunk.delta_base;
-    }
+    if (chunk.encoded != nullptr) *stored = *chunk.encoded;  // and how it is stored
     read->set_fqn(*chunk.fqn);
     for (uint32_t u = first_use[r]; u < first_use[r + 1]; ++u) {
       const Run& run = *uses[u].run;

@@ -28,6 +28,14 @@ ChunkKey KeyOf(const v1::TensorEntry& t, const v1::StoredShard& s, const v1::Sto
 
 }  // namespace
 
+void PointAtDeltaBase(const std::shared_ptr<const DeltaBase>& delta, const std::string& file,
+                      exec::WriteTask& task) {
+  const v1::StoredChunk* base = delta == nullptr ? nullptr : delta->At(file, task.file_offset);
+  if (base == nullptr) return;
+  task.delta_base = std::shared_ptr<const v1::StoredChunk>(delta, base);
+  task.delta_source = delta->source;
+}
+
 std::shared_ptr<const DeltaBase> ChooseDeltaBase(coordinator::Catalog& catalog,
                                                  storage::Backend& backend, const std::string& job,
                                                  int64_t step, int delta_every,

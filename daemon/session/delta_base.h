@@ -41,6 +41,12 @@ struct DeltaBase {
   }
 };
 
+// Points `task` at its base chunk, where `delta` (null: none) has one at
+// the task's offset of `file`. The task shares the base's ownership: a
+// writer may use it past the save's end.
+void PointAtDeltaBase(const std::shared_ptr<const DeltaBase>& delta, const std::string& file,
+                      exec::WriteTask& task);
+
 // The base for a save of `step` of `job` whose plan is `planned`, or null
 // for none (delta_every <= 1, no full step to take, nothing matches, or
 // the base cannot be read: deltas only ever save bytes, so a base that

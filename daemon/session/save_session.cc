@@ -480,12 +480,8 @@ std::map<int, std::vector<exec::WriteTask>> SaveSession::TasksFor(uint64_t batch
 }
 
 void SaveSession::SetDeltaBaseLocked(exec::WriteTask& task) const {
-  if (delta_ == nullptr || task.file < 0 || task.file >= assignment_.hosts(0).files_size()) return;
-  const v1::StoredChunk* base = delta_->At(assignment_.hosts(0).files(task.file), task.file_offset);
-  if (base == nullptr) return;
-  // Shares the base's ownership: the writer may use it past the save's end.
-  task.delta_base = std::shared_ptr<const v1::StoredChunk>(delta_, base);
-  task.delta_source = delta_->source;
+  if (task.file < 0 || task.file >= assignment_.hosts(0).files_size()) return;
+  PointAtDeltaBase(delta_, assignment_.hosts(0).files(task.file), task);
 }
 
 absl::Status SaveSession::SubmitSnapshot(const RankSession& rank,
@@ -625,13 +621,6 @@ absl::Status SaveSession::RunPulls(const RankSession& rank, uint64_t batch_id) {
   }
   const uint64_t alignment = context_.pool.alignment();
   std::shared_ptr<SaveSession> self = shared_from_this();
-  auto delta_at = [&](int writer, uint64_t offset) -> std::shared_ptr<const v1::StoredChunk> {
-    if (delta == nullptr || writer < 0 || static_cast<size_t>(writer) >= files.size()) {
-      return nullptr;
-    }
-    const v1::StoredChunk* base = delta->At(files[writer], offset);
-    return base == nullptr ? nullptr : std::shared_ptr<const v1::StoredChunk>(delta, base);
-  };
   for (const Pull& pull : pulls) {
     absl::StatusOr<std::shared_ptr<gpu::IpcMapping>> mapping = context_.ipc.Get(
         rank.id, pull.source.ipc_handle(), pull.source.device(), pull.source.allocation_bytes());
@@ -652,14 +641,13 @@ absl::Status SaveSession::RunPulls(const RankSession& rank, uint64_t batch_id) {
           std::vector<exec::WriteTask> tasks;
           for (uint64_t off = offset; off < offset + length; off += chunk) {
             const uint64_t payload = std::min(chunk, offset + length - off);
-            std::shared_ptr<const v1::StoredChunk> base =
-                delta_at(pull.writer, pull.file_offset + off);
-            std::shared_ptr<const exec::DeltaSource> source =
-                base == nullptr ? nullptr : delta->source;
             tasks.push_back(exec::WriteTask{self, pull.writer, pull.file_offset + off,
                                             pull.destination + off, AlignUp(payload, alignment),
                                             payload, batch_id, codec, pull.element_bytes, alignment,
-                                            std::move(base), std::move(source)});
+                                            /*delta_base=*/nullptr, /*delta_source=*/nullptr});
+            if (pull.writer >= 0 && static_cast<size_t>(pull.writer) < files.size()) {
+              PointAtDeltaBase(delta, files[pull.writer], tasks.back());
+            }
           }
           {
             absl::MutexLock lock(&mu_);

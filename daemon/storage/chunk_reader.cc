@@ -1,7 +1,6 @@
 #include "daemon/storage/chunk_reader.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -20,7 +19,9 @@ namespace ckpt::storage {
 ChunkReader::ChunkReader(storage::Backend& backend, std::string checkpoint_dir, uint64_t alignment)
     : backend_(backend),
       dir_(std::move(checkpoint_dir)),
-      alignment_(std::max<uint64_t>(1, alignment)) {}
+      alignment_(std::max<uint64_t>(1, alignment)),
+      scratch_(alignment_),
+      base_scratch_(alignment_) {}
 
 absl::StatusOr<ChunkReader::OpenFile*> ChunkReader::Open(const std::string& name,
                                                          absl::string_view owner) {
@@ -105,41 +106,21 @@ absl::Status ChunkReader::ApplyDelta(const ChunkTarget& target) {
     base = std::make_unique<ChunkReader>(backend_, job_dir + StepDirName(step), alignment_);
   }
   const uint64_t room = AlignUp(chunk.length(), alignment_);
-  if (base_scratch_capacity_ < room) {
-    base_scratch_.reset();
-    base_scratch_capacity_ = 0;
-    void* p = nullptr;
-    if (posix_memalign(&p, 4096, AlignUp(room, 4096)) != 0) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          dir_, "/", chunk.file(), " at offset ", chunk.file_offset(), " (", target.owner,
-          "): no memory for its ", room, "-byte delta base of step ", step));
-    }
-    base_scratch_.reset(static_cast<char*>(p));
-    base_scratch_capacity_ = room;
+  char* into = base_scratch_.Get(room);
+  if (into == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        dir_, "/", chunk.file(), " at offset ", chunk.file_offset(), " (", target.owner,
+        "): no memory for its ", room, "-byte delta base of step ", step));
   }
   const uint64_t before = base->bytes_read();
-  const absl::Status read = base->Read(chunk.delta_base(), target.owner, base_scratch_.get());
+  const absl::Status read = base->Read(chunk.delta_base(), target.owner, into);
   bytes_read_ += base->bytes_read() - before;
   if (!read.ok()) {
     // Missing or damaged, the base makes this step unreadable: data lost.
     return lost(absl::StrCat("whose chunk cannot be read: ", read.message()));
   }
-  codec::XorInto({base_scratch_.get(), chunk.length()}, {target.dst, chunk.length()});
+  codec::XorInto({into, chunk.length()}, {target.dst, chunk.length()});
   return absl::OkStatus();
-}
-
-char* ChunkReader::Scratch(uint64_t bytes) {
-  if (scratch_capacity_ < bytes) {
-    scratch_.reset();
-    void* p = nullptr;
-    // O_DIRECT's block at least; the reader's alignment where it is a power of two.
-    const uint64_t align =
-        (alignment_ & (alignment_ - 1)) == 0 ? std::max<uint64_t>(alignment_, 4096) : 4096;
-    if (posix_memalign(&p, align, bytes) != 0) return nullptr;
-    scratch_.reset(static_cast<char*>(p));
-    scratch_capacity_ = bytes;
-  }
-  return scratch_.get();
 }
 
 absl::Status ChunkReader::ReadAll(absl::Span<const ChunkTarget> targets) {
@@ -166,7 +147,7 @@ absl::Status ChunkReader::ReadAll(absl::Span<const ChunkTarget> targets) {
       scratch_bytes += AlignUp(*length, alignment_);
     }
   }
-  char* scratch = scratch_bytes > 0 ? Scratch(scratch_bytes) : nullptr;
+  char* scratch = scratch_bytes > 0 ? scratch_.Get(scratch_bytes) : nullptr;
   if (scratch_bytes > 0 && scratch == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("no memory for ", scratch_bytes, " bytes of encoded chunks in ", dir_));

@@ -25,7 +25,6 @@
 #ifndef CKPT_DAEMON_STORAGE_CHUNK_READER_H_
 #define CKPT_DAEMON_STORAGE_CHUNK_READER_H_
 
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -35,6 +34,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "ckpt/v1/manifest.pb.h"
+#include "daemon/storage/aligned_buffer.h"
 #include "daemon/storage/backend.h"
 
 namespace ckpt::storage {
@@ -87,13 +87,7 @@ class ChunkReader {
   // A step delta: reads the base step's chunk (checked as any chunk is)
   // and XORs it into the target, which holds the decoded delta.
   absl::Status ApplyDelta(const ChunkTarget& target);
-  // The reader's scratch for encoded chunks, at least `bytes`, kept for the
-  // next call; null when the memory is not there.
-  char* Scratch(uint64_t bytes);
 
-  struct Free {
-    void operator()(char* p) const { std::free(p); }
-  };
   storage::Backend& backend_;
   const std::string dir_;
   const uint64_t alignment_;
@@ -101,13 +95,11 @@ class ChunkReader {
   uint64_t bytes_read_ = 0;
   uint64_t chunk_bytes_read_ = 0;
   uint64_t stored_bytes_decoded_ = 0;
-  std::unique_ptr<char, Free> scratch_;
-  uint64_t scratch_capacity_ = 0;
+  AlignedBuffer scratch_;  // encoded chunks' stored bytes
   // Readers of the base steps of delta chunks, by step, and the room their
   // chunks are read into.
   std::map<int64_t, std::unique_ptr<ChunkReader>> base_readers_;
-  std::unique_ptr<char, Free> base_scratch_;
-  uint64_t base_scratch_capacity_ = 0;
+  AlignedBuffer base_scratch_;
   absl::Duration io_time_;
   absl::Duration decode_time_;
   absl::Duration verify_time_;

@@ -162,6 +162,16 @@ absl::Status LoadRows(const TestDaemon& d, const std::string& job, int64_t step,
   return client->Load(step, tensors, {}, options).status();
 }
 
+// The load of rows [5, 59) fails DATA_LOSS, its message naming each of `says`.
+void RequireLoadLost(const TestDaemon& d, const std::string& job, int64_t step,
+                     const std::vector<std::string>& says) {
+  std::map<DType, std::vector<char>> loaded;
+  const absl::Status s = LoadRows(d, job, step, loaded, LoadOptions::From::kAny);
+  INFO(s.ToString());
+  CHECK(absl::IsDataLoss(s));
+  for (const std::string& what : says) CHECK(absl::StrContains(s.message(), what));
+}
+
 std::map<DType, std::vector<char>> MakeData() {
   std::map<DType, std::vector<char>> data;
   uint32_t seed = 1;
@@ -356,14 +366,7 @@ TEST_CASE("a damaged encoded chunk fails the load naming it", "[integration][cod
 
   SECTION("a flipped stored byte: its stored checksum names it") {
     FlipByte(step_dir + "/" + chunk.file(), chunk.file_offset() + chunk.stored_length() / 2);
-    std::map<DType, std::vector<char>> loaded;
-    const absl::Status s = LoadRows(d, "hurt", 5, loaded, LoadOptions::From::kAny);
-    INFO(s.ToString());
-    CHECK(absl::IsDataLoss(s));
-    CHECK(absl::StrContains(s.message(), where));
-    CHECK(absl::StrContains(s.message(), owner));
-    CHECK(absl::StrContains(s.message(), "step-5"));
-    CHECK(absl::StrContains(s.message(), "grouped-zstd-encoded"));
+    RequireLoadLost(d, "hurt", 5, {where, owner, "step-5", "grouped-zstd-encoded"});
     ExitInfo verify = d.Ckptctl({"verify", "hurt", "5"});
     CHECK_FALSE(verify.ok());
     CHECK(absl::StrContains(verify.output, chunk.file()));
@@ -391,18 +394,10 @@ TEST_CASE("a damaged encoded chunk fails the load naming it", "[integration][cod
       out.write(encoded.data(), static_cast<std::streamsize>(encoded.size()));
     }
     REQUIRE(d.Start({kChunkFlag}).ok());
-    std::map<DType, std::vector<char>> loaded;
-    const absl::Status s = LoadRows(d, "hurt", 5, loaded, LoadOptions::From::kAny);
-    INFO(s.ToString());
-    CHECK(absl::IsDataLoss(s));
-    CHECK(absl::StrContains(s.message(), where));
-    CHECK(absl::StrContains(s.message(), "do not decode"));
+    RequireLoadLost(d, "hurt", 5, {where, "do not decode"});
   }
 }
 
-}  // namespace ckpt::testing
-
-namespace ckpt::testing {
 namespace {
 
 // One optimizer step's worth of change: the low byte of a quarter of the
@@ -542,12 +537,7 @@ TEST_CASE("a delta whose base is missing or damaged fails the load naming both",
              base.file_offset() + StoredLength(base) / 2);
     named = where;
   }
-  std::map<DType, std::vector<char>> loaded;
-  const absl::Status s = LoadRows(d, "broken", 2, loaded, LoadOptions::From::kAny);
-  INFO(s.ToString());
-  CHECK(absl::IsDataLoss(s));
-  CHECK(absl::StrContains(s.message(), named));
-  CHECK(absl::StrContains(s.message(), "a delta against step 1"));
+  RequireLoadLost(d, "broken", 2, {named, "a delta against step 1"});
 }
 
 }  // namespace ckpt::testing
