@@ -33,6 +33,10 @@ std::string RandomHex() {
 
 }  // namespace
 
+std::string SourcePath(const std::string& relative) {
+  return absl::StrCat(CKPT_SOURCE_DIR, "/", relative);
+}
+
 const S3TestServer& SharedS3Server() {
   static S3TestServer* server = [] {
     auto* s = new S3TestServer;

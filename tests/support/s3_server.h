@@ -29,6 +29,9 @@ std::string NewTestBucket(const std::string& tag);
 // A backend on a new bucket of the shared server.
 std::unique_ptr<storage::s3::S3Backend> NewTestS3Backend(const std::string& tag);
 
+// The repository's tools/dev/<name> and .venv's Python (boto3 is there).
+std::string SourcePath(const std::string& relative);
+
 }  // namespace ckpt::testing
 
 #endif  // CKPT_TESTS_SUPPORT_S3_SERVER_H_

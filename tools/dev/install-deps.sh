@@ -17,6 +17,9 @@ packages=(
   clang fio openssl ca-certificates iproute2 procps prometheus
   dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps, and file to find the binaries
   xz-utils binutils  # tools/dev/gpu-check.sh: the bundle is stripped and xz-compressed
+  # The S3 server of the tests and benchmarks (tools/dev/s3-server.sh):
+  # Swift with its s3api middleware.
+  swift swift-proxy swift-account swift-container swift-object curl
 )
 
 sudo=""
@@ -59,6 +62,15 @@ if [ -z "$python" ]; then
   packages+=(python3 python3-venv python3-dev)
 elif [ "$(readlink -f "$python")" = "$(readlink -f /usr/bin/python3 2>/dev/null || true)" ]; then
   packages+=(python3-venv python3-dev)
+fi
+
+# awscli: one of the baselines of ckpt-bench --s3 (boto3 is the other, from
+# requirements.txt); taken where the release has it, skipped by the bench
+# where not.
+apt_update_if_unknown() { known "$1" || apt_update; }
+if ! installed awscli; then
+  apt_update_if_unknown awscli
+  if known awscli; then packages+=(awscli); fi
 fi
 
 missing=()

@@ -8,8 +8,8 @@
 #include <mutex>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 
@@ -73,8 +73,8 @@ size_t WriteBody(char* src, size_t size, size_t count, void* user) {
   const size_t n = size * count;
   // An error document goes to body even when a sink was given: the sink is
   // for the object's bytes.
-  const bool to_sink = d->request->sink != nullptr && d->response->status >= 200 &&
-                       d->response->status < 300;
+  const bool to_sink =
+      d->request->sink != nullptr && d->response->status >= 200 && d->response->status < 300;
   const size_t limit = to_sink ? d->request->sink_capacity : d->request->max_body;
   if (n > limit - d->response->body_bytes) {
     d->overflow = true;
@@ -97,8 +97,7 @@ size_t WriteHeader(char* src, size_t size, size_t count, void* user) {
     response->headers.clear();
     const size_t space = line.find(' ');
     long status = 0;
-    if (space != absl::string_view::npos &&
-        absl::SimpleAtoi(line.substr(space + 1, 3), &status)) {
+    if (space != absl::string_view::npos && absl::SimpleAtoi(line.substr(space + 1, 3), &status)) {
       response->status = status;
     }
     return line.size();
@@ -142,14 +141,17 @@ absl::StatusOr<HttpResponse> PerformHttp(const HttpRequest& request) {
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, &response);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, WriteBody);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &download);
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS,
-                   static_cast<long>(std::max<int64_t>(1, absl::ToInt64Milliseconds(request.timeout))));
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
-                   static_cast<long>(std::max<int64_t>(
-                       1, absl::ToInt64Milliseconds(std::min(request.timeout, absl::Seconds(10))))));
+  curl_easy_setopt(
+      curl, CURLOPT_TIMEOUT_MS,
+      static_cast<long>(std::max<int64_t>(1, absl::ToInt64Milliseconds(request.timeout))));
+  curl_easy_setopt(
+      curl, CURLOPT_CONNECTTIMEOUT_MS,
+      static_cast<long>(std::max<int64_t>(
+          1, absl::ToInt64Milliseconds(std::min(request.timeout, absl::Seconds(10))))));
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1024L);
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
-                   static_cast<long>(std::max<int64_t>(1, absl::ToInt64Seconds(request.stall_timeout))));
+  curl_easy_setopt(
+      curl, CURLOPT_LOW_SPEED_TIME,
+      static_cast<long>(std::max<int64_t>(1, absl::ToInt64Seconds(request.stall_timeout))));
   curl_easy_setopt(curl, CURLOPT_TCP_NODELAY, 1L);
   curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);
   if (!request.ca_file.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, request.ca_file.c_str());

@@ -29,8 +29,8 @@ constexpr int kPartGroups = 16;                        // max_parts is split int
 // the never-written ranges of a file are uploaded from here.
 const char* Zeros() {
   static const char* zeros = [] {
-    void* p = mmap(nullptr, kMaxPartBytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+    void* p =
+        mmap(nullptr, kMaxPartBytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     return p == MAP_FAILED ? nullptr : static_cast<const char*>(p);
   }();
   return zeros;
@@ -142,9 +142,8 @@ class S3Backend::Transfers {
       {
         absl::MutexLock lock(&mu_);
         mu_.Await(absl::Condition(
-            +[](Transfers* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) {
-              return t->stop_ || !t->queue_.empty();
-            },
+            +[](Transfers* t)
+                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) { return t->stop_ || !t->queue_.empty(); },
             this));
         if (queue_.empty()) return;
         work = std::move(queue_.front());
@@ -187,7 +186,8 @@ class S3WritableFile : public WritableFile {
   absl::Status WriteBatch(absl::Span<const IoOp> ops) override {
     if (synced_ || closed_) {
       return absl::FailedPreconditionError(
-          absl::StrCat("write ", path_, ": the object is already complete (written once, at "
+          absl::StrCat("write ", path_,
+                       ": the object is already complete (written once, at "
                        "Sync or Close)"));
     }
     if (absl::Status s = buffered_.error(); !s.ok()) return Named(s);
@@ -199,9 +199,9 @@ class S3WritableFile : public WritableFile {
       while (at < end) {
         std::optional<PartSchedule::Range> part = schedule_.At(at);
         if (!part.has_value()) {
-          return absl::OutOfRangeError(absl::StrCat(
-              "write ", path_, ": offset ", at, " is beyond what ", backend_.limits().max_parts,
-              " parts of an upload can hold"));
+          return absl::OutOfRangeError(absl::StrCat("write ", path_, ": offset ", at,
+                                                    " is beyond what ", backend_.limits().max_parts,
+                                                    " parts of an upload can hold"));
         }
         const uint64_t part_end = part->start + part->length;
         const uint64_t n = std::min(end, part_end) - at;
@@ -249,8 +249,7 @@ class S3WritableFile : public WritableFile {
     if (synced_) return absl::OkStatus();
     if (absl::Status s = buffered_.Wait(); !s.ok()) return Named(s);
     const std::string& bucket = backend_.options().bucket;
-    std::optional<PartSchedule::Range> last =
-        schedule_.At(end_ == 0 ? 0 : end_ - 1);
+    std::optional<PartSchedule::Range> last = schedule_.At(end_ == 0 ? 0 : end_ - 1);
     if (upload_id_.empty() && last.has_value() && last->index == 0) {
       // One part: one PUT.
       const Part* p = parts_.count(0) ? &parts_[0] : nullptr;
@@ -292,8 +291,7 @@ class S3WritableFile : public WritableFile {
         etags.push_back(it->second);
       }
     }
-    if (absl::Status s =
-            backend_.client().CompleteMultipartUpload(bucket, key_, upload_id_, etags);
+    if (absl::Status s = backend_.client().CompleteMultipartUpload(bucket, key_, upload_id_, etags);
         !s.ok()) {
       return Named(s);
     }
@@ -390,8 +388,8 @@ class S3WritableFile : public WritableFile {
   // Waits while copied parts in flight hold more than the file's share.
   absl::Status ReserveBuffer(uint64_t length) {
     absl::MutexLock lock(&mu_);
-    const uint64_t limit = std::max<uint64_t>(backend_.options().max_buffered_bytes_per_file,
-                                              length);
+    const uint64_t limit =
+        std::max<uint64_t>(backend_.options().max_buffered_bytes_per_file, length);
     struct Args {
       S3WritableFile* self;
       uint64_t limit, length;
@@ -450,9 +448,9 @@ class S3ReadableFile : public ReadableFile {
   absl::Status ReadBatch(absl::Span<const IoOp> ops) override {
     for (const IoOp& op : ops) {
       if (op.offset > size_ || op.length > size_ - op.offset) {
-        return absl::DataLossError(absl::StrFormat(
-            "read %s: %d bytes at %d are past its end (%d bytes)", path_, op.length, op.offset,
-            size_));
+        return absl::DataLossError(
+            absl::StrFormat("read %s: %d bytes at %d are past its end (%d bytes)", path_, op.length,
+                            op.offset, size_));
       }
     }
     const size_t range = std::max<size_t>(backend_.options().read_range_bytes, 1 << 20);
@@ -545,9 +543,9 @@ absl::StatusOr<std::unique_ptr<S3Backend>> NewS3Backend(S3BackendOptions options
   if (Zeros() == nullptr) return absl::ResourceExhaustedError("s3: cannot map the zero pages");
   std::unique_ptr<S3Backend> backend(new S3Backend(std::move(options)));
   if (absl::Status s = backend->Probe(); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("s3 endpoint ", backend->options_.client.endpoint,
-                                               " bucket ", backend->options_.bucket, ": ",
-                                               s.message()));
+    return absl::Status(s.code(),
+                        absl::StrCat("s3 endpoint ", backend->options_.client.endpoint, " bucket ",
+                                     backend->options_.bucket, ": ", s.message()));
   }
   return backend;
 }
@@ -558,8 +556,7 @@ absl::Status S3Backend::Probe() {
     return s;
   }
   absl::BitGen random;
-  const std::string key =
-      absl::StrFormat(".ckpt-probe/%016x", absl::Uniform<uint64_t>(random));
+  const std::string key = absl::StrFormat(".ckpt-probe/%016x", absl::Uniform<uint64_t>(random));
   // How many parts: AWS allows 10,000, Swift 1,000 unless configured; an
   // upload of one byte as the highest part number says which.
   limits_.max_parts = options_.max_parts;
@@ -592,15 +589,13 @@ absl::Status S3Backend::Probe() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<WritableFile>> S3Backend::NewWritableFile(
-    const std::string& path) {
+absl::StatusOr<std::unique_ptr<WritableFile>> S3Backend::NewWritableFile(const std::string& path) {
   absl::StatusOr<std::string> key = KeyOf(path);
   if (!key.ok()) return key.status();
   return std::make_unique<S3WritableFile>(*this, *transfers_, path, *key);
 }
 
-absl::StatusOr<std::unique_ptr<ReadableFile>> S3Backend::NewReadableFile(
-    const std::string& path) {
+absl::StatusOr<std::unique_ptr<ReadableFile>> S3Backend::NewReadableFile(const std::string& path) {
   absl::StatusOr<std::string> key = KeyOf(path);
   if (!key.ok()) return key.status();
   absl::StatusOr<ObjectInfo> info = client_->HeadObject(options_.bucket, *key);
@@ -611,8 +606,9 @@ absl::StatusOr<std::unique_ptr<ReadableFile>> S3Backend::NewReadableFile(
     }
     return absl::NotFoundError(absl::StrCat("open ", path, ": No such file or directory"));
   }
-  if (!info.ok()) return absl::Status(info.status().code(),
-                                      absl::StrCat("open ", path, ": ", info.status().message()));
+  if (!info.ok())
+    return absl::Status(info.status().code(),
+                        absl::StrCat("open ", path, ": ", info.status().message()));
   return std::make_unique<S3ReadableFile>(*this, *transfers_, path, *key, info->size);
 }
 
@@ -653,8 +649,8 @@ absl::Status S3Backend::RenameNoReplace(const std::string& from, const std::stri
   absl::StatusOr<std::string> contents =
       client_->GetObject(options_.bucket, *from_key, kMaxConditionalBytes);
   if (!contents.ok()) {
-    return absl::Status(contents.status().code(),
-                        absl::StrCat("rename ", from, " to ", to, ": ", contents.status().message()));
+    return absl::Status(contents.status().code(), absl::StrCat("rename ", from, " to ", to, ": ",
+                                                               contents.status().message()));
   }
   absl::Status s = client_->PutObject(options_.bucket, *to_key, *contents, /*if_none_match=*/true);
   if (absl::IsAlreadyExists(s)) {
@@ -676,9 +672,8 @@ absl::Status S3Backend::RemoveAll(const std::string& path) {
   Completion done;
   for (const ListedObject& object : listing->objects) {
     done.Add();
-    transfers_->Submit([this, &done, &object] {
-      done.Done(client_->DeleteObject(options_.bucket, object.key));
-    });
+    transfers_->Submit(
+        [this, &done, &object] { done.Done(client_->DeleteObject(options_.bucket, object.key)); });
   }
   if (absl::Status s = done.Wait(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("remove ", path, ": ", s.message()));

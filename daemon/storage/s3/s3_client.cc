@@ -45,7 +45,9 @@ absl::Time ParseIsoDate(absl::string_view text) {
   return absl::InfinitePast();
 }
 
-std::string Unquote(std::string s) { return std::string(absl::StripPrefix(absl::StripSuffix(s, "\""), "\"")); }
+std::string Unquote(std::string s) {
+  return std::string(absl::StripPrefix(absl::StripSuffix(s, "\""), "\""));
+}
 
 }  // namespace
 
@@ -79,12 +81,12 @@ std::string S3Client::Describe(const Call& call) const {
 }
 
 std::string S3Client::Url(const Call& call) const {
-  std::string url = options_.virtual_host
-                        ? absl::StrCat(scheme_, "://", call.bucket, ".", authority_, "/",
-                                       UriEncode(call.key, /*keep_slash=*/true))
-                        : absl::StrCat(scheme_, "://", authority_, "/", call.bucket,
-                                       call.key.empty() ? "" : "/",
-                                       UriEncode(call.key, /*keep_slash=*/true));
+  std::string url =
+      options_.virtual_host
+          ? absl::StrCat(scheme_, "://", call.bucket, ".", authority_, "/",
+                         UriEncode(call.key, /*keep_slash=*/true))
+          : absl::StrCat(scheme_, "://", authority_, "/", call.bucket, call.key.empty() ? "" : "/",
+                         UriEncode(call.key, /*keep_slash=*/true));
   for (size_t i = 0; i < call.query.size(); ++i) {
     absl::StrAppend(&url, i == 0 ? "?" : "&", UriEncode(call.query[i].first, false), "=",
                     UriEncode(call.query[i].second, false));
@@ -96,10 +98,9 @@ absl::StatusOr<HttpResponse> S3Client::Execute(const Call& call) {
   const absl::Time deadline = absl::Now() + options_.retry.deadline;
   const std::string host =
       options_.virtual_host ? absl::StrCat(call.bucket, ".", authority_) : authority_;
-  const std::string path = options_.virtual_host
-                               ? absl::StrCat("/", call.key)
-                               : absl::StrCat("/", call.bucket, call.key.empty() ? "" : "/",
-                                              call.key);
+  const std::string path =
+      options_.virtual_host ? absl::StrCat("/", call.key)
+                            : absl::StrCat("/", call.bucket, call.key.empty() ? "" : "/", call.key);
   const std::string payload_hash = options_.sign_payload || call.body.size() < (64 << 10)
                                        ? Sha256Hex(call.body)
                                        : kUnsignedPayload;
@@ -110,9 +111,9 @@ absl::StatusOr<HttpResponse> S3Client::Execute(const Call& call) {
     const absl::Time now = absl::Now();
     if (now >= deadline) {
       stats_.failures.fetch_add(1, std::memory_order_relaxed);
-      return absl::DeadlineExceededError(absl::StrCat(
-          Describe(call), ": gave up after ", attempt - 1, " attempts over ",
-          absl::FormatDuration(options_.retry.deadline), " (", last.message(), ")"));
+      return absl::DeadlineExceededError(
+          absl::StrCat(Describe(call), ": gave up after ", attempt - 1, " attempts over ",
+                       absl::FormatDuration(options_.retry.deadline), " (", last.message(), ")"));
     }
     SigningRequest signing;
     signing.method = call.method;
@@ -126,8 +127,8 @@ absl::StatusOr<HttpResponse> S3Client::Execute(const Call& call) {
       signing.headers.emplace_back("x-amz-security-token", options_.credentials.session_token);
     }
     signing.payload_sha256 = payload_hash;
-    const Signature signature = SignV4(signing, options_.credentials,
-                                       Scope{.region = options_.region}, now);
+    const Signature signature =
+        SignV4(signing, options_.credentials, Scope{.region = options_.region}, now);
 
     HttpRequest request;
     request.method = call.method;
@@ -162,8 +163,8 @@ absl::StatusOr<HttpResponse> S3Client::Execute(const Call& call) {
     }
     // Full jitter: a random wait up to an exponentially growing cap, so
     // that many writers throttled together do not return together.
-    const absl::Duration cap =
-        std::min(options_.retry.max_delay, options_.retry.base_delay * (1LL << std::min(attempt, 20)));
+    const absl::Duration cap = std::min(options_.retry.max_delay,
+                                        options_.retry.base_delay * (1LL << std::min(attempt, 20)));
     const absl::Duration wait = std::min(
         absl::Nanoseconds(absl::Uniform<int64_t>(jitter, 0, absl::ToInt64Nanoseconds(cap) + 1)),
         deadline - absl::Now());
@@ -174,9 +175,9 @@ absl::StatusOr<HttpResponse> S3Client::Execute(const Call& call) {
 
 absl::Status S3Client::Failure(const Call& call, const HttpResponse& response) const {
   const auto [code, message] = ParseS3Error(response.body);
-  const std::string text = absl::StrCat(Describe(call), ": ", response.status,
-                                        code.empty() ? "" : " ", code,
-                                        message.empty() ? "" : ": ", message);
+  const std::string text =
+      absl::StrCat(Describe(call), ": ", response.status, code.empty() ? "" : " ", code,
+                   message.empty() ? "" : ": ", message);
   switch (response.status) {
     case 404:
       return absl::NotFoundError(text);
@@ -214,8 +215,8 @@ absl::Status S3Client::PutObject(const std::string& bucket, const std::string& k
   return failure;
 }
 
-absl::Status S3Client::GetRange(const std::string& bucket, const std::string& key,
-                                uint64_t offset, size_t length, char* dst) {
+absl::Status S3Client::GetRange(const std::string& bucket, const std::string& key, uint64_t offset,
+                                size_t length, char* dst) {
   if (length == 0) return absl::OkStatus();
   Call call("GET", bucket, key);
   call.sink = dst;
@@ -227,21 +228,21 @@ absl::Status S3Client::GetRange(const std::string& bucket, const std::string& ke
   if (r->status / 100 != 2) return Failure(call, *r);
   // 200 is the whole object: only right when that is the range asked for.
   if ((r->status != 206 && offset != 0) || r->body_bytes != length) {
-    return absl::DataLossError(absl::StrCat(Describe(call), ": asked for ", length,
-                                            " bytes at ", offset, ", got ", r->body_bytes,
-                                            " (status ", r->status, ")"));
+    return absl::DataLossError(absl::StrCat(Describe(call), ": asked for ", length, " bytes at ",
+                                            offset, ", got ", r->body_bytes, " (status ", r->status,
+                                            ")"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> S3Client::GetObject(const std::string& bucket,
-                                                const std::string& key, uint64_t max_bytes) {
+absl::StatusOr<std::string> S3Client::GetObject(const std::string& bucket, const std::string& key,
+                                                uint64_t max_bytes) {
   absl::StatusOr<ObjectInfo> info = HeadObject(bucket, key);
   if (!info.ok()) return info.status();
   if (info->size > max_bytes) {
-    return absl::FailedPreconditionError(absl::StrCat("S3 GET ", bucket, "/", key, ": ",
-                                                      info->size, " bytes, more than the ",
-                                                      max_bytes, " allowed"));
+    return absl::FailedPreconditionError(absl::StrCat("S3 GET ", bucket, "/", key, ": ", info->size,
+                                                      " bytes, more than the ", max_bytes,
+                                                      " allowed"));
   }
   // The object may change between HEAD and GET: the GET is bounded by what
   // HEAD said, and a longer answer is an error, not an allocation.
@@ -253,8 +254,7 @@ absl::StatusOr<std::string> S3Client::GetObject(const std::string& bucket,
   return std::move(r->body);
 }
 
-absl::StatusOr<ObjectInfo> S3Client::HeadObject(const std::string& bucket,
-                                                const std::string& key) {
+absl::StatusOr<ObjectInfo> S3Client::HeadObject(const std::string& bucket, const std::string& key) {
   Call call("HEAD", bucket, key);
   absl::StatusOr<HttpResponse> r = Execute(call);
   if (!r.ok()) return r.status();
@@ -320,8 +320,8 @@ absl::StatusOr<Listing> S3Client::List(const std::string& bucket, const std::str
       }
     }
     if (listing.objects.size() + listing.prefixes.size() > max_entries) {
-      return absl::ResourceExhaustedError(absl::StrCat("S3 LIST ", bucket, "/", prefix,
-                                                       ": more than ", max_entries, " entries"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("S3 LIST ", bucket, "/", prefix, ": more than ", max_entries, " entries"));
     }
     const std::string truncated = XmlText(r->body, "IsTruncated").value_or("false");
     std::string next = XmlText(r->body, "NextContinuationToken").value_or("");
@@ -336,8 +336,7 @@ absl::StatusOr<Listing> S3Client::List(const std::string& bucket, const std::str
   return listing;
 }
 
-absl::StatusOr<bool> S3Client::AnyWithPrefix(const std::string& bucket,
-                                             const std::string& prefix) {
+absl::StatusOr<bool> S3Client::AnyWithPrefix(const std::string& bucket, const std::string& prefix) {
   Call call("GET", bucket);
   call.max_body = kMaxDocumentBytes;
   call.query = {{"list-type", "2"}, {"prefix", prefix}, {"max-keys", "1"}};
@@ -361,8 +360,7 @@ absl::StatusOr<std::string> S3Client::CreateMultipartUpload(const std::string& b
   return *id;
 }
 
-absl::StatusOr<std::string> S3Client::UploadPart(const std::string& bucket,
-                                                 const std::string& key,
+absl::StatusOr<std::string> S3Client::UploadPart(const std::string& bucket, const std::string& key,
                                                  const std::string& upload_id, int part_number,
                                                  absl::string_view body) {
   Call call("PUT", bucket, key);
@@ -370,19 +368,19 @@ absl::StatusOr<std::string> S3Client::UploadPart(const std::string& bucket,
   call.query = {{"partNumber", absl::StrCat(part_number)}, {"uploadId", upload_id}};
   absl::StatusOr<HttpResponse> r = Execute(call);
   if (!r.ok()) {
-    return absl::Status(r.status().code(),
-                        absl::StrCat(r.status().message(), " (part ", part_number, " of upload ",
-                                     upload_id, ")"));
+    return absl::Status(
+        r.status().code(),
+        absl::StrCat(r.status().message(), " (part ", part_number, " of upload ", upload_id, ")"));
   }
   if (r->status / 100 != 2) {
     absl::Status s = Failure(call, *r);
-    return absl::Status(s.code(), absl::StrCat(s.message(), " (part ", part_number,
-                                               " of upload ", upload_id, ")"));
+    return absl::Status(
+        s.code(), absl::StrCat(s.message(), " (part ", part_number, " of upload ", upload_id, ")"));
   }
   std::string etag = r->Header("etag");
   if (etag.empty()) {
-    return absl::DataLossError(absl::StrCat(Describe(call), ": no ETag for part ", part_number,
-                                            " of upload ", upload_id));
+    return absl::DataLossError(
+        absl::StrCat(Describe(call), ": no ETag for part ", part_number, " of upload ", upload_id));
   }
   return etag;
 }
@@ -392,8 +390,8 @@ absl::Status S3Client::CompleteMultipartUpload(const std::string& bucket, const 
                                                const std::vector<std::string>& etags) {
   std::string body = "<CompleteMultipartUpload>";
   for (size_t i = 0; i < etags.size(); ++i) {
-    absl::StrAppend(&body, "<Part><PartNumber>", i + 1, "</PartNumber><ETag>",
-                    XmlEscape(etags[i]), "</ETag></Part>");
+    absl::StrAppend(&body, "<Part><PartNumber>", i + 1, "</PartNumber><ETag>", XmlEscape(etags[i]),
+                    "</ETag></Part>");
   }
   body += "</CompleteMultipartUpload>";
   Call call("POST", bucket, key);
@@ -444,8 +442,8 @@ absl::StatusOr<std::vector<MultipartUpload>> S3Client::ListMultipartUploads(
       if (!u.key.empty() && !u.upload_id.empty()) uploads.push_back(std::move(u));
     }
     if (uploads.size() > max_entries) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "S3 list uploads ", bucket, "/", prefix, ": more than ", max_entries, " uploads"));
+      return absl::ResourceExhaustedError(absl::StrCat("S3 list uploads ", bucket, "/", prefix,
+                                                       ": more than ", max_entries, " uploads"));
     }
     if (XmlText(r->body, "IsTruncated").value_or("false") != "true") break;
     std::string next_key = XmlText(r->body, "NextKeyMarker").value_or("");

@@ -97,8 +97,8 @@ class S3Client {
 
   // if_none_match: the object must not exist yet (If-None-Match: *);
   // ALREADY_EXISTS when it does and the server honours the condition.
-  absl::Status PutObject(const std::string& bucket, const std::string& key,
-                         absl::string_view body, bool if_none_match = false);
+  absl::Status PutObject(const std::string& bucket, const std::string& key, absl::string_view body,
+                         bool if_none_match = false);
   // Reads exactly `length` bytes at `offset` into dst (a ranged GET);
   // OUT_OF_RANGE when the object ends before, DATA_LOSS when the server
   // sends a different count.

@@ -43,8 +43,7 @@ std::vector<absl::string_view> XmlElements(absl::string_view xml, absl::string_v
     if (after_name >= xml.size()) break;
     const char next = xml[after_name];
     // "<Key" must not match "<KeyMarker".
-    if (next != '>' && next != ' ' && next != '/' && next != '\t' && next != '\n' &&
-        next != '\r') {
+    if (next != '>' && next != ' ' && next != '/' && next != '\t' && next != '\n' && next != '\r') {
       pos = after_name;
       continue;
     }
@@ -124,12 +123,23 @@ std::string XmlEscape(absl::string_view text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out.push_back(c);
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out.push_back(c);
     }
   }
   return out;

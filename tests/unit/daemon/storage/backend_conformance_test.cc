@@ -73,14 +73,14 @@ std::unique_ptr<Subject> MakeSubject(const std::string& kind) {
   return s;
 }
 
-#define FOR_EACH_BACKEND()                                                                       \
-  const std::string kind = GENERATE(as<std::string>{}, "memory", "posix io_uring+O_DIRECT /tmp", \
-                                    "posix pread/pwrite /tmp", "posix /dev/shm",                 \
-                                    "fault(memory), no faults", "fault(posix), no faults",       \
-                                    "s3 (swift s3api)");                                          \
-  CAPTURE(kind);                                                                                 \
-  const std::unique_ptr<Subject> subject = MakeSubject(kind);                                    \
-  Backend& backend = *subject->backend;                                                          \
+#define FOR_EACH_BACKEND()                                                              \
+  const std::string kind =                                                              \
+      GENERATE(as<std::string>{}, "memory", "posix io_uring+O_DIRECT /tmp",             \
+               "posix pread/pwrite /tmp", "posix /dev/shm", "fault(memory), no faults", \
+               "fault(posix), no faults", "s3 (swift s3api)");                          \
+  CAPTURE(kind);                                                                        \
+  const std::unique_ptr<Subject> subject = MakeSubject(kind);                           \
+  Backend& backend = *subject->backend;                                                 \
   const std::string& root = subject->root
 
 void WriteFile(Backend& backend, const std::string& path, const std::string& contents) {
