@@ -19,6 +19,25 @@
 
 ABSL_FLAG(std::string, storage_root, "", "Directory (or mount) that holds the checkpoints");
 ABSL_FLAG(std::string, storage_backend, "posix", "posix or memory (memory: testing only)");
+ABSL_FLAG(std::string, s3_endpoint, "",
+          "S3 server for an s3://bucket/prefix --storage_root, e.g. http://10.0.0.5:8080 "
+          "(empty: AWS's endpoint of --s3_region)");
+ABSL_FLAG(std::string, s3_region, "us-east-1", "S3 region (signatures name it)");
+ABSL_FLAG(bool, s3_virtual_host, false,
+          "Address buckets as bucket.host (else host/bucket); AWS's endpoint always does");
+ABSL_FLAG(std::string, s3_ca_file, "", "CA bundle for an https S3 endpoint (empty: the system's)");
+ABSL_FLAG(std::string, s3_credentials_file, "",
+          "AWS credentials file to read S3 keys from (owner-only); else AWS_ACCESS_KEY_ID / "
+          "AWS_SECRET_ACCESS_KEY, else ~/.aws/credentials");
+ABSL_FLAG(std::string, s3_profile, "",
+          "Profile of the credentials file (else AWS_PROFILE, else default)");
+ABSL_FLAG(int32_t, s3_transfer_threads, 16, "S3 parts and ranged GETs in flight");
+ABSL_FLAG(uint64_t, s3_part_bytes, 16ull << 20,
+          "Size of an upload's first parts (later parts grow so no file exceeds the server's part "
+          "count)");
+ABSL_FLAG(int32_t, s3_request_deadline_s, 120,
+          "An S3 request and all its retries end by then; a save that cannot finish fails naming "
+          "host, key and upload");
 ABSL_FLAG(bool, io_uring, true, "Write and read through io_uring (else pread/pwrite)");
 ABSL_FLAG(bool, o_direct, true, "Bypass the page cache where the filesystem allows");
 ABSL_FLAG(uint32_t, queue_depth, 32, "I/O operations in flight per writer thread");
@@ -220,6 +239,15 @@ int main(int argc, char** argv) {
   ckpt::session::DaemonOptions o;
   o.storage_root = absl::GetFlag(FLAGS_storage_root);
   o.storage_backend = absl::GetFlag(FLAGS_storage_backend);
+  o.s3.endpoint = absl::GetFlag(FLAGS_s3_endpoint);
+  o.s3.region = absl::GetFlag(FLAGS_s3_region);
+  o.s3.virtual_host = absl::GetFlag(FLAGS_s3_virtual_host);
+  o.s3.ca_file = absl::GetFlag(FLAGS_s3_ca_file);
+  o.s3.credentials_file = absl::GetFlag(FLAGS_s3_credentials_file);
+  o.s3.profile = absl::GetFlag(FLAGS_s3_profile);
+  o.s3.transfer_threads = absl::GetFlag(FLAGS_s3_transfer_threads);
+  o.s3.part_bytes = absl::GetFlag(FLAGS_s3_part_bytes);
+  o.s3.request_deadline_s = absl::GetFlag(FLAGS_s3_request_deadline_s);
   o.use_io_uring = absl::GetFlag(FLAGS_io_uring);
   o.use_o_direct = absl::GetFlag(FLAGS_o_direct);
   o.queue_depth = absl::GetFlag(FLAGS_queue_depth);

@@ -13,6 +13,7 @@
 #include "daemon/coordinator/commit.h"
 #include "daemon/planning/manifest_io.h"
 #include "daemon/storage/layout.h"
+#include "daemon/storage/step_location.h"
 #include "proto/lib/secure_random.h"
 #include "proto/lib/stored_chunk.h"
 #include "proto/lib/validation.h"
@@ -81,6 +82,17 @@ absl::StatusOr<int> Catalog::RemoveStalePartials() {
     const std::string job_dir = storage::JobDir(root_, job);
     absl::StatusOr<std::vector<std::string>> entries = backend_.ListDir(job_dir);
     if (!entries.ok()) continue;  // a file, not a job directory
+    // A partial directory of a killed daemon on an object store may hold
+    // only unfinished uploads, which no listing of objects shows.
+    absl::StatusOr<std::vector<std::string>> unfinished = backend_.ListUnfinishedFiles(job_dir);
+    if (!unfinished.ok()) return unfinished.status();
+    for (const std::string& path : *unfinished) {
+      const std::string rest = path.substr(std::min(path.size(), job_dir.size() + 1));
+      const std::string entry = rest.substr(0, rest.find('/'));
+      if (!std::binary_search(entries->begin(), entries->end(), entry)) {
+        entries->insert(std::lower_bound(entries->begin(), entries->end(), entry), entry);
+      }
+    }
     int removed_here = 0;
     std::vector<std::string> trash;
     for (const std::string& entry : *entries) {
@@ -95,6 +107,13 @@ absl::StatusOr<int> Catalog::RemoveStalePartials() {
       // one (older versions) cannot be told apart from one: both stay.
       if (!partial || partial->host != host_ || partial->instance == instance_) continue;
       const std::string path = absl::StrCat(job_dir, "/", entry);
+      // On an object store a committed step's files stay in the partial
+      // directory its COMMIT names.
+      if (backend_.IsObjectStore()) {
+        absl::StatusOr<std::string> committed =
+            storage::ResolveStepDir(backend_, root_, job, partial->step);
+        if (committed.ok() && *committed == path) continue;
+      }
       if (absl::Status s = backend_.RemoveAll(path); !s.ok()) return s;
       ++removed_here;
     }
@@ -135,7 +154,7 @@ absl::StatusOr<std::vector<int64_t>> Catalog::ListSteps(const std::string& job) 
 
 absl::StatusOr<bool> Catalog::StepExists(const std::string& job, int64_t step) {
   if (absl::Status s = ValidateName("job", job); !s.ok()) return s;
-  return backend_.Exists(storage::StepDir(root_, job, step));
+  return storage::StepCommitted(backend_, root_, job, step);
 }
 
 absl::StatusOr<int64_t> Catalog::ResolveStep(const std::string& job, int64_t step) {
@@ -164,7 +183,7 @@ absl::StatusOr<int64_t> Catalog::ResolveLatest(const std::string& job) {
   std::string why;
   if (contents.ok()) {
     if (const std::optional<int64_t> named = storage::ParseLatestContents(*contents)) {
-      absl::StatusOr<bool> exists = backend_.Exists(storage::StepDir(root_, job, *named));
+      absl::StatusOr<bool> exists = storage::StepCommitted(backend_, root_, job, *named);
       if (!exists.ok()) return exists.status();
       if (*exists) return *named;
       why = absl::StrCat("names step ", *named, ", which does not exist");
@@ -200,7 +219,9 @@ absl::StatusOr<int64_t> Catalog::ResolveLatest(const std::string& job) {
 
 absl::StatusOr<v1::CheckpointManifest> Catalog::ReadStepManifest(const std::string& job,
                                                                  int64_t step) {
-  const std::string dir = storage::StepDir(root_, job, step);
+  absl::StatusOr<std::string> resolved = storage::ResolveStepDir(backend_, root_, job, step);
+  if (!resolved.ok()) return AsBroken(resolved.status());
+  const std::string& dir = *resolved;
   const std::string path = absl::StrCat(dir, "/", storage::kManifestName);
   // From the file's size to its validation, within a slot: a read holds up
   // to --max_manifest_memory_bytes meanwhile (manifest_read_slots.h).
@@ -253,7 +274,9 @@ absl::Status Catalog::CheckDataFiles(const std::string& job, int64_t step,
     }
     return absl::OkStatus();
   });
-  const std::string dir = storage::StepDir(root_, job, step);
+  absl::StatusOr<std::string> resolved = storage::ResolveStepDir(backend_, root_, job, step);
+  if (!resolved.ok()) return AsBroken(resolved.status());
+  const std::string& dir = *resolved;
   for (const auto& [file, need] : needed) {
     absl::StatusOr<std::unique_ptr<storage::ReadableFile>> f =
         backend_.OpenReadOnlyBeneath(dir, file);
@@ -272,8 +295,9 @@ absl::Status Catalog::CheckDataFiles(const std::string& job, int64_t step,
 
 absl::StatusOr<std::string> Catalog::ReadStepFile(const std::string& job, int64_t step,
                                                   const std::string& name, uint64_t max_bytes) {
-  return storage::ReadWholeFileBeneath(backend_, storage::StepDir(root_, job, step), name,
-                                       max_bytes);
+  absl::StatusOr<std::string> dir = storage::ResolveStepDir(backend_, root_, job, step);
+  if (!dir.ok()) return dir.status();
+  return storage::ReadWholeFileBeneath(backend_, *dir, name, max_bytes);
 }
 
 absl::Status Catalog::VerifiesShallow(const std::string& job, int64_t step) {

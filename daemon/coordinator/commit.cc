@@ -6,6 +6,8 @@
 #include "daemon/fault/fault_points.h"
 #include "daemon/planning/manifest_io.h"
 #include "daemon/storage/layout.h"
+#include "daemon/storage/step_location.h"
+#include "proto/lib/crc32c.h"
 #include "proto/lib/status_context.h"
 
 namespace ckpt::coordinator {
@@ -35,6 +37,32 @@ absl::Status WriteLatest(storage::Backend& backend, const std::string& job_dir, 
   return s;
 }
 
+// Step 4-5: the step becomes visible. A filesystem renames the partial
+// directory and makes that durable (undone on failure); an object store
+// creates the step's commit object, once: a second commit of the step is
+// refused by the server where it honours conditional creates, else by the
+// backend's read-back (storage/s3/s3_backend.h).
+absl::Status MakeVisible(storage::Backend& backend, const std::string& job_dir,
+                         const std::string& partial_dir, const std::string& step_dir,
+                         const std::string& manifest_bytes) {
+  if (backend.IsObjectStore()) {
+    storage::CommitRecord record;
+    record.dir = partial_dir.substr(job_dir.size() + 1);
+    record.manifest_bytes = manifest_bytes.size();
+    record.manifest_crc32c = Crc32c(manifest_bytes.data(), manifest_bytes.size());
+    return backend.CreateFileExclusive(absl::StrCat(step_dir, "/", storage::kCommitName),
+                                       storage::EncodeCommitRecord(record));
+  }
+  if (absl::Status s = backend.Rename(partial_dir, step_dir); !s.ok()) return s;
+  if (absl::Status s = backend.SyncDir(job_dir); !s.ok()) {
+    // Not committed, so not visible either: the caller aborts this save and
+    // must not find it later as the latest step (nor be refused a retry).
+    (void)backend.Rename(step_dir, partial_dir);
+    return s;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::optional<int64_t>> CommittedIntent(storage::Backend& backend,
@@ -46,7 +74,7 @@ absl::StatusOr<std::optional<int64_t>> CommittedIntent(storage::Backend& backend
   if (!contents.ok()) return std::optional<int64_t>();  // missing, or too long to be ours
   const std::optional<int64_t> step = storage::ParseLatestContents(*contents);
   if (!step.has_value()) return std::optional<int64_t>();
-  absl::StatusOr<bool> committed = backend.Exists(storage::StepDir(root, job, *step));
+  absl::StatusOr<bool> committed = storage::StepCommitted(backend, root, job, *step);
   if (!committed.ok()) return committed.status();
   return *committed ? step : std::nullopt;
 }
@@ -104,8 +132,9 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
   if (absl::Status s = backend.SyncDir(absl::StrCat(partial_dir, "/data")); !s.ok()) {
     return WithContext(s, kCommit);
   }
+  const std::string manifest_bytes = planning::EncodeManifest(manifest);
   if (absl::Status s = WriteSynced(backend, absl::StrCat(partial_dir, "/", storage::kManifestName),
-                                   planning::EncodeManifest(manifest));
+                                   manifest_bytes);
       !s.ok()) {
     return WithContext(s, kCommit);
   }
@@ -115,7 +144,8 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
     if (absl::Status s = commit_point(); !s.ok()) return s;
   }
 
-  absl::StatusOr<bool> exists = backend.Exists(step_dir);
+  absl::StatusOr<bool> exists =
+      storage::StepCommitted(backend, root, manifest.job(), manifest.step());
   if (!exists.ok()) return WithContext(exists.status(), kCommit);
   if (*exists) return absl::AlreadyExistsError(absl::StrCat(kCommit, ": ", step_dir, " exists"));
   absl::Status intent = absl::OkStatus();
@@ -127,14 +157,8 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
     undo_intent();
     return WithContext(intent, kCommit);
   }
-  if (absl::Status s = backend.Rename(partial_dir, step_dir); !s.ok()) {
-    undo_intent();
-    return WithContext(s, kCommit);
-  }
-  if (absl::Status s = backend.SyncDir(job_dir); !s.ok()) {
-    // Not committed, so not visible either: the caller aborts this save and
-    // must not find it later as the latest step (nor be refused a retry).
-    (void)backend.Rename(step_dir, partial_dir);
+  if (absl::Status s = MakeVisible(backend, job_dir, partial_dir, step_dir, manifest_bytes);
+      !s.ok()) {
     undo_intent();
     return WithContext(s, kCommit);
   }

@@ -23,6 +23,12 @@
 //     overrides LATEST, and RepairLatest folds it in (at start-up, and before
 //     the next commit). A LATEST.next naming no committed step is a commit
 //     that died before its rename and means nothing.
+// On an object store (Backend::IsObjectStore, docs/design.md §6b) there is
+// no rename and no fsync: every object is durable once written. Steps 1-3
+// are the same writes; steps 4-5 are one create of <job>/step-N/COMMIT
+// naming the partial directory and the manifest's size and CRC32C
+// (storage/step_location.h), refused if it exists. The data stays where
+// it was written; readers find it through the commit object.
 // Commits of one job must not run concurrently (the Coordinator serializes
 // them). On restart, leftover partial directories of this host's earlier
 // daemon instances are removed (Catalog).

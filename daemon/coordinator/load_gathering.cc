@@ -11,6 +11,7 @@
 #include "daemon/coordinator/retention.h"
 #include "daemon/planning/load_planner.h"
 #include "daemon/storage/layout.h"
+#include "daemon/storage/step_location.h"
 #include "proto/lib/status_context.h"
 #include "proto/lib/validation.h"
 
@@ -68,7 +69,10 @@ absl::StatusOr<v1::LoadAssignment> LoadGathering::PlanLoad(
   absl::StatusOr<v1::LoadAssignment> assignment =
       planning::PlanLoad(*manifest, {node}, options_.limits);
   if (!assignment.ok()) return assignment.status();
-  assignment->set_checkpoint_path(storage::StepDir(root(), node.job(), manifest->step()));
+  absl::StatusOr<std::string> dir =
+      storage::ResolveStepDir(backend_, root(), node.job(), manifest->step());
+  if (!dir.ok()) return dir.status();
+  assignment->set_checkpoint_path(*dir);
   return assignment;
 }
 

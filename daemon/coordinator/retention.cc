@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "daemon/fault/fault_points.h"
 #include "daemon/storage/layout.h"
+#include "daemon/storage/step_location.h"
 #include "proto/lib/status_context.h"
 #include "proto/lib/validation.h"
 
@@ -22,7 +23,8 @@ constexpr int kMaxMeasuredDepth = 4;
 // The bytes of the files under path (best effort: unreadable entries count 0).
 uint64_t TreeBytes(storage::Backend& backend, const std::string& path, int depth) {
   absl::StatusOr<std::vector<std::string>> entries = backend.ListDir(path);
-  if (!entries.ok()) {
+  // An object store lists a file as an empty directory.
+  if (!entries.ok() || entries->empty()) {
     absl::StatusOr<std::unique_ptr<storage::ReadableFile>> file = backend.NewReadableFile(path);
     if (!file.ok()) return 0;
     absl::StatusOr<uint64_t> size = (*file)->Size();
@@ -61,9 +63,8 @@ void Log(const std::string& line) { std::fprintf(stderr, "ckptd: %s\n", line.c_s
 absl::StatusOr<std::unique_ptr<storage::FileLock>> PinStep(storage::Backend& backend,
                                                            const std::string& root,
                                                            const std::string& job, int64_t step) {
-  return backend.LockFile(
-      absl::StrCat(storage::StepDir(root, job, step), "/", storage::kManifestName),
-      storage::LockMode::kShared, /*wait=*/true);
+  return backend.LockFile(storage::StepPinPath(backend, root, job, step),
+                          storage::LockMode::kShared, /*wait=*/true);
 }
 
 bool GcResult::failed() const {
@@ -142,7 +143,7 @@ absl::StatusOr<GcResult> GarbageCollector::Collect(const std::string& job,
     }
     if (f.latest) continue;  // never deleted: no lock needed
     absl::StatusOr<std::unique_ptr<storage::FileLock>> pin =
-        backend_.LockFile(absl::StrCat(dir, "/", storage::kManifestName),
+        backend_.LockFile(storage::StepPinPath(backend_, catalog_.root(), job, c.step()),
                           storage::LockMode::kExclusive, /*wait=*/false);
     if (pin.ok()) {
       locks[c.step()] = std::move(*pin);
@@ -186,7 +187,13 @@ absl::StatusOr<GcResult> GarbageCollector::Collect(const std::string& job,
     GcStep& out = result.steps.emplace_back();
     out.step = d.step;
     out.reason = d.reason;
-    const std::string dir = storage::StepDir(catalog_.root(), job, d.step);
+    std::string dir = storage::StepDir(catalog_.root(), job, d.step);
+    if (backend_.IsObjectStore()) {
+      // The files are where the COMMIT says; without it, nothing to delete.
+      absl::StatusOr<std::string> data =
+          storage::ResolveStepDir(backend_, catalog_.root(), job, d.step);
+      if (data.ok()) dir = *data;
+    }
     if (d.keep) {
       locks.erase(d.step);
       out.bytes = (*summaries)[i].bytes();
@@ -196,6 +203,19 @@ absl::StatusOr<GcResult> GarbageCollector::Collect(const std::string& job,
     out.bytes = TreeBytes(backend_, dir, 0);
     if (dry_run) {
       locks.erase(d.step);
+      continue;
+    }
+    if (backend_.IsObjectStore()) {
+      // No rename: the step ends when its COMMIT goes, and its files are
+      // then an uncommitted partial directory (removed below, or by a
+      // restart of the host that wrote it).
+      if (absl::Status s = backend_.RemoveAll(storage::CommitPath(catalog_.root(), job, d.step));
+          !s.ok()) {
+        out.outcome = GcStep::Outcome::kFailed;
+        out.reason = absl::StrCat("not deleted: ", s.message());
+        continue;
+      }
+      renamed.emplace_back(result.steps.size() - 1, dir);
       continue;
     }
     const std::string trash =

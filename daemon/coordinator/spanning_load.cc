@@ -17,6 +17,7 @@
 #include "daemon/planning/load_spread.h"
 #include "daemon/planning/replica_placement.h"
 #include "daemon/storage/layout.h"
+#include "daemon/storage/step_location.h"
 #include "proto/lib/secure_random.h"
 
 namespace ckpt::coordinator {
@@ -118,7 +119,10 @@ absl::Status LoadGathering::PlanGatheredLoad(ActiveLoad& load) {
     // On an arena: the whole job's plan, split among the hosts below.
     global = planning::PlanLoadShared(*manifest, load.nodes, options_.limits);
     if (!global.ok()) return global.status();
-    (*global)->set_checkpoint_path(storage::StepDir(root(), load.job, manifest->step()));
+    absl::StatusOr<std::string> dir =
+        storage::ResolveStepDir(backend_, root(), load.job, manifest->step());
+    if (!dir.ok()) return dir.status();
+    (*global)->set_checkpoint_path(*dir);
   }
   const bool from_memory = (*global)->from_memory();
   std::map<std::string, std::string> addresses;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "daemon/planning/manifest_io.h"
 #include "daemon/storage/layout.h"
+#include "daemon/storage/step_location.h"
 #include "proto/lib/crc32c.h"
 #include "proto/lib/status_context.h"
 #include "proto/lib/stored_chunk.h"
@@ -35,7 +36,10 @@ absl::StatusOr<VerifyResult> VerifyCheckpoint(storage::Backend& backend, Catalog
   // Validated: manifest->step() is the step of the directory it was read from.
   VerifyResult result;
   result.step = manifest->step();
-  const std::string dir = storage::StepDir(catalog.root(), job, result.step);
+  absl::StatusOr<std::string> resolved =
+      storage::ResolveStepDir(backend, catalog.root(), job, result.step);
+  if (!resolved.ok()) return resolved.status();
+  const std::string& dir = *resolved;
   // A step of deltas loads only with its base: that it is there and sound
   // (`ckptctl verify` of the base checks its bytes).
   if (manifest->has_delta_base_step()) {

@@ -27,6 +27,7 @@
 #include "daemon/service/refusal_interceptor.h"
 #include "daemon/storage/backend_factory.h"
 #include "daemon/storage/layout.h"
+#include "daemon/storage/s3/s3_backend.h"
 #include "daemon/tier/erasure_code.h"
 #include "daemon/tier/held_files_verify.h"
 #include "gpu/device_factory.h"
@@ -242,6 +243,12 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   posix.use_io_uring = o.use_io_uring;
   posix.use_o_direct = o.use_o_direct;
   posix.queue_depth = o.queue_depth;
+  if (backend == nullptr && storage::s3::IsS3Url(o.storage_root)) {
+    absl::StatusOr<std::unique_ptr<storage::Backend>> s3 =
+        storage::s3::OpenS3Root(o.storage_root, o.s3);
+    if (!s3.ok()) return s3.status();
+    backend = std::move(*s3);
+  }
   if (backend == nullptr) {
     absl::StatusOr<std::unique_ptr<storage::Backend>> named =
         storage::NewBackend(o.storage_backend, posix);

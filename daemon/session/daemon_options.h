@@ -11,13 +11,15 @@
 #include "daemon/planning/manifest_check.h"
 #include "daemon/planning/retention_policy.h"
 #include "daemon/planning/save_planner.h"
+#include "daemon/storage/s3/s3_root.h"
 #include "proto/lib/request_limits.h"
 
 namespace ckpt::session {
 
 struct DaemonOptions {
   std::string storage_root;
-  std::string storage_backend = "posix";  // or "memory"
+  std::string storage_backend = "posix";  // or "memory"; an s3:// root is S3
+  storage::s3::S3Settings s3;
   bool use_io_uring = true;
   bool use_o_direct = true;
   unsigned queue_depth = 32;

@@ -7,6 +7,7 @@
 #include "daemon/coordinator/retention.h"
 #include "daemon/planning/manifest_io.h"
 #include "daemon/storage/layout.h"
+#include "daemon/storage/step_location.h"
 
 namespace ckpt::session {
 namespace {
@@ -72,8 +73,13 @@ std::shared_ptr<const DeltaBase> ChooseDeltaBase(coordinator::Catalog& catalog,
   }
   if (manifest->has_delta_base_step()) return nullptr;  // bases are whole steps
   out->manifest = *std::move(manifest);
+  absl::StatusOr<std::string> dir = storage::ResolveStepDir(backend, catalog.root(), job, base);
+  if (!dir.ok()) {
+    Log(job, step, absl::StrCat("its base, step ", base, ": ", dir.status().message()));
+    return nullptr;
+  }
   out->source = std::make_shared<const exec::DeltaSource>(
-      exec::DeltaSource{&backend, storage::StepDir(catalog.root(), job, base), base, out->ordinal});
+      exec::DeltaSource{&backend, *dir, base, out->ordinal});
 
   std::map<std::pair<std::string, uint64_t>, std::pair<ChunkKey, const v1::StoredChunk*>> at;
   for (const v1::TensorEntry& t : out->manifest.tensors()) {

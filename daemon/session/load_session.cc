@@ -18,6 +18,7 @@
 #include "daemon/planning/node_load_plan.h"
 #include "daemon/storage/chunk_reader.h"
 #include "daemon/storage/layout.h"
+#include "daemon/storage/step_location.h"
 #include "daemon/tier/erasure_transfer.h"
 #include "daemon/tier/memory_tier.h"
 #include "proto/lib/crc32c.h"
@@ -656,9 +657,11 @@ absl::Status LoadSession::ReadWithFallback(absl::Span<const storage::ChunkTarget
                                 : ""));
       }
       pin = std::move(*pinned);
-      durable = std::make_unique<storage::ChunkReader>(
-          context_.backend, storage::StepDir(context_.coordinator.root(), job_, step),
-          context_.pool.alignment());
+      absl::StatusOr<std::string> dir =
+          storage::ResolveStepDir(context_.backend, context_.coordinator.root(), job_, step);
+      if (!dir.ok()) return dir.status();
+      durable =
+          std::make_unique<storage::ChunkReader>(context_.backend, *dir, context_.pool.alignment());
     }
     const uint64_t before = durable->chunk_bytes_read();
     const uint64_t before_padded = durable->bytes_read();
@@ -720,7 +723,14 @@ absl::StatusOr<v1::LoadAssignment> LoadSession::PlanAcrossHosts(
   const std::string& root =
       memory ? context_.memory_tier->coordinator().root() : context_.coordinator.root();
   storage::Backend& backend = memory ? context_.memory_tier->backend() : context_.backend;
-  assignment->set_checkpoint_path(storage::StepDir(root, job_, assignment->step()));
+  if (memory) {
+    assignment->set_checkpoint_path(storage::StepDir(root, job_, assignment->step()));
+  } else {
+    absl::StatusOr<std::string> dir =
+        storage::ResolveStepDir(backend, root, job_, assignment->step());
+    if (!dir.ok()) return dir.status();
+    assignment->set_checkpoint_path(*dir);
+  }
   if (memory && !assignment->rebuild().stripes().empty()) {
     if (absl::Status s = RebuildLostShares(*assignment); !s.ok()) {
       return WithContext(s, "rebuilding shares lost with a host from parity");

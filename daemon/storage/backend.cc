@@ -211,9 +211,25 @@ absl::Status WriteTmp(Backend& backend, const std::string& tmp, const std::strin
 
 }  // namespace
 
+absl::Status Backend::CreateFileExclusive(const std::string& path, const std::string& contents) {
+  const std::string tmp = path + ".new";
+  absl::Status s = WriteTmp(*this, tmp, contents);
+  if (s.ok()) s = RenameNoReplace(tmp, path);
+  if (!s.ok()) {
+    RemoveAll(tmp).IgnoreError();
+    return s;
+  }
+  const size_t slash = path.rfind('/');
+  return SyncDir(slash == std::string::npos ? "." : path.substr(0, slash));
+}
+
 absl::Status WriteFileAtomically(Backend& backend, const std::string& path,
                                  const std::string& contents) {
   const std::string context = absl::StrCat("write file atomically ", path);
+  if (backend.IsObjectStore()) {
+    // One PUT: the object is replaced whole or not at all.
+    return WriteTmp(backend, path, contents);
+  }
   const std::string tmp = path + ".tmp";
   absl::Status s = WriteTmp(backend, tmp, contents);
   if (s.ok()) s = backend.Rename(tmp, path);

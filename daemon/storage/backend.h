@@ -74,6 +74,10 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string Name() const = 0;
+  // An object store (S3): no rename, no directories of their own; a whole
+  // file written at once is atomic. The commit protocol writes a commit
+  // object instead of renaming (step_location.h, coordinator/commit.h).
+  virtual bool IsObjectStore() const { return false; }
 
   // Creates (or truncates) a file for writing. The parent directory must exist.
   virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
@@ -103,6 +107,17 @@ class Backend {
   // exactly one wins. The default checks then renames (not atomic): for
   // backends that cannot do better.
   virtual absl::Status RenameNoReplace(const std::string& from, const std::string& to);
+  // Creates a file holding contents if none exists at path, atomically
+  // (ALREADY_EXISTS otherwise): of several writers, exactly one succeeds.
+  // The default writes a temporary file and RenameNoReplace-s it.
+  virtual absl::Status CreateFileExclusive(const std::string& path, const std::string& contents);
+  // Files under dir (paths, any depth) that a writer began and never
+  // finished: an object store's multipart uploads, which hold space but are
+  // not objects (a killed daemon leaves them). RemoveAll of a directory
+  // ends those under it too. Empty on a filesystem (the default).
+  virtual absl::StatusOr<std::vector<std::string>> ListUnfinishedFiles(const std::string& dir) {
+    return std::vector<std::string>{};
+  }
   // Removes a file or a directory tree; OK if it does not exist.
   virtual absl::Status RemoveAll(const std::string& path) = 0;
   // Names (not paths) of the entries of a directory, sorted. NOT_FOUND if absent.

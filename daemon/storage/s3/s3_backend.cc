@@ -660,16 +660,50 @@ absl::Status S3Backend::RenameNoReplace(const std::string& from, const std::stri
   return client_->DeleteObject(options_.bucket, *from_key);
 }
 
+absl::Status S3Backend::CreateFileExclusive(const std::string& path, const std::string& contents) {
+  absl::StatusOr<std::string> key = KeyOf(path);
+  if (!key.ok()) return key.status();
+  const std::string& bucket = options_.bucket;
+  auto named = [&](const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat("create ", path, ": ", s.message()));
+  };
+  if (limits_.conditional_create) {
+    absl::Status s = client_->PutObject(bucket, *key, contents, /*if_none_match=*/true);
+    return s.ok() ? s : named(s);
+  }
+  absl::StatusOr<ObjectInfo> existing = client_->HeadObject(bucket, *key);
+  if (existing.ok()) return absl::AlreadyExistsError(absl::StrCat("create ", path, ": exists"));
+  if (!absl::IsNotFound(existing.status())) return named(existing.status());
+  if (absl::Status s = client_->PutObject(bucket, *key, contents); !s.ok()) return named(s);
+  absl::StatusOr<std::string> back = client_->GetObject(bucket, *key, contents.size());
+  if (!back.ok()) return named(back.status());
+  if (*back != contents) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("create ", path, ": another writer created it at the same time"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status S3Backend::RemoveAll(const std::string& path) {
   absl::StatusOr<std::string> key = KeyOf(path);
   if (!key.ok()) return key.status();
   if (!key->empty()) {
     if (absl::Status s = client_->DeleteObject(options_.bucket, *key); !s.ok()) return s;
   }
-  absl::StatusOr<Listing> listing =
-      client_->List(options_.bucket, key->empty() ? "" : *key + "/", "");
+  const std::string prefix = key->empty() ? "" : *key + "/";
+  absl::StatusOr<Listing> listing = client_->List(options_.bucket, prefix, "");
   if (!listing.ok()) return listing.status();
+  absl::StatusOr<std::vector<MultipartUpload>> uploads =
+      client_->ListMultipartUploads(options_.bucket, *key);
+  if (!uploads.ok()) return uploads.status();
   Completion done;
+  for (const MultipartUpload& upload : *uploads) {
+    if (upload.key != *key && upload.key.compare(0, prefix.size(), prefix) != 0) continue;
+    done.Add();
+    transfers_->Submit([this, &done, &upload] {
+      done.Done(client_->AbortMultipartUpload(options_.bucket, upload.key, upload.upload_id));
+    });
+  }
   for (const ListedObject& object : listing->objects) {
     done.Add();
     transfers_->Submit(
@@ -679,6 +713,19 @@ absl::Status S3Backend::RemoveAll(const std::string& path) {
     return absl::Status(s.code(), absl::StrCat("remove ", path, ": ", s.message()));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> S3Backend::ListUnfinishedFiles(const std::string& dir) {
+  absl::StatusOr<std::string> key = KeyOf(dir);
+  if (!key.ok()) return key.status();
+  absl::StatusOr<std::vector<MultipartUpload>> uploads =
+      client_->ListMultipartUploads(options_.bucket, key->empty() ? "" : *key + "/");
+  if (!uploads.ok()) return uploads.status();
+  std::vector<std::string> paths;
+  for (const MultipartUpload& upload : *uploads) paths.push_back(PathOf(upload.key));
+  std::sort(paths.begin(), paths.end());
+  paths.erase(std::unique(paths.begin(), paths.end()), paths.end());
+  return paths;
 }
 
 absl::StatusOr<std::vector<std::string>> S3Backend::ListDir(const std::string& path) {

@@ -69,6 +69,7 @@ class S3Backend : public Backend {
  public:
   ~S3Backend() override;
   std::string Name() const override;
+  bool IsObjectStore() const override { return true; }
 
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
   absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override;
@@ -76,6 +77,13 @@ class S3Backend : public Backend {
   absl::Status SyncDir(const std::string& path) override;
   absl::Status Rename(const std::string& from, const std::string& to) override;
   absl::Status RenameNoReplace(const std::string& from, const std::string& to) override;
+  // With conditional creates (probed), the server picks the one winner.
+  // Without (Swift), this checks, writes and reads back: exact only when one
+  // writer creates each file, which the commit protocol ensures (the
+  // coordinator alone commits a job's steps, one at a time).
+  absl::Status CreateFileExclusive(const std::string& path, const std::string& contents) override;
+  absl::StatusOr<std::vector<std::string>> ListUnfinishedFiles(const std::string& dir) override;
+  // Also aborts the multipart uploads under path.
   absl::Status RemoveAll(const std::string& path) override;
   absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override;
   absl::StatusOr<bool> Exists(const std::string& path) override;
