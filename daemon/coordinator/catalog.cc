@@ -112,6 +112,8 @@ absl::StatusOr<int> Catalog::RemoveStalePartials() {
       if (backend_.IsObjectStore()) {
         absl::StatusOr<std::string> committed =
             storage::ResolveStepDir(backend_, root_, job, partial->step);
+        // Unsure (the store did not answer): kept, for the next restart.
+        if (!committed.ok() && !absl::IsNotFound(committed.status())) continue;
         if (committed.ok() && *committed == path) continue;
       }
       if (absl::Status s = backend_.RemoveAll(path); !s.ok()) return s;
@@ -219,15 +221,16 @@ absl::StatusOr<int64_t> Catalog::ResolveLatest(const std::string& job) {
 
 absl::StatusOr<v1::CheckpointManifest> Catalog::ReadStepManifest(const std::string& job,
                                                                  int64_t step) {
-  absl::StatusOr<std::string> resolved = storage::ResolveStepDir(backend_, root_, job, step);
+  absl::StatusOr<storage::ResolvedStep> resolved = storage::ResolveStep(backend_, root_, job, step);
   if (!resolved.ok()) return AsBroken(resolved.status());
-  const std::string& dir = *resolved;
+  const std::string& dir = resolved->dir;
   const std::string path = absl::StrCat(dir, "/", storage::kManifestName);
   // From the file's size to its validation, within a slot: a read holds up
   // to --max_manifest_memory_bytes meanwhile (manifest_read_slots.h).
   const ManifestReadSlots::Slot slot(*read_slots_);
   absl::StatusOr<std::string> bytes = ReadManifestFile(dir, path);
   if (!bytes.ok()) return AsBroken(bytes.status());
+  if (absl::Status s = storage::CheckCommittedManifest(*resolved, *bytes, path); !s.ok()) return s;
   absl::StatusOr<v1::CheckpointManifest> manifest =
       planning::DecodeBoundedManifest(*bytes, path, limits_);
   if (!manifest.ok()) return manifest.status();

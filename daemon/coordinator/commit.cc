@@ -13,6 +13,9 @@
 namespace ckpt::coordinator {
 namespace {
 
+// Marks a status as CommitOutcomeUnknown.
+constexpr char kCommitOutcomeUnknown[] = "ckpt.dev/commit-outcome-unknown";
+
 // How often LATEST is written before the commit gives up on it for now.
 constexpr int kLatestAttempts = 3;
 
@@ -50,8 +53,21 @@ absl::Status MakeVisible(storage::Backend& backend, const std::string& job_dir,
     record.dir = partial_dir.substr(job_dir.size() + 1);
     record.manifest_bytes = manifest_bytes.size();
     record.manifest_crc32c = Crc32c(manifest_bytes.data(), manifest_bytes.size());
-    return backend.CreateFileExclusive(absl::StrCat(step_dir, "/", storage::kCommitName),
-                                       storage::EncodeCommitRecord(record));
+    const std::string commit_path = absl::StrCat(step_dir, "/", storage::kCommitName);
+    const std::string contents = storage::EncodeCommitRecord(record);
+    const absl::Status created = backend.CreateFileExclusive(commit_path, contents);
+    if (created.ok()) return created;
+    // The create may have landed with its answer lost (a retry then finds
+    // it "exists"): what the store holds decides.
+    absl::StatusOr<std::string> held =
+        storage::ReadWholeFile(backend, commit_path, storage::kMaxCommitBytes);
+    if (held.ok() && *held == contents) return absl::OkStatus();
+    if (held.ok() || absl::IsNotFound(held.status())) return created;
+    absl::Status unknown = absl::UnavailableError(
+        absl::StrCat(created.message(), "; whether ", commit_path, " was written cannot be told (",
+                     held.status().message(), "): the files are kept"));
+    unknown.SetPayload(kCommitOutcomeUnknown, absl::Cord("1"));
+    return unknown;
   }
   if (absl::Status s = backend.Rename(partial_dir, step_dir); !s.ok()) return s;
   if (absl::Status s = backend.SyncDir(job_dir); !s.ok()) {
@@ -64,6 +80,10 @@ absl::Status MakeVisible(storage::Backend& backend, const std::string& job_dir,
 }
 
 }  // namespace
+
+bool CommitOutcomeUnknown(const absl::Status& status) {
+  return status.GetPayload(kCommitOutcomeUnknown).has_value();
+}
 
 absl::StatusOr<std::optional<int64_t>> CommittedIntent(storage::Backend& backend,
                                                        const std::string& root,

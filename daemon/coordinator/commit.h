@@ -63,6 +63,12 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
                               const v1::CheckpointManifest& manifest, bool make_latest = true,
                               const std::function<absl::Status()>& commit_point = nullptr);
 
+// True for a commit error after which the step may be committed or not (an
+// object store's answer to the commit object was lost and it could not be
+// read back): the caller fails the save but keeps its files, which a
+// committed step needs; a restart sorts them out (Catalog).
+bool CommitOutcomeUnknown(const absl::Status& status);
+
 // The step LATEST.next names when that step is committed (its directory
 // exists), nullopt otherwise; never fails on a missing or torn LATEST.next.
 absl::StatusOr<std::optional<int64_t>> CommittedIntent(storage::Backend& backend,

@@ -133,7 +133,8 @@ absl::StatusOr<std::string> Committer::CommitCopy(
     status = CommitCheckpoint(backend_, root, partial, manifest, make_latest);
   }
   if (!status.ok()) {
-    (void)backend_.RemoveAll(partial);  // best effort: restart removes the rest
+    // Best effort: restart removes the rest.
+    if (!CommitOutcomeUnknown(status)) (void)backend_.RemoveAll(partial);
     return status;
   }
   Retain(job);

@@ -192,7 +192,15 @@ absl::StatusOr<GcResult> GarbageCollector::Collect(const std::string& job,
       // The files are where the COMMIT says; without it, nothing to delete.
       absl::StatusOr<std::string> data =
           storage::ResolveStepDir(backend_, catalog_.root(), job, d.step);
-      if (data.ok()) dir = *data;
+      if (data.ok()) {
+        dir = *data;
+      } else if (!d.keep && !absl::IsNotFound(data.status())) {
+        // Deleting the COMMIT without knowing its files would strand them.
+        out.outcome = GcStep::Outcome::kFailed;
+        out.reason = absl::StrCat("not deleted: ", data.status().message());
+        locks.erase(d.step);
+        continue;
+      }
     }
     if (d.keep) {
       locks.erase(d.step);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "daemon/coordinator/commit.h"
 #include "daemon/coordinator/partial_dir.h"
 #include "daemon/fault/fault_points.h"
 #include "daemon/planning/rank_barrier.h"
@@ -638,7 +639,8 @@ absl::StatusOr<v1::CommitResult> SaveGathering::Committed(const Reported& report
     EndLocked(save);
   }
   if (!status.ok()) {
-    (void)backend_.RemoveAll(partial);  // best effort: restart removes the rest
+    // Best effort: restart removes the rest.
+    if (!CommitOutcomeUnknown(status)) (void)backend_.RemoveAll(partial);
     return status;
   }
   return save.result;  // fixed once committed

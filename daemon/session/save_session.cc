@@ -343,7 +343,7 @@ void SaveSession::PlanAllRanks() {
     cleanup = ReadyToCleanUpLocked();
   }
   if (cleanup) {
-    for (auto& file : files) (void)file->Close();
+    for (auto& file : files) file->Abandon();
     CleanUp();
     return;
   }
@@ -997,7 +997,7 @@ void SaveSession::CleanUp() {
     }
     rooms_.clear();
   }
-  for (auto& file : files_) (void)file->Close();
+  for (auto& file : files_) file->Abandon();
   files_.clear();
   // This host's files go even when the coordinator cannot be reached to
   // remove the whole partial directory (its restart removes the rest).

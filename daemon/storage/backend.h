@@ -51,6 +51,10 @@ class WritableFile {
   // Durable: data and size reach stable storage (fsync).
   virtual absl::Status Sync() = 0;
   virtual absl::Status Close() = 0;
+  // The writes are not wanted (an aborted save): the default closes the
+  // file; an object store abandons the upload, so that nothing appears and
+  // no holes are sent.
+  virtual void Abandon() { (void)Close(); }
 };
 
 class ReadableFile {

@@ -81,6 +81,7 @@ class FaultWritableFile : public WritableFile {
   }
 
   absl::Status Close() override { return target_->Close(); }
+  void Abandon() override { target_->Abandon(); }
 
  private:
   FaultInjectionBackend* const owner_;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "daemon/storage/layout.h"
+#include "proto/lib/crc32c.h"
 
 namespace ckpt::storage {
 
@@ -44,7 +45,27 @@ std::string CommitPath(absl::string_view root, absl::string_view job, int64_t st
 
 absl::StatusOr<std::string> ResolveStepDir(Backend& backend, absl::string_view root,
                                            absl::string_view job, int64_t step) {
-  if (!backend.IsObjectStore()) return StepDir(root, job, step);
+  absl::StatusOr<ResolvedStep> resolved = ResolveStep(backend, root, job, step);
+  if (!resolved.ok()) return resolved.status();
+  return std::move(resolved->dir);
+}
+
+absl::Status CheckCommittedManifest(const ResolvedStep& step, absl::string_view manifest_bytes,
+                                    absl::string_view manifest_path) {
+  if (!step.commit.has_value()) return absl::OkStatus();
+  const uint32_t crc = Crc32c(manifest_bytes.data(), manifest_bytes.size());
+  if (manifest_bytes.size() == step.commit->manifest_bytes && crc == step.commit->manifest_crc32c) {
+    return absl::OkStatus();
+  }
+  return absl::DataLossError(absl::StrFormat(
+      "%s is %d bytes with CRC32C %08x, but the step's COMMIT recorded %d bytes with %08x",
+      manifest_path, manifest_bytes.size(), crc, step.commit->manifest_bytes,
+      step.commit->manifest_crc32c));
+}
+
+absl::StatusOr<ResolvedStep> ResolveStep(Backend& backend, absl::string_view root,
+                                         absl::string_view job, int64_t step) {
+  if (!backend.IsObjectStore()) return ResolvedStep{StepDir(root, job, step), std::nullopt};
   const std::string path = CommitPath(root, job, step);
   absl::StatusOr<std::string> contents = ReadWholeFile(backend, path, kMaxCommitBytes);
   if (!contents.ok()) return contents.status();
@@ -52,7 +73,7 @@ absl::StatusOr<std::string> ResolveStepDir(Backend& backend, absl::string_view r
   if (!record.has_value()) {
     return absl::DataLossError(absl::StrCat(path, " is not a commit record of step ", step));
   }
-  return absl::StrCat(JobDir(root, job), "/", record->dir);
+  return ResolvedStep{absl::StrCat(JobDir(root, job), "/", record->dir), record};
 }
 
 absl::StatusOr<bool> StepCommitted(Backend& backend, absl::string_view root, absl::string_view job,

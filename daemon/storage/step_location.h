@@ -46,6 +46,18 @@ std::string CommitPath(absl::string_view root, absl::string_view job, int64_t st
 absl::StatusOr<std::string> ResolveStepDir(Backend& backend, absl::string_view root,
                                            absl::string_view job, int64_t step);
 
+// The same, with the commit record where there is one.
+struct ResolvedStep {
+  std::string dir;
+  std::optional<CommitRecord> commit;  // object stores
+};
+absl::StatusOr<ResolvedStep> ResolveStep(Backend& backend, absl::string_view root,
+                                         absl::string_view job, int64_t step);
+// DATA_LOSS, naming the manifest, unless its bytes are the ones the COMMIT
+// recorded (a MANIFEST replaced after its commit); OK without a COMMIT.
+absl::Status CheckCommittedManifest(const ResolvedStep& step, absl::string_view manifest_bytes,
+                                    absl::string_view manifest_path);
+
 // Whether step N is committed: its directory (filesystem) or its COMMIT
 // (object store, one HEAD) exists.
 absl::StatusOr<bool> StepCommitted(Backend& backend, absl::string_view root, absl::string_view job,

@@ -82,6 +82,7 @@ size_t WriteBody(char* src, size_t size, size_t count, void* user) {
   }
   if (to_sink) {
     std::memcpy(d->request->sink + d->response->body_bytes, src, n);
+    d->response->sink_bytes += n;
   } else {
     d->response->body.append(src, n);
   }
@@ -93,14 +94,21 @@ size_t WriteHeader(char* src, size_t size, size_t count, void* user) {
   auto* response = static_cast<HttpResponse*>(user);
   const absl::string_view line(src, size * count);
   // A new status line (after a 100 Continue, or a redirect) starts afresh.
+  // Only a real status line ("HTTP/1.1 200 OK", "HTTP/2 206"): a header a
+  // server names "HTTP/x" must not change where the body goes.
   if (absl::StartsWith(line, "HTTP/")) {
-    response->headers.clear();
     const size_t space = line.find(' ');
     long status = 0;
-    if (space != absl::string_view::npos && absl::SimpleAtoi(line.substr(space + 1, 3), &status)) {
+    const bool version_ok =
+        space != absl::string_view::npos && space >= 6 && space <= 8 &&
+        line.substr(5, space - 5).find_first_not_of("0123456789.") == absl::string_view::npos;
+    if (version_ok && line.size() >= space + 4 &&
+        line.substr(space + 1, 3).find_first_not_of("0123456789") == absl::string_view::npos &&
+        absl::SimpleAtoi(line.substr(space + 1, 3), &status)) {
+      response->headers.clear();
       response->status = status;
+      return line.size();
     }
-    return line.size();
   }
   const size_t colon = line.find(':');
   if (colon == absl::string_view::npos || response->headers.size() >= 256) return line.size();

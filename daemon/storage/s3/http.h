@@ -45,6 +45,7 @@ struct HttpResponse {
   HttpHeaders headers;  // names lower-cased
   std::string body;     // when no sink was given
   size_t body_bytes = 0;
+  size_t sink_bytes = 0;  // of those, into the sink
   // The value of a header (first of that name), or "".
   std::string Header(absl::string_view lower_name) const;
 };

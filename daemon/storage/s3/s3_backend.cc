@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -170,12 +171,22 @@ class S3WritableFile : public WritableFile {
         key_(std::move(key)),
         schedule_(backend.options().part_bytes, backend.limits().max_parts) {}
 
-  ~S3WritableFile() override {
+  ~S3WritableFile() override { Abandon(); }
+
+  // Dropped unfinished: nothing of it may appear, nor linger as parts.
+  void Abandon() override {
     (void)buffered_.Wait();
-    if (!synced_ && !upload_id_.empty()) {
-      // Dropped unfinished: nothing of it may appear, nor linger as parts.
-      (void)backend_.client().AbortMultipartUpload(backend_.options().bucket, key_, upload_id_);
+    closed_ = true;
+    ReleaseBuffers();
+    if (synced_ || upload_id_.empty()) return;
+    const absl::Status s =
+        backend_.client().AbortMultipartUpload(backend_.options().bucket, key_, upload_id_);
+    if (!s.ok()) {
+      // Not lost: a restart or gc finds and aborts it (Catalog).
+      std::fprintf(stderr, "ckptd: %s: abandoning upload %s: %s\n", path_.c_str(),
+                   upload_id_.c_str(), std::string(s.message()).c_str());
     }
+    upload_id_.clear();
   }
 
   absl::Status WriteAt(uint64_t offset, const void* data, size_t length) override {
@@ -191,7 +202,19 @@ class S3WritableFile : public WritableFile {
                        "Sync or Close)"));
     }
     if (absl::Status s = buffered_.error(); !s.ok()) return Named(s);
-    Completion direct;  // uploads from the caller's memory: done before returning
+    for (const IoOp& op : ops) {
+      if (op.length > UINT64_MAX - op.offset) {
+        return absl::OutOfRangeError(absl::StrCat("write ", path_, ": ", op.length,
+                                                  " bytes at offset ", op.offset, " overflow"));
+      }
+    }
+    // Uploads from the caller's memory: done before returning, whatever
+    // the return.
+    Completion direct;
+    struct WaitAtExit {
+      Completion& c;
+      ~WaitAtExit() { (void)c.Wait(); }
+    } wait_at_exit{direct};
     for (const IoOp& op : ops) {
       const char* src = static_cast<const char*>(op.buffer);
       uint64_t at = op.offset;
@@ -215,13 +238,11 @@ class S3WritableFile : public WritableFile {
         if (at == part->start && n == part->length && p.buffer == nullptr) {
           // The whole part from the caller's memory: no copy.
           if (absl::Status s = Submit(part->index, src + (at - op.offset), n, direct); !s.ok()) {
-            (void)direct.Wait();
             return s;
           }
         } else {
           if (p.buffer == nullptr) {
-            if (absl::Status s = ReserveBuffer(part->length); !s.ok()) {
-              (void)direct.Wait();
+            if (absl::Status s = ReserveBuffer(part->length, part->index); !s.ok()) {
               return s;
             }
             p.buffer.reset(new char[part->length]());
@@ -231,7 +252,6 @@ class S3WritableFile : public WritableFile {
           p.Cover(at - part->start, at - part->start + n);
           if (p.covered_bytes == part->length) {
             if (absl::Status s = SubmitBuffered(part->index); !s.ok()) {
-              (void)direct.Wait();
               return s;
             }
           }
@@ -293,7 +313,10 @@ class S3WritableFile : public WritableFile {
     }
     if (absl::Status s = backend_.client().CompleteMultipartUpload(bucket, key_, upload_id_, etags);
         !s.ok()) {
-      return Named(s);
+      // A retried Complete whose first answer was lost finds the upload
+      // gone (NoSuchUpload): the object being there, whole, says it landed.
+      absl::StatusOr<ObjectInfo> landed = backend_.client().HeadObject(bucket, key_);
+      if (!absl::IsNotFound(s) || !landed.ok() || landed->size != end_) return Named(s);
     }
     synced_ = true;
     ReleaseBuffers();
@@ -370,6 +393,10 @@ class S3WritableFile : public WritableFile {
     p.submitted = true;
     char* buffer = p.buffer.release();
     const uint64_t length = p.length;
+    {
+      absl::MutexLock lock(&mu_);
+      in_flight_bytes_ += length;
+    }
     buffered_.Add();
     transfers_.Submit([this, index, buffer, length] {
       absl::StatusOr<std::string> etag = backend_.client().UploadPart(
@@ -379,28 +406,52 @@ class S3WritableFile : public WritableFile {
         absl::MutexLock lock(&mu_);
         if (etag.ok()) etags_[index] = *etag;
         buffered_bytes_ -= length;
+        in_flight_bytes_ -= length;
       }
       buffered_.Done(etag.status());
     });
     return absl::OkStatus();
   }
 
-  // Waits while copied parts in flight hold more than the file's share.
-  absl::Status ReserveBuffer(uint64_t length) {
-    absl::MutexLock lock(&mu_);
+  // Makes room for a new part buffer within the file's share: waits for
+  // copied parts in flight, and where none are (the buffers are parts that
+  // writes left partly covered, such as encoded chunks' holes), sends the
+  // lowest such part as it is, holes as zeros: a later write into it fails
+  // (FAILED_PRECONDITION) rather than the file waiting forever.
+  absl::Status ReserveBuffer(uint64_t length, int for_index) {
     const uint64_t limit =
         std::max<uint64_t>(backend_.options().max_buffered_bytes_per_file, length);
-    struct Args {
-      S3WritableFile* self;
-      uint64_t limit, length;
-    } args{this, limit, length};
-    mu_.Await(absl::Condition(
-        +[](Args* a) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          return a->self->buffered_bytes_ + a->length <= a->limit;
-        },
-        &args));
-    buffered_bytes_ += length;
-    return absl::OkStatus();
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        struct Args {
+          S3WritableFile* self;
+          uint64_t limit, length;
+        } args{this, limit, length};
+        mu_.Await(absl::Condition(
+            +[](Args* a) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              return a->self->buffered_bytes_ + a->length <= a->limit ||
+                     a->self->in_flight_bytes_ == 0;
+            },
+            &args));
+        if (buffered_bytes_ + length <= limit) {
+          buffered_bytes_ += length;
+          return absl::OkStatus();
+        }
+      }
+      int lowest = -1;
+      for (const auto& [index, part] : parts_) {
+        if (index != for_index && !part.submitted && part.buffer != nullptr) {
+          lowest = index;
+          break;
+        }
+      }
+      if (lowest < 0) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "write ", path_, ": more than ", limit, " bytes of parts are waiting to be filled"));
+      }
+      if (absl::Status s = SubmitBuffered(lowest); !s.ok()) return s;
+    }
   }
 
   void ReleaseBuffers() {
@@ -424,7 +475,8 @@ class S3WritableFile : public WritableFile {
   Completion buffered_;
   absl::Mutex mu_;
   std::map<int, std::string> etags_ ABSL_GUARDED_BY(mu_);
-  uint64_t buffered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t buffered_bytes_ ABSL_GUARDED_BY(mu_) = 0;   // part buffers held
+  uint64_t in_flight_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of those, being sent
 };
 
 class S3ReadableFile : public ReadableFile {
@@ -705,6 +757,7 @@ absl::Status S3Backend::RemoveAll(const std::string& path) {
     });
   }
   for (const ListedObject& object : listing->objects) {
+    if (!absl::StartsWith(object.key, prefix)) continue;
     done.Add();
     transfers_->Submit(
         [this, &done, &object] { done.Done(client_->DeleteObject(options_.bucket, object.key)); });
@@ -722,7 +775,10 @@ absl::StatusOr<std::vector<std::string>> S3Backend::ListUnfinishedFiles(const st
       client_->ListMultipartUploads(options_.bucket, key->empty() ? "" : *key + "/");
   if (!uploads.ok()) return uploads.status();
   std::vector<std::string> paths;
-  for (const MultipartUpload& upload : *uploads) paths.push_back(PathOf(upload.key));
+  const std::string prefix = key->empty() ? "" : *key + "/";
+  for (const MultipartUpload& upload : *uploads) {
+    if (absl::StartsWith(upload.key, prefix)) paths.push_back(PathOf(upload.key));
+  }
   std::sort(paths.begin(), paths.end());
   paths.erase(std::unique(paths.begin(), paths.end()), paths.end());
   return paths;
@@ -739,10 +795,13 @@ absl::StatusOr<std::vector<std::string>> S3Backend::ListDir(const std::string& p
   }
   std::vector<std::string> names;
   names.reserve(listing->objects.size() + listing->prefixes.size());
+  // The server's answer is not trusted to stay under the prefix.
   for (const ListedObject& object : listing->objects) {
+    if (!absl::StartsWith(object.key, prefix)) continue;
     names.push_back(object.key.substr(prefix.size()));
   }
   for (const std::string& p : listing->prefixes) {
+    if (!absl::StartsWith(p, prefix)) continue;
     names.push_back(std::string(absl::StripSuffix(p.substr(prefix.size()), "/")));
   }
   std::sort(names.begin(), names.end());

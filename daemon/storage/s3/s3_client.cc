@@ -1,6 +1,7 @@
 #include "daemon/storage/s3/s3_client.h"
 
 #include <algorithm>
+#include <set>
 #include <thread>
 
 #include "absl/random/random.h"
@@ -28,7 +29,8 @@ bool IsThrottle(long status, absl::string_view code) {
 bool IsRetryable(long status, absl::string_view code) {
   // 501 Not Implemented is an answer: the server will not do it.
   return (status >= 500 && status != 501) || IsThrottle(status, code) || code == "RequestTimeout" ||
-         code == "RequestTimeTooSkewed" || code == "InternalError";
+         code == "RequestTimeTooSkewed" || code == "InternalError" ||
+         code == "ConditionalRequestConflict";
 }
 
 absl::Time ParseHttpDate(absl::string_view text) {
@@ -44,6 +46,54 @@ absl::Time ParseIsoDate(absl::string_view text) {
   if (absl::ParseTime("%Y-%m-%dT%H:%M:%E*SZ", text, &t, &err)) return t;
   return absl::InfinitePast();
 }
+
+// Bounds a paginated listing that a server could make endless or huge:
+// one deadline over all its pages, no page marker seen twice, no run of
+// empty truncated pages, keys no longer than S3's 1,024 bytes, and a cap on
+// the bytes of all the names together.
+class PageGuard {
+ public:
+  PageGuard(std::string what, absl::Duration deadline)
+      : what_(std::move(what)), deadline_(absl::Now() + deadline) {}
+
+  absl::Status Name(absl::string_view name) {
+    if (name.size() > kMaxKeyBytes) {
+      return absl::DataLossError(
+          absl::StrCat(what_, ": a key of ", name.size(), " bytes (S3's are at most 1,024)"));
+    }
+    bytes_ += name.size();
+    if (bytes_ > kMaxListingBytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(what_, ": more than ", kMaxListingBytes, " bytes of names"));
+    }
+    return absl::OkStatus();
+  }
+
+  // Before asking for the page after one that held `entries`, at `marker`.
+  absl::Status Next(const std::string& marker, size_t entries) {
+    empty_run_ = entries == 0 ? empty_run_ + 1 : 0;
+    if (empty_run_ > 3) {
+      return absl::DataLossError(absl::StrCat(what_, ": truncated pages with nothing on them"));
+    }
+    if (marker.empty() || marker.size() > kMaxKeyBytes * 2 || !seen_.insert(marker).second) {
+      return absl::DataLossError(
+          absl::StrCat(what_, ": a truncated page without a new continuation marker"));
+    }
+    if (absl::Now() > deadline_) {
+      return absl::DeadlineExceededError(absl::StrCat(what_, ": the listing took too long"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  static constexpr size_t kMaxKeyBytes = 1024;
+  static constexpr size_t kMaxListingBytes = size_t{256} << 20;
+  const std::string what_;
+  const absl::Time deadline_;
+  size_t bytes_ = 0;
+  int empty_run_ = 0;
+  std::set<std::string> seen_;
+};
 
 std::string Unquote(std::string s) {
   return std::string(absl::StripPrefix(absl::StripSuffix(s, "\""), "\""));
@@ -209,7 +259,7 @@ absl::Status S3Client::PutObject(const std::string& bucket, const std::string& k
   if (!r.ok()) return r.status();
   if (r->status / 100 == 2) return absl::OkStatus();
   absl::Status failure = Failure(call, *r);
-  if (if_none_match && (r->status == 412 || r->status == 409)) {
+  if (if_none_match && r->status == 412) {
     return absl::AlreadyExistsError(failure.message());
   }
   return failure;
@@ -227,7 +277,12 @@ absl::Status S3Client::GetRange(const std::string& bucket, const std::string& ke
   if (!r.ok()) return r.status();
   if (r->status / 100 != 2) return Failure(call, *r);
   // 200 is the whole object: only right when that is the range asked for.
-  if ((r->status != 206 && offset != 0) || r->body_bytes != length) {
+  // The bytes must have gone to dst, and a 206 must be the range asked for.
+  const std::string range = r->Header("content-range");
+  const bool range_ok =
+      r->status != 206 ||
+      absl::StartsWith(range, absl::StrCat("bytes ", offset, "-", offset + length - 1, "/"));
+  if ((r->status != 206 && offset != 0) || r->sink_bytes != length || !range_ok) {
     return absl::DataLossError(absl::StrCat(Describe(call), ": asked for ", length, " bytes at ",
                                             offset, ", got ", r->body_bytes, " (status ", r->status,
                                             ")"));
@@ -297,7 +352,9 @@ absl::StatusOr<Listing> S3Client::List(const std::string& bucket, const std::str
                                        const std::string& delimiter, size_t max_entries) {
   Listing listing;
   std::string token;
+  PageGuard guard(absl::StrCat("S3 LIST ", bucket, "/", prefix), 4 * options_.retry.deadline);
   while (true) {
+    const size_t before = listing.objects.size() + listing.prefixes.size();
     Call call("GET", bucket);
     call.max_body = kMaxDocumentBytes;
     call.query = {{"list-type", "2"}, {"prefix", prefix}};
@@ -309,6 +366,7 @@ absl::StatusOr<Listing> S3Client::List(const std::string& bucket, const std::str
     for (absl::string_view contents : XmlElements(r->body, "Contents")) {
       std::optional<std::string> key = XmlText(contents, "Key");
       if (!key.has_value()) continue;
+      if (absl::Status s = guard.Name(*key); !s.ok()) return s;
       ListedObject object{.key = std::move(*key)};
       (void)absl::SimpleAtoi(XmlText(contents, "Size").value_or(""), &object.size);
       object.last_modified = ParseIsoDate(XmlText(contents, "LastModified").value_or(""));
@@ -316,6 +374,7 @@ absl::StatusOr<Listing> S3Client::List(const std::string& bucket, const std::str
     }
     for (absl::string_view common : XmlElements(r->body, "CommonPrefixes")) {
       if (std::optional<std::string> p = XmlText(common, "Prefix"); p.has_value()) {
+        if (absl::Status s = guard.Name(*p); !s.ok()) return s;
         listing.prefixes.push_back(std::move(*p));
       }
     }
@@ -326,10 +385,10 @@ absl::StatusOr<Listing> S3Client::List(const std::string& bucket, const std::str
     const std::string truncated = XmlText(r->body, "IsTruncated").value_or("false");
     std::string next = XmlText(r->body, "NextContinuationToken").value_or("");
     if (truncated != "true") break;
-    if (next.empty() || next == token) {
-      return absl::DataLossError(absl::StrCat("S3 LIST ", bucket, "/", prefix,
-                                              ": a truncated page without a new continuation "
-                                              "token"));
+    if (absl::Status s =
+            guard.Next(next, listing.objects.size() + listing.prefixes.size() - before);
+        !s.ok()) {
+      return s;
     }
     token = std::move(next);
   }
@@ -426,7 +485,10 @@ absl::StatusOr<std::vector<MultipartUpload>> S3Client::ListMultipartUploads(
     const std::string& bucket, const std::string& prefix, size_t max_entries) {
   std::vector<MultipartUpload> uploads;
   std::string key_marker, upload_marker;
+  PageGuard guard(absl::StrCat("S3 list uploads ", bucket, "/", prefix),
+                  4 * options_.retry.deadline);
   while (true) {
+    const size_t before = uploads.size();
     Call call("GET", bucket);
     call.max_body = kMaxDocumentBytes;
     call.query = {{"uploads", ""}, {"prefix", prefix}};
@@ -439,6 +501,8 @@ absl::StatusOr<std::vector<MultipartUpload>> S3Client::ListMultipartUploads(
       MultipartUpload u{.key = XmlText(upload, "Key").value_or(""),
                         .upload_id = XmlText(upload, "UploadId").value_or("")};
       u.initiated = ParseIsoDate(XmlText(upload, "Initiated").value_or(""));
+      if (absl::Status s = guard.Name(u.key); !s.ok()) return s;
+      if (absl::Status s = guard.Name(u.upload_id); !s.ok()) return s;
       if (!u.key.empty() && !u.upload_id.empty()) uploads.push_back(std::move(u));
     }
     if (uploads.size() > max_entries) {
@@ -448,9 +512,10 @@ absl::StatusOr<std::vector<MultipartUpload>> S3Client::ListMultipartUploads(
     if (XmlText(r->body, "IsTruncated").value_or("false") != "true") break;
     std::string next_key = XmlText(r->body, "NextKeyMarker").value_or("");
     std::string next_upload = XmlText(r->body, "NextUploadIdMarker").value_or("");
-    if (next_key == key_marker && next_upload == upload_marker) {
-      return absl::DataLossError(absl::StrCat("S3 list uploads ", bucket, "/", prefix,
-                                              ": a truncated page without new markers"));
+    if (absl::Status s =
+            guard.Next(absl::StrCat(next_key, "\n", next_upload), uploads.size() - before);
+        !s.ok()) {
+      return s;
     }
     key_marker = std::move(next_key);
     upload_marker = std::move(next_upload);

@@ -49,8 +49,8 @@ std::vector<absl::string_view> XmlElements(absl::string_view xml, absl::string_v
     }
     const size_t gt = xml.find('>', after_name);
     if (gt == absl::string_view::npos) break;
-    if (xml[gt - 1] == '/') {  // <tag/>
-      out.push_back(absl::string_view());
+    if (xml[gt - 1] == '/') {            // <tag/>
+      out.push_back(xml.substr(gt, 0));  // empty, but within the document
       pos = gt + 1;
       continue;
     }
