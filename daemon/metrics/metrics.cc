@@ -248,6 +248,7 @@ class Metrics::Sampled : public prometheus::Collectable {
     gauge("ckpt_attached_ranks", "Ranks attached to this daemon", s.attached_ranks);
     // Only with a memory tier: a daemon without one has nothing to say.
     if (s.memory_tier_budget_bytes > 0) AddMemoryTier(s, out);
+    if (s.storage_requests.has_value()) AddStorageRequests(*s.storage_requests, out);
     std::map<std::string, int64_t> by_label;
     for (const auto& [job, count] : s.checkpoints) by_label[jobs_.ExistingLabel(job)] += count;
     prometheus::MetricFamily& f = out.emplace_back();
@@ -265,6 +266,41 @@ class Metrics::Sampled : public prometheus::Collectable {
   }
 
  private:
+  // Requests to an object store (daemon/storage/s3): how many, how many
+  // were retried or throttled, how many gave up, and the bytes moved.
+  static void AddStorageRequests(const StorageRequests& c,
+                                 std::vector<prometheus::MetricFamily>& out) {
+    auto counter = [&](const char* name, const char* help, uint64_t value,
+                       std::vector<prometheus::ClientMetric::Label> labels = {}) {
+      prometheus::MetricFamily* f = nullptr;
+      for (prometheus::MetricFamily& existing : out) {
+        if (existing.name == name) f = &existing;
+      }
+      if (f == nullptr) {
+        f = &out.emplace_back();
+        f->name = name;
+        f->help = help;
+        f->type = prometheus::MetricType::Counter;
+      }
+      prometheus::ClientMetric& m = f->metric.emplace_back();
+      m.label = {{"backend", c.backend}};
+      for (auto& l : labels) m.label.push_back(std::move(l));
+      m.counter.value = static_cast<double>(value);
+    };
+    counter("ckpt_storage_requests_total", "Requests sent to the storage server, retries included",
+            c.requests);
+    counter("ckpt_storage_request_retries_total",
+            "Requests sent again after a 5xx, a throttle, a reset or a timeout", c.retries);
+    counter("ckpt_storage_throttles_total",
+            "Answers asking to slow down (503 SlowDown, 429, Throttling)", c.throttles);
+    counter("ckpt_storage_request_failures_total",
+            "Requests that gave up (retries or the deadline exhausted)", c.failures);
+    const char* bytes_help = "Bytes of request and response bodies moved to and from the server";
+    counter("ckpt_storage_transfer_bytes_total", bytes_help, c.bytes_sent, {{"direction", "sent"}});
+    counter("ckpt_storage_transfer_bytes_total", bytes_help, c.bytes_received,
+            {{"direction", "received"}});
+  }
+
   // The memory tier's gauges and counters (daemon/tier/memory_tier.h).
   void AddMemoryTier(const NodeSample& s, std::vector<prometheus::MetricFamily>& out) const {
     auto gauge = [&](const char* name, const char* help, double value) {

@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,18 @@ struct LoadReport {
 };
 
 // What the daemon's parts say at scrape time.
+// Requests to the storage server (storage::RequestCounts, sampled by the
+// service: metrics sits below storage).
+struct StorageRequests {
+  std::string backend;  // the label: "s3"
+  uint64_t requests = 0;
+  uint64_t retries = 0;
+  uint64_t throttles = 0;
+  uint64_t failures = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+};
+
 struct NodeSample {
   uint64_t pool_capacity_bytes = 0;
   uint64_t pool_used_bytes = 0;
@@ -108,6 +121,8 @@ struct NodeSample {
   uint64_t memory_bytes_read = 0;
   uint64_t memory_persists = 0;
   uint64_t memory_persist_failures = 0;
+  // Requests to the storage server (an object store); absent on a filesystem.
+  std::optional<StorageRequests> storage_requests;
 };
 
 enum class IoOp { kWrite, kSync, kRead };

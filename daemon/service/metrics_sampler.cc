@@ -25,6 +25,11 @@ metrics::NodeSample SampleNode(session::NodeContext& context) {
   s.save_plan_cache_misses = plans.misses;
   s.writer_queue_chunks = context.writers.queued_chunks();
   s.attached_ranks = context.sessions.attached();
+  if (const std::optional<storage::RequestCounts> r = context.backend.Requests()) {
+    s.storage_requests =
+        metrics::StorageRequests{r->backend,  r->requests,   r->retries,       r->throttles,
+                                 r->failures, r->bytes_sent, r->bytes_received};
+  }
   if (tier::MemoryTier* memory = context.memory_tier; memory != nullptr) {
     s.memory_tier_budget_bytes = memory->budget_bytes();
     s.memory_tier_bytes = memory->bytes_held();

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,17 @@ class FileLock {
 };
 enum class LockMode { kShared, kExclusive };
 
+// Requests a backend that talks to a server (S3) made since it started.
+struct RequestCounts {
+  std::string backend;  // the metrics label: "s3"
+  uint64_t requests = 0;
+  uint64_t retries = 0;
+  uint64_t throttles = 0;  // answers asking to slow down (503 SlowDown, 429)
+  uint64_t failures = 0;   // requests that gave up
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -82,6 +94,8 @@ class Backend {
   // file written at once is atomic. The commit protocol writes a commit
   // object instead of renaming (step_location.h, coordinator/commit.h).
   virtual bool IsObjectStore() const { return false; }
+  // Counts of requests to a server; nullopt for backends without one.
+  virtual std::optional<RequestCounts> Requests() const { return std::nullopt; }
 
   // Creates (or truncates) a file for writing. The parent directory must exist.
   virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(

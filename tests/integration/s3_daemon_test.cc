@@ -21,6 +21,7 @@
 #include "daemon/storage/s3/s3_client.h"
 #include "daemon/storage/step_location.h"
 #include "tests/catch.h"
+#include "tests/support/http_get.h"
 #include "tests/support/s3_server.h"
 #include "tests/support/test_daemon.h"
 
@@ -87,8 +88,26 @@ void RequireAllOk(const std::vector<ExitInfo>& ranks) {
 TEST_CASE("ckptd on S3: save, resharded load, list, verify and gc", "[s3]") {
   TestDaemon d;
   S3Root s3(d, "daemon");
-  REQUIRE(d.Start(s3.flags).ok());
+  std::string metrics;
+  for (int attempt = 0; attempt < 5 && metrics.empty(); ++attempt) {
+    const std::string address = absl::StrCat("127.0.0.1:", FreeTcpPort());
+    std::vector<std::string> flags = s3.flags;
+    flags.push_back("--metrics_address=" + address);
+    if (d.Start(flags).ok()) metrics = address;
+  }
+  REQUIRE_FALSE(metrics.empty());
   for (int64_t step = 1; step <= 3; ++step) RequireAllOk(d.RunRanks("job", "save", 2, step, 8));
+  // The requests are counted, and at least the state went up.
+  absl::StatusOr<HttpReply> scrape = HttpGet(metrics, "/metrics");
+  REQUIRE(scrape.ok());
+  const std::string sent_prefix =
+      "ckpt_storage_transfer_bytes_total{backend=\"s3\",direction=\"sent\"} ";
+  const size_t at = scrape->body.find(sent_prefix);
+  INFO(scrape->body);
+  REQUIRE(at != std::string::npos);
+  const double sent = std::stod(scrape->body.substr(at + sent_prefix.size()));
+  CHECK(sent > 3 * 8 * 1.4e6);  // three steps of a scale-8 model (~11 MiB each)
+  CHECK(absl::StrContains(scrape->body, "ckpt_storage_requests_total{backend=\"s3\"}"));
   // Three ranks load what two saved: every byte checked by each rank.
   for (const ExitInfo& r : d.RunRanks("job", "load", 3, -1, 8, 2)) {
     INFO(r.output);

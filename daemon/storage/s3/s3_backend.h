@@ -70,6 +70,7 @@ class S3Backend : public Backend {
   ~S3Backend() override;
   std::string Name() const override;
   bool IsObjectStore() const override { return true; }
+  std::optional<RequestCounts> Requests() const override;
 
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
   absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override;
