@@ -128,6 +128,36 @@ TEST_CASE("ckptd on S3: save, resharded load, list, verify and gc", "[s3]") {
   REQUIRE(verify.ok());
   CHECK(absl::StrContains(verify.output, "OK"));
 
+  // ckptctl export reads the bucket itself: the same safetensors as the
+  // same step saved to a directory.
+  {
+    TestDaemon local;
+    REQUIRE(local.Start().ok());
+    RequireAllOk(local.RunRanks("job", "save", 2, 3, 8));
+    const std::string from_s3 = d.dir() + "/export-s3", from_disk = d.dir() + "/export-disk";
+    std::vector<std::string> s3_export = {"export",
+                                          "job",
+                                          "3",
+                                          "--out",
+                                          from_s3,
+                                          "--storage-root",
+                                          "s3://" + s3.bucket + "/root",
+                                          "--s3-endpoint",
+                                          SharedS3Server().endpoint,
+                                          "--s3-credentials-file",
+                                          d.dir() + "/s3-credentials"};
+    ExitInfo exported = d.Ckptctl(s3_export);
+    INFO(exported.output);
+    REQUIRE(exported.ok());
+    ExitInfo local_export =
+        local.Ckptctl({"export", "job", "3", "--out", from_disk, "--storage-root", local.root()});
+    INFO(local_export.output);
+    REQUIRE(local_export.ok());
+    ExitInfo same = RunCommand({"/usr/bin/diff", "-r", from_s3, from_disk});
+    INFO(same.output);
+    CHECK(same.ok());
+  }
+
   ExitInfo gc = d.Ckptctl({"gc", "job", "--keep-last", "1", "--grace-s", "0"});
   INFO(gc.output);
   REQUIRE(gc.ok());

@@ -26,6 +26,8 @@
 #include "daemon/storage/backend_factory.h"
 #include "daemon/storage/chunk_reader.h"
 #include "daemon/storage/layout.h"
+#include "daemon/storage/s3/s3_backend.h"
+#include "daemon/storage/step_location.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/lib/copy_run.h"
@@ -196,7 +198,15 @@ absl::StatusOr<uint64_t> ParseSize(const std::string& text) {
 }
 
 absl::Status ExportSafetensors(const ExportOptions& o, std::ostream& log) {
-  std::unique_ptr<storage::Backend> backend = storage::NewPosixBackend();
+  std::unique_ptr<storage::Backend> backend;
+  if (storage::s3::IsS3Url(o.storage_root)) {
+    absl::StatusOr<std::unique_ptr<storage::Backend>> s3 =
+        storage::s3::OpenS3Root(o.storage_root, o.s3);
+    if (!s3.ok()) return s3.status();
+    backend = std::move(*s3);
+  } else {
+    backend = storage::NewPosixBackend();
+  }
   coordinator::Catalog catalog(*backend, o.storage_root);
   absl::StatusOr<int64_t> step = catalog.ResolveStep(o.job, o.step);
   if (!step.ok()) return step.status();
@@ -276,8 +286,9 @@ absl::Status ExportSafetensors(const ExportOptions& o, std::ostream& log) {
   std::error_code ec;
   std::filesystem::create_directories(o.out_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("create ", o.out_dir, ": ", ec.message()));
-  const std::string dir = storage::StepDir(o.storage_root, o.job, *step);
-  storage::ChunkReader reader(*backend, dir, kAlignment);
+  absl::StatusOr<std::string> dir = storage::ResolveStepDir(*backend, o.storage_root, o.job, *step);
+  if (!dir.ok()) return dir.status();
+  storage::ChunkReader reader(*backend, *dir, kAlignment);
   Buffer piece = Allocate(o.piece_bytes);
   Buffer chunk_buffer;
   uint64_t chunk_capacity = 0;

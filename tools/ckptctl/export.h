@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "daemon/storage/s3/s3_root.h"
 
 namespace ckpt::ctl {
 
@@ -31,6 +32,9 @@ struct ExportOptions {
   std::string rename_file;
   uint64_t max_shard_bytes = 5'000'000'000;
   uint64_t piece_bytes = 64ull << 20;  // the bounded buffer per tensor piece
+  // For an s3://bucket/prefix root: the server and the keys (as ckptd's
+  // --s3_* flags).
+  storage::s3::S3Settings s3;
 };
 
 // Writes the model; one line per file to `log`. Errors name the tensor,

@@ -117,6 +117,18 @@ int main(int argc, char** argv) {
   export_command
       ->add_option("--storage-root", export_options.storage_root, "ckptd's --storage_root")
       ->capture_default_str();
+  export_command->add_option("--s3-endpoint", export_options.s3.endpoint,
+                             "S3 server of an s3:// root (ckptd's --s3_endpoint)");
+  export_command->add_option("--s3-region", export_options.s3.region, "S3 region")
+      ->capture_default_str();
+  export_command->add_flag("--s3-virtual-host", export_options.s3.virtual_host,
+                           "bucket.host addressing (ckptd's --s3_virtual_host)");
+  export_command->add_option("--s3-ca-file", export_options.s3.ca_file,
+                             "CA bundle for an https S3 endpoint");
+  export_command->add_option("--s3-credentials-file", export_options.s3.credentials_file,
+                             "AWS credentials file (else the AWS_* environment, ~/.aws)");
+  export_command->add_option("--s3-profile", export_options.s3.profile,
+                             "profile of the credentials file");
   export_command->add_option("--tensors", export_options.tensors_regex,
                              "only tensors whose name this regex finds");
   export_command->add_option("--rename", export_options.rename_file,
