@@ -33,6 +33,8 @@ struct Config {
   bool memory_tier = false;           // the memory tier's figures instead of storage's
   bool gpu = false;                   // the GPU path's figures (gpu_bench.h)
   bool codecs = false;                // the chunk codecs' figures (codec_bench.h)
+  bool s3 = false;                    // ckptd on an S3 root against boto3/awscli (s3_bench.h)
+  std::string s3_endpoint;            // with s3: this server (else Swift, started here)
   std::string gpu_transfer = "pull";  // or push: how GPU tensors travel
   std::string ckptd;
   // With codecs: safetensors files to measure instead of the synthetic

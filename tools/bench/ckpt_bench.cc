@@ -5,6 +5,7 @@
 //   ckpt-bench --dir DIR --state-gib 2 --ranks 2 [--pool-gib P] --json
 //   ckpt-bench --dir DIR --gpu ...      the GPU path (gpu_bench.h)
 //   ckpt-bench --codecs ...             the chunk codecs (codec_bench.h)
+//   ckpt-bench --s3 ...                 an S3 root against boto3 and awscli (s3_bench.h)
 //
 // It starts its own ckptd, R rank processes holding S GiB in total, and
 // prints a table and (--json) one JSON line. See docs/measuring.md for the fields.
@@ -37,6 +38,7 @@
 #include "tools/bench/gpu_worker.h"
 #include "tools/bench/median.h"
 #include "tools/bench/rss_sampler.h"
+#include "tools/bench/s3_bench.h"
 
 namespace ckpt::bench {
 namespace {
@@ -464,6 +466,11 @@ int main(int argc, char** argv) {
                  "With --codecs: measure these safetensors files (a step, then optionally the "
                  "next step for the deltas) instead of the synthetic state")
       ->expected(1, 2);
+  app.add_flag("--s3", c.s3,
+               "Measure ckptd on an S3 root instead: persist and load against boto3 and awscli "
+               "moving the same bytes to the same server (Swift s3api started here, or "
+               "--s3-endpoint with the AWS_* keys)");
+  app.add_option("--s3-endpoint", c.s3_endpoint, "With --s3: an S3 server to use");
   app.add_option("--gpu-transfer", c.gpu_transfer,
                  "With --gpu: pull (ckptd copies over CUDA IPC) or push (the ranks copy)")
       ->check(CLI::IsMember({"pull", "push"}))
@@ -487,7 +494,7 @@ int main(int argc, char** argv) {
     return gpu_worker ? ckpt::bench::RunGpuWorker(w) : ckpt::bench::RunWorker(w);
   }
   // The codecs' persist figures need a disk: /var/tmp's (not tmpfs) unless told.
-  if (c.dir.empty() && c.codecs && c.codec_files.empty()) c.dir = "/var/tmp";
+  if (c.dir.empty() && ((c.codecs && c.codec_files.empty()) || c.s3)) c.dir = "/var/tmp";
   if (c.dir.empty() && !c.codecs) {
     std::fprintf(stderr, "ckpt-bench: --dir is required\n%s", app.help().c_str());
     return 2;
@@ -506,5 +513,6 @@ int main(int argc, char** argv) {
   ckpt::bench::ServiceHostSetup host(c.keep_host);
   if (c.gpu) return ckpt::bench::RunGpu(c);
   if (c.codecs) return ckpt::bench::RunCodecs(c);
+  if (c.s3) return ckpt::bench::RunS3(c);
   return c.memory_tier ? ckpt::bench::RunMemoryTier(c) : ckpt::bench::Run(c);
 }
