@@ -33,6 +33,22 @@ std::string RandomHex() {
 
 }  // namespace
 
+LocalServer StartLocalServer(const std::vector<std::string>& argv) {
+  LocalServer server;
+  absl::StatusOr<std::unique_ptr<Subprocess>> started = Subprocess::Start(argv);
+  INFO(started.status().ToString());
+  REQUIRE(started.ok());
+  server.process = std::move(*started);
+  REQUIRE(server.process->WaitForOutput("\n", absl::Seconds(30)));
+  const std::string out = server.process->Output();
+  const size_t at = out.find("port=");
+  INFO(out);
+  REQUIRE(at != std::string::npos);
+  server.endpoint =
+      absl::StrCat("http://127.0.0.1:", out.substr(at + 5, out.find('\n', at) - at - 5));
+  return server;
+}
+
 std::string SourcePath(const std::string& relative) {
   return absl::StrCat(CKPT_SOURCE_DIR, "/", relative);
 }

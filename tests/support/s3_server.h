@@ -7,6 +7,7 @@
 #include <string>
 
 #include "daemon/storage/s3/s3_backend.h"
+#include "tests/support/subprocess.h"
 
 namespace ckpt::testing {
 
@@ -28,6 +29,15 @@ std::string NewTestBucket(const std::string& tag);
 
 // A backend on a new bucket of the shared server.
 std::unique_ptr<storage::s3::S3Backend> NewTestS3Backend(const std::string& tag);
+
+// An HTTP server process that prints "port=<n>" once it listens on
+// 127.0.0.1 (the fault proxy, the hostile server); the test fails if it
+// does not within 30 s.
+struct LocalServer {
+  std::unique_ptr<Subprocess> process;
+  std::string endpoint;  // "http://127.0.0.1:<n>"
+};
+LocalServer StartLocalServer(const std::vector<std::string>& argv);
 
 // The repository's tools/dev/<name> and .venv's Python (boto3 is there).
 std::string SourcePath(const std::string& relative);

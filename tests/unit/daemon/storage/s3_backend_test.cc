@@ -233,14 +233,9 @@ struct FaultProxy {
                                      "--stats",
                                      stats_path};
     argv.insert(argv.end(), faults.begin(), faults.end());
-    auto started = Subprocess::Start(argv);
-    CKPT_REQUIRE_OK(started);
-    process = std::move(*started);
-    REQUIRE(process->WaitForOutput("\n", absl::Seconds(30)));
-    const std::string out = process->Output();
-    const size_t at = out.find("port=");
-    REQUIRE(at != std::string::npos);
-    endpoint = absl::StrCat("http://127.0.0.1:", out.substr(at + 5, out.find('\n', at) - at - 5));
+    ckpt::testing::LocalServer server = ckpt::testing::StartLocalServer(argv);
+    process = std::move(server.process);
+    endpoint = server.endpoint;
   }
   ~FaultProxy() { std::remove(stats_path.c_str()); }
 

@@ -30,17 +30,11 @@ struct Hostile {
   std::unique_ptr<S3Backend> backend;
 
   explicit Hostile(const std::string& mode) {
-    auto started =
-        Subprocess::Start({"/usr/bin/python3", SourcePath("tests/support/hostile_s3.py"), mode});
-    CKPT_REQUIRE_OK(started);
-    server = std::move(*started);
-    REQUIRE(server->WaitForOutput("\n", absl::Seconds(30)));
-    const std::string out = server->Output();
-    const size_t at = out.find("port=");
-    REQUIRE(at != std::string::npos);
+    ckpt::testing::LocalServer local = ckpt::testing::StartLocalServer(
+        {"/usr/bin/python3", SourcePath("tests/support/hostile_s3.py"), mode});
+    server = std::move(local.process);
     S3BackendOptions options;
-    options.client.endpoint =
-        absl::StrCat("http://127.0.0.1:", out.substr(at + 5, out.find('\n', at) - at - 5));
+    options.client.endpoint = local.endpoint;
     options.client.credentials = {"key", "secret", ""};
     options.client.retry.deadline = absl::Seconds(5);
     options.client.retry.base_delay = absl::Milliseconds(5);
