@@ -104,6 +104,10 @@ echo "h2 restarted empty: $(grep -m1 -o 'sources=[^ ]*' "$dir/ranks/4.out")"
 # Every step to memory, every fifth also to storage, over 20 steps.
 ranks policy save 1 --steps=20 --durable_every=5
 all_ok
+# A step saved to both tiers returns at its memory commit and is persisted
+# in the background: the last one may still be on its way.
+start=$(now_ms)
+until [ -d "$dir/root/policy/step-20" ] || (( $(now_ms) - start > 60000 )); do sleep 0.05; done
 durable="$(ls "$dir/root/policy" | grep '^step-' | sort -t- -k2 -n | tr '\n' ' ')"
 [ "$durable" = "step-5 step-10 step-15 step-20 " ] || fail "durable steps: $durable"
 ! ls -a "$dir/root/policy" | grep -q '\.partial-' || fail "a partial copy stayed behind"

@@ -8,6 +8,10 @@
 #                                             once the proxy answers S3 requests
 #   tools/dev/s3-server.sh stop DIR           stops what start started there
 #
+# S3_BIND_IP=ADDR serves S3 on ADDR instead of 127.0.0.1 (the namespaced
+# cluster test's hosts reach it on their bridge's address); the storage
+# servers behind it stay on loopback.
+#
 # S3 credentials: access key "ckpt:tester", secret "ckpt-secret" (tempauth),
 # region us-east-1, path-style addressing. Swift reads its hash salt from
 # /etc/swift/swift.conf (Debian ships one); nothing else outside DIR is used.
@@ -80,7 +84,6 @@ user = $(id -un)
 swift_dir = $dir/conf
 devices = $dir/srv
 mount_check = false
-bind_ip = 127.0.0.1
 log_facility = LOG_LOCAL0
 log_level = WARNING
 log_address = /nonexistent
@@ -90,6 +93,7 @@ for server in object container account; do
   cat > "$dir/conf/$server-server.conf" <<CONF
 $common
 bind_port = ${!port_var}
+bind_ip = 127.0.0.1
 workers = 0
 
 [pipeline:main]
@@ -105,6 +109,7 @@ done
 cat > "$dir/conf/proxy-server.conf" <<CONF
 $common
 bind_port = $proxy_port
+bind_ip = ${S3_BIND_IP:-127.0.0.1}
 workers = 2
 
 [pipeline:main]
@@ -157,8 +162,8 @@ for server in account container object proxy; do start_server "$server"; done
 # Ready when the proxy answers /healthcheck and a signed-less S3 request gets
 # an S3 error document (the middleware is loaded).
 for _ in $(seq 300); do
-  if curl -fsS "http://127.0.0.1:$proxy_port/healthcheck" >/dev/null 2>&1; then
-    echo "endpoint=http://127.0.0.1:$proxy_port"
+  if curl -fsS "http://${S3_BIND_IP:-127.0.0.1}:$proxy_port/healthcheck" >/dev/null 2>&1; then
+    echo "endpoint=http://${S3_BIND_IP:-127.0.0.1}:$proxy_port"
     exit 0
   fi
   for server in account container object proxy; do
