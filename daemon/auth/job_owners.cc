@@ -39,6 +39,13 @@ absl::Status JobOwners::WriteRecord(const std::string& job, const Principal& who
   const std::string tmp = absl::StrCat(path, ".tmp-", RandomHex(8));
   const std::string text = absl::StrCat(who.Key(), "\n");
   if (absl::Status s = backend_.CreateDirs(dir); !s.ok()) return WithContext(s, "job directory");
+  if (backend_.IsObjectStore()) {
+    // One PUT replaces; a first record is a create that one writer wins.
+    absl::Status s = replace ? storage::WriteFileAtomically(backend_, path, text)
+                             : backend_.CreateFileExclusive(path, text);
+    if (s.ok() || absl::IsAlreadyExists(s)) return s;
+    return WithContext(s, absl::StrCat("recording the owner of job ", job, " in ", path));
+  }
   absl::StatusOr<std::unique_ptr<storage::WritableFile>> file = backend_.NewWritableFile(tmp);
   if (!file.ok()) return WithContext(file.status(), "job owner record");
   absl::Status s = (*file)->WriteAt(0, text.data(), text.size());

@@ -62,7 +62,10 @@ absl::Status MakeVisible(storage::Backend& backend, const std::string& job_dir,
     absl::StatusOr<std::string> held =
         storage::ReadWholeFile(backend, commit_path, storage::kMaxCommitBytes);
     if (held.ok() && *held == contents) return absl::OkStatus();
-    if (held.ok() || absl::IsNotFound(held.status())) return created;
+    // Not there: a clean failure, unless the create timed out or lost its
+    // connection, when the PUT may still land after this read.
+    const bool in_doubt = absl::IsUnavailable(created) || absl::IsDeadlineExceeded(created);
+    if (held.ok() || (absl::IsNotFound(held.status()) && !in_doubt)) return created;
     absl::Status unknown = absl::UnavailableError(
         absl::StrCat(created.message(), "; whether ", commit_path, " was written cannot be told (",
                      held.status().message(), "): the files are kept"));

@@ -33,14 +33,17 @@ struct SaveGathering::ActiveSave {
   int64_t step = 0;
   planning::RankBarrier ranks;  // every rank of the world, once
   Phase phase = Phase::kGathering;
-  absl::Time started;                                    // its first host's plan
-  absl::Time deadline;                                   // for gathering, then for writing
-  std::vector<v1::NodeSavePlan> nodes;                   // read by the planner without mu_
-  bool planner_busy = false;                             // so they stay until it is done
-  std::map<std::string, size_t> node_index;              // by host name
-  planning::SavePlan plan;                               // all hosts'
-  int64_t created_unix_ms = 0;                           // when it was planned
-  std::string partial_dir;                               // absolute
+  absl::Time started;                        // its first host's plan
+  absl::Time deadline;                       // for gathering, then for writing
+  std::vector<v1::NodeSavePlan> nodes;       // read by the planner without mu_
+  bool planner_busy = false;                 // so they stay until it is done
+  std::map<std::string, size_t> node_index;  // by host name
+  planning::SavePlan plan;                   // all hosts'
+  int64_t created_unix_ms = 0;               // when it was planned
+  std::string partial_dir;                   // absolute
+  // The commit may have landed (CommitOutcomeUnknown): its files stay for
+  // a restart to judge, whatever else fails the save.
+  bool keep_partial = false;
   std::map<std::string, v1::NodePersistReport> reports;  // by host name
   // Hosts answered at once from the job's known layout, with the part they
   // got: the plan made once all arrive must give them the same.
@@ -254,7 +257,12 @@ absl::StatusOr<v1::SaveAssignment> SaveGathering::AnswerEarly(const SaveRef& sav
   if (part == nullptr) {
     // Failed meanwhile: the directory may have been made after the failure
     // removed it.
-    (void)backend_.RemoveAll(save->partial_dir);
+    bool keep = false;
+    {
+      absl::MutexLock lock(&mu_);
+      keep = save->keep_partial;
+    }
+    if (!keep) (void)backend_.RemoveAll(save->partial_dir);
     absl::MutexLock lock(&mu_);
     return save->error;
   }
@@ -511,7 +519,7 @@ absl::StatusOr<v1::SaveAssignment> SaveGathering::PlanSave(const v1::NodeSavePla
       // Hosts that went on early may have made the directory before the
       // gathering failed (timed out): nothing may stay behind.
       error = save->error;
-      remove = save->partial_dir;
+      if (!save->keep_partial) remove = save->partial_dir;
     } else if (save->phase != ActiveSave::Phase::kWriting) {
       error = absl::FailedPreconditionError(absl::StrCat(save->Who(), " has already moved on"));
     } else {
@@ -634,6 +642,7 @@ absl::StatusOr<v1::CommitResult> SaveGathering::Committed(const Reported& report
     } else {
       save.phase = ActiveSave::Phase::kFailed;
       save.error = status;
+      save.keep_partial = CommitOutcomeUnknown(status);
       partial = save.partial_dir;
     }
     EndLocked(save);
@@ -692,7 +701,9 @@ bool SaveGathering::AbortSave(const v1::AbortSaveRequest& request) {
     const std::string by =
         request.host().host().empty() ? "" : absl::StrCat("host ", request.host().host(), ": ");
     failed = FailLocked(*save, absl::AbortedError(absl::StrCat(by, request.reason())));
-    if (save->phase == ActiveSave::Phase::kFailed) partial = save->partial_dir;
+    if (save->phase == ActiveSave::Phase::kFailed && !save->keep_partial) {
+      partial = save->partial_dir;
+    }
   }
   // Best effort: restart removes whatever is left.
   if (!partial.empty()) (void)backend_.RemoveAll(partial);

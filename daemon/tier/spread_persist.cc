@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "daemon/coordinator/commit.h"
 #include "daemon/fault/fault_points.h"
 #include "daemon/planning/manifest_check.h"
 #include "daemon/planning/manifest_io.h"
@@ -181,7 +182,10 @@ absl::StatusOr<v1::SpreadPersistResult> SpreadPersists::Report(
   if (!ended) return absl::CancelledError("the caller went away");
   if (!copy->outcome.ok()) {
     // A host may have been writing when the directory was removed first.
-    if (!copy->partial.empty()) (void)durable_.backend().RemoveAll(copy->partial);
+    // Unless the commit may have landed (coordinator/commit.h).
+    if (!copy->partial.empty() && !coordinator::CommitOutcomeUnknown(copy->outcome)) {
+      (void)durable_.backend().RemoveAll(copy->partial);
+    }
     return copy->outcome;
   }
   v1::SpreadPersistResult result;

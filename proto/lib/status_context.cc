@@ -9,7 +9,11 @@ namespace ckpt {
 
 absl::Status WithContext(const absl::Status& status, absl::string_view context) {
   if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
+  absl::Status out(status.code(), absl::StrCat(context, ": ", status.message()));
+  // Payloads carry what callers act on (coordinator/commit.h): kept.
+  status.ForEachPayload(
+      [&](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
+  return out;
 }
 
 std::string QuoteId(absl::string_view id) {

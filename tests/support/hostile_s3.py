@@ -12,6 +12,7 @@ multipart, ListObjectsV2) for ckpt's backend, then bends one thing:
   looping    listings are truncated forever, alternating two tokens
   longkey    listings name a 2,000-byte key
   lostcommit conditional PUTs are stored, then answered 500 once
+  lostunread the same, and then COMMIT objects cannot be read (503)
 
 Usage: hostile_s3.py MODE  (prints "port=<port>")
 """
@@ -52,10 +53,15 @@ class Handler(BaseHTTPRequestHandler):
         parts = unquote(u.path).lstrip("/").split("/", 1)
         return parts[0], parts[1] if len(parts) > 1 else "", parse_qs(u.query, keep_blank_values=True)
 
+    def unreadable(self, key):
+        return MODE == "lostunread" and key.endswith("COMMIT") and state["lost"] > 0
+
     def do_GET(self):
         _, key, q = self.parse()
         if not key:
             return self.listing(q)
+        if self.unreadable(key):
+            return self.reply(503, b"<Error><Code>ServiceUnavailable</Code></Error>")
         if key not in objects:
             return self.reply(404, b"<Error><Code>NoSuchKey</Code></Error>")
         data = objects[key]
@@ -102,6 +108,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_HEAD(self):
         _, key, _ = self.parse()
+        if self.unreadable(key):
+            return self.reply(503)
         if key not in objects:
             return self.reply(404)
         self.send_response(200)
@@ -122,7 +130,8 @@ class Handler(BaseHTTPRequestHandler):
             if conditional and key in objects:
                 return self.reply(412, b"<Error><Code>PreconditionFailed</Code></Error>")
             objects[key] = data
-            lose = MODE == "lostcommit" and conditional and key.endswith("COMMIT") and state["lost"] == 0
+            lose = (MODE in ("lostcommit", "lostunread") and conditional and
+                    key.endswith("COMMIT") and state["lost"] == 0)
             if lose:
                 state["lost"] += 1
         if lose:

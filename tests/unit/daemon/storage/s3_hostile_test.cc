@@ -138,5 +138,23 @@ TEST_CASE("S3 hostile: a commit stored with its answer lost is a commit", "[s3]"
   CHECK(again.code() == absl::StatusCode::kAlreadyExists);
 }
 
+TEST_CASE("S3 hostile: a commit that may have landed keeps its files", "[s3]") {
+  Hostile h("lostunread");
+  const std::string root = "s3://hostile/root";
+  const std::string partial = storage::PartialDir(root, "job", 7, "host-0123456789abcdef-0");
+  h.Put("root/job/.step-7.partial-host-0123456789abcdef-0/data/h-0.bin", "data");
+  v1::CheckpointManifest manifest;
+  manifest.set_format_version(1);
+  manifest.set_job("job");
+  manifest.set_step(7);
+  // The COMMIT lands, its answer is lost, and it cannot be read back: the
+  // save fails, marked so that no caller removes the files it may name.
+  const absl::Status s = coordinator::CommitCheckpoint(*h.backend, root, partial, manifest);
+  INFO(s.ToString());
+  REQUIRE_FALSE(s.ok());
+  CHECK(coordinator::CommitOutcomeUnknown(s));
+  CHECK_THAT(std::string(s.message()), Catch::Contains("cannot be told"));
+}
+
 }  // namespace
 }  // namespace ckpt::storage::s3
