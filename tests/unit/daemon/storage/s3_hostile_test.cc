@@ -119,37 +119,45 @@ TEST_CASE("S3 hostile: listings outside the prefix, endless or absurd fail or ar
   }
 }
 
+// Step 7 of job "job" under s3://hostile/root, its data uploaded: what a
+// commit finds.
+struct Step7 {
+  const std::string root = "s3://hostile/root";
+  const std::string partial = storage::PartialDir(root, "job", 7, "host-0123456789abcdef-0");
+  v1::CheckpointManifest manifest;
+
+  explicit Step7(Hostile& h) {
+    h.Put("root/job/.step-7.partial-host-0123456789abcdef-0/data/h-0.bin", "data");
+    manifest.set_format_version(1);
+    manifest.set_job("job");
+    manifest.set_step(7);
+  }
+  absl::Status Commit(Hostile& h) const {
+    return coordinator::CommitCheckpoint(*h.backend, root, partial, manifest);
+  }
+};
+
 TEST_CASE("S3 hostile: a commit stored with its answer lost is a commit", "[s3]") {
   Hostile h("lostcommit");
   REQUIRE(h.backend->limits().conditional_create);
-  const std::string root = "s3://hostile/root";
-  const std::string partial = storage::PartialDir(root, "job", 7, "host-0123456789abcdef-0");
-  h.Put("root/job/.step-7.partial-host-0123456789abcdef-0/data/h-0.bin", "data");
-  v1::CheckpointManifest manifest;
-  manifest.set_format_version(1);
-  manifest.set_job("job");
-  manifest.set_step(7);
-  CKPT_REQUIRE_OK(coordinator::CommitCheckpoint(*h.backend, root, partial, manifest));
+  const Step7 step(h);
+  const std::string& root = step.root;
+  const std::string& partial = step.partial;
+  CKPT_REQUIRE_OK(step.Commit(h));
   auto dir = storage::ResolveStepDir(*h.backend, root, "job", 7);
   CKPT_REQUIRE_OK(dir);
   CHECK(*dir == partial);
   // And a second commit of the step is refused.
-  const absl::Status again = coordinator::CommitCheckpoint(*h.backend, root, partial, manifest);
+  const absl::Status again = step.Commit(h);
   CHECK(again.code() == absl::StatusCode::kAlreadyExists);
 }
 
 TEST_CASE("S3 hostile: a commit that may have landed keeps its files", "[s3]") {
   Hostile h("lostunread");
-  const std::string root = "s3://hostile/root";
-  const std::string partial = storage::PartialDir(root, "job", 7, "host-0123456789abcdef-0");
-  h.Put("root/job/.step-7.partial-host-0123456789abcdef-0/data/h-0.bin", "data");
-  v1::CheckpointManifest manifest;
-  manifest.set_format_version(1);
-  manifest.set_job("job");
-  manifest.set_step(7);
+  const Step7 step(h);
   // The COMMIT lands, its answer is lost, and it cannot be read back: the
   // save fails, marked so that no caller removes the files it may name.
-  const absl::Status s = coordinator::CommitCheckpoint(*h.backend, root, partial, manifest);
+  const absl::Status s = step.Commit(h);
   INFO(s.ToString());
   REQUIRE_FALSE(s.ok());
   CHECK(coordinator::CommitOutcomeUnknown(s));
