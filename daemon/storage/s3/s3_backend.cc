@@ -5,11 +5,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
-#include <thread>
 
 #include "absl/random/random.h"
 #include "absl/strings/match.h"
@@ -101,6 +99,14 @@ class Completion {
     absl::MutexLock lock(&mu_);
     return error_;
   }
+  // Runs work on `threads`, counted here. Threads that are stopping (the
+  // backend going away, after its files) refuse it: it fails, never hangs.
+  void Run(TaskThreads& threads, std::function<absl::Status()> work) {
+    Add();
+    if (!threads.Submit([this, work = std::move(work)] { Done(work()); })) {
+      Done(absl::CancelledError("s3: the backend is stopping"));
+    }
+  }
 
  private:
   absl::Mutex mu_;
@@ -119,52 +125,11 @@ std::string NormalizeKey(absl::string_view key) {
 
 }  // namespace
 
-class S3Backend::Transfers {
- public:
-  explicit Transfers(int threads) {
-    for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([this] { Run(); });
-  }
-  ~Transfers() {
-    {
-      absl::MutexLock lock(&mu_);
-      stop_ = true;
-    }
-    for (std::thread& t : threads_) t.join();
-  }
-  void Submit(std::function<void()> work) {
-    absl::MutexLock lock(&mu_);
-    queue_.push_back(std::move(work));
-  }
-
- private:
-  void Run() {
-    while (true) {
-      std::function<void()> work;
-      {
-        absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(
-            +[](Transfers* t)
-                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) { return t->stop_ || !t->queue_.empty(); },
-            this));
-        if (queue_.empty()) return;
-        work = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      work();
-    }
-  }
-  absl::Mutex mu_;
-  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;
-};
-
 namespace {
 
 class S3WritableFile : public WritableFile {
  public:
-  S3WritableFile(S3Backend& backend, S3Backend::Transfers& transfers, std::string path,
-                 std::string key)
+  S3WritableFile(S3Backend& backend, TaskThreads& transfers, std::string path, std::string key)
       : backend_(backend),
         transfers_(transfers),
         path_(std::move(path)),
@@ -372,15 +337,14 @@ class S3WritableFile : public WritableFile {
   absl::Status Submit(int index, const char* body, uint64_t length, Completion& done) {
     if (absl::Status s = EnsureUpload(); !s.ok()) return s;
     parts_[index].submitted = true;
-    done.Add();
-    transfers_.Submit([this, index, body, length, &done] {
+    done.Run(transfers_, [this, index, body, length] {
       absl::StatusOr<std::string> etag = backend_.client().UploadPart(
           backend_.options().bucket, key_, upload_id_, index + 1, {body, length});
       if (etag.ok()) {
         absl::MutexLock lock(&mu_);
         etags_[index] = *etag;
       }
-      done.Done(etag.status());
+      return etag.status();
     });
     return absl::OkStatus();
   }
@@ -397,8 +361,7 @@ class S3WritableFile : public WritableFile {
       absl::MutexLock lock(&mu_);
       in_flight_bytes_ += length;
     }
-    buffered_.Add();
-    transfers_.Submit([this, index, buffer, length] {
+    buffered_.Run(transfers_, [this, index, buffer, length] {
       absl::StatusOr<std::string> etag = backend_.client().UploadPart(
           backend_.options().bucket, key_, upload_id_, index + 1, {buffer, length});
       delete[] buffer;
@@ -408,7 +371,7 @@ class S3WritableFile : public WritableFile {
         buffered_bytes_ -= length;
         in_flight_bytes_ -= length;
       }
-      buffered_.Done(etag.status());
+      return etag.status();
     });
     return absl::OkStatus();
   }
@@ -463,7 +426,7 @@ class S3WritableFile : public WritableFile {
   }
 
   S3Backend& backend_;
-  S3Backend::Transfers& transfers_;
+  TaskThreads& transfers_;
   const std::string path_;
   const std::string key_;
   const PartSchedule schedule_;
@@ -481,8 +444,8 @@ class S3WritableFile : public WritableFile {
 
 class S3ReadableFile : public ReadableFile {
  public:
-  S3ReadableFile(S3Backend& backend, S3Backend::Transfers& transfers, std::string path,
-                 std::string key, uint64_t size)
+  S3ReadableFile(S3Backend& backend, TaskThreads& transfers, std::string path, std::string key,
+                 uint64_t size)
       : backend_(backend),
         transfers_(transfers),
         path_(std::move(path)),
@@ -524,9 +487,8 @@ class S3ReadableFile : public ReadableFile {
         const size_t n = std::min(range, op.length - at);
         char* dst = static_cast<char*>(op.buffer) + at;
         const uint64_t offset = op.offset + at;
-        done.Add();
-        transfers_.Submit([this, &bucket, &done, dst, offset, n] {
-          done.Done(backend_.client().GetRange(bucket, key_, offset, n, dst));
+        done.Run(transfers_, [this, &bucket, dst, offset, n] {
+          return backend_.client().GetRange(bucket, key_, offset, n, dst);
         });
       }
     }
@@ -541,7 +503,7 @@ class S3ReadableFile : public ReadableFile {
     return absl::Status(s.code(), absl::StrCat("read ", path_, ": ", s.message()));
   }
   S3Backend& backend_;
-  S3Backend::Transfers& transfers_;
+  TaskThreads& transfers_;
   const std::string path_;
   const std::string key_;
   const uint64_t size_;
@@ -569,7 +531,7 @@ absl::StatusOr<std::pair<std::string, std::string>> ParseS3Url(const std::string
 S3Backend::S3Backend(S3BackendOptions options)
     : options_(std::move(options)),
       client_(std::make_unique<S3Client>(options_.client)),
-      transfers_(std::make_unique<Transfers>(options_.transfer_threads)) {}
+      transfers_(std::make_unique<TaskThreads>(options_.transfer_threads)) {}
 
 S3Backend::~S3Backend() = default;
 
@@ -764,16 +726,14 @@ absl::Status S3Backend::RemoveAll(const std::string& path) {
   Completion done;
   for (const MultipartUpload& upload : *uploads) {
     if (upload.key != *key && upload.key.compare(0, prefix.size(), prefix) != 0) continue;
-    done.Add();
-    transfers_->Submit([this, &done, &upload] {
-      done.Done(client_->AbortMultipartUpload(options_.bucket, upload.key, upload.upload_id));
+    done.Run(*transfers_, [this, &upload] {
+      return client_->AbortMultipartUpload(options_.bucket, upload.key, upload.upload_id);
     });
   }
   for (const ListedObject& object : listing->objects) {
     if (!absl::StartsWith(object.key, prefix)) continue;
-    done.Add();
-    transfers_->Submit(
-        [this, &done, &object] { done.Done(client_->DeleteObject(options_.bucket, object.key)); });
+    done.Run(*transfers_,
+             [this, &object] { return client_->DeleteObject(options_.bucket, object.key); });
   }
   if (absl::Status s = done.Wait(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("remove ", path, ": ", s.message()));

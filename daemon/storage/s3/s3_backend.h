@@ -35,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "daemon/storage/backend.h"
 #include "daemon/storage/s3/s3_client.h"
+#include "daemon/storage/task_threads.h"
 
 namespace ckpt::storage::s3 {
 
@@ -99,8 +100,6 @@ class S3Backend : public Backend {
   const S3BackendOptions& options() const { return options_; }
   const S3ServerLimits& limits() const { return limits_; }
 
-  class Transfers;  // the transfer threads (s3_backend.cc)
-
  private:
   friend absl::StatusOr<std::unique_ptr<S3Backend>> NewS3Backend(S3BackendOptions options);
   explicit S3Backend(S3BackendOptions options);
@@ -108,7 +107,7 @@ class S3Backend : public Backend {
 
   const S3BackendOptions options_;
   std::unique_ptr<S3Client> client_;
-  std::unique_ptr<Transfers> transfers_;
+  std::unique_ptr<TaskThreads> transfers_;  // parts and ranged GETs in flight
   S3ServerLimits limits_;
 };
 

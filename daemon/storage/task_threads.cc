@@ -1,13 +1,13 @@
-#include "daemon/exec/reader_pool.h"
+#include "daemon/storage/task_threads.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "absl/synchronization/blocking_counter.h"
 
-namespace ckpt::exec {
+namespace ckpt::storage {
 
-ReaderPool::ReaderPool(int threads, std::function<void()> prepare)
+TaskThreads::TaskThreads(int threads, std::function<void()> prepare)
     : thread_count_(std::max(1, threads)) {
   absl::BlockingCounter prepared(thread_count_);
   for (int i = 0; i < thread_count_; ++i) {
@@ -20,7 +20,7 @@ ReaderPool::ReaderPool(int threads, std::function<void()> prepare)
   prepared.Wait();
 }
 
-void ReaderPool::Stop() {
+void TaskThreads::Stop() {
   std::deque<std::function<void()>> dropped;
   {
     absl::MutexLock lock(&mu_);
@@ -35,7 +35,7 @@ void ReaderPool::Stop() {
   }
 }
 
-bool ReaderPool::Submit(std::function<void()> task) {
+bool TaskThreads::Submit(std::function<void()> task) {
   {
     absl::MutexLock lock(&mu_);
     if (!stop_) {
@@ -47,13 +47,13 @@ bool ReaderPool::Submit(std::function<void()> task) {
   return false;
 }
 
-void ReaderPool::Run() {
+void TaskThreads::Run() {
   for (;;) {
     std::function<void()> task;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](ReaderPool* p)
+          +[](TaskThreads* p)
                ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->stop_ || !p->tasks_.empty(); },
           this));
       if (stop_) return;
@@ -65,4 +65,4 @@ void ReaderPool::Run() {
   }
 }
 
-}  // namespace ckpt::exec
+}  // namespace ckpt::storage
