@@ -34,27 +34,25 @@ absl::StatusOr<std::optional<Principal>> JobOwners::ReadRecord(const std::string
 absl::Status JobOwners::WriteRecord(const std::string& job, const Principal& who, bool replace) {
   const std::string dir = storage::JobDir(root_, job);
   const std::string path = absl::StrCat(dir, "/", kOwnerFileName);
-  // A name of its own: daemons of several hosts record the owner of a job
-  // spread over them at once on a shared root.
-  const std::string tmp = absl::StrCat(path, ".tmp-", RandomHex(8));
   const std::string text = absl::StrCat(who.Key(), "\n");
   if (absl::Status s = backend_.CreateDirs(dir); !s.ok()) return WithContext(s, "job directory");
-  if (backend_.IsObjectStore()) {
-    // One PUT replaces; a first record is a create that one writer wins.
-    absl::Status s = replace ? storage::WriteFileAtomically(backend_, path, text)
-                             : backend_.CreateFileExclusive(path, text);
+  if (!replace) {
+    // Daemons of several hosts record the owner of a job spread over them
+    // at once on a shared root: one create wins.
+    absl::Status s = backend_.CreateFileExclusive(path, text);
     if (s.ok() || absl::IsAlreadyExists(s)) return s;
     return WithContext(s, absl::StrCat("recording the owner of job ", job, " in ", path));
   }
+  // A name of its own: another host may write the record at the same time.
+  const std::string tmp = absl::StrCat(path, ".tmp-", RandomHex(8));
   absl::StatusOr<std::unique_ptr<storage::WritableFile>> file = backend_.NewWritableFile(tmp);
   if (!file.ok()) return WithContext(file.status(), "job owner record");
   absl::Status s = (*file)->WriteAt(0, text.data(), text.size());
   if (s.ok()) s = (*file)->Sync();
   if (absl::Status closed = (*file)->Close(); s.ok()) s = closed;
-  if (s.ok()) s = replace ? backend_.Rename(tmp, path) : backend_.RenameNoReplace(tmp, path);
+  if (s.ok()) s = backend_.Rename(tmp, path);
   if (!s.ok()) {
     (void)backend_.RemoveAll(tmp);
-    if (absl::IsAlreadyExists(s)) return s;
     return WithContext(s, absl::StrCat("recording the owner of job ", job, " in ", path));
   }
   if (s = backend_.SyncDir(dir); !s.ok()) {

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "proto/lib/secure_random.h"
 #include "proto/lib/status_context.h"
 
 namespace ckpt::storage {
@@ -212,7 +213,8 @@ absl::Status WriteTmp(Backend& backend, const std::string& tmp, const std::strin
 }  // namespace
 
 absl::Status Backend::CreateFileExclusive(const std::string& path, const std::string& contents) {
-  const std::string tmp = path + ".new";
+  // A name of its own: several hosts may create the same file at once.
+  const std::string tmp = absl::StrCat(path, ".new-", RandomHex(8));
   absl::Status s = WriteTmp(*this, tmp, contents);
   if (s.ok()) s = RenameNoReplace(tmp, path);
   if (!s.ok()) {
