@@ -19,7 +19,7 @@ packages=(
   xz-utils binutils  # tools/dev/gpu-check.sh: the bundle is stripped and xz-compressed
   # The S3 server of the tests and benchmarks (tools/dev/s3-server.sh):
   # Swift with its s3api middleware.
-  swift swift-proxy swift-account swift-container swift-object curl
+  swift swift-proxy swift-account swift-container swift-object memcached curl
 )
 
 sudo=""

@@ -53,7 +53,7 @@ if [ "$cmd" != start ]; then
   exit 2
 fi
 for bin in swift-proxy-server swift-object-server swift-container-server swift-account-server \
-  swift-ring-builder; do
+  swift-ring-builder memcached; do
   command -v "$bin" >/dev/null || { echo "$0: $bin missing (tools/dev/install-deps.sh)" >&2; exit 1; }
 done
 [ -f /etc/swift/swift.conf ] || { echo "$0: /etc/swift/swift.conf missing (Debian's swift package)" >&2; exit 1; }
@@ -64,6 +64,7 @@ proxy_port="${3:-$(free_port)}"
 object_port="$(free_port)"
 container_port="$(free_port)"
 account_port="$(free_port)"
+memcache_port="$(free_port)"
 
 # One device, one replica, 2^6 partitions: rings for a single-disk cluster.
 for ring in object container account; do
@@ -88,13 +89,19 @@ log_facility = LOG_LOCAL0
 log_level = WARNING
 log_address = /nonexistent
 "
+# The object server, which hashes and writes every byte, gets a process per
+# core; all of them move data in 1 MiB pieces rather than Swift's 64 KiB,
+# which costs its Python a loop turn per piece (a third more throughput for
+# every client here).
 for server in object container account; do
   port_var="${server}_port"
   cat > "$dir/conf/$server-server.conf" <<CONF
 $common
 bind_port = ${!port_var}
 bind_ip = 127.0.0.1
-workers = 0
+workers = $([ "$server" = object ] && echo 2 || echo 0)
+network_chunk_size = 1048576
+disk_chunk_size = 1048576
 
 [pipeline:main]
 pipeline = $server-server
@@ -111,6 +118,8 @@ $common
 bind_port = $proxy_port
 bind_ip = ${S3_BIND_IP:-127.0.0.1}
 workers = 2
+client_chunk_size = 1048576
+object_chunk_size = 1048576
 
 [pipeline:main]
 pipeline = catch_errors gatekeeper healthcheck proxy-logging cache listing_formats bulk s3api tempauth copy slo dlo proxy-logging proxy-server
@@ -137,7 +146,7 @@ use = egg:swift#healthcheck
 use = egg:swift#proxy_logging
 [filter:cache]
 use = egg:swift#memcache
-memcache_servers = 127.0.0.1:1
+memcache_servers = 127.0.0.1:$memcache_port
 [filter:listing_formats]
 use = egg:swift#listing_formats
 [filter:bulk]
@@ -157,6 +166,12 @@ start_server() {
     >"$dir/log/$name.log" 2>&1 &
   echo $! > "$dir/run/$name.pid"
 }
+# memcached holds the proxy's account and container lookups, as in any
+# Swift deployment: without it every request asks the account and
+# container servers again.
+memcached -l 127.0.0.1 -p "$memcache_port" -U 0 -m 64 -u "$(id -un)" \
+  >"$dir/log/memcached.log" 2>&1 &
+echo $! > "$dir/run/memcached.pid"
 for server in account container object proxy; do start_server "$server"; done
 
 # Ready when the proxy answers /healthcheck and a signed-less S3 request gets
