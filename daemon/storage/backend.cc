@@ -148,6 +148,16 @@ absl::Status ReadableFile::ReadBatch(absl::Span<const IoOp> ops) {
   return absl::OkStatus();
 }
 
+absl::Status Backend::ReadFiles(absl::Span<const FileReads> reads, size_t* failed) {
+  for (size_t i = 0; i < reads.size(); ++i) {
+    if (absl::Status s = reads[i].file->ReadBatch(reads[i].ops); !s.ok()) {
+      *failed = i;
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<ReadableFile>> Backend::OpenReadOnlyBeneath(
     const std::string& dir, const std::string& name) {
   if (absl::Status s = ValidateConfinedName(name); !s.ok()) {

@@ -68,6 +68,12 @@ class ReadableFile {
   virtual absl::StatusOr<uint64_t> Size() = 0;
 };
 
+// One file's part of a read over several files (Backend::ReadFiles).
+struct FileReads {
+  ReadableFile* file = nullptr;
+  absl::Span<const IoOp> ops;
+};
+
 // An advisory lock on a file (Backend::LockFile), held until destroyed.
 class FileLock {
  public:
@@ -158,6 +164,12 @@ class Backend {
   // When the file or directory was last modified. UNIMPLEMENTED where the
   // backend does not keep it (the default, memory).
   virtual absl::StatusOr<absl::Time> ModifiedTime(const std::string& path);
+
+  // Each file's ReadBatch, for files this backend opened; on failure
+  // *failed is the index of a file whose reads failed. The default reads
+  // one file after another; an object store overlaps them all, its
+  // requests being slow to answer but cheap to run side by side.
+  virtual absl::Status ReadFiles(absl::Span<const FileReads> reads, size_t* failed);
 
   // Memory that most transfers will come from or go to (the daemon's pool):
   // a backend that can pre-register it with the kernel does so once

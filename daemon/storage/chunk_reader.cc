@@ -161,14 +161,29 @@ absl::Status ChunkReader::ReadAll(absl::Span<const ChunkTarget> targets) {
     first_owner.emplace(chunk.file(), target.owner);
   }
   const absl::Time start = absl::Now();
-  for (const auto& [name, ops] : batches) {
-    absl::StatusOr<OpenFile*> open = Open(name, first_owner[name]);
-    if (!open.ok()) return open.status();
-    if (absl::Status s = (*open)->file->ReadBatch(ops); !s.ok()) {
-      return WithContext(
-          s, absl::StrCat("reading ", ops.size(), " chunks (", first_owner[name], ", ...)"));
+  // All files' reads at once (Backend::ReadFiles), as many files as stay
+  // open together: none is closed while its reads run.
+  auto next = batches.begin();
+  while (next != batches.end()) {
+    std::vector<std::pair<const std::string*, FileReads>> reads;
+    if (files_.size() + std::min(batches.size(), kMaxOpenFiles) > kMaxOpenFiles) files_.clear();
+    for (; next != batches.end() && reads.size() < kMaxOpenFiles; ++next) {
+      const auto& [name, ops] = *next;
+      absl::StatusOr<OpenFile*> open = Open(name, first_owner[name]);
+      if (!open.ok()) return open.status();
+      reads.push_back({&name, {(*open)->file.get(), ops}});
     }
-    for (const storage::IoOp& op : ops) bytes_read_ += op.length;
+    std::vector<FileReads> files;
+    for (const auto& [name, read] : reads) files.push_back(read);
+    size_t failed = 0;
+    if (absl::Status s = backend_.ReadFiles(files, &failed); !s.ok()) {
+      const std::string& name = *reads[failed].first;
+      return WithContext(s, absl::StrCat("reading ", batches[name].size(), " chunks (",
+                                         first_owner[name], ", ...)"));
+    }
+    for (const FileReads& read : files) {
+      for (const storage::IoOp& op : read.ops) bytes_read_ += op.length;
+    }
   }
   const absl::Time read = absl::Now();
   io_time_ += read - start;

@@ -65,8 +65,28 @@ int SeekBody(void* user, curl_off_t offset, int origin) {
 struct Download {
   const HttpRequest* request;
   HttpResponse* response;
+  size_t sink_capacity = 0;  // the pieces' total
+  size_t piece = 0;          // the piece the next byte goes to
+  size_t piece_at = 0;       // and where in it
   bool overflow = false;
 };
+
+// Scatters n bytes over the pieces from where the last call stopped; the
+// caller checked they fit.
+void ToPieces(Download& d, const char* src, size_t n) {
+  while (n > 0) {
+    const SinkPiece& p = d.request->sink[d.piece];
+    const size_t take = std::min(n, p.length - d.piece_at);
+    if (p.dst != nullptr) std::memcpy(p.dst + d.piece_at, src, take);
+    src += take;
+    n -= take;
+    d.piece_at += take;
+    if (d.piece_at == p.length) {
+      ++d.piece;
+      d.piece_at = 0;
+    }
+  }
+}
 
 size_t WriteBody(char* src, size_t size, size_t count, void* user) {
   auto* d = static_cast<Download*>(user);
@@ -74,14 +94,14 @@ size_t WriteBody(char* src, size_t size, size_t count, void* user) {
   // An error document goes to body even when a sink was given: the sink is
   // for the object's bytes.
   const bool to_sink =
-      d->request->sink != nullptr && d->response->status >= 200 && d->response->status < 300;
-  const size_t limit = to_sink ? d->request->sink_capacity : d->request->max_body;
+      !d->request->sink.empty() && d->response->status >= 200 && d->response->status < 300;
+  const size_t limit = to_sink ? d->sink_capacity : d->request->max_body;
   if (n > limit - d->response->body_bytes) {
     d->overflow = true;
     return 0;  // curl fails the transfer with CURLE_WRITE_ERROR
   }
   if (to_sink) {
-    std::memcpy(d->request->sink + d->response->body_bytes, src, n);
+    ToPieces(*d, src, n);
     d->response->sink_bytes += n;
   } else {
     d->response->body.append(src, n);
@@ -133,6 +153,7 @@ absl::StatusOr<HttpResponse> PerformHttp(const HttpRequest& request) {
   HttpResponse response;
   Upload upload{request.body};
   Download download{&request, &response};
+  for (const SinkPiece& p : request.sink) download.sink_capacity += p.length;
 
   std::unique_ptr<curl_slist, SlistDeleter> headers;
   for (const auto& [name, value] : request.headers) {
@@ -188,7 +209,7 @@ absl::StatusOr<HttpResponse> PerformHttp(const HttpRequest& request) {
   if (download.overflow) {
     return absl::ResourceExhaustedError(absl::StrCat(
         request.method, " ", request.url, ": the response body is longer than the ",
-        request.sink != nullptr ? request.sink_capacity : request.max_body, " bytes expected"));
+        request.sink.empty() ? request.max_body : download.sink_capacity, " bytes expected"));
   }
   if (code != CURLE_OK) {
     return absl::UnavailableError(

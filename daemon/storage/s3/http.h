@@ -17,21 +17,28 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 
 namespace ckpt::storage::s3 {
 
 using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
+
+// One piece of where a response body goes. A null dst skips its bytes: the
+// gap between two ranges read with one request.
+struct SinkPiece {
+  char* dst = nullptr;
+  size_t length = 0;
+};
 
 struct HttpRequest {
   std::string method;
   std::string url;
   HttpHeaders headers;
   absl::string_view body;  // sent as is; must outlive the call
-  // Where the response body goes: into [sink, sink + sink_capacity) when
-  // sink is set (more is an error), else into HttpResponse::body, at most
-  // max_body bytes (more is an error).
-  char* sink = nullptr;
-  size_t sink_capacity = 0;
+  // Where a 2xx response body goes: into the pieces, in order, when there
+  // are any (more than they hold is an error), else into
+  // HttpResponse::body, at most max_body bytes (more is an error).
+  absl::Span<const SinkPiece> sink;  // must outlive the call
   size_t max_body = 1 << 20;
   absl::Duration timeout = absl::Seconds(60);  // the whole exchange
   // The exchange is abandoned when fewer than 1 KiB/s move for this long:
@@ -45,7 +52,7 @@ struct HttpResponse {
   HttpHeaders headers;  // names lower-cased
   std::string body;     // when no sink was given
   size_t body_bytes = 0;
-  size_t sink_bytes = 0;  // of those, into the sink
+  size_t sink_bytes = 0;  // of those, into the sink's pieces
   // The value of a header (first of that name), or "".
   std::string Header(absl::string_view lower_name) const;
 };

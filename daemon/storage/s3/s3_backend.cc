@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "daemon/storage/s3/ranged_gets.h"
 
 namespace ckpt::storage::s3 {
 namespace {
@@ -444,13 +445,8 @@ class S3WritableFile : public WritableFile {
 
 class S3ReadableFile : public ReadableFile {
  public:
-  S3ReadableFile(S3Backend& backend, TaskThreads& transfers, std::string path, std::string key,
-                 uint64_t size)
-      : backend_(backend),
-        transfers_(transfers),
-        path_(std::move(path)),
-        key_(std::move(key)),
-        size_(size) {}
+  S3ReadableFile(S3Backend& backend, std::string path, std::string key, uint64_t size)
+      : backend_(backend), path_(std::move(path)), key_(std::move(key)), size_(size) {}
 
   absl::StatusOr<size_t> ReadAt(uint64_t offset, void* dst, size_t length) override {
     if (offset >= size_) return size_t{0};
@@ -461,6 +457,15 @@ class S3ReadableFile : public ReadableFile {
   }
 
   absl::Status ReadBatch(absl::Span<const IoOp> ops) override {
+    size_t failed = 0;
+    return backend_.ReadFiles({{this, ops}}, &failed);
+  }
+
+  absl::StatusOr<uint64_t> Size() override { return size_; }
+
+  // The GETs that read the ops; DATA_LOSS, before any, for an op past the
+  // object's end.
+  absl::StatusOr<std::vector<RangedGet>> Plan(absl::Span<const IoOp> ops) const {
     for (const IoOp& op : ops) {
       if (op.offset > size_ || op.length > size_ - op.offset) {
         return absl::DataLossError(
@@ -468,42 +473,21 @@ class S3ReadableFile : public ReadableFile {
                             op.offset, size_));
       }
     }
-    const size_t range = std::max<size_t>(backend_.options().read_range_bytes, 1 << 20);
-    Completion done;
-    const std::string& bucket = backend_.options().bucket;
-    size_t ranges = 0;
-    for (const IoOp& op : ops) ranges += (op.length + range - 1) / range;
-    if (ranges == 1) {  // one GET: on this thread
-      for (const IoOp& op : ops) {
-        if (op.length == 0) continue;
-        absl::Status s = backend_.client().GetRange(bucket, key_, op.offset, op.length,
-                                                    static_cast<char*>(op.buffer));
-        if (!s.ok()) return Named(s);
-      }
-      return absl::OkStatus();
-    }
-    for (const IoOp& op : ops) {
-      for (size_t at = 0; at < op.length; at += range) {
-        const size_t n = std::min(range, op.length - at);
-        char* dst = static_cast<char*>(op.buffer) + at;
-        const uint64_t offset = op.offset + at;
-        done.Run(transfers_, [this, &bucket, dst, offset, n] {
-          return backend_.client().GetRange(bucket, key_, offset, n, dst);
-        });
-      }
-    }
-    if (absl::Status s = done.Wait(); !s.ok()) return Named(s);
-    return absl::OkStatus();
+    return PlanRangedGets(ops, std::max<size_t>(backend_.options().read_range_bytes, 1 << 20),
+                          backend_.options().read_gap_bytes);
   }
 
-  absl::StatusOr<uint64_t> Size() override { return size_; }
+  absl::Status Get(const RangedGet& get) const {
+    const absl::Status s =
+        backend_.client().GetRange(backend_.options().bucket, key_, get.offset, get.pieces);
+    return s.ok() ? s : Named(s);
+  }
 
  private:
   absl::Status Named(const absl::Status& s) const {
     return absl::Status(s.code(), absl::StrCat("read ", path_, ": ", s.message()));
   }
   S3Backend& backend_;
-  TaskThreads& transfers_;
   const std::string path_;
   const std::string key_;
   const uint64_t size_;
@@ -636,7 +620,7 @@ absl::StatusOr<std::unique_ptr<ReadableFile>> S3Backend::NewReadableFile(const s
   if (!info.ok())
     return absl::Status(info.status().code(),
                         absl::StrCat("open ", path, ": ", info.status().message()));
-  return std::make_unique<S3ReadableFile>(*this, *transfers_, path, *key, info->size);
+  return std::make_unique<S3ReadableFile>(*this, path, *key, info->size);
 }
 
 absl::Status S3Backend::CreateDirs(const std::string& path) { return KeyOf(path).status(); }
@@ -791,6 +775,53 @@ absl::StatusOr<bool> S3Backend::Exists(const std::string& path) {
   if (info.ok()) return true;
   if (!absl::IsNotFound(info.status())) return info.status();
   return client_->AnyWithPrefix(options_.bucket, *key + "/");
+}
+
+absl::Status S3Backend::ReadFiles(absl::Span<const FileReads> reads, size_t* failed) {
+  std::vector<std::pair<const S3ReadableFile*, RangedGet>> gets;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const auto* file = dynamic_cast<const S3ReadableFile*>(reads[i].file);
+    if (file == nullptr) return Backend::ReadFiles(reads, failed);  // not ours: one by one
+  }
+  std::vector<size_t> file_of;  // gets[k] reads reads[file_of[k]]
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const auto* file = static_cast<const S3ReadableFile*>(reads[i].file);
+    absl::StatusOr<std::vector<RangedGet>> planned = file->Plan(reads[i].ops);
+    if (!planned.ok()) {
+      *failed = i;
+      return planned.status();
+    }
+    for (RangedGet& get : *planned) {
+      gets.emplace_back(file, std::move(get));
+      file_of.push_back(i);
+    }
+  }
+  if (gets.size() == 1) {  // one GET: on this thread
+    *failed = file_of[0];
+    return gets[0].first->Get(gets[0].second);
+  }
+  absl::Mutex mu;
+  absl::Status first;  // the first GET that failed, and its file
+  size_t first_file = 0;
+  Completion done;
+  for (size_t k = 0; k < gets.size(); ++k) {
+    done.Run(*transfers_, [&, k] {
+      absl::Status s = gets[k].first->Get(gets[k].second);
+      if (!s.ok()) {
+        absl::MutexLock lock(&mu);
+        if (first.ok()) {
+          first = s;
+          first_file = file_of[k];
+        }
+      }
+      return s;
+    });
+  }
+  absl::Status s = done.Wait();
+  if (s.ok()) return s;
+  absl::MutexLock lock(&mu);
+  *failed = first.ok() ? 0 : first_file;
+  return first.ok() ? s : first;
 }
 
 absl::StatusOr<absl::Time> S3Backend::ModifiedTime(const std::string& path) {

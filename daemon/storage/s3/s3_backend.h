@@ -48,8 +48,12 @@ struct S3BackendOptions {
   int transfer_threads = 16;
   // Bytes of copied parts waiting for upload per file before a write waits.
   size_t max_buffered_bytes_per_file = size_t{256} << 20;
-  // A ranged GET larger than this is split for parallelism.
+  // Reads of one batch are joined into ranged GETs of up to this many
+  // bytes (fewer requests), and longer reads split (parallel GETs).
   size_t read_range_bytes = size_t{16} << 20;
+  // Two reads at most this far apart join, the bytes between read and
+  // dropped: cheaper than a request of their own.
+  size_t read_gap_bytes = size_t{256} << 10;
   // 0: probe the server. Tests set it to skip or to force a value.
   int max_parts = 0;
 };
@@ -90,6 +94,8 @@ class S3Backend : public Backend {
   absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override;
   absl::StatusOr<bool> Exists(const std::string& path) override;
   absl::StatusOr<absl::Time> ModifiedTime(const std::string& path) override;
+  // Every file's ranged GETs at once on the transfer threads.
+  absl::Status ReadFiles(absl::Span<const FileReads> reads, size_t* failed) override;
 
   // The key of a path of this backend's bucket; INVALID_ARGUMENT otherwise.
   absl::StatusOr<std::string> KeyOf(const std::string& path) const;

@@ -187,7 +187,6 @@ absl::StatusOr<HttpResponse> S3Client::Execute(const Call& call) {
     request.headers.emplace_back("Authorization", signature.authorization);
     request.body = call.body;
     request.sink = call.sink;
-    request.sink_capacity = call.sink_capacity;
     request.max_body = call.max_body;
     request.timeout = std::min(options_.attempt_timeout, deadline - now);
     request.stall_timeout = options_.stall_timeout;
@@ -267,10 +266,17 @@ absl::Status S3Client::PutObject(const std::string& bucket, const std::string& k
 
 absl::Status S3Client::GetRange(const std::string& bucket, const std::string& key, uint64_t offset,
                                 size_t length, char* dst) {
+  const SinkPiece piece{dst, length};
+  return GetRange(bucket, key, offset, {&piece, 1});
+}
+
+absl::Status S3Client::GetRange(const std::string& bucket, const std::string& key, uint64_t offset,
+                                absl::Span<const SinkPiece> pieces) {
+  size_t length = 0;
+  for (const SinkPiece& p : pieces) length += p.length;
   if (length == 0) return absl::OkStatus();
   Call call("GET", bucket, key);
-  call.sink = dst;
-  call.sink_capacity = length;
+  call.sink = pieces;
   call.max_body = kMaxDocumentBytes;
   call.headers.emplace_back("Range", absl::StrCat("bytes=", offset, "-", offset + length - 1));
   absl::StatusOr<HttpResponse> r = Execute(call);

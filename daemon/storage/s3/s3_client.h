@@ -104,6 +104,10 @@ class S3Client {
   // sends a different count.
   absl::Status GetRange(const std::string& bucket, const std::string& key, uint64_t offset,
                         size_t length, char* dst);
+  // One ranged GET from `offset` scattered over the pieces in order (a null
+  // piece skips its bytes): several nearby reads for one request.
+  absl::Status GetRange(const std::string& bucket, const std::string& key, uint64_t offset,
+                        absl::Span<const SinkPiece> pieces);
   // The whole object; FAILED_PRECONDITION, before reading it, when it is
   // larger than max_bytes.
   absl::StatusOr<std::string> GetObject(const std::string& bucket, const std::string& key,
@@ -151,8 +155,7 @@ class S3Client {
     std::vector<std::pair<std::string, std::string>> query;
     HttpHeaders headers;
     absl::string_view body;
-    char* sink = nullptr;
-    size_t sink_capacity = 0;
+    absl::Span<const SinkPiece> sink;
     size_t max_body = 1 << 20;
   };
   // The response of the last attempt: 2xx, or an answer not worth
