@@ -50,8 +50,9 @@ ABSL_FLAG(std::string, listen_address, "", "TCP address for ckptctl and peers, e
 ABSL_FLAG(std::string, host_name, "", "Name of this host in data files (default: hostname)");
 ABSL_FLAG(int32_t, writer_threads, 4, "Writer threads (one data file and one io_uring each)");
 ABSL_FLAG(int32_t, writer_nice, 10, "Nice value of writer threads (0: same priority as ranks)");
-ABSL_FLAG(int32_t, reader_threads, 2,
-          "Reader threads, shared by every load (each reads a group at a time)");
+ABSL_FLAG(int32_t, reader_threads, 0,
+          "Reader threads, shared by every load (each reads a group at a time); 0: 2, or 4 on "
+          "an object store");
 ABSL_FLAG(uint64_t, memory_tier_bytes, 0,
           "Host memory for the memory tier, apart from the pool: saves with tier memory are kept "
           "here (0: no memory tier; such saves are refused)");

@@ -198,8 +198,9 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
     session::DaemonOptions options, std::unique_ptr<storage::Backend> backend) {
   if (options.storage_root.empty()) return absl::InvalidArgumentError("--storage_root is required");
   if (options.socket_path.empty()) return absl::InvalidArgumentError("--socket_path is required");
-  if (options.writer_threads <= 0 || options.reader_threads <= 0) {
-    return absl::InvalidArgumentError("--writer_threads and --reader_threads must be positive");
+  if (options.writer_threads <= 0 || options.reader_threads < 0) {
+    return absl::InvalidArgumentError(
+        "--writer_threads must be positive and --reader_threads positive or 0 (the default)");
   }
   if (absl::Status s = CheckLimits(options.limits, options.manifest_limits); !s.ok()) return s;
   if (absl::Status s = codec::CodecNamed(options.codec).status(); !s.ok()) {
@@ -256,6 +257,8 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
     backend = std::move(*named);
   }
   d->backend_ = std::move(backend);
+  d->options_.object_store = d->backend_->IsObjectStore();
+  if (d->options_.reader_threads == 0) d->options_.reader_threads = o.object_store ? 4 : 2;
   if (absl::Status s = d->backend_->CreateDirs(o.storage_root); !s.ok()) {
     return WithContext(s, "storage root");
   }

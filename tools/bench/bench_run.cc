@@ -89,9 +89,9 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> StartDaemon(const Config& c, const
                                    "--socket_path=" + socket,
                                    absl::StrCat("--pool_bytes=", pool),
                                    absl::StrCat("--writer_threads=", c.writer_threads),
-                                   absl::StrCat("--reader_threads=", c.reader_threads),
                                    absl::StrCat("--writer_nice=", c.writer_nice),
                                    absl::StrCat("--batch_bytes=", uint64_t(c.batch_mib) << 20)};
+  if (c.reader_threads > 0) argv.push_back(absl::StrCat("--reader_threads=", c.reader_threads));
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   auto daemon = ChildProcess::Start(argv, /*merge_stderr=*/true);
   if (!daemon.ok()) return daemon.status();

@@ -23,7 +23,7 @@ struct Config {
   int every = 2;
   int checkpoints = 3;
   int writer_threads = 4;
-  int reader_threads = 2;
+  int reader_threads = 0;  // 0: ckptd's default (2, or 4 on an object store)
   int writer_nice = 10;
   int batch_mib = 32;
   int copy_threads = 4;
@@ -72,6 +72,9 @@ absl::StatusOr<std::vector<std::unique_ptr<ChildProcess>>> StartWorkers(
 // The pool: --pool-gib, by default room for two snapshots (one fills while
 // the other drains).
 uint64_t PoolBytes(const Config& c, uint64_t bytes);
+
+// The reader threads ckptd runs on a directory root.
+inline int ReaderThreads(const Config& c) { return c.reader_threads > 0 ? c.reader_threads : 2; }
 
 // This run's ckptd, serving once it returns.
 absl::StatusOr<std::unique_ptr<ChildProcess>> StartDaemon(const Config& c, const std::string& work,

@@ -441,8 +441,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--writer-threads", c.writer_threads, "ckptd writer threads")
       ->capture_default_str();
-  app.add_option("--reader-threads", c.reader_threads, "ckptd reader threads")
-      ->capture_default_str();
+  app.add_option("--reader-threads", c.reader_threads,
+                 "ckptd reader threads (default: ckptd's, 2 or 4 on S3)");
   app.add_option("--writer-nice", c.writer_nice, "ckptd writer threads' nice value")
       ->capture_default_str();
   app.add_option("--batch-mib", c.batch_mib, "ckptd --batch_bytes in MiB")->capture_default_str();

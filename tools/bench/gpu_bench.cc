@@ -241,14 +241,14 @@ int RunGpu(const Config& c) {
   };
   absl::PrintF(
       "ckpt-bench --gpu: %.2f GiB, %d ranks on one %s, %d ms compute, %s, %d reader threads\n",
-      c.state_gib, c.ranks, name, c.compute_ms, c.gpu_transfer, c.reader_threads);
+      c.state_gib, c.ranks, name, c.compute_ms, c.gpu_transfer, ReaderThreads(c));
   PrintFigures(f);
   PrintGoals(goals);
   if (c.json) {
     PrintJsonLine(
         absl::StrFormat("\"mode\":\"gpu\",\"state_gib\":%.3f,\"ranks\":%d,"
                         "\"gpu_name\":\"%s\",\"gpu_transfer\":\"%s\",\"reader_threads\":%d",
-                        c.state_gib, c.ranks, name, c.gpu_transfer, c.reader_threads),
+                        c.state_gib, c.ranks, name, c.gpu_transfer, ReaderThreads(c)),
         f);
   }
   return 0;

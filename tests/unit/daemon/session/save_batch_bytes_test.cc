@@ -36,5 +36,16 @@ TEST_CASE("load groups: batch_bytes, never beyond half the pool", "[save_batch_b
   CHECK(LoadGroupBytes(Pool(8 * kMiB)) == 4 * kMiB);
 }
 
+TEST_CASE("load groups on an object store: at least 64 MiB, never beyond half the pool",
+          "[save_batch_bytes]") {
+  DaemonOptions o = Pool(4608 * kMiB);
+  o.object_store = true;
+  CHECK(LoadGroupBytes(o) == 64 * kMiB);
+  o.batch_bytes = 128 * kMiB;
+  CHECK(LoadGroupBytes(o) == 128 * kMiB);
+  o.pool_bytes = 64 * kMiB;
+  CHECK(LoadGroupBytes(o) == 32 * kMiB);
+}
+
 }  // namespace
 }  // namespace ckpt::session
