@@ -158,6 +158,19 @@ TEST_CASE("ckptd on S3: save, resharded load, list, verify and gc", "[s3]") {
     CHECK(same.ok());
   }
 
+  // Another process (a load on another host, an export) pins step 1: its
+  // lease, unexpired, keeps gc off it.
+  const std::string lease =
+      absl::StrCat("root/job/step-1/", storage::kCommitName, ".leases/s.0f0e1d.",
+                   absl::ToUnixMillis(absl::Now() + absl::Minutes(5)));
+  REQUIRE(s3.client.PutObject(s3.bucket, lease, "").ok());
+  ExitInfo pinned = d.Ckptctl({"gc", "job", "--keep-last", "1", "--grace-s", "0"});
+  INFO(pinned.output);
+  REQUIRE(pinned.ok());
+  CHECK(absl::StrContains(pinned.output, "in use"));
+  CHECK(s3.Committed("job").size() == 2);
+  REQUIRE(s3.client.DeleteObject(s3.bucket, lease).ok());
+
   ExitInfo gc = d.Ckptctl({"gc", "job", "--keep-last", "1", "--grace-s", "0"});
   INFO(gc.output);
   REQUIRE(gc.ok());

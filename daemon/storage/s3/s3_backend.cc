@@ -515,7 +515,8 @@ absl::StatusOr<std::pair<std::string, std::string>> ParseS3Url(const std::string
 S3Backend::S3Backend(S3BackendOptions options)
     : options_(std::move(options)),
       client_(std::make_unique<S3Client>(options_.client)),
-      transfers_(std::make_unique<TaskThreads>(options_.transfer_threads)) {}
+      transfers_(std::make_unique<TaskThreads>(options_.transfer_threads)),
+      leases_(std::make_unique<S3Leases>(*client_, options_.bucket, options_.leases)) {}
 
 S3Backend::~S3Backend() = default;
 
@@ -775,6 +776,41 @@ absl::StatusOr<bool> S3Backend::Exists(const std::string& path) {
   if (info.ok()) return true;
   if (!absl::IsNotFound(info.status())) return info.status();
   return client_->AnyWithPrefix(options_.bucket, *key + "/");
+}
+
+namespace {
+
+// Both locks, the lease released first.
+class LeasedLock : public FileLock {
+ public:
+  LeasedLock(std::unique_ptr<FileLock> local, std::unique_ptr<FileLock> lease)
+      : local_(std::move(local)), lease_(std::move(lease)) {}
+  ~LeasedLock() override { lease_.reset(); }
+
+ private:
+  std::unique_ptr<FileLock> local_;
+  std::unique_ptr<FileLock> lease_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FileLock>> S3Backend::LockFile(const std::string& path,
+                                                              LockMode mode, bool wait) {
+  absl::StatusOr<std::string> key = KeyOf(path);
+  if (!key.ok()) return key.status();
+  // This process's holders wait here, without polling the store.
+  absl::StatusOr<std::unique_ptr<FileLock>> local = Backend::LockFile(path, mode, wait);
+  if (!local.ok()) return local.status();
+  absl::StatusOr<std::unique_ptr<FileLock>> lease = leases_->Acquire(*key, mode, wait, path);
+  if (!lease.ok()) return lease.status();
+  auto held = std::make_unique<LeasedLock>(std::move(*local), std::move(*lease));
+  // Removed while this waited for the lease: the path no longer names it.
+  absl::StatusOr<bool> exists = Exists(path);
+  if (!exists.ok()) return exists.status();
+  if (!*exists) {
+    return absl::NotFoundError(absl::StrCat("lock ", path, ": No such file or directory"));
+  }
+  return held;
 }
 
 absl::Status S3Backend::ReadFiles(absl::Span<const FileReads> reads, size_t* failed) {

@@ -35,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "daemon/storage/backend.h"
 #include "daemon/storage/s3/s3_client.h"
+#include "daemon/storage/s3/s3_leases.h"
 #include "daemon/storage/task_threads.h"
 
 namespace ckpt::storage::s3 {
@@ -56,6 +57,8 @@ struct S3BackendOptions {
   size_t read_gap_bytes = size_t{256} << 10;
   // 0: probe the server. Tests set it to skip or to force a value.
   int max_parts = 0;
+  // LockFile's leases (s3_leases.h).
+  LeaseOptions leases;
 };
 
 // What the probe found (also for the log).
@@ -96,6 +99,10 @@ class S3Backend : public Backend {
   absl::StatusOr<absl::Time> ModifiedTime(const std::string& path) override;
   // Every file's ranged GETs at once on the transfer threads.
   absl::Status ReadFiles(absl::Span<const FileReads> reads, size_t* failed) override;
+  // This process's lock, then a lease object (s3_leases.h), so that other
+  // processes and hosts see it too.
+  absl::StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path, LockMode mode,
+                                                     bool wait) override;
 
   // The key of a path of this backend's bucket; INVALID_ARGUMENT otherwise.
   absl::StatusOr<std::string> KeyOf(const std::string& path) const;
@@ -114,6 +121,7 @@ class S3Backend : public Backend {
   const S3BackendOptions options_;
   std::unique_ptr<S3Client> client_;
   std::unique_ptr<TaskThreads> transfers_;  // parts and ranged GETs in flight
+  std::unique_ptr<S3Leases> leases_;
   S3ServerLimits limits_;
 };
 

@@ -1,0 +1,138 @@
+// Leases as locks across processes (s3_leases.h) against the real server:
+// two S3Leases are two processes, each with its own holder id.
+#include <atomic>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/storage/s3/s3_leases.h"
+#include "tests/catch.h"
+#include "tests/support/s3_server.h"
+#include "tests/unit/daemon/storage/test_util.h"
+
+namespace ckpt::storage::s3 {
+namespace {
+
+constexpr char kKey[] = "job/step-5/COMMIT";
+const std::string kPrefix = std::string(kKey) + ".leases/";
+
+std::vector<std::string> Leases(S3Client& client, const std::string& bucket) {
+  absl::StatusOr<Listing> listing = client.List(bucket, kPrefix, "");
+  CKPT_REQUIRE_OK(listing);
+  std::vector<std::string> names;
+  for (const ListedObject& o : listing->objects) names.push_back(o.key.substr(kPrefix.size()));
+  return names;
+}
+
+TEST_CASE("lease names: only what ckpt writes parses", "[s3_plan]") {
+  std::optional<LeaseName> name = ParseLeaseName("x.00ff.1700000000000");
+  REQUIRE(name.has_value());
+  CHECK(name->exclusive);
+  CHECK(name->id == "00ff");
+  CHECK(name->expiry_ms == 1700000000000);
+  CHECK(ParseLeaseName("s.ab.1").has_value());
+  for (const char* bad : {"", "s", "s.ab", "q.ab.1", "s..1", "s.zz.1", "s.ab.-1", "s.ab.1.2",
+                          "s.ab.99999999999999999999", "s.ab.1x"}) {
+    INFO(bad);
+    CHECK(!ParseLeaseName(bad).has_value());
+  }
+}
+
+TEST_CASE("S3 leases: shared ones share, exclusive ones exclude, across holders", "[s3]") {
+  const std::string bucket = ckpt::testing::NewTestBucket("leases");
+  S3Client client(ckpt::testing::TestS3ClientOptions());
+  S3Leases a(client, bucket), b(client, bucket);
+  {
+    auto shared_a = a.Acquire(kKey, LockMode::kShared, /*wait=*/false, "pin A");
+    CKPT_REQUIRE_OK(shared_a);
+    auto shared_b = b.Acquire(kKey, LockMode::kShared, false, "pin B");
+    CKPT_REQUIRE_OK(shared_b);
+    CHECK(Leases(client, bucket).size() == 2);
+    const auto exclusive = b.Acquire(kKey, LockMode::kExclusive, false, "gc B");
+    CHECK(exclusive.status().code() == absl::StatusCode::kUnavailable);
+    CHECK(exclusive.status().message().find("gc B") != std::string::npos);
+    // The refused one left nothing behind.
+    CHECK(Leases(client, bucket).size() == 2);
+  }
+  CHECK(Leases(client, bucket).empty());
+
+  auto exclusive = a.Acquire(kKey, LockMode::kExclusive, false, "gc A");
+  CKPT_REQUIRE_OK(exclusive);
+  CHECK(b.Acquire(kKey, LockMode::kShared, false, "pin B").status().code() ==
+        absl::StatusCode::kUnavailable);
+  CHECK(b.Acquire(kKey, LockMode::kExclusive, false, "gc B").status().code() ==
+        absl::StatusCode::kUnavailable);
+  // A waiting pin gets the lock once, and only once, the exclusive one goes.
+  std::atomic<bool> got{false};
+  absl::Status waited;
+  std::thread waiter([&] {
+    auto pin = b.Acquire(kKey, LockMode::kShared, /*wait=*/true, "pin B");
+    waited = pin.status();
+    got = true;
+  });
+  CHECK(!got.load());
+  exclusive->reset();
+  waiter.join();
+  CHECK(waited.ok());
+  CHECK(Leases(client, bucket).empty());
+}
+
+TEST_CASE("S3 leases: a dead holder's lease lapses; a live one holds; foreign names are ignored",
+          "[s3]") {
+  const std::string bucket = ckpt::testing::NewTestBucket("lapses");
+  S3Client client(ckpt::testing::TestS3ClientOptions());
+  LeaseOptions options;
+  options.clock_skew = absl::Seconds(30);
+  S3Leases leases(client, bucket, options);
+  const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+  // Expired beyond the skew: its holder died.
+  const std::string dead = absl::StrCat(kPrefix, "s.dead.", now_ms - 31000);
+  CKPT_REQUIRE_OK(client.PutObject(bucket, dead, ""));
+  CKPT_REQUIRE_OK(client.PutObject(bucket, kPrefix + "not-a-lease", ""));
+  {
+    auto gc = leases.Acquire(kKey, LockMode::kExclusive, false, "gc");
+    CKPT_REQUIRE_OK(gc);
+  }
+  // The dead lease was cleared; the foreign object is not ckpt's to touch.
+  CHECK(Leases(client, bucket) == std::vector<std::string>{"not-a-lease"});
+  // Expired, but within the skew another host's clock may have: it holds.
+  const std::string late = absl::StrCat(kPrefix, "s.1a7e.", now_ms - 5000);
+  CKPT_REQUIRE_OK(client.PutObject(bucket, late, ""));
+  CHECK(leases.Acquire(kKey, LockMode::kExclusive, false, "gc").status().code() ==
+        absl::StatusCode::kUnavailable);
+  // A waiting exclusive lock gives up at its limit, naming the lease.
+  LeaseOptions brief = options;
+  brief.wait_limit = absl::Milliseconds(300);
+  S3Leases impatient(client, bucket, brief);
+  const auto timed_out = impatient.Acquire(kKey, LockMode::kExclusive, true, "gc");
+  CHECK(timed_out.status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(timed_out.status().message().find("s.1a7e.") != std::string::npos);
+}
+
+TEST_CASE("S3 leases: a holder renews its lease, and its release leaves none", "[s3]") {
+  const std::string bucket = ckpt::testing::NewTestBucket("renew");
+  S3Client client(ckpt::testing::TestS3ClientOptions());
+  LeaseOptions options;
+  options.ttl = absl::Seconds(3);
+  options.renew_every = absl::Milliseconds(100);
+  S3Leases leases(client, bucket, options);
+  auto pin = leases.Acquire(kKey, LockMode::kShared, false, "pin");
+  CKPT_REQUIRE_OK(pin);
+  std::vector<std::string> first = Leases(client, bucket);
+  REQUIRE(first.size() == 1);
+  const int64_t first_expiry = ParseLeaseName(first[0])->expiry_ms;
+  // Renewed: a lease with a later expiry replaces it (polled, 20 s at most).
+  int64_t latest = first_expiry;
+  for (absl::Time give_up = absl::Now() + absl::Seconds(20);
+       latest == first_expiry && absl::Now() < give_up;) {
+    for (const std::string& name : Leases(client, bucket)) {
+      latest = std::max(latest, ParseLeaseName(name)->expiry_ms);
+    }
+  }
+  CHECK(latest > first_expiry);
+  pin->reset();
+  CHECK(Leases(client, bucket).empty());
+}
+
+}  // namespace
+}  // namespace ckpt::storage::s3
