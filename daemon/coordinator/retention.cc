@@ -223,6 +223,9 @@ absl::StatusOr<GcResult> GarbageCollector::Collect(const std::string& job,
         out.reason = absl::StrCat("not deleted: ", s.message());
         continue;
       }
+      // The step's pins' leases (of holders that died, and this gc's own)
+      // go with it: left behind, they would keep step-N/ listed.
+      (void)backend_.RemoveAll(storage::StepDir(catalog_.root(), job, d.step));
       renamed.emplace_back(result.steps.size() - 1, dir);
       continue;
     }

@@ -745,6 +745,10 @@ absl::StatusOr<v1::LoadAssignment> LoadSession::PlanAcrossHosts(
   } else if (absl::IsNotFound(pinned.status())) {
     return WithContext(pinned.status(), absl::StrCat("step ", assignment->step(),
                                                      " was deleted while the hosts planned"));
+  } else if (backend.IsObjectStore()) {
+    // gc on another host would not see this load: not read unpinned.
+    return WithContext(pinned.status(),
+                       absl::StrCat("pinning step ", assignment->step(), " against gc"));
   }  // else locks do not work on this filesystem: gc cannot take the step either
   return assignment;
 }

@@ -166,7 +166,12 @@ absl::Status ChunkReader::ReadAll(absl::Span<const ChunkTarget> targets) {
   auto next = batches.begin();
   while (next != batches.end()) {
     std::vector<std::pair<const std::string*, FileReads>> reads;
-    if (files_.size() + std::min(batches.size(), kMaxOpenFiles) > kMaxOpenFiles) files_.clear();
+    size_t to_open = 0;  // of the next round's files, those not open yet
+    size_t round = 0;
+    for (auto it = next; it != batches.end() && round < kMaxOpenFiles; ++it, ++round) {
+      to_open += files_.count(it->first) == 0 ? 1 : 0;
+    }
+    if (files_.size() + to_open > kMaxOpenFiles) files_.clear();
     for (; next != batches.end() && reads.size() < kMaxOpenFiles; ++next) {
       const auto& [name, ops] = *next;
       absl::StatusOr<OpenFile*> open = Open(name, first_owner[name]);

@@ -162,7 +162,7 @@ TEST_CASE("ckptd on S3: save, resharded load, list, verify and gc", "[s3]") {
   // lease, unexpired, keeps gc off it.
   const std::string lease =
       absl::StrCat("root/job/step-1/", storage::kCommitName, ".leases/s.0f0e1d.",
-                   absl::ToUnixMillis(absl::Now() + absl::Minutes(5)));
+                   absl::ToUnixMillis(absl::Now() + absl::Seconds(60)));
   REQUIRE(s3.client.PutObject(s3.bucket, lease, "").ok());
   ExitInfo pinned = d.Ckptctl({"gc", "job", "--keep-last", "1", "--grace-s", "0"});
   INFO(pinned.output);

@@ -516,7 +516,7 @@ S3Backend::S3Backend(S3BackendOptions options)
     : options_(std::move(options)),
       client_(std::make_unique<S3Client>(options_.client)),
       transfers_(std::make_unique<TaskThreads>(options_.transfer_threads)),
-      leases_(std::make_unique<S3Leases>(*client_, options_.bucket, options_.leases)) {}
+      leases_(std::make_unique<S3Leases>(options_.client, options_.bucket, options_.leases)) {}
 
 S3Backend::~S3Backend() = default;
 

@@ -6,6 +6,7 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -18,6 +19,14 @@ constexpr char kLeases[] = ".leases/";
 // A key with more leases than this is not one ckpt made (a holder has one
 // or two): listing stops there rather than read without bound.
 constexpr size_t kMostLeases = 10000;
+// Dead holders' leases deleted per try: the rest wait for the next one.
+constexpr int kMostLapsedDeletes = 8;
+
+S3ClientOptions LeaseClient(S3ClientOptions options, absl::Duration deadline) {
+  options.retry.deadline = std::min(options.retry.deadline, deadline);
+  options.attempt_timeout = std::min(options.attempt_timeout, deadline);
+  return options;
+}
 
 std::string LeaseKey(const std::string& prefix, bool exclusive, const std::string& id,
                      absl::Time expiry) {
@@ -48,6 +57,7 @@ struct S3Leases::Held {
   std::string id;
   absl::Mutex mu;
   std::string key ABSL_GUARDED_BY(mu);  // the lease object now
+  absl::Time expiry ABSL_GUARDED_BY(mu);
   bool released ABSL_GUARDED_BY(mu) = false;
 };
 
@@ -61,8 +71,10 @@ class S3Leases::Lock : public FileLock {
   const std::shared_ptr<Held> held_;
 };
 
-S3Leases::S3Leases(S3Client& client, std::string bucket, LeaseOptions options)
-    : client_(client), bucket_(std::move(bucket)), options_(options) {
+S3Leases::S3Leases(const S3ClientOptions& client, std::string bucket, LeaseOptions options)
+    : client_(LeaseClient(client, options.call_deadline)),
+      bucket_(std::move(bucket)),
+      options_(options) {
   renewer_ = std::thread([this] { RenewLoop(); });
 }
 
@@ -80,11 +92,13 @@ std::string S3Leases::NewId() {
                          absl::Uniform<uint64_t>(random));
 }
 
-absl::Status S3Leases::TryOnce(Held& held) {
+absl::StatusOr<bool> S3Leases::TryOnce(Held& held, std::string* conflict) {
   std::string mine;
+  const absl::Time written = absl::Now();
   {
     absl::MutexLock lock(&held.mu);
-    held.key = LeaseKey(held.prefix, held.exclusive, held.id, absl::Now() + options_.ttl);
+    held.expiry = written + options_.ttl;
+    held.key = LeaseKey(held.prefix, held.exclusive, held.id, held.expiry);
     mine = held.key;
   }
   if (absl::Status s = client_.PutObject(bucket_, mine, ""); !s.ok()) {
@@ -96,23 +110,51 @@ absl::Status S3Leases::TryOnce(Held& held) {
     return absl::Status(listing.status().code(),
                         absl::StrCat("lock ", held.what, ": ", listing.status().message()));
   }
-  const int64_t now_ms = absl::ToUnixMillis(absl::Now());
-  const int64_t skew_ms = absl::ToInt64Milliseconds(options_.clock_skew);
-  std::string conflict;
+  const absl::Time now = absl::Now();
+  const int64_t lapsed_ms = absl::ToUnixMillis(now - options_.clock_skew);
+  // No holder writes an expiry further ahead than this (its clock ahead of
+  // ours by the skew at most).
+  const int64_t bogus_ms = absl::ToUnixMillis(now + options_.ttl + 2 * options_.clock_skew);
+  int deletes = 0;
+  conflict->clear();
   for (const ListedObject& object : listing->objects) {
+    if (!absl::StartsWith(object.key, held.prefix)) continue;  // not what was asked
     const std::optional<LeaseName> other = ParseLeaseName(object.key.substr(held.prefix.size()));
-    if (!other.has_value() || other->id == held.id) continue;
-    if (other->expiry_ms < now_ms - skew_ms) {
+    if (!other.has_value() || other->id == held.id || other->expiry_ms > bogus_ms) continue;
+    if (other->expiry_ms < lapsed_ms) {
       // Its holder stopped renewing (died): not a lock any more.
-      (void)client_.DeleteObject(bucket_, object.key);
+      if (deletes++ < kMostLapsedDeletes) (void)client_.DeleteObject(bucket_, object.key);
       continue;
     }
-    if (held.exclusive || other->exclusive) conflict = object.key;
+    if (held.exclusive || other->exclusive) *conflict = object.key;
   }
-  if (conflict.empty()) return absl::OkStatus();
+  if (conflict->empty()) {
+    // Slow answers ate into the lease: a fresh one before it counts.
+    if (absl::Now() - written > options_.ttl / 4) {
+      if (absl::Status s = Renew(held); !s.ok()) {
+        (void)client_.DeleteObject(bucket_, mine);
+        return s;
+      }
+    }
+    return true;
+  }
   (void)client_.DeleteObject(bucket_, mine);
-  return absl::UnavailableError(
-      absl::StrCat("lock ", held.what, ": held by another process (lease ", conflict, ")"));
+  return false;
+}
+
+absl::Status S3Leases::Renew(Held& held) {
+  absl::MutexLock lock(&held.mu);
+  if (held.released) return absl::OkStatus();
+  const absl::Time expiry = absl::Now() + options_.ttl;
+  const std::string renewed = LeaseKey(held.prefix, held.exclusive, held.id, expiry);
+  if (absl::Status s = client_.PutObject(bucket_, renewed, ""); !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("renewing the lease of ", held.what, ": ", s.message()));
+  }
+  (void)client_.DeleteObject(bucket_, held.key);
+  held.key = renewed;
+  held.expiry = expiry;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<FileLock>> S3Leases::Acquire(const std::string& key, LockMode mode,
@@ -125,13 +167,17 @@ absl::StatusOr<std::unique_ptr<FileLock>> S3Leases::Acquire(const std::string& k
   const absl::Time give_up = absl::Now() + options_.wait_limit;
   absl::Duration backoff = absl::Milliseconds(50);
   absl::BitGen jitter;
+  std::string conflict;
   while (true) {
-    absl::Status s = TryOnce(*held);
-    if (s.ok()) break;
-    if (!absl::IsUnavailable(s) || !wait) return s;
+    absl::StatusOr<bool> held_now = TryOnce(*held, &conflict);
+    if (!held_now.ok()) return held_now.status();
+    if (*held_now) break;
+    const std::string taken =
+        absl::StrCat("lock ", what, ": held by another process (lease ", conflict, ")");
+    if (!wait) return absl::UnavailableError(taken);
     if (absl::Now() >= give_up) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          s.message(), "; waited ", absl::FormatDuration(options_.wait_limit), " for it"));
+      return absl::DeadlineExceededError(
+          absl::StrCat(taken, "; waited ", absl::FormatDuration(options_.wait_limit), " for it"));
     }
     // No store notifies a waiter: poll, with backoff and jitter so that
     // two waiters do not keep meeting.
@@ -165,17 +211,16 @@ void S3Leases::RenewLoop() {
       held.assign(held_.begin(), held_.end());
     }
     for (const std::shared_ptr<Held>& h : held) {
-      absl::MutexLock lock(&h->mu);
-      if (h->released) continue;
-      const std::string renewed =
-          LeaseKey(h->prefix, h->exclusive, h->id, absl::Now() + options_.ttl);
-      if (absl::Status s = client_.PutObject(bucket_, renewed, ""); !s.ok()) {
-        std::fprintf(stderr, "ckptd: renewing the lease of %s: %s\n", h->what.c_str(),
-                     std::string(s.message()).c_str());
-        continue;
+      if (absl::Status s = Renew(*h); !s.ok()) {
+        bool lapsed = false;
+        {
+          absl::MutexLock lock(&h->mu);
+          lapsed = absl::Now() > h->expiry;
+        }
+        // Other hosts may now take the lock: say so, loudly.
+        std::fprintf(stderr, "ckptd: %s%s\n", std::string(s.message()).c_str(),
+                     lapsed ? " (the lease has lapsed: gc elsewhere may not see this pin)" : "");
       }
-      (void)client_.DeleteObject(bucket_, h->key);
-      h->key = renewed;
     }
   }
 }

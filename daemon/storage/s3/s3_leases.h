@@ -10,7 +10,9 @@
 // A holder renews its lease (a new object, then the old one deleted) well
 // before it expires; one that died stops renewing, and its lease is ignored
 // (and deleted by whoever sees it) once past its expiry by more than the
-// clock skew allowed between hosts. gc pins steps this way (PinStep), so a
+// clock skew allowed between hosts; one whose expiry lies further ahead
+// than any holder writes is not ckpt's and is ignored. Lease requests have
+// a client of their own with a short deadline. gc pins steps this way (PinStep), so a
 // load on another host or `ckptctl export` keeps a step from deletion.
 #ifndef CKPT_DAEMON_STORAGE_S3_S3_LEASES_H_
 #define CKPT_DAEMON_STORAGE_S3_S3_LEASES_H_
@@ -31,8 +33,11 @@
 namespace ckpt::storage::s3 {
 
 struct LeaseOptions {
-  absl::Duration ttl = absl::Seconds(60);
-  absl::Duration renew_every = absl::Seconds(15);
+  absl::Duration ttl = absl::Seconds(120);
+  absl::Duration renew_every = absl::Seconds(20);
+  // One lease request and its retries: far under ttl - renew_every, so a
+  // slow store costs a renewal, not the lease.
+  absl::Duration call_deadline = absl::Seconds(10);
   // Another host's clock may be this far behind ours: its lease counts
   // until expiry + skew.
   absl::Duration clock_skew = absl::Seconds(30);
@@ -51,7 +56,7 @@ std::optional<LeaseName> ParseLeaseName(absl::string_view name);
 
 class S3Leases {
  public:
-  S3Leases(S3Client& client, std::string bucket, LeaseOptions options = {});
+  S3Leases(const S3ClientOptions& client, std::string bucket, LeaseOptions options = {});
   ~S3Leases();  // after every lock it gave
 
   // A lease on key in mode; `what` names the lock in errors. UNAVAILABLE
@@ -63,14 +68,17 @@ class S3Leases {
  private:
   struct Held;
   class Lock;
-  // Writes a lease and lists the others: OK when none conflicts (the lease
-  // stays), UNAVAILABLE when one does (the lease is gone again).
-  absl::Status TryOnce(Held& held);
+  // Writes a lease and lists the others: true when none conflicts (the
+  // lease stays), false when one does (the lease is gone again; *conflict
+  // names it). An error is the store's.
+  absl::StatusOr<bool> TryOnce(Held& held, std::string* conflict);
+  // Replaces the lease with one expiring a ttl from now.
+  absl::Status Renew(Held& held);
   void Release(const std::shared_ptr<Held>& held);
   void RenewLoop();
   std::string NewId();
 
-  S3Client& client_;
+  S3Client client_;
   const std::string bucket_;
   const LeaseOptions options_;
   absl::Mutex mu_;

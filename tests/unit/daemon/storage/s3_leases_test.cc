@@ -13,6 +13,8 @@
 namespace ckpt::storage::s3 {
 namespace {
 
+using ckpt::testing::TestS3ClientOptions;
+
 constexpr char kKey[] = "job/step-5/COMMIT";
 const std::string kPrefix = std::string(kKey) + ".leases/";
 
@@ -40,8 +42,8 @@ TEST_CASE("lease names: only what ckpt writes parses", "[s3_plan]") {
 
 TEST_CASE("S3 leases: shared ones share, exclusive ones exclude, across holders", "[s3]") {
   const std::string bucket = ckpt::testing::NewTestBucket("leases");
-  S3Client client(ckpt::testing::TestS3ClientOptions());
-  S3Leases a(client, bucket), b(client, bucket);
+  S3Client client(TestS3ClientOptions());
+  S3Leases a(TestS3ClientOptions(), bucket), b(TestS3ClientOptions(), bucket);
   {
     auto shared_a = a.Acquire(kKey, LockMode::kShared, /*wait=*/false, "pin A");
     CKPT_REQUIRE_OK(shared_a);
@@ -80,21 +82,25 @@ TEST_CASE("S3 leases: shared ones share, exclusive ones exclude, across holders"
 TEST_CASE("S3 leases: a dead holder's lease lapses; a live one holds; foreign names are ignored",
           "[s3]") {
   const std::string bucket = ckpt::testing::NewTestBucket("lapses");
-  S3Client client(ckpt::testing::TestS3ClientOptions());
+  S3Client client(TestS3ClientOptions());
   LeaseOptions options;
   options.clock_skew = absl::Seconds(30);
-  S3Leases leases(client, bucket, options);
+  S3Leases leases(TestS3ClientOptions(), bucket, options);
   const int64_t now_ms = absl::ToUnixMillis(absl::Now());
   // Expired beyond the skew: its holder died.
   const std::string dead = absl::StrCat(kPrefix, "s.dead.", now_ms - 31000);
   CKPT_REQUIRE_OK(client.PutObject(bucket, dead, ""));
   CKPT_REQUIRE_OK(client.PutObject(bucket, kPrefix + "not-a-lease", ""));
+  // Further ahead than any holder writes: not a pin, whatever it claims.
+  const std::string bogus = absl::StrCat(kPrefix, "x.b0905.", now_ms + 86400000);
+  CKPT_REQUIRE_OK(client.PutObject(bucket, bogus, ""));
   {
     auto gc = leases.Acquire(kKey, LockMode::kExclusive, false, "gc");
     CKPT_REQUIRE_OK(gc);
   }
   // The dead lease was cleared; the foreign object is not ckpt's to touch.
-  CHECK(Leases(client, bucket) == std::vector<std::string>{"not-a-lease"});
+  CHECK(Leases(client, bucket) ==
+        std::vector<std::string>{"not-a-lease", bogus.substr(kPrefix.size())});
   // Expired, but within the skew another host's clock may have: it holds.
   const std::string late = absl::StrCat(kPrefix, "s.1a7e.", now_ms - 5000);
   CKPT_REQUIRE_OK(client.PutObject(bucket, late, ""));
@@ -103,7 +109,7 @@ TEST_CASE("S3 leases: a dead holder's lease lapses; a live one holds; foreign na
   // A waiting exclusive lock gives up at its limit, naming the lease.
   LeaseOptions brief = options;
   brief.wait_limit = absl::Milliseconds(300);
-  S3Leases impatient(client, bucket, brief);
+  S3Leases impatient(TestS3ClientOptions(), bucket, brief);
   const auto timed_out = impatient.Acquire(kKey, LockMode::kExclusive, true, "gc");
   CHECK(timed_out.status().code() == absl::StatusCode::kDeadlineExceeded);
   CHECK(timed_out.status().message().find("s.1a7e.") != std::string::npos);
@@ -111,11 +117,11 @@ TEST_CASE("S3 leases: a dead holder's lease lapses; a live one holds; foreign na
 
 TEST_CASE("S3 leases: a holder renews its lease, and its release leaves none", "[s3]") {
   const std::string bucket = ckpt::testing::NewTestBucket("renew");
-  S3Client client(ckpt::testing::TestS3ClientOptions());
+  S3Client client(TestS3ClientOptions());
   LeaseOptions options;
   options.ttl = absl::Seconds(3);
   options.renew_every = absl::Milliseconds(100);
-  S3Leases leases(client, bucket, options);
+  S3Leases leases(TestS3ClientOptions(), bucket, options);
   auto pin = leases.Acquire(kKey, LockMode::kShared, false, "pin");
   CKPT_REQUIRE_OK(pin);
   std::vector<std::string> first = Leases(client, bucket);
