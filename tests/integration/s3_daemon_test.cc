@@ -189,6 +189,33 @@ TEST_CASE("ckptd on S3: save, resharded load, list, verify and gc", "[s3]") {
   for (const ExitInfo& r : d.RunRanks("job", "load", 1, 1, 8, 2)) CHECK_FALSE(r.ok());
 }
 
+TEST_CASE("ckptd on S3 with a memory tier: the background copy commits into the bucket", "[s3]") {
+  TestDaemon d;
+  S3Root s3(d, "tier");
+  std::vector<std::string> flags = s3.flags;
+  flags.push_back(absl::StrCat("--memory_tier_bytes=", 16 << 20));
+  REQUIRE(d.Start(flags).ok());
+  // Saved to memory; the durable copy is the tier's, in the background.
+  RequireAllOk(d.RunRanks("tiered", "save", 2, 5, 1, 0, {"--tier=both"}));
+  REQUIRE(AwaitStatus(d, [](const v1::GetStatusResponse& s) { return s.memory_persists() == 1; }));
+  CHECK(d.Status().memory_persist_failures() == 0);
+  const std::map<int64_t, std::string> committed = s3.Committed("tiered");
+  REQUIRE(committed.size() == 1);
+  CHECK(committed.begin()->first == 5);
+  CHECK(s3.Uploads() == 0);
+  ExitInfo verify = d.Ckptctl({"verify", "tiered", "5"});
+  INFO(verify.output);
+  CHECK(verify.ok());
+  // Restarted, the memory is gone: three ranks load the bucket's copy.
+  d.Kill();
+  REQUIRE(d.Start(s3.flags).ok());
+  for (const ExitInfo& r : d.RunRanks("tiered", "load", 3, 5, 1, 2)) {
+    INFO(r.output);
+    CHECK(r.ok());  // every byte compared against the pattern the save wrote
+    CHECK(absl::StrContains(r.output, "tiers=durable"));
+  }
+}
+
 TEST_CASE("ckptd on S3 killed at random instants of a save: no half step, nothing left behind",
           "[s3]") {
   TestDaemon d;
