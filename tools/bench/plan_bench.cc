@@ -37,7 +37,9 @@
 //   replication, unique_shards, hosts, cached_plan_bytes (the memory the
 //   plan cache holds for the job: --plan_cache_mib must allow it),
 //   huge_heap (glibc's malloc asked for transparent huge pages, as
-//   deploy/ckptd.service runs ckptd; --no-huge-heap for glibc's default).
+//   deploy/ckptd.service runs ckptd; --no-huge-heap for glibc's default),
+//   peak_rss_mib (the process's peak resident memory: the hosts' plans as
+//   the coordinator receives them, the planners' scratch and the cache).
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -49,6 +51,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -365,6 +368,10 @@ int main(int argc, char** argv) {
       compact.all_s, compact.max_s, load_compact.all_s, load_compact.max_s);
   std::printf("first round (a fresh process's heap): save %.3f s, cache %.3f s, load %.3f s\n",
               first.save_plan_s, first.plan_cache_s, first.load_plan_s);
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux
+  std::printf("peak resident memory of this process: %.0f MiB\n", peak_rss_mib);
   if (json) {
     std::printf(
         "{\"save_plan_s\":%.4f,\"plan_cache_s\":%.4f,\"load_plan_s\":%.4f,"
@@ -374,13 +381,14 @@ int main(int argc, char** argv) {
         "\"node_load_compact_max_s\":%.5f,\"first_save_plan_s\":%.4f,\"first_plan_cache_"
         "s\":%.4f,\"first_load_plan_s\":%.4f,"
         "\"repeat\":%d,\"ranks\":%d,\"shards_per_rank\":%d,\"replication\":%d,"
-        "\"unique_shards\":%llu,\"hosts\":%zu,\"cached_plan_bytes\":%llu,\"huge_heap\":%s}\n",
+        "\"unique_shards\":%llu,\"hosts\":%zu,\"cached_plan_bytes\":%llu,\"huge_heap\":%s,"
+        "\"peak_rss_mib\":%.0f}\n",
         save_plan_s, plan_cache_s, load_plan_s, best.save_plan_cpu_s, best.load_plan_cpu_s,
         best.host_key_s, best.host_key_max_s, compact.all_s, compact.max_s, load_compact.all_s,
         load_compact.max_s, first.save_plan_s, first.plan_cache_s, first.load_plan_s, repeat,
         l.ranks, l.shards_per_rank, l.replication, static_cast<unsigned long long>(items),
         save_nodes.size(), static_cast<unsigned long long>(first.cached_bytes),
-        huge_heap ? "true" : "false");
+        huge_heap ? "true" : "false", peak_rss_mib);
   }
   return 0;
 }
