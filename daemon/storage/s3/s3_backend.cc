@@ -814,50 +814,40 @@ absl::StatusOr<std::unique_ptr<FileLock>> S3Backend::LockFile(const std::string&
 }
 
 absl::Status S3Backend::ReadFiles(absl::Span<const FileReads> reads, size_t* failed) {
-  std::vector<std::pair<const S3ReadableFile*, RangedGet>> gets;
+  struct Get {
+    const S3ReadableFile* file;
+    size_t index;  // in reads
+    RangedGet get;
+  };
+  std::vector<Get> gets;
   for (size_t i = 0; i < reads.size(); ++i) {
     const auto* file = dynamic_cast<const S3ReadableFile*>(reads[i].file);
     if (file == nullptr) return Backend::ReadFiles(reads, failed);  // not ours: one by one
-  }
-  std::vector<size_t> file_of;  // gets[k] reads reads[file_of[k]]
-  for (size_t i = 0; i < reads.size(); ++i) {
-    const auto* file = static_cast<const S3ReadableFile*>(reads[i].file);
     absl::StatusOr<std::vector<RangedGet>> planned = file->Plan(reads[i].ops);
     if (!planned.ok()) {
       *failed = i;
       return planned.status();
     }
-    for (RangedGet& get : *planned) {
-      gets.emplace_back(file, std::move(get));
-      file_of.push_back(i);
-    }
+    for (RangedGet& get : *planned) gets.push_back({file, i, std::move(get)});
   }
   if (gets.size() == 1) {  // one GET: on this thread
-    *failed = file_of[0];
-    return gets[0].first->Get(gets[0].second);
+    *failed = gets[0].index;
+    return gets[0].file->Get(gets[0].get);
   }
-  absl::Mutex mu;
-  absl::Status first;  // the first GET that failed, and its file
-  size_t first_file = 0;
+  std::vector<absl::Status> results(gets.size());  // each written by its own GET only
   Completion done;
   for (size_t k = 0; k < gets.size(); ++k) {
-    done.Run(*transfers_, [&, k] {
-      absl::Status s = gets[k].first->Get(gets[k].second);
-      if (!s.ok()) {
-        absl::MutexLock lock(&mu);
-        if (first.ok()) {
-          first = s;
-          first_file = file_of[k];
-        }
-      }
-      return s;
-    });
+    done.Run(*transfers_, [&, k] { return results[k] = gets[k].file->Get(gets[k].get); });
   }
-  absl::Status s = done.Wait();
-  if (s.ok()) return s;
-  absl::MutexLock lock(&mu);
-  *failed = first.ok() ? 0 : first_file;
-  return first.ok() ? s : first;
+  const absl::Status s = done.Wait();
+  for (size_t k = 0; k < gets.size(); ++k) {
+    if (!results[k].ok()) {
+      *failed = gets[k].index;
+      return results[k];
+    }
+  }
+  *failed = 0;
+  return s;  // OK, or the backend stopping before a GET could run
 }
 
 absl::StatusOr<absl::Time> S3Backend::ModifiedTime(const std::string& path) {

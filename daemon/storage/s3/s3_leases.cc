@@ -9,8 +9,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "proto/lib/secure_random.h"
 
 namespace ckpt::storage::s3 {
 namespace {
@@ -86,12 +86,6 @@ S3Leases::~S3Leases() {
   renewer_.join();
 }
 
-std::string S3Leases::NewId() {
-  absl::BitGen random;
-  return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(random),
-                         absl::Uniform<uint64_t>(random));
-}
-
 absl::StatusOr<bool> S3Leases::TryOnce(Held& held, std::string* conflict) {
   std::string mine;
   const absl::Time written = absl::Now();
@@ -163,7 +157,7 @@ absl::StatusOr<std::unique_ptr<FileLock>> S3Leases::Acquire(const std::string& k
   held->prefix = key + kLeases;
   held->what = what;
   held->exclusive = mode == LockMode::kExclusive;
-  held->id = NewId();
+  held->id = RandomHex(16);
   const absl::Time give_up = absl::Now() + options_.wait_limit;
   absl::Duration backoff = absl::Milliseconds(50);
   absl::BitGen jitter;

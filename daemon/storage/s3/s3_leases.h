@@ -76,7 +76,6 @@ class S3Leases {
   absl::Status Renew(Held& held);
   void Release(const std::shared_ptr<Held>& held);
   void RenewLoop();
-  std::string NewId();
 
   S3Client client_;
   const std::string bucket_;
