@@ -521,15 +521,17 @@ S3Backend::S3Backend(S3BackendOptions options)
 S3Backend::~S3Backend() = default;
 
 std::optional<RequestCounts> S3Backend::Requests() const {
-  const S3Stats& s = client_->stats();
   RequestCounts c;
   c.backend = "s3";
-  c.requests = s.requests.load(std::memory_order_relaxed);
-  c.retries = s.retries.load(std::memory_order_relaxed);
-  c.throttles = s.throttles.load(std::memory_order_relaxed);
-  c.failures = s.failures.load(std::memory_order_relaxed);
-  c.bytes_sent = s.bytes_sent.load(std::memory_order_relaxed);
-  c.bytes_received = s.bytes_received.load(std::memory_order_relaxed);
+  // Data and leases go through clients of their own: both are requests.
+  for (const S3Stats* s : {&client_->stats(), &leases_->stats()}) {
+    c.requests += s->requests.load(std::memory_order_relaxed);
+    c.retries += s->retries.load(std::memory_order_relaxed);
+    c.throttles += s->throttles.load(std::memory_order_relaxed);
+    c.failures += s->failures.load(std::memory_order_relaxed);
+    c.bytes_sent += s->bytes_sent.load(std::memory_order_relaxed);
+    c.bytes_received += s->bytes_received.load(std::memory_order_relaxed);
+  }
   return c;
 }
 

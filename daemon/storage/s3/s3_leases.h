@@ -64,6 +64,8 @@ class S3Leases {
   // backoff until free or wait_limit.
   absl::StatusOr<std::unique_ptr<FileLock>> Acquire(const std::string& key, LockMode mode,
                                                     bool wait, const std::string& what);
+  // The lease requests' counts (the backend's metrics add them).
+  const S3Stats& stats() const { return client_.stats(); }
 
  private:
   struct Held;
