@@ -332,6 +332,9 @@ TEST_CASE("the memory tier holds encoded chunks and persists them as they are",
   const std::map<DType, std::vector<char>> data = MakeData();
   // No codec asked: the daemon's --codec.
   SaveAll(d, "mem", 3, "", data, Tier::kMemoryAndDurable);
+  // WaitPersisted returned at the memory commit; the durable copy follows
+  // in the background.
+  REQUIRE(AwaitStatus(d, [](const v1::GetStatusResponse& s) { return s.memory_persists() == 1; }));
   for (LoadOptions::From from : {LoadOptions::From::kMemory, LoadOptions::From::kDurable}) {
     INFO("from " << static_cast<int>(from));
     std::map<DType, std::vector<char>> loaded;
