@@ -165,24 +165,24 @@ absl::Status ChunkReader::ReadAll(absl::Span<const ChunkTarget> targets) {
   // open together: none is closed while its reads run.
   auto next = batches.begin();
   while (next != batches.end()) {
-    std::vector<std::pair<const std::string*, FileReads>> reads;
     size_t to_open = 0;  // of the next round's files, those not open yet
     size_t round = 0;
     for (auto it = next; it != batches.end() && round < kMaxOpenFiles; ++it, ++round) {
       to_open += files_.count(it->first) == 0 ? 1 : 0;
     }
     if (files_.size() + to_open > kMaxOpenFiles) files_.clear();
-    for (; next != batches.end() && reads.size() < kMaxOpenFiles; ++next) {
+    std::vector<const std::string*> names;
+    std::vector<FileReads> files;
+    for (; next != batches.end() && files.size() < kMaxOpenFiles; ++next) {
       const auto& [name, ops] = *next;
       absl::StatusOr<OpenFile*> open = Open(name, first_owner[name]);
       if (!open.ok()) return open.status();
-      reads.push_back({&name, {(*open)->file.get(), ops}});
+      names.push_back(&name);
+      files.push_back({(*open)->file.get(), ops});
     }
-    std::vector<FileReads> files;
-    for (const auto& [name, read] : reads) files.push_back(read);
     size_t failed = 0;
     if (absl::Status s = backend_.ReadFiles(files, &failed); !s.ok()) {
-      const std::string& name = *reads[failed].first;
+      const std::string& name = *names[failed];
       return WithContext(s, absl::StrCat("reading ", batches[name].size(), " chunks (",
                                          first_owner[name], ", ...)"));
     }
