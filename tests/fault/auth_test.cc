@@ -319,10 +319,11 @@ TEST_CASE("other local users: refused unless allow-listed, and never on another 
       }
     }
 
-    // And the job it made is its own: root (an operator) sees it, the user
-    // lists it.
+    // And the job it saved is its own (its owner recorded): the user lists
+    // it. (rootjob-mine was only attached: its claim goes with the probe's
+    // session, and with it any owner.)
     const ExitInfo mine =
-        user.Run({CkptctlPath(), "--socket=" + d.socket(), "list", "rootjob-mine"});
+        user.Run({CkptctlPath(), "--socket=" + d.socket(), "list", "rootjob-own"});
     INFO(mine.output);
     CHECK(mine.ok());
   }
