@@ -992,7 +992,10 @@ TEST_CASE("a load's memory files go read-only to its own job's ranks only, while
   // files' pages are taken back (the budget no longer counts them).
   REQUIRE(owner.Save(2, v1::SAVE_TIER_MEMORY, Model(2048, 8)).ok());
   REQUIRE(owner.Save(3, v1::SAVE_TIER_MEMORY, Model(2048, 9)).ok());
-  REQUIRE(MemorySteps(d.Status(), "owner") == std::vector<int64_t>{3});
+  // Step 2 leaves the tier once its background copy to disk is done.
+  REQUIRE(AwaitStatus(d, [](const v1::GetStatusResponse& s) {
+    return MemorySteps(s, "owner") == std::vector<int64_t>{3};
+  }));
   for (const segments::ReceivedSegment& file : table->segments) {
     struct stat st {};
     REQUIRE(fstat(file.fd.get(), &st) == 0);
