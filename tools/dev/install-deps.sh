@@ -20,6 +20,9 @@ packages=(
   # The S3 server of the tests and benchmarks (tools/dev/s3-server.sh):
   # Swift with its s3api middleware.
   swift swift-proxy swift-account swift-container swift-object memcached curl
+  # Coordinators elect their leader through etcd (docs/failover.md): the
+  # server the tests start, etcdctl, and the protos the stubs come from.
+  etcd-server etcd-client golang-etcd-server-dev
 )
 
 sudo=""
