@@ -178,6 +178,18 @@ ABSL_FLAG(std::string, coordinator_tls_ca_file, "",
           "The CA that signed the coordinator's certificate (PEM; default: the system's)");
 ABSL_FLAG(std::string, coordinator_token_file, "",
           "File holding the coordinator's admin token (mode 0600)");
+// Coordinator failover (docs/failover.md).
+ABSL_FLAG(std::string, etcd_endpoints, "",
+          "etcd members host:port,... With --coordinator: campaign to lead the coordinators "
+          "through etcd's election; without: follow the leader etcd names (instead of "
+          "--coordinator_address)");
+ABSL_FLAG(std::string, etcd_election, "/ckpt/coordinator",
+          "The election's etcd key prefix: one per cluster of coordinators and nodes");
+ABSL_FLAG(double, etcd_lease_ttl_s, 5.0,
+          "Coordinator: its leadership's etcd lease; a dead leader is replaced within about "
+          "this long");
+ABSL_FLAG(std::string, coordinator_advertise_address, "",
+          "Coordinator with etcd: the host:port nodes reach it at (default: --listen_address)");
 ABSL_FLAG(std::string, failure_domain, "", "This host's failure domain, e.g. its rack");
 ABSL_FLAG(std::string, peer_address, "",
           "host:port of the peer data channel other daemons send bytes to (port 0: any); "
@@ -317,6 +329,10 @@ int main(int argc, char** argv) {
   o.coordinator_tls_ca_file = absl::GetFlag(FLAGS_coordinator_tls_ca_file);
   o.coordinator_token_file = absl::GetFlag(FLAGS_coordinator_token_file);
   o.failure_domain = absl::GetFlag(FLAGS_failure_domain);
+  o.etcd_endpoints = absl::GetFlag(FLAGS_etcd_endpoints);
+  o.etcd_election = absl::GetFlag(FLAGS_etcd_election);
+  o.etcd_lease_ttl = absl::Seconds(absl::GetFlag(FLAGS_etcd_lease_ttl_s));
+  o.coordinator_advertise_address = absl::GetFlag(FLAGS_coordinator_advertise_address);
   o.peer_address = absl::GetFlag(FLAGS_peer_address);
   o.peer_frame_auth = absl::GetFlag(FLAGS_peer_frame_auth);
   o.peer_wait = absl::Seconds(absl::GetFlag(FLAGS_peer_wait_s));

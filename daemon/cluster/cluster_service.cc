@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "proto/lib/cluster_protocol.h"
 #include "proto/lib/grpc_status.h"
 
 namespace ckpt::cluster {
@@ -49,6 +50,13 @@ grpc::Status ClusterServiceImpl::Register(grpc::ServerContext* context,
                                           v1::RegisterHostResponse* response) {
   absl::StatusOr<auth::Caller> caller = auth_.Authorize(*context, auth::Permission::kAdmin);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
+  if (absl::Status s = CheckLeading(); !s.ok()) return ToGrpcStatus(s);
+  if (absl::Status s = CheckClusterProtocol(
+          request->protocol_version(), absl::StrCat("host ", request->host().host().substr(0, 256)),
+          "this coordinator");
+      !s.ok()) {
+    return ToGrpcStatus(s);
+  }
   if (absl::Status s = registry_.Register(*request, MonotonicNow()); !s.ok())
     return ToGrpcStatus(s);
   // A host registers anew after its daemon restarted (or after it was
@@ -64,6 +72,8 @@ grpc::Status ClusterServiceImpl::Register(grpc::ServerContext* context,
   response->set_coordinator_instance(options_.instance);
   response->set_heartbeat_interval_ms(
       static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
+  response->set_protocol_version(kClusterProtocolVersion);
+  response->set_epoch(epoch());
   return grpc::Status::OK;
 }
 
@@ -72,8 +82,10 @@ grpc::Status ClusterServiceImpl::Heartbeat(grpc::ServerContext* context,
                                            v1::HeartbeatResponse* response) {
   absl::StatusOr<auth::Caller> caller = auth_.Authorize(*context, auth::Permission::kAdmin);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
+  if (absl::Status s = CheckLeading(); !s.ok()) return ToGrpcStatus(s);
   const bool known = registry_.Heartbeat(*request, MonotonicNow());
   response->set_register_again(!known);
+  response->set_epoch(epoch());
   if (known) {
     // What it carries now, for when it is lost (host_ranks.h).
     for (coordinator::Coordinator* c : Coordinators())
@@ -130,6 +142,12 @@ std::vector<coordinator::Coordinator*> ClusterServiceImpl::Coordinators() const 
   return all;
 }
 
+absl::Status ClusterServiceImpl::CheckLeading() const {
+  return options_.leading ? options_.leading() : absl::OkStatus();
+}
+
+void ClusterServiceImpl::ForgetHosts() { registry_.Clear(); }
+
 bool ClusterServiceImpl::HostLive(const std::string& host) const {
   return registry_.Live(host, MonotonicNow());
 }
@@ -151,6 +169,8 @@ grpc::Status ClusterServiceImpl::ClusterStatus(grpc::ServerContext* context,
     response->set_saves_in_flight(static_cast<uint32_t>(options_.coordinator->saves_in_flight()));
     response->set_loads_gathering(static_cast<uint32_t>(options_.coordinator->loads_gathering()));
   }
+  response->set_protocol_version(kClusterProtocolVersion);
+  if (options_.describe_election) options_.describe_election(*response->mutable_election());
   return grpc::Status::OK;
 }
 

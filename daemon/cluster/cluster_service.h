@@ -36,6 +36,13 @@ struct ClusterServiceOptions {
   // Verifies of memory-tier steps spread over hosts: their orders ride on
   // heartbeat answers; or null.
   VerifyRounds* verify_rounds = nullptr;
+  // A coordinator elected through etcd (docs/failover.md): OK while it
+  // leads, else why not; nodes' calls are refused with it. Null: one
+  // coordinator, always leading.
+  std::function<absl::Status()> leading;
+  std::function<int64_t()> epoch;  // the term's; null: 0
+  // Fills ClusterStatus's election part (who leads, candidates, etcd).
+  std::function<void(v1::CoordinatorElection&)> describe_election;
 };
 
 class ClusterServiceImpl final : public v1::ClusterService::Service {
@@ -52,6 +59,12 @@ class ClusterServiceImpl final : public v1::ClusterService::Service {
 
   // Registered, and heard from within the heartbeat timeout.
   bool HostLive(const std::string& host) const;
+  // OK while this coordinator leads (ClusterServiceOptions::leading).
+  absl::Status CheckLeading() const;
+  int64_t epoch() const { return options_.epoch ? options_.epoch() : 0; }
+  // A new term: hosts registered in an earlier one register again (their
+  // saves of that term are over).
+  void ForgetHosts();
   // Every host registered, lost ones too (ckptctl verify asks the live
   // ones, and finds replicas' places by their domains).
   v1::ClusterStatusResponse Registry() const;

@@ -40,12 +40,10 @@ class RemoteCoordinatorClient::Call {
   std::string reason_ ABSL_GUARDED_BY(mu_);
 };
 
-RemoteCoordinatorClient::RemoteCoordinatorClient(std::shared_ptr<grpc::Channel> channel,
-                                                 std::string address, absl::Duration longest_call,
+RemoteCoordinatorClient::RemoteCoordinatorClient(Target target, absl::Duration longest_call,
                                                  std::function<bool()> registered,
                                                  absl::Duration registration_wait)
-    : stub_(v1::CoordinatorService::NewStub(std::move(channel))),
-      address_(std::move(address)),
+    : target_(std::move(target)),
       longest_call_(longest_call),
       registered_(std::move(registered)),
       registration_wait_(registration_wait) {}
@@ -56,8 +54,19 @@ absl::Status RemoteCoordinatorClient::Finish(const grpc::Status& status, const C
   const std::string cancelled = call.reason();
   if (!cancelled.empty()) return absl::UnavailableError(cancelled);
   const absl::Status s = FromGrpcStatus(status);
-  return absl::Status(s.code(),
-                      absl::StrCat("coordinator ", address_, " (", what, "): ", s.message()));
+  return absl::Status(
+      s.code(), absl::StrCat("coordinator ", target_.address(), " (", what, "): ", s.message()));
+}
+
+absl::StatusOr<std::unique_ptr<v1::CoordinatorService::Stub>> RemoteCoordinatorClient::Stub()
+    const {
+  std::shared_ptr<grpc::Channel> channel = target_.channel();
+  if (channel == nullptr) {
+    return absl::UnavailableError(
+        "no coordinator leads (etcd names none, or cannot be reached): try again once one is "
+        "elected");
+  }
+  return v1::CoordinatorService::NewStub(std::move(channel));
 }
 
 void RemoteCoordinatorClient::AwaitRegistered() const {
@@ -68,27 +77,39 @@ void RemoteCoordinatorClient::AwaitRegistered() const {
 
 absl::StatusOr<v1::SaveAssignment> RemoteCoordinatorClient::PlanSave(const v1::NodeSavePlan& plan) {
   AwaitRegistered();
+  absl::StatusOr<std::unique_ptr<v1::CoordinatorService::Stub>> stub = Stub();
+  if (!stub.ok()) return stub.status();
   Call call(*this, longest_call_);
   v1::SaveAssignment assignment;
-  const grpc::Status status = stub_->PlanSave(&call.context, plan, &assignment);
+  const grpc::Status status = (*stub)->PlanSave(&call.context, plan, &assignment);
   if (absl::Status s = Finish(status, call, "planning"); !s.ok()) return s;
+  if (target_.min_epoch && assignment.epoch() < target_.min_epoch()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("coordinator ", target_.address(), " planned the save under leader epoch ",
+                     assignment.epoch(), ", below epoch ", target_.min_epoch(),
+                     " (it was deposed): not written"));
+  }
   return assignment;
 }
 
 absl::StatusOr<v1::LoadAssignment> RemoteCoordinatorClient::PlanLoad(const v1::NodeLoadPlan& plan) {
   AwaitRegistered();
+  absl::StatusOr<std::unique_ptr<v1::CoordinatorService::Stub>> stub = Stub();
+  if (!stub.ok()) return stub.status();
   Call call(*this, longest_call_);
   v1::LoadAssignment assignment;
-  const grpc::Status status = stub_->PlanLoad(&call.context, plan, &assignment);
+  const grpc::Status status = (*stub)->PlanLoad(&call.context, plan, &assignment);
   if (absl::Status s = Finish(status, call, "planning the load"); !s.ok()) return s;
   return assignment;
 }
 
 absl::StatusOr<v1::CommitResult> RemoteCoordinatorClient::ReportPersisted(
     const v1::NodePersistReport& report) {
+  absl::StatusOr<std::unique_ptr<v1::CoordinatorService::Stub>> stub = Stub();
+  if (!stub.ok()) return stub.status();
   Call call(*this, longest_call_);
   v1::CommitResult result;
-  const grpc::Status status = stub_->ReportPersisted(&call.context, report, &result);
+  const grpc::Status status = (*stub)->ReportPersisted(&call.context, report, &result);
   if (absl::Status s = Finish(status, call, "commit"); !s.ok()) return s;
   return result;
 }
@@ -101,11 +122,13 @@ void RemoteCoordinatorClient::AbortSave(const v1::AbortSaveRequest& request) {
     v1::AbortSaveRequest request;
     v1::AbortSaveResponse response;
   };
+  absl::StatusOr<std::unique_ptr<v1::CoordinatorService::Stub>> stub = Stub();
+  if (!stub.ok()) return;  // none leads: no save of it lives on
   auto* pending = new Pending;
   pending->request = request;
   pending->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
-  stub_->async()->AbortSave(&pending->context, &pending->request, &pending->response,
-                            [pending](const grpc::Status&) { delete pending; });
+  (*stub)->async()->AbortSave(&pending->context, &pending->request, &pending->response,
+                              [pending](const grpc::Status&) { delete pending; });
 }
 
 void RemoteCoordinatorClient::Close(const std::string& reason) {

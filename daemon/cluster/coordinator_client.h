@@ -78,13 +78,20 @@ class LocalCoordinatorClient final : public CoordinatorClient {
 // contact with the coordinator (a cut link never closes the connection).
 class RemoteCoordinatorClient final : public CoordinatorClient {
  public:
-  // `registered` says whether this host is registered with the
-  // coordinator: a plan waits for that a while (a daemon just restarted
-  // registers once its earlier instance is declared gone) instead of
-  // being refused.
-  RemoteCoordinatorClient(std::shared_ptr<grpc::Channel> channel, std::string address,
-                          absl::Duration longest_call, std::function<bool()> registered,
-                          absl::Duration registration_wait);
+  // Where the coordinator is now (the link's channel and address: they
+  // change when a new leader is elected); a null channel while none
+  // leads. `registered` says whether this host is registered with the
+  // coordinator: a plan waits for that a while (a daemon just restarted,
+  // or a new leader elected, registers first) instead of being refused.
+  // `min_epoch`: plans from a lower leader epoch are refused (a deposed
+  // leader's); null: none are.
+  struct Target {
+    std::function<std::shared_ptr<grpc::Channel>()> channel;
+    std::function<std::string()> address;
+    std::function<int64_t()> min_epoch;
+  };
+  RemoteCoordinatorClient(Target target, absl::Duration longest_call,
+                          std::function<bool()> registered, absl::Duration registration_wait);
   absl::StatusOr<v1::SaveAssignment> PlanSave(const v1::NodeSavePlan& plan) override;
   absl::StatusOr<v1::CommitResult> ReportPersisted(const v1::NodePersistReport& report) override;
   void AbortSave(const v1::AbortSaveRequest& request) override;
@@ -98,11 +105,12 @@ class RemoteCoordinatorClient final : public CoordinatorClient {
   // A call's context, registered for CancelAll while it runs.
   class Call;
   absl::Status Finish(const grpc::Status& status, const Call& call, const char* what) const;
+  // The coordinator's stub now; UNAVAILABLE while none leads.
+  absl::StatusOr<std::unique_ptr<v1::CoordinatorService::Stub>> Stub() const;
   // A plan waits a while for this host to be registered (see above).
   void AwaitRegistered() const;
 
-  const std::unique_ptr<v1::CoordinatorService::Stub> stub_;
-  const std::string address_;
+  const Target target_;
   const absl::Duration longest_call_;
   const std::function<bool()> registered_;
   const absl::Duration registration_wait_;

@@ -1,8 +1,11 @@
-// A node daemon's link to the coordinator (--coordinator_address): registers
-// this host, then heartbeats at the interval the coordinator asks for; when
-// the coordinator does not know this instance (it restarted, or declared
-// the host lost) it registers again. Contact lost and regained is logged
-// once each, not per attempt.
+// A node daemon's link to the coordinator (--coordinator_address, or the
+// leader etcd names: Follow): registers this host, then heartbeats at the
+// interval the coordinator asks for; when the coordinator does not know
+// this instance (it restarted, declared the host lost, or is a new leader)
+// it registers again. Contact lost and regained is logged once each, not
+// per attempt. Registration exchanges protocol versions
+// (proto/lib/cluster_protocol.h); answers from an epoch lower than the
+// highest seen are a deposed leader's and count as no answer.
 //
 // Thread-safety: one background thread; the accessors are safe anywhere.
 #ifndef CKPT_DAEMON_CLUSTER_COORDINATOR_LINK_H_
@@ -16,7 +19,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -25,7 +30,7 @@
 namespace ckpt::cluster {
 
 struct CoordinatorLinkOptions {
-  std::string address;      // "host:port" (TLS) or "unix:<path>"
+  std::string address;      // "host:port" (TLS) or "unix:<path>"; empty: until Follow
   std::string tls_ca_file;  // the coordinator's CA; empty: the system's
   std::string token_file;   // the cluster's admin token (mode 0600)
   v1::RegisterHostRequest self;
@@ -52,8 +57,18 @@ class CoordinatorLink {
   CoordinatorLink& operator=(const CoordinatorLink&) = delete;
 
   bool registered() const { return registered_.load(std::memory_order_acquire); }
-  // The connection to the coordinator, for its CoordinatorService too.
-  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
+  // The connection to the coordinator, for its CoordinatorService too; and
+  // the address it goes to. Both change when the link follows a new leader.
+  std::shared_ptr<grpc::Channel> channel() const;
+  std::string address() const;
+  // Talk to the coordinator at `address`, the leader of `epoch`, from now
+  // on: a new connection, registered anew. Empty: none leads (the link
+  // waits).
+  void Follow(const std::string& address, int64_t epoch);
+  // The highest leader epoch seen (etcd's or the coordinator's answers).
+  int64_t highest_epoch() const { return highest_epoch_.load(std::memory_order_acquire); }
+  // Why the last registration was refused, "" after one succeeded.
+  std::string last_refusal() const;
   // When the coordinator last answered (a registration or a heartbeat);
   // the start when it never did. A host silent past the heartbeat timeout
   // is lost to the coordinator: its saves spread over hosts are over.
@@ -64,12 +79,29 @@ class CoordinatorLink {
  private:
   explicit CoordinatorLink(CoordinatorLinkOptions options) : options_(std::move(options)) {}
   void Run();
-  absl::Status RegisterOnce(absl::Duration* interval);
-  absl::StatusOr<bool> HeartbeatOnce(absl::Duration interval);  // false: register again
+  // The coordinator now followed: its address and stub (null: none).
+  struct Target {
+    std::string address;
+    std::shared_ptr<grpc::Channel> channel;
+    std::shared_ptr<v1::ClusterService::Stub> stub;
+  };
+  Target CurrentTarget() const;
+  void Connect(const std::string& address);  // under mu_
+  absl::Status RegisterOnce(const Target& target, absl::Duration* interval);
+  // false: register again.
+  absl::StatusOr<bool> HeartbeatOnce(const Target& target, absl::Duration interval);
+  // An answer from a lower epoch than seen: the deposed leader's.
+  absl::Status CheckEpoch(const Target& target, int64_t epoch);
+  void SawEpoch(int64_t epoch);
 
   const CoordinatorLinkOptions options_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::ClusterService::Stub> stub_;
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  mutable absl::Mutex mu_;
+  Target target_ ABSL_GUARDED_BY(mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // bumped by Follow
+  std::string last_refusal_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar changed_;  // Follow or Stop: the loop wakes
+  std::atomic<int64_t> highest_epoch_{0};
   std::atomic<int64_t> last_contact_ns_{absl::ToUnixNanos(absl::Now())};
   std::atomic<bool> registered_{false};
   absl::Notification stop_;

@@ -122,7 +122,10 @@ grpc::Status CoordinatorServiceImpl::PlanSave(grpc::ServerContext* context,
     return Refuse(disagreement());
   }
   if (!assignment.ok()) return Refuse(assignment.status());
+  // Planned under this term: a leader deposed meanwhile gives no plan.
+  if (absl::Status s = cluster_.CheckLeading(); !s.ok()) return Refuse(s);
   *response = std::move(*assignment);
+  response->set_epoch(cluster_.epoch());
   return grpc::Status::OK;
 }
 

@@ -13,6 +13,9 @@ absl::Status AdmitHost(const auth::Authenticator& auth, const ClusterServiceImpl
   absl::StatusOr<auth::Caller> caller = auth.Authorize(context, auth::Permission::kAdmin);
   if (!caller.ok()) return caller.status();
   if (absl::Status s = ValidateName("host", host.host()); !s.ok()) return s;
+  // A standby (or deposed) coordinator serves no node: the message names
+  // the leader, so the node's error does too.
+  if (absl::Status s = cluster.CheckLeading(); !s.ok()) return s;
   if (!cluster.HostLive(host.host())) {
     return absl::FailedPreconditionError(absl::StrCat(
         "host ", host.host(),

@@ -52,6 +52,11 @@ void KeepCarried(const google::protobuf::RepeatedPtrField<v1::CarriedJob>& from,
 
 }  // namespace
 
+void HostRegistry::Clear() {
+  absl::MutexLock lock(&mu_);
+  hosts_.clear();
+}
+
 absl::Status HostRegistry::Register(const v1::RegisterHostRequest& request, absl::Time now) {
   const std::string& name = request.host().host();
   if (absl::Status s = ValidateName("host", name); !s.ok()) return s;

@@ -40,6 +40,8 @@ class HostRegistry {
   // while another live instance holds the name; RESOURCE_EXHAUSTED beyond
   // max_hosts when no lost host can make room.
   absl::Status Register(const v1::RegisterHostRequest& request, absl::Time now);
+  // Every host is forgotten (a new leader's term): they register again.
+  void Clear();
   // false: register again (unknown host, other instance, or lost).
   bool Heartbeat(const v1::HeartbeatRequest& request, absl::Time now);
   // Marks hosts silent past the timeout lost; returns those newly lost.

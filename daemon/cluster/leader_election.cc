@@ -69,8 +69,14 @@ absl::Status LeaderElection::CheckLeading() const {
 }
 
 void LeaderElection::Renew() {
+  // A failed renewal is retried soon: etcd electing a new raft leader (a
+  // member lost) refuses renewals for a second or two, and the lease's
+  // validity must not run out meanwhile.
   const absl::Duration every = options_.lease_ttl / 4;
-  while (!stop_.WaitForNotificationWithTimeout(every)) {
+  const absl::Duration retry = absl::Milliseconds(100);
+  absl::Duration wait = every;
+  while (!stop_.WaitForNotificationWithTimeout(wait)) {
+    wait = every;
     const int64_t lease = lease_.load(std::memory_order_acquire);
     if (lease == 0) continue;
     const absl::Time sent = absl::Now();
@@ -80,6 +86,8 @@ void LeaderElection::Renew() {
       renewed_at_ns_.store(absl::ToUnixNanos(sent), std::memory_order_release);
     } else if (absl::IsNotFound(left.status())) {
       lease_gone_.store(true, std::memory_order_release);
+    } else {
+      wait = retry;
     }
   }
 }
@@ -164,7 +172,10 @@ void LeaderElection::Stand() {
       absl::MutexLock lock(&mu_);
       not_leading_ = absl::StrCat("its term (epoch ", key->revision, ") ended: ", over);
     }
-    if (options_.on_deposed) options_.on_deposed(over);
+    if (options_.on_deposed) {
+      options_.on_deposed(absl::StrCat("coordinator ", options_.address, " stopped leading (epoch ",
+                                       key->revision, "): ", over));
+    }
     (void)etcd_.RevokeLease(*lease);
     return;
   }

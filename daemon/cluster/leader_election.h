@@ -42,8 +42,8 @@ struct LeaderElectionOptions {
   absl::Duration lease_ttl = absl::Seconds(5);
   // Elected: the epoch of the new term. Runs before leading() turns true.
   std::function<void(int64_t epoch)> on_elected;
-  // The term ended without a resignation: why (the coordinator fails what
-  // it had in flight, naming it).
+  // The term ended without a resignation: why, naming this coordinator and
+  // the term's epoch (the coordinator fails what it had in flight with it).
   std::function<void(const std::string& reason)> on_deposed;
 };
 

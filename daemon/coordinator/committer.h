@@ -13,6 +13,7 @@
 #ifndef CKPT_DAEMON_COORDINATOR_COMMITTER_H_
 #define CKPT_DAEMON_COORDINATOR_COMMITTER_H_
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -24,12 +25,19 @@
 #include "ckpt/v1/coordinator.pb.h"
 #include "ckpt/v1/manifest.pb.h"
 #include "daemon/coordinator/catalog.h"
+#include "daemon/coordinator/epoch_fence.h"
 #include "daemon/coordinator/retention.h"
 #include "daemon/coordinator/retention_runner.h"
 #include "daemon/planning/retention_policy.h"
 #include "daemon/storage/backend.h"
 
 namespace ckpt::coordinator {
+
+// A coordinator elected through etcd fences its commits (epoch_fence.h).
+struct CommitFencing {
+  std::function<int64_t()> epoch;  // the current term's; 0: no fence
+  StillLeading still_leading;      // asked in the fence and again just before the commit
+};
 
 class Committer {
  public:
@@ -53,13 +61,25 @@ class Committer {
   void Retain(const std::string& job);
 
   void EnableRetention(planning::RetentionConfig config);
+  // Call once, before serving.
+  void FenceCommits(CommitFencing fencing) { fencing_ = std::move(fencing); }
+  // Commits the fence refused: a newer leader had committed to the job.
+  uint64_t fenced_commits() const { return fenced_commits_.load(std::memory_order_relaxed); }
   const planning::RetentionConfig& retention() const { return retention_config_; }
   GarbageCollector& garbage_collector() { return gc_; }
 
  private:
   storage::Backend& backend_;
   Catalog& catalog_;
-  absl::Mutex mu_;  // one commit at a time; guards the protocol on disk
+  // The job's fence for a commit under the current epoch; null without
+  // an election. Counts refusals.
+  absl::StatusOr<std::unique_ptr<EpochFence>> EnterFence(const std::string& job);
+  // commit_point with the leadership asked first.
+  std::function<absl::Status()> FencedCommitPoint(const std::function<absl::Status()>& point) const;
+
+  absl::Mutex mu_;         // one commit at a time; guards the protocol on disk
+  CommitFencing fencing_;  // set before serving
+  mutable std::atomic<uint64_t> fenced_commits_{0};
   GarbageCollector gc_;
   planning::RetentionConfig retention_config_;  // set before serving
   std::unique_ptr<RetentionRunner> retention_;  // last: stops before gc_ goes

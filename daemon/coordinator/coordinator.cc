@@ -85,6 +85,10 @@ void Coordinator::HostRegistered(const std::string& host) {
   loads_.HostRegistered(host);
 }
 
+void Coordinator::AbortAll(const std::string& reason) {
+  saves_.AbortAll(absl::UnavailableError(reason));
+}
+
 void Coordinator::ExpireSaves(absl::Time now) {
   saves_.ExpireSaves(now);
   loads_.ExpireLoads(now);

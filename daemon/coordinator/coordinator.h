@@ -117,6 +117,13 @@ class Coordinator {
   // rename.
   void HostLost(const std::string& host, const std::string& reason);
   void HostRegistered(const std::string& host);
+  // This coordinator stopped leading (docs/failover.md): every save in
+  // flight fails with `reason` on every host (save_gathering.h AbortAll).
+  void AbortAll(const std::string& reason);
+  // Commits fenced by the leader's epoch (epoch_fence.h). Call once,
+  // before serving.
+  void FenceCommits(CommitFencing fencing) { committer_.FenceCommits(std::move(fencing)); }
+  uint64_t fenced_commits() const { return committer_.fenced_commits(); }
   // Fails saves past their deadline: gathering (ranks that never came) or
   // writing (hosts that never reported), whether or not a host waits on
   // them; and saves and loads gathering past the lost-ranks grace

@@ -710,6 +710,26 @@ bool SaveGathering::AbortSave(const v1::AbortSaveRequest& request) {
   return failed;
 }
 
+void SaveGathering::AbortAll(const absl::Status& error) {
+  std::vector<std::string> partials;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<SaveRef> live;  // FailLocked may erase from saves_
+    for (const auto& [id, save] : saves_) {
+      if (!save->ended()) live.push_back(save);
+    }
+    for (const SaveRef& save : live) {
+      if (FailLocked(*save, error) && !save->keep_partial) partials.push_back(save->partial_dir);
+    }
+    layouts_.clear();
+    layout_bytes_ = 0;
+  }
+  // Best effort: restart and gc remove whatever is left.
+  for (const std::string& partial : partials) {
+    if (!partial.empty()) (void)backend_.RemoveAll(partial);
+  }
+}
+
 void SaveGathering::HostLost(const std::string& host, const std::string& reason) {
   std::vector<std::string> partials;
   {

@@ -91,6 +91,11 @@ class SaveGathering {
   // ExpireSaves (also failing saves that wait for a lost host's ranks),
   // FailedSaves, KnowsSave, SaveInFlight.
   bool AbortSave(const v1::AbortSaveRequest& request);
+  // Every save in flight fails with `error` (this coordinator stopped
+  // leading: docs/failover.md), its partial directory removed, and the
+  // jobs' last layouts are forgotten (a later term plans afresh). A save
+  // already committing ends as its commit does (the fence decides).
+  void AbortAll(const absl::Status& error);
   void HostLost(const std::string& host, const std::string& reason);
   void HostRegistered(const std::string& host);
   void ExpireSaves(absl::Time now);

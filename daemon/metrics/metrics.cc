@@ -249,6 +249,31 @@ class Metrics::Sampled : public prometheus::Collectable {
     // Only with a memory tier: a daemon without one has nothing to say.
     if (s.memory_tier_budget_bytes > 0) AddMemoryTier(s, out);
     if (s.storage_requests.has_value()) AddStorageRequests(*s.storage_requests, out);
+    if (s.election.has_value()) {
+      gauge("ckpt_coordinator_leader",
+            "1 while this coordinator leads (etcd election), 0 while it stands by",
+            s.election->leading ? 1 : 0);
+      gauge("ckpt_coordinator_epoch", "The epoch of this coordinator's current or last term",
+            static_cast<double>(s.election->epoch));
+      for (const auto& [name, help, value] :
+           {std::tuple<const char*, const char*, uint64_t>{"ckpt_coordinator_elections_won_total",
+                                                           "Terms this coordinator won",
+                                                           s.election->elections_won},
+            {"ckpt_coordinator_leases_lost_total",
+             "Terms that ended without a resignation (the etcd lease lapsed or could not be "
+             "renewed)",
+             s.election->leases_lost},
+            {"ckpt_coordinator_fenced_commits_total",
+             "Commits refused because a newer leader's epoch had committed, or this "
+             "coordinator no longer led",
+             s.election->fenced_commits}}) {
+        prometheus::MetricFamily& f = out.emplace_back();
+        f.name = name;
+        f.help = help;
+        f.type = prometheus::MetricType::Counter;
+        f.metric.emplace_back().counter.value = static_cast<double>(value);
+      }
+    }
     std::map<std::string, int64_t> by_label;
     for (const auto& [job, count] : s.checkpoints) by_label[jobs_.ExistingLabel(job)] += count;
     prometheus::MetricFamily& f = out.emplace_back();

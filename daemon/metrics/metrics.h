@@ -123,6 +123,15 @@ struct NodeSample {
   uint64_t memory_persist_failures = 0;
   // Requests to the storage server (an object store); absent on a filesystem.
   std::optional<StorageRequests> storage_requests;
+  // A coordinator campaigning through etcd (docs/failover.md); absent else.
+  struct Election {
+    bool leading = false;
+    int64_t epoch = 0;
+    uint64_t elections_won = 0;
+    uint64_t leases_lost = 0;
+    uint64_t fenced_commits = 0;
+  };
+  std::optional<Election> election;
 };
 
 enum class IoOp { kWrite, kSync, kRead };

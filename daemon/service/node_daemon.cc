@@ -432,7 +432,19 @@ absl::Status NodeDaemon::Start() {
   // First, so a metrics address that cannot be served fails the start
   // before any rank is admitted.
   if (!options_.metrics_address.empty()) {
-    metrics_->SetSampler([context = context_.get()] { return SampleNode(*context); });
+    metrics_->SetSampler([this] {
+      metrics::NodeSample s = SampleNode(*context_);
+      if (election_ready_.load(std::memory_order_acquire)) {
+        uint64_t fenced = coordinator_->fenced_commits();
+        if (memory_tier_ != nullptr) fenced += memory_tier_->coordinator().fenced_commits();
+        s.election = metrics::NodeSample::Election{.leading = election_->leading(),
+                                                   .epoch = election_->epoch(),
+                                                   .elections_won = election_->elections_won(),
+                                                   .leases_lost = election_->leases_lost(),
+                                                   .fenced_commits = fenced};
+      }
+      return s;
+    });
     absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> metrics_server =
         metrics::MetricsServer::Start(options_.metrics_address, *metrics_);
     if (!metrics_server.ok()) return metrics_server.status();
@@ -493,13 +505,34 @@ absl::Status NodeDaemon::Start() {
       coordinator_->LoadFromMemoryToo(&memory->catalog());
     }
     verify_rounds_ = std::make_unique<cluster::VerifyRounds>();
-    cluster_ = std::make_unique<cluster::ClusterServiceImpl>(
-        *auth_, cluster::ClusterServiceOptions{.instance = coordinator_->catalog().instance(),
-                                               .heartbeat_interval = options_.heartbeat_interval,
-                                               .heartbeat_timeout = options_.heartbeat_timeout,
-                                               .coordinator = coordinator_.get(),
-                                               .memory_coordinator = memory,
-                                               .verify_rounds = verify_rounds_.get()});
+    cluster::ClusterServiceOptions cluster_options{
+        .instance = coordinator_->catalog().instance(),
+        .heartbeat_interval = options_.heartbeat_interval,
+        .heartbeat_timeout = options_.heartbeat_timeout,
+        .coordinator = coordinator_.get(),
+        .memory_coordinator = memory,
+        .verify_rounds = verify_rounds_.get()};
+    if (!options_.etcd_endpoints.empty()) {
+      // One of several coordinators (docs/failover.md): it serves nodes
+      // only while it leads, and fences its commits with its epoch.
+      if (absl::Status s = ConnectEtcd(); !s.ok()) return s;
+      cluster_options.leading = [this] {
+        return election_ == nullptr ? absl::FailedPreconditionError("not campaigning yet")
+                                    : election_->CheckLeading();
+      };
+      cluster_options.epoch = [this] { return election_ == nullptr ? 0 : election_->epoch(); };
+      cluster_options.describe_election = [this](v1::CoordinatorElection& out) {
+        DescribeElection(out);
+      };
+      coordinator::CommitFencing fencing{
+          .epoch = [this] { return election_ == nullptr ? 0 : election_->epoch(); },
+          .still_leading = cluster_options.leading};
+      coordinator_->FenceCommits(fencing);
+      // The memory tier's commits stay in memory: no epoch file, but no
+      // commit once this coordinator stopped leading.
+      if (memory != nullptr) memory->FenceCommits({.still_leading = cluster_options.leading});
+    }
+    cluster_ = std::make_unique<cluster::ClusterServiceImpl>(*auth_, std::move(cluster_options));
     builder.RegisterService(cluster_.get());
     coordinator_service_ =
         std::make_unique<cluster::CoordinatorServiceImpl>(*auth_, *coordinator_, *cluster_, memory);
@@ -522,10 +555,13 @@ absl::Status NodeDaemon::Start() {
       spread_client_ = std::make_unique<SpreadPersistClient>(*spread_persists_);
     }
     // Ranks of a job spread over hosts that attach here meet the others
-    // in this process.
-    cluster_saves_ = std::make_unique<cluster::LocalCoordinatorClient>(
-        *coordinator_, [this] { return stop_.HasBeenNotified(); }, memory);
-    context_->coordinator_client = cluster_saves_.get();
+    // in this process; not with etcd, where this coordinator may not lead
+    // (ranks attach to node daemons, which follow the leader).
+    if (options_.etcd_endpoints.empty()) {
+      cluster_saves_ = std::make_unique<cluster::LocalCoordinatorClient>(
+          *coordinator_, [this] { return stop_.HasBeenNotified(); }, memory);
+      context_->coordinator_client = cluster_saves_.get();
+    }
   }
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<RefusalInterceptorFactory>(*metrics_));
@@ -568,7 +604,16 @@ absl::Status NodeDaemon::Start() {
     absl::StrAppend(&access_note_, "; peer data channel on ", peer_address,
                     " (one-use tokens from the coordinator)");
   }
-  if (!options_.coordinator_address.empty()) {
+  const bool follows_etcd = !options_.coordinator && !options_.etcd_endpoints.empty();
+  if (follows_etcd) {
+    if (!options_.coordinator_address.empty()) {
+      return absl::InvalidArgumentError(
+          "--etcd_endpoints and --coordinator_address: a node follows the leader etcd names, "
+          "or one fixed coordinator, not both");
+    }
+    if (absl::Status s = ConnectEtcd(); !s.ok()) return s;
+  }
+  if (!options_.coordinator_address.empty() || follows_etcd) {
     cluster::CoordinatorLinkOptions link;
     link.self.mutable_host()->set_address(peer_address);
     link.address = options_.coordinator_address;
@@ -604,13 +649,18 @@ absl::Status NodeDaemon::Start() {
         cluster::CoordinatorLink::Start(std::move(link));
     if (!started.ok()) return started.status();
     coordinator_link_ = std::move(*started);
-    verify_runner_->SetChannel(coordinator_link_->channel());
+    if (coordinator_link_->channel() != nullptr) {
+      verify_runner_->SetChannel(coordinator_link_->channel());
+    }
     if (cluster_saves_ == nullptr) {
       // A call waits while other hosts plan or write; the coordinator
       // fails it itself when one is lost, and CheckCoordinatorContact when
       // the coordinator is.
+      cluster::CoordinatorLink* l = coordinator_link_.get();
       auto remote = std::make_unique<cluster::RemoteCoordinatorClient>(
-          coordinator_link_->channel(), options_.coordinator_address,
+          cluster::RemoteCoordinatorClient::Target{.channel = [l] { return l->channel(); },
+                                                   .address = [l] { return l->address(); },
+                                                   .min_epoch = [l] { return l->highest_epoch(); }},
           options_.plan_timeout + options_.snapshot_timeout + 2 * options_.heartbeat_timeout,
           [link = coordinator_link_.get()] { return link->registered(); },
           2 * options_.heartbeat_timeout);
@@ -619,7 +669,7 @@ absl::Status NodeDaemon::Start() {
       // the copy by the same deadline plus heartbeats.
       if (memory_tier_ != nullptr) {
         spread_client_ = std::make_unique<SpreadPersistClient>(
-            coordinator_link_->channel(),
+            [l] { return l->channel(); },
             options_.snapshot_timeout + 4 * options_.heartbeat_timeout);
       }
       cluster_saves_ = std::move(remote);
@@ -633,6 +683,33 @@ absl::Status NodeDaemon::Start() {
                     const v1::SpreadPersistOpen& r) { return client->Open(r); },
         .report = [client = spread_client_.get()](
                       const v1::SpreadPersistCopied& r) { return client->Report(r); }});
+  }
+  if (follows_etcd) {
+    leader_watch_ = std::make_unique<cluster::LeaderWatch>(
+        *etcd_,
+        cluster::LeaderWatchOptions{.name = options_.etcd_election,
+                                    .on_change = [this](const cluster::CoordinatorLeader& before,
+                                                        const cluster::CoordinatorLeader& now) {
+                                      FollowLeader(before, now);
+                                    }});
+  }
+  if (options_.coordinator && etcd_ != nullptr) {
+    std::string address = options_.coordinator_advertise_address;
+    if (address.empty() && tcp_port != 0) {
+      address = absl::StrCat(tcp_address.substr(0, tcp_address.rfind(':')), ":", tcp_port);
+    }
+    absl::StatusOr<std::unique_ptr<cluster::LeaderElection>> election =
+        cluster::LeaderElection::Start(
+            *etcd_, {.name = options_.etcd_election,
+                     .address = address,
+                     .lease_ttl = options_.etcd_lease_ttl,
+                     .on_elected = [this](int64_t epoch) { Elected(epoch); },
+                     .on_deposed = [this](const std::string& why) { Deposed(why); }});
+    if (!election.ok()) return election.status();
+    election_ = std::move(*election);
+    election_ready_.store(true, std::memory_order_release);
+    absl::StrAppend(&access_note_, "; campaigning to lead the coordinators as ", address, " (etcd ",
+                    options_.etcd_endpoints, ")");
   }
   notifier_.Ready(StatusLine());
   reaper_ = std::thread([this] {
@@ -652,13 +729,93 @@ absl::Status NodeDaemon::Start() {
 
 void NodeDaemon::Wait() { stop_.WaitForNotification(); }
 
+absl::Status NodeDaemon::ConnectEtcd() {
+  if (etcd_ != nullptr) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<cluster::EtcdClient>> etcd = cluster::EtcdClient::Create(
+      cluster::EtcdClient::ParseEndpoints(options_.etcd_endpoints), absl::Seconds(2));
+  if (!etcd.ok()) return etcd.status();
+  etcd_ = std::move(*etcd);
+  return absl::OkStatus();
+}
+
+void NodeDaemon::FollowLeader(const cluster::CoordinatorLeader& before,
+                              const cluster::CoordinatorLeader& now) {
+  coordinator_link_->Follow(now.address, now.epoch);
+  if (std::shared_ptr<grpc::Channel> channel = coordinator_link_->channel(); channel != nullptr) {
+    verify_runner_->SetChannel(std::move(channel));
+  }
+  if (now.address.empty()) {
+    absl::FPrintF(stderr, "ckptd: no coordinator leads %s now (etcd)\n", options_.etcd_election);
+  } else {
+    absl::FPrintF(stderr, "ckptd: following coordinator %s (leader epoch %d)\n", now.address,
+                  now.epoch);
+  }
+  if (before.address.empty()) return;  // what was in flight failed already
+  const std::string reason = absl::StrCat(
+      "the coordinator leader changed from ", before.address, " (epoch ", before.epoch, ") to ",
+      now.address.empty() ? std::string("none")
+                          : absl::StrCat(now.address, " (epoch ", now.epoch, ")"),
+      ": what this host had in flight with the old leader is aborted");
+  service_->FailSpanningSaves(absl::UnavailableError(reason));
+  if (remote_saves_ != nullptr) remote_saves_->CancelAll(reason);
+}
+
+void NodeDaemon::Elected(int64_t epoch) {
+  // Hosts registered in an earlier term register again with this one.
+  cluster_->ForgetHosts();
+  absl::FPrintF(stderr, "ckptd: this coordinator leads from epoch %d\n", epoch);
+}
+
+void NodeDaemon::Deposed(const std::string& reason) {
+  coordinator_->AbortAll(reason);
+  if (memory_tier_ != nullptr) memory_tier_->coordinator().AbortAll(reason);
+  cluster_->ForgetHosts();
+}
+
+void NodeDaemon::DescribeElection(v1::CoordinatorElection& out) {
+  out.set_enabled(true);
+  if (election_ == nullptr) return;
+  out.set_leading(election_->leading());
+  out.set_self(election_->address());
+  out.set_elections_won(election_->elections_won());
+  out.set_leases_lost(election_->leases_lost());
+  uint64_t fenced = coordinator_->fenced_commits();
+  if (memory_tier_ != nullptr) fenced += memory_tier_->coordinator().fenced_commits();
+  out.set_fenced_commits(fenced);
+  absl::StatusOr<std::optional<cluster::EtcdCandidate>> leader =
+      etcd_->Leader(options_.etcd_election);
+  if (!leader.ok()) {
+    out.set_etcd_error(leader.status().ToString());
+  } else if (leader->has_value()) {
+    out.set_leader((*leader)->value);
+    out.set_epoch((*leader)->create_revision);
+  }
+  absl::StatusOr<std::vector<cluster::EtcdCandidate>> candidates =
+      etcd_->Candidates(options_.etcd_election);
+  if (candidates.ok()) {
+    for (const cluster::EtcdCandidate& c : *candidates) {
+      v1::CoordinatorElection::Candidate* out_c = out.add_candidates();
+      out_c->set_address(c.value);
+      out_c->set_revision(c.create_revision);
+    }
+  }
+  for (const cluster::EtcdMemberHealth& m : etcd_->Health()) {
+    v1::CoordinatorElection::Member* out_m = out.add_etcd();
+    out_m->set_endpoint(m.endpoint);
+    out_m->set_healthy(m.ok);
+    out_m->set_version(m.version);
+    out_m->set_raft_leader(m.is_raft_leader);
+    out_m->set_error(m.error);
+  }
+}
+
 void NodeDaemon::CheckCoordinatorContact(absl::Time now) {
   if (coordinator_link_ == nullptr) return;
   const absl::Duration silent = now - coordinator_link_->last_contact();
   if (silent <= options_.heartbeat_timeout) return;
   const absl::Status lost = absl::UnavailableError(
       absl::StrCat("host ", options_.host_name, " lost contact with the coordinator at ",
-                   options_.coordinator_address, " (no answer for ",
+                   coordinator_link_->address(), " (no answer for ",
                    absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(100))),
                    "; it died, or the network is cut); aborted"));
   service_->FailSpanningSaves(lost);
@@ -689,6 +846,10 @@ NodeDaemon::~NodeDaemon() {
   if (reaper_.joinable()) reaper_.join();
   // Its heartbeats sample the service: stopped now, kept (a plan in flight
   // asks it whether this host is registered) until the service is gone.
+  // A leader resigns (another coordinator takes over at once, not after
+  // the lease); a node stops following.
+  if (leader_watch_) leader_watch_->Stop();
+  if (election_) election_->Stop();
   if (coordinator_link_) coordinator_link_->Stop();
   if (service_) {
     // Saves whose ranks are all snapshotted can still commit: give what is

@@ -22,6 +22,9 @@
 #include "daemon/cluster/coordinator_client.h"
 #include "daemon/cluster/coordinator_link.h"
 #include "daemon/cluster/coordinator_service.h"
+#include "daemon/cluster/etcd_client.h"
+#include "daemon/cluster/leader_election.h"
+#include "daemon/cluster/leader_watch.h"
 #include "daemon/cluster/verify_rounds.h"
 #include "daemon/cluster/verify_runner.h"
 #include "daemon/coordinator/coordinator.h"
@@ -75,6 +78,17 @@ class NodeDaemon {
   // been silent past the heartbeat timeout (it died, or the link is cut):
   // it has declared this host lost by then, and no such save can commit.
   void CheckCoordinatorContact(absl::Time now);
+  // The etcd client of --etcd_endpoints, made once.
+  absl::Status ConnectEtcd();
+  // etcd names another coordinator leader (or none): the link follows it,
+  // and what this host had in flight with the old one fails, naming both.
+  void FollowLeader(const cluster::CoordinatorLeader& before,
+                    const cluster::CoordinatorLeader& now);
+  // A coordinator's term began or ended (LeaderElection's callbacks).
+  void Elected(int64_t epoch);
+  void Deposed(const std::string& reason);
+  // ClusterStatus's election part.
+  void DescribeElection(v1::CoordinatorElection& out);
 
   session::DaemonOptions options_;
   std::unique_ptr<storage::Backend> backend_;
@@ -121,6 +135,13 @@ class NodeDaemon {
   std::unique_ptr<cluster::ClusterServiceImpl> cluster_;                  // with --coordinator
   std::unique_ptr<cluster::CoordinatorServiceImpl> coordinator_service_;  // with --coordinator
   std::unique_ptr<cluster::CoordinatorLink> coordinator_link_;
+  // Failover through etcd (--etcd_endpoints): the client, and a
+  // coordinator's candidacy or a node's view of who leads. Stopped first
+  // at shutdown: a leader resigns, and the next takes over at once.
+  std::unique_ptr<cluster::EtcdClient> etcd_;
+  std::unique_ptr<cluster::LeaderElection> election_;
+  std::unique_ptr<cluster::LeaderWatch> leader_watch_;
+  std::atomic<bool> election_ready_{false};            // election_ set: metrics may read it
   std::unique_ptr<peer::PeerReceiver> peer_receiver_;  // with --peer_address
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<SegmentServer> segment_server_;

@@ -8,6 +8,7 @@ namespace ckpt::service {
 namespace {
 
 constexpr char kClosed[] = "ckptd is shutting down";
+constexpr char kNoLeader[] = "no coordinator leads (etcd names none, or cannot be reached)";
 
 }  // namespace
 
@@ -48,16 +49,24 @@ void SpreadPersistClient::End(grpc::ClientContext* context) {
   calls_.erase(context);
 }
 
+std::unique_ptr<v1::SpreadPersistService::Stub> SpreadPersistClient::Stub() const {
+  std::shared_ptr<grpc::Channel> channel = channel_();
+  if (channel == nullptr) return nullptr;
+  return v1::SpreadPersistService::NewStub(std::move(channel));
+}
+
 absl::StatusOr<v1::SpreadPersistDir> SpreadPersistClient::Open(
     const v1::SpreadPersistOpen& request) {
   if (local_ != nullptr) {
     if (closed_.load()) return absl::UnavailableError(kClosed);
     return local_->Open(request, [this] { return closed_.load(); });
   }
+  std::unique_ptr<v1::SpreadPersistService::Stub> stub = Stub();
+  if (stub == nullptr) return absl::UnavailableError(kNoLeader);
   grpc::ClientContext context;
   if (!Begin(&context)) return absl::UnavailableError(kClosed);
   v1::SpreadPersistDir dir;
-  const grpc::Status status = stub_->OpenPersist(&context, request, &dir);
+  const grpc::Status status = stub->OpenPersist(&context, request, &dir);
   End(&context);
   if (!status.ok()) return FromGrpcStatus(status);
   return dir;
@@ -69,10 +78,12 @@ absl::StatusOr<v1::SpreadPersistResult> SpreadPersistClient::Report(
     if (closed_.load()) return absl::UnavailableError(kClosed);
     return local_->Report(request, [this] { return closed_.load(); });
   }
+  std::unique_ptr<v1::SpreadPersistService::Stub> stub = Stub();
+  if (stub == nullptr) return absl::UnavailableError(kNoLeader);
   grpc::ClientContext context;
   if (!Begin(&context)) return absl::UnavailableError(kClosed);
   v1::SpreadPersistResult result;
-  const grpc::Status status = stub_->ReportPersistCopied(&context, request, &result);
+  const grpc::Status status = stub->ReportPersistCopied(&context, request, &result);
   End(&context);
   if (!status.ok()) return FromGrpcStatus(status);
   return result;

@@ -10,6 +10,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -44,14 +45,16 @@ class SpreadPersistServiceImpl final : public v1::SpreadPersistService::Service 
   const cluster::ClusterServiceImpl& cluster_;
 };
 
-// A host's way to it: the coordinator over `channel`, or the gathering in
-// this process.
+// A host's way to it: the coordinator over the channel `channel` gives at
+// each call (the leader's: it changes with elections; null while none
+// leads), or the gathering in this process.
 class SpreadPersistClient {
  public:
   explicit SpreadPersistClient(tier::SpreadPersists& local) : local_(&local) {}
   // Each call ends after `longest_call` at most.
-  SpreadPersistClient(const std::shared_ptr<grpc::Channel>& channel, absl::Duration longest_call)
-      : stub_(v1::SpreadPersistService::NewStub(channel)), longest_call_(longest_call) {}
+  SpreadPersistClient(std::function<std::shared_ptr<grpc::Channel>()> channel,
+                      absl::Duration longest_call)
+      : channel_(std::move(channel)), longest_call_(longest_call) {}
 
   absl::StatusOr<v1::SpreadPersistDir> Open(const v1::SpreadPersistOpen& request);
   absl::StatusOr<v1::SpreadPersistResult> Report(const v1::SpreadPersistCopied& request);
@@ -62,9 +65,11 @@ class SpreadPersistClient {
   // Registers a call's context for Close; false once closed.
   bool Begin(grpc::ClientContext* context);
   void End(grpc::ClientContext* context);
+  // The coordinator's stub now; null while none leads.
+  std::unique_ptr<v1::SpreadPersistService::Stub> Stub() const;
 
   tier::SpreadPersists* const local_ = nullptr;
-  const std::unique_ptr<v1::SpreadPersistService::Stub> stub_;
+  const std::function<std::shared_ptr<grpc::Channel>()> channel_;
   const absl::Duration longest_call_ = absl::ZeroDuration();
   std::atomic<bool> closed_{false};
   absl::Mutex mu_;

@@ -109,6 +109,13 @@ struct DaemonOptions {
   std::string coordinator_tls_ca_file;
   std::string coordinator_token_file;
   std::string failure_domain;  // e.g. the rack
+  // Coordinator failover through etcd (docs/failover.md): with endpoints,
+  // a coordinator campaigns for the lead under etcd_election, and a node
+  // follows the leader etcd names instead of coordinator_address.
+  std::string etcd_endpoints;
+  std::string etcd_election = "/ckpt/coordinator";
+  absl::Duration etcd_lease_ttl = absl::Seconds(5);
+  std::string coordinator_advertise_address;  // default: listen_address
   // The peer data channel's listener (daemon/peer), host:port; empty: none.
   // Its address is what this host registers for other hosts to send to.
   std::string peer_address;

@@ -41,6 +41,12 @@ inline std::string TrashDir(absl::string_view root, absl::string_view job, int64
 inline constexpr char kManifestName[] = "MANIFEST";
 inline constexpr char kLatestName[] = "LATEST";
 inline constexpr char kLatestIntentName[] = "LATEST.next";
+// Coordinator failover (coordinator/epoch_fence.h): the highest leader
+// epoch that committed to the job ("<N>\n", as LATEST), and the file whose
+// lock makes reading and advancing it one step (EPOCH itself is replaced
+// whole, so it cannot carry the lock).
+inline constexpr char kEpochName[] = "EPOCH";
+inline constexpr char kFenceLockName[] = "EPOCH.lock";
 
 // The id of a partial directory: which host and which daemon process (an
 // instance id chosen at each start) writes it, and a sequence number within

@@ -21,6 +21,27 @@ std::string DescribeCarried(const v1::CarriedJob& job) {
   return absl::StrCat("ranks ", ranks, " of job ", job.job(), " (world ", job.world_size(), ")");
 }
 
+// Failover through etcd: who leads, who stands by, and etcd's members.
+void PrintElection(std::ostream& out, const v1::CoordinatorElection& e) {
+  out << absl::StrFormat("  election: this coordinator (%s) is %s; leader %s, epoch %d\n", e.self(),
+                         e.leading() ? "the LEADER" : "a standby",
+                         e.leader().empty() ? "none" : e.leader(), e.epoch());
+  if (!e.etcd_error().empty()) out << "  etcd: " << e.etcd_error() << "\n";
+  out << absl::StrFormat(
+      "  elections won %d, leases lost %d, commits fenced %d (here, since it started)\n",
+      e.elections_won(), e.leases_lost(), e.fenced_commits());
+  for (const v1::CoordinatorElection::Candidate& c : e.candidates()) {
+    out << absl::StrFormat("    candidate %-24s campaign revision %d%s\n", c.address(),
+                           c.revision(), c.address() == e.leader() ? "  (leads)" : "");
+  }
+  for (const v1::CoordinatorElection::Member& m : e.etcd()) {
+    out << absl::StrFormat("    etcd %-24s %s\n", m.endpoint(),
+                           m.healthy() ? absl::StrCat("healthy, etcd ", m.version(),
+                                                      m.raft_leader() ? ", raft leader" : "")
+                                       : absl::StrCat("UNHEALTHY: ", m.error()));
+  }
+}
+
 }  // namespace
 
 int RunCluster(const Call& call, v1::ClusterService::StubInterface& stub, bool json) {
@@ -44,6 +65,7 @@ int RunCluster(const Call& call, v1::ClusterService::StubInterface& stub, bool j
                          response.heartbeat_timeout_s());
   out << absl::StrFormat("  plans: %d from the plan cache, %d hosts went on without the barrier\n",
                          response.plan_cache_hits(), response.plan_barrier_skips());
+  if (response.election().enabled()) PrintElection(out, response.election());
   if (response.hosts().empty()) return kExitOk;
   out << absl::StrFormat("  %-24s %-6s %9s %-12s %-21s %s\n", "HOST", "STATE", "HEARTBEAT",
                          "DOMAIN", "POOL USED", "IN FLIGHT");
