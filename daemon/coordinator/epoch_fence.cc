@@ -76,16 +76,17 @@ absl::StatusOr<std::unique_ptr<EpochFence>> EnterEpochFence(storage::Backend& ba
                                " has committed to this job since this coordinator's epoch ", epoch,
                                " began (it was deposed)"));
   }
+  // Before EPOCH advances: a term that is over must not raise the bar.
+  if (still_leading) {
+    if (absl::Status s = still_leading(); !s.ok()) {
+      return Fenced(absl::StrCat("commit fenced: ", s.message()));
+    }
+  }
   if (*stored < epoch) {
     if (absl::Status s = storage::WriteFileAtomically(
             backend, absl::StrCat(job_dir, "/", storage::kEpochName), absl::StrCat(epoch, "\n"));
         !s.ok()) {
       return s;
-    }
-  }
-  if (still_leading) {
-    if (absl::Status s = still_leading(); !s.ok()) {
-      return Fenced(absl::StrCat("commit fenced: ", s.message()));
     }
   }
   return fence;

@@ -16,6 +16,7 @@
 #include "ckpt/client.h"
 #include "ckpt/v1/cluster.grpc.pb.h"
 #include "daemon/peer/peer_sender.h"
+#include "proto/lib/cluster_protocol.h"
 #include "tests/catch.h"
 #include "tests/support/test_daemon.h"
 
@@ -230,6 +231,48 @@ TEST_CASE("A daemon that is not a coordinator says so to ckptctl cluster", "[clu
   const ExitInfo shown = plain.Ckptctl({"cluster"});
   CHECK(shown.exit_code == 1);
   CHECK_THAT(shown.output, Catch::Contains("not a coordinator"));
+}
+
+}  // namespace
+}  // namespace ckpt::testing
+
+namespace ckpt::testing {
+namespace {
+
+TEST_CASE("Registration exchanges protocol versions; one the coordinator cannot serve is refused",
+          "[cluster][protocol]") {
+  TestDaemon coordinator;
+  REQUIRE(coordinator.StartWithTcp(kCoordinatorFlags).ok());
+  auto stub = v1::ClusterService::NewStub(
+      grpc::CreateChannel("unix:" + coordinator.socket(), grpc::InsecureChannelCredentials()));
+  auto attempt = [&](uint32_t version, v1::RegisterHostResponse* response) {
+    v1::RegisterHostRequest request;
+    request.mutable_host()->set_host("fake");
+    request.set_instance("0123456789abcdef");
+    request.set_protocol_version(version);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    return stub->Register(&context, request, response);
+  };
+  v1::RegisterHostResponse response;
+  const grpc::Status future = attempt(99, &response);
+  CHECK(future.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(future.error_message().find("host fake speaks cluster protocol 99") != std::string::npos);
+  CHECK(future.error_message().find(absl::StrCat("versions ", kOldestClusterProtocolVersion, " to ",
+                                                 kClusterProtocolVersion)) != std::string::npos);
+  CHECK(Find(ClusterStatus(coordinator), "fake") == nullptr);
+  // A node from before versions (0) is served, as is this release's.
+  for (uint32_t version : {0u, kClusterProtocolVersion}) {
+    INFO("version " << version);
+    const grpc::Status ok = attempt(version, &response);
+    INFO(ok.error_message());
+    REQUIRE(ok.ok());
+    CHECK(response.protocol_version() == kClusterProtocolVersion);
+    CHECK(response.epoch() == 0);  // one coordinator, no election
+  }
+  CHECK(Find(ClusterStatus(coordinator), "fake") != nullptr);
+  CHECK(ClusterStatus(coordinator).protocol_version() == kClusterProtocolVersion);
+  CHECK_FALSE(ClusterStatus(coordinator).election().enabled());
 }
 
 }  // namespace

@@ -704,3 +704,65 @@ TEST_CASE("commit faults: a failed fsync of the job directory after the rename",
 
 }  // namespace
 }  // namespace ckpt::coordinator
+
+namespace ckpt::coordinator {
+namespace {
+
+TEST_CASE("coordinator: a deposed leader's commit is fenced by a newer leader's epoch",
+          "[coordinator][epoch_fence]") {
+  std::unique_ptr<storage::Backend> backend = storage::NewMemoryBackend();
+  // Two coordinators over one store, as after a failover: the old leader
+  // (epoch 5) was paused; the new one (epoch 8) leads.
+  Coordinator old_leader(*backend, kRoot, SmallChunks());
+  Coordinator new_leader(*backend, kRoot, SmallChunks());
+  bool old_leads = true;
+  old_leader.FenceCommits({.epoch = [] { return int64_t{5}; },
+                           .still_leading = [&]() -> absl::Status {
+                             if (old_leads) return absl::OkStatus();
+                             return absl::FailedPreconditionError("its lease lapsed");
+                           }});
+  new_leader.FenceCommits({.epoch = [] { return int64_t{8}; }, .still_leading = nullptr});
+
+  // The old leader commits step 1 under epoch 5.
+  absl::StatusOr<v1::SaveAssignment> a = old_leader.PlanSave(TwoRankPlan(1));
+  CKPT_REQUIRE_OK(a);
+  CKPT_REQUIRE_OK(old_leader.ReportPersisted(WriteItems(*backend, *a, TwoRankPlan(1))));
+  CHECK(ReadFile(*backend, "/ckpt/job/EPOCH") == "5\n");
+
+  // It plans step 2 and pauses; the new leader commits step 3.
+  absl::StatusOr<v1::SaveAssignment> stale = old_leader.PlanSave(TwoRankPlan(2));
+  CKPT_REQUIRE_OK(stale);
+  const v1::NodePersistReport stale_report = WriteItems(*backend, *stale, TwoRankPlan(2));
+  absl::StatusOr<v1::SaveAssignment> b = new_leader.PlanSave(TwoRankPlan(3));
+  CKPT_REQUIRE_OK(b);
+  CKPT_REQUIRE_OK(new_leader.ReportPersisted(WriteItems(*backend, *b, TwoRankPlan(3))));
+  CHECK(ReadFile(*backend, "/ckpt/job/EPOCH") == "8\n");
+
+  // Resumed, the old leader's commit of step 2 is refused and counted;
+  // step 3 stays latest and step 2 never appears.
+  CKPT_REQUIRE_ERROR(old_leader.ReportPersisted(stale_report),
+                     absl::StatusCode::kFailedPrecondition, "commit fenced");
+  CHECK(old_leader.fenced_commits() == 1);
+  CHECK(new_leader.fenced_commits() == 0);
+  CHECK(ReadFile(*backend, "/ckpt/job/LATEST") == "3\n");
+  absl::StatusOr<std::vector<int64_t>> steps = new_leader.catalog().ListSteps("job");
+  CKPT_REQUIRE_OK(steps);
+  CHECK(*steps == std::vector<int64_t>{1, 3});
+
+  // A leader that lost its lease is refused at the commit point even when
+  // no newer epoch has committed yet.
+  Coordinator other(*backend, kRoot, SmallChunks());
+  other.FenceCommits(
+      {.epoch = [] { return int64_t{9}; },
+       .still_leading = [] { return absl::FailedPreconditionError("its etcd lease expired"); }});
+  absl::StatusOr<v1::SaveAssignment> c = other.PlanSave(TwoRankPlan(4));
+  CKPT_REQUIRE_OK(c);
+  CKPT_REQUIRE_ERROR(other.ReportPersisted(WriteItems(*backend, *c, TwoRankPlan(4))),
+                     absl::StatusCode::kFailedPrecondition, "its etcd lease expired");
+  CHECK(other.fenced_commits() == 1);
+  CHECK(ReadFile(*backend, "/ckpt/job/EPOCH") == "8\n");  // not advanced by a refused term
+  old_leads = false;
+}
+
+}  // namespace
+}  // namespace ckpt::coordinator

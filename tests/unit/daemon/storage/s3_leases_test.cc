@@ -5,6 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/coordinator/catalog.h"
+#include "daemon/coordinator/epoch_fence.h"
+#include "daemon/storage/s3/s3_backend.h"
 #include "daemon/storage/s3/s3_leases.h"
 #include "tests/catch.h"
 #include "tests/support/s3_server.h"
@@ -138,6 +141,54 @@ TEST_CASE("S3 leases: a holder renews its lease, and its release leaves none", "
   CHECK(latest > first_expiry);
   pin->reset();
   CHECK(Leases(client, bucket).empty());
+}
+
+}  // namespace
+}  // namespace ckpt::storage::s3
+
+// The commit fence of coordinator failover on an object store: EPOCH.lock
+// is held through lease objects, so two coordinators (two backends) exclude
+// each other; an older epoch is refused; the job's steps list as before.
+namespace ckpt::storage::s3 {
+namespace {
+
+std::unique_ptr<S3Backend> OnBucket(const std::string& bucket) {
+  S3BackendOptions options;
+  options.client = TestS3ClientOptions();
+  options.bucket = bucket;
+  absl::StatusOr<std::unique_ptr<S3Backend>> backend = NewS3Backend(options);
+  CKPT_REQUIRE_OK(backend);
+  return std::move(*backend);
+}
+
+TEST_CASE("the epoch fence on S3: one coordinator at a time, older epochs refused", "[s3]") {
+  const std::string bucket = ckpt::testing::NewTestBucket("fence");
+  std::unique_ptr<S3Backend> first = OnBucket(bucket);
+  std::unique_ptr<S3Backend> second = OnBucket(bucket);
+  const std::string root = "s3://" + bucket;
+  const std::string job = root + "/job";
+  {
+    absl::StatusOr<std::unique_ptr<coordinator::EpochFence>> held =
+        coordinator::EnterEpochFence(*first, job, 4, nullptr);
+    CKPT_REQUIRE_OK(held);
+    absl::StatusOr<std::unique_ptr<coordinator::EpochFence>> blocked = coordinator::EnterEpochFence(
+        *second, job, 6, nullptr, {.lock_wait = absl::Milliseconds(300)});
+    CHECK(blocked.status().code() == absl::StatusCode::kUnavailable);
+  }
+  absl::StatusOr<std::unique_ptr<coordinator::EpochFence>> newer =
+      coordinator::EnterEpochFence(*second, job, 6, nullptr);
+  CKPT_REQUIRE_OK(newer);
+  newer->reset();
+  absl::StatusOr<int64_t> stored = coordinator::ReadJobEpoch(*first, job);
+  CKPT_REQUIRE_OK(stored);
+  CHECK(*stored == 6);
+  const absl::Status stale = coordinator::EnterEpochFence(*first, job, 4, nullptr).status();
+  CHECK(coordinator::IsFencedCommit(stale));
+  // The fence's objects are no steps.
+  coordinator::Catalog catalog(*first, root);
+  absl::StatusOr<std::vector<int64_t>> steps = catalog.ListSteps("job");
+  CKPT_REQUIRE_OK(steps);
+  CHECK(steps->empty());
 }
 
 }  // namespace
