@@ -75,7 +75,33 @@ void RemoteCoordinatorClient::AwaitRegistered() const {
   while (!registered_() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
 }
 
+bool RemoteCoordinatorClient::RetryUnderNewLeader(const absl::Status& error, uint64_t seen) const {
+  if (!target_.await_new_leader || !absl::IsUnavailable(error)) return false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!closed_.empty()) return false;  // shutting down
+  }
+  return target_.await_new_leader(seen, target_.failover_wait);
+}
+
 absl::StatusOr<v1::SaveAssignment> RemoteCoordinatorClient::PlanSave(const v1::NodeSavePlan& plan) {
+  // A leader change while planning: asked again of the next leader (twice
+  // at most; each waits for a new one).
+  constexpr int kAttempts = 3;
+  absl::StatusOr<v1::SaveAssignment> assignment;
+  for (int attempt = 1;; ++attempt) {
+    const uint64_t seen = target_.generation ? target_.generation() : 0;
+    assignment = PlanSaveOnce(plan);
+    if (assignment.ok() || attempt == kAttempts ||
+        !RetryUnderNewLeader(assignment.status(), seen)) {
+      break;
+    }
+  }
+  return assignment;
+}
+
+absl::StatusOr<v1::SaveAssignment> RemoteCoordinatorClient::PlanSaveOnce(
+    const v1::NodeSavePlan& plan) {
   AwaitRegistered();
   absl::StatusOr<std::unique_ptr<v1::CoordinatorService::Stub>> stub = Stub();
   if (!stub.ok()) return stub.status();

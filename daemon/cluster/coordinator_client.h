@@ -85,10 +85,18 @@ class RemoteCoordinatorClient final : public CoordinatorClient {
   // or a new leader elected, registers first) instead of being refused.
   // `min_epoch`: plans from a lower leader epoch are refused (a deposed
   // leader's); null: none are.
+  // With a leader elected through etcd, a plan that finds the coordinator
+  // gone (or its leader change cancels the call) waits for the next leader
+  // (generation, await_new_leader: CoordinatorLink's) for failover_wait and
+  // is asked of it: a save planning when the leader died goes on under the
+  // new one. Null: no retry (one fixed coordinator).
   struct Target {
     std::function<std::shared_ptr<grpc::Channel>()> channel;
     std::function<std::string()> address;
     std::function<int64_t()> min_epoch;
+    std::function<uint64_t()> generation;
+    std::function<bool(uint64_t seen, absl::Duration timeout)> await_new_leader;
+    absl::Duration failover_wait = absl::ZeroDuration();
   };
   RemoteCoordinatorClient(Target target, absl::Duration longest_call,
                           std::function<bool()> registered, absl::Duration registration_wait);
@@ -104,17 +112,22 @@ class RemoteCoordinatorClient final : public CoordinatorClient {
  private:
   // A call's context, registered for CancelAll while it runs.
   class Call;
+  absl::StatusOr<v1::SaveAssignment> PlanSaveOnce(const v1::NodeSavePlan& plan);
   absl::Status Finish(const grpc::Status& status, const Call& call, const char* what) const;
   // The coordinator's stub now; UNAVAILABLE while none leads.
   absl::StatusOr<std::unique_ptr<v1::CoordinatorService::Stub>> Stub() const;
   // A plan waits a while for this host to be registered (see above).
   void AwaitRegistered() const;
+  // After a failed plan asked at leader generation `seen`: whether to ask
+  // again (the error says the coordinator is gone, and a new leader came
+  // within failover_wait).
+  bool RetryUnderNewLeader(const absl::Status& error, uint64_t seen) const;
 
   const Target target_;
   const absl::Duration longest_call_;
   const std::function<bool()> registered_;
   const absl::Duration registration_wait_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::set<Call*> calls_ ABSL_GUARDED_BY(mu_);
   std::string closed_ ABSL_GUARDED_BY(mu_);  // why, once closed
 };

@@ -84,6 +84,22 @@ std::string CoordinatorLink::address() const {
   return target_.address;
 }
 
+uint64_t CoordinatorLink::generation() const {
+  absl::MutexLock lock(&mu_);
+  return generation_;
+}
+
+bool CoordinatorLink::AwaitNewLeader(uint64_t seen, absl::Duration timeout) const {
+  const absl::Time until = absl::Now() + timeout;
+  absl::MutexLock lock(&mu_);
+  while (generation_ == seen || target_.stub == nullptr) {
+    if (stop_.HasBeenNotified() || changed_.WaitWithDeadline(&mu_, until)) {
+      return generation_ != seen && target_.stub != nullptr;
+    }
+  }
+  return true;
+}
+
 std::string CoordinatorLink::last_refusal() const {
   absl::MutexLock lock(&mu_);
   return last_refusal_;
@@ -116,7 +132,8 @@ absl::Status CoordinatorLink::CheckEpoch(const Target& target, int64_t epoch) {
         absl::StrCat("coordinator ", target.address, " answered for leader epoch ", epoch,
                      ", below epoch ", highest, " (it was deposed)"));
   }
-  SawEpoch(epoch);
+  // Epochs are learnt from etcd (Follow) only: a coordinator's answer
+  // cannot raise the bar for the others.
   return absl::OkStatus();
 }
 

@@ -69,6 +69,10 @@ class CoordinatorLink {
   int64_t highest_epoch() const { return highest_epoch_.load(std::memory_order_acquire); }
   // Why the last registration was refused, "" after one succeeded.
   std::string last_refusal() const;
+  // Counts the leaders followed (Follow calls); AwaitNewLeader waits until
+  // it passes `seen` and a leader is known, or `timeout` passes (false).
+  uint64_t generation() const;
+  bool AwaitNewLeader(uint64_t seen, absl::Duration timeout) const;
   // When the coordinator last answered (a registration or a heartbeat);
   // the start when it never did. A host silent past the heartbeat timeout
   // is lost to the coordinator: its saves spread over hosts are over.
@@ -100,7 +104,7 @@ class CoordinatorLink {
   Target target_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // bumped by Follow
   std::string last_refusal_ ABSL_GUARDED_BY(mu_);
-  absl::CondVar changed_;  // Follow or Stop: the loop wakes
+  mutable absl::CondVar changed_;  // Follow or Stop: the loop wakes
   std::atomic<int64_t> highest_epoch_{0};
   std::atomic<int64_t> last_contact_ns_{absl::ToUnixNanos(absl::Now())};
   std::atomic<bool> registered_{false};

@@ -116,6 +116,7 @@ EtcdClient::EtcdClient(std::vector<std::string> endpoints, absl::Duration call_t
 absl::Status EtcdClient::OnAnyMember(
     const char* what, const std::function<grpc::Status(Member&, grpc::ClientContext&)>& call,
     EtcdCancel* cancel, absl::Duration timeout) {
+  const bool deadline = cancel == nullptr || timeout > absl::ZeroDuration();
   if (timeout <= absl::ZeroDuration()) timeout = call_timeout_;
   const size_t first = current_.load(std::memory_order_relaxed);
   std::string errors;
@@ -125,7 +126,7 @@ absl::Status EtcdClient::OnAnyMember(
     grpc::ClientContext context;
     // A member without a raft leader refuses at once instead of waiting.
     context.AddMetadata("hasleader", "true");
-    if (cancel == nullptr) context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    if (deadline) context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     if (cancel != nullptr) cancel->Attach(&context);
     const grpc::Status status = call(member, context);
     if (cancel != nullptr) {
@@ -148,7 +149,8 @@ absl::Status EtcdClient::OnAnyMember(
 
 absl::StatusOr<int64_t> EtcdClient::GrantLease(absl::Duration ttl) {
   etcdserverpb::LeaseGrantRequest request;
-  request.set_ttl(std::max<int64_t>(1, absl::ToInt64Seconds(ttl)));
+  // Rounded up: the holder counts on at least the time it asked for.
+  request.set_ttl(std::max<int64_t>(1, absl::ToInt64Seconds(absl::Ceil(ttl, absl::Seconds(1)))));
   etcdserverpb::LeaseGrantResponse response;
   absl::Status s = OnAnyMember("lease grant", [&](Member& m, grpc::ClientContext& c) {
     return m.lease->LeaseGrant(&c, request, &response);
@@ -194,7 +196,8 @@ absl::Status EtcdClient::RevokeLease(int64_t lease) {
 }
 
 absl::StatusOr<EtcdLeaderKey> EtcdClient::Campaign(const std::string& name, int64_t lease,
-                                                   const std::string& value, EtcdCancel& cancel) {
+                                                   const std::string& value, EtcdCancel& cancel,
+                                                   absl::Duration timeout) {
   v3electionpb::CampaignRequest request;
   request.set_name(name);
   request.set_lease(lease);
@@ -205,7 +208,7 @@ absl::StatusOr<EtcdLeaderKey> EtcdClient::Campaign(const std::string& name, int6
       [&](Member& m, grpc::ClientContext& c) {
         return m.election->Campaign(&c, request, &response);
       },
-      &cancel);
+      &cancel, timeout);
   if (!s.ok()) return s;
   return EtcdLeaderKey{.name = response.leader().name(),
                        .key = response.leader().key(),

@@ -95,8 +95,10 @@ class EtcdClient {
   // `cancel` is cancelled (CANCELLED), or the lease ends. `value`: what the
   // leader proclaims (its address). A member lost meanwhile: the campaign
   // goes on at the next one (etcd keeps the key while the lease lives).
+  // `timeout`: the longest wait (0: none).
   absl::StatusOr<EtcdLeaderKey> Campaign(const std::string& name, int64_t lease,
-                                         const std::string& value, EtcdCancel& cancel);
+                                         const std::string& value, EtcdCancel& cancel,
+                                         absl::Duration timeout = absl::ZeroDuration());
   // The current leader of `name`; nullopt when none stands. `timeout`:
   // each member's (0: the client's call timeout).
   absl::StatusOr<std::optional<EtcdCandidate>> Leader(
@@ -119,7 +121,8 @@ class EtcdClient {
   EtcdClient(std::vector<std::string> endpoints, absl::Duration call_timeout);
   // Runs `call` on the current member, then on each other one while the
   // answer says that member cannot serve (down, no leader, timed out).
-  // `cancel`, when given, can end the call (Campaign: no deadline).
+  // `cancel`, when given, can end the call (Campaign: no deadline but
+  // `timeout` when one is given).
   absl::Status OnAnyMember(const char* what,
                            const std::function<grpc::Status(Member&, grpc::ClientContext&)>& call,
                            EtcdCancel* cancel = nullptr,

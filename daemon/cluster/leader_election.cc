@@ -1,6 +1,7 @@
 #include "daemon/cluster/leader_election.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,15 @@
 
 namespace ckpt::cluster {
 namespace {
+
+// Leadership is timed on the monotonic clock: a wall clock stepped back
+// (NTP) must not stretch a lease's validity.
+int64_t MonotonicNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+absl::Duration Since(int64_t ns) { return absl::Nanoseconds(MonotonicNs() - ns); }
 
 // How often the leader checks its term, and how long a failed step waits
 // before it is tried again.
@@ -46,11 +56,10 @@ void LeaderElection::Stop() {
 }
 
 bool LeaderElection::leading() const {
-  if (!leading_.load(std::memory_order_acquire) || lease_gone_.load(std::memory_order_acquire)) {
-    return false;
-  }
-  const absl::Time renewed = absl::FromUnixNanos(renewed_at_ns_.load(std::memory_order_acquire));
-  return absl::Now() - renewed < Validity();
+  if (!leading_.load(std::memory_order_acquire)) return false;
+  const int64_t lease = lease_.load(std::memory_order_acquire);
+  if (lease == 0 || gone_lease_.load(std::memory_order_acquire) == lease) return false;
+  return Since(renewed_at_ns_.load(std::memory_order_acquire)) < Validity();
 }
 
 absl::Status LeaderElection::CheckLeading() const {
@@ -60,8 +69,7 @@ absl::Status LeaderElection::CheckLeading() const {
   if (leading_.load(std::memory_order_acquire)) {
     why = absl::StrCat(
         "its etcd lease was last renewed ",
-        absl::FormatDuration(absl::Trunc(absl::Now() - absl::FromUnixNanos(renewed_at_ns_.load()),
-                                         absl::Milliseconds(100))),
+        absl::FormatDuration(absl::Trunc(Since(renewed_at_ns_.load()), absl::Milliseconds(100))),
         " ago (etcd unreachable, or this process was paused)");
   }
   return absl::FailedPreconditionError(absl::StrCat(
@@ -79,13 +87,14 @@ void LeaderElection::Renew() {
     wait = every;
     const int64_t lease = lease_.load(std::memory_order_acquire);
     if (lease == 0) continue;
-    const absl::Time sent = absl::Now();
+    const int64_t sent = MonotonicNs();
     absl::StatusOr<absl::Duration> left = etcd_.KeepAlive(lease);
     if (lease_.load(std::memory_order_acquire) != lease) continue;  // a new candidacy
     if (left.ok()) {
-      renewed_at_ns_.store(absl::ToUnixNanos(sent), std::memory_order_release);
+      renewed_at_ns_.store(sent, std::memory_order_release);
     } else if (absl::IsNotFound(left.status())) {
-      lease_gone_.store(true, std::memory_order_release);
+      // By lease: a new candidacy's lease is not this one.
+      gone_lease_.store(lease, std::memory_order_release);
     } else {
       wait = retry;
     }
@@ -101,11 +110,10 @@ void LeaderElection::Run() {
 }
 
 std::string LeaderElection::TermOver(int64_t lease, const EtcdLeaderKey& key) {
-  if (lease_gone_.load(std::memory_order_acquire)) {
+  if (gone_lease_.load(std::memory_order_acquire) == lease) {
     return absl::StrFormat("its etcd lease %x expired", lease);
   }
-  const absl::Duration since =
-      absl::Now() - absl::FromUnixNanos(renewed_at_ns_.load(std::memory_order_acquire));
+  const absl::Duration since = Since(renewed_at_ns_.load(std::memory_order_acquire));
   if (since >= Validity()) {
     return absl::StrCat("its etcd lease could not be renewed for ",
                         absl::FormatDuration(absl::Trunc(since, absl::Milliseconds(100))),
@@ -123,7 +131,7 @@ std::string LeaderElection::TermOver(int64_t lease, const EtcdLeaderKey& key) {
 }
 
 void LeaderElection::Stand() {
-  const absl::Time asked = absl::Now();
+  const int64_t asked = MonotonicNs();
   absl::StatusOr<int64_t> lease = etcd_.GrantLease(options_.lease_ttl);
   if (!lease.ok()) {
     absl::MutexLock lock(&mu_);
@@ -134,11 +142,12 @@ void LeaderElection::Stand() {
     not_leading_ = lease.status().ToString();
     return;
   }
-  renewed_at_ns_.store(absl::ToUnixNanos(asked), std::memory_order_release);
-  lease_gone_.store(false, std::memory_order_release);
+  renewed_at_ns_.store(asked, std::memory_order_release);
   lease_.store(*lease, std::memory_order_release);
-  absl::StatusOr<EtcdLeaderKey> key =
-      etcd_.Campaign(options_.name, *lease, options_.address, campaign_cancel_);
+  // Bounded: a campaign waiting on a member that lost the quorum may
+  // never hear it was elected; it is made again, elsewhere if need be.
+  absl::StatusOr<EtcdLeaderKey> key = etcd_.Campaign(options_.name, *lease, options_.address,
+                                                     campaign_cancel_, 4 * options_.lease_ttl);
   std::string over = key.ok() ? TermOver(*lease, *key) : key.status().ToString();
   if (!over.empty()) {
     lease_.store(0, std::memory_order_release);

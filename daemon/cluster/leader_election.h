@@ -84,7 +84,7 @@ class LeaderElection {
   EtcdCancel campaign_cancel_;             // ends a campaign at Stop
   std::atomic<int64_t> lease_{0};          // the lease renewed now; 0 none
   std::atomic<int64_t> renewed_at_ns_{0};  // when its last renewal was sent
-  std::atomic<bool> lease_gone_{false};    // etcd said the lease expired
+  std::atomic<int64_t> gone_lease_{0};     // the lease etcd said expired
   std::atomic<bool> leading_{false};
   std::atomic<int64_t> epoch_{0};
   std::atomic<uint64_t> elections_won_{0};

@@ -2,9 +2,32 @@
 
 #include <cstdio>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 
 namespace ckpt::cluster {
+namespace {
+
+constexpr char kBadAddress[] = "the leader's address in etcd is no host:port";
+
+// host:port (or [v6]:port), short, of the characters such names use.
+bool PlausibleAddress(const std::string& address) {
+  if (address.empty() || address.size() > 255) return false;
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) return false;
+  for (char c : address) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != ':' &&
+        c != '[' && c != ']' && c != '_') {
+      return false;
+    }
+  }
+  for (size_t i = colon + 1; i < address.size(); ++i) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(address[i]))) return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 LeaderWatch::LeaderWatch(EtcdClient& etcd, LeaderWatchOptions options)
     : etcd_(etcd), options_(std::move(options)) {
@@ -50,8 +73,23 @@ void LeaderWatch::Run() {
         etcd_error_ = asked.status().ToString();
         continue;
       }
+      const bool was_bad = etcd_error_ == kBadAddress;
       etcd_error_.clear();
-      if (asked->has_value()) now = {(*asked)->value, (*asked)->create_revision};
+      if (asked->has_value()) {
+        now = {(*asked)->value, (*asked)->create_revision};
+        if (!PlausibleAddress(now.address)) {
+          // Written by someone other than a coordinator: no address to
+          // send this host's token to.
+          if (!was_bad) {
+            absl::FPrintF(stderr,
+                          "ckptd: etcd names a coordinator leader whose address (%d bytes) is "
+                          "no host:port; following none\n",
+                          now.address.size());
+          }
+          etcd_error_ = kBadAddress;
+          now = {};
+        }
+      }
       if (now == leader_) continue;
     }
     // A lower epoch than seen: a stale member's answer; wait for a fresh one.

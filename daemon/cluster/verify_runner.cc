@@ -22,13 +22,15 @@ VerifyRunner::~VerifyRunner() {
 
 void VerifyRunner::SetChannel(std::shared_ptr<grpc::Channel> channel) {
   absl::MutexLock lock(&mu_);
-  if (stub_ == nullptr) stub_ = v1::CoordinatorService::NewStub(std::move(channel));
+  stub_ = v1::CoordinatorService::NewStub(std::move(channel));
 }
 
 void VerifyRunner::Run() {
   for (;;) {
     v1::VerifyOrder order;
-    v1::CoordinatorService::Stub* stub = nullptr;  // set once and kept
+    // The leader's now: a new leader replaces it, and a report in flight
+    // keeps the old one until it ends.
+    std::shared_ptr<v1::CoordinatorService::Stub> stub;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
@@ -39,7 +41,7 @@ void VerifyRunner::Run() {
       if (stop_) return;
       order = std::move(queue_.front());
       queue_.pop_front();
-      stub = stub_.get();
+      stub = stub_;
     }
     const v1::HostVerifyReport report = check_(order);
     grpc::ClientContext context;

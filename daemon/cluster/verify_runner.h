@@ -49,7 +49,7 @@ class VerifyRunner {
   const Check check_;
   absl::Mutex mu_;
   std::deque<v1::VerifyOrder> queue_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<v1::CoordinatorService::Stub> stub_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<v1::CoordinatorService::Stub> stub_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;  // last: started once the rest exists
 };

@@ -131,6 +131,17 @@ absl::StatusOr<int> Catalog::RemoveStalePartials() {
                        " steps an interrupted gc had moved to trash"));
     }
     removed += removed_here;
+    // A coordinator elected through etcd may be committing this job right
+    // now (its LATEST.next is not a crash's): the repair waits for no one,
+    // and is left to that commit, which repairs before it writes.
+    std::unique_ptr<storage::FileLock> fence;
+    const std::string fence_path = absl::StrCat(job_dir, "/", storage::kFenceLockName);
+    if (absl::StatusOr<bool> fenced = backend_.Exists(fence_path); fenced.ok() && *fenced) {
+      absl::StatusOr<std::unique_ptr<storage::FileLock>> lock =
+          backend_.LockFile(fence_path, storage::LockMode::kExclusive, /*wait=*/false);
+      if (!lock.ok()) continue;
+      fence = std::move(*lock);
+    }
     absl::StatusOr<std::optional<int64_t>> repaired = RepairLatest(backend_, root_, job);
     if (!repaired.ok()) return repaired.status();
     if (repaired->has_value()) {

@@ -24,24 +24,56 @@ void Committer::EnableRetention(planning::RetentionConfig config) {
   retention_ = std::make_unique<RetentionRunner>(gc_, std::move(config));
 }
 
-absl::StatusOr<std::unique_ptr<EpochFence>> Committer::EnterFence(const std::string& job) {
+absl::StatusOr<Committer::Fenced> Committer::EnterFence(const std::string& job) {
+  Fenced out;
   const int64_t epoch = fencing_.epoch ? fencing_.epoch() : 0;
-  if (epoch <= 0) return nullptr;
-  absl::StatusOr<std::unique_ptr<EpochFence>> fence = EnterEpochFence(
-      backend_, storage::JobDir(catalog_.root(), job), epoch, fencing_.still_leading);
-  if (!fence.ok() && IsFencedCommit(fence.status())) {
-    fenced_commits_.fetch_add(1, std::memory_order_relaxed);
+  // The term that enters the fence is the one that commits: a later term
+  // of this same coordinator (deposed and elected again) is another.
+  out.still_ours = [this, epoch]() -> absl::Status {
+    if (fencing_.still_leading) {
+      if (absl::Status s = fencing_.still_leading(); !s.ok()) return s;
+    }
+    const int64_t now = fencing_.epoch ? fencing_.epoch() : 0;
+    if (now != epoch) {
+      return absl::FailedPreconditionError(absl::StrCat("the term that began this commit (epoch ",
+                                                        epoch, ") ended; epoch ", now, " leads"));
+    }
+    return absl::OkStatus();
+  };
+  if (epoch <= 0) return out;
+  const std::string job_dir = storage::JobDir(catalog_.root(), job);
+  absl::StatusOr<std::unique_ptr<EpochFence>> fence =
+      EnterEpochFence(backend_, job_dir, epoch, out.still_ours);
+  if (!fence.ok()) {
+    if (IsFencedCommit(fence.status())) fenced_commits_.fetch_add(1, std::memory_order_relaxed);
+    return fence.status();
   }
-  return fence;
+  out.fence = std::move(*fence);
+  if (backend_.IsObjectStore()) {
+    // An object store's fence lock is a lease, which a holder stalled past
+    // it loses without knowing: EPOCH is read again just before the commit
+    // object is written.
+    out.still_ours = [this, job_dir, epoch, ours = out.still_ours]() -> absl::Status {
+      if (absl::Status s = ours(); !s.ok()) return s;
+      absl::StatusOr<int64_t> stored = ReadJobEpoch(backend_, job_dir);
+      if (!stored.ok()) return stored.status();
+      if (*stored > epoch) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "leader epoch ", *stored, " has committed to this job since epoch ", epoch, " began"));
+      }
+      return absl::OkStatus();
+    };
+  }
+  return out;
 }
 
 std::function<absl::Status()> Committer::FencedCommitPoint(
-    const std::function<absl::Status()>& point) const {
-  if (!fencing_.still_leading) return point;
-  return [this, point]() -> absl::Status {
-    if (absl::Status s = fencing_.still_leading(); !s.ok()) {
+    const Fenced& fenced, const std::function<absl::Status()>& point) const {
+  if (!fencing_.still_leading && !fencing_.epoch) return point;
+  return [this, ours = fenced.still_ours, point]() -> absl::Status {
+    if (absl::Status s = ours(); !s.ok()) {
       fenced_commits_.fetch_add(1, std::memory_order_relaxed);
-      return s;
+      return absl::FailedPreconditionError(absl::StrCat("commit fenced: ", s.message()));
     }
     return point ? point() : absl::OkStatus();
   };
@@ -116,11 +148,13 @@ absl::Status Committer::CommitSave(v1::CheckpointManifest planned,
   if (manifest_out != nullptr) *manifest_out = planned.SerializeAsString();
   // Fault tests hold or kill a coordinator here, its commit not yet fenced.
   FaultPoint("commit.before_fence");
+  // The job's fence first (it may wait for another coordinator's commit
+  // of this job), then this process's turn.
+  absl::StatusOr<Fenced> fenced = EnterFence(planned.job());
+  if (!fenced.ok()) return fenced.status();
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<std::unique_ptr<EpochFence>> fence = EnterFence(planned.job());
-  if (!fence.ok()) return fence.status();
   return CommitCheckpoint(backend_, catalog_.root(), partial_dir, planned, /*make_latest=*/true,
-                          FencedCommitPoint(commit_point));
+                          FencedCommitPoint(*fenced, commit_point));
 }
 
 absl::StatusOr<std::string> Committer::CommitCopy(
@@ -149,19 +183,20 @@ absl::StatusOr<std::string> Committer::CommitCopy(
   absl::Status status = CreatePartialDir(backend_, root, job, partial);
   if (status.ok()) status = copy(partial);
   if (status.ok()) {
+    absl::StatusOr<Fenced> fenced = EnterFence(job);
     absl::MutexLock lock(&mu_);
     // Copied in late: a step saved after it and committed meanwhile stays
     // latest (tier_choice.h), whatever its number: a rollback stays latest.
+    // Decided inside the fence: no other coordinator commits the job now.
     bool make_latest = true;
     if (absl::StatusOr<int64_t> latest = catalog_.ResolveStep(job, -1); latest.ok()) {
       absl::StatusOr<v1::CheckpointManifest> newest = catalog_.ReadManifest(job, *latest);
       make_latest = !newest.ok() || SavedAfter({step, manifest.created_unix_ms()},
                                                {*latest, newest->created_unix_ms()});
     }
-    absl::StatusOr<std::unique_ptr<EpochFence>> fence = EnterFence(job);
-    status = fence.ok() ? CommitCheckpoint(backend_, root, partial, manifest, make_latest,
-                                           FencedCommitPoint(nullptr))
-                        : fence.status();
+    status = fenced.ok() ? CommitCheckpoint(backend_, root, partial, manifest, make_latest,
+                                            FencedCommitPoint(*fenced, nullptr))
+                         : fenced.status();
   }
   if (!status.ok()) {
     // Best effort: restart removes the rest.

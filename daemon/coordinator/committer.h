@@ -73,9 +73,14 @@ class Committer {
   Catalog& catalog_;
   // The job's fence for a commit under the current epoch; null without
   // an election. Counts refusals.
-  absl::StatusOr<std::unique_ptr<EpochFence>> EnterFence(const std::string& job);
-  // commit_point with the leadership asked first.
-  std::function<absl::Status()> FencedCommitPoint(const std::function<absl::Status()>& point) const;
+  struct Fenced {
+    std::unique_ptr<EpochFence> fence;         // null without an election
+    std::function<absl::Status()> still_ours;  // the entering term still leads
+  };
+  absl::StatusOr<Fenced> EnterFence(const std::string& job);
+  // commit_point with the term asked first (a refusal is counted).
+  std::function<absl::Status()> FencedCommitPoint(const Fenced& fenced,
+                                                  const std::function<absl::Status()>& point) const;
 
   absl::Mutex mu_;         // one commit at a time; guards the protocol on disk
   CommitFencing fencing_;  // set before serving

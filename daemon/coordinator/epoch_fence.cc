@@ -45,9 +45,13 @@ absl::StatusOr<std::unique_ptr<EpochFence>> EnterEpochFence(storage::Backend& ba
   const std::string lock_path = absl::StrCat(job_dir, "/", storage::kFenceLockName);
   // Created once, never replaced or removed: every coordinator locks the
   // same file.
-  if (absl::Status s = backend.CreateFileExclusive(lock_path, "");
-      !s.ok() && !absl::IsAlreadyExists(s)) {
-    return s;
+  absl::StatusOr<bool> exists = backend.Exists(lock_path);
+  if (!exists.ok()) return exists.status();
+  if (!*exists) {
+    if (absl::Status s = backend.CreateFileExclusive(lock_path, "");
+        !s.ok() && !absl::IsAlreadyExists(s)) {
+      return s;
+    }
   }
   std::unique_ptr<EpochFence> fence(new EpochFence);
   const absl::Time until = absl::Now() + options.lock_wait;

@@ -370,7 +370,13 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
         if (!names.ok() && !absl::IsNotFound(names.status())) return names.status();
         if (names.ok()) {
           for (const std::string& name : *names) {
-            if (!absl::StartsWith(name, auth::kOwnerFileName)) return true;
+            // The owner record, and the commit fence (EPOCH, EPOCH.lock and
+            // an object store's EPOCH.lock.leases/): no data.
+            if (absl::StartsWith(name, auth::kOwnerFileName) ||
+                absl::StartsWith(name, storage::kEpochName)) {
+              continue;
+            }
+            return true;
           }
         }
         if (memory == nullptr) return false;
@@ -434,7 +440,7 @@ absl::Status NodeDaemon::Start() {
   if (!options_.metrics_address.empty()) {
     metrics_->SetSampler([this] {
       metrics::NodeSample s = SampleNode(*context_);
-      if (election_ready_.load(std::memory_order_acquire)) {
+      if (election_view_.load(std::memory_order_acquire) != nullptr) {
         uint64_t fenced = coordinator_->fenced_commits();
         if (memory_tier_ != nullptr) fenced += memory_tier_->coordinator().fenced_commits();
         s.election = metrics::NodeSample::Election{.leading = election_->leading(),
@@ -516,21 +522,25 @@ absl::Status NodeDaemon::Start() {
       // One of several coordinators (docs/failover.md): it serves nodes
       // only while it leads, and fences its commits with its epoch.
       if (absl::Status s = ConnectEtcd(); !s.ok()) return s;
+      // election_ is set once the server listens (its address is known
+      // then): calls before that read the view, null until then.
       cluster_options.leading = [this] {
-        return election_ == nullptr ? absl::FailedPreconditionError("not campaigning yet")
-                                    : election_->CheckLeading();
+        cluster::LeaderElection* e = election_view_.load(std::memory_order_acquire);
+        return e == nullptr ? absl::FailedPreconditionError("not campaigning yet")
+                            : e->CheckLeading();
       };
-      cluster_options.epoch = [this] { return election_ == nullptr ? 0 : election_->epoch(); };
+      cluster_options.epoch = [this] {
+        cluster::LeaderElection* e = election_view_.load(std::memory_order_acquire);
+        return e == nullptr ? int64_t{0} : e->epoch();
+      };
       cluster_options.describe_election = [this](v1::CoordinatorElection& out) {
         DescribeElection(out);
       };
-      coordinator::CommitFencing fencing{
-          .epoch = [this] { return election_ == nullptr ? 0 : election_->epoch(); },
-          .still_leading = cluster_options.leading};
+      const coordinator::CommitFencing fencing{.epoch = cluster_options.epoch,
+                                               .still_leading = cluster_options.leading};
       coordinator_->FenceCommits(fencing);
-      // The memory tier's commits stay in memory: no epoch file, but no
-      // commit once this coordinator stopped leading.
-      if (memory != nullptr) memory->FenceCommits({.still_leading = cluster_options.leading});
+      // The memory tier's commits too (its EPOCH stays in memory).
+      if (memory != nullptr) memory->FenceCommits(fencing);
     }
     cluster_ = std::make_unique<cluster::ClusterServiceImpl>(*auth_, std::move(cluster_options));
     builder.RegisterService(cluster_.get());
@@ -658,9 +668,21 @@ absl::Status NodeDaemon::Start() {
       // the coordinator is.
       cluster::CoordinatorLink* l = coordinator_link_.get();
       auto remote = std::make_unique<cluster::RemoteCoordinatorClient>(
-          cluster::RemoteCoordinatorClient::Target{.channel = [l] { return l->channel(); },
-                                                   .address = [l] { return l->address(); },
-                                                   .min_epoch = [l] { return l->highest_epoch(); }},
+          cluster::RemoteCoordinatorClient::Target{
+              .channel = [l] { return l->channel(); },
+              .address = [l] { return l->address(); },
+              .min_epoch = [l] { return l->highest_epoch(); },
+              .generation = follows_etcd
+                                ? std::function<uint64_t()>([l] { return l->generation(); })
+                                : nullptr,
+              .await_new_leader = follows_etcd ? std::function<bool(uint64_t, absl::Duration)>(
+                                                     [l](uint64_t seen, absl::Duration timeout) {
+                                                       return l->AwaitNewLeader(seen, timeout);
+                                                     })
+                                               : nullptr,
+              // The old leader's lease lapses, a new one is elected and
+              // this host registers with it.
+              .failover_wait = 2 * options_.etcd_lease_ttl + absl::Seconds(5)},
           options_.plan_timeout + options_.snapshot_timeout + 2 * options_.heartbeat_timeout,
           [link = coordinator_link_.get()] { return link->registered(); },
           2 * options_.heartbeat_timeout);
@@ -696,7 +718,14 @@ absl::Status NodeDaemon::Start() {
   if (options_.coordinator && etcd_ != nullptr) {
     std::string address = options_.coordinator_advertise_address;
     if (address.empty() && tcp_port != 0) {
-      address = absl::StrCat(tcp_address.substr(0, tcp_address.rfind(':')), ":", tcp_port);
+      const std::string host = tcp_address.substr(0, tcp_address.rfind(':'));
+      // Nodes would reach themselves: the address must be said.
+      if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--listen_address ", tcp_address,
+                         " names no host nodes can reach: give --coordinator_advertise_address"));
+      }
+      address = absl::StrCat(host, ":", tcp_port);
     }
     absl::StatusOr<std::unique_ptr<cluster::LeaderElection>> election =
         cluster::LeaderElection::Start(
@@ -707,7 +736,7 @@ absl::Status NodeDaemon::Start() {
                      .on_deposed = [this](const std::string& why) { Deposed(why); }});
     if (!election.ok()) return election.status();
     election_ = std::move(*election);
-    election_ready_.store(true, std::memory_order_release);
+    election_view_.store(election_.get(), std::memory_order_release);
     absl::StrAppend(&access_note_, "; campaigning to lead the coordinators as ", address, " (etcd ",
                     options_.etcd_endpoints, ")");
   }
@@ -756,7 +785,9 @@ void NodeDaemon::FollowLeader(const cluster::CoordinatorLeader& before,
       now.address.empty() ? std::string("none")
                           : absl::StrCat(now.address, " (epoch ", now.epoch, ")"),
       ": what this host had in flight with the old leader is aborted");
-  service_->FailSpanningSaves(absl::UnavailableError(reason));
+  // Saves still planning ask the new leader (RemoteCoordinatorClient);
+  // those planned by the old one cannot commit under another.
+  service_->FailSpanningSaves(absl::UnavailableError(reason), /*planned_only=*/true);
   if (remote_saves_ != nullptr) remote_saves_->CancelAll(reason);
 }
 
@@ -774,7 +805,7 @@ void NodeDaemon::Deposed(const std::string& reason) {
 
 void NodeDaemon::DescribeElection(v1::CoordinatorElection& out) {
   out.set_enabled(true);
-  if (election_ == nullptr) return;
+  if (election_view_.load(std::memory_order_acquire) == nullptr) return;
   out.set_leading(election_->leading());
   out.set_self(election_->address());
   out.set_elections_won(election_->elections_won());
@@ -782,8 +813,9 @@ void NodeDaemon::DescribeElection(v1::CoordinatorElection& out) {
   uint64_t fenced = coordinator_->fenced_commits();
   if (memory_tier_ != nullptr) fenced += memory_tier_->coordinator().fenced_commits();
   out.set_fenced_commits(fenced);
+  // Briefly: ckptctl waits on this.
   absl::StatusOr<std::optional<cluster::EtcdCandidate>> leader =
-      etcd_->Leader(options_.etcd_election);
+      etcd_->Leader(options_.etcd_election, absl::Seconds(1));
   if (!leader.ok()) {
     out.set_etcd_error(leader.status().ToString());
   } else if (leader->has_value()) {

@@ -141,7 +141,9 @@ class NodeDaemon {
   std::unique_ptr<cluster::EtcdClient> etcd_;
   std::unique_ptr<cluster::LeaderElection> election_;
   std::unique_ptr<cluster::LeaderWatch> leader_watch_;
-  std::atomic<bool> election_ready_{false};            // election_ set: metrics may read it
+  // election_ once set, for the gRPC handlers and commits that ask it
+  // (the server serves before the election starts).
+  std::atomic<cluster::LeaderElection*> election_view_{nullptr};
   std::unique_ptr<peer::PeerReceiver> peer_receiver_;  // with --peer_address
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<SegmentServer> segment_server_;

@@ -761,12 +761,14 @@ void NodeService::FailSpanningSaves(const v1::HeartbeatResponse& answer) {
   }
 }
 
-void NodeService::FailSpanningSaves(const absl::Status& status) {
+void NodeService::FailSpanningSaves(const absl::Status& status, bool planned_only) {
   std::vector<std::shared_ptr<session::SaveSession>> saves;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [key, save] : saves_) {
-      if (save->spans_hosts() && !save->finished()) saves.push_back(save);
+      if (!save->spans_hosts() || save->finished()) continue;
+      if (planned_only && save->save_id().empty()) continue;
+      saves.push_back(save);
     }
   }
   for (const auto& save : saves) {

@@ -61,8 +61,10 @@ class NodeService final
   // a host it lost ...
   void FailSpanningSaves(const v1::HeartbeatResponse& answer);
   // ... and all of them, and the loads spread over hosts, when this host
-  // lost contact with the coordinator.
-  void FailSpanningSaves(const absl::Status& status);
+  // lost contact with the coordinator. planned_only: saves still waiting
+  // for their plan are left alone (a new leader was elected: their plan
+  // is asked of it, RemoteCoordinatorClient).
+  void FailSpanningSaves(const absl::Status& status, bool planned_only = false);
 
   grpc::Status Attach(grpc::ServerContext*, const v1::AttachRequest*, v1::AttachResponse*) override;
   grpc::Status Detach(grpc::ServerContext*, const v1::DetachRequest*, v1::DetachResponse*) override;

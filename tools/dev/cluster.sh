@@ -195,6 +195,10 @@ up() {
   interval="${CKPT_CLUSTER_HEARTBEAT_S:-0.25}"; timeout="${CKPT_CLUSTER_TIMEOUT_S:-2}"
   etcd="${CKPT_CLUSTER_ETCD:-0}"; coordinators="${CKPT_CLUSTER_COORDINATORS:-3}"
   [ "$etcd" -gt 0 ] || coordinators=0
+  # The address plan (address_of): hosts .10-.19, coordinators .20-.22
+  # (the certificate's names), etcd members .30-.32.
+  [ "$hosts" -le 10 ] && [ "$coordinators" -le 3 ] && [ "$etcd" -le 3 ] ||
+    die "at most 10 hosts, 3 coordinators and 3 etcd members"
   printf 'mode=%s\nhosts=%s\ntag=%s\nnet=%s\nbase_port=%s\ninterval=%s\ntimeout=%s\netcd=%s\ncoordinators=%s\n' \
     "$mode" "$hosts" "$tag" "$net" "$base_port" "$interval" "$timeout" "$etcd" \
     "$coordinators" >"$env_file"
