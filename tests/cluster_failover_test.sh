@@ -15,6 +15,8 @@
 #   4. Lose one of three etcd members: the leader and saves go on.
 #   5. Lose etcd's quorum: spread saves fail, naming why; a one-host save
 #      to the memory tier goes on at once; quorum back, spread saves commit.
+#   6. A spread save to the memory tier, then the leader SIGKILLed: the new
+#      leader learns the step from the hosts and it loads from memory.
 # Needs network namespaces (root): exits 77 (skipped) without them.
 #   tests/cluster_failover_test.sh CKPTD CKPTCTL DEMO_RANK
 set -euo pipefail
@@ -56,7 +58,7 @@ import json, sys
 print(int(json.load(sys.stdin).get("election", {}).get(sys.argv[1], 0)))' "$2"
 }
 # fault_count cJ: how often its commits reached the fault point.
-fault_count() { grep -c "fault point commit.before_fence reached" "$dir/$1/log" || true; }
+fault_count() { grep -c "fault point commit.before_fence reached" "$dir/$1/log" 2>/dev/null || true; }
 await_fault() {  # cJ COUNT_BEFORE
   local start
   start=$(now_ms)
@@ -199,4 +201,21 @@ local_took=$(( $(now_ms) - local_start ))
 back="$(await_new_leader none 30)"
 save_ok 6
 echo "$test_name: quorum lost: spread saves failed named, a one-host memory save took ${local_took} ms; quorum back: $back leads, step 6 saved"
+
+# 6. A step in the hosts' memory tier outlives its leader: the next one
+# learns it from the hosts' registrations and loads it from memory.
+ranks save 7 --tier=memory
+await_ranks 60
+all_ok
+"$cluster" kill "$dir" "$back"
+after="$(await_new_leader "$back" 15)"
+grep -q "learnt [0-9]* memory-tier steps from host" "$dir/$after/log" ||
+  fail "$after learnt no memory-tier step from the hosts"
+ranks load 7 --from=memory
+await_ranks 60
+all_ok
+for r in $(seq 0 5); do
+  grep -q "tiers=memory" "$dir/ranks/$r.out" || fail "rank $r did not load step 7 from memory: $(cat "$dir/ranks/$r.out")"
+done
+echo "$test_name: step 7 saved to memory under $back; $after, elected after its SIGKILL, loads it from the hosts' memory"
 echo "$test_name: PASS"

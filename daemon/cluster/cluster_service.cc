@@ -65,6 +65,9 @@ grpc::Status ClusterServiceImpl::Register(grpc::ServerContext* context,
     c->HostLost(request->host().host(), "registered again: its earlier ckptd instance is gone");
     c->HostRegistered(request->host().host());
   }
+  if (options_.adopt_memory_steps && request->memory_manifests_size() > 0) {
+    options_.adopt_memory_steps(*request);
+  }
   absl::FPrintF(stderr, "ckptd: host %s registered (instance %s, peer channel %s, from %s)\n",
                 request->host().host(), request->instance(),
                 request->host().address().empty() ? "none" : request->host().address(),

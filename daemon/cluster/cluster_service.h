@@ -43,6 +43,9 @@ struct ClusterServiceOptions {
   std::function<int64_t()> epoch;  // the term's; null: 0
   // Fills ClusterStatus's election part (who leads, candidates, etcd).
   std::function<void(v1::CoordinatorElection&)> describe_election;
+  // A registered host's memory-tier manifests (RegisterHostRequest): a
+  // new leader's memory tier learns its steps from them. Null: ignored.
+  std::function<void(const v1::RegisterHostRequest&)> adopt_memory_steps;
 };
 
 class ClusterServiceImpl final : public v1::ClusterService::Service {

@@ -142,6 +142,7 @@ absl::Status CoordinatorLink::RegisterOnce(const Target& target, absl::Duration*
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
   v1::RegisterHostRequest request = options_.self;
   request.set_protocol_version(kClusterProtocolVersion);
+  if (options_.registering) options_.registering(request);
   v1::RegisterHostResponse response;
   grpc::Status status = target.stub->Register(&context, request, &response);
   if (!status.ok()) return FromGrpcStatus(status);

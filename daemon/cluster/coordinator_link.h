@@ -34,6 +34,8 @@ struct CoordinatorLinkOptions {
   std::string tls_ca_file;  // the coordinator's CA; empty: the system's
   std::string token_file;   // the cluster's admin token (mode 0600)
   v1::RegisterHostRequest self;
+  // Fills what changes between registrations (the memory-tier steps held).
+  std::function<void(v1::RegisterHostRequest&)> registering;
   // What the heartbeat reports: pool use, sessions in flight, and the
   // saves spread over hosts this host takes part in.
   std::function<void(v1::HeartbeatRequest&)> sample;

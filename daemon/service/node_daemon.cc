@@ -22,6 +22,8 @@
 #include "absl/time/clock.h"
 #include "daemon/auth/pem_file.h"
 #include "daemon/codec/chunk_codec.h"
+#include "daemon/planning/manifest_check.h"
+#include "daemon/planning/manifest_io.h"
 #include "daemon/service/heap_trim.h"
 #include "daemon/service/metrics_sampler.h"
 #include "daemon/service/refusal_interceptor.h"
@@ -536,6 +538,12 @@ absl::Status NodeDaemon::Start() {
       cluster_options.describe_election = [this](v1::CoordinatorElection& out) {
         DescribeElection(out);
       };
+      // A new leader learns the memory tier's steps from the hosts.
+      if (memory != nullptr) {
+        cluster_options.adopt_memory_steps = [this](const v1::RegisterHostRequest& request) {
+          AdoptMemorySteps(request);
+        };
+      }
       const coordinator::CommitFencing fencing{.epoch = cluster_options.epoch,
                                                .still_leading = cluster_options.leading};
       coordinator_->FenceCommits(fencing);
@@ -633,6 +641,9 @@ absl::Status NodeDaemon::Start() {
     link.self.set_instance(coordinator_->catalog().instance());
     link.self.set_pool_bytes(pool_->capacity());
     link.self.set_failure_domain(options_.failure_domain);
+    if (follows_etcd && memory_tier_ != nullptr) {
+      link.registering = [this](v1::RegisterHostRequest& request) { AddMemoryManifests(request); };
+    }
     link.sample = [this](v1::HeartbeatRequest& beat) {
       beat.set_pool_used(pool_->Stats().used);
       beat.set_sessions(static_cast<uint32_t>(service_->InFlight()));
@@ -789,6 +800,55 @@ void NodeDaemon::FollowLeader(const cluster::CoordinatorLeader& before,
   // those planned by the old one cannot commit under another.
   service_->FailSpanningSaves(absl::UnavailableError(reason), /*planned_only=*/true);
   if (remote_saves_ != nullptr) remote_saves_->CancelAll(reason);
+}
+
+void NodeDaemon::AddMemoryManifests(v1::RegisterHostRequest& request) {
+  constexpr int kMaxManifests = 64;
+  uint64_t budget = uint64_t{16} << 20;
+  coordinator::Catalog& catalog = memory_tier_->coordinator().catalog();
+  for (const v1::MemoryTierJob& job : memory_tier_->Jobs()) {
+    // Newest first: the steps a job restarting after the failover loads.
+    for (int i = job.steps_size() - 1; i >= 0; --i) {
+      if (request.memory_manifests_size() == kMaxManifests) return;
+      absl::StatusOr<std::string> bytes =
+          catalog.ReadStepFile(job.job(), job.steps(i), storage::kManifestName, budget);
+      if (!bytes.ok()) continue;  // gone meanwhile, or too large to send
+      absl::StatusOr<v1::CheckpointManifest> manifest =
+          planning::DecodeBoundedManifest(*bytes, "MANIFEST", catalog.limits());
+      // Only the steps of jobs spread over hosts: one host's own steps
+      // are its own daemon's business.
+      if (!manifest.ok() || manifest->topology().hosts_size() < 2) continue;
+      budget -= bytes->size();
+      request.add_memory_manifests(std::move(*bytes));
+    }
+  }
+}
+
+void NodeDaemon::AdoptMemorySteps(const v1::RegisterHostRequest& request) {
+  coordinator::Coordinator& memory = memory_tier_->coordinator();
+  int adopted = 0;
+  for (const std::string& bytes : request.memory_manifests()) {
+    const std::string source =
+        absl::StrCat("host ", request.host().host(), "'s memory-tier manifest");
+    absl::StatusOr<v1::CheckpointManifest> manifest =
+        planning::DecodeBoundedManifest(bytes, source, memory.catalog().limits());
+    if (!manifest.ok()) continue;
+    if (!planning::ValidateManifest(*manifest, manifest->job(), manifest->step(), source,
+                                    memory.catalog().limits())
+             .ok()) {
+      continue;
+    }
+    absl::StatusOr<bool> known = memory.catalog().StepExists(manifest->job(), manifest->step());
+    if (!known.ok() || *known) continue;
+    // The hosts keep the data; the coordinator, the manifest.
+    if (memory.CommitCopy(*manifest, [](const std::string&) { return absl::OkStatus(); }).ok()) {
+      ++adopted;
+    }
+  }
+  if (adopted > 0) {
+    absl::FPrintF(stderr, "ckptd: learnt %d memory-tier steps from host %s\n", adopted,
+                  request.host().host());
+  }
 }
 
 void NodeDaemon::Elected(int64_t epoch) {

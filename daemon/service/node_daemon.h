@@ -84,6 +84,10 @@ class NodeDaemon {
   // and what this host had in flight with the old one fails, naming both.
   void FollowLeader(const cluster::CoordinatorLeader& before,
                     const cluster::CoordinatorLeader& now);
+  // A node's memory-tier manifests for its registration, and a leader
+  // learning them (RegisterHostRequest.memory_manifests).
+  void AddMemoryManifests(v1::RegisterHostRequest& request);
+  void AdoptMemorySteps(const v1::RegisterHostRequest& request);
   // A coordinator's term began or ended (LeaderElection's callbacks).
   void Elected(int64_t epoch);
   void Deposed(const std::string& reason);
