@@ -92,7 +92,7 @@ class CoordinatorLink {
     std::shared_ptr<v1::ClusterService::Stub> stub;
   };
   Target CurrentTarget() const;
-  void Connect(const std::string& address);  // under mu_
+  void Connect(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RegisterOnce(const Target& target, absl::Duration* interval);
   // false: register again.
   absl::StatusOr<bool> HeartbeatOnce(const Target& target, absl::Duration interval);
