@@ -910,7 +910,9 @@ void NodeDaemon::CheckCoordinatorContact(absl::Time now) {
                    coordinator_link_->address(), " (no answer for ",
                    absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(100))),
                    "; it died, or the network is cut); aborted"));
-  service_->FailSpanningSaves(lost);
+  // Following etcd, saves still planning wait for the next leader
+  // (RemoteCoordinatorClient); one fixed coordinator has none.
+  service_->FailSpanningSaves(lost, /*planned_only=*/leader_watch_ != nullptr);
   if (remote_saves_ != nullptr) remote_saves_->CancelAll(std::string(lost.message()));
 }
 
