@@ -278,7 +278,9 @@ std::vector<EtcdMemberHealth> EtcdClient::Health() {
     EtcdMemberHealth h;
     h.endpoint = member.endpoint;
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + call_timeout_));
+    // Briefly: a down member should not keep ckptctl cluster waiting.
+    context.set_deadline(
+        absl::ToChronoTime(absl::Now() + std::min(call_timeout_, absl::Seconds(1))));
     etcdserverpb::StatusResponse response;
     const grpc::Status status =
         member.maintenance->Status(&context, etcdserverpb::StatusRequest(), &response);

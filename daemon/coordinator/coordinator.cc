@@ -86,6 +86,7 @@ void Coordinator::HostRegistered(const std::string& host) {
 }
 
 void Coordinator::AbortAll(const std::string& reason) {
+  loads_.AbortAll(absl::UnavailableError(reason));
   saves_.AbortAll(absl::UnavailableError(reason));
 }
 

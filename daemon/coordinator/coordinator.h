@@ -118,7 +118,8 @@ class Coordinator {
   void HostLost(const std::string& host, const std::string& reason);
   void HostRegistered(const std::string& host);
   // This coordinator stopped leading (docs/failover.md): every save in
-  // flight fails with `reason` on every host (save_gathering.h AbortAll).
+  // flight and every load gathering fails with `reason` on every host
+  // (save_gathering.h, load_gathering.h AbortAll).
   void AbortAll(const std::string& reason);
   // Commits fenced by the leader's epoch (epoch_fence.h). Call once,
   // before serving.

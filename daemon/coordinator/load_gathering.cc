@@ -142,6 +142,14 @@ void LoadGathering::HostLost(const std::string& host, const std::string& reason)
   FailLoadsOfLocked(host, reason);
 }
 
+void LoadGathering::AbortAll(const absl::Status& error) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, load] : loads_) {
+    if (load->error.ok()) load->error = error;
+  }
+  loads_.clear();
+}
+
 void LoadGathering::HostRegistered(const std::string& host) {
   absl::MutexLock lock(&mu_);
   lost_hosts_.erase(host);

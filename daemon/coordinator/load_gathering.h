@@ -55,6 +55,9 @@ class LoadGathering {
   // plan came, or it carried ranks of their job) fail, naming it, and it
   // joins none until HostRegistered.
   void HostLost(const std::string& host, const std::string& reason);
+  // Every load gathering fails with `error` (this coordinator stopped
+  // leading: docs/failover.md); the next load of a step gathers afresh.
+  void AbortAll(const absl::Status& error);
   void HostRegistered(const std::string& host);
   // Fails the gathering spanning loads that waited past the lost-ranks
   // grace (rendezvous.h) for ranks a lost host carried, naming it.

@@ -39,6 +39,9 @@
 namespace ckpt::service {
 namespace {
 
+// The memory-tier manifests a registration carries (cluster.proto).
+constexpr int kMaxMemoryManifests = 64;
+
 constexpr absl::Duration kReapInterval = absl::Milliseconds(100);
 constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
 // Saves and loads whose progress a heartbeat carries (of each; the
@@ -442,13 +445,13 @@ absl::Status NodeDaemon::Start() {
   if (!options_.metrics_address.empty()) {
     metrics_->SetSampler([this] {
       metrics::NodeSample s = SampleNode(*context_);
-      if (election_view_.load(std::memory_order_acquire) != nullptr) {
+      if (const cluster::LeaderElection* e = election_view_.load(std::memory_order_acquire)) {
         uint64_t fenced = coordinator_->fenced_commits();
         if (memory_tier_ != nullptr) fenced += memory_tier_->coordinator().fenced_commits();
-        s.election = metrics::NodeSample::Election{.leading = election_->leading(),
-                                                   .epoch = election_->epoch(),
-                                                   .elections_won = election_->elections_won(),
-                                                   .leases_lost = election_->leases_lost(),
+        s.election = metrics::NodeSample::Election{.leading = e->leading(),
+                                                   .epoch = e->epoch(),
+                                                   .elections_won = e->elections_won(),
+                                                   .leases_lost = e->leases_lost(),
                                                    .fenced_commits = fenced};
       }
       return s;
@@ -691,9 +694,10 @@ absl::Status NodeDaemon::Start() {
                                                        return l->AwaitNewLeader(seen, timeout);
                                                      })
                                                : nullptr,
-              // The old leader's lease lapses, a new one is elected and
-              // this host registers with it.
-              .failover_wait = 2 * options_.etcd_lease_ttl + absl::Seconds(5)},
+              // The old leader's lease lapses (at most a lease after its
+              // death), a new one is elected and this host registers with
+              // it: a trainer's save waits no longer than that.
+              .failover_wait = options_.etcd_lease_ttl + absl::Seconds(2)},
           options_.plan_timeout + options_.snapshot_timeout + 2 * options_.heartbeat_timeout,
           [link = coordinator_link_.get()] { return link->registered(); },
           2 * options_.heartbeat_timeout);
@@ -803,7 +807,7 @@ void NodeDaemon::FollowLeader(const cluster::CoordinatorLeader& before,
 }
 
 void NodeDaemon::AddMemoryManifests(v1::RegisterHostRequest& request) {
-  constexpr int kMaxManifests = 64;
+  constexpr int kMaxManifests = kMaxMemoryManifests;
   uint64_t budget = uint64_t{16} << 20;
   coordinator::Catalog& catalog = memory_tier_->coordinator().catalog();
   for (const v1::MemoryTierJob& job : memory_tier_->Jobs()) {
@@ -827,7 +831,10 @@ void NodeDaemon::AddMemoryManifests(v1::RegisterHostRequest& request) {
 void NodeDaemon::AdoptMemorySteps(const v1::RegisterHostRequest& request) {
   coordinator::Coordinator& memory = memory_tier_->coordinator();
   int adopted = 0;
+  int seen = 0;
   for (const std::string& bytes : request.memory_manifests()) {
+    // As many as a node sends (AddMemoryManifests); more are ignored.
+    if (++seen > kMaxMemoryManifests) break;
     const std::string source =
         absl::StrCat("host ", request.host().host(), "'s memory-tier manifest");
     absl::StatusOr<v1::CheckpointManifest> manifest =
@@ -866,10 +873,28 @@ void NodeDaemon::Deposed(const std::string& reason) {
 void NodeDaemon::DescribeElection(v1::CoordinatorElection& out) {
   out.set_enabled(true);
   if (election_view_.load(std::memory_order_acquire) == nullptr) return;
-  out.set_leading(election_->leading());
-  out.set_self(election_->address());
-  out.set_elections_won(election_->elections_won());
-  out.set_leases_lost(election_->leases_lost());
+  // What etcd says is asked at most once a second, by one caller at a
+  // time: a flood of ckptctl cluster (read permission) must not become a
+  // flood of etcd calls, nor hold every handler thread.
+  {
+    absl::MutexLock lock(&election_description_mu_);
+    if (absl::Now() - election_described_at_ < absl::Seconds(1)) {
+      out = election_description_;
+      out.set_leading(election_view_.load(std::memory_order_acquire)->leading());
+      return;
+    }
+    DescribeElectionNow(out);
+    election_description_ = out;
+    election_described_at_ = absl::Now();
+  }
+}
+
+void NodeDaemon::DescribeElectionNow(v1::CoordinatorElection& out) {
+  const cluster::LeaderElection* e = election_view_.load(std::memory_order_acquire);
+  out.set_leading(e->leading());
+  out.set_self(e->address());
+  out.set_elections_won(e->elections_won());
+  out.set_leases_lost(e->leases_lost());
   uint64_t fenced = coordinator_->fenced_commits();
   if (memory_tier_ != nullptr) fenced += memory_tier_->coordinator().fenced_commits();
   out.set_fenced_commits(fenced);

@@ -14,6 +14,7 @@
 #include <grpcpp/server.h>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "daemon/auth/caller.h"
 #include "daemon/auth/job_owners.h"
@@ -91,8 +92,9 @@ class NodeDaemon {
   // A coordinator's term began or ended (LeaderElection's callbacks).
   void Elected(int64_t epoch);
   void Deposed(const std::string& reason);
-  // ClusterStatus's election part.
+  // ClusterStatus's election part: at most a second old.
   void DescribeElection(v1::CoordinatorElection& out);
+  void DescribeElectionNow(v1::CoordinatorElection& out);
 
   session::DaemonOptions options_;
   std::unique_ptr<storage::Backend> backend_;
@@ -148,6 +150,10 @@ class NodeDaemon {
   // election_ once set, for the gRPC handlers and commits that ask it
   // (the server serves before the election starts).
   std::atomic<cluster::LeaderElection*> election_view_{nullptr};
+  absl::Mutex election_description_mu_;
+  v1::CoordinatorElection election_description_ ABSL_GUARDED_BY(election_description_mu_);
+  absl::Time election_described_at_ ABSL_GUARDED_BY(election_description_mu_) =
+      absl::InfinitePast();
   std::unique_ptr<peer::PeerReceiver> peer_receiver_;  // with --peer_address
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<SegmentServer> segment_server_;

@@ -114,7 +114,9 @@ TEST_CASE("the link follows a new leader and refuses a deposed one's lower epoch
   FakeCoordinator deposed(kClusterProtocolVersion, 5);
   std::unique_ptr<CoordinatorLink> link = Link(first.address());
   REQUIRE(Eventually([&] { return link->registered(); }));
-  CHECK(link->highest_epoch() == 7);
+  // A coordinator's answer does not raise the bar (epochs come from etcd:
+  // one answer must not lock out every real leader).
+  CHECK(link->highest_epoch() == 0);
   link->Follow(second.address(), 9);
   CHECK(link->address() == second.address());
   REQUIRE(Eventually([&] { return link->registered() && second.registrations > 0; }));
