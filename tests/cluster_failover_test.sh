@@ -23,6 +23,7 @@ set -euo pipefail
 test_name=cluster_failover_test
 source "$(dirname "$0")/cluster_test_lib.sh"
 ttl_s=4
+nranks=6  # 2 a host (cluster_test_lib.sh's await_ranks, all_ok)
 export CKPT_CLUSTER_ETCD=3 CKPT_CLUSTER_COORDINATORS=3
 export CKPT_CLUSTER_FLAGS="--memory_tier_bytes=$((64 << 20))"
 export CKPT_CLUSTER_COORDINATOR_FLAGS="--etcd_lease_ttl_s=$ttl_s --fault_kill_at=commit.before_fence --fault_pause_s=1.5"
@@ -84,18 +85,6 @@ ranks() {
       rank=$((rank + 1))
     done
   done
-}
-await_ranks() {  # SECONDS
-  local start
-  start=$(now_ms)
-  while [ "$(ls "$dir"/ranks/*.rc 2>/dev/null | wc -l)" -lt 6 ]; do
-    (( $(now_ms) - start > $1 * 1000 )) && fail "ranks still running after $1 s"
-    sleep 0.02
-  done
-}
-all_ok() {
-  local r
-  for r in $(seq 0 5); do [ "$(cat "$dir/ranks/$r.rc")" = 0 ] || fail "rank $r: $(cat "$dir/ranks/$r.out")"; done
 }
 all_failed() {  # REGEX each rank's error must match
   local r

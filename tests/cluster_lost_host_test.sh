@@ -38,18 +38,6 @@ ranks() {
     done
   done
 }
-await_ranks() {  # SECONDS
-  local start
-  start=$(now_ms)
-  while [ "$(ls "$dir"/ranks/*.rc 2>/dev/null | wc -l)" -lt 8 ]; do
-    (( $(now_ms) - start > $1 * 1000 )) && fail "ranks still running after $1 s"
-    sleep 0.02
-  done
-}
-all_ok() {
-  local r
-  for r in $(seq 0 7); do [ "$(cat "$dir/ranks/$r.rc")" = 0 ] || fail "rank $r: $(cat "$dir/ranks/$r.out")"; done
-}
 # cut_h2 PHASE [what h0's and h1's ranks must say [what h2's must say
 # (grep -E) [cut, or kill: SIGKILL its daemon]]]: cuts h2's link now and
 # checks that every rank fails within limit_ms, naming h2.

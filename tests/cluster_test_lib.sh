@@ -22,6 +22,24 @@ fail() {
   exit 1
 }
 now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
+# Ranks run in the background (the tests' ranks function), each leaving
+# $dir/ranks/RANK.out and RANK.rc; $nranks of them (default 8).
+# await_ranks SECONDS: until every rank ended.
+await_ranks() {
+  local start
+  start=$(now_ms)
+  while [ "$(ls "$dir"/ranks/*.rc 2>/dev/null | wc -l)" -lt "${nranks:-8}" ]; do
+    (( $(now_ms) - start > $1 * 1000 )) && fail "ranks still running after $1 s"
+    sleep 0.02
+  done
+}
+# all_ok: every rank succeeded (else fail with its output).
+all_ok() {
+  local r
+  for r in $(seq 0 $(( ${nranks:-8} - 1 ))); do
+    [ "$(cat "$dir/ranks/$r.rc")" = 0 ] || fail "rank $r: $(cat "$dir/ranks/$r.out")"
+  done
+}
 # await_line FILE TEXT: until FILE holds TEXT (60 s at most).
 await_line() {
   local start
