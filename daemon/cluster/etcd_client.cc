@@ -186,13 +186,16 @@ absl::StatusOr<absl::Duration> EtcdClient::KeepAlive(int64_t lease) {
   return absl::Seconds(response.ttl());
 }
 
-absl::Status EtcdClient::RevokeLease(int64_t lease) {
+absl::Status EtcdClient::RevokeLease(int64_t lease, absl::Duration timeout) {
   etcdserverpb::LeaseRevokeRequest request;
   request.set_id(lease);
   etcdserverpb::LeaseRevokeResponse response;
-  return OnAnyMember("lease revoke", [&](Member& m, grpc::ClientContext& c) {
-    return m.lease->LeaseRevoke(&c, request, &response);
-  });
+  return OnAnyMember(
+      "lease revoke",
+      [&](Member& m, grpc::ClientContext& c) {
+        return m.lease->LeaseRevoke(&c, request, &response);
+      },
+      nullptr, timeout);
 }
 
 absl::StatusOr<EtcdLeaderKey> EtcdClient::Campaign(const std::string& name, int64_t lease,
@@ -237,16 +240,17 @@ absl::StatusOr<std::optional<EtcdCandidate>> EtcdClient::Leader(const std::strin
                        .lease = response.kv().lease()};
 }
 
-absl::Status EtcdClient::Resign(const EtcdLeaderKey& leader) {
+absl::Status EtcdClient::Resign(const EtcdLeaderKey& leader, absl::Duration timeout) {
   v3electionpb::ResignRequest request;
   request.mutable_leader()->set_name(leader.name);
   request.mutable_leader()->set_key(leader.key);
   request.mutable_leader()->set_rev(leader.revision);
   request.mutable_leader()->set_lease(leader.lease);
   v3electionpb::ResignResponse response;
-  return OnAnyMember("resign", [&](Member& m, grpc::ClientContext& c) {
-    return m.election->Resign(&c, request, &response);
-  });
+  return OnAnyMember(
+      "resign",
+      [&](Member& m, grpc::ClientContext& c) { return m.election->Resign(&c, request, &response); },
+      nullptr, timeout);
 }
 
 absl::StatusOr<std::vector<EtcdCandidate>> EtcdClient::Candidates(const std::string& name) {

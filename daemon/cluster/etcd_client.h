@@ -89,7 +89,8 @@ class EtcdClient {
   absl::StatusOr<int64_t> GrantLease(absl::Duration ttl);
   // The lease's remaining time; NOT_FOUND once etcd has let it expire.
   absl::StatusOr<absl::Duration> KeepAlive(int64_t lease);
-  absl::Status RevokeLease(int64_t lease);
+  // `timeout`: each member's (0: the client's call timeout).
+  absl::Status RevokeLease(int64_t lease, absl::Duration timeout = absl::ZeroDuration());
 
   // Waits until this campaign leads `name` (etcd's election service), or
   // `cancel` is cancelled (CANCELLED), or the lease ends. `value`: what the
@@ -103,7 +104,7 @@ class EtcdClient {
   // each member's (0: the client's call timeout).
   absl::StatusOr<std::optional<EtcdCandidate>> Leader(
       const std::string& name, absl::Duration timeout = absl::ZeroDuration());
-  absl::Status Resign(const EtcdLeaderKey& leader);
+  absl::Status Resign(const EtcdLeaderKey& leader, absl::Duration timeout = absl::ZeroDuration());
   // Every campaign of `name`, leader first (by creation revision).
   absl::StatusOr<std::vector<EtcdCandidate>> Candidates(const std::string& name);
   // Each member's status, asked of that member alone.

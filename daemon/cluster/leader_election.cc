@@ -154,7 +154,9 @@ void LeaderElection::Stand() {
     if (!stop_.HasBeenNotified()) {
       absl::FPrintF(stderr, "ckptd: coordinator election: campaign ended: %s\n", over);
     }
-    (void)etcd_.RevokeLease(*lease);
+    // Stopping: briefly (the lease lapses by itself).
+    (void)etcd_.RevokeLease(
+        *lease, stop_.HasBeenNotified() ? absl::Milliseconds(500) : absl::ZeroDuration());
     absl::MutexLock lock(&mu_);
     not_leading_ = std::move(over);
     return;
@@ -195,8 +197,11 @@ void LeaderElection::Stand() {
     absl::MutexLock lock(&mu_);
     not_leading_ = "it resigned (shutting down)";
   }
-  (void)etcd_.Resign(*key);
-  (void)etcd_.RevokeLease(*lease);
+  // Briefly, member by member: a shutdown must not wait on an etcd that is
+  // gone (the lease then lapses by itself).
+  constexpr absl::Duration kStopping = absl::Milliseconds(500);
+  (void)etcd_.Resign(*key, kStopping);
+  (void)etcd_.RevokeLease(*lease, kStopping);
 }
 
 }  // namespace ckpt::cluster
