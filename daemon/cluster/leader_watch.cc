@@ -46,17 +46,6 @@ CoordinatorLeader LeaderWatch::leader() const {
   return leader_;
 }
 
-std::string LeaderWatch::etcd_error() const {
-  absl::MutexLock lock(&mu_);
-  return etcd_error_;
-}
-
-void LeaderWatch::SawEpoch(int64_t epoch) {
-  int64_t seen = highest_epoch_.load(std::memory_order_acquire);
-  while (epoch > seen && !highest_epoch_.compare_exchange_weak(seen, epoch)) {
-  }
-}
-
 void LeaderWatch::Run() {
   do {
     absl::StatusOr<std::optional<EtcdCandidate>> asked = etcd_.Leader(options_.name);
@@ -100,7 +89,8 @@ void LeaderWatch::Run() {
       before = leader_;
       leader_ = now;
     }
-    SawEpoch(now.epoch);
+    // Only this thread writes it, and never lowers it (above).
+    if (now.epoch > highest_epoch()) highest_epoch_.store(now.epoch, std::memory_order_release);
     if (options_.on_change) options_.on_change(before, now);
   } while (!stop_.WaitForNotificationWithTimeout(options_.poll));
 }

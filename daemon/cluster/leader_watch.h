@@ -47,11 +47,8 @@ class LeaderWatch {
   void Stop();
 
   CoordinatorLeader leader() const;
-  // The highest epoch any leader was seen with (etcd or its answers).
+  // The highest epoch etcd named a leader with.
   int64_t highest_epoch() const { return highest_epoch_.load(std::memory_order_acquire); }
-  void SawEpoch(int64_t epoch);
-  // Why etcd could not be asked last time; "" when it answered.
-  std::string etcd_error() const;
 
  private:
   void Run();
@@ -61,7 +58,7 @@ class LeaderWatch {
   std::atomic<int64_t> highest_epoch_{0};
   mutable absl::Mutex mu_;
   CoordinatorLeader leader_ ABSL_GUARDED_BY(mu_);
-  std::string etcd_error_ ABSL_GUARDED_BY(mu_);
+  std::string etcd_error_ ABSL_GUARDED_BY(mu_);  // logged once per error
   absl::Notification stop_;
   std::thread thread_;
 };

@@ -153,7 +153,7 @@ TEST_CASE("a candidate that dies without resigning is replaced once its lease la
   testing::TestEtcd etcd;
   REQUIRE(etcd.Start(1).ok());
   std::unique_ptr<EtcdClient> client = Client(etcd);
-  Events a_events, b_events;
+  Events b_events;
   // a's client only: "dying" is its etcd connection gone with no resign.
   std::unique_ptr<EtcdClient> a_client = Client(etcd);
   absl::StatusOr<int64_t> lease = a_client->GrantLease(kTtl);

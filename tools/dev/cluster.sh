@@ -303,13 +303,11 @@ leader() {
     # Briefly: a paused coordinator never answers.
     out="$("$ckptctl" --socket "$dir/c$j/ckptd.sock" --timeout 2 cluster --json 2>/dev/null)" ||
       continue
-    python3 -c '
-import json, sys
-e = json.loads(sys.argv[1]).get("election", {})
-leader = e.get("leader", "")
-sys.exit(0 if leader else 1)' "$out" || continue
     local address
-    address="$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["election"]["leader"])' "$out")"
+    address="$(python3 -c '
+import json, sys
+print(json.loads(sys.argv[1]).get("election", {}).get("leader", ""))' "$out")"
+    [ -n "$address" ] || continue
     for ((j = 0; j < coordinators; j++)); do
       [ "$(address_of "c$j")" = "$address" ] && { echo "c$j"; return 0; }
     done
