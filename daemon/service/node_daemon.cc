@@ -516,13 +516,14 @@ absl::Status NodeDaemon::Start() {
       coordinator_->LoadFromMemoryToo(&memory->catalog());
     }
     verify_rounds_ = std::make_unique<cluster::VerifyRounds>();
-    cluster::ClusterServiceOptions cluster_options{
-        .instance = coordinator_->catalog().instance(),
-        .heartbeat_interval = options_.heartbeat_interval,
-        .heartbeat_timeout = options_.heartbeat_timeout,
-        .coordinator = coordinator_.get(),
-        .memory_coordinator = memory,
-        .verify_rounds = verify_rounds_.get()};
+    // Member by member: the etcd hooks below are set only in etcd mode.
+    cluster::ClusterServiceOptions cluster_options;
+    cluster_options.instance = coordinator_->catalog().instance();
+    cluster_options.heartbeat_interval = options_.heartbeat_interval;
+    cluster_options.heartbeat_timeout = options_.heartbeat_timeout;
+    cluster_options.coordinator = coordinator_.get();
+    cluster_options.memory_coordinator = memory;
+    cluster_options.verify_rounds = verify_rounds_.get();
     if (!options_.etcd_endpoints.empty()) {
       // One of several coordinators (docs/failover.md): it serves nodes
       // only while it leads, and fences its commits with its epoch.
