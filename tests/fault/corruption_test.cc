@@ -11,23 +11,13 @@
 #include "ckpt/client.h"
 #include "ckpt/v1/node.grpc.pb.h"
 #include "tests/catch.h"
+#include "tests/support/file_bytes.h"
 #include "tests/support/test_daemon.h"
 #include "tools/demo/model_layout.h"
 #include "tools/demo/tensor_pattern.h"
 
 namespace ckpt::testing {
 namespace {
-
-void FlipByte(const std::string& path, uint64_t offset) {
-  const int fd = open(path.c_str(), O_RDWR);
-  REQUIRE(fd >= 0);
-  char byte = 0;
-  REQUIRE(pread(fd, &byte, 1, static_cast<off_t>(offset)) == 1);
-  byte ^= 0x20;
-  REQUIRE(pwrite(fd, &byte, 1, static_cast<off_t>(offset)) == 1);
-  REQUIRE(fsync(fd) == 0);
-  close(fd);
-}
 
 // Loads `fqns` (whole tensors) as a single-rank job and checks the bytes.
 absl::Status LoadAndCheck(const TestDaemon& d, const std::string& job,

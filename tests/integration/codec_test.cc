@@ -26,6 +26,7 @@
 #include "proto/lib/crc32c.h"
 #include "proto/lib/stored_chunk.h"
 #include "tests/catch.h"
+#include "tests/support/file_bytes.h"
 #include "tests/support/test_daemon.h"
 
 namespace ckpt::testing {
@@ -239,18 +240,6 @@ uint64_t DiskBytes(const std::string& step_dir, const v1::CheckpointManifest& m)
   return bytes;
 }
 
-void FlipByte(const std::string& path, uint64_t offset) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  REQUIRE(f.good());
-  f.seekg(static_cast<std::streamoff>(offset));
-  char b = 0;
-  f.read(&b, 1);
-  b = static_cast<char>(b ^ 0x10);
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&b, 1);
-  REQUIRE(f.good());
-}
-
 }  // namespace
 
 TEST_CASE("every dtype round-trips bit-exact through each codec, resharded",
@@ -368,7 +357,7 @@ TEST_CASE("a damaged encoded chunk fails the load naming it", "[integration][cod
   const std::string where = absl::StrCat(chunk.file(), " at offset ", chunk.file_offset());
 
   SECTION("a flipped stored byte: its stored checksum names it") {
-    FlipByte(step_dir + "/" + chunk.file(), chunk.file_offset() + chunk.stored_length() / 2);
+    FlipByte(step_dir + "/" + chunk.file(), chunk.file_offset() + chunk.stored_length() / 2, 0x10);
     RequireLoadLost(d, "hurt", 5, {where, owner, "step-5", "grouped-zstd-encoded"});
     ExitInfo verify = d.Ckptctl({"verify", "hurt", "5"});
     CHECK_FALSE(verify.ok());
@@ -379,7 +368,7 @@ TEST_CASE("a damaged encoded chunk fails the load naming it", "[integration][cod
     // A manifest that vouches for damaged bytes (their CRC recorded), so
     // the decoder itself must refuse them; the daemon restarts to read it.
     const std::string file = step_dir + "/" + chunk.file();
-    FlipByte(file, chunk.file_offset() + 1);  // inside the zstd frame header
+    FlipByte(file, chunk.file_offset() + 1, 0x10);  // inside the zstd frame header
     std::ifstream in(file, std::ios::binary);
     std::string stored(chunk.stored_length(), '\0');
     in.seekg(static_cast<std::streamoff>(chunk.file_offset()));
@@ -537,7 +526,7 @@ TEST_CASE("a delta whose base is missing or damaged fails the load naming both",
   SECTION("its base chunk damaged") {
     const v1::StoredChunk& base = delta->delta_base();
     FlipByte(d.root() + "/broken/step-1/" + base.file(),
-             base.file_offset() + StoredLength(base) / 2);
+             base.file_offset() + StoredLength(base) / 2, 0x10);
     named = where;
   }
   RequireLoadLost(d, "broken", 2, {named, "a delta against step 1"});
