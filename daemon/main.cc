@@ -121,7 +121,12 @@ ABSL_FLAG(int64_t, max_chunks_per_save, int64_t{1} << 22,
           "Chunks (of --chunk_bytes) of one save, all ranks together");
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{64} << 20, "A gRPC message, in either direction");
 // What a MANIFEST read from disk may contain (a copied or hostile one).
-ABSL_FLAG(uint64_t, max_manifest_bytes, uint64_t{256} << 20, "A MANIFEST file");
+ABSL_FLAG(uint64_t, max_manifest_bytes, uint64_t{256} << 20,
+          "A MANIFEST file (a split one: its root and chunk tables together)");
+ABSL_FLAG(uint64_t, manifest_split_min_chunks, 65536,
+          "Write a manifest of this many tensor chunks or more as a root MANIFEST and one chunk "
+          "table per data file (docs/manifest.md), so readers check and parse it in parts; 0: "
+          "never. Both formats are read whatever it says");
 ABSL_FLAG(uint64_t, max_manifest_memory_bytes, uint64_t{256} << 20,
           "Memory to read one MANIFEST (its bytes, the parsed message, its checks), estimated "
           "before it is parsed; a larger one is refused, and so is a save that would write one");
@@ -342,6 +347,7 @@ int main(int argc, char** argv) {
   o.memory_tier_erasure = absl::GetFlag(FLAGS_memory_tier_erasure);
   o.plan_cache_bytes = std::min<uint64_t>(absl::GetFlag(FLAGS_plan_cache_mib), uint64_t{1} << 40)
                        << 20;
+  o.manifest_split_min_chunks = absl::GetFlag(FLAGS_manifest_split_min_chunks);
   o.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
   o.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   o.plan_timeout = absl::Seconds(absl::GetFlag(FLAGS_plan_timeout_s));

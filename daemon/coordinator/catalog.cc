@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "daemon/coordinator/commit.h"
 #include "daemon/planning/manifest_io.h"
+#include "daemon/planning/manifest_tables.h"
 #include "daemon/storage/layout.h"
 #include "daemon/storage/step_location.h"
 #include "proto/lib/secure_random.h"
@@ -64,6 +65,7 @@ Catalog::Catalog(storage::Backend& backend, std::string root, CatalogOptions opt
       host_(SafeHost(std::move(options.host))),
       instance_(IsInstanceId(options.instance) ? options.instance : RandomInstanceId()),
       limits_(options.limits),
+      split_manifest_min_chunks_(options.split_manifest_min_chunks),
       files_elsewhere_(options.files_elsewhere),
       read_slots_(options.read_slots != nullptr ? std::move(options.read_slots)
                                                 : std::make_shared<ManifestReadSlots>()) {}
@@ -245,6 +247,14 @@ absl::StatusOr<v1::CheckpointManifest> Catalog::ReadStepManifest(const std::stri
   absl::StatusOr<v1::CheckpointManifest> manifest =
       planning::DecodeBoundedManifest(*bytes, path, limits_);
   if (!manifest.ok()) return manifest.status();
+  // A split manifest (format 2): its chunk tables, each checked against
+  // the root, joined in.
+  if (absl::Status s = planning::JoinChunkTables(
+          *manifest, bytes->size(), path, limits_,
+          [&](const std::string& name, uint64_t size) { return ReadTableFile(dir, name, size); });
+      !s.ok()) {
+    return AsBroken(s);
+  }
   if (absl::Status s = planning::ValidateManifest(*manifest, job, step, path, limits_); !s.ok())
     return s;
   return manifest;
@@ -271,6 +281,23 @@ absl::StatusOr<std::string> Catalog::ReadManifestFile(const std::string& dir,
     storage::IoOp op{0, bytes.data(), bytes.size()};
     if (absl::Status s = (*file)->ReadBatch({&op, 1}); !s.ok()) return s;
   }
+  return bytes;
+}
+
+absl::StatusOr<std::string> Catalog::ReadTableFile(const std::string& dir, const std::string& name,
+                                                   uint64_t size) {
+  absl::StatusOr<std::unique_ptr<storage::ReadableFile>> file =
+      backend_.OpenReadOnlyBeneath(dir, name);
+  if (!file.ok()) return file.status();
+  absl::StatusOr<uint64_t> actual = (*file)->Size();
+  if (!actual.ok()) return actual.status();
+  if (*actual != size) {
+    return absl::DataLossError(
+        absl::StrCat(dir, "/", name, " is ", *actual, " bytes; the manifest lists it with ", size));
+  }
+  std::string bytes(size, '\0');  // bounded by the root's checks (JoinChunkTables)
+  storage::IoOp op{0, bytes.data(), bytes.size()};
+  if (absl::Status s = (*file)->ReadBatch({&op, 1}); !s.ok()) return s;
   return bytes;
 }
 

@@ -45,6 +45,10 @@ struct CatalogOptions {
   // Shared by the daemon's catalogs so that their manifest reads together
   // stay within kManifestReadSlots; null: this catalog's own.
   std::shared_ptr<ManifestReadSlots> read_slots = nullptr;
+  // Commits write a manifest of this many tensor chunks or more split into
+  // a root and per-file chunk tables (manifest_tables.h); 0: never. Reads
+  // take both formats whatever it says.
+  uint64_t split_manifest_min_chunks = 0;
 };
 
 class Catalog {
@@ -55,6 +59,7 @@ class Catalog {
   const std::string& host() const { return host_; }
   const std::string& instance() const { return instance_; }
   const planning::ManifestLimits& limits() const { return limits_; }
+  uint64_t split_manifest_min_chunks() const { return split_manifest_min_chunks_; }
 
   // A file beside a committed step's MANIFEST (at most max_bytes), e.g. the
   // memory tier's stripes (Coordinator::kErasureFile); NOT_FOUND if none.
@@ -100,6 +105,9 @@ class Catalog {
   // The MANIFEST's bytes; FAILED_PRECONDITION naming the flag when its size
   // is past --max_manifest_bytes or --max_manifest_memory_bytes.
   absl::StatusOr<std::string> ReadManifestFile(const std::string& dir, const std::string& path);
+  // A split manifest's chunk table `name`, which must be `size` bytes.
+  absl::StatusOr<std::string> ReadTableFile(const std::string& dir, const std::string& name,
+                                            uint64_t size);
   // The manifest validates and the data files are there (no CRCs read).
   absl::Status VerifiesShallow(const std::string& job, int64_t step);
   absl::StatusOr<int64_t> ResolveLatest(const std::string& job);
@@ -109,6 +117,7 @@ class Catalog {
   const std::string host_;
   const std::string instance_;
   const planning::ManifestLimits limits_;
+  const uint64_t split_manifest_min_chunks_;
   const bool files_elsewhere_;
   const std::shared_ptr<ManifestReadSlots> read_slots_;
   std::atomic<uint64_t> next_partial_{0};

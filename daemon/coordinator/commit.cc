@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/fault/fault_points.h"
 #include "daemon/planning/manifest_io.h"
+#include "daemon/planning/manifest_tables.h"
 #include "daemon/storage/layout.h"
 #include "daemon/storage/step_location.h"
 #include "proto/lib/crc32c.h"
@@ -82,6 +83,34 @@ absl::Status MakeVisible(storage::Backend& backend, const std::string& job_dir,
   return absl::OkStatus();
 }
 
+// MANIFEST's bytes: format 1, or a split manifest's root once its chunk
+// tables are written and synced beside it (manifest_tables.h).
+absl::StatusOr<std::string> WriteManifestTables(storage::Backend& backend,
+                                                const std::string& partial_dir,
+                                                const v1::CheckpointManifest& manifest,
+                                                uint64_t split_min_chunks) {
+  if (split_min_chunks == 0) return planning::EncodeManifest(manifest);
+  uint64_t chunks = 0;
+  for (const v1::TensorEntry& tensor : manifest.tensors()) {
+    for (const v1::StoredShard& shard : tensor.shards()) chunks += shard.chunks_size();
+  }
+  if (chunks < split_min_chunks) return planning::EncodeManifest(manifest);
+  std::optional<planning::SplitManifestFiles> split = planning::SplitManifest(manifest);
+  if (!split.has_value()) return planning::EncodeManifest(manifest);
+  const std::string tables_dir = absl::StrCat(partial_dir, "/", planning::kChunkTablesDir);
+  if (absl::Status s = backend.CreateDirs(tables_dir); !s.ok()) return s;
+  for (size_t i = 0; i < split->tables.size(); ++i) {
+    const std::string name = planning::ChunkTableName(static_cast<uint32_t>(i + 1));
+    if (absl::Status s =
+            WriteSynced(backend, absl::StrCat(partial_dir, "/", name), split->tables[i]);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s = backend.SyncDir(tables_dir); !s.ok()) return s;
+  return std::move(split->root);
+}
+
 }  // namespace
 
 bool CommitOutcomeUnknown(const absl::Status& status) {
@@ -127,7 +156,8 @@ absl::StatusOr<std::optional<int64_t>> RepairLatest(storage::Backend& backend,
 absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root,
                               const std::string& partial_dir,
                               const v1::CheckpointManifest& manifest, bool make_latest,
-                              const std::function<absl::Status()>& commit_point) {
+                              const std::function<absl::Status()>& commit_point,
+                              uint64_t split_min_chunks) {
   const std::string job_dir = storage::JobDir(root, manifest.job());
   const std::string step_dir = storage::StepDir(root, manifest.job(), manifest.step());
   const std::string intent_path = absl::StrCat(job_dir, "/", storage::kLatestIntentName);
@@ -155,7 +185,10 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
   if (absl::Status s = backend.SyncDir(absl::StrCat(partial_dir, "/data")); !s.ok()) {
     return WithContext(s, kCommit);
   }
-  const std::string manifest_bytes = planning::EncodeManifest(manifest);
+  absl::StatusOr<std::string> encoded =
+      WriteManifestTables(backend, partial_dir, manifest, split_min_chunks);
+  if (!encoded.ok()) return WithContext(encoded.status(), kCommit);
+  const std::string& manifest_bytes = *encoded;
   if (absl::Status s = WriteSynced(backend, absl::StrCat(partial_dir, "/", storage::kManifestName),
                                    manifest_bytes);
       !s.ok()) {

@@ -58,10 +58,14 @@ namespace ckpt::coordinator {
 // `commit_point`, when given, is asked just before the rename (step 4): an
 // error there (a host of the save was lost meanwhile) is returned and the
 // step is not committed.
+// A manifest of `split_min_chunks` tensor chunks or more (0: never) is
+// written split (manifest_tables.h): its chunk tables, synced, before the
+// root MANIFEST.
 absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root,
                               const std::string& partial_dir,
                               const v1::CheckpointManifest& manifest, bool make_latest = true,
-                              const std::function<absl::Status()>& commit_point = nullptr);
+                              const std::function<absl::Status()>& commit_point = nullptr,
+                              uint64_t split_min_chunks = 0);
 
 // True for a commit error after which the step may be committed or not (an
 // object store's answer to the commit object was lost and it could not be

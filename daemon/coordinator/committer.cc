@@ -154,7 +154,8 @@ absl::Status Committer::CommitSave(v1::CheckpointManifest planned,
   if (!fenced.ok()) return fenced.status();
   absl::MutexLock lock(&mu_);
   return CommitCheckpoint(backend_, catalog_.root(), partial_dir, planned, /*make_latest=*/true,
-                          FencedCommitPoint(*fenced, commit_point));
+                          FencedCommitPoint(*fenced, commit_point),
+                          catalog_.split_manifest_min_chunks());
 }
 
 absl::StatusOr<std::string> Committer::CommitCopy(
@@ -195,7 +196,8 @@ absl::StatusOr<std::string> Committer::CommitCopy(
                                                {*latest, newest->created_unix_ms()});
     }
     status = fenced.ok() ? CommitCheckpoint(backend_, root, partial, manifest, make_latest,
-                                            FencedCommitPoint(*fenced, nullptr))
+                                            FencedCommitPoint(*fenced, nullptr),
+                                            catalog_.split_manifest_min_chunks())
                          : fenced.status();
   }
   if (!status.ok()) {

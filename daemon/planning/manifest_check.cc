@@ -34,8 +34,12 @@ class Checker {
 
   absl::Status Run(const v1::CheckpointManifest& m, absl::string_view job, int64_t step) {
     if (m.format_version() != kManifestFormatVersion) {
+      // A split manifest's root (format 2) is checked once its chunk
+      // tables are joined into it (manifest_tables.h).
       return Lost(absl::StrCat("format version ", m.format_version(), " is not the supported ",
-                               kManifestFormatVersion));
+                               kManifestFormatVersion,
+                               " (a split manifest's root is checked once "
+                               "its chunk tables are joined)"));
     }
     if (m.job() != job || m.step() != step) {
       return absl::FailedPreconditionError(
@@ -59,6 +63,9 @@ class Checker {
         return Lost(absl::StrCat("its delta ordinal is ", m.delta_ordinal(), ", not 1 or more"));
       }
       delta_base_step_ = m.delta_base_step();
+    }
+    if (m.chunk_tables_size() > 0) {
+      return Lost("it lists chunk tables but is not a split manifest (format 2)");
     }
     std::set<absl::string_view> fqns;
     for (int t = 0; t < m.tensors_size(); ++t) {
@@ -134,6 +141,9 @@ class Checker {
       const v1::StoredShard& shard = tensor.shards(i);
       // Built only for an error: a cluster's manifest has millions of shards.
       const auto where = [&] { return absl::StrCat(owner, " shard ", i); };
+      if (shard.table() != 0 || shard.chunk_count() != 0) {
+        return Lost(absl::StrCat(where(), " names a chunk table outside a split manifest"));
+      }
       if (shard.region().box().offsets_size() > limits_.max_dims ||
           shard.region().box().lengths_size() > limits_.max_dims) {
         return Lost(absl::StrCat(where(), ": its box has more dimensions than the limit of ",

@@ -58,11 +58,11 @@ class Walker {
  public:
   explicit Walker(absl::string_view source) : source_(source) {}
 
-  absl::Status Walk(absl::string_view payload) {
+  absl::Status Walk(absl::string_view payload, const pb::Descriptor& type) {
     pb::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(payload.data()),
                                 static_cast<int>(payload.size()));
     in.SetTotalBytesLimit(static_cast<int>(payload.size()));
-    return Message(in, *v1::CheckpointManifest::descriptor(), 0);
+    return Message(in, type, 0);
   }
 
   ManifestFootprint& footprint() { return footprint_; }
@@ -209,8 +209,23 @@ uint64_t ManifestFootprint::ReadBytes(uint64_t file_bytes) const {
 absl::StatusOr<ManifestFootprint> MeasureManifest(absl::string_view payload,
                                                   absl::string_view source) {
   Walker walker(source);
-  if (absl::Status s = walker.Walk(payload); !s.ok()) return s;
+  if (absl::Status s = walker.Walk(payload, *v1::CheckpointManifest::descriptor()); !s.ok()) {
+    return s;
+  }
   return walker.footprint();
+}
+
+absl::StatusOr<ManifestFootprint> MeasureChunkTable(absl::string_view payload,
+                                                    absl::string_view source) {
+  Walker walker(source);
+  if (absl::Status s = walker.Walk(payload, *v1::ChunkTable::descriptor()); !s.ok()) return s;
+  return walker.footprint();
+}
+
+uint64_t JoinedChunkBytes(size_t file_name_bytes) {
+  static const uint64_t message =
+      v1::StoredChunk::default_instance().SpaceUsedLong() + kAllocOverhead;
+  return message + kPointerSlot + StringBytes(file_name_bytes) + kCheckPerChunk;
 }
 
 absl::Status CheckManifestFootprint(const ManifestFootprint& footprint, uint64_t file_bytes,

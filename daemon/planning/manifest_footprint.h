@@ -48,6 +48,18 @@ struct ManifestFootprint {
 absl::StatusOr<ManifestFootprint> MeasureManifest(absl::string_view payload,
                                                   absl::string_view source);
 
+// The same walk over a split manifest's chunk table (manifest_tables.h):
+// parsed_bytes is the parsed ChunkTable's heap; the counts stay 0 (the
+// delta bases it holds are counted as chunks by nobody: the table's own
+// chunk count bounds them).
+absl::StatusOr<ManifestFootprint> MeasureChunkTable(absl::string_view payload,
+                                                    absl::string_view source);
+
+// What one chunk joined from a chunk table into a manifest costs: its
+// message, its slot, its copy of the file name and ValidateManifest's
+// extent.
+uint64_t JoinedChunkBytes(size_t file_name_bytes);
+
 // FAILED_PRECONDITION naming `source` and the flag when the manifest holds
 // more tensors, shards, chunks or objects than the limits, or reading it
 // (ReadBytes) would take more than limits.max_memory_bytes.

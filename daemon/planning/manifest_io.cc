@@ -1,6 +1,7 @@
 #include "daemon/planning/manifest_io.h"
 
 #include <cstdint>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -9,34 +10,48 @@
 
 namespace ckpt::planning {
 
+std::string WithCrcTrailer(std::string payload) {
+  const uint32_t crc = Crc32c(payload.data(), payload.size());
+  for (int i = 0; i < 4; ++i) payload.push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
+  return payload;
+}
+
 std::string EncodeManifest(const v1::CheckpointManifest& manifest) {
   std::string out;
   manifest.SerializeToString(&out);
-  const uint32_t crc = Crc32c(out.data(), out.size());
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
-  return out;
+  return WithCrcTrailer(std::move(out));
+}
+
+absl::StatusOr<absl::string_view> CheckedPayload(absl::string_view bytes, absl::string_view source,
+                                                 absl::string_view what) {
+  if (bytes.size() < 4) {
+    return absl::DataLossError(
+        absl::StrCat(source, ": ", what, " is truncated (", bytes.size(), " bytes)"));
+  }
+  const absl::string_view payload = bytes.substr(0, bytes.size() - 4);
+  const uint32_t stored = TrailerCrc(bytes);
+  const uint32_t actual = Crc32c(payload.data(), payload.size());
+  if (stored != actual) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: %s checksum mismatch (stored %08x, computed %08x)", source, what, stored, actual));
+  }
+  return payload;
+}
+
+uint32_t TrailerCrc(absl::string_view bytes) {
+  uint32_t stored = 0;
+  if (bytes.size() < 4) return stored;
+  const size_t at = bytes.size() - 4;
+  for (int i = 0; i < 4; ++i) {
+    stored |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[at + i])) << (8 * i);
+  }
+  return stored;
 }
 
 namespace {
 
-// The payload, once the trailer matches.
 absl::StatusOr<absl::string_view> Payload(absl::string_view bytes, absl::string_view source) {
-  if (bytes.size() < 4) {
-    return absl::DataLossError(
-        absl::StrCat(source, ": manifest is truncated (", bytes.size(), " bytes)"));
-  }
-  const absl::string_view payload = bytes.substr(0, bytes.size() - 4);
-  uint32_t stored = 0;
-  for (int i = 0; i < 4; ++i) {
-    stored |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[payload.size() + i]))
-              << (8 * i);
-  }
-  const uint32_t actual = Crc32c(payload.data(), payload.size());
-  if (stored != actual) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s: manifest checksum mismatch (stored %08x, computed %08x)", source, stored, actual));
-  }
-  return payload;
+  return CheckedPayload(bytes, source, "manifest");
 }
 
 absl::StatusOr<v1::CheckpointManifest> Parse(absl::string_view payload, absl::string_view source) {

@@ -4,6 +4,7 @@
 #ifndef CKPT_DAEMON_PLANNING_MANIFEST_IO_H_
 #define CKPT_DAEMON_PLANNING_MANIFEST_IO_H_
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include "absl/strings/string_view.h"
@@ -15,6 +16,15 @@
 namespace ckpt::planning {
 
 std::string EncodeManifest(const v1::CheckpointManifest& manifest);
+
+// The trailer every manifest file ends with (split manifests' tables too).
+std::string WithCrcTrailer(std::string payload);
+// The bytes before the trailer, once it matches; DATA_LOSS "<source>:
+// <what> is truncated" or "<what> checksum mismatch" otherwise.
+absl::StatusOr<absl::string_view> CheckedPayload(absl::string_view bytes, absl::string_view source,
+                                                 absl::string_view what);
+// The CRC32C a trailer holds (0 for fewer than 4 bytes).
+uint32_t TrailerCrc(absl::string_view bytes);
 // DATA_LOSS naming `source` when the trailer is missing or does not match.
 absl::StatusOr<v1::CheckpointManifest> DecodeManifest(absl::string_view bytes,
                                                       absl::string_view source);

@@ -309,6 +309,7 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   coordinator::CatalogOptions catalog;
   catalog.host = o.host_name;  // the instance id is chosen here, once per start
   catalog.limits = o.manifest_limits;
+  catalog.split_manifest_min_chunks = o.manifest_split_min_chunks;
   // One bound on manifest reads for both tiers' catalogs.
   catalog.read_slots = std::make_shared<coordinator::ManifestReadSlots>();
   coordinator::RendezvousOptions rendezvous;

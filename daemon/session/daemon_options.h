@@ -140,6 +140,9 @@ struct DaemonOptions {
   std::string memory_tier_erasure;
   // Memory the coordinator's save plan cache may hold (all jobs).
   uint64_t plan_cache_bytes = uint64_t{1} << 30;
+  // Commits write a manifest of this many tensor chunks or more as a root
+  // and per-file chunk tables (planning/manifest_tables.h); 0: never.
+  uint64_t manifest_split_min_chunks = 65536;
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(5);
 

@@ -176,6 +176,8 @@ MemoryTier::MemoryTier(MemoryTierOptions options, planning::SavePlannerOptions p
   // Steps of jobs spread over hosts are here in part (this host's files
   // and its replicas).
   catalog.files_elsewhere = true;
+  // Its manifests travel whole (to peers, to a new leader): one file each.
+  catalog.split_manifest_min_chunks = 0;
   coordinator_ = std::make_unique<coordinator::Coordinator>(*backend_, kRoot, planner,
                                                             std::move(catalog), rendezvous);
   planning::RetentionConfig retention;

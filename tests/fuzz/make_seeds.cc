@@ -24,6 +24,7 @@
 #include "daemon/planning/load_planner.h"
 #include "daemon/planning/manifest_check.h"
 #include "daemon/planning/manifest_io.h"
+#include "daemon/planning/manifest_tables.h"
 #include "daemon/planning/node_save_plan.h"
 #include "daemon/planning/replica_placement.h"
 #include "proto/lib/compact_plan.h"
@@ -345,6 +346,17 @@ void WriteCodecSeeds(const std::filesystem::path& root) {
   }
 }
 
+// The manifest written split (fuzz_manifest_tables), when it can be.
+void WriteSplitSeed(const std::filesystem::path& root, const std::string& name,
+                    const v1::CheckpointManifest& manifest) {
+  std::optional<planning::SplitManifestFiles> split = planning::SplitManifest(manifest);
+  if (!split.has_value()) return;
+  SplitManifestCase c;
+  c.set_root(split->root);
+  for (const std::string& table : split->tables) c.add_tables(table);
+  Write(root / "fuzz_manifest_tables" / (name + ".pb"), c.SerializeAsString());
+}
+
 }  // namespace
 }  // namespace ckpt::fuzz
 
@@ -374,9 +386,11 @@ int main(int argc, char** argv) {
       if (compact) fuzz::WriteMemoryPlanSeeds(root, name, hosts);
     }
     fuzz::Write(root / "fuzz_manifest" / (name + ".MANIFEST"), planning::EncodeManifest(manifest));
+    fuzz::WriteSplitSeed(root, name, manifest);
     if (name == "multichunk") {
       fuzz::Write(root / "fuzz_manifest" / "multichunk_encoded_deltas.MANIFEST",
                   planning::EncodeManifest(fuzz::EncodedWithDeltas(manifest)));
+      fuzz::WriteSplitSeed(root, "multichunk_encoded_deltas", fuzz::EncodedWithDeltas(manifest));
     }
   }
   for (const auto& [name, load] : fuzz::Loads(saves)) {

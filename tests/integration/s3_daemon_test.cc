@@ -93,6 +93,9 @@ TEST_CASE("ckptd on S3: save, resharded load, list, verify and gc", "[s3]") {
     const std::string address = absl::StrCat("127.0.0.1:", FreeTcpPort());
     std::vector<std::string> flags = s3.flags;
     flags.push_back("--metrics_address=" + address);
+    // Manifests written split (a root and chunk tables, docs/manifest.md):
+    // the loads, verify, export and gc below read them from the bucket.
+    flags.push_back("--manifest_split_min_chunks=1");
     if (d.Start(flags).ok()) metrics = address;
   }
   REQUIRE_FALSE(metrics.empty());
@@ -129,7 +132,7 @@ TEST_CASE("ckptd on S3: save, resharded load, list, verify and gc", "[s3]") {
   CHECK(absl::StrContains(verify.output, "OK"));
 
   // ckptctl export reads the bucket itself: the same safetensors as the
-  // same step saved to a directory.
+  // same step saved to a directory (there with a manifest of one file).
   {
     TestDaemon local;
     REQUIRE(local.Start().ok());

@@ -16,7 +16,7 @@ cd "$(dirname "$0")/../.."
 seconds="${1:-600}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_save_request fuzz_load_request fuzz_manifest fuzz_node_plans fuzz_memory_plans
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_save_request fuzz_load_request fuzz_manifest fuzz_manifest_tables fuzz_node_plans fuzz_memory_plans
   fuzz_safetensors_header fuzz_chunk_codec fuzz_s3_documents)
 jobs="${CKPT_FUZZ_JOBS:-1}"
 build_dir="${CKPT_FUZZ_BUILD_DIR:-build-fuzz}"

@@ -1,0 +1,361 @@
+#include "daemon/planning/manifest_tables.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/planning/manifest_footprint.h"
+#include "daemon/planning/manifest_io.h"
+
+namespace ckpt::planning {
+
+std::string ChunkTableName(uint32_t index) { return absl::StrCat(kChunkTablesDir, "/", index); }
+
+namespace {
+
+// The root: every field but the tensor chunks, which become table entries.
+// Field by field, so that a field added to the manifest and not here is
+// dropped by a split; tests/unit (manifest_tables_test) fills every field
+// and checks that a split and a join give the manifest back.
+v1::CheckpointManifest RootOf(const v1::CheckpointManifest& m) {
+  v1::CheckpointManifest root;
+  root.set_format_version(kSplitManifestFormatVersion);
+  root.set_job(m.job());
+  root.set_step(m.step());
+  root.set_created_unix_ms(m.created_unix_ms());
+  if (m.has_topology()) *root.mutable_topology() = m.topology();
+  *root.mutable_objects() = m.objects();
+  *root.mutable_user_metadata() = m.user_metadata();
+  if (m.has_delta_base_step()) root.set_delta_base_step(m.delta_base_step());
+  root.set_delta_ordinal(m.delta_ordinal());
+  root.mutable_tensors()->Reserve(m.tensors_size());
+  for (const v1::TensorEntry& t : m.tensors()) {
+    v1::TensorEntry* out = root.add_tensors();
+    out->set_fqn(t.fqn());
+    out->set_dtype(t.dtype());
+    *out->mutable_global_shape() = t.global_shape();
+    out->set_partial(t.partial());
+    out->mutable_shards()->Reserve(t.shards_size());
+    for (const v1::StoredShard& s : t.shards()) {
+      v1::StoredShard* shard = out->add_shards();
+      if (s.has_region()) *shard->mutable_region() = s.region();
+      shard->set_writer_rank(s.writer_rank());
+    }
+  }
+  return root;
+}
+
+void AddRow(v1::ChunkTable& table, uint32_t shard, const v1::StoredChunk& c) {
+  table.add_shard(shard);
+  table.add_file_offset(c.file_offset());
+  table.add_shard_offset(c.shard_offset());
+  table.add_length(c.length());
+  table.add_crc32c(c.crc32c());
+  table.add_codec(c.codec());
+  table.add_stored_length(c.stored_length());
+  table.add_stored_crc32c(c.stored_crc32c());
+  table.add_element_bytes(c.element_bytes());
+  table.add_delta_base_step(c.delta_base_step());
+  *table.add_delta_base() = c.delta_base();
+}
+
+// Optional columns where every chunk has the default are left empty.
+void DropDefaultColumns(v1::ChunkTable& t) {
+  const auto all_zero = [](const auto& column) {
+    return std::all_of(column.begin(), column.end(), [](auto v) { return v == 0; });
+  };
+  if (all_zero(t.codec())) t.clear_codec();
+  if (all_zero(t.stored_length())) t.clear_stored_length();
+  if (all_zero(t.stored_crc32c())) t.clear_stored_crc32c();
+  if (all_zero(t.element_bytes())) t.clear_element_bytes();
+  if (all_zero(t.delta_base_step())) t.clear_delta_base_step();
+  if (std::all_of(t.delta_base().begin(), t.delta_base().end(),
+                  [](const v1::StoredChunk& c) { return c.ByteSizeLong() == 0; })) {
+    t.clear_delta_base();
+  }
+}
+
+}  // namespace
+
+std::optional<SplitManifestFiles> SplitManifest(const v1::CheckpointManifest& manifest) {
+  v1::CheckpointManifest root = RootOf(manifest);
+  std::vector<v1::ChunkTable> tables;
+  absl::flat_hash_map<std::string, uint32_t> table_of_file;  // 1-based
+  uint32_t shard_number = 0;
+  for (int t = 0; t < manifest.tensors_size(); ++t) {
+    const v1::TensorEntry& tensor = manifest.tensors(t);
+    for (int s = 0; s < tensor.shards_size(); ++s, ++shard_number) {
+      const v1::StoredShard& shard = tensor.shards(s);
+      if (shard.chunks_size() == 0) continue;
+      const std::string& file = shard.chunks(0).file();
+      auto [it, inserted] = table_of_file.try_emplace(file, tables.size() + 1);
+      if (inserted) tables.emplace_back().set_file(file);
+      v1::ChunkTable& table = tables[it->second - 1];
+      for (const v1::StoredChunk& chunk : shard.chunks()) {
+        if (chunk.file() != file) return std::nullopt;  // one table per shard
+        AddRow(table, shard_number, chunk);
+      }
+      v1::StoredShard* out = root.mutable_tensors(t)->mutable_shards(s);
+      out->set_table(it->second);
+      out->set_chunk_count(static_cast<uint32_t>(shard.chunks_size()));
+    }
+  }
+  if (tables.empty()) return std::nullopt;
+  SplitManifestFiles files;
+  files.tables.reserve(tables.size());
+  for (v1::ChunkTable& table : tables) {
+    DropDefaultColumns(table);
+    v1::ChunkTableRef* ref = root.add_chunk_tables();
+    ref->set_file(table.file());
+    ref->set_chunks(static_cast<uint64_t>(table.shard_size()));
+    files.tables.push_back(WithCrcTrailer(table.SerializeAsString()));
+    ref->set_bytes(files.tables.back().size());
+    ref->set_crc32c(TrailerCrc(files.tables.back()));
+  }
+  files.root = EncodeManifest(root);
+  return files;
+}
+
+absl::StatusOr<v1::ChunkTable> DecodeChunkTable(absl::string_view bytes, absl::string_view source,
+                                                const ManifestLimits& limits) {
+  absl::StatusOr<absl::string_view> payload = CheckedPayload(bytes, source, "chunk table");
+  if (!payload.ok()) return payload.status();
+  absl::StatusOr<ManifestFootprint> footprint = MeasureChunkTable(*payload, source);
+  if (!footprint.ok()) return footprint.status();
+  if (bytes.size() + footprint->parsed_bytes > limits.max_memory_bytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        source, ": reading the chunk table would take about ",
+        (bytes.size() + footprint->parsed_bytes) >> 20, " MiB of memory, more than the limit of ",
+        limits.max_memory_bytes, " bytes (--max_manifest_memory_bytes); it was not parsed"));
+  }
+  v1::ChunkTable table;
+  if (!table.ParseFromArray(payload->data(), static_cast<int>(payload->size()))) {
+    return absl::DataLossError(absl::StrCat(source, ": chunk table does not parse"));
+  }
+  const int n = table.shard_size();
+  if (n == 0) return absl::DataLossError(absl::StrCat(source, ": chunk table lists no chunk"));
+  if (n > limits.max_chunks) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(source, ": the chunk table lists ", n, " chunks, more than the limit of ",
+                     limits.max_chunks, " (--max_manifest_chunks)"));
+  }
+  const std::pair<const char*, int> required[] = {{"file_offset", table.file_offset_size()},
+                                                  {"shard_offset", table.shard_offset_size()},
+                                                  {"length", table.length_size()},
+                                                  {"crc32c", table.crc32c_size()}};
+  for (const auto& [column, size] : required) {
+    if (size != n) {
+      return absl::DataLossError(absl::StrCat(source, ": chunk table column ", column, " has ",
+                                              size, " values for ", n, " chunks"));
+    }
+  }
+  const std::pair<const char*, int> optional[] = {{"codec", table.codec_size()},
+                                                  {"stored_length", table.stored_length_size()},
+                                                  {"stored_crc32c", table.stored_crc32c_size()},
+                                                  {"element_bytes", table.element_bytes_size()},
+                                                  {"delta_base_step", table.delta_base_step_size()},
+                                                  {"delta_base", table.delta_base_size()}};
+  for (const auto& [column, size] : optional) {
+    if (size != 0 && size != n) {
+      return absl::DataLossError(absl::StrCat(source, ": chunk table column ", column, " has ",
+                                              size, " values for ", n, " chunks (0 or ", n,
+                                              " expected)"));
+    }
+  }
+  return table;
+}
+
+namespace {
+
+// A table's row `i` as the chunk a format-1 manifest lists.
+void FillChunk(v1::ChunkTable& t, int i, v1::StoredChunk& c) {
+  c.set_file(t.file());
+  c.set_file_offset(t.file_offset(i));
+  c.set_shard_offset(t.shard_offset(i));
+  c.set_length(t.length(i));
+  c.set_crc32c(t.crc32c(i));
+  if (t.codec_size() > 0) c.set_codec(t.codec(i));
+  if (t.stored_length_size() > 0) c.set_stored_length(t.stored_length(i));
+  if (t.stored_crc32c_size() > 0) c.set_stored_crc32c(t.stored_crc32c(i));
+  if (t.element_bytes_size() > 0) c.set_element_bytes(t.element_bytes(i));
+  if (t.delta_base_step_size() > 0) c.set_delta_base_step(t.delta_base_step(i));
+  // Empty where the chunk has none (a column is full-length or empty).
+  if (t.delta_base_size() > 0 && t.delta_base(i).ByteSizeLong() > 0) {
+    c.mutable_delta_base()->Swap(t.mutable_delta_base(i));
+  }
+}
+
+class Joiner {
+ public:
+  Joiner(v1::CheckpointManifest& m, absl::string_view source, const ManifestLimits& limits)
+      : m_(m), source_(source), limits_(limits) {}
+
+  absl::Status Run(uint64_t root_bytes, const ChunkTableReader& read_table) {
+    if (absl::Status s = CheckRoot(root_bytes); !s.ok()) return s;
+    for (int i = 0; i < m_.chunk_tables_size(); ++i) {
+      if (absl::Status s = JoinTable(static_cast<uint32_t>(i + 1), read_table); !s.ok()) return s;
+    }
+    for (size_t g = 0; g < shards_.size(); ++g) {
+      v1::StoredShard& shard = *shards_[g];
+      if (static_cast<uint32_t>(shard.chunks_size()) != shard.chunk_count()) {
+        return Lost(absl::StrCat("shard ", g, " has ", shard.chunks_size(),
+                                 " chunks in its table, not the ", shard.chunk_count(),
+                                 " the root gives"));
+      }
+      shard.clear_table();
+      shard.clear_chunk_count();
+    }
+    m_.clear_chunk_tables();
+    m_.set_format_version(kManifestFormatVersion);
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status Lost(absl::string_view what) const {
+    return absl::DataLossError(absl::StrCat(source_, ": ", what));
+  }
+
+  // Counts, sizes and the memory of the joined manifest, before any table
+  // is read; each shard's table and chunk count against the table list.
+  absl::Status CheckRoot(uint64_t root_bytes) {
+    const int tables = m_.chunk_tables_size();
+    if (tables == 0) return Lost("the split manifest lists no chunk table");
+    uint64_t bytes = root_bytes;
+    uint64_t chunks = 0;
+    memory_ = root_bytes + m_.SpaceUsedLong();
+    for (int i = 0; i < tables; ++i) {
+      const v1::ChunkTableRef& ref = m_.chunk_tables(i);
+      const std::string name = ChunkTableName(static_cast<uint32_t>(i + 1));
+      if (ref.chunks() == 0 || ref.bytes() < 4) {
+        return Lost(absl::StrCat(name, " is listed with ", ref.chunks(), " chunks of ", ref.bytes(),
+                                 " bytes"));
+      }
+      // Each term is bounded by the sums' limits, checked as they grow.
+      bytes += std::min<uint64_t>(ref.bytes(), limits_.max_manifest_bytes + 1);
+      chunks += std::min<uint64_t>(ref.chunks(), uint64_t{1} << 40);
+      if (bytes > limits_.max_manifest_bytes) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            source_, ": the manifest and its chunk tables are more than ",
+            limits_.max_manifest_bytes, " bytes (--max_manifest_bytes); they were not read"));
+      }
+      if (chunks > static_cast<uint64_t>(limits_.max_chunks)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(source_, ": the chunk tables list more than ", limits_.max_chunks,
+                         " chunks (--max_manifest_chunks); they were not read"));
+      }
+      memory_ += ref.chunks() * JoinedChunkBytes(ref.file().size());
+      largest_table_ = std::max(largest_table_, ref.bytes());
+    }
+    if (absl::Status s = CheckMemory(largest_table_); !s.ok()) return s;
+    std::vector<uint64_t> counted(tables, 0);
+    for (v1::TensorEntry& tensor : *m_.mutable_tensors()) {
+      for (v1::StoredShard& shard : *tensor.mutable_shards()) {
+        const size_t g = shards_.size();
+        shards_.push_back(&shard);
+        if (shard.chunks_size() > 0) {
+          return Lost(absl::StrCat("shard ", g, " of tensor ", tensor.fqn().substr(0, 80),
+                                   " lists chunks in a split manifest's root"));
+        }
+        if (shard.table() == 0) {
+          if (shard.chunk_count() != 0) {
+            return Lost(absl::StrCat("shard ", g, " has ", shard.chunk_count(),
+                                     " chunks and no chunk table"));
+          }
+          continue;
+        }
+        if (shard.table() > static_cast<uint32_t>(tables) || shard.chunk_count() == 0) {
+          return Lost(absl::StrCat("shard ", g, " names chunk table ", shard.table(), " for ",
+                                   shard.chunk_count(), " chunks (", tables, " tables)"));
+        }
+        counted[shard.table() - 1] += shard.chunk_count();
+      }
+    }
+    for (int i = 0; i < tables; ++i) {
+      if (counted[i] != m_.chunk_tables(i).chunks()) {
+        return Lost(absl::StrCat("the shards put ", counted[i], " chunks in ",
+                                 ChunkTableName(static_cast<uint32_t>(i + 1)), ", which lists ",
+                                 m_.chunk_tables(i).chunks()));
+      }
+    }
+    for (v1::StoredShard* shard : shards_) {
+      shard->mutable_chunks()->Reserve(static_cast<int>(shard->chunk_count()));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckMemory(uint64_t transient) const {
+    if (memory_ + transient > limits_.max_memory_bytes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          source_, ": reading the manifest and its chunk tables would take about ",
+          (memory_ + transient) >> 20, " MiB of memory, more than the limit of ",
+          limits_.max_memory_bytes, " bytes (--max_manifest_memory_bytes); it was not read"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status JoinTable(uint32_t index, const ChunkTableReader& read_table) {
+    const v1::ChunkTableRef& ref = m_.chunk_tables(static_cast<int>(index - 1));
+    const std::string name = ChunkTableName(index);
+    const std::string where = absl::StrCat(source_, " (", name, ")");
+    absl::StatusOr<std::string> bytes = read_table(name, ref.bytes());
+    if (!bytes.ok()) return bytes.status();
+    if (bytes->size() != ref.bytes() || TrailerCrc(*bytes) != ref.crc32c()) {
+      return absl::DataLossError(absl::StrCat(where,
+                                              ": the chunk table is not the one the root "
+                                              "lists (its size or checksum differs)"));
+    }
+    // The table parsed: its columns, and the delta bases it moves into
+    // the joined chunks (counted again there: an upper bound).
+    absl::StatusOr<ManifestFootprint> footprint =
+        MeasureChunkTable(bytes->substr(0, bytes->size() - 4), where);
+    if (!footprint.ok()) return footprint.status();
+    if (absl::Status s = CheckMemory(bytes->size() + 2 * footprint->parsed_bytes); !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<v1::ChunkTable> table = DecodeChunkTable(*bytes, where, limits_);
+    if (!table.ok()) return table.status();
+    bytes->clear();
+    if (table->file() != ref.file()) {
+      return absl::DataLossError(absl::StrCat(where, ": the chunk table is of another file"));
+    }
+    if (static_cast<uint64_t>(table->shard_size()) != ref.chunks()) {
+      return absl::DataLossError(absl::StrCat(where, ": the chunk table lists ",
+                                              table->shard_size(), " chunks, the root ",
+                                              ref.chunks()));
+    }
+    for (int i = 0; i < table->shard_size(); ++i) {
+      const uint32_t g = table->shard(i);
+      if (g >= shards_.size() || shards_[g]->table() != index) {
+        return absl::DataLossError(absl::StrCat(where, ": chunk ", i, " is of shard ", g,
+                                                ", which the root does not put in this table"));
+      }
+      v1::StoredShard& shard = *shards_[g];
+      if (static_cast<uint32_t>(shard.chunks_size()) >= shard.chunk_count()) {
+        return absl::DataLossError(absl::StrCat(where, ": shard ", g, " has more than its ",
+                                                shard.chunk_count(), " chunks"));
+      }
+      FillChunk(*table, i, *shard.add_chunks());
+    }
+    memory_ += footprint->parsed_bytes;  // the delta bases now in the chunks, at most
+    return absl::OkStatus();
+  }
+
+  v1::CheckpointManifest& m_;
+  const absl::string_view source_;
+  const ManifestLimits& limits_;
+  std::vector<v1::StoredShard*> shards_;  // over all tensors, as tables number them
+  uint64_t memory_ = 0;                   // the joined manifest's, estimated
+  uint64_t largest_table_ = 0;
+};
+
+}  // namespace
+
+absl::Status JoinChunkTables(v1::CheckpointManifest& manifest, uint64_t root_bytes,
+                             absl::string_view source, const ManifestLimits& limits,
+                             const ChunkTableReader& read_table) {
+  if (manifest.format_version() != kSplitManifestFormatVersion) return absl::OkStatus();
+  return Joiner(manifest, source, limits).Run(root_bytes, read_table);
+}
+
+}  // namespace ckpt::planning

@@ -1,0 +1,346 @@
+// Split manifests (manifest_tables.h): a split and a join give back the
+// manifest, every field of it; and a root and tables that disagree, are
+// damaged, missing or too large are refused, naming the table, before
+// anything is allocated for what they claim.
+#include "daemon/planning/manifest_tables.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/util/message_differencer.h>
+
+#include <map>
+#include <string>
+
+#include "daemon/planning/manifest_io.h"
+#include "daemon/planning/save_planner.h"
+#include "tests/catch.h"
+#include "tests/unit/daemon/planning/test_helpers.h"
+
+namespace ckpt::planning {
+namespace {
+
+using testing::AddShard;
+using testing::BoxShard;
+using testing::Node;
+
+// A planned manifest of two hosts, two writer files each, with every
+// field the format has set somewhere: encoded chunks, deltas, objects,
+// metadata, an empty tensor.
+v1::CheckpointManifest FullManifest() {
+  std::vector<v1::NodeSavePlan> nodes = {Node("h0", 4, 2, {0, 1}), Node("h1", 4, 2, {2, 3})};
+  for (int t = 0; t < 6; ++t) {
+    const std::string fqn = absl::StrCat("layers.", t, ".w");
+    for (int r = 0; r < 4; ++r) {
+      AddShard(nodes[r / 2], r, BoxShard(fqn, v1::FLOAT32, {64, 300}, {r * 16, 0}, {16, 300}));
+    }
+  }
+  AddShard(nodes[0], 0, BoxShard("empty", v1::FLOAT32, {0, 4}, {0, 0}, {0, 4}));
+  *nodes[0].mutable_ranks(0)->add_objects() = testing::Object("rng", false, 100);
+  nodes[0].mutable_user_metadata()->insert({std::string("k"), std::string("v")});
+  SavePlannerOptions options;
+  options.chunk_bytes = 4096;  // a shard of 19,200 bytes is 5 chunks
+  absl::StatusOr<v1::SaveAssignment> plan = PlanSave(nodes, options);
+  REQUIRE(plan.ok());
+  v1::CheckpointManifest m = plan->manifest_template();
+  m.set_created_unix_ms(1700000000000);
+  m.set_delta_base_step(3);
+  m.set_delta_ordinal(2);
+  m.mutable_topology()->add_hosts()->set_host("h0");
+  m.mutable_tensors(0)->set_partial(true);
+  uint32_t n = 1;
+  (void)ForEachMutableChunk(m, [&](v1::StoredChunk& c, const std::string&) {
+    c.set_crc32c(0x9e3779b9u * n++);
+    if (n % 3 != 0 || c.length() <= 8) return absl::OkStatus();
+    c.set_codec(v1::CHUNK_CODEC_GROUPED_ZSTD);
+    c.set_stored_length(c.length() / 2);
+    c.set_stored_crc32c(n);
+    c.set_element_bytes(4);
+    if (n % 2 == 0) {  // a delta is stored encoded
+      c.set_delta_base_step(3);
+      c.mutable_delta_base()->set_file("data/h0-0.bin");
+      c.mutable_delta_base()->set_length(c.length());
+      c.mutable_delta_base()->set_crc32c(n);
+    }
+    return absl::OkStatus();
+  });
+  return m;
+}
+
+using Tables = std::map<std::string, std::string>;
+
+Tables TablesOf(const SplitManifestFiles& files) {
+  Tables tables;
+  for (size_t i = 0; i < files.tables.size(); ++i) {
+    tables[ChunkTableName(static_cast<uint32_t>(i + 1))] = files.tables[i];
+  }
+  return tables;
+}
+
+ChunkTableReader ReaderOf(const Tables& tables, int* reads = nullptr) {
+  return [&tables, reads](const std::string& name, uint64_t bytes) -> absl::StatusOr<std::string> {
+    if (reads != nullptr) ++*reads;
+    auto it = tables.find(name);
+    if (it == tables.end()) return absl::NotFoundError(absl::StrCat(name, " is missing"));
+    if (it->second.size() != bytes) return absl::DataLossError(absl::StrCat(name, ": size"));
+    return it->second;
+  };
+}
+
+absl::StatusOr<v1::CheckpointManifest> Join(const std::string& root, const Tables& tables,
+                                            const ManifestLimits& limits = {},
+                                            int* reads = nullptr) {
+  absl::StatusOr<v1::CheckpointManifest> m = DecodeBoundedManifest(root, "MANIFEST", limits);
+  if (!m.ok()) return m.status();
+  if (absl::Status s =
+          JoinChunkTables(*m, root.size(), "MANIFEST", limits, ReaderOf(tables, reads));
+      !s.ok()) {
+    return s;
+  }
+  return m;
+}
+
+bool Same(const v1::CheckpointManifest& a, const v1::CheckpointManifest& b) {
+  google::protobuf::util::MessageDifferencer differ;
+  std::string diff;
+  differ.ReportDifferencesToString(&diff);
+  const bool same = differ.Compare(a, b);
+  UNSCOPED_INFO(diff.substr(0, 2000));
+  return same;
+}
+
+TEST_CASE("a split manifest joins back to every field of the manifest", "[manifest_tables]") {
+  const v1::CheckpointManifest m = FullManifest();
+  INFO(ValidateManifest(m, m.job(), m.step(), "planned"));
+  REQUIRE(ValidateManifest(m, m.job(), m.step(), "planned").ok());
+  // The test manifest sets every field a split moves: one added to the
+  // format and not to the split fails here.
+  for (const google::protobuf::Descriptor* type :
+       {v1::CheckpointManifest::descriptor(), v1::TensorEntry::descriptor(),
+        v1::StoredShard::descriptor(), v1::StoredChunk::descriptor()}) {
+    for (int f = 0; f < type->field_count(); ++f) {
+      const std::string name = type->field(f)->full_name();
+      if (name == "ckpt.v1.StoredShard.table" || name == "ckpt.v1.StoredShard.chunk_count" ||
+          name == "ckpt.v1.CheckpointManifest.chunk_tables") {
+        continue;  // a split's own
+      }
+      const google::protobuf::FieldDescriptor* field = type->field(f);
+      const auto is_set = [field](const google::protobuf::Message& msg) {
+        const google::protobuf::Reflection* r = msg.GetReflection();
+        return field->is_repeated() ? r->FieldSize(msg, field) > 0 : r->HasField(msg, field);
+      };
+      bool set = type == v1::CheckpointManifest::descriptor() && is_set(m);
+      for (const v1::TensorEntry& t : m.tensors()) {
+        if (type == v1::TensorEntry::descriptor()) set = set || is_set(t);
+        for (const v1::StoredShard& shard : t.shards()) {
+          if (type == v1::StoredShard::descriptor()) set = set || is_set(shard);
+          for (const v1::StoredChunk& c : shard.chunks()) {
+            if (type == v1::StoredChunk::descriptor()) set = set || is_set(c);
+          }
+        }
+      }
+      INFO(name);
+      CHECK(set);
+    }
+  }
+
+  std::optional<SplitManifestFiles> files = SplitManifest(m);
+  REQUIRE(files.has_value());
+  CHECK(files->tables.size() == 4);  // two hosts, two files each
+  // The root lists no tensor chunk: each shard names its table.
+  absl::StatusOr<v1::CheckpointManifest> root = DecodeManifest(files->root, "MANIFEST");
+  REQUIRE(root.ok());
+  CHECK(root->format_version() == kSplitManifestFormatVersion);
+  CHECK(root->chunk_tables_size() == 4);
+  for (const v1::TensorEntry& t : root->tensors()) {
+    for (const v1::StoredShard& s : t.shards()) CHECK(s.chunks_size() == 0);
+  }
+  // Unjoined, it is no manifest a reader takes.
+  CHECK(absl::IsDataLoss(ValidateManifest(*root, m.job(), m.step(), "MANIFEST")));
+
+  const Tables tables = TablesOf(*files);
+  absl::StatusOr<v1::CheckpointManifest> joined = Join(files->root, tables);
+  REQUIRE(joined.ok());
+  CHECK(Same(*joined, m));
+  const absl::Status valid = ValidateManifest(*joined, m.job(), m.step(), "MANIFEST");
+  INFO(valid);
+  CHECK(valid.ok());
+}
+
+TEST_CASE("a format-1 manifest is left as it is", "[manifest_tables]") {
+  const v1::CheckpointManifest m = FullManifest();
+  const std::string bytes = EncodeManifest(m);
+  int reads = 0;
+  absl::StatusOr<v1::CheckpointManifest> joined = Join(bytes, {}, {}, &reads);
+  REQUIRE(joined.ok());
+  CHECK(reads == 0);
+  CHECK(Same(*joined, m));
+}
+
+TEST_CASE("a shard over two files or no chunk at all is not split", "[manifest_tables]") {
+  v1::CheckpointManifest m = FullManifest();
+  v1::StoredShard* shard = m.mutable_tensors(1)->mutable_shards(0);
+  REQUIRE(shard->chunks_size() > 1);
+  shard->mutable_chunks(1)->set_file("data/elsewhere.bin");
+  CHECK_FALSE(SplitManifest(m).has_value());
+  CHECK_FALSE(SplitManifest(testing::ManifestOf("job", 1, "", 4096)).has_value());
+}
+
+TEST_CASE("every damaged byte of a chunk table is refused, naming it", "[manifest_tables]") {
+  const v1::CheckpointManifest m = FullManifest();
+  std::optional<SplitManifestFiles> files = SplitManifest(m);
+  REQUIRE(files.has_value());
+  const Tables good = TablesOf(*files);
+  const std::string name = ChunkTableName(2);
+  for (size_t at = 0; at < good.at(name).size(); ++at) {
+    Tables bad = good;
+    bad[name][at] = static_cast<char>(bad[name][at] ^ 0x20);
+    absl::StatusOr<v1::CheckpointManifest> joined = Join(files->root, bad);
+    INFO("byte " << at);
+    REQUIRE(absl::IsDataLoss(joined.status()));
+    CHECK(joined.status().message().find("tables/2") != std::string::npos);
+  }
+  Tables missing = good;
+  missing.erase(name);
+  absl::StatusOr<v1::CheckpointManifest> joined = Join(files->root, missing);
+  CHECK(absl::IsNotFound(joined.status()));
+  CHECK(joined.status().message().find("tables/2") != std::string::npos);
+  Tables truncated = good;
+  truncated[name].pop_back();
+  CHECK(absl::IsDataLoss(Join(files->root, truncated).status()));
+  // Another step's table of the same size: its checksum differs from the
+  // root's entry.
+  Tables swapped = good;
+  std::swap(swapped[ChunkTableName(1)], swapped[ChunkTableName(3)]);
+  CHECK(absl::IsDataLoss(Join(files->root, swapped).status()));
+}
+
+// A root rewritten by `edit`, then encoded again (a crafted MANIFEST with
+// a valid trailer).
+template <typename Edit>
+std::string Crafted(const SplitManifestFiles& files, const Edit& edit) {
+  absl::StatusOr<v1::CheckpointManifest> root = DecodeManifest(files.root, "MANIFEST");
+  REQUIRE(root.ok());
+  edit(*root);
+  return EncodeManifest(*root);
+}
+
+// A table rewritten by `edit`, its root entry fixed to match (a crafted
+// table that passes its own checks).
+template <typename Edit>
+std::string CraftedTable(SplitManifestFiles& files, Tables& tables, uint32_t index,
+                         const Edit& edit) {
+  const std::string name = ChunkTableName(index);
+  absl::StatusOr<v1::ChunkTable> table = DecodeChunkTable(tables[name], name, {});
+  REQUIRE(table.ok());
+  edit(*table);
+  tables[name] = WithCrcTrailer(table->SerializeAsString());
+  return Crafted(files, [&](v1::CheckpointManifest& root) {
+    v1::ChunkTableRef* ref = root.mutable_chunk_tables(static_cast<int>(index - 1));
+    ref->set_bytes(tables[name].size());
+    ref->set_crc32c(TrailerCrc(tables[name]));
+    ref->set_chunks(static_cast<uint64_t>(table->shard_size()));
+  });
+}
+
+TEST_CASE("a root and tables that disagree are refused", "[manifest_tables]") {
+  const v1::CheckpointManifest m = FullManifest();
+  std::optional<SplitManifestFiles> files = SplitManifest(m);
+  REQUIRE(files.has_value());
+  const Tables good = TablesOf(*files);
+  const auto lost = [&](const std::string& root, const Tables& tables, const std::string& says) {
+    absl::StatusOr<v1::CheckpointManifest> joined = Join(root, tables);
+    INFO(joined.status());
+    CHECK(absl::IsDataLoss(joined.status()));
+    CHECK(joined.status().message().find(says) != std::string::npos);
+  };
+  lost(Crafted(*files,
+               [](v1::CheckpointManifest& r) {
+                 r.mutable_tensors(1)->mutable_shards(0)->set_table(9);
+               }),
+       good, "names chunk table 9");
+  lost(Crafted(*files,
+               [](v1::CheckpointManifest& r) {
+                 r.mutable_tensors(1)->mutable_shards(0)->set_chunk_count(1000000000);
+               }),
+       good, "chunks in tables/");
+  lost(Crafted(*files,
+               [](v1::CheckpointManifest& r) {
+                 r.mutable_tensors(1)->mutable_shards(0)->add_chunks()->set_length(1);
+               }),
+       good, "lists chunks in a split manifest's root");
+  lost(Crafted(*files, [](v1::CheckpointManifest& r) { r.clear_chunk_tables(); }), good,
+       "no chunk table");
+  lost(Crafted(*files,
+               [](v1::CheckpointManifest& r) { r.mutable_chunk_tables(0)->set_file("data/x"); }),
+       good, "of another file");
+  {
+    // A row moved to a shard of another table.
+    SplitManifestFiles crafted = *files;
+    Tables tables = good;
+    const std::string root = CraftedTable(
+        crafted, tables, 1, [&](v1::ChunkTable& t) { t.set_shard(0, t.shard(0) + 1000); });
+    lost(root, tables, "which the root does not put in this table");
+  }
+  {
+    // A column one value short.
+    SplitManifestFiles crafted = *files;
+    Tables tables = good;
+    const std::string root = CraftedTable(
+        crafted, tables, 1, [](v1::ChunkTable& t) { t.mutable_length()->RemoveLast(); });
+    lost(root, tables, "column length");
+  }
+  {
+    // Joined, the chunks are checked as any manifest's: a row that moves
+    // a chunk onto another's bytes gets through the join, not the check.
+    SplitManifestFiles crafted = *files;
+    Tables tables = good;
+    const std::string root =
+        CraftedTable(crafted, tables, 1, [](v1::ChunkTable& t) { t.set_file_offset(1, 0); });
+    absl::StatusOr<v1::CheckpointManifest> joined = Join(root, tables);
+    REQUIRE(joined.ok());
+    CHECK(absl::IsDataLoss(ValidateManifest(*joined, m.job(), m.step(), "MANIFEST")));
+  }
+  // A format-1 manifest that names tables is refused by the check.
+  v1::CheckpointManifest named = m;
+  named.mutable_tensors(1)->mutable_shards(0)->set_table(1);
+  CHECK(absl::IsDataLoss(ValidateManifest(named, m.job(), m.step(), "MANIFEST")));
+}
+
+TEST_CASE("the limits hold before any table is read", "[manifest_tables]") {
+  const v1::CheckpointManifest m = FullManifest();
+  std::optional<SplitManifestFiles> files = SplitManifest(m);
+  REQUIRE(files.has_value());
+  const Tables good = TablesOf(*files);
+  int64_t chunks = 0;
+  (void)ForEachChunk(m, [&](const v1::StoredChunk&, const std::string&) {
+    ++chunks;
+    return absl::OkStatus();
+  });
+  const auto refused = [&](const ManifestLimits& limits, const std::string& flag) {
+    int reads = 0;
+    absl::StatusOr<v1::CheckpointManifest> joined = Join(files->root, good, limits, &reads);
+    INFO(joined.status());
+    CHECK(absl::IsFailedPrecondition(joined.status()));
+    CHECK(joined.status().message().find(flag) != std::string::npos);
+    CHECK(reads == 0);
+  };
+  ManifestLimits few_chunks;
+  few_chunks.max_chunks = chunks - m.objects_size() - 1;
+  refused(few_chunks, "--max_manifest_chunks");
+  ManifestLimits few_bytes;
+  few_bytes.max_manifest_bytes = files->root.size() + 100;
+  refused(few_bytes, "--max_manifest_bytes");
+  ManifestLimits little_memory;
+  little_memory.max_memory_bytes = 32 << 10;
+  refused(little_memory, "--max_manifest_memory_bytes");
+  // A root claiming a billion chunks in a table is refused by its count.
+  const std::string huge = Crafted(*files, [](v1::CheckpointManifest& r) {
+    r.mutable_chunk_tables(0)->set_chunks(uint64_t{1} << 60);
+    r.mutable_chunk_tables(0)->set_bytes(uint64_t{1} << 60);
+  });
+  int reads = 0;
+  CHECK(absl::IsFailedPrecondition(Join(huge, good, {}, &reads).status()));
+  CHECK(reads == 0);
+}
+
+}  // namespace
+}  // namespace ckpt::planning
