@@ -66,6 +66,7 @@
 #include "daemon/planning/save_planner.h"
 #include "proto/lib/compact_plan.h"
 #include "proto/lib/status_context.h"
+#include "tools/bench/manifest_bench.h"
 
 namespace {
 
@@ -211,8 +212,8 @@ struct Figures {
 absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
                                 const std::vector<ckpt::v1::NodeLoadPlan>& load_nodes,
                                 const ckpt::planning::SavePlannerOptions& options,
-                                const ckpt::RequestLimits& load_limits, uint64_t* items,
-                                int* reads) {
+                                const ckpt::RequestLimits& load_limits, uint64_t* items, int* reads,
+                                std::shared_ptr<const ckpt::v1::SaveAssignment>* assignment) {
   Figures f;
   for (ckpt::v1::NodeSavePlan& node : save_nodes) node.set_step(1);
   // As the plans arrive.
@@ -254,6 +255,7 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
   f.load_plan_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!loaded.ok()) return ckpt::WithContext(loaded.status(), "load plan");
   *reads = (*loaded)->reads_size();
+  *assignment = saved->assignment;
   return f;
 }
 
@@ -275,6 +277,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 100));
   app.add_flag("--json", json, "print the figures as one JSON object");
+  std::string manifest_dir;
+  app.add_option("--manifest-dir", manifest_dir,
+                 "also commit the planned manifest in each format (one MANIFEST; a root and "
+                 "chunk tables) into a fresh folder here, fsynced, and read it back as the "
+                 "catalog does (after peak_rss_mib is taken; the folder is removed)");
   bool huge_heap = true;
   app.add_flag("--huge-heap,!--no-huge-heap", huge_heap,
                "run with glibc's malloc asking for transparent huge pages "
@@ -322,9 +329,10 @@ int main(int argc, char** argv) {
   Figures first;
   uint64_t items = 0;
   int reads = 0;
+  std::shared_ptr<const ckpt::v1::SaveAssignment> assignment;
   for (int round = 0; round < repeat; ++round) {
     absl::StatusOr<Figures> figures =
-        Measure(save_nodes, load_nodes, options, load_limits, &items, &reads);
+        Measure(save_nodes, load_nodes, options, load_limits, &items, &reads, &assignment);
     if (!figures.ok()) {
       std::fprintf(stderr, "ckpt-plan-bench: %s\n", figures.status().ToString().c_str());
       return 1;
@@ -372,6 +380,23 @@ int main(int argc, char** argv) {
   getrusage(RUSAGE_SELF, &usage);
   const double peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux
   std::printf("peak resident memory of this process: %.0f MiB\n", peak_rss_mib);
+  ckpt::bench::ManifestFigures manifest;
+  if (!manifest_dir.empty()) {
+    absl::StatusOr<ckpt::bench::ManifestFigures> measured = ckpt::bench::MeasureManifestFormats(
+        assignment->manifest_template(), manifest_dir, "host00000", options.manifest_limits);
+    if (!measured.ok()) {
+      std::fprintf(stderr, "ckpt-plan-bench: manifest: %s\n", measured.status().ToString().c_str());
+      return 1;
+    }
+    manifest = *measured;
+    std::printf(
+        "manifest, one file: %.1f MiB, committed in %.3f s, read in %.3f s\n"
+        "manifest split: root %.1f MiB and %d chunk tables of %.1f MiB, committed in %.3f s, read "
+        "in %.3f s; one host's part (the root and its own tables) read in %.3f s\n",
+        manifest.whole_bytes / 1048576.0, manifest.whole_commit_s, manifest.whole_read_s,
+        manifest.root_bytes / 1048576.0, manifest.tables, manifest.table_bytes / 1048576.0,
+        manifest.split_commit_s, manifest.split_read_s, manifest.host_read_s);
+  }
   if (json) {
     std::printf(
         "{\"save_plan_s\":%.4f,\"plan_cache_s\":%.4f,\"load_plan_s\":%.4f,"
@@ -382,13 +407,25 @@ int main(int argc, char** argv) {
         "s\":%.4f,\"first_load_plan_s\":%.4f,"
         "\"repeat\":%d,\"ranks\":%d,\"shards_per_rank\":%d,\"replication\":%d,"
         "\"unique_shards\":%llu,\"hosts\":%zu,\"cached_plan_bytes\":%llu,\"huge_heap\":%s,"
-        "\"peak_rss_mib\":%.0f}\n",
+        "\"peak_rss_mib\":%.0f",
         save_plan_s, plan_cache_s, load_plan_s, best.save_plan_cpu_s, best.load_plan_cpu_s,
         best.host_key_s, best.host_key_max_s, compact.all_s, compact.max_s, load_compact.all_s,
         load_compact.max_s, first.save_plan_s, first.plan_cache_s, first.load_plan_s, repeat,
         l.ranks, l.shards_per_rank, l.replication, static_cast<unsigned long long>(items),
         save_nodes.size(), static_cast<unsigned long long>(first.cached_bytes),
         huge_heap ? "true" : "false", peak_rss_mib);
+    if (!manifest_dir.empty()) {
+      std::printf(
+          ",\"manifest_whole_bytes\":%llu,\"manifest_whole_commit_s\":%.4f,"
+          "\"manifest_whole_read_s\":%.4f,\"manifest_root_bytes\":%llu,"
+          "\"manifest_table_bytes\":%llu,\"manifest_tables\":%d,\"manifest_split_commit_s\":%.4f,"
+          "\"manifest_split_read_s\":%.4f,\"manifest_host_read_s\":%.4f",
+          static_cast<unsigned long long>(manifest.whole_bytes), manifest.whole_commit_s,
+          manifest.whole_read_s, static_cast<unsigned long long>(manifest.root_bytes),
+          static_cast<unsigned long long>(manifest.table_bytes), manifest.tables,
+          manifest.split_commit_s, manifest.split_read_s, manifest.host_read_s);
+    }
+    std::printf("}\n");
   }
   return 0;
 }
