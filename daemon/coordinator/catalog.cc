@@ -249,9 +249,11 @@ absl::StatusOr<v1::CheckpointManifest> Catalog::ReadStepManifest(const std::stri
   if (!manifest.ok()) return manifest.status();
   // A split manifest (format 2): its chunk tables, each checked against
   // the root, joined in.
-  if (absl::Status s = planning::JoinChunkTables(
-          *manifest, bytes->size(), path, limits_,
-          [&](const std::string& name, uint64_t size) { return ReadTableFile(dir, name, size); });
+  if (absl::Status s =
+          planning::JoinChunkTables(*manifest, bytes->size(), path, limits_,
+                                    [&](uint64_t offset, uint64_t length, uint64_t total) {
+                                      return ReadTables(dir, offset, length, total);
+                                    });
       !s.ok()) {
     return AsBroken(s);
   }
@@ -284,19 +286,20 @@ absl::StatusOr<std::string> Catalog::ReadManifestFile(const std::string& dir,
   return bytes;
 }
 
-absl::StatusOr<std::string> Catalog::ReadTableFile(const std::string& dir, const std::string& name,
-                                                   uint64_t size) {
+absl::StatusOr<std::string> Catalog::ReadTables(const std::string& dir, uint64_t offset,
+                                                uint64_t length, uint64_t total) {
   absl::StatusOr<std::unique_ptr<storage::ReadableFile>> file =
-      backend_.OpenReadOnlyBeneath(dir, name);
+      backend_.OpenReadOnlyBeneath(dir, planning::kChunkTablesFile);
   if (!file.ok()) return file.status();
-  absl::StatusOr<uint64_t> actual = (*file)->Size();
-  if (!actual.ok()) return actual.status();
-  if (*actual != size) {
-    return absl::DataLossError(
-        absl::StrCat(dir, "/", name, " is ", *actual, " bytes; the manifest lists it with ", size));
+  absl::StatusOr<uint64_t> size = (*file)->Size();
+  if (!size.ok()) return size.status();
+  if (*size != total) {
+    return absl::DataLossError(absl::StrCat(dir, "/", planning::kChunkTablesFile, " is ", *size,
+                                            " bytes; its manifest lists ", total));
   }
-  std::string bytes(size, '\0');  // bounded by the root's checks (JoinChunkTables)
-  storage::IoOp op{0, bytes.data(), bytes.size()};
+  // Bounded by the root's checks (JoinChunkTables), within the file.
+  std::string bytes(length, '\0');
+  storage::IoOp op{offset, bytes.data(), bytes.size()};
   if (absl::Status s = (*file)->ReadBatch({&op, 1}); !s.ok()) return s;
   return bytes;
 }

@@ -105,9 +105,10 @@ class Catalog {
   // The MANIFEST's bytes; FAILED_PRECONDITION naming the flag when its size
   // is past --max_manifest_bytes or --max_manifest_memory_bytes.
   absl::StatusOr<std::string> ReadManifestFile(const std::string& dir, const std::string& path);
-  // A split manifest's chunk table `name`, which must be `size` bytes.
-  absl::StatusOr<std::string> ReadTableFile(const std::string& dir, const std::string& name,
-                                            uint64_t size);
+  // `length` bytes at `offset` of a split manifest's TABLES, which must be
+  // `total` bytes (planning::ChunkTablesReader).
+  absl::StatusOr<std::string> ReadTables(const std::string& dir, uint64_t offset, uint64_t length,
+                                         uint64_t total);
   // The manifest validates and the data files are there (no CRCs read).
   absl::Status VerifiesShallow(const std::string& job, int64_t step);
   absl::StatusOr<int64_t> ResolveLatest(const std::string& job);

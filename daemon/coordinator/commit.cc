@@ -1,14 +1,9 @@
 #include "daemon/coordinator/commit.h"
 
-#include <algorithm>
-#include <atomic>
 #include <cstdio>
-#include <thread>
 #include <utility>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "daemon/fault/fault_points.h"
 #include "daemon/planning/manifest_io.h"
 #include "daemon/planning/manifest_tables.h"
@@ -89,37 +84,6 @@ absl::Status MakeVisible(storage::Backend& backend, const std::string& job_dir,
   return absl::OkStatus();
 }
 
-// A job of thousands of hosts has thousands of chunk tables, each written
-// and fsynced: one after the other that was a journal commit each (or an
-// object store's round trip each). Threads write them side by side, and
-// concurrent fsyncs share the filesystem's journal commits.
-constexpr size_t kTableWriters = 16;
-
-absl::Status WriteTablesInParallel(storage::Backend& backend, const std::string& partial_dir,
-                                   const std::vector<std::string>& tables) {
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
-  absl::Mutex mu;
-  absl::Status first_error;
-  const auto write = [&] {
-    backend.PrepareThread();
-    for (size_t i = next++; i < tables.size() && !failed.load(); i = next++) {
-      const std::string name = planning::ChunkTableName(static_cast<uint32_t>(i + 1));
-      absl::Status s = WriteSynced(backend, absl::StrCat(partial_dir, "/", name), tables[i]);
-      if (s.ok()) continue;
-      failed = true;
-      absl::MutexLock lock(&mu);
-      if (first_error.ok()) first_error = std::move(s);
-    }
-  };
-  std::vector<std::thread> writers;
-  for (size_t t = 1; t < std::min(kTableWriters, tables.size()); ++t) writers.emplace_back(write);
-  write();  // this thread is one of them
-  for (std::thread& w : writers) w.join();
-  absl::MutexLock lock(&mu);
-  return first_error;
-}
-
 // MANIFEST's bytes: format 1, or a split manifest's root once its chunk
 // tables are written and synced beside it (manifest_tables.h).
 absl::StatusOr<std::string> WriteManifestTables(storage::Backend& backend,
@@ -134,12 +98,20 @@ absl::StatusOr<std::string> WriteManifestTables(storage::Backend& backend,
   if (chunks < split_min_chunks) return planning::EncodeManifest(manifest);
   std::optional<planning::SplitManifestFiles> split = planning::SplitManifest(manifest);
   if (!split.has_value()) return planning::EncodeManifest(manifest);
-  const std::string tables_dir = absl::StrCat(partial_dir, "/", planning::kChunkTablesDir);
-  if (absl::Status s = backend.CreateDirs(tables_dir); !s.ok()) return s;
-  if (absl::Status s = WriteTablesInParallel(backend, partial_dir, split->tables); !s.ok()) {
-    return s;
+  // The tables back to back in one file: one fsync, however many hosts.
+  absl::StatusOr<std::unique_ptr<storage::WritableFile>> file =
+      backend.NewWritableFile(absl::StrCat(partial_dir, "/", planning::kChunkTablesFile));
+  if (!file.ok()) return file.status();
+  absl::Status status;
+  uint64_t offset = 0;
+  for (const std::string& table : split->tables) {
+    if (status.ok()) status = (*file)->WriteAt(offset, table.data(), table.size());
+    offset += table.size();
   }
-  if (absl::Status s = backend.SyncDir(tables_dir); !s.ok()) return s;
+  if (status.ok()) status = (*file)->Sync();
+  const absl::Status closed = (*file)->Close();
+  if (!status.ok()) return status;
+  if (!closed.ok()) return closed;
   return std::move(split->root);
 }
 

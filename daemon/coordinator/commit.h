@@ -59,8 +59,8 @@ namespace ckpt::coordinator {
 // error there (a host of the save was lost meanwhile) is returned and the
 // step is not committed.
 // A manifest of `split_min_chunks` tensor chunks or more (0: never) is
-// written split (manifest_tables.h): its chunk tables, synced, before the
-// root MANIFEST.
+// written split (manifest_tables.h): its chunk tables (TABLES), synced,
+// before the root MANIFEST.
 absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root,
                               const std::string& partial_dir,
                               const v1::CheckpointManifest& manifest, bool make_latest = true,

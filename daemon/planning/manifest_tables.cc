@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include <google/protobuf/arena.h>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/planning/manifest_footprint.h"
@@ -10,7 +12,9 @@
 
 namespace ckpt::planning {
 
-std::string ChunkTableName(uint32_t index) { return absl::StrCat(kChunkTablesDir, "/", index); }
+std::string ChunkTableName(uint32_t index) {
+  return absl::StrCat("chunk table ", index, " of ", kChunkTablesFile);
+}
 
 namespace {
 
@@ -18,8 +22,7 @@ namespace {
 // Field by field, so that a field added to the manifest and not here is
 // dropped by a split; tests/unit (manifest_tables_test) fills every field
 // and checks that a split and a join give the manifest back.
-v1::CheckpointManifest RootOf(const v1::CheckpointManifest& m) {
-  v1::CheckpointManifest root;
+void FillRoot(const v1::CheckpointManifest& m, v1::CheckpointManifest& root) {
   root.set_format_version(kSplitManifestFormatVersion);
   root.set_job(m.job());
   root.set_step(m.step());
@@ -43,44 +46,61 @@ v1::CheckpointManifest RootOf(const v1::CheckpointManifest& m) {
       shard->set_writer_rank(s.writer_rank());
     }
   }
-  return root;
 }
 
-void AddRow(v1::ChunkTable& table, uint32_t shard, const v1::StoredChunk& c) {
-  table.add_shard(shard);
-  table.add_file_offset(c.file_offset());
-  table.add_shard_offset(c.shard_offset());
-  table.add_length(c.length());
-  table.add_crc32c(c.crc32c());
-  table.add_codec(c.codec());
-  table.add_stored_length(c.stored_length());
-  table.add_stored_crc32c(c.stored_crc32c());
-  table.add_element_bytes(c.element_bytes());
-  table.add_delta_base_step(c.delta_base_step());
-  *table.add_delta_base() = c.delta_base();
+// An optional column stays empty until a chunk has a value other than the
+// default; then the rows before it get the default (a column is empty or
+// full-length). Most checkpoints fill none: a million default messages
+// and values were most of a split's time.
+template <typename Column, typename Value>
+void AddOptional(Column& column, int row, const Value& value) {
+  if (column.empty() && value == Value{}) return;
+  while (column.size() < row) column.Add(Value{});
+  column.Add(value);
 }
 
-// Optional columns where every chunk has the default are left empty.
-void DropDefaultColumns(v1::ChunkTable& t) {
-  const auto all_zero = [](const auto& column) {
-    return std::all_of(column.begin(), column.end(), [](auto v) { return v == 0; });
-  };
-  if (all_zero(t.codec())) t.clear_codec();
-  if (all_zero(t.stored_length())) t.clear_stored_length();
-  if (all_zero(t.stored_crc32c())) t.clear_stored_crc32c();
-  if (all_zero(t.element_bytes())) t.clear_element_bytes();
-  if (all_zero(t.delta_base_step())) t.clear_delta_base_step();
-  if (std::all_of(t.delta_base().begin(), t.delta_base().end(),
-                  [](const v1::StoredChunk& c) { return c.ByteSizeLong() == 0; })) {
-    t.clear_delta_base();
+void AddRow(v1::ChunkTable& t, uint32_t shard, const v1::StoredChunk& c) {
+  const int row = t.shard_size();
+  t.add_shard(shard);
+  t.add_file_offset(c.file_offset());
+  t.add_shard_offset(c.shard_offset());
+  t.add_length(c.length());
+  t.add_crc32c(c.crc32c());
+  AddOptional(*t.mutable_codec(), row, static_cast<int>(c.codec()));
+  AddOptional(*t.mutable_stored_length(), row, c.stored_length());
+  AddOptional(*t.mutable_stored_crc32c(), row, c.stored_crc32c());
+  AddOptional(*t.mutable_element_bytes(), row, c.element_bytes());
+  AddOptional(*t.mutable_delta_base_step(), row, c.delta_base_step());
+  if (c.has_delta_base() || !t.delta_base().empty()) {
+    while (t.delta_base_size() < row) t.add_delta_base();
+    *t.add_delta_base() = c.delta_base();
   }
+}
+
+// The optional columns begun, filled to the table's length.
+void PadOptionalColumns(v1::ChunkTable& t) {
+  const int n = t.shard_size();
+  const auto pad = [n](auto& column) {
+    while (!column.empty() && column.size() < n) column.Add({});
+  };
+  pad(*t.mutable_codec());
+  pad(*t.mutable_stored_length());
+  pad(*t.mutable_stored_crc32c());
+  pad(*t.mutable_element_bytes());
+  pad(*t.mutable_delta_base_step());
+  while (!t.delta_base().empty() && t.delta_base_size() < n) t.add_delta_base();
 }
 
 }  // namespace
 
 std::optional<SplitManifestFiles> SplitManifest(const v1::CheckpointManifest& manifest) {
-  v1::CheckpointManifest root = RootOf(manifest);
-  std::vector<v1::ChunkTable> tables;
+  // On an arena: a cluster's root is millions of small messages (each
+  // shard's region), and one heap allocation each was most of a split.
+  google::protobuf::Arena arena;
+  v1::CheckpointManifest& root =
+      *google::protobuf::Arena::CreateMessage<v1::CheckpointManifest>(&arena);
+  FillRoot(manifest, root);
+  std::vector<v1::ChunkTable*> tables;
   absl::flat_hash_map<std::string, uint32_t> table_of_file;  // 1-based
   uint32_t shard_number = 0;
   for (int t = 0; t < manifest.tensors_size(); ++t) {
@@ -90,8 +110,11 @@ std::optional<SplitManifestFiles> SplitManifest(const v1::CheckpointManifest& ma
       if (shard.chunks_size() == 0) continue;
       const std::string& file = shard.chunks(0).file();
       auto [it, inserted] = table_of_file.try_emplace(file, tables.size() + 1);
-      if (inserted) tables.emplace_back().set_file(file);
-      v1::ChunkTable& table = tables[it->second - 1];
+      if (inserted) {
+        tables.push_back(google::protobuf::Arena::CreateMessage<v1::ChunkTable>(&arena));
+        tables.back()->set_file(file);
+      }
+      v1::ChunkTable& table = *tables[it->second - 1];
       for (const v1::StoredChunk& chunk : shard.chunks()) {
         if (chunk.file() != file) return std::nullopt;  // one table per shard
         AddRow(table, shard_number, chunk);
@@ -104,8 +127,9 @@ std::optional<SplitManifestFiles> SplitManifest(const v1::CheckpointManifest& ma
   if (tables.empty()) return std::nullopt;
   SplitManifestFiles files;
   files.tables.reserve(tables.size());
-  for (v1::ChunkTable& table : tables) {
-    DropDefaultColumns(table);
+  for (v1::ChunkTable* t : tables) {
+    v1::ChunkTable& table = *t;
+    PadOptionalColumns(table);
     v1::ChunkTableRef* ref = root.add_chunk_tables();
     ref->set_file(table.file());
     ref->set_chunks(static_cast<uint64_t>(table.shard_size()));
@@ -191,10 +215,28 @@ class Joiner {
   Joiner(v1::CheckpointManifest& m, absl::string_view source, const ManifestLimits& limits)
       : m_(m), source_(source), limits_(limits) {}
 
-  absl::Status Run(uint64_t root_bytes, const ChunkTableReader& read_table) {
+  absl::Status Run(uint64_t root_bytes, const ChunkTablesReader& read_tables) {
     if (absl::Status s = CheckRoot(root_bytes); !s.ok()) return s;
-    for (int i = 0; i < m_.chunk_tables_size(); ++i) {
-      if (absl::Status s = JoinTable(static_cast<uint32_t>(i + 1), read_table); !s.ok()) return s;
+    // Consecutive tables in one read, up to kTablesReadBytes.
+    const int tables = m_.chunk_tables_size();
+    for (int first = 0; first < tables;) {
+      int end = first + 1;
+      while (end < tables &&
+             offsets_[end + 1] - offsets_[first] <= std::max(kTablesReadBytes, TableBytes(first))) {
+        ++end;
+      }
+      absl::StatusOr<std::string> bytes =
+          read_tables(offsets_[first], offsets_[end] - offsets_[first], offsets_[tables]);
+      if (!bytes.ok()) return bytes.status();
+      if (bytes->size() != offsets_[end] - offsets_[first]) {
+        return Lost(absl::StrCat(kChunkTablesFile, " is shorter than the root lists"));
+      }
+      for (int i = first; i < end; ++i) {
+        const absl::string_view table =
+            absl::string_view(*bytes).substr(offsets_[i] - offsets_[first], TableBytes(i));
+        if (absl::Status s = JoinTable(static_cast<uint32_t>(i + 1), table); !s.ok()) return s;
+      }
+      first = end;
     }
     for (size_t g = 0; g < shards_.size(); ++g) {
       v1::StoredShard& shard = *shards_[g];
@@ -216,6 +258,8 @@ class Joiner {
     return absl::DataLossError(absl::StrCat(source_, ": ", what));
   }
 
+  uint64_t TableBytes(int i) const { return offsets_[i + 1] - offsets_[i]; }
+
   // Counts, sizes and the memory of the joined manifest, before any table
   // is read; each shard's table and chunk count against the table list.
   absl::Status CheckRoot(uint64_t root_bytes) {
@@ -224,6 +268,7 @@ class Joiner {
     uint64_t bytes = root_bytes;
     uint64_t chunks = 0;
     memory_ = root_bytes + m_.SpaceUsedLong();
+    offsets_.assign(1, 0);
     for (int i = 0; i < tables; ++i) {
       const v1::ChunkTableRef& ref = m_.chunk_tables(i);
       const std::string name = ChunkTableName(static_cast<uint32_t>(i + 1));
@@ -246,8 +291,14 @@ class Joiner {
       }
       memory_ += ref.chunks() * JoinedChunkBytes(ref.file().size());
       largest_table_ = std::max(largest_table_, ref.bytes());
+      offsets_.push_back(offsets_.back() + ref.bytes());
     }
-    if (absl::Status s = CheckMemory(largest_table_); !s.ok()) return s;
+    // A read of consecutive tables, and one table's parse.
+    if (absl::Status s = CheckMemory(
+            std::max(largest_table_, std::min(kTablesReadBytes, offsets_.back())) + largest_table_);
+        !s.ok()) {
+      return s;
+    }
     std::vector<uint64_t> counted(tables, 0);
     for (v1::TensorEntry& tensor : *m_.mutable_tensors()) {
       for (v1::StoredShard& shard : *tensor.mutable_shards()) {
@@ -294,13 +345,10 @@ class Joiner {
     return absl::OkStatus();
   }
 
-  absl::Status JoinTable(uint32_t index, const ChunkTableReader& read_table) {
+  absl::Status JoinTable(uint32_t index, absl::string_view bytes) {
     const v1::ChunkTableRef& ref = m_.chunk_tables(static_cast<int>(index - 1));
-    const std::string name = ChunkTableName(index);
-    const std::string where = absl::StrCat(source_, " (", name, ")");
-    absl::StatusOr<std::string> bytes = read_table(name, ref.bytes());
-    if (!bytes.ok()) return bytes.status();
-    if (bytes->size() != ref.bytes() || TrailerCrc(*bytes) != ref.crc32c()) {
+    const std::string where = absl::StrCat(source_, " (", ChunkTableName(index), ")");
+    if (bytes.size() != ref.bytes() || TrailerCrc(bytes) != ref.crc32c()) {
       return absl::DataLossError(absl::StrCat(where,
                                               ": the chunk table is not the one the root "
                                               "lists (its size or checksum differs)"));
@@ -308,14 +356,15 @@ class Joiner {
     // The table parsed: its columns, and the delta bases it moves into
     // the joined chunks (counted again there: an upper bound).
     absl::StatusOr<ManifestFootprint> footprint =
-        MeasureChunkTable(bytes->substr(0, bytes->size() - 4), where);
+        MeasureChunkTable(bytes.substr(0, bytes.size() - 4), where);
     if (!footprint.ok()) return footprint.status();
-    if (absl::Status s = CheckMemory(bytes->size() + 2 * footprint->parsed_bytes); !s.ok()) {
+    if (absl::Status s = CheckMemory(std::min(kTablesReadBytes, offsets_.back()) + bytes.size() +
+                                     2 * footprint->parsed_bytes);
+        !s.ok()) {
       return s;
     }
-    absl::StatusOr<v1::ChunkTable> table = DecodeChunkTable(*bytes, where, limits_);
+    absl::StatusOr<v1::ChunkTable> table = DecodeChunkTable(bytes, where, limits_);
     if (!table.ok()) return table.status();
-    bytes->clear();
     if (table->file() != ref.file()) {
       return absl::DataLossError(absl::StrCat(where, ": the chunk table is of another file"));
     }
@@ -345,6 +394,7 @@ class Joiner {
   const absl::string_view source_;
   const ManifestLimits& limits_;
   std::vector<v1::StoredShard*> shards_;  // over all tensors, as tables number them
+  std::vector<uint64_t> offsets_;         // table i+1 at offsets_[i] of TABLES; then its size
   uint64_t memory_ = 0;                   // the joined manifest's, estimated
   uint64_t largest_table_ = 0;
 };
@@ -353,9 +403,9 @@ class Joiner {
 
 absl::Status JoinChunkTables(v1::CheckpointManifest& manifest, uint64_t root_bytes,
                              absl::string_view source, const ManifestLimits& limits,
-                             const ChunkTableReader& read_table) {
+                             const ChunkTablesReader& read_tables) {
   if (manifest.format_version() != kSplitManifestFormatVersion) return absl::OkStatus();
-  return Joiner(manifest, source, limits).Run(root_bytes, read_table);
+  return Joiner(manifest, source, limits).Run(root_bytes, read_tables);
 }
 
 }  // namespace ckpt::planning

@@ -1,8 +1,10 @@
 // Split manifests (docs/manifest.md): a root MANIFEST (format 2) with the
 // tensors, their shards' regions and the objects, and one chunk table per
-// data file (tables/1 ... tables/N) listing that file's tensor chunks in
-// columns, each file with its own CRC32C trailer. A checkpoint of millions
-// of chunks is then no single file that every reader parses whole: each
+// data file listing that file's tensor chunks in columns, each with its own
+// CRC32C trailer. The tables lie back to back in one file, TABLES, so a
+// commit writes and fsyncs one file, not thousands, and a reader fetches
+// only the byte ranges of the tables it needs. A checkpoint of millions of
+// chunks is then no single message that every reader parses whole: each
 // table is checked on its own, against the size, checksum and count its
 // root entry gives.
 //
@@ -30,16 +32,17 @@
 namespace ckpt::planning {
 
 inline constexpr uint32_t kSplitManifestFormatVersion = 2;
-// The step directory's folder of chunk tables.
-inline constexpr char kChunkTablesDir[] = "tables";
+// The step directory's file of chunk tables, beside MANIFEST. Table i+1
+// lies at the sum of the sizes the root lists for tables 1 to i: no
+// offset is stored, and none read from the root.
+inline constexpr char kChunkTablesFile[] = "TABLES";
 
-// The name of chunk table `index` (1-based) in the step directory. Readers
-// derive it from the index; no name is read from the root.
+// How chunk table `index` (1-based) is named in messages.
 std::string ChunkTableName(uint32_t index);
 
 struct SplitManifestFiles {
   std::string root;                 // MANIFEST's bytes, trailer included
-  std::vector<std::string> tables;  // tables[i] is ChunkTableName(i + 1)'s bytes
+  std::vector<std::string> tables;  // table i+1's bytes; TABLES is them back to back
 };
 
 // `manifest` (format 1) split by data file. nullopt when it cannot be: a
@@ -47,24 +50,28 @@ struct SplitManifestFiles {
 // per shard), or no tensor chunk at all. Callers write format 1 then.
 std::optional<SplitManifestFiles> SplitManifest(const v1::CheckpointManifest& manifest);
 
-// Reads chunk table `name` of exactly `bytes` bytes: NOT_FOUND or DATA_LOSS
-// when it is missing or of another size.
-using ChunkTableReader =
-    std::function<absl::StatusOr<std::string>(const std::string& name, uint64_t bytes)>;
+// Reads `length` bytes at `offset` of TABLES, which must be `total` bytes
+// long: NOT_FOUND when it is missing, DATA_LOSS when it has another size.
+using ChunkTablesReader =
+    std::function<absl::StatusOr<std::string>(uint64_t offset, uint64_t length, uint64_t total)>;
+
+// Consecutive tables are read together, up to this many bytes at a time
+// (a larger table alone): a few reads for a whole manifest, each bounded.
+inline constexpr uint64_t kTablesReadBytes = uint64_t{32} << 20;
 
 // Joins the chunk tables of a format-2 root (decoded with
 // DecodeBoundedManifest, `root_bytes` long) into it: format 1, every chunk
 // listed. Before reading any table it checks the tables' counts and sizes
-// against `limits` (--max_manifest_chunks, --max_manifest_bytes for all
-// the manifest's files together, and --max_manifest_memory_bytes for the
-// joined result) and every shard's table and chunk count against the
-// root's table list. A table of another size, checksum, file or chunk
+// against `limits` (--max_manifest_chunks, --max_manifest_bytes for the
+// root and TABLES together, and --max_manifest_memory_bytes for the joined
+// result and the reads) and every shard's table and chunk count against
+// the root's table list. A table of another size, checksum, file or chunk
 // count than its root entry, or listing a chunk of a shard that its root
 // entry does not put there, is DATA_LOSS naming `source` and the table.
 // A format-1 manifest is left as it is.
 absl::Status JoinChunkTables(v1::CheckpointManifest& manifest, uint64_t root_bytes,
                              absl::string_view source, const ManifestLimits& limits,
-                             const ChunkTableReader& read_table);
+                             const ChunkTablesReader& read_tables);
 
 // One table's bytes decoded and checked on their own (trailer, parse,
 // column lengths), as JoinChunkTables does first: for the fuzzer and for

@@ -1,7 +1,7 @@
 // Paths of the on-disk format (docs/design.md §6):
 //   <root>/<job>/step-<N>/MANIFEST
 //   <root>/<job>/step-<N>/data/<host>-<writer>.bin
-//   <root>/<job>/step-<N>/tables/<i>       (a split manifest's chunk tables:
+//   <root>/<job>/step-<N>/TABLES           (a split manifest's chunk tables:
 //                                          planning/manifest_tables.h)
 //   <root>/<job>/.step-<N>.partial-<host>-<instance>-<seq>/
 //                                          (in progress or abandoned; named by

@@ -1,5 +1,6 @@
 // Fuzz target: a split manifest (manifest_tables.h) as the catalog reads
-// it: the root decoded within the limits, its chunk tables joined in
+// it: the root decoded within the limits, its chunk tables (TABLES, the
+// case's tables back to back) joined in
 // (JoinChunkTables) and the whole validated (ValidateManifest); each table
 // also decoded on its own. On a manifest that validates, a split of it and
 // a join again must give it back, every field.
@@ -35,15 +36,15 @@ planning::ManifestLimits Limits() {
   return limits;
 }
 
-planning::ChunkTableReader ReaderOf(const SplitManifestCase& c) {
-  return [&c](const std::string& name, uint64_t bytes) -> absl::StatusOr<std::string> {
-    for (int i = 0; i < c.tables_size(); ++i) {
-      if (name == planning::ChunkTableName(static_cast<uint32_t>(i + 1))) {
-        if (c.tables(i).size() != bytes) return absl::DataLossError("size");
-        return c.tables(i);
-      }
-    }
-    return absl::NotFoundError(name);
+// TABLES: the case's tables back to back.
+planning::ChunkTablesReader ReaderOf(const SplitManifestCase& c) {
+  std::string file;
+  for (const std::string& t : c.tables()) file += t;
+  return [file](uint64_t offset, uint64_t length, uint64_t total) -> absl::StatusOr<std::string> {
+    if (file.size() != total) return absl::DataLossError("TABLES: size");
+    CKPT_FUZZ_CHECK(offset <= total && length <= total - offset,
+                    "a join read past the TABLES size it checked");
+    return file.substr(offset, length);
   };
 }
 

@@ -1,9 +1,9 @@
 // Split manifests end to end (docs/manifest.md): a real ckptd writes a root
-// MANIFEST and one chunk table per data file; demo ranks load it under
+// MANIFEST and one chunk table per data file (in TABLES); demo ranks load it under
 // another sharding and check every byte; verify, inspect and export read
-// it; a daemon writing format 1 still reads it; and a damaged, missing or
-// swapped table fails the load and verify naming it while the daemon
-// serves on.
+// it; a daemon writing format 1 still reads it; and a damaged table, or
+// TABLES missing or of another size, fails the load and verify naming it
+// while the daemon serves on.
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -66,12 +66,12 @@ TEST_CASE("a split manifest loads resharded bit-exact; verify, inspect and expor
   CHECK(root.format_version() == planning::kSplitManifestFormatVersion);
   REQUIRE(root.chunk_tables_size() >= 2);  // two ranks, a file each at least
   uint64_t table_chunks = 0;
-  for (int i = 0; i < root.chunk_tables_size(); ++i) {
-    const std::string table = absl::StrCat(d.job_dir("split"), "/step-1/",
-                                           planning::ChunkTableName(static_cast<uint32_t>(i + 1)));
-    CHECK(fs::file_size(table) == root.chunk_tables(i).bytes());
-    table_chunks += root.chunk_tables(i).chunks();
+  uint64_t table_bytes = 0;
+  for (const v1::ChunkTableRef& table : root.chunk_tables()) {
+    table_bytes += table.bytes();
+    table_chunks += table.chunks();
   }
+  CHECK(fs::file_size(d.job_dir("split") + "/step-1/TABLES") == table_bytes);
   for (const v1::TensorEntry& t : root.tensors()) {
     for (const v1::StoredShard& s : t.shards()) CHECK(s.chunks_size() == 0);
   }
@@ -114,11 +114,11 @@ TEST_CASE("a split manifest loads resharded bit-exact; verify, inspect and expor
   RequireAllOk(d.RunRanks("split", "load", 3, 1, 2, 2));
   RequireAllOk(d.RunRanks("split", "save", 2, 2, 2));
   CHECK(RootOnDisk(d, "split", 2).format_version() == 1);
-  CHECK_FALSE(fs::exists(d.job_dir("split") + "/step-2/tables"));
+  CHECK_FALSE(fs::exists(d.job_dir("split") + "/step-2/TABLES"));
   RequireAllOk(d.RunRanks("split", "load", 3, 2, 2, 2));
 }
 
-TEST_CASE("a damaged, missing or swapped chunk table fails loads and verify naming it",
+TEST_CASE("a damaged chunk table, or TABLES missing or of another size, fails loads and verify",
           "[integration][split_manifest]") {
   TestDaemon d;
   REQUIRE(d.Start({kChunkFlag, kSplitFlag}).ok());
@@ -127,25 +127,26 @@ TEST_CASE("a damaged, missing or swapped chunk table fails loads and verify nami
   const std::string step2 = d.job_dir("bad") + "/step-2/";
   const std::string step3 = d.job_dir("bad") + "/step-3/";
 
-  // A flipped byte: the table's checksum no longer matches.
-  const std::string table = step1 + planning::ChunkTableName(1);
-  FlipByte(table, fs::file_size(table) / 2);
-  RequireAllFailNaming(d.RunRanks("bad", "load", 2, 1, 2, 2), "tables/1");
+  // A flipped byte inside the second table: its checksum no longer matches.
+  const v1::CheckpointManifest root = RootOnDisk(d, "bad", 1);
+  REQUIRE(root.chunk_tables_size() >= 2);
+  FlipByte(step1 + "TABLES", root.chunk_tables(0).bytes() + root.chunk_tables(1).bytes() / 2);
+  RequireAllFailNaming(d.RunRanks("bad", "load", 2, 1, 2, 2), planning::ChunkTableName(2));
   ExitInfo verify = d.Ckptctl({"verify", "bad", "1"});
   INFO(verify.output);
   CHECK_FALSE(verify.ok());
-  CHECK(absl::StrContains(verify.output, "tables/1"));
+  CHECK(absl::StrContains(verify.output, planning::ChunkTableName(2)));
 
-  // A missing table.
-  fs::remove(step2 + planning::ChunkTableName(2));
-  RequireAllFailNaming(d.RunRanks("bad", "load", 2, 2, 2, 2), "tables/2");
+  // TABLES missing.
+  fs::remove(step2 + "TABLES");
+  RequireAllFailNaming(d.RunRanks("bad", "load", 2, 2, 2, 2), "TABLES");
 
-  // Another step's table in its place: the root's size or checksum of it
-  // differs (the steps' chunk CRCs and offsets are the same, the tables
-  // too; a table of another step's file is what a mixed-up copy makes).
-  fs::copy_file(step3 + planning::ChunkTableName(1), step3 + planning::ChunkTableName(2),
-                fs::copy_options::overwrite_existing);
-  RequireAllFailNaming(d.RunRanks("bad", "load", 2, 3, 2, 2), "tables/2");
+  // TABLES of another size than the root lists (a torn or mixed-up copy).
+  {
+    std::ofstream grow(step3 + "TABLES", std::ios::binary | std::ios::app);
+    grow << 'x';
+  }
+  RequireAllFailNaming(d.RunRanks("bad", "load", 2, 3, 2, 2), "TABLES");
 
   // The daemon serves on: a new step saves and loads.
   RequireAllOk(d.RunRanks("bad", "save", 2, 4, 2));

@@ -100,15 +100,20 @@ absl::StatusOr<ManifestFigures> MeasureManifestFormats(v1::CheckpointManifest pl
         planning::DecodeBoundedManifest(*bytes, root_path, limits);
     if (!m.ok()) return m.status();
     const std::string prefix = absl::StrCat("data/", host, "-");
+    absl::StatusOr<std::unique_ptr<storage::ReadableFile>> tables =
+        backend->NewReadableFile(absl::StrCat(step2, "/", planning::kChunkTablesFile));
+    if (!tables.ok()) return tables.status();
     for (int i = 0; i < m->chunk_tables_size(); ++i) {
-      const std::string name = planning::ChunkTableName(static_cast<uint32_t>(i + 1));
-      f.table_bytes += m->chunk_tables(i).bytes();
+      const v1::ChunkTableRef& ref = m->chunk_tables(i);
+      const uint64_t offset = f.table_bytes;  // the tables lie back to back
+      f.table_bytes += ref.bytes();
       ++f.tables;
-      if (!absl::StartsWith(m->chunk_tables(i).file(), prefix)) continue;
-      absl::StatusOr<std::string> table = storage::ReadWholeFile(
-          *backend, absl::StrCat(step2, "/", name), m->chunk_tables(i).bytes());
-      if (!table.ok()) return table.status();
-      if (absl::Status s = planning::DecodeChunkTable(*table, name, limits).status(); !s.ok()) {
+      if (!absl::StartsWith(ref.file(), prefix)) continue;
+      std::string table(ref.bytes(), '\0');
+      storage::IoOp op{offset, table.data(), table.size()};
+      if (absl::Status s = (*tables)->ReadBatch({&op, 1}); !s.ok()) return s;
+      const std::string name = planning::ChunkTableName(static_cast<uint32_t>(i + 1));
+      if (absl::Status s = planning::DecodeChunkTable(table, name, limits).status(); !s.ok()) {
         return s;
       }
     }

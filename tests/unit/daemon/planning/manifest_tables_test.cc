@@ -65,23 +65,19 @@ v1::CheckpointManifest FullManifest() {
   return m;
 }
 
-using Tables = std::map<std::string, std::string>;
+// The tables as TABLES holds them, back to back; none: no TABLES.
+using Tables = std::vector<std::string>;
 
-Tables TablesOf(const SplitManifestFiles& files) {
-  Tables tables;
-  for (size_t i = 0; i < files.tables.size(); ++i) {
-    tables[ChunkTableName(static_cast<uint32_t>(i + 1))] = files.tables[i];
-  }
-  return tables;
-}
-
-ChunkTableReader ReaderOf(const Tables& tables, int* reads = nullptr) {
-  return [&tables, reads](const std::string& name, uint64_t bytes) -> absl::StatusOr<std::string> {
+ChunkTablesReader ReaderOf(const Tables& tables, int* reads = nullptr) {
+  std::string file;
+  for (const std::string& t : tables) file += t;
+  return [file, missing = tables.empty(), reads](uint64_t offset, uint64_t length,
+                                                 uint64_t total) -> absl::StatusOr<std::string> {
     if (reads != nullptr) ++*reads;
-    auto it = tables.find(name);
-    if (it == tables.end()) return absl::NotFoundError(absl::StrCat(name, " is missing"));
-    if (it->second.size() != bytes) return absl::DataLossError(absl::StrCat(name, ": size"));
-    return it->second;
+    if (missing) return absl::NotFoundError("TABLES is missing");
+    if (file.size() != total) return absl::DataLossError("TABLES: size");
+    if (offset > total || length > total - offset) return absl::OutOfRangeError("past TABLES");
+    return file.substr(offset, length);
   };
 }
 
@@ -156,7 +152,7 @@ TEST_CASE("a split manifest joins back to every field of the manifest", "[manife
   // Unjoined, it is no manifest a reader takes.
   CHECK(absl::IsDataLoss(ValidateManifest(*root, m.job(), m.step(), "MANIFEST")));
 
-  const Tables tables = TablesOf(*files);
+  const Tables tables = files->tables;
   absl::StatusOr<v1::CheckpointManifest> joined = Join(files->root, tables);
   REQUIRE(joined.ok());
   CHECK(Same(*joined, m));
@@ -188,28 +184,25 @@ TEST_CASE("every damaged byte of a chunk table is refused, naming it", "[manifes
   const v1::CheckpointManifest m = FullManifest();
   std::optional<SplitManifestFiles> files = SplitManifest(m);
   REQUIRE(files.has_value());
-  const Tables good = TablesOf(*files);
-  const std::string name = ChunkTableName(2);
-  for (size_t at = 0; at < good.at(name).size(); ++at) {
+  const Tables good = files->tables;
+  for (size_t at = 0; at < good[1].size(); ++at) {
     Tables bad = good;
-    bad[name][at] = static_cast<char>(bad[name][at] ^ 0x20);
+    bad[1][at] = static_cast<char>(bad[1][at] ^ 0x20);
     absl::StatusOr<v1::CheckpointManifest> joined = Join(files->root, bad);
     INFO("byte " << at);
     REQUIRE(absl::IsDataLoss(joined.status()));
-    CHECK(joined.status().message().find("tables/2") != std::string::npos);
+    CHECK(joined.status().message().find(ChunkTableName(2)) != std::string::npos);
   }
-  Tables missing = good;
-  missing.erase(name);
-  absl::StatusOr<v1::CheckpointManifest> joined = Join(files->root, missing);
+  absl::StatusOr<v1::CheckpointManifest> joined = Join(files->root, {});
   CHECK(absl::IsNotFound(joined.status()));
-  CHECK(joined.status().message().find("tables/2") != std::string::npos);
+  CHECK(joined.status().message().find("TABLES") != std::string::npos);
   Tables truncated = good;
-  truncated[name].pop_back();
+  truncated.back().pop_back();
   CHECK(absl::IsDataLoss(Join(files->root, truncated).status()));
-  // Another step's table of the same size: its checksum differs from the
-  // root's entry.
+  // Tables in another order (the same bytes in all): each is checked
+  // against its own entry.
   Tables swapped = good;
-  std::swap(swapped[ChunkTableName(1)], swapped[ChunkTableName(3)]);
+  std::swap(swapped[0], swapped[2]);
   CHECK(absl::IsDataLoss(Join(files->root, swapped).status()));
 }
 
@@ -228,15 +221,15 @@ std::string Crafted(const SplitManifestFiles& files, const Edit& edit) {
 template <typename Edit>
 std::string CraftedTable(SplitManifestFiles& files, Tables& tables, uint32_t index,
                          const Edit& edit) {
-  const std::string name = ChunkTableName(index);
-  absl::StatusOr<v1::ChunkTable> table = DecodeChunkTable(tables[name], name, {});
+  std::string& bytes = tables[index - 1];
+  absl::StatusOr<v1::ChunkTable> table = DecodeChunkTable(bytes, ChunkTableName(index), {});
   REQUIRE(table.ok());
   edit(*table);
-  tables[name] = WithCrcTrailer(table->SerializeAsString());
+  bytes = WithCrcTrailer(table->SerializeAsString());
   return Crafted(files, [&](v1::CheckpointManifest& root) {
     v1::ChunkTableRef* ref = root.mutable_chunk_tables(static_cast<int>(index - 1));
-    ref->set_bytes(tables[name].size());
-    ref->set_crc32c(TrailerCrc(tables[name]));
+    ref->set_bytes(bytes.size());
+    ref->set_crc32c(TrailerCrc(bytes));
     ref->set_chunks(static_cast<uint64_t>(table->shard_size()));
   });
 }
@@ -245,7 +238,7 @@ TEST_CASE("a root and tables that disagree are refused", "[manifest_tables]") {
   const v1::CheckpointManifest m = FullManifest();
   std::optional<SplitManifestFiles> files = SplitManifest(m);
   REQUIRE(files.has_value());
-  const Tables good = TablesOf(*files);
+  const Tables good = files->tables;
   const auto lost = [&](const std::string& root, const Tables& tables, const std::string& says) {
     absl::StatusOr<v1::CheckpointManifest> joined = Join(root, tables);
     INFO(joined.status());
@@ -261,7 +254,7 @@ TEST_CASE("a root and tables that disagree are refused", "[manifest_tables]") {
                [](v1::CheckpointManifest& r) {
                  r.mutable_tensors(1)->mutable_shards(0)->set_chunk_count(1000000000);
                }),
-       good, "chunks in tables/");
+       good, "chunks in chunk table");
   lost(Crafted(*files,
                [](v1::CheckpointManifest& r) {
                  r.mutable_tensors(1)->mutable_shards(0)->add_chunks()->set_length(1);
@@ -309,7 +302,7 @@ TEST_CASE("the limits hold before any table is read", "[manifest_tables]") {
   const v1::CheckpointManifest m = FullManifest();
   std::optional<SplitManifestFiles> files = SplitManifest(m);
   REQUIRE(files.has_value());
-  const Tables good = TablesOf(*files);
+  const Tables good = files->tables;
   int64_t chunks = 0;
   (void)ForEachChunk(m, [&](const v1::StoredChunk&, const std::string&) {
     ++chunks;
