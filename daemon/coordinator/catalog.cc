@@ -297,6 +297,10 @@ absl::StatusOr<std::string> Catalog::ReadTables(const std::string& dir, uint64_t
     return absl::DataLossError(absl::StrCat(dir, "/", planning::kChunkTablesFile, " is ", *size,
                                             " bytes; its manifest lists ", total));
   }
+  if (offset > total || length > total - offset) {
+    return absl::DataLossError(absl::StrCat(dir, "/", planning::kChunkTablesFile, ": ", length,
+                                            " bytes at ", offset, " asked of ", total));
+  }
   // Bounded by the root's checks (JoinChunkTables), within the file.
   std::string bytes(length, '\0');
   storage::IoOp op{offset, bytes.data(), bytes.size()};

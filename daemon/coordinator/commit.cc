@@ -89,14 +89,15 @@ absl::Status MakeVisible(storage::Backend& backend, const std::string& job_dir,
 absl::StatusOr<std::string> WriteManifestTables(storage::Backend& backend,
                                                 const std::string& partial_dir,
                                                 const v1::CheckpointManifest& manifest,
-                                                uint64_t split_min_chunks) {
-  if (split_min_chunks == 0) return planning::EncodeManifest(manifest);
+                                                const ManifestWriting& writing) {
+  if (writing.split_min_chunks == 0) return planning::EncodeManifest(manifest);
   uint64_t chunks = 0;
   for (const v1::TensorEntry& tensor : manifest.tensors()) {
     for (const v1::StoredShard& shard : tensor.shards()) chunks += shard.chunks_size();
   }
-  if (chunks < split_min_chunks) return planning::EncodeManifest(manifest);
-  std::optional<planning::SplitManifestFiles> split = planning::SplitManifest(manifest);
+  if (chunks < writing.split_min_chunks) return planning::EncodeManifest(manifest);
+  std::optional<planning::SplitManifestFiles> split =
+      planning::SplitManifest(manifest, writing.limits);
   if (!split.has_value()) return planning::EncodeManifest(manifest);
   // The tables back to back in one file: one fsync, however many hosts.
   absl::StatusOr<std::unique_ptr<storage::WritableFile>> file =
@@ -161,7 +162,7 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
                               const std::string& partial_dir,
                               const v1::CheckpointManifest& manifest, bool make_latest,
                               const std::function<absl::Status()>& commit_point,
-                              uint64_t split_min_chunks) {
+                              const ManifestWriting& writing) {
   const std::string job_dir = storage::JobDir(root, manifest.job());
   const std::string step_dir = storage::StepDir(root, manifest.job(), manifest.step());
   const std::string intent_path = absl::StrCat(job_dir, "/", storage::kLatestIntentName);
@@ -190,7 +191,7 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
     return WithContext(s, kCommit);
   }
   absl::StatusOr<std::string> encoded =
-      WriteManifestTables(backend, partial_dir, manifest, split_min_chunks);
+      WriteManifestTables(backend, partial_dir, manifest, writing);
   if (!encoded.ok()) return WithContext(encoded.status(), kCommit);
   const std::string& manifest_bytes = *encoded;
   if (absl::Status s = WriteSynced(backend, absl::StrCat(partial_dir, "/", storage::kManifestName),

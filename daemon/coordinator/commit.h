@@ -43,9 +43,21 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ckpt/v1/manifest.pb.h"
+#include "daemon/planning/manifest_check.h"
 #include "daemon/storage/backend.h"
 
 namespace ckpt::coordinator {
+
+// How a commit writes its manifest.
+struct ManifestWriting {
+  // A manifest of this many tensor chunks or more (0: never) is written
+  // split (planning/manifest_tables.h): its chunk tables (TABLES), synced,
+  // before the root MANIFEST.
+  uint64_t split_min_chunks = 0;
+  // What its readers accept: a split they would refuse is written in
+  // format 1 instead.
+  planning::ManifestLimits limits;
+};
 
 // Steps 1 (the data/ fsync) to 6 for a partial directory whose data files
 // are already durable. An error means the step is not committed (and not
@@ -58,14 +70,12 @@ namespace ckpt::coordinator {
 // `commit_point`, when given, is asked just before the rename (step 4): an
 // error there (a host of the save was lost meanwhile) is returned and the
 // step is not committed.
-// A manifest of `split_min_chunks` tensor chunks or more (0: never) is
-// written split (manifest_tables.h): its chunk tables (TABLES), synced,
-// before the root MANIFEST.
+// `writing` says in which format the manifest is written.
 absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root,
                               const std::string& partial_dir,
                               const v1::CheckpointManifest& manifest, bool make_latest = true,
                               const std::function<absl::Status()>& commit_point = nullptr,
-                              uint64_t split_min_chunks = 0);
+                              const ManifestWriting& writing = {});
 
 // True for a commit error after which the step may be committed or not (an
 // object store's answer to the commit object was lost and it could not be

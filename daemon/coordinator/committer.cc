@@ -155,7 +155,7 @@ absl::Status Committer::CommitSave(v1::CheckpointManifest planned,
   absl::MutexLock lock(&mu_);
   return CommitCheckpoint(backend_, catalog_.root(), partial_dir, planned, /*make_latest=*/true,
                           FencedCommitPoint(*fenced, commit_point),
-                          catalog_.split_manifest_min_chunks());
+                          {catalog_.split_manifest_min_chunks(), catalog_.limits()});
 }
 
 absl::StatusOr<std::string> Committer::CommitCopy(
@@ -195,10 +195,11 @@ absl::StatusOr<std::string> Committer::CommitCopy(
       make_latest = !newest.ok() || SavedAfter({step, manifest.created_unix_ms()},
                                                {*latest, newest->created_unix_ms()});
     }
-    status = fenced.ok() ? CommitCheckpoint(backend_, root, partial, manifest, make_latest,
-                                            FencedCommitPoint(*fenced, nullptr),
-                                            catalog_.split_manifest_min_chunks())
-                         : fenced.status();
+    status = fenced.ok()
+                 ? CommitCheckpoint(backend_, root, partial, manifest, make_latest,
+                                    FencedCommitPoint(*fenced, nullptr),
+                                    {catalog_.split_manifest_min_chunks(), catalog_.limits()})
+                 : fenced.status();
   }
   if (!status.ok()) {
     // Best effort: restart removes the rest.

@@ -1,11 +1,13 @@
 #include "daemon/planning/manifest_tables.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include <google/protobuf/arena.h>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/planning/manifest_footprint.h"
 #include "daemon/planning/manifest_io.h"
@@ -91,9 +93,120 @@ void PadOptionalColumns(v1::ChunkTable& t) {
   while (!t.delta_base().empty() && t.delta_base_size() < n) t.add_delta_base();
 }
 
+uint64_t SatAdd(uint64_t a, uint64_t b) {
+  uint64_t sum = 0;
+  return __builtin_add_overflow(a, b, &sum) ? UINT64_MAX : sum;
+}
+
+uint64_t SatMul(uint64_t a, uint64_t b) {
+  uint64_t product = 0;
+  return __builtin_mul_overflow(a, b, &product) ? UINT64_MAX : product;
+}
+
+// Where each table lies in TABLES: table i+1 at offsets[i], its size
+// offsets[i+1] - offsets[i]. The sizes' sum was checked not to wrap.
+std::vector<uint64_t> TableOffsets(const v1::CheckpointManifest& root) {
+  std::vector<uint64_t> offsets(1, 0);
+  offsets.reserve(root.chunk_tables_size() + 1);
+  for (const v1::ChunkTableRef& ref : root.chunk_tables()) {
+    offsets.push_back(offsets.back() + ref.bytes());
+  }
+  return offsets;
+}
+
+// The runs of consecutive tables read together, [first, end): at most
+// kTablesReadBytes each, or one larger table alone.
+std::vector<std::pair<int, int>> TableRuns(const std::vector<uint64_t>& offsets) {
+  std::vector<std::pair<int, int>> runs;
+  const int tables = static_cast<int>(offsets.size()) - 1;
+  for (int first = 0; first < tables;) {
+    int end = first + 1;
+    const uint64_t bound = std::max(kTablesReadBytes, offsets[first + 1] - offsets[first]);
+    while (end < tables && offsets[end + 1] - offsets[first] <= bound) ++end;
+    runs.emplace_back(first, end);
+    first = end;
+  }
+  return runs;
+}
+
+// The memory a join takes, as the join checks it, and as SplitManifest
+// checks a split before it is written: a commit never writes a split its
+// readers would refuse. Saturating: hostile sizes cannot wrap it.
+class JoinMemory {
+ public:
+  // The root (its bytes and message), what validation builds for its
+  // tensors and objects, and the join's own index of shards and tables.
+  JoinMemory(uint64_t root_bytes, const v1::CheckpointManifest& root, uint64_t shards)
+      : base_(SatAdd(SatAdd(root_bytes, root.SpaceUsedLong()),
+                     SatAdd(ValidationBytes(root.tensors_size(), root.objects_size()),
+                            SatAdd(SatMul(shards, sizeof(void*)),
+                                   SatMul(static_cast<uint64_t>(root.chunk_tables_size()),
+                                          3 * sizeof(uint64_t)))))) {}
+  // Every chunk of a table, once joined.
+  void AddChunks(const v1::ChunkTableRef& ref) {
+    base_ = SatAdd(base_, SatMul(ref.chunks(), JoinedChunkBytes(ref.file().size())));
+  }
+  // While a table read in a run of `run_bytes` is joined: the run, the
+  // table parsed, and the delta bases it moves into the chunks (at most
+  // its parse again).
+  uint64_t WithTable(uint64_t run_bytes, uint64_t parsed) const {
+    return SatAdd(base_, SatAdd(run_bytes, SatMul(2, parsed)));
+  }
+  // After it: the delta bases stay.
+  void Joined(uint64_t parsed) { base_ = SatAdd(base_, parsed); }
+  uint64_t base() const { return base_; }
+
+ private:
+  uint64_t base_;
+};
+
+absl::Status OverMemory(absl::string_view source, uint64_t bytes, const ManifestLimits& limits) {
+  return absl::FailedPreconditionError(
+      absl::StrCat(source, ": reading the manifest and its chunk tables would take about ",
+                   bytes >> 20, " MiB of memory, more than the limit of ", limits.max_memory_bytes,
+                   " bytes (--max_manifest_memory_bytes); it was not read"));
+}
+
+// A split's files pass the join's checks of counts, sizes and memory.
+bool Joinable(const SplitManifestFiles& files, const v1::CheckpointManifest& root, uint64_t shards,
+              const ManifestLimits& limits) {
+  absl::StatusOr<ManifestFootprint> footprint =
+      MeasureManifest(absl::string_view(files.root).substr(0, files.root.size() - 4), "");
+  if (!footprint.ok() || !CheckManifestFootprint(*footprint, files.root.size(), "", limits).ok()) {
+    return false;
+  }
+  JoinMemory memory(files.root.size(), root, shards);
+  uint64_t bytes = files.root.size();
+  uint64_t chunks = 0;
+  for (const v1::ChunkTableRef& ref : root.chunk_tables()) {
+    bytes = SatAdd(bytes, ref.bytes());
+    chunks = SatAdd(chunks, ref.chunks());
+    memory.AddChunks(ref);
+  }
+  if (bytes > limits.max_manifest_bytes || chunks > static_cast<uint64_t>(limits.max_chunks)) {
+    return false;
+  }
+  const std::vector<uint64_t> offsets = TableOffsets(root);
+  for (const auto& [first, end] : TableRuns(offsets)) {
+    const uint64_t run = offsets[end] - offsets[first];
+    if (SatAdd(memory.base(), run) > limits.max_memory_bytes) return false;
+    for (int i = first; i < end; ++i) {
+      const std::string& table = files.tables[i];
+      absl::StatusOr<ManifestFootprint> parsed =
+          MeasureChunkTable(absl::string_view(table).substr(0, table.size() - 4), "");
+      if (!parsed.ok() || memory.WithTable(run, parsed->parsed_bytes) > limits.max_memory_bytes) {
+        return false;
+      }
+      memory.Joined(parsed->parsed_bytes);
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
-std::optional<SplitManifestFiles> SplitManifest(const v1::CheckpointManifest& manifest) {
+std::optional<SplitManifestFiles> SplitManifest(const v1::CheckpointManifest& manifest,
+                                                const ManifestLimits& limits) {
   // On an arena: a cluster's root is millions of small messages (each
   // shard's region), and one heap allocation each was most of a split.
   google::protobuf::Arena arena;
@@ -138,6 +251,7 @@ std::optional<SplitManifestFiles> SplitManifest(const v1::CheckpointManifest& ma
     ref->set_crc32c(TrailerCrc(files.tables.back()));
   }
   files.root = EncodeManifest(root);
+  if (!Joinable(files, root, shard_number, limits)) return std::nullopt;
   return files;
 }
 
@@ -217,26 +331,23 @@ class Joiner {
 
   absl::Status Run(uint64_t root_bytes, const ChunkTablesReader& read_tables) {
     if (absl::Status s = CheckRoot(root_bytes); !s.ok()) return s;
-    // Consecutive tables in one read, up to kTablesReadBytes.
-    const int tables = m_.chunk_tables_size();
-    for (int first = 0; first < tables;) {
-      int end = first + 1;
-      while (end < tables &&
-             offsets_[end + 1] - offsets_[first] <= std::max(kTablesReadBytes, TableBytes(first))) {
-        ++end;
+    for (const auto& [first, end] : TableRuns(offsets_)) {
+      const uint64_t run = offsets_[end] - offsets_[first];
+      if (SatAdd(memory_->base(), run) > limits_.max_memory_bytes) {
+        return OverMemory(source_, SatAdd(memory_->base(), run), limits_);
       }
-      absl::StatusOr<std::string> bytes =
-          read_tables(offsets_[first], offsets_[end] - offsets_[first], offsets_[tables]);
+      absl::StatusOr<std::string> bytes = read_tables(offsets_[first], run, offsets_.back());
       if (!bytes.ok()) return bytes.status();
-      if (bytes->size() != offsets_[end] - offsets_[first]) {
+      if (bytes->size() != run) {
         return Lost(absl::StrCat(kChunkTablesFile, " is shorter than the root lists"));
       }
       for (int i = first; i < end; ++i) {
         const absl::string_view table =
             absl::string_view(*bytes).substr(offsets_[i] - offsets_[first], TableBytes(i));
-        if (absl::Status s = JoinTable(static_cast<uint32_t>(i + 1), table); !s.ok()) return s;
+        if (absl::Status s = JoinTable(static_cast<uint32_t>(i + 1), table, run); !s.ok()) {
+          return s;
+        }
       }
-      first = end;
     }
     for (size_t g = 0; g < shards_.size(); ++g) {
       v1::StoredShard& shard = *shards_[g];
@@ -265,10 +376,15 @@ class Joiner {
   absl::Status CheckRoot(uint64_t root_bytes) {
     const int tables = m_.chunk_tables_size();
     if (tables == 0) return Lost("the split manifest lists no chunk table");
+    if (root_bytes > limits_.max_manifest_bytes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          source_, " is more than ", limits_.max_manifest_bytes, " bytes (--max_manifest_bytes)"));
+    }
     uint64_t bytes = root_bytes;
     uint64_t chunks = 0;
-    memory_ = root_bytes + m_.SpaceUsedLong();
-    offsets_.assign(1, 0);
+    uint64_t shards = 0;
+    for (const v1::TensorEntry& tensor : m_.tensors()) shards += tensor.shards_size();
+    memory_.emplace(root_bytes, m_, shards);
     for (int i = 0; i < tables; ++i) {
       const v1::ChunkTableRef& ref = m_.chunk_tables(i);
       const std::string name = ChunkTableName(static_cast<uint32_t>(i + 1));
@@ -276,28 +392,24 @@ class Joiner {
         return Lost(absl::StrCat(name, " is listed with ", ref.chunks(), " chunks of ", ref.bytes(),
                                  " bytes"));
       }
-      // Each term is bounded by the sums' limits, checked as they grow.
-      bytes += std::min<uint64_t>(ref.bytes(), limits_.max_manifest_bytes + 1);
-      chunks += std::min<uint64_t>(ref.chunks(), uint64_t{1} << 40);
-      if (bytes > limits_.max_manifest_bytes) {
+      // Checked before each sum grows: neither wraps.
+      if (ref.bytes() > limits_.max_manifest_bytes - bytes) {
         return absl::FailedPreconditionError(absl::StrCat(
             source_, ": the manifest and its chunk tables are more than ",
             limits_.max_manifest_bytes, " bytes (--max_manifest_bytes); they were not read"));
       }
-      if (chunks > static_cast<uint64_t>(limits_.max_chunks)) {
+      if (ref.chunks() > static_cast<uint64_t>(limits_.max_chunks) - chunks) {
         return absl::FailedPreconditionError(
             absl::StrCat(source_, ": the chunk tables list more than ", limits_.max_chunks,
                          " chunks (--max_manifest_chunks); they were not read"));
       }
-      memory_ += ref.chunks() * JoinedChunkBytes(ref.file().size());
-      largest_table_ = std::max(largest_table_, ref.bytes());
-      offsets_.push_back(offsets_.back() + ref.bytes());
+      bytes += ref.bytes();
+      chunks += ref.chunks();
+      memory_->AddChunks(ref);
     }
-    // A read of consecutive tables, and one table's parse.
-    if (absl::Status s = CheckMemory(
-            std::max(largest_table_, std::min(kTablesReadBytes, offsets_.back())) + largest_table_);
-        !s.ok()) {
-      return s;
+    offsets_ = TableOffsets(m_);
+    if (memory_->base() > limits_.max_memory_bytes) {
+      return OverMemory(source_, memory_->base(), limits_);
     }
     std::vector<uint64_t> counted(tables, 0);
     for (v1::TensorEntry& tensor : *m_.mutable_tensors()) {
@@ -305,8 +417,9 @@ class Joiner {
         const size_t g = shards_.size();
         shards_.push_back(&shard);
         if (shard.chunks_size() > 0) {
-          return Lost(absl::StrCat("shard ", g, " of tensor ", tensor.fqn().substr(0, 80),
-                                   " lists chunks in a split manifest's root"));
+          return Lost(absl::StrCat("shard ", g, " of tensor \"",
+                                   absl::CHexEscape(tensor.fqn().substr(0, 80)),
+                                   "\" lists chunks in a split manifest's root"));
         }
         if (shard.table() == 0) {
           if (shard.chunk_count() != 0) {
@@ -315,7 +428,8 @@ class Joiner {
           }
           continue;
         }
-        if (shard.table() > static_cast<uint32_t>(tables) || shard.chunk_count() == 0) {
+        if (shard.table() > static_cast<uint32_t>(tables) || shard.chunk_count() == 0 ||
+            shard.chunk_count() > static_cast<uint32_t>(INT32_MAX)) {
           return Lost(absl::StrCat("shard ", g, " names chunk table ", shard.table(), " for ",
                                    shard.chunk_count(), " chunks (", tables, " tables)"));
         }
@@ -335,17 +449,7 @@ class Joiner {
     return absl::OkStatus();
   }
 
-  absl::Status CheckMemory(uint64_t transient) const {
-    if (memory_ + transient > limits_.max_memory_bytes) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          source_, ": reading the manifest and its chunk tables would take about ",
-          (memory_ + transient) >> 20, " MiB of memory, more than the limit of ",
-          limits_.max_memory_bytes, " bytes (--max_manifest_memory_bytes); it was not read"));
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status JoinTable(uint32_t index, absl::string_view bytes) {
+  absl::Status JoinTable(uint32_t index, absl::string_view bytes, uint64_t run_bytes) {
     const v1::ChunkTableRef& ref = m_.chunk_tables(static_cast<int>(index - 1));
     const std::string where = absl::StrCat(source_, " (", ChunkTableName(index), ")");
     if (bytes.size() != ref.bytes() || TrailerCrc(bytes) != ref.crc32c()) {
@@ -353,16 +457,11 @@ class Joiner {
                                               ": the chunk table is not the one the root "
                                               "lists (its size or checksum differs)"));
     }
-    // The table parsed: its columns, and the delta bases it moves into
-    // the joined chunks (counted again there: an upper bound).
     absl::StatusOr<ManifestFootprint> footprint =
         MeasureChunkTable(bytes.substr(0, bytes.size() - 4), where);
     if (!footprint.ok()) return footprint.status();
-    if (absl::Status s = CheckMemory(std::min(kTablesReadBytes, offsets_.back()) + bytes.size() +
-                                     2 * footprint->parsed_bytes);
-        !s.ok()) {
-      return s;
-    }
+    const uint64_t joining = memory_->WithTable(run_bytes, footprint->parsed_bytes);
+    if (joining > limits_.max_memory_bytes) return OverMemory(where, joining, limits_);
     absl::StatusOr<v1::ChunkTable> table = DecodeChunkTable(bytes, where, limits_);
     if (!table.ok()) return table.status();
     if (table->file() != ref.file()) {
@@ -386,7 +485,7 @@ class Joiner {
       }
       FillChunk(*table, i, *shard.add_chunks());
     }
-    memory_ += footprint->parsed_bytes;  // the delta bases now in the chunks, at most
+    memory_->Joined(footprint->parsed_bytes);
     return absl::OkStatus();
   }
 
@@ -394,9 +493,8 @@ class Joiner {
   const absl::string_view source_;
   const ManifestLimits& limits_;
   std::vector<v1::StoredShard*> shards_;  // over all tensors, as tables number them
-  std::vector<uint64_t> offsets_;         // table i+1 at offsets_[i] of TABLES; then its size
-  uint64_t memory_ = 0;                   // the joined manifest's, estimated
-  uint64_t largest_table_ = 0;
+  std::vector<uint64_t> offsets_;         // TableOffsets
+  std::optional<JoinMemory> memory_;      // set by CheckRoot
 };
 
 }  // namespace

@@ -47,8 +47,11 @@ struct SplitManifestFiles {
 
 // `manifest` (format 1) split by data file. nullopt when it cannot be: a
 // shard whose chunks lie in more than one file (the root names one table
-// per shard), or no tensor chunk at all. Callers write format 1 then.
-std::optional<SplitManifestFiles> SplitManifest(const v1::CheckpointManifest& manifest);
+// per shard), no tensor chunk at all, or a split that JoinChunkTables
+// would refuse under `limits` (its memory estimate is a little above
+// format 1's). Callers write format 1 then.
+std::optional<SplitManifestFiles> SplitManifest(const v1::CheckpointManifest& manifest,
+                                                const ManifestLimits& limits);
 
 // Reads `length` bytes at `offset` of TABLES, which must be `total` bytes
 // long: NOT_FOUND when it is missing, DATA_LOSS when it has another size.

@@ -64,7 +64,7 @@ void Read(const SplitManifestCase& c) {
   // A split writes the fields it knows; fields of a later format are not
   // carried over.
   m->DiscardUnknownFields();
-  std::optional<planning::SplitManifestFiles> split = planning::SplitManifest(*m);
+  std::optional<planning::SplitManifestFiles> split = planning::SplitManifest(*m, limits);
   if (!split.has_value()) return;
   SplitManifestCase again;
   again.set_root(split->root);

@@ -349,7 +349,7 @@ void WriteCodecSeeds(const std::filesystem::path& root) {
 // The manifest written split (fuzz_manifest_tables), when it can be.
 void WriteSplitSeed(const std::filesystem::path& root, const std::string& name,
                     const v1::CheckpointManifest& manifest) {
-  std::optional<planning::SplitManifestFiles> split = planning::SplitManifest(manifest);
+  std::optional<planning::SplitManifestFiles> split = planning::SplitManifest(manifest, {});
   if (!split.has_value()) return;
   SplitManifestCase c;
   c.set_root(split->root);

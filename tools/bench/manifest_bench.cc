@@ -50,7 +50,7 @@ absl::StatusOr<Commit> CommitAndRead(storage::Backend& backend, const std::strin
   Commit c;
   auto start = std::chrono::steady_clock::now();
   if (absl::Status s = coordinator::CommitCheckpoint(backend, root, partial, manifest, true,
-                                                     nullptr, split_min_chunks);
+                                                     nullptr, {split_min_chunks, limits});
       !s.ok()) {
     return WithContext(s, "commit");
   }

@@ -138,7 +138,7 @@ TEST_CASE("a split manifest joins back to every field of the manifest", "[manife
     }
   }
 
-  std::optional<SplitManifestFiles> files = SplitManifest(m);
+  std::optional<SplitManifestFiles> files = SplitManifest(m, {});
   REQUIRE(files.has_value());
   CHECK(files->tables.size() == 4);  // two hosts, two files each
   // The root lists no tensor chunk: each shard names its table.
@@ -176,13 +176,13 @@ TEST_CASE("a shard over two files or no chunk at all is not split", "[manifest_t
   v1::StoredShard* shard = m.mutable_tensors(1)->mutable_shards(0);
   REQUIRE(shard->chunks_size() > 1);
   shard->mutable_chunks(1)->set_file("data/elsewhere.bin");
-  CHECK_FALSE(SplitManifest(m).has_value());
-  CHECK_FALSE(SplitManifest(testing::ManifestOf("job", 1, "", 4096)).has_value());
+  CHECK_FALSE(SplitManifest(m, {}).has_value());
+  CHECK_FALSE(SplitManifest(testing::ManifestOf("job", 1, "", 4096), {}).has_value());
 }
 
 TEST_CASE("every damaged byte of a chunk table is refused, naming it", "[manifest_tables]") {
   const v1::CheckpointManifest m = FullManifest();
-  std::optional<SplitManifestFiles> files = SplitManifest(m);
+  std::optional<SplitManifestFiles> files = SplitManifest(m, {});
   REQUIRE(files.has_value());
   const Tables good = files->tables;
   for (size_t at = 0; at < good[1].size(); ++at) {
@@ -236,7 +236,7 @@ std::string CraftedTable(SplitManifestFiles& files, Tables& tables, uint32_t ind
 
 TEST_CASE("a root and tables that disagree are refused", "[manifest_tables]") {
   const v1::CheckpointManifest m = FullManifest();
-  std::optional<SplitManifestFiles> files = SplitManifest(m);
+  std::optional<SplitManifestFiles> files = SplitManifest(m, {});
   REQUIRE(files.has_value());
   const Tables good = files->tables;
   const auto lost = [&](const std::string& root, const Tables& tables, const std::string& says) {
@@ -300,7 +300,7 @@ TEST_CASE("a root and tables that disagree are refused", "[manifest_tables]") {
 
 TEST_CASE("the limits hold before any table is read", "[manifest_tables]") {
   const v1::CheckpointManifest m = FullManifest();
-  std::optional<SplitManifestFiles> files = SplitManifest(m);
+  std::optional<SplitManifestFiles> files = SplitManifest(m, {});
   REQUIRE(files.has_value());
   const Tables good = files->tables;
   int64_t chunks = 0;
@@ -333,6 +333,63 @@ TEST_CASE("the limits hold before any table is read", "[manifest_tables]") {
   int reads = 0;
   CHECK(absl::IsFailedPrecondition(Join(huge, good, {}, &reads).status()));
   CHECK(reads == 0);
+}
+
+TEST_CASE("a split is written only where its readers will take it", "[manifest_tables]") {
+  const v1::CheckpointManifest m = FullManifest();
+  // Under each memory limit: a split SplitManifest makes joins under it;
+  // where it would not, there is no split (the commit writes format 1).
+  int split = 0, whole = 0;
+  for (uint64_t limit = 8 << 10; limit <= 512 << 10; limit += 2 << 10) {
+    ManifestLimits limits;
+    limits.max_memory_bytes = limit;
+    std::optional<SplitManifestFiles> files = SplitManifest(m, limits);
+    if (!files.has_value()) {
+      ++whole;
+      continue;
+    }
+    ++split;
+    absl::StatusOr<v1::CheckpointManifest> joined = Join(files->root, files->tables, limits);
+    INFO("limit " << limit << ": " << joined.status());
+    REQUIRE(joined.ok());
+    CHECK(Same(*joined, m));
+  }
+  CHECK(split > 0);
+  CHECK(whole > 0);
+}
+
+TEST_CASE("sizes and counts that would wrap are refused, whatever the limits",
+          "[manifest_tables]") {
+  const v1::CheckpointManifest m = FullManifest();
+  std::optional<SplitManifestFiles> files = SplitManifest(m, {});
+  REQUIRE(files.has_value());
+  ManifestLimits unlimited;
+  unlimited.max_manifest_bytes = UINT64_MAX;
+  unlimited.max_memory_bytes = UINT64_MAX;
+  unlimited.max_chunks = INT64_MAX;
+  const uint64_t big = uint64_t{1} << 63;
+  const std::string wrapping_bytes = Crafted(*files, [&](v1::CheckpointManifest& r) {
+    r.mutable_chunk_tables(0)->set_bytes(big);
+    r.mutable_chunk_tables(1)->set_bytes(big - 1);
+  });
+  const std::string wrapping_chunks = Crafted(*files, [&](v1::CheckpointManifest& r) {
+    r.mutable_chunk_tables(0)->set_chunks(UINT64_MAX);
+  });
+  for (const std::string& root : {wrapping_bytes, wrapping_chunks}) {
+    uint64_t longest = 0;
+    const ChunkTablesReader reader = [&](uint64_t, uint64_t length,
+                                         uint64_t) -> absl::StatusOr<std::string> {
+      longest = std::max(longest, length);
+      return absl::DataLossError("not read");
+    };
+    absl::StatusOr<v1::CheckpointManifest> decoded =
+        DecodeBoundedManifest(root, "MANIFEST", unlimited);
+    REQUIRE(decoded.ok());
+    const absl::Status s = JoinChunkTables(*decoded, root.size(), "MANIFEST", unlimited, reader);
+    INFO(s);
+    CHECK_FALSE(s.ok());
+    CHECK(longest <= uint64_t{1} << 30);  // never a read of what a wrapped sum allowed
+  }
 }
 
 }  // namespace
