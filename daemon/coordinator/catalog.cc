@@ -250,7 +250,7 @@ absl::StatusOr<v1::CheckpointManifest> Catalog::ReadStepManifest(const std::stri
   // A split manifest (format 2): its chunk tables, each checked against
   // the root, joined in.
   if (absl::Status s =
-          planning::JoinChunkTables(*manifest, bytes->size(), path, limits_,
+          planning::JoinChunkTables(*manifest, *bytes, path, limits_,
                                     [&](uint64_t offset, uint64_t length, uint64_t total) {
                                       return ReadTables(dir, offset, length, total);
                                     });

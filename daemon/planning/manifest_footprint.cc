@@ -222,11 +222,6 @@ absl::StatusOr<ManifestFootprint> MeasureChunkTable(absl::string_view payload,
   return walker.footprint();
 }
 
-uint64_t ValidationBytes(int64_t tensors, int64_t objects) {
-  return kCheckPerEntry * static_cast<uint64_t>(tensors + objects) +
-         kCheckPerChunk * static_cast<uint64_t>(objects);
-}
-
 uint64_t JoinedChunkBytes(size_t file_name_bytes) {
   static const uint64_t message =
       v1::StoredChunk::default_instance().SpaceUsedLong() + kAllocOverhead;

@@ -59,9 +59,6 @@ absl::StatusOr<ManifestFootprint> MeasureChunkTable(absl::string_view payload,
 // message, its slot, its copy of the file name and ValidateManifest's
 // extent.
 uint64_t JoinedChunkBytes(size_t file_name_bytes);
-// What ValidateManifest builds for a manifest's tensors and objects (a set
-// entry each, an extent per object chunk), as ReadBytes counts it.
-uint64_t ValidationBytes(int64_t tensors, int64_t objects);
 
 // FAILED_PRECONDITION naming `source` and the flag when the manifest holds
 // more tensors, shards, chunks or objects than the limits, or reading it

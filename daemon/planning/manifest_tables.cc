@@ -134,14 +134,13 @@ std::vector<std::pair<int, int>> TableRuns(const std::vector<uint64_t>& offsets)
 // readers would refuse. Saturating: hostile sizes cannot wrap it.
 class JoinMemory {
  public:
-  // The root (its bytes and message), what validation builds for its
-  // tensors and objects, and the join's own index of shards and tables.
-  JoinMemory(uint64_t root_bytes, const v1::CheckpointManifest& root, uint64_t shards)
-      : base_(SatAdd(SatAdd(root_bytes, root.SpaceUsedLong()),
-                     SatAdd(ValidationBytes(root.tensors_size(), root.objects_size()),
-                            SatAdd(SatMul(shards, sizeof(void*)),
-                                   SatMul(static_cast<uint64_t>(root.chunk_tables_size()),
-                                          3 * sizeof(uint64_t)))))) {}
+  // The root read (its bytes, its message and validation's sets, as
+  // MeasureManifest estimates them from its bytes: the same for the reader
+  // and the writer), and the join's own index of shards and tables.
+  JoinMemory(uint64_t root_read_bytes, uint64_t shards, int tables)
+      : base_(SatAdd(root_read_bytes,
+                     SatAdd(SatMul(shards, sizeof(void*)),
+                            SatMul(static_cast<uint64_t>(tables), 3 * sizeof(uint64_t))))) {}
   // Every chunk of a table, once joined.
   void AddChunks(const v1::ChunkTableRef& ref) {
     base_ = SatAdd(base_, SatMul(ref.chunks(), JoinedChunkBytes(ref.file().size())));
@@ -175,7 +174,7 @@ bool Joinable(const SplitManifestFiles& files, const v1::CheckpointManifest& roo
   if (!footprint.ok() || !CheckManifestFootprint(*footprint, files.root.size(), "", limits).ok()) {
     return false;
   }
-  JoinMemory memory(files.root.size(), root, shards);
+  JoinMemory memory(footprint->ReadBytes(files.root.size()), shards, root.chunk_tables_size());
   uint64_t bytes = files.root.size();
   uint64_t chunks = 0;
   for (const v1::ChunkTableRef& ref : root.chunk_tables()) {
@@ -329,8 +328,8 @@ class Joiner {
   Joiner(v1::CheckpointManifest& m, absl::string_view source, const ManifestLimits& limits)
       : m_(m), source_(source), limits_(limits) {}
 
-  absl::Status Run(uint64_t root_bytes, const ChunkTablesReader& read_tables) {
-    if (absl::Status s = CheckRoot(root_bytes); !s.ok()) return s;
+  absl::Status Run(absl::string_view root_file, const ChunkTablesReader& read_tables) {
+    if (absl::Status s = CheckRoot(root_file); !s.ok()) return s;
     for (const auto& [first, end] : TableRuns(offsets_)) {
       const uint64_t run = offsets_[end] - offsets_[first];
       if (SatAdd(memory_->base(), run) > limits_.max_memory_bytes) {
@@ -373,7 +372,8 @@ class Joiner {
 
   // Counts, sizes and the memory of the joined manifest, before any table
   // is read; each shard's table and chunk count against the table list.
-  absl::Status CheckRoot(uint64_t root_bytes) {
+  absl::Status CheckRoot(absl::string_view root_file) {
+    const uint64_t root_bytes = root_file.size();
     const int tables = m_.chunk_tables_size();
     if (tables == 0) return Lost("the split manifest lists no chunk table");
     if (root_bytes > limits_.max_manifest_bytes) {
@@ -384,7 +384,10 @@ class Joiner {
     uint64_t chunks = 0;
     uint64_t shards = 0;
     for (const v1::TensorEntry& tensor : m_.tensors()) shards += tensor.shards_size();
-    memory_.emplace(root_bytes, m_, shards);
+    absl::StatusOr<ManifestFootprint> footprint =
+        MeasureManifest(root_file.substr(0, root_bytes < 4 ? 0 : root_bytes - 4), source_);
+    if (!footprint.ok()) return footprint.status();
+    memory_.emplace(footprint->ReadBytes(root_bytes), shards, tables);
     for (int i = 0; i < tables; ++i) {
       const v1::ChunkTableRef& ref = m_.chunk_tables(i);
       const std::string name = ChunkTableName(static_cast<uint32_t>(i + 1));
@@ -499,11 +502,11 @@ class Joiner {
 
 }  // namespace
 
-absl::Status JoinChunkTables(v1::CheckpointManifest& manifest, uint64_t root_bytes,
+absl::Status JoinChunkTables(v1::CheckpointManifest& manifest, absl::string_view root_file,
                              absl::string_view source, const ManifestLimits& limits,
                              const ChunkTablesReader& read_tables) {
   if (manifest.format_version() != kSplitManifestFormatVersion) return absl::OkStatus();
-  return Joiner(manifest, source, limits).Run(root_bytes, read_tables);
+  return Joiner(manifest, source, limits).Run(root_file, read_tables);
 }
 
 }  // namespace ckpt::planning

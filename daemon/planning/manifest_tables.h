@@ -63,7 +63,7 @@ using ChunkTablesReader =
 inline constexpr uint64_t kTablesReadBytes = uint64_t{32} << 20;
 
 // Joins the chunk tables of a format-2 root (decoded with
-// DecodeBoundedManifest, `root_bytes` long) into it: format 1, every chunk
+// DecodeBoundedManifest from `root_file`, MANIFEST's bytes) into it: format 1, every chunk
 // listed. Before reading any table it checks the tables' counts and sizes
 // against `limits` (--max_manifest_chunks, --max_manifest_bytes for the
 // root and TABLES together, and --max_manifest_memory_bytes for the joined
@@ -72,7 +72,7 @@ inline constexpr uint64_t kTablesReadBytes = uint64_t{32} << 20;
 // count than its root entry, or listing a chunk of a shard that its root
 // entry does not put there, is DATA_LOSS naming `source` and the table.
 // A format-1 manifest is left as it is.
-absl::Status JoinChunkTables(v1::CheckpointManifest& manifest, uint64_t root_bytes,
+absl::Status JoinChunkTables(v1::CheckpointManifest& manifest, absl::string_view root_file,
                              absl::string_view source, const ManifestLimits& limits,
                              const ChunkTablesReader& read_tables);
 

@@ -57,7 +57,7 @@ void Read(const SplitManifestCase& c) {
   absl::StatusOr<v1::CheckpointManifest> m =
       planning::DecodeBoundedManifest(c.root(), "MANIFEST", limits);
   if (!m.ok()) return;
-  if (!planning::JoinChunkTables(*m, c.root().size(), "MANIFEST", limits, ReaderOf(c)).ok()) {
+  if (!planning::JoinChunkTables(*m, c.root(), "MANIFEST", limits, ReaderOf(c)).ok()) {
     return;
   }
   if (!planning::ValidateManifest(*m, m->job(), m->step(), "MANIFEST", limits).ok()) return;
@@ -73,8 +73,7 @@ void Read(const SplitManifestCase& c) {
       planning::DecodeBoundedManifest(again.root(), "MANIFEST", limits);
   CKPT_FUZZ_CHECK(rejoined.ok(), "a split's root does not decode");
   CKPT_FUZZ_CHECK(
-      planning::JoinChunkTables(*rejoined, again.root().size(), "MANIFEST", limits, ReaderOf(again))
-          .ok(),
+      planning::JoinChunkTables(*rejoined, again.root(), "MANIFEST", limits, ReaderOf(again)).ok(),
       "a split does not join");
   google::protobuf::util::MessageDifferencer differ;
   std::string diff;

@@ -86,8 +86,7 @@ absl::StatusOr<v1::CheckpointManifest> Join(const std::string& root, const Table
                                             int* reads = nullptr) {
   absl::StatusOr<v1::CheckpointManifest> m = DecodeBoundedManifest(root, "MANIFEST", limits);
   if (!m.ok()) return m.status();
-  if (absl::Status s =
-          JoinChunkTables(*m, root.size(), "MANIFEST", limits, ReaderOf(tables, reads));
+  if (absl::Status s = JoinChunkTables(*m, root, "MANIFEST", limits, ReaderOf(tables, reads));
       !s.ok()) {
     return s;
   }
@@ -385,7 +384,7 @@ TEST_CASE("sizes and counts that would wrap are refused, whatever the limits",
     absl::StatusOr<v1::CheckpointManifest> decoded =
         DecodeBoundedManifest(root, "MANIFEST", unlimited);
     REQUIRE(decoded.ok());
-    const absl::Status s = JoinChunkTables(*decoded, root.size(), "MANIFEST", unlimited, reader);
+    const absl::Status s = JoinChunkTables(*decoded, root, "MANIFEST", unlimited, reader);
     INFO(s);
     CHECK_FALSE(s.ok());
     CHECK(longest <= uint64_t{1} << 30);  // never a read of what a wrapped sum allowed
