@@ -244,13 +244,14 @@ absl::StatusOr<v1::CheckpointManifest> Catalog::ReadStepManifest(const std::stri
   absl::StatusOr<std::string> bytes = ReadManifestFile(dir, path);
   if (!bytes.ok()) return AsBroken(bytes.status());
   if (absl::Status s = storage::CheckCommittedManifest(*resolved, *bytes, path); !s.ok()) return s;
+  planning::ManifestFootprint footprint;
   absl::StatusOr<v1::CheckpointManifest> manifest =
-      planning::DecodeBoundedManifest(*bytes, path, limits_);
+      planning::DecodeBoundedManifest(*bytes, path, limits_, &footprint);
   if (!manifest.ok()) return manifest.status();
   // A split manifest (format 2): its chunk tables, each checked against
   // the root, joined in.
   if (absl::Status s =
-          planning::JoinChunkTables(*manifest, *bytes, path, limits_,
+          planning::JoinChunkTables(*manifest, footprint, bytes->size(), path, limits_,
                                     [&](uint64_t offset, uint64_t length, uint64_t total) {
                                       return ReadTables(dir, offset, length, total);
                                     });

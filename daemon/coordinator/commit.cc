@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "daemon/fault/fault_points.h"
 #include "daemon/planning/manifest_io.h"
 #include "daemon/planning/manifest_tables.h"
@@ -100,19 +101,12 @@ absl::StatusOr<std::string> WriteManifestTables(storage::Backend& backend,
       planning::SplitManifest(manifest, writing.limits);
   if (!split.has_value()) return planning::EncodeManifest(manifest);
   // The tables back to back in one file: one fsync, however many hosts.
-  absl::StatusOr<std::unique_ptr<storage::WritableFile>> file =
-      backend.NewWritableFile(absl::StrCat(partial_dir, "/", planning::kChunkTablesFile));
-  if (!file.ok()) return file.status();
-  absl::Status status;
-  uint64_t offset = 0;
-  for (const std::string& table : split->tables) {
-    if (status.ok()) status = (*file)->WriteAt(offset, table.data(), table.size());
-    offset += table.size();
+  if (absl::Status s =
+          WriteSynced(backend, absl::StrCat(partial_dir, "/", planning::kChunkTablesFile),
+                      absl::StrJoin(split->tables, ""));
+      !s.ok()) {
+    return s;
   }
-  if (status.ok()) status = (*file)->Sync();
-  const absl::Status closed = (*file)->Close();
-  if (!status.ok()) return status;
-  if (!closed.ok()) return closed;
   return std::move(split->root);
 }
 

@@ -73,14 +73,16 @@ absl::StatusOr<v1::CheckpointManifest> DecodeManifest(absl::string_view bytes,
 
 absl::StatusOr<v1::CheckpointManifest> DecodeBoundedManifest(absl::string_view bytes,
                                                              absl::string_view source,
-                                                             const ManifestLimits& limits) {
+                                                             const ManifestLimits& limits,
+                                                             ManifestFootprint* footprint) {
   absl::StatusOr<absl::string_view> payload = Payload(bytes, source);
   if (!payload.ok()) return payload.status();
-  absl::StatusOr<ManifestFootprint> footprint = MeasureManifest(*payload, source);
-  if (!footprint.ok()) return footprint.status();
-  if (absl::Status s = CheckManifestFootprint(*footprint, bytes.size(), source, limits); !s.ok()) {
+  absl::StatusOr<ManifestFootprint> measured = MeasureManifest(*payload, source);
+  if (!measured.ok()) return measured.status();
+  if (absl::Status s = CheckManifestFootprint(*measured, bytes.size(), source, limits); !s.ok()) {
     return s;
   }
+  if (footprint != nullptr) *footprint = *measured;
   return Parse(*payload, source);
 }
 

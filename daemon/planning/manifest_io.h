@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "ckpt/v1/manifest.pb.h"
 #include "daemon/planning/manifest_check.h"
+#include "daemon/planning/manifest_footprint.h"
 
 namespace ckpt::planning {
 
@@ -32,9 +33,10 @@ absl::StatusOr<v1::CheckpointManifest> DecodeManifest(absl::string_view bytes,
 // is measured and checked against `limits` (manifest_footprint.h), so one
 // too large to hold is refused, FAILED_PRECONDITION naming the flag, before
 // it is parsed.
-absl::StatusOr<v1::CheckpointManifest> DecodeBoundedManifest(absl::string_view bytes,
-                                                             absl::string_view source,
-                                                             const ManifestLimits& limits);
+// With `footprint`, the estimate is left there (JoinChunkTables builds on it).
+absl::StatusOr<v1::CheckpointManifest> DecodeBoundedManifest(
+    absl::string_view bytes, absl::string_view source, const ManifestLimits& limits,
+    ManifestFootprint* footprint = nullptr);
 
 // Calls fn(chunk, owner) for every stored chunk of the manifest: each
 // tensor's ("tensor <fqn>"), then each object's ("object <key>"). Stops at,

@@ -254,20 +254,14 @@ std::optional<SplitManifestFiles> SplitManifest(const v1::CheckpointManifest& ma
   return files;
 }
 
-absl::StatusOr<v1::ChunkTable> DecodeChunkTable(absl::string_view bytes, absl::string_view source,
-                                                const ManifestLimits& limits) {
-  absl::StatusOr<absl::string_view> payload = CheckedPayload(bytes, source, "chunk table");
-  if (!payload.ok()) return payload.status();
-  absl::StatusOr<ManifestFootprint> footprint = MeasureChunkTable(*payload, source);
-  if (!footprint.ok()) return footprint.status();
-  if (bytes.size() + footprint->parsed_bytes > limits.max_memory_bytes) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        source, ": reading the chunk table would take about ",
-        (bytes.size() + footprint->parsed_bytes) >> 20, " MiB of memory, more than the limit of ",
-        limits.max_memory_bytes, " bytes (--max_manifest_memory_bytes); it was not parsed"));
-  }
+namespace {
+
+// A table's payload (its trailer checked, its parse measured and allowed)
+// parsed, and its columns checked.
+absl::StatusOr<v1::ChunkTable> ParseChunkTable(absl::string_view payload, absl::string_view source,
+                                               const ManifestLimits& limits) {
   v1::ChunkTable table;
-  if (!table.ParseFromArray(payload->data(), static_cast<int>(payload->size()))) {
+  if (!table.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
     return absl::DataLossError(absl::StrCat(source, ": chunk table does not parse"));
   }
   const int n = table.shard_size();
@@ -303,6 +297,23 @@ absl::StatusOr<v1::ChunkTable> DecodeChunkTable(absl::string_view bytes, absl::s
   return table;
 }
 
+}  // namespace
+
+absl::StatusOr<v1::ChunkTable> DecodeChunkTable(absl::string_view bytes, absl::string_view source,
+                                                const ManifestLimits& limits) {
+  absl::StatusOr<absl::string_view> payload = CheckedPayload(bytes, source, "chunk table");
+  if (!payload.ok()) return payload.status();
+  absl::StatusOr<ManifestFootprint> footprint = MeasureChunkTable(*payload, source);
+  if (!footprint.ok()) return footprint.status();
+  if (bytes.size() + footprint->parsed_bytes > limits.max_memory_bytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        source, ": reading the chunk table would take about ",
+        (bytes.size() + footprint->parsed_bytes) >> 20, " MiB of memory, more than the limit of ",
+        limits.max_memory_bytes, " bytes (--max_manifest_memory_bytes); it was not parsed"));
+  }
+  return ParseChunkTable(*payload, source, limits);
+}
+
 namespace {
 
 // A table's row `i` as the chunk a format-1 manifest lists.
@@ -328,8 +339,9 @@ class Joiner {
   Joiner(v1::CheckpointManifest& m, absl::string_view source, const ManifestLimits& limits)
       : m_(m), source_(source), limits_(limits) {}
 
-  absl::Status Run(absl::string_view root_file, const ChunkTablesReader& read_tables) {
-    if (absl::Status s = CheckRoot(root_file); !s.ok()) return s;
+  absl::Status Run(const ManifestFootprint& root, uint64_t root_bytes,
+                   const ChunkTablesReader& read_tables) {
+    if (absl::Status s = CheckRoot(root, root_bytes); !s.ok()) return s;
     for (const auto& [first, end] : TableRuns(offsets_)) {
       const uint64_t run = offsets_[end] - offsets_[first];
       if (SatAdd(memory_->base(), run) > limits_.max_memory_bytes) {
@@ -372,8 +384,7 @@ class Joiner {
 
   // Counts, sizes and the memory of the joined manifest, before any table
   // is read; each shard's table and chunk count against the table list.
-  absl::Status CheckRoot(absl::string_view root_file) {
-    const uint64_t root_bytes = root_file.size();
+  absl::Status CheckRoot(const ManifestFootprint& root, uint64_t root_bytes) {
     const int tables = m_.chunk_tables_size();
     if (tables == 0) return Lost("the split manifest lists no chunk table");
     if (root_bytes > limits_.max_manifest_bytes) {
@@ -384,10 +395,7 @@ class Joiner {
     uint64_t chunks = 0;
     uint64_t shards = 0;
     for (const v1::TensorEntry& tensor : m_.tensors()) shards += tensor.shards_size();
-    absl::StatusOr<ManifestFootprint> footprint =
-        MeasureManifest(root_file.substr(0, root_bytes < 4 ? 0 : root_bytes - 4), source_);
-    if (!footprint.ok()) return footprint.status();
-    memory_.emplace(footprint->ReadBytes(root_bytes), shards, tables);
+    memory_.emplace(root.ReadBytes(root_bytes), shards, tables);
     for (int i = 0; i < tables; ++i) {
       const v1::ChunkTableRef& ref = m_.chunk_tables(i);
       const std::string name = ChunkTableName(static_cast<uint32_t>(i + 1));
@@ -455,17 +463,19 @@ class Joiner {
   absl::Status JoinTable(uint32_t index, absl::string_view bytes, uint64_t run_bytes) {
     const v1::ChunkTableRef& ref = m_.chunk_tables(static_cast<int>(index - 1));
     const std::string where = absl::StrCat(source_, " (", ChunkTableName(index), ")");
-    if (bytes.size() != ref.bytes() || TrailerCrc(bytes) != ref.crc32c()) {
+    // Its size is the root's by construction (sliced by the root's sizes).
+    if (TrailerCrc(bytes) != ref.crc32c()) {
       return absl::DataLossError(absl::StrCat(where,
                                               ": the chunk table is not the one the root "
                                               "lists (its size or checksum differs)"));
     }
-    absl::StatusOr<ManifestFootprint> footprint =
-        MeasureChunkTable(bytes.substr(0, bytes.size() - 4), where);
+    absl::StatusOr<absl::string_view> payload = CheckedPayload(bytes, where, "chunk table");
+    if (!payload.ok()) return payload.status();
+    absl::StatusOr<ManifestFootprint> footprint = MeasureChunkTable(*payload, where);
     if (!footprint.ok()) return footprint.status();
     const uint64_t joining = memory_->WithTable(run_bytes, footprint->parsed_bytes);
     if (joining > limits_.max_memory_bytes) return OverMemory(where, joining, limits_);
-    absl::StatusOr<v1::ChunkTable> table = DecodeChunkTable(bytes, where, limits_);
+    absl::StatusOr<v1::ChunkTable> table = ParseChunkTable(*payload, where, limits_);
     if (!table.ok()) return table.status();
     if (table->file() != ref.file()) {
       return absl::DataLossError(absl::StrCat(where, ": the chunk table is of another file"));
@@ -502,11 +512,11 @@ class Joiner {
 
 }  // namespace
 
-absl::Status JoinChunkTables(v1::CheckpointManifest& manifest, absl::string_view root_file,
-                             absl::string_view source, const ManifestLimits& limits,
-                             const ChunkTablesReader& read_tables) {
+absl::Status JoinChunkTables(v1::CheckpointManifest& manifest, const ManifestFootprint& root,
+                             uint64_t root_bytes, absl::string_view source,
+                             const ManifestLimits& limits, const ChunkTablesReader& read_tables) {
   if (manifest.format_version() != kSplitManifestFormatVersion) return absl::OkStatus();
-  return Joiner(manifest, source, limits).Run(root_file, read_tables);
+  return Joiner(manifest, source, limits).Run(root, root_bytes, read_tables);
 }
 
 }  // namespace ckpt::planning

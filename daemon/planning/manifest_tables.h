@@ -28,6 +28,7 @@
 #include "absl/strings/string_view.h"
 #include "ckpt/v1/manifest.pb.h"
 #include "daemon/planning/manifest_check.h"
+#include "daemon/planning/manifest_footprint.h"
 
 namespace ckpt::planning {
 
@@ -63,7 +64,8 @@ using ChunkTablesReader =
 inline constexpr uint64_t kTablesReadBytes = uint64_t{32} << 20;
 
 // Joins the chunk tables of a format-2 root (decoded with
-// DecodeBoundedManifest from `root_file`, MANIFEST's bytes) into it: format 1, every chunk
+// DecodeBoundedManifest from MANIFEST's `root_bytes` bytes, whose estimate
+// is `root`) into it: format 1, every chunk
 // listed. Before reading any table it checks the tables' counts and sizes
 // against `limits` (--max_manifest_chunks, --max_manifest_bytes for the
 // root and TABLES together, and --max_manifest_memory_bytes for the joined
@@ -72,9 +74,9 @@ inline constexpr uint64_t kTablesReadBytes = uint64_t{32} << 20;
 // count than its root entry, or listing a chunk of a shard that its root
 // entry does not put there, is DATA_LOSS naming `source` and the table.
 // A format-1 manifest is left as it is.
-absl::Status JoinChunkTables(v1::CheckpointManifest& manifest, absl::string_view root_file,
-                             absl::string_view source, const ManifestLimits& limits,
-                             const ChunkTablesReader& read_tables);
+absl::Status JoinChunkTables(v1::CheckpointManifest& manifest, const ManifestFootprint& root,
+                             uint64_t root_bytes, absl::string_view source,
+                             const ManifestLimits& limits, const ChunkTablesReader& read_tables);
 
 // One table's bytes decoded and checked on their own (trailer, parse,
 // column lengths), as JoinChunkTables does first: for the fuzzer and for

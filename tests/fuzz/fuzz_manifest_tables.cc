@@ -54,10 +54,12 @@ void Read(const SplitManifestCase& c) {
   for (const std::string& table : c.tables()) {
     (void)planning::DecodeChunkTable(table, "table", limits);
   }
+  planning::ManifestFootprint footprint;
   absl::StatusOr<v1::CheckpointManifest> m =
-      planning::DecodeBoundedManifest(c.root(), "MANIFEST", limits);
+      planning::DecodeBoundedManifest(c.root(), "MANIFEST", limits, &footprint);
   if (!m.ok()) return;
-  if (!planning::JoinChunkTables(*m, c.root(), "MANIFEST", limits, ReaderOf(c)).ok()) {
+  if (!planning::JoinChunkTables(*m, footprint, c.root().size(), "MANIFEST", limits, ReaderOf(c))
+           .ok()) {
     return;
   }
   if (!planning::ValidateManifest(*m, m->job(), m->step(), "MANIFEST", limits).ok()) return;
@@ -70,11 +72,12 @@ void Read(const SplitManifestCase& c) {
   again.set_root(split->root);
   for (const std::string& t : split->tables) again.add_tables(t);
   absl::StatusOr<v1::CheckpointManifest> rejoined =
-      planning::DecodeBoundedManifest(again.root(), "MANIFEST", limits);
+      planning::DecodeBoundedManifest(again.root(), "MANIFEST", limits, &footprint);
   CKPT_FUZZ_CHECK(rejoined.ok(), "a split's root does not decode");
-  CKPT_FUZZ_CHECK(
-      planning::JoinChunkTables(*rejoined, again.root(), "MANIFEST", limits, ReaderOf(again)).ok(),
-      "a split does not join");
+  CKPT_FUZZ_CHECK(planning::JoinChunkTables(*rejoined, footprint, again.root().size(), "MANIFEST",
+                                            limits, ReaderOf(again))
+                      .ok(),
+                  "a split does not join");
   google::protobuf::util::MessageDifferencer differ;
   std::string diff;
   differ.ReportDifferencesToString(&diff);

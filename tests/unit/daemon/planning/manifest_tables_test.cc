@@ -84,9 +84,12 @@ ChunkTablesReader ReaderOf(const Tables& tables, int* reads = nullptr) {
 absl::StatusOr<v1::CheckpointManifest> Join(const std::string& root, const Tables& tables,
                                             const ManifestLimits& limits = {},
                                             int* reads = nullptr) {
-  absl::StatusOr<v1::CheckpointManifest> m = DecodeBoundedManifest(root, "MANIFEST", limits);
+  ManifestFootprint footprint;
+  absl::StatusOr<v1::CheckpointManifest> m =
+      DecodeBoundedManifest(root, "MANIFEST", limits, &footprint);
   if (!m.ok()) return m.status();
-  if (absl::Status s = JoinChunkTables(*m, root, "MANIFEST", limits, ReaderOf(tables, reads));
+  if (absl::Status s =
+          JoinChunkTables(*m, footprint, root.size(), "MANIFEST", limits, ReaderOf(tables, reads));
       !s.ok()) {
     return s;
   }
@@ -381,10 +384,12 @@ TEST_CASE("sizes and counts that would wrap are refused, whatever the limits",
       longest = std::max(longest, length);
       return absl::DataLossError("not read");
     };
+    ManifestFootprint footprint;
     absl::StatusOr<v1::CheckpointManifest> decoded =
-        DecodeBoundedManifest(root, "MANIFEST", unlimited);
+        DecodeBoundedManifest(root, "MANIFEST", unlimited, &footprint);
     REQUIRE(decoded.ok());
-    const absl::Status s = JoinChunkTables(*decoded, root, "MANIFEST", unlimited, reader);
+    const absl::Status s =
+        JoinChunkTables(*decoded, footprint, root.size(), "MANIFEST", unlimited, reader);
     INFO(s);
     CHECK_FALSE(s.ok());
     CHECK(longest <= uint64_t{1} << 30);  // never a read of what a wrapped sum allowed
