@@ -209,6 +209,9 @@ ABSL_FLAG(double, peer_wait_s, 120,
 ABSL_FLAG(uint64_t, plan_cache_mib, 1024,
           "Coordinator: memory the save plan cache may hold; a job whose plan is larger (about "
           "450 MiB at 8192 ranks x 1000 tensors) is planned afresh every step");
+ABSL_FLAG(int32_t, plan_threads, 0,
+          "Coordinator: threads a save plan runs on (its messages made and its manifest checked "
+          "by several at once); 0: every core");
 ABSL_FLAG(double, heartbeat_interval_s, 1.0, "Coordinator: how often hosts heartbeat");
 ABSL_FLAG(double, heartbeat_timeout_s, 5.0,
           "Coordinator: a host silent this long is lost, and what it holds fails naming it");
@@ -348,6 +351,7 @@ int main(int argc, char** argv) {
   o.plan_cache_bytes = std::min<uint64_t>(absl::GetFlag(FLAGS_plan_cache_mib), uint64_t{1} << 40)
                        << 20;
   o.manifest_split_min_chunks = absl::GetFlag(FLAGS_manifest_split_min_chunks);
+  o.plan_threads = absl::GetFlag(FLAGS_plan_threads);
   o.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
   o.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   o.plan_timeout = absl::Seconds(absl::GetFlag(FLAGS_plan_timeout_s));

@@ -1,6 +1,8 @@
 #include "daemon/planning/manifest_check.h"
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -11,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/planning/parallel_for.h"
 #include "proto/lib/region_convert.h"
 #include "proto/lib/stored_chunk.h"
 #include "proto/lib/validation.h"
@@ -32,7 +35,8 @@ class Checker {
   Checker(absl::string_view source, const ManifestLimits& limits)
       : source_(source), limits_(limits) {}
 
-  absl::Status Run(const v1::CheckpointManifest& m, absl::string_view job, int64_t step) {
+  absl::Status Run(const v1::CheckpointManifest& m, absl::string_view job, int64_t step,
+                   int threads) {
     if (m.format_version() != kManifestFormatVersion) {
       // A split manifest's root (format 2) is checked once its chunk
       // tables are joined into it (manifest_tables.h).
@@ -73,9 +77,8 @@ class Checker {
       if (!fqns.insert(tensor.fqn()).second) {
         return Lost(absl::StrCat("tensor ", Quoted(tensor.fqn()), " is listed twice"));
       }
-      owner_ = {.tensor = t};
-      if (absl::Status s = CheckTensor(tensor); !s.ok()) return s;
     }
+    if (absl::Status s = CheckTensors(m, threads); !s.ok()) return s;
     std::set<std::pair<absl::string_view, int>> objects;
     for (int o = 0; o < m.objects_size(); ++o) {
       const v1::ObjectEntry& object = m.objects(o);
@@ -113,6 +116,63 @@ class Checker {
           source_, ": the manifest holds ", bytes,
           " bytes of user metadata, more than the limit of ", limits_.max_metadata_bytes));
     }
+    return absl::OkStatus();
+  }
+
+  // Every tensor's shards, on up to `threads` threads (parallel_for.h): a
+  // cluster's manifest has millions. The counts are bounded first, so a
+  // part of the tensors checked alone cannot pass its bound unnoticed;
+  // each part's checker records its chunks' extents, joined in tensor
+  // order, and of several parts that fail, the first tensor's error is
+  // the one named, as one thread would have.
+  absl::Status CheckTensors(const v1::CheckpointManifest& m, int threads) {
+    int64_t shards = 0;
+    int64_t chunks = 0;
+    for (const v1::TensorEntry& tensor : m.tensors()) {
+      shards += tensor.shards_size();
+      for (const v1::StoredShard& shard : tensor.shards()) chunks += shard.chunks_size();
+    }
+    if (absl::Status s = CheckCount("shards", shards, limits_.max_shards); !s.ok()) return s;
+    if (absl::Status s = CheckCount("chunks", chunks, limits_.max_chunks); !s.ok()) return s;
+    constexpr int64_t kShardsPerThread = 1 << 14;
+    const size_t tensors = static_cast<size_t>(m.tensors_size());
+    const size_t per_range = static_cast<size_t>(
+        std::max<int64_t>(1, kShardsPerThread * m.tensors_size() / std::max<int64_t>(1, shards)));
+    std::vector<std::unique_ptr<Checker>> parts(std::max(1, threads));
+    std::vector<size_t> part_begin(parts.size(), tensors);
+    std::vector<absl::Status> errors(parts.size());
+    std::atomic<size_t> next_part{0};
+    ParallelFor(tensors, threads, per_range, [&](size_t begin, size_t end) {
+      const size_t p = next_part.fetch_add(1);
+      auto part = std::make_unique<Checker>(source_, limits_);
+      part->delta_base_step_ = delta_base_step_;
+      for (size_t t = begin; t < end; ++t) {
+        part->owner_ = {.tensor = static_cast<int>(t)};
+        if (absl::Status s = part->CheckTensor(m.tensors(static_cast<int>(t))); !s.ok()) {
+          errors[p] = s;
+          break;
+        }
+      }
+      part_begin[p] = begin;
+      parts[p] = std::move(part);
+    });
+    std::vector<size_t> by_begin;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      if (parts[p] != nullptr) by_begin.push_back(p);
+    }
+    std::sort(by_begin.begin(), by_begin.end(),
+              [&](size_t a, size_t b) { return part_begin[a] < part_begin[b]; });
+    for (size_t p : by_begin) {
+      if (!errors[p].ok()) return errors[p];
+    }
+    size_t extents = extents_.size();
+    for (size_t p : by_begin) extents += parts[p]->extents_.size();
+    extents_.reserve(extents);
+    for (size_t p : by_begin) {
+      extents_.insert(extents_.end(), parts[p]->extents_.begin(), parts[p]->extents_.end());
+    }
+    shards_ = shards;
+    chunks_ = chunks;
     return absl::OkStatus();
   }
 
@@ -339,9 +399,9 @@ class Checker {
 }  // namespace
 
 absl::Status ValidateManifest(const v1::CheckpointManifest& manifest, absl::string_view job,
-                              int64_t step, absl::string_view source,
-                              const ManifestLimits& limits) {
-  return Checker(source, limits).Run(manifest, job, step);
+                              int64_t step, absl::string_view source, const ManifestLimits& limits,
+                              int threads) {
+  return Checker(source, limits).Run(manifest, job, step, std::max(1, threads));
 }
 
 absl::Status CheckChunkEncoding(const v1::StoredChunk& chunk, absl::string_view where) {

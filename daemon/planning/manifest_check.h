@@ -45,10 +45,11 @@ inline constexpr uint32_t kManifestFormatVersion = 1;
 
 // OK, or DATA_LOSS "<source>: <what is wrong, naming tensor/object/chunk>"
 // (FAILED_PRECONDITION when a limit is exceeded). `job` and `step` are those
-// of the directory the manifest was read from.
+// of the directory the manifest was read from. The tensors are checked on
+// up to `threads` threads (parallel_for.h); the answer is the same.
 absl::Status ValidateManifest(const v1::CheckpointManifest& manifest, absl::string_view job,
                               int64_t step, absl::string_view source,
-                              const ManifestLimits& limits = {});
+                              const ManifestLimits& limits = {}, int threads = 1);
 
 // A chunk's encoding fields (proto/lib/stored_chunk.h) are consistent: a
 // known codec; an encoded chunk stores 1 to `length` bytes, and

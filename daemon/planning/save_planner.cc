@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "daemon/planning/manifest_check.h"
 #include "daemon/planning/manifest_footprint.h"
+#include "daemon/planning/parallel_for.h"
 #include "daemon/planning/planner_memory.h"
 #include "daemon/planning/rank_form.h"
 #include "daemon/planning/region_table.h"
@@ -727,8 +728,9 @@ absl::StatusOr<uint64_t> CountChunks(const std::vector<UniqueItem>& items,
 // at commit.
 absl::Status CheckLoadable(const v1::CheckpointManifest& manifest, uint64_t chunks,
                            const SavePlannerOptions& options) {
-  if (absl::Status s = ValidateManifest(manifest, manifest.job(), manifest.step(),
-                                        "the plan's manifest", options.manifest_limits);
+  if (absl::Status s =
+          ValidateManifest(manifest, manifest.job(), manifest.step(), "the plan's manifest",
+                           options.manifest_limits, PlanningThreads(options.threads));
       !s.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("the save would commit a checkpoint that cannot be loaded: ", s.message()));
@@ -783,42 +785,86 @@ void BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes, const Shards& sha
     entry->set_partial(first.partial() && info.covered != info.elements);
     entries[t] = entry;
   }
-  for (uint32_t i : order) {
-    const UniqueItem& item = items[i];
-    const std::string& file = files[item.writer.host][item.writer_thread];
-    v1::WriteItem* write = out.mutable_hosts(item.writer.host)->add_items();
-    write->set_rank(item.writer.rank);
-    write->set_is_object(item.is_object);
-    write->set_index(item.writer.index);
-    write->set_bytes(item.bytes);
-    write->set_file(file);
-    write->set_writer(item.writer_thread);
-    write->set_file_offset(item.file_offset);
-
-    auto fill_chunk = [&](v1::StoredChunk* chunk, uint64_t shard_offset, uint64_t length) {
-      chunk->set_file(file);
-      chunk->set_file_offset(item.file_offset + shard_offset);
-      chunk->set_shard_offset(shard_offset);
-      chunk->set_length(length);
-    };
-    if (item.is_object) {
-      v1::ObjectEntry* object = manifest.add_objects();
-      object->set_key(item.object->key());
-      object->set_rank(item.object_rank);
-      // A 0-byte object's chunk is complete here: nothing is written for it
-      // and its crc32c (0, the CRC32C of no bytes) is final.
-      fill_chunk(object->mutable_chunk(), 0, item.bytes);
-      continue;
-    }
-    v1::StoredShard* stored = entries[item.tensor]->add_shards();
-    *stored->mutable_region() = *item.written;
-    stored->set_writer_rank(item.writer.rank);
-    for (uint64_t offset = 0; offset < static_cast<uint64_t>(item.bytes);
-         offset += options.chunk_bytes) {
-      fill_chunk(stored->add_chunks(), offset,
-                 std::min<uint64_t>(options.chunk_bytes, item.bytes - offset));
+  // The items by host and by tensor, each in assignment order: every
+  // host's list and every tensor's shards are then made by one thread,
+  // several at once (parallel_for.h), as they would be one after the other.
+  std::vector<uint32_t> first_of_host(nodes.size() + 1, 0);
+  std::vector<uint32_t> first_of_tensor(shards.tensors.size() + 1, 0);
+  for (const UniqueItem& item : items) {
+    ++first_of_host[item.writer.host + 1];
+    if (!item.is_object) ++first_of_tensor[item.tensor + 1];
+  }
+  CountsToBounds(first_of_host);
+  CountsToBounds(first_of_tensor);
+  std::vector<uint32_t> by_host(items.size());
+  std::vector<uint32_t> by_tensor(first_of_tensor.back());
+  {
+    std::vector<uint32_t> next_host(first_of_host.begin(), first_of_host.end() - 1);
+    std::vector<uint32_t> next_tensor(first_of_tensor.begin(), first_of_tensor.end() - 1);
+    for (uint32_t i : order) {
+      by_host[next_host[items[i].writer.host]++] = i;
+      if (!items[i].is_object) by_tensor[next_tensor[items[i].tensor]++] = i;
     }
   }
+  const auto file_of = [&](const UniqueItem& item) -> const std::string& {
+    return files[item.writer.host][item.writer_thread];
+  };
+  const auto fill_chunk = [&](const UniqueItem& item, v1::StoredChunk* chunk, uint64_t shard_offset,
+                              uint64_t length) {
+    chunk->set_file(file_of(item));
+    chunk->set_file_offset(item.file_offset + shard_offset);
+    chunk->set_shard_offset(shard_offset);
+    chunk->set_length(length);
+  };
+  // Tens of items or more per thread; a small plan runs on this one.
+  constexpr size_t kItemsPerThread = 1 << 14;
+  const int threads = PlanningThreads(options.threads);
+  const size_t tensors_per_range = std::max<size_t>(
+      1, kItemsPerThread * shards.tensors.size() / std::max<size_t>(1, items.size()));
+  ParallelFor(shards.tensors.size(), threads, tensors_per_range, [&](size_t begin, size_t end) {
+    for (size_t t = begin; t < end; ++t) {
+      auto& stored_shards = *entries[t]->mutable_shards();
+      stored_shards.Reserve(static_cast<int>(first_of_tensor[t + 1] - first_of_tensor[t]));
+      for (uint32_t k = first_of_tensor[t]; k < first_of_tensor[t + 1]; ++k) {
+        const UniqueItem& item = items[by_tensor[k]];
+        v1::StoredShard* stored = stored_shards.Add();
+        *stored->mutable_region() = *item.written;
+        stored->set_writer_rank(item.writer.rank);
+        for (uint64_t offset = 0; offset < static_cast<uint64_t>(item.bytes);
+             offset += options.chunk_bytes) {
+          fill_chunk(item, stored->add_chunks(), offset,
+                     std::min<uint64_t>(options.chunk_bytes, item.bytes - offset));
+        }
+      }
+    }
+  });
+  for (uint32_t i : order) {
+    const UniqueItem& item = items[i];
+    if (!item.is_object) continue;
+    v1::ObjectEntry* object = manifest.add_objects();
+    object->set_key(item.object->key());
+    object->set_rank(item.object_rank);
+    // A 0-byte object's chunk is complete here: nothing is written for it
+    // and its crc32c (0, the CRC32C of no bytes) is final.
+    fill_chunk(item, object->mutable_chunk(), 0, item.bytes);
+  }
+  const size_t hosts_per_range =
+      std::max<size_t>(1, kItemsPerThread * nodes.size() / std::max<size_t>(1, items.size()));
+  ParallelFor(nodes.size(), threads, hosts_per_range, [&](size_t begin, size_t end) {
+    for (size_t h = begin; h < end; ++h) {
+      v1::HostAssignment* host = out.mutable_hosts(static_cast<int>(h));
+      for (uint32_t k = first_of_host[h]; k < first_of_host[h + 1]; ++k) {
+        const UniqueItem& item = items[by_host[k]];
+        v1::WriteItem* write = host->add_items();
+        write->set_rank(item.writer.rank);
+        write->set_is_object(item.is_object);
+        write->set_index(item.writer.index);
+        write->set_bytes(item.bytes);
+        write->set_writer(item.writer_thread);
+        write->set_file_offset(item.file_offset);
+      }
+    }
+  });
 }
 
 // Plans into `out`, empty: on the heap or on an arena.

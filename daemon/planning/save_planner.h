@@ -42,6 +42,9 @@ struct SavePlannerOptions {
   // What the catalog accepts when it reads a manifest back: a plan whose
   // manifest would break them is refused, never committed unloadable.
   ManifestLimits manifest_limits;
+  // Threads for the phases that make a message per item and check the
+  // manifest (parallel_for.h); 0: every core.
+  int threads = 0;
 };
 
 // The manifest, `extra_bytes` larger (what the commit still fills in), is

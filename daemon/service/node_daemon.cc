@@ -233,6 +233,10 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   if (options.peer_wait < absl::Seconds(1)) {
     return absl::InvalidArgumentError("--peer_wait_s must be at least 1");
   }
+  if (options.plan_threads < 0 || options.plan_threads > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--plan_threads must be 0 (every core) to 1024, not ", options.plan_threads));
+  }
   if (options.host_name.empty()) options.host_name = DefaultHostName();
   // Only one daemon per socket. With none alive, the sockets left by a
   // killed one are stale and reclaimed (the pool is memfds: nothing of it

@@ -140,6 +140,8 @@ struct DaemonOptions {
   std::string memory_tier_erasure;
   // Memory the coordinator's save plan cache may hold (all jobs).
   uint64_t plan_cache_bytes = uint64_t{1} << 30;
+  // Threads the coordinator's save planner runs on (0: every core).
+  int plan_threads = 0;
   // Commits write a manifest of this many tensor chunks or more as a root
   // and per-file chunk tables (planning/manifest_tables.h); 0: never.
   uint64_t manifest_split_min_chunks = 65536;
@@ -205,6 +207,7 @@ inline planning::SavePlannerOptions SavePlannerOptionsOf(const DaemonOptions& o,
   planner.alignment = alignment;
   planner.limits = o.limits;
   planner.manifest_limits = o.manifest_limits;
+  planner.threads = o.plan_threads;
   return planner;
 }
 

@@ -94,6 +94,11 @@ TEST_CASE("limit flags bound requests, and a non-positive one refuses to start",
   const absl::Status no_wait = d.Start({"--peer_wait_s=0"});
   REQUIRE_FALSE(no_wait.ok());
   CHECK(no_wait.ToString().find("--peer_wait_s must be at least 1") != std::string::npos);
+  // And for the planner's threads.
+  const absl::Status threads = d.Start({"--plan_threads=-1"});
+  REQUIRE_FALSE(threads.ok());
+  CHECK(threads.ToString().find("--plan_threads must be 0 (every core) to 1024, not -1") !=
+        std::string::npos);
 
   REQUIRE(d.Start({"--max_tensors_per_plan=2", "--max_world_size=4"}).ok());
   auto stub = d.Stub();

@@ -1,0 +1,35 @@
+#include "daemon/planning/parallel_for.h"
+
+#include <algorithm>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+namespace ckpt::planning {
+
+int PlanningThreads(int requested) {
+  if (requested > 0) return requested;
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+void ParallelFor(size_t n, int threads, size_t min_per_range,
+                 absl::FunctionRef<void(size_t begin, size_t end)> fn) {
+  const size_t most = std::max<size_t>(1, n / std::max<size_t>(1, min_per_range));
+  const size_t ranges = std::min<size_t>(std::max(1, threads), most);
+  const auto bound = [&](size_t k) { return n * k / ranges; };
+  std::vector<std::thread> started;
+  size_t inline_from = 1;  // ranges this thread runs after its first
+  for (size_t k = 1; k < ranges; ++k) {
+    try {
+      started.emplace_back([&fn, b = bound(k), e = bound(k + 1)] { fn(b, e); });
+    } catch (const std::system_error&) {
+      break;  // no thread to be had (RLIMIT_NPROC, memory): the rest here
+    }
+    inline_from = k + 1;
+  }
+  fn(bound(0), bound(1));
+  for (size_t k = inline_from; k < ranges; ++k) fn(bound(k), bound(k + 1));
+  for (std::thread& thread : started) thread.join();
+}
+
+}  // namespace ckpt::planning

@@ -1,0 +1,32 @@
+// Planning on all of the coordinator's cores (docs/design.md §4.2): the
+// phases that make one message per unique item (a cluster's plan has
+// millions) cut their items into contiguous parts, one per thread, each
+// part's messages made by one thread. Arenas allocate safely from several
+// threads, and no two threads touch one message, so the result is the
+// same message for message whatever the thread count.
+//
+// Thread-safety: `fn` runs on several threads at once, each over its own
+// range; it must not write what another range reads.
+#ifndef CKPT_DAEMON_PLANNING_PARALLEL_FOR_H_
+#define CKPT_DAEMON_PLANNING_PARALLEL_FOR_H_
+
+#include <cstddef>
+
+#include "absl/functional/function_ref.h"
+
+namespace ckpt::planning {
+
+// The threads a plan runs on: `requested` if positive, else every core.
+int PlanningThreads(int requested);
+
+// Calls fn(begin, end) over [0, n) cut into at most `threads` contiguous
+// ranges of at least `min_per_range` each, all but the first on threads of
+// their own; returns when every call did. One range (and no thread) when
+// `n` is small: starting a thread costs tens of microseconds. Runs the
+// ranges one after the other if a thread cannot be started.
+void ParallelFor(size_t n, int threads, size_t min_per_range,
+                 absl::FunctionRef<void(size_t begin, size_t end)> fn);
+
+}  // namespace ckpt::planning
+
+#endif  // CKPT_DAEMON_PLANNING_PARALLEL_FOR_H_
