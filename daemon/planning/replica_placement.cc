@@ -67,7 +67,10 @@ v1::ReplicaPeer ReplicaFilesOf(const v1::HostAssignment& part) {
   std::map<std::string, uint64_t> ends;
   for (const std::string& file : part.files()) ends[file] = 0;
   for (const v1::WriteItem& item : part.items()) {
-    uint64_t& end = ends[item.file()];
+    // The planner's writer is one of the part's files (node_save_plan.h
+    // checks it again on the host).
+    if (item.writer() < 0 || item.writer() >= part.files_size()) continue;
+    uint64_t& end = ends[part.files(item.writer())];
     end = std::max(end, item.file_offset() + item.bytes());
   }
   v1::ReplicaPeer peer;

@@ -328,7 +328,7 @@ v1::NodePersistReport WriteItems(storage::Backend& backend, const v1::SaveAssign
       bytes = PackedBytes(rank.shards(static_cast<int>(item.index())));
     }
     REQUIRE(bytes.size() == item.bytes());
-    std::string& file = files[item.file()];
+    std::string& file = files[a.hosts(0).files(item.writer())];
     if (file.size() < item.file_offset() + bytes.size())
       file.resize(item.file_offset() + bytes.size());
     file.replace(item.file_offset(), bytes.size(), bytes);

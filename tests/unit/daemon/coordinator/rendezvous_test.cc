@@ -57,14 +57,15 @@ v1::NodePersistReport WriteOwnPart(storage::Backend& backend, const v1::SaveAssi
   for (const v1::WriteItem& item : part.items()) {
     const std::string bytes =
         PackedBytes(RankOf(node, item.rank()).shards(static_cast<int>(item.index())));
-    std::string& file = files[item.file()];
+    const std::string& name = part.files(item.writer());
+    std::string& file = files[name];
     if (file.size() < item.file_offset() + bytes.size()) {
       file.resize(item.file_offset() + bytes.size());
     }
     file.replace(item.file_offset(), bytes.size(), bytes);
     for (uint64_t off = 0; off < bytes.size(); off += kChunk) {
       v1::ChunkChecksum* sum = report.add_checksums();
-      sum->set_file(item.file());
+      sum->set_file(name);
       sum->set_file_offset(item.file_offset() + off);
       sum->set_crc32c(Crc32c(bytes.data() + off, std::min<uint64_t>(kChunk, bytes.size() - off)));
     }

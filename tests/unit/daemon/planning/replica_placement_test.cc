@@ -24,15 +24,15 @@ std::shared_ptr<const v1::HostAssignment> Part(const std::string& host) {
   const std::string f0 = "data/" + host + "-0.bin", f1 = "data/" + host + "-1.bin";
   part->add_files(f0);
   part->add_files(f1);
-  auto item = [&](const std::string& file, uint64_t offset, uint64_t bytes) {
+  auto item = [&](int writer, uint64_t offset, uint64_t bytes) {
     v1::WriteItem* w = part->add_items();
-    w->set_file(file);
+    w->set_writer(writer);
     w->set_file_offset(offset);
     w->set_bytes(bytes);
   };
-  item(f0, 4096, 904);
-  item(f0, 0, 5000);
-  item(f1, 0, 300);
+  item(0, 4096, 904);
+  item(0, 0, 5000);
+  item(1, 0, 300);
   return part;
 }
 

@@ -41,6 +41,19 @@ std::vector<v1::WriteItem> AllItems(const v1::SaveAssignment& a) {
   return out;
 }
 
+// Every item with the file its host's part names for its writer.
+std::vector<std::pair<std::string, v1::WriteItem>> FiledItems(const v1::SaveAssignment& a) {
+  std::vector<std::pair<std::string, v1::WriteItem>> out;
+  for (const v1::HostAssignment& h : a.hosts()) {
+    for (const v1::WriteItem& item : h.items()) {
+      REQUIRE(item.writer() >= 0);
+      REQUIRE(item.writer() < h.files_size());
+      out.emplace_back(h.files(item.writer()), item);
+    }
+  }
+  return out;
+}
+
 const v1::TensorEntry& Entry(const v1::SaveAssignment& a, const std::string& fqn) {
   for (const v1::TensorEntry& e : a.manifest_template().tensors()) {
     if (e.fqn() == fqn) return e;
@@ -57,8 +70,8 @@ std::map<int, uint64_t> RankLoads(const v1::SaveAssignment& a) {
 }
 std::map<std::string, uint64_t> FileEnds(const v1::SaveAssignment& a) {
   std::map<std::string, uint64_t> out;
-  for (const v1::WriteItem& item : AllItems(a)) {
-    out[item.file()] = std::max(out[item.file()], item.file_offset() + AlignUp(item.bytes(), 4096));
+  for (const auto& [file, item] : FiledItems(a)) {
+    out[file] = std::max(out[file], item.file_offset() + AlignUp(item.bytes(), 4096));
   }
   return out;
 }
@@ -72,10 +85,11 @@ void CheckLayout(const v1::SaveAssignment& a) {
     const v1::HostAssignment& host = a.hosts(static_cast<int>(h));
     for (const v1::WriteItem& item : host.items()) {
       INFO("item " << item.ShortDebugString());
-      CHECK(item.file() ==
-            "data/" + host.host().host() + "-" + std::to_string(item.writer()) + ".bin");
-      CHECK(std::find(host.files().begin(), host.files().end(), item.file()) != host.files().end());
-      by_file[item.file()].push_back(item);
+      REQUIRE(item.writer() >= 0);
+      REQUIRE(item.writer() < host.files_size());
+      const std::string& file = host.files(item.writer());
+      CHECK(file == "data/" + host.host().host() + "-" + std::to_string(item.writer()) + ".bin");
+      by_file[file].push_back(item);
     }
   }
   for (auto& [file, items] : by_file) {
@@ -90,11 +104,13 @@ void CheckLayout(const v1::SaveAssignment& a) {
   }
   // Each stored shard / object matches exactly one tensor WriteItem by its
   // first chunk, and its chunks tile the item.
-  std::map<std::pair<std::string, uint64_t>, v1::WriteItem> tensor_items, object_items;
-  for (const v1::WriteItem& item : AllItems(a)) {
+  std::map<std::pair<std::string, uint64_t>, std::pair<std::string, v1::WriteItem>> tensor_items,
+      object_items;
+  for (const auto& [file, item] : FiledItems(a)) {
     if (item.bytes() == 0) continue;  // zero-byte items have no chunk to match by
     auto& table = item.is_object() ? object_items : tensor_items;
-    CHECK(table.emplace(std::make_pair(item.file(), item.file_offset()), item).second);
+    CHECK(
+        table.emplace(std::make_pair(file, item.file_offset()), std::make_pair(file, item)).second);
   }
   size_t matched = 0;
   for (const v1::TensorEntry& entry : a.manifest_template().tensors()) {
@@ -104,12 +120,12 @@ void CheckLayout(const v1::SaveAssignment& a) {
       auto it = tensor_items.find({shard.chunks(0).file(), shard.chunks(0).file_offset()});
       REQUIRE(it != tensor_items.end());
       ++matched;
-      const v1::WriteItem& item = it->second;
+      const auto& [file, item] = it->second;
       CHECK(shard.writer_rank() == item.rank());
       uint64_t offset = 0;
       for (int c = 0; c < shard.chunks_size(); ++c) {
         const v1::StoredChunk& ch = shard.chunks(c);
-        CHECK(ch.file() == item.file());
+        CHECK(ch.file() == file);
         CHECK(ch.shard_offset() == offset);
         CHECK(ch.file_offset() == item.file_offset() + offset);
         CHECK(ch.crc32c() == 0);
@@ -132,7 +148,7 @@ void CheckLayout(const v1::SaveAssignment& a) {
     if (object.chunk().length() == 0) continue;
     auto it = object_items.find({object.chunk().file(), object.chunk().file_offset()});
     REQUIRE(it != object_items.end());
-    CHECK(object.chunk().length() == it->second.bytes());
+    CHECK(object.chunk().length() == it->second.second.bytes());
     CHECK(object.chunk().shard_offset() == 0);
     ++objects_matched;
   }
@@ -152,7 +168,6 @@ TEST_CASE("replicas of a whole tensor are written once", "[save_planner]") {
   CHECK_FALSE(item.is_object());
   CHECK(item.index() == 0);
   CHECK(item.bytes() == 1024);
-  CHECK(item.file() == "data/h0-0.bin");
   CHECK(item.writer() == 0);
   CHECK(item.file_offset() == 0);
   CHECK(std::vector<std::string>(a->hosts(0).files().begin(), a->hosts(0).files().end()) ==
@@ -204,10 +219,10 @@ TEST_CASE("replicas across hosts are written once, by the least-loaded host", "[
   // Largest first to host 0 (rank 0); the next one to the idle host 1 (rank 2).
   CHECK(a->hosts(0).items(0).rank() == 0);
   CHECK(a->hosts(0).items(0).bytes() == 16384);
-  CHECK(a->hosts(0).items(0).file() == "data/h0-0.bin");
+  CHECK(a->hosts(0).files(a->hosts(0).items(0).writer()) == "data/h0-0.bin");
   CHECK(a->hosts(1).items(0).rank() == 2);
   CHECK(a->hosts(1).items(0).bytes() == 8192);
-  CHECK(a->hosts(1).items(0).file() == "data/h1-0.bin");
+  CHECK(a->hosts(1).files(a->hosts(1).items(0).writer()) == "data/h1-0.bin");
   CHECK(a->hosts(1).items(0).file_offset() == 0);
   CHECK(Entry(*a, "a").shards_size() == 1);
   CHECK(Entry(*a, "b").shards_size() == 1);

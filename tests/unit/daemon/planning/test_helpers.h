@@ -271,7 +271,7 @@ inline Saved Save(const std::vector<v1::NodeSavePlan>& nodes, uint64_t chunk_byt
         bytes = PackedBytes(rank.shards(static_cast<int>(item.index())));
       }
       REQUIRE(bytes.size() == item.bytes());
-      std::string& file = saved.files[item.file()];
+      std::string& file = saved.files[a->hosts(static_cast<int>(h)).files(item.writer())];
       if (file.size() < item.file_offset() + bytes.size()) {
         file.resize(item.file_offset() + bytes.size(), '\xee');
       }
