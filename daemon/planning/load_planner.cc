@@ -282,9 +282,12 @@ struct Geometry {
 
 // What every rank asking for one spelling of a region gets: worked out for
 // the first such request, replayed for the others.
+// Its runs lie in the planner's one list of runs (a vector each was a
+// heap block or two per distinct region: a million at cluster scale).
 struct Planned {
   int64_t bytes = 0;
-  std::vector<Run> runs;
+  uint32_t first_run = 0;  // into Planner::runs()
+  uint32_t runs = 0;
 };
 
 // One rank's request, served by a Planned.
@@ -359,6 +362,9 @@ class Planner {
   }
 
   const Planned& planned(uint32_t id) const { return planned_[id]; }
+  absl::Span<const Run> runs(const Planned& planned) const {
+    return absl::MakeConstSpan(runs_).subspan(planned.first_run, planned.runs);
+  }
   uint32_t planned_count() const { return static_cast<uint32_t>(planned_.size()); }
   const Reads& reads() const { return reads_; }
 
@@ -389,6 +395,7 @@ class Planner {
     const Geometry& geometry = geometries_[id];
     Planned out;
     out.bytes = geometry.bytes;
+    out.first_run = static_cast<uint32_t>(runs_.size());
     for (const Geometry::Piece& piece : geometry.pieces) {
       const int k = piece.shard;
       const v1::StoredShard& stored = entry.shards(k);
@@ -404,8 +411,13 @@ class Planner {
         }
         first_slot = reads_.AddSlots(stored.chunks_size());
       }
-      AddRunToChunks(stored, first_slot, entry.fqn(), piece.run, reads_, out.runs);
+      AddRunToChunks(stored, first_slot, entry.fqn(), piece.run, reads_, runs_);
     }
+    if (runs_.size() > UINT32_MAX) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(where_, ": the load copies more than 2^32 runs"));
+    }
+    out.runs = static_cast<uint32_t>(runs_.size() - out.first_run);
     return out;
   }
 
@@ -486,6 +498,7 @@ class Planner {
   std::vector<std::vector<uint32_t>> first_slot_;
   RegionTable regions_;
   std::vector<Planned> planned_;  // by region id
+  std::vector<Run> runs_;         // every Planned's, one after the other
   Reads reads_;
 };
 
@@ -538,14 +551,16 @@ void AddReads(const Planner& planner, const std::vector<Request>& requests,
   };
   std::vector<uint32_t> first_use(reads.chunks.size() + 1, 0);
   for (uint32_t p = 0; p < regions; ++p) {
-    for (const Run& run : planner.planned(p).runs) ++first_use[run.read + 1];
+    for (const Run& run : planner.runs(planner.planned(p))) ++first_use[run.read + 1];
   }
   std::partial_sum(first_use.begin(), first_use.end(), first_use.begin());
   std::vector<Use> uses(first_use.back());
   {
     std::vector<uint32_t> next(first_use.begin(), first_use.end() - 1);
     for (uint32_t p = 0; p < regions; ++p) {
-      for (const Run& run : planner.planned(p).runs) uses[next[run.read]++] = Use{p, &run};
+      for (const Run& run : planner.runs(planner.planned(p))) {
+        uses[next[run.read]++] = Use{p, &run};
+      }
     }
   }
   // Made in the order the reads were found (their uses, and the requests
@@ -634,6 +649,9 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
   std::vector<uint64_t> pairs;  // of one rank's requests
   RankForms forms;
   std::vector<size_t> form_request;  // by form: its first rank's first request
+  // By form: its first rank's sizes, which its replicas copy whole (a
+  // lookup per request was a cache miss per replica's request).
+  std::vector<const v1::LoadAssignment::RankSizes*> form_sizes;
   // The plan's regions, whatever their tensor (0): a rank's form is in
   // these numbers.
   RegionTable regions;
@@ -720,13 +738,14 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
       // A replica of an earlier rank gets its copies.
       const auto [form, fresh_form] = forms.Intern(pairs);
       if (!fresh_form) {
+        *sizes->mutable_tensor_bytes() = form_sizes[form]->tensor_bytes();
         for (int i = 0; i < count; ++i) {
           const uint32_t planned = requests[form_request[form] + i].planned;
-          sizes->add_tensor_bytes(planner.planned(planned).bytes);
           requests.push_back(Request{rank.rank(), static_cast<uint32_t>(i), planned});
         }
       } else {
         form_request.push_back(requests.size());
+        form_sizes.push_back(sizes);
         for (int i = 0; i < count; ++i) {
           if (const int ahead = i + kPrefetchAhead; ahead < count) {
             planner.Prefetch(node.regions(static_cast<int>(rank.request_regions(ahead))),
