@@ -39,7 +39,12 @@
 //   huge_heap (glibc's malloc asked for transparent huge pages, as
 //   deploy/ckptd.service runs ckptd; --no-huge-heap for glibc's default),
 //   peak_rss_mib (the process's peak resident memory: the hosts' plans as
-//   the coordinator receives them, the planners' scratch and the cache).
+//   the coordinator receives them, the planners' scratch and the cache;
+//   the last round drops the hosts' save plans before its load, as the
+//   coordinator holds them only until their save committed).
+//
+// --threads sets the threads the save planner runs on (0, the default:
+// every core, as the coordinator plans; planning_threads in the JSON).
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -60,6 +65,7 @@
 #include "absl/strings/str_format.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "daemon/planning/load_planner.h"
+#include "daemon/planning/parallel_for.h"
 #include "daemon/planning/plan_cache.h"
 #include "daemon/planning/plan_key.h"
 #include "daemon/planning/planner_memory.h"
@@ -209,7 +215,7 @@ struct Figures {
 
 // One round: a save planned through an empty cache, the next step's from
 // the cache, and the load of a different layout.
-absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
+absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes, bool last_round,
                                 const std::vector<ckpt::v1::NodeLoadPlan>& load_nodes,
                                 const ckpt::planning::SavePlannerOptions& options,
                                 const ckpt::RequestLimits& load_limits, uint64_t* items, int* reads,
@@ -244,6 +250,9 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
   f.plan_cache_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!cached.ok()) return ckpt::WithContext(cached.status(), "the next step's plan");
   if (!hit) return absl::InternalError("the next step's plan did not come from the cache");
+  // The save is done with its hosts' plans (the coordinator drops them
+  // once it committed); the last round's load does not hold them.
+  if (last_round) std::vector<ckpt::v1::NodeSavePlan>().swap(save_nodes);
   f.cached_bytes = cache.Stats().bytes;
   *items = 0;
   for (const auto& host : saved->assignment->hosts()) *items += host.items_size();
@@ -277,6 +286,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 100));
   app.add_flag("--json", json, "print the figures as one JSON object");
+  int threads = 0;
+  app.add_option("--threads", threads,
+                 "threads the save planner runs on (0: every core, as the coordinator plans)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
   std::string manifest_dir;
   app.add_option("--manifest-dir", manifest_dir,
                  "also commit the planned manifest in each format (one MANIFEST; a root and "
@@ -308,6 +322,7 @@ int main(int argc, char** argv) {
   }
 
   ckpt::planning::SavePlannerOptions options;
+  options.threads = threads;
   // Cluster-scale bounds: the daemon's per-rank defaults stay, the
   // per-save ones grow with the job.
   options.limits.max_world_size = l.ranks;
@@ -322,6 +337,7 @@ int main(int argc, char** argv) {
 
   CompactTime compact;
   std::vector<ckpt::v1::NodeSavePlan> save_nodes = SavePlans(l, compact);
+  const size_t hosts = save_nodes.size();
   CompactTime load_compact;
   const std::vector<ckpt::v1::NodeLoadPlan> load_nodes = LoadPlans(l, load_compact);
   ckpt::RequestLimits load_limits = options.limits;
@@ -331,8 +347,8 @@ int main(int argc, char** argv) {
   int reads = 0;
   std::shared_ptr<const ckpt::v1::SaveAssignment> assignment;
   for (int round = 0; round < repeat; ++round) {
-    absl::StatusOr<Figures> figures =
-        Measure(save_nodes, load_nodes, options, load_limits, &items, &reads, &assignment);
+    absl::StatusOr<Figures> figures = Measure(save_nodes, round + 1 == repeat, load_nodes, options,
+                                              load_limits, &items, &reads, &assignment);
     if (!figures.ok()) {
       std::fprintf(stderr, "ckpt-plan-bench: %s\n", figures.status().ToString().c_str());
       return 1;
@@ -353,8 +369,8 @@ int main(int argc, char** argv) {
   std::printf(
       "save plan: %d ranks x %d shards, replication %d: %llu unique shards on %zu hosts in %.3f "
       "s\n",
-      l.ranks, l.shards_per_rank, l.replication, static_cast<unsigned long long>(items),
-      save_nodes.size(), save_plan_s);
+      l.ranks, l.shards_per_rank, l.replication, static_cast<unsigned long long>(items), hosts,
+      save_plan_s);
   std::printf(
       "save plan of the next step, from the plan cache: %.3f s (the cached plan: %.1f MiB)\n",
       plan_cache_s, first.cached_bytes / 1048576.0);
@@ -369,7 +385,7 @@ int main(int argc, char** argv) {
   std::printf(
       "before the barrier, each host's plan digested as it arrives: %.3f s for all %zu hosts, "
       "%.4f s the slowest\n",
-      best.host_key_s, save_nodes.size(), best.host_key_max_s);
+      best.host_key_s, hosts, best.host_key_max_s);
   std::printf(
       "on the nodes, each host's plan made compact before it is sent: save %.3f s for all "
       "hosts, %.4f s the slowest; load %.3f s for all hosts, %.4f s the slowest\n",
@@ -407,13 +423,13 @@ int main(int argc, char** argv) {
         "s\":%.4f,\"first_load_plan_s\":%.4f,"
         "\"repeat\":%d,\"ranks\":%d,\"shards_per_rank\":%d,\"replication\":%d,"
         "\"unique_shards\":%llu,\"hosts\":%zu,\"cached_plan_bytes\":%llu,\"huge_heap\":%s,"
-        "\"peak_rss_mib\":%.0f",
+        "\"peak_rss_mib\":%.0f,\"planning_threads\":%d",
         save_plan_s, plan_cache_s, load_plan_s, best.save_plan_cpu_s, best.load_plan_cpu_s,
         best.host_key_s, best.host_key_max_s, compact.all_s, compact.max_s, load_compact.all_s,
         load_compact.max_s, first.save_plan_s, first.plan_cache_s, first.load_plan_s, repeat,
-        l.ranks, l.shards_per_rank, l.replication, static_cast<unsigned long long>(items),
-        save_nodes.size(), static_cast<unsigned long long>(first.cached_bytes),
-        huge_heap ? "true" : "false", peak_rss_mib);
+        l.ranks, l.shards_per_rank, l.replication, static_cast<unsigned long long>(items), hosts,
+        static_cast<unsigned long long>(first.cached_bytes), huge_heap ? "true" : "false",
+        peak_rss_mib, ckpt::planning::PlanningThreads(threads));
     if (!manifest_dir.empty()) {
       std::printf(
           ",\"manifest_whole_bytes\":%llu,\"manifest_whole_commit_s\":%.4f,"
