@@ -67,7 +67,7 @@ absl::StatusOr<v1::LoadAssignment> LoadGathering::PlanLoad(
     }
   }
   absl::StatusOr<v1::LoadAssignment> assignment =
-      planning::PlanLoad(*manifest, {node}, options_.limits);
+      planning::PlanLoad(*manifest, {node}, options_.limits, options_.threads);
   if (!assignment.ok()) return assignment.status();
   absl::StatusOr<std::string> dir =
       storage::ResolveStepDir(backend_, root(), node.job(), manifest->step());

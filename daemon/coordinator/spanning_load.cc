@@ -48,7 +48,7 @@ absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> LoadGathering::PlanFromMemor
     return manifest.status();
   }
   absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> global =
-      planning::PlanLoadShared(*manifest, load.nodes, options_.limits);
+      planning::PlanLoadShared(*manifest, load.nodes, options_.limits, options_.threads);
   if (!global.ok()) return global.status();
   holders->clear();
   for (const v1::NodeLoadPlan& node : load.nodes) {
@@ -117,7 +117,7 @@ absl::Status LoadGathering::PlanGatheredLoad(ActiveLoad& load) {
     absl::StatusOr<v1::CheckpointManifest> manifest = catalog_.ReadManifest(load.job, load.step);
     if (!manifest.ok()) return manifest.status();
     // On an arena: the whole job's plan, split among the hosts below.
-    global = planning::PlanLoadShared(*manifest, load.nodes, options_.limits);
+    global = planning::PlanLoadShared(*manifest, load.nodes, options_.limits, options_.threads);
     if (!global.ok()) return global.status();
     absl::StatusOr<std::string> dir =
         storage::ResolveStepDir(backend_, root(), load.job, manifest->step());

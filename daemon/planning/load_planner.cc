@@ -1,9 +1,11 @@
 #include "daemon/planning/load_planner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/planning/parallel_for.h"
 #include "daemon/planning/planner_memory.h"
 #include "daemon/planning/rank_form.h"
 #include "daemon/planning/region_table.h"
@@ -283,9 +286,12 @@ struct Geometry {
 // What every rank asking for one spelling of a region gets: worked out for
 // the first such request, replayed for the others.
 // Its runs lie in the planner's one list of runs (a vector each was a
-// heap block or two per distinct region: a million at cluster scale).
+// heap block or two per distinct region: a million at cluster scale),
+// made once every request was seen (Planner::MapOntoChunks).
 struct Planned {
   int64_t bytes = 0;
+  int tensor = 0;
+  uint32_t geometry = 0;   // what the region meets: Planner's geometries
   uint32_t first_run = 0;  // into Planner::runs()
   uint32_t runs = 0;
 };
@@ -308,7 +314,6 @@ class Planner {
       tensor_by_fqn_.try_emplace(manifest.tensors(t).fqn(), t);
     }
     layout_of_tensor_.resize(manifest.tensors_size(), -1);
-    first_slot_.resize(manifest.tensors_size());
   }
 
   const std::string& where() const { return where_; }
@@ -368,10 +373,18 @@ class Planner {
   uint32_t planned_count() const { return static_cast<uint32_t>(planned_.size()); }
   const Reads& reads() const { return reads_; }
 
+  // Maps every planned region onto its tensor's chunks: its runs, and the
+  // chunks they read. Tensors are independent here, so they are cut among
+  // `threads` threads (parallel_for.h), each with reads and runs of its
+  // own, joined in tensor order; the plan is the same on any number. Of
+  // several failures, the first planned region's is named, as one thread
+  // would have.
+  absl::Status MapOntoChunks(int threads);
+
  private:
   // The first request for this spelling of a region of this tensor:
-  // where it meets the stored shards (worked out once per layout), mapped
-  // onto this tensor's chunks.
+  // where it meets the stored shards, worked out once per layout (its
+  // mapping onto this tensor's chunks comes once every request was seen).
   absl::StatusOr<Planned> PlanFirst(const v1::Region& region, const v1::TensorEntry& entry, int t,
                                     int rank) {
     if (layout_of_tensor_[t] < 0) {
@@ -382,7 +395,6 @@ class Planner {
       absl::StatusOr<int> layout = LayoutOf(entry, *g);
       if (!layout.ok()) return layout.status();
       layout_of_tensor_[t] = *layout;
-      first_slot_[t].assign(entry.shards_size(), Reads::kNone);
     }
     const Layout& layout = layouts_[layout_of_tensor_[t]];
     const auto [id, fresh] = geometry_regions_.Intern(layout_of_tensor_[t], region);
@@ -392,32 +404,10 @@ class Planner {
       if (!g.ok()) return g.status();
       geometries_.push_back(std::move(*g));
     }
-    const Geometry& geometry = geometries_[id];
     Planned out;
-    out.bytes = geometry.bytes;
-    out.first_run = static_cast<uint32_t>(runs_.size());
-    for (const Geometry::Piece& piece : geometry.pieces) {
-      const int k = piece.shard;
-      const v1::StoredShard& stored = entry.shards(k);
-      uint32_t& first_slot = first_slot_[t][k];
-      if (first_slot == Reads::kNone) {
-        const auto what = [&] {
-          return absl::StrCat(where_, " tensor ", entry.fqn(), " shard ", k);
-        };
-        if (absl::Status s =
-                CheckChunksTile(stored, static_cast<uint64_t>(layout.index.shard_bytes[k]), what);
-            !s.ok()) {
-          return s;
-        }
-        first_slot = reads_.AddSlots(stored.chunks_size());
-      }
-      AddRunToChunks(stored, first_slot, entry.fqn(), piece.run, reads_, runs_);
-    }
-    if (runs_.size() > UINT32_MAX) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat(where_, ": the load copies more than 2^32 runs"));
-    }
-    out.runs = static_cast<uint32_t>(runs_.size() - out.first_run);
+    out.bytes = geometries_[id].bytes;
+    out.tensor = t;
+    out.geometry = id;
     return out;
   }
 
@@ -493,14 +483,122 @@ class Planner {
   absl::flat_hash_map<size_t, std::vector<int>> layouts_by_hash_;
   RegionTable geometry_regions_;  // (layout, region): ids into geometries_
   std::vector<Geometry> geometries_;
-  // Each tensor's stored shards' first chunk slots in reads_, once their
-  // chunks were found to tile them (Reads::kNone before).
-  std::vector<std::vector<uint32_t>> first_slot_;
   RegionTable regions_;
   std::vector<Planned> planned_;  // by region id
   std::vector<Run> runs_;         // every Planned's, one after the other
   Reads reads_;
 };
+
+absl::Status Planner::MapOntoChunks(int threads) {
+  // The planned regions by tensor, in id order.
+  const size_t tensors = static_cast<size_t>(manifest_.tensors_size());
+  std::vector<uint32_t> first(tensors + 1, 0);
+  for (const Planned& p : planned_) ++first[p.tensor + 1];
+  std::partial_sum(first.begin(), first.end(), first.begin());
+  std::vector<uint32_t> by_tensor(planned_.size());
+  {
+    std::vector<uint32_t> next(first.begin(), first.end() - 1);
+    for (uint32_t id = 0; id < planned_.size(); ++id) by_tensor[next[planned_[id].tensor]++] = id;
+  }
+  // One part per thread: its tensors' reads and runs, numbered from 0.
+  struct Part {
+    size_t begin = 0;  // its first tensor
+    Reads reads;
+    std::vector<Run> runs;
+    std::optional<std::pair<uint32_t, absl::Status>> failed;  // (planned id, why)
+  };
+  constexpr size_t kPlannedPerThread = 1 << 14;
+  const size_t per_range =
+      std::max<size_t>(1, kPlannedPerThread * tensors / std::max<size_t>(1, planned_.size()));
+  std::vector<Part> parts(std::max(1, threads));
+  std::atomic<size_t> next_part{0};
+  ParallelFor(tensors, threads, per_range, [&](size_t begin, size_t end) {
+    Part& part = parts[next_part.fetch_add(1)];
+    part.begin = begin;
+    std::vector<uint32_t> first_slot;  // by the tensor's stored shard; kNone: none yet
+    for (size_t t = begin; t < end; ++t) {
+      if (first[t] == first[t + 1]) continue;
+      const v1::TensorEntry& entry = manifest_.tensors(static_cast<int>(t));
+      const Layout& layout = layouts_[layout_of_tensor_[t]];
+      first_slot.assign(entry.shards_size(), Reads::kNone);
+      for (uint32_t k = first[t]; k < first[t + 1]; ++k) {
+        const uint32_t id = by_tensor[k];
+        Planned& planned = planned_[id];
+        const size_t first_run = part.runs.size();
+        for (const Geometry::Piece& piece : geometries_[planned.geometry].pieces) {
+          const v1::StoredShard& stored = entry.shards(piece.shard);
+          uint32_t& slot = first_slot[piece.shard];
+          if (slot == Reads::kNone) {
+            const auto what = [&] {
+              return absl::StrCat(where_, " tensor ", entry.fqn(), " shard ", piece.shard);
+            };
+            if (absl::Status s = CheckChunksTile(
+                    stored, static_cast<uint64_t>(layout.index.shard_bytes[piece.shard]), what);
+                !s.ok()) {
+              // The planned region that fails first is looked for on.
+              if (!part.failed || id < part.failed->first) part.failed.emplace(id, s);
+              break;
+            }
+            slot = part.reads.AddSlots(stored.chunks_size());
+          }
+          AddRunToChunks(stored, slot, entry.fqn(), piece.run, part.reads, part.runs);
+        }
+        // Relative to the part's runs until the parts are joined.
+        planned.first_run = static_cast<uint32_t>(std::min<size_t>(first_run, UINT32_MAX));
+        planned.runs =
+            static_cast<uint32_t>(std::min<size_t>(part.runs.size() - first_run, UINT32_MAX));
+      }
+    }
+  });
+  const size_t used = next_part.load();
+  std::sort(parts.begin(), parts.begin() + static_cast<std::ptrdiff_t>(used),
+            [](const Part& a, const Part& b) { return a.begin < b.begin; });
+  const Part* failed = nullptr;
+  uint64_t total_runs = 0;
+  uint64_t total_reads = 0;
+  for (size_t p = 0; p < used; ++p) {
+    if (parts[p].failed && (failed == nullptr || parts[p].failed->first < failed->failed->first)) {
+      failed = &parts[p];
+    }
+    total_runs += parts[p].runs.size();
+    total_reads += parts[p].reads.chunks.size();
+  }
+  if (failed != nullptr) return failed->failed->second;
+  if (total_runs > UINT32_MAX || total_reads >= Reads::kNone) {
+    return absl::ResourceExhaustedError(absl::StrCat(where_, ": the load copies ", total_runs,
+                                                     " runs from ", total_reads,
+                                                     " chunks, more than 2^32"));
+  }
+  // Joined in tensor order: each part's reads and runs after the earlier
+  // parts', its files numbered among all.
+  runs_.reserve(total_runs);
+  reads_.chunks.reserve(total_reads);
+  for (size_t p = 0; p < used; ++p) {
+    Part& part = parts[p];
+    const uint32_t run_base = static_cast<uint32_t>(runs_.size());
+    const uint32_t read_base = static_cast<uint32_t>(reads_.chunks.size());
+    std::vector<uint32_t> file_of(part.reads.files.size());
+    for (size_t f = 0; f < part.reads.files.size(); ++f) {
+      auto [known, fresh] = reads_.file_ids.try_emplace(part.reads.files[f],
+                                                        static_cast<uint32_t>(reads_.files.size()));
+      if (fresh) reads_.files.push_back(part.reads.files[f]);
+      file_of[f] = known->second;
+    }
+    for (Reads::Chunk chunk : part.reads.chunks) {
+      chunk.file = file_of[chunk.file];
+      reads_.chunks.push_back(chunk);
+    }
+    for (Run run : part.runs) {
+      run.read += read_base;
+      runs_.push_back(run);
+    }
+    const size_t end = p + 1 < used ? parts[p + 1].begin : tensors;
+    for (uint32_t k = first[part.begin]; k < first[end]; ++k) {
+      planned_[by_tensor[k]].first_run += run_base;
+    }
+  }
+  return absl::OkStatus();
+}
 
 // The reads in (file, offset) order. A read's copies: for each run of a
 // planned region that reads it (regions in the order first asked for), one
@@ -626,7 +724,7 @@ namespace {
 // Plans into `out`, empty: on the heap or on an arena.
 absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
                           absl::Span<const v1::NodeLoadPlan> nodes, const RequestLimits& limits,
-                          v1::LoadAssignment& out) {
+                          int threads, v1::LoadAssignment& out) {
   // The planner reads the compact form only (coordinator.proto); hosts
   // already compact are not copied.
   std::vector<v1::NodeLoadPlan> compacted;
@@ -775,6 +873,7 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
       }
     }
   }
+  if (absl::Status s = planner.MapOntoChunks(PlanningThreads(threads)); !s.ok()) return s;
   AddReads(planner, requests, out);
   return absl::OkStatus();
 }
@@ -783,17 +882,17 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
 
 absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
                                             absl::Span<const v1::NodeLoadPlan> nodes,
-                                            const RequestLimits& limits) {
+                                            const RequestLimits& limits, int threads) {
   v1::LoadAssignment out;
-  if (absl::Status s = PlanLoadInto(manifest, nodes, limits, out); !s.ok()) return s;
+  if (absl::Status s = PlanLoadInto(manifest, nodes, limits, threads, out); !s.ok()) return s;
   return out;
 }
 
 absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> PlanLoadShared(
     const v1::CheckpointManifest& manifest, absl::Span<const v1::NodeLoadPlan> nodes,
-    const RequestLimits& limits) {
+    const RequestLimits& limits, int threads) {
   std::shared_ptr<v1::LoadAssignment> out = NewOnPlanArena<v1::LoadAssignment>();
-  if (absl::Status s = PlanLoadInto(manifest, nodes, limits, *out); !s.ok()) return s;
+  if (absl::Status s = PlanLoadInto(manifest, nodes, limits, threads, *out); !s.ok()) return s;
   return out;
 }
 

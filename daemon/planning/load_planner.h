@@ -34,15 +34,17 @@ namespace ckpt::planning {
 // FAILED_PRECONDITION for a region the checkpoint does not fully hold
 // (a partial save), RESOURCE_EXHAUSTED for a request beyond `limits`
 // (naming the bound), DATA_LOSS for a stored shard whose chunks do not tile
-// its packed bytes.
+// its packed bytes. Where each region meets each tensor's chunks is worked
+// out on up to `threads` threads (parallel_for.h; 0: every core); the plan
+// is the same on any number.
 absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
                                             absl::Span<const v1::NodeLoadPlan> nodes,
-                                            const RequestLimits& limits);
+                                            const RequestLimits& limits, int threads = 0);
 // The same plan, built on an arena the pointer owns: a cluster's load is
 // millions of messages (the coordinator splits it among the hosts).
 absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> PlanLoadShared(
     const v1::CheckpointManifest& manifest, absl::Span<const v1::NodeLoadPlan> nodes,
-    const RequestLimits& limits);
+    const RequestLimits& limits, int threads = 0);
 // With the default limits.
 absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
                                             absl::Span<const v1::NodeLoadPlan> nodes);

@@ -259,7 +259,7 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
   start = std::chrono::steady_clock::now();
   cpu = ThreadCpuSeconds();
   absl::StatusOr<std::shared_ptr<ckpt::v1::LoadAssignment>> loaded = ckpt::planning::PlanLoadShared(
-      saved->assignment->manifest_template(), load_nodes, load_limits);
+      saved->assignment->manifest_template(), load_nodes, load_limits, options.threads);
   f.load_plan_cpu_s = ThreadCpuSeconds() - cpu;
   f.load_plan_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!loaded.ok()) return ckpt::WithContext(loaded.status(), "load plan");

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/planning/load_planner.h"
 #include "daemon/planning/manifest_check.h"
 #include "daemon/planning/parallel_for.h"
 #include "daemon/planning/save_planner.h"
@@ -50,14 +51,18 @@ TEST_CASE("ParallelFor covers every index once, on several threads when it may",
   CHECK(PlanningThreads(0) >= 1);
 }
 
+constexpr int kTensors = 1000;
+constexpr int kParts = 40;
+
+int64_t Columns(int t) { return 8 + 8 * (t % 5); }
+
 // 40 parts of each of 1000 tensors, each part on 2 ranks of different
 // hosts, and a few objects: 40,000 items, enough for the planner and the
 // check to cut them among threads.
 std::vector<v1::NodeSavePlan> ClusterPlans() {
   constexpr int kHosts = 20;
   constexpr int kRanksPerHost = 4;
-  constexpr int kParts = kHosts * kRanksPerHost / 2;
-  constexpr int kTensors = 1000;
+  static_assert(kParts == kHosts * kRanksPerHost / 2);
   std::vector<v1::NodeSavePlan> nodes;
   for (int h = 0; h < kHosts; ++h) {
     std::vector<int> ranks;
@@ -67,7 +72,7 @@ std::vector<v1::NodeSavePlan> ClusterPlans() {
       const int part = r % kParts;
       for (int t = 0; t < kTensors; ++t) {
         // Sizes differ by tensor, so the balance has choices to make.
-        const int64_t columns = 8 + 8 * (t % 5);
+        const int64_t columns = Columns(t);
         AddShard(nodes.back(), r,
                  BoxShard(absl::StrCat("layer.", t), v1::FLOAT32, {4 * kParts, columns},
                           {4 * part, 0}, {4, columns}));
@@ -156,6 +161,72 @@ TEST_CASE("the manifest check answers alike on any number of threads", "[paralle
       INFO(s);
       CHECK(s.message().find("40000 shards, more than the limit of 39999") !=
             absl::string_view::npos);
+    }
+  }
+}
+
+// A load in another layout: 20 hosts of 4 ranks, each rank asking for one
+// half of the columns of one part of every tensor (80,000 distinct
+// regions, enough for the planner to cut them among threads).
+std::vector<v1::NodeLoadPlan> ReshardedLoad() {
+  std::vector<v1::NodeLoadPlan> nodes;
+  for (int h = 0; h < 20; ++h) {
+    Requests requests;
+    for (int r = 4 * h; r < 4 * h + 4; ++r) {
+      const int part = (r / 2) % kParts;
+      const int half = r % 2;
+      for (int t = 0; t < kTensors; ++t) {
+        const int64_t columns = Columns(t) / 2;
+        requests[r].push_back(BoxShard(absl::StrCat("layer.", t), v1::FLOAT32,
+                                       {4 * kParts, Columns(t)}, {4 * part, half * columns},
+                                       {4, columns}));
+      }
+    }
+    nodes.push_back(LoadNode(absl::StrCat("reader", h), requests));
+  }
+  return nodes;
+}
+
+TEST_CASE("a load plan is the same on one thread and on several", "[parallel_for]") {
+  absl::StatusOr<v1::SaveAssignment> saved = PlanSave(ClusterPlans(), OnThreads(1));
+  CKPT_REQUIRE_OK(saved);
+  const v1::CheckpointManifest& manifest = saved->manifest_template();
+  const std::vector<v1::NodeLoadPlan> nodes = ReshardedLoad();
+  absl::StatusOr<v1::LoadAssignment> one = PlanLoad(manifest, nodes, RequestLimits{}, 1);
+  CKPT_REQUIRE_OK(one);
+  REQUIRE(one->reads_size() == kTensors * kParts);  // every stored chunk once
+  for (int threads : {2, 3, 8}) {
+    INFO(threads << " threads");
+    absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> many =
+        PlanLoadShared(manifest, nodes, RequestLimits{}, threads);
+    CKPT_REQUIRE_OK(many);
+    CHECK(MessageDifferencer::Equals(*one, **many));
+  }
+
+  SECTION("of two stored shards whose chunks do not tile them, the first asked for is named") {
+    v1::CheckpointManifest broken = manifest;
+    // Tensors are in name order, so layer.100 is checked by the first of
+    // two threads and layer.9 by the second; ranks ask in layer order, so
+    // layer.9 is the first asked for.
+    const auto index_of = [&](const std::string& fqn) {
+      for (int t = 0; t < broken.tensors_size(); ++t) {
+        if (broken.tensors(t).fqn() == fqn) return t;
+      }
+      FAIL("no tensor " << fqn);
+      return -1;
+    };
+    REQUIRE(index_of("layer.100") < kTensors / 2);
+    REQUIRE(index_of("layer.9") >= kTensors / 2);
+    for (const char* fqn : {"layer.100", "layer.9"}) {
+      broken.mutable_tensors(index_of(fqn))->mutable_shards(3)->mutable_chunks(0)->set_length(1);
+    }
+    const absl::Status serial = PlanLoad(broken, nodes, RequestLimits{}, 1).status();
+    INFO(serial);
+    CHECK(serial.code() == absl::StatusCode::kDataLoss);
+    CHECK(serial.message().find("tensor layer.9 shard 3") != absl::string_view::npos);
+    for (int threads : {2, 4}) {
+      INFO(threads << " threads");
+      CHECK(PlanLoad(broken, nodes, RequestLimits{}, threads).status() == serial);
     }
   }
 }
