@@ -4,9 +4,10 @@
 // frees them when it is done. glibc's defaults hand large blocks back to
 // the kernel (munmap, or trimming the heap's top), so the next plan paid
 // the kernel again to zero every page it touched: a quarter to a third of
-// a warm 8192-rank plan on a VM. KeepFreedMemoryForReuse keeps up to 2 GiB
-// of freed heap for the next plan instead: the coordinator's resident size
-// stays at its largest plan's, which it needs again at the next step.
+// a warm 8192-rank plan on a VM, half of a 32,768-rank load.
+// KeepFreedMemoryForReuse keeps the freed heap for the next plan instead:
+// the daemon's resident size stays at its largest plan's, which the
+// coordinator needs again at the next step.
 //
 // NewOnPlanArena makes a plan's message on an arena of its own: a
 // cluster's plan is millions of messages, and one heap allocation each
