@@ -40,8 +40,9 @@
 //   deploy/ckptd.service runs ckptd; --no-huge-heap for glibc's default),
 //   peak_rss_mib (the process's peak resident memory: the hosts' plans as
 //   the coordinator receives them, the planners' scratch and the cache;
-//   the last round drops the hosts' save plans before its load, as the
-//   coordinator holds them only until their save committed).
+//   each round drops the hosts' save plans before its load, as the
+//   coordinator holds them only until their save committed, and makes
+//   them again for the next round).
 //
 // --threads sets the threads the save planner runs on (0, the default:
 // every core, as the coordinator plans; planning_threads in the JSON).
@@ -215,7 +216,7 @@ struct Figures {
 
 // One round: a save planned through an empty cache, the next step's from
 // the cache, and the load of a different layout.
-absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes, bool last_round,
+absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
                                 const std::vector<ckpt::v1::NodeLoadPlan>& load_nodes,
                                 const ckpt::planning::SavePlannerOptions& options,
                                 const ckpt::RequestLimits& load_limits, uint64_t* items, int* reads,
@@ -251,8 +252,9 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
   if (!cached.ok()) return ckpt::WithContext(cached.status(), "the next step's plan");
   if (!hit) return absl::InternalError("the next step's plan did not come from the cache");
   // The save is done with its hosts' plans (the coordinator drops them
-  // once it committed); the last round's load does not hold them.
-  if (last_round) std::vector<ckpt::v1::NodeSavePlan>().swap(save_nodes);
+  // once it committed): the load does not hold them (the next round makes
+  // them again).
+  std::vector<ckpt::v1::NodeSavePlan>().swap(save_nodes);
   f.cached_bytes = cache.Stats().bytes;
   *items = 0;
   for (const auto& host : saved->assignment->hosts()) *items += host.items_size();
@@ -347,8 +349,15 @@ int main(int argc, char** argv) {
   int reads = 0;
   std::shared_ptr<const ckpt::v1::SaveAssignment> assignment;
   for (int round = 0; round < repeat; ++round) {
-    absl::StatusOr<Figures> figures = Measure(save_nodes, round + 1 == repeat, load_nodes, options,
-                                              load_limits, &items, &reads, &assignment);
+    // A round holds its own plans only (the coordinator one job's cached
+    // plan), not the last round's too.
+    assignment.reset();
+    if (save_nodes.empty()) {
+      CompactTime again;  // timed once, in the first round's
+      save_nodes = SavePlans(l, again);
+    }
+    absl::StatusOr<Figures> figures =
+        Measure(save_nodes, load_nodes, options, load_limits, &items, &reads, &assignment);
     if (!figures.ok()) {
       std::fprintf(stderr, "ckpt-plan-bench: %s\n", figures.status().ToString().c_str());
       return 1;
