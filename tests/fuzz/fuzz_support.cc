@@ -180,11 +180,11 @@ v1::CheckpointManifest CheckSaveAssignment(const v1::SaveAssignment& assignment,
   // Items are aligned and do not overlap in their files.
   std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> extents;
   for (const v1::WriteItem& item : host.items()) {
-    CKPT_FUZZ_CHECK(
-        std::find(host.files().begin(), host.files().end(), item.file()) != host.files().end(),
-        absl::StrCat("item in ", item.file(), ", not one of the host's files"));
+    CKPT_FUZZ_CHECK(item.writer() >= 0 && item.writer() < host.files_size(),
+                    absl::StrCat("item of writer ", item.writer(), ", not one of the host's ",
+                                 host.files_size(), " files"));
     CKPT_FUZZ_CHECK(item.file_offset() % kPoolAlignment == 0, "item not aligned in its file");
-    extents[item.file()].push_back({item.file_offset(), item.bytes()});
+    extents[host.files(item.writer())].push_back({item.file_offset(), item.bytes()});
   }
   for (auto& [file, list] : extents) {
     std::sort(list.begin(), list.end());
