@@ -210,8 +210,9 @@ ABSL_FLAG(uint64_t, plan_cache_mib, 1024,
           "Coordinator: memory the save plan cache may hold; a job whose plan is larger (about "
           "450 MiB at 8192 ranks x 1000 tensors) is planned afresh every step");
 ABSL_FLAG(int32_t, plan_threads, 0,
-          "Coordinator: threads a save plan runs on (its messages made and its manifest checked "
-          "by several at once); 0: every core");
+          "Coordinator: threads a save or load plan runs on (its messages made, its manifest "
+          "checked, its regions mapped onto chunks by several at once); 0: the cores it may "
+          "run on, at most 8");
 ABSL_FLAG(double, heartbeat_interval_s, 1.0, "Coordinator: how often hosts heartbeat");
 ABSL_FLAG(double, heartbeat_timeout_s, 5.0,
           "Coordinator: a host silent this long is lost, and what it holds fails naming it");

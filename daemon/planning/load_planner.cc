@@ -596,6 +596,10 @@ absl::Status Planner::MapOntoChunks(int threads) {
     for (uint32_t k = first[part.begin]; k < first[end]; ++k) {
       planned_[by_tensor[k]].first_run += run_base;
     }
+    // Given back as it is joined: the parts and the joined lists are each
+    // as large as the plan's runs and reads.
+    part.runs = std::vector<Run>();
+    part.reads = Reads();
   }
   return absl::OkStatus();
 }

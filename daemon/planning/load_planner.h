@@ -35,7 +35,7 @@ namespace ckpt::planning {
 // (a partial save), RESOURCE_EXHAUSTED for a request beyond `limits`
 // (naming the bound), DATA_LOSS for a stored shard whose chunks do not tile
 // its packed bytes. Where each region meets each tensor's chunks is worked
-// out on up to `threads` threads (parallel_for.h; 0: every core); the plan
+// out on up to `threads` threads (parallel_for.h; 0: the cores it may run on, at most 8); the plan
 // is the same on any number.
 absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
                                             absl::Span<const v1::NodeLoadPlan> nodes,

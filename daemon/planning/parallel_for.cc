@@ -1,5 +1,7 @@
 #include "daemon/planning/parallel_for.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <system_error>
 #include <thread>
@@ -9,7 +11,14 @@ namespace ckpt::planning {
 
 int PlanningThreads(int requested) {
   if (requested > 0) return requested;
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // The cores this process may run on (a container's cpuset, taskset), not
+  // the machine's.
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0)
+    cores = std::max(1, CPU_COUNT(&allowed));
+  return std::min(cores, kDefaultPlanningThreadsMax);
 }
 
 void ParallelFor(size_t n, int threads, size_t min_per_range,
@@ -18,6 +27,7 @@ void ParallelFor(size_t n, int threads, size_t min_per_range,
   const size_t ranges = std::min<size_t>(std::max(1, threads), most);
   const auto bound = [&](size_t k) { return n * k / ranges; };
   std::vector<std::thread> started;
+  started.reserve(ranges - 1);
   size_t inline_from = 1;  // ranges this thread runs after its first
   for (size_t k = 1; k < ranges; ++k) {
     try {

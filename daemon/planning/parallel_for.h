@@ -1,4 +1,4 @@
-// Planning on all of the coordinator's cores (docs/design.md §4.2): the
+// Planning on several of the coordinator's cores (docs/design.md §4): the
 // phases that make one message per unique item (a cluster's plan has
 // millions) cut their items into contiguous parts, one per thread, each
 // part's messages made by one thread. Arenas allocate safely from several
@@ -16,7 +16,12 @@
 
 namespace ckpt::planning {
 
-// The threads a plan runs on: `requested` if positive, else every core.
+// The threads a plan runs on: `requested` if positive, else the cores this
+// process may run on, at most kDefaultPlanningThreadsMax: the phases are
+// bound by memory more than by the cores, and each thread allocating on a
+// plan's arena leaves the tail of its last block unused (megabytes each),
+// which the plan cache counts.
+inline constexpr int kDefaultPlanningThreadsMax = 8;
 int PlanningThreads(int requested);
 
 // Calls fn(begin, end) over [0, n) cut into at most `threads` contiguous

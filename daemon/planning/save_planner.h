@@ -43,7 +43,8 @@ struct SavePlannerOptions {
   // manifest would break them is refused, never committed unloadable.
   ManifestLimits manifest_limits;
   // Threads for the phases that make a message per item and check the
-  // manifest (parallel_for.h); 0: every core.
+  // manifest (parallel_for.h; the coordinator's load planning takes the
+  // same); 0: the cores this process may run on, at most 8.
   int threads = 0;
 };
 

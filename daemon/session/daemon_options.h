@@ -140,7 +140,8 @@ struct DaemonOptions {
   std::string memory_tier_erasure;
   // Memory the coordinator's save plan cache may hold (all jobs).
   uint64_t plan_cache_bytes = uint64_t{1} << 30;
-  // Threads the coordinator's save planner runs on (0: every core).
+  // Threads the coordinator's save and load planners run on (0: the
+  // cores it may run on, at most 8; planning/parallel_for.h).
   int plan_threads = 0;
   // Commits write a manifest of this many tensor chunks or more as a root
   // and per-file chunk tables (planning/manifest_tables.h); 0: never.

@@ -45,7 +45,8 @@
 //   them again for the next round).
 //
 // --threads sets the threads the save planner runs on (0, the default:
-// every core, as the coordinator plans; planning_threads in the JSON).
+// the cores it may run on, at most 8, as the coordinator plans;
+// planning_threads in the JSON).
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -289,8 +290,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100));
   app.add_flag("--json", json, "print the figures as one JSON object");
   int threads = 0;
-  app.add_option("--threads", threads,
-                 "threads the save planner runs on (0: every core, as the coordinator plans)")
+  app.add_option(
+         "--threads", threads,
+         "threads the planners run on (0: the cores this process may run on, at most 8, as the "
+         "coordinator plans)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
   std::string manifest_dir;

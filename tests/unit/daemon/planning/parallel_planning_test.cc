@@ -49,6 +49,7 @@ TEST_CASE("ParallelFor covers every index once, on several threads when it may",
   }
   CHECK(PlanningThreads(3) == 3);
   CHECK(PlanningThreads(0) >= 1);
+  CHECK(PlanningThreads(0) <= kDefaultPlanningThreadsMax);
 }
 
 constexpr int kTensors = 1000;
