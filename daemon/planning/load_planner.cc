@@ -1,7 +1,6 @@
 #include "daemon/planning/load_planner.h"
 
 #include <algorithm>
-#include <atomic>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -500,59 +499,55 @@ absl::Status Planner::MapOntoChunks(int threads) {
     std::vector<uint32_t> next(first.begin(), first.end() - 1);
     for (uint32_t id = 0; id < planned_.size(); ++id) by_tensor[next[planned_[id].tensor]++] = id;
   }
-  // One part per thread: its tensors' reads and runs, numbered from 0.
+  // One part per range of tensors (the k-th range's is parts[k]): its
+  // tensors' reads and runs, numbered from 0.
   struct Part {
     size_t begin = 0;  // its first tensor
     Reads reads;
     std::vector<Run> runs;
     std::optional<std::pair<uint32_t, absl::Status>> failed;  // (planned id, why)
   };
-  constexpr size_t kPlannedPerThread = 1 << 14;
-  const size_t per_range =
-      std::max<size_t>(1, kPlannedPerThread * tensors / std::max<size_t>(1, planned_.size()));
   std::vector<Part> parts(std::max(1, threads));
-  std::atomic<size_t> next_part{0};
-  ParallelFor(tensors, threads, per_range, [&](size_t begin, size_t end) {
-    Part& part = parts[next_part.fetch_add(1)];
-    part.begin = begin;
-    std::vector<uint32_t> first_slot;  // by the tensor's stored shard; kNone: none yet
-    for (size_t t = begin; t < end; ++t) {
-      if (first[t] == first[t + 1]) continue;
-      const v1::TensorEntry& entry = manifest_.tensors(static_cast<int>(t));
-      const Layout& layout = layouts_[layout_of_tensor_[t]];
-      first_slot.assign(entry.shards_size(), Reads::kNone);
-      for (uint32_t k = first[t]; k < first[t + 1]; ++k) {
-        const uint32_t id = by_tensor[k];
-        Planned& planned = planned_[id];
-        const size_t first_run = part.runs.size();
-        for (const Geometry::Piece& piece : geometries_[planned.geometry].pieces) {
-          const v1::StoredShard& stored = entry.shards(piece.shard);
-          uint32_t& slot = first_slot[piece.shard];
-          if (slot == Reads::kNone) {
-            const auto what = [&] {
-              return absl::StrCat(where_, " tensor ", entry.fqn(), " shard ", piece.shard);
-            };
-            if (absl::Status s = CheckChunksTile(
-                    stored, static_cast<uint64_t>(layout.index.shard_bytes[piece.shard]), what);
-                !s.ok()) {
-              // The planned region that fails first is looked for on.
-              if (!part.failed || id < part.failed->first) part.failed.emplace(id, s);
-              break;
+  const size_t used = ParallelFor(
+      tensors, threads, planned_.size(), kMinWorkPerRange,
+      [&](size_t range, size_t begin, size_t end) {
+        Part& part = parts[range];
+        part.begin = begin;
+        std::vector<uint32_t> first_slot;  // by the tensor's stored shard; kNone: none yet
+        for (size_t t = begin; t < end; ++t) {
+          if (first[t] == first[t + 1]) continue;
+          const v1::TensorEntry& entry = manifest_.tensors(static_cast<int>(t));
+          const Layout& layout = layouts_[layout_of_tensor_[t]];
+          first_slot.assign(entry.shards_size(), Reads::kNone);
+          for (uint32_t k = first[t]; k < first[t + 1]; ++k) {
+            const uint32_t id = by_tensor[k];
+            Planned& planned = planned_[id];
+            const size_t first_run = part.runs.size();
+            for (const Geometry::Piece& piece : geometries_[planned.geometry].pieces) {
+              const v1::StoredShard& stored = entry.shards(piece.shard);
+              uint32_t& slot = first_slot[piece.shard];
+              if (slot == Reads::kNone) {
+                const auto what = [&] {
+                  return absl::StrCat(where_, " tensor ", entry.fqn(), " shard ", piece.shard);
+                };
+                if (absl::Status s = CheckChunksTile(
+                        stored, static_cast<uint64_t>(layout.index.shard_bytes[piece.shard]), what);
+                    !s.ok()) {
+                  // The planned region that fails first is looked for on.
+                  if (!part.failed || id < part.failed->first) part.failed.emplace(id, s);
+                  break;
+                }
+                slot = part.reads.AddSlots(stored.chunks_size());
+              }
+              AddRunToChunks(stored, slot, entry.fqn(), piece.run, part.reads, part.runs);
             }
-            slot = part.reads.AddSlots(stored.chunks_size());
+            // Relative to the part's runs until the parts are joined.
+            planned.first_run = static_cast<uint32_t>(std::min<size_t>(first_run, UINT32_MAX));
+            planned.runs =
+                static_cast<uint32_t>(std::min<size_t>(part.runs.size() - first_run, UINT32_MAX));
           }
-          AddRunToChunks(stored, slot, entry.fqn(), piece.run, part.reads, part.runs);
         }
-        // Relative to the part's runs until the parts are joined.
-        planned.first_run = static_cast<uint32_t>(std::min<size_t>(first_run, UINT32_MAX));
-        planned.runs =
-            static_cast<uint32_t>(std::min<size_t>(part.runs.size() - first_run, UINT32_MAX));
-      }
-    }
-  });
-  const size_t used = next_part.load();
-  std::sort(parts.begin(), parts.begin() + static_cast<std::ptrdiff_t>(used),
-            [](const Part& a, const Part& b) { return a.begin < b.begin; });
+      });
   const Part* failed = nullptr;
   uint64_t total_runs = 0;
   uint64_t total_reads = 0;

@@ -1,7 +1,6 @@
 #include "daemon/planning/manifest_check.h"
 
 #include <algorithm>
-#include <atomic>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -134,41 +133,27 @@ class Checker {
     }
     if (absl::Status s = CheckCount("shards", shards, limits_.max_shards); !s.ok()) return s;
     if (absl::Status s = CheckCount("chunks", chunks, limits_.max_chunks); !s.ok()) return s;
-    constexpr int64_t kShardsPerThread = 1 << 14;
-    const size_t tensors = static_cast<size_t>(m.tensors_size());
-    const size_t per_range = static_cast<size_t>(
-        std::max<int64_t>(1, kShardsPerThread * m.tensors_size() / std::max<int64_t>(1, shards)));
+    // Part k checks the k-th range of tensors.
     std::vector<std::unique_ptr<Checker>> parts(std::max(1, threads));
-    std::vector<size_t> part_begin(parts.size(), tensors);
     std::vector<absl::Status> errors(parts.size());
-    std::atomic<size_t> next_part{0};
-    ParallelFor(tensors, threads, per_range, [&](size_t begin, size_t end) {
-      const size_t p = next_part.fetch_add(1);
-      auto part = std::make_unique<Checker>(source_, limits_);
-      part->delta_base_step_ = delta_base_step_;
-      for (size_t t = begin; t < end; ++t) {
-        part->owner_ = {.tensor = static_cast<int>(t)};
-        if (absl::Status s = part->CheckTensor(m.tensors(static_cast<int>(t))); !s.ok()) {
-          errors[p] = s;
-          break;
-        }
-      }
-      part_begin[p] = begin;
-      parts[p] = std::move(part);
-    });
-    std::vector<size_t> by_begin;
-    for (size_t p = 0; p < parts.size(); ++p) {
-      if (parts[p] != nullptr) by_begin.push_back(p);
-    }
-    std::sort(by_begin.begin(), by_begin.end(),
-              [&](size_t a, size_t b) { return part_begin[a] < part_begin[b]; });
-    for (size_t p : by_begin) {
+    const size_t ranges =
+        ParallelFor(static_cast<size_t>(m.tensors_size()), threads, static_cast<uint64_t>(shards),
+                    kMinWorkPerRange, [&](size_t range, size_t begin, size_t end) {
+                      auto part = std::make_unique<Checker>(source_, limits_);
+                      part->delta_base_step_ = delta_base_step_;
+                      for (size_t t = begin; t < end && errors[range].ok(); ++t) {
+                        part->owner_ = {.tensor = static_cast<int>(t)};
+                        errors[range] = part->CheckTensor(m.tensors(static_cast<int>(t)));
+                      }
+                      parts[range] = std::move(part);
+                    });
+    for (size_t p = 0; p < ranges; ++p) {
       if (!errors[p].ok()) return errors[p];
     }
     size_t extents = extents_.size();
-    for (size_t p : by_begin) extents += parts[p]->extents_.size();
+    for (size_t p = 0; p < ranges; ++p) extents += parts[p]->extents_.size();
     extents_.reserve(extents);
-    for (size_t p : by_begin) {
+    for (size_t p = 0; p < ranges; ++p) {
       extents_.insert(extents_.end(), parts[p]->extents_.begin(), parts[p]->extents_.end());
     }
     shards_ = shards;

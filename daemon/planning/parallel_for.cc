@@ -21,25 +21,27 @@ int PlanningThreads(int requested) {
   return std::min(cores, kDefaultPlanningThreadsMax);
 }
 
-void ParallelFor(size_t n, int threads, size_t min_per_range,
-                 absl::FunctionRef<void(size_t begin, size_t end)> fn) {
-  const size_t most = std::max<size_t>(1, n / std::max<size_t>(1, min_per_range));
-  const size_t ranges = std::min<size_t>(std::max(1, threads), most);
+size_t ParallelFor(size_t n, int threads, uint64_t work, uint64_t min_work,
+                   absl::FunctionRef<void(size_t range, size_t begin, size_t end)> fn) {
+  const uint64_t most =
+      std::max<uint64_t>(1, std::min<uint64_t>(n, work / std::max<uint64_t>(1, min_work)));
+  const size_t ranges = static_cast<size_t>(std::min<uint64_t>(std::max(1, threads), most));
   const auto bound = [&](size_t k) { return n * k / ranges; };
   std::vector<std::thread> started;
   started.reserve(ranges - 1);
   size_t inline_from = 1;  // ranges this thread runs after its first
   for (size_t k = 1; k < ranges; ++k) {
     try {
-      started.emplace_back([&fn, b = bound(k), e = bound(k + 1)] { fn(b, e); });
+      started.emplace_back([&fn, k, b = bound(k), e = bound(k + 1)] { fn(k, b, e); });
     } catch (const std::system_error&) {
       break;  // no thread to be had (RLIMIT_NPROC, memory): the rest here
     }
     inline_from = k + 1;
   }
-  fn(bound(0), bound(1));
-  for (size_t k = inline_from; k < ranges; ++k) fn(bound(k), bound(k + 1));
+  fn(0, bound(0), bound(1));
+  for (size_t k = inline_from; k < ranges; ++k) fn(k, bound(k), bound(k + 1));
   for (std::thread& thread : started) thread.join();
+  return ranges;
 }
 
 }  // namespace ckpt::planning

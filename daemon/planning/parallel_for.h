@@ -11,6 +11,7 @@
 #define CKPT_DAEMON_PLANNING_PARALLEL_FOR_H_
 
 #include <cstddef>
+#include <cstdint>
 
 #include "absl/functional/function_ref.h"
 
@@ -24,13 +25,18 @@ namespace ckpt::planning {
 inline constexpr int kDefaultPlanningThreadsMax = 8;
 int PlanningThreads(int requested);
 
-// Calls fn(begin, end) over [0, n) cut into at most `threads` contiguous
-// ranges of at least `min_per_range` each, all but the first on threads of
-// their own; returns when every call did. One range (and no thread) when
-// `n` is small: starting a thread costs tens of microseconds. Runs the
-// ranges one after the other if a thread cannot be started.
-void ParallelFor(size_t n, int threads, size_t min_per_range,
-                 absl::FunctionRef<void(size_t begin, size_t end)> fn);
+// The least work a range is given: tens of thousands of items, so that a
+// small plan runs on one thread (starting one costs tens of microseconds).
+inline constexpr uint64_t kMinWorkPerRange = 1 << 14;
+
+// Calls fn(range, begin, end) over [0, n), whose elements hold `work` units
+// in all (items, shards), cut into at most `threads` contiguous ranges of
+// about `min_work` units or more each; range k is the k-th from the start
+// and runs on a thread of its own but for the first, here. Returns the
+// number of ranges, once every call returned. Runs the ranges one after
+// the other if a thread cannot be started.
+size_t ParallelFor(size_t n, int threads, uint64_t work, uint64_t min_work,
+                   absl::FunctionRef<void(size_t range, size_t begin, size_t end)> fn);
 
 }  // namespace ckpt::planning
 

@@ -816,28 +816,27 @@ void BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes, const Shards& sha
     chunk->set_shard_offset(shard_offset);
     chunk->set_length(length);
   };
-  // Tens of items or more per thread; a small plan runs on this one.
-  constexpr size_t kItemsPerThread = 1 << 14;
+  // Ranges of kMinWorkPerRange items or more: a small plan runs on this thread.
   const int threads = PlanningThreads(options.threads);
-  const size_t tensors_per_range = std::max<size_t>(
-      1, kItemsPerThread * shards.tensors.size() / std::max<size_t>(1, items.size()));
-  ParallelFor(shards.tensors.size(), threads, tensors_per_range, [&](size_t begin, size_t end) {
-    for (size_t t = begin; t < end; ++t) {
-      auto& stored_shards = *entries[t]->mutable_shards();
-      stored_shards.Reserve(static_cast<int>(first_of_tensor[t + 1] - first_of_tensor[t]));
-      for (uint32_t k = first_of_tensor[t]; k < first_of_tensor[t + 1]; ++k) {
-        const UniqueItem& item = items[by_tensor[k]];
-        v1::StoredShard* stored = stored_shards.Add();
-        *stored->mutable_region() = *item.written;
-        stored->set_writer_rank(item.writer.rank);
-        for (uint64_t offset = 0; offset < static_cast<uint64_t>(item.bytes);
-             offset += options.chunk_bytes) {
-          fill_chunk(item, stored->add_chunks(), offset,
-                     std::min<uint64_t>(options.chunk_bytes, item.bytes - offset));
+  ParallelFor(
+      shards.tensors.size(), threads, items.size(), kMinWorkPerRange,
+      [&](size_t, size_t begin, size_t end) {
+        for (size_t t = begin; t < end; ++t) {
+          auto& stored_shards = *entries[t]->mutable_shards();
+          stored_shards.Reserve(static_cast<int>(first_of_tensor[t + 1] - first_of_tensor[t]));
+          for (uint32_t k = first_of_tensor[t]; k < first_of_tensor[t + 1]; ++k) {
+            const UniqueItem& item = items[by_tensor[k]];
+            v1::StoredShard* stored = stored_shards.Add();
+            *stored->mutable_region() = *item.written;
+            stored->set_writer_rank(item.writer.rank);
+            for (uint64_t offset = 0; offset < static_cast<uint64_t>(item.bytes);
+                 offset += options.chunk_bytes) {
+              fill_chunk(item, stored->add_chunks(), offset,
+                         std::min<uint64_t>(options.chunk_bytes, item.bytes - offset));
+            }
+          }
         }
-      }
-    }
-  });
+      });
   for (uint32_t i : order) {
     const UniqueItem& item = items[i];
     if (!item.is_object) continue;
@@ -848,23 +847,22 @@ void BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes, const Shards& sha
     // and its crc32c (0, the CRC32C of no bytes) is final.
     fill_chunk(item, object->mutable_chunk(), 0, item.bytes);
   }
-  const size_t hosts_per_range =
-      std::max<size_t>(1, kItemsPerThread * nodes.size() / std::max<size_t>(1, items.size()));
-  ParallelFor(nodes.size(), threads, hosts_per_range, [&](size_t begin, size_t end) {
-    for (size_t h = begin; h < end; ++h) {
-      v1::HostAssignment* host = out.mutable_hosts(static_cast<int>(h));
-      for (uint32_t k = first_of_host[h]; k < first_of_host[h + 1]; ++k) {
-        const UniqueItem& item = items[by_host[k]];
-        v1::WriteItem* write = host->add_items();
-        write->set_rank(item.writer.rank);
-        write->set_is_object(item.is_object);
-        write->set_index(item.writer.index);
-        write->set_bytes(item.bytes);
-        write->set_writer(item.writer_thread);
-        write->set_file_offset(item.file_offset);
-      }
-    }
-  });
+  ParallelFor(nodes.size(), threads, items.size(), kMinWorkPerRange,
+              [&](size_t, size_t begin, size_t end) {
+                for (size_t h = begin; h < end; ++h) {
+                  v1::HostAssignment* host = out.mutable_hosts(static_cast<int>(h));
+                  for (uint32_t k = first_of_host[h]; k < first_of_host[h + 1]; ++k) {
+                    const UniqueItem& item = items[by_host[k]];
+                    v1::WriteItem* write = host->add_items();
+                    write->set_rank(item.writer.rank);
+                    write->set_is_object(item.is_object);
+                    write->set_index(item.writer.index);
+                    write->set_bytes(item.bytes);
+                    write->set_writer(item.writer_thread);
+                    write->set_file_offset(item.file_offset);
+                  }
+                }
+              });
 }
 
 // Plans into `out`, empty: on the heap or on an arena.

@@ -33,19 +33,30 @@ TEST_CASE("ParallelFor covers every index once, on several threads when it may",
     std::mutex mu;
     std::set<std::thread::id> ids;
     int calls = 0;
-    ParallelFor(n, threads, min, [&](size_t begin, size_t end) {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        ids.insert(std::this_thread::get_id());
-        ++calls;
-      }
-      CHECK(begin <= end);
-      for (size_t i = begin; i < end; ++i) seen[i].fetch_add(1);
-    });
+    std::vector<std::pair<size_t, size_t>> bounds;  // by range
+    const size_t returned =
+        ParallelFor(n, threads, n, min, [&](size_t range, size_t begin, size_t end) {
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            ids.insert(std::this_thread::get_id());
+            ++calls;
+            if (bounds.size() <= range) bounds.resize(range + 1);
+            bounds[range] = {begin, end};
+          }
+          CHECK(begin <= end);
+          for (size_t i = begin; i < end; ++i) seen[i].fetch_add(1);
+        });
     for (size_t i = 0; i < n; ++i) CHECK(seen[i].load() == 1);
     const size_t ranges = std::min<size_t>(threads, std::max<size_t>(1, n / min));
     CHECK(calls == static_cast<int>(ranges));
     CHECK(ids.size() == ranges);  // each range on its own thread
+    // Range k is the k-th from the start.
+    CHECK(returned == ranges);
+    REQUIRE(bounds.size() == ranges);
+    for (size_t k = 0; k < ranges; ++k) {
+      CHECK(bounds[k].first == (k == 0 ? 0 : bounds[k - 1].second));
+    }
+    CHECK(bounds.back().second == n);
   }
   CHECK(PlanningThreads(3) == 3);
   CHECK(PlanningThreads(0) >= 1);
