@@ -747,8 +747,6 @@ void BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes, const Shards& sha
   const v1::NodeSavePlan& first = nodes.front();
   out.set_chunk_bytes(options.chunk_bytes);
   std::vector<std::vector<std::string>> files(nodes.size());
-  std::vector<int> items_per_host(nodes.size(), 0);
-  for (const UniqueItem& item : items) ++items_per_host[item.writer.host];
   for (size_t h = 0; h < nodes.size(); ++h) {
     v1::HostAssignment* host = out.add_hosts();
     *host->mutable_host() = nodes[h].host();
@@ -756,7 +754,6 @@ void BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes, const Shards& sha
       files[h].push_back(FileName(nodes[h].host().host(), w));
       host->add_files(files[h].back());
     }
-    host->mutable_items()->Reserve(items_per_host[h]);
   }
   v1::CheckpointManifest& manifest = *out.mutable_manifest_template();
   manifest.set_format_version(1);
@@ -847,22 +844,23 @@ void BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes, const Shards& sha
     // and its crc32c (0, the CRC32C of no bytes) is final.
     fill_chunk(item, object->mutable_chunk(), 0, item.bytes);
   }
-  ParallelFor(nodes.size(), threads, items.size(), kMinWorkPerRange,
-              [&](size_t, size_t begin, size_t end) {
-                for (size_t h = begin; h < end; ++h) {
-                  v1::HostAssignment* host = out.mutable_hosts(static_cast<int>(h));
-                  for (uint32_t k = first_of_host[h]; k < first_of_host[h + 1]; ++k) {
-                    const UniqueItem& item = items[by_host[k]];
-                    v1::WriteItem* write = host->add_items();
-                    write->set_rank(item.writer.rank);
-                    write->set_is_object(item.is_object);
-                    write->set_index(item.writer.index);
-                    write->set_bytes(item.bytes);
-                    write->set_writer(item.writer_thread);
-                    write->set_file_offset(item.file_offset);
-                  }
-                }
-              });
+  ParallelFor(
+      nodes.size(), threads, items.size(), kMinWorkPerRange, [&](size_t, size_t begin, size_t end) {
+        for (size_t h = begin; h < end; ++h) {
+          v1::HostAssignment* host = out.mutable_hosts(static_cast<int>(h));
+          host->mutable_items()->Reserve(static_cast<int>(first_of_host[h + 1] - first_of_host[h]));
+          for (uint32_t k = first_of_host[h]; k < first_of_host[h + 1]; ++k) {
+            const UniqueItem& item = items[by_host[k]];
+            v1::WriteItem* write = host->add_items();
+            write->set_rank(item.writer.rank);
+            write->set_is_object(item.is_object);
+            write->set_index(item.writer.index);
+            write->set_bytes(item.bytes);
+            write->set_writer(item.writer_thread);
+            write->set_file_offset(item.file_offset);
+          }
+        }
+      });
 }
 
 // Plans into `out`, empty: on the heap or on an arena.
