@@ -64,22 +64,21 @@ std::vector<std::string> RingOfHosts(const std::map<std::string, std::string>& d
 }
 
 v1::ReplicaPeer ReplicaFilesOf(const v1::HostAssignment& part) {
-  std::map<std::string, uint64_t> ends;
-  for (const std::string& file : part.files()) ends[file] = 0;
+  std::vector<uint64_t> ends(part.files_size(), 0);  // by writer
   for (const v1::WriteItem& item : part.items()) {
     // The planner's writer is one of the part's files (node_save_plan.h
     // checks it again on the host).
     if (item.writer() < 0 || item.writer() >= part.files_size()) continue;
-    uint64_t& end = ends[part.files(item.writer())];
+    uint64_t& end = ends[item.writer()];
     end = std::max(end, item.file_offset() + item.bytes());
   }
   v1::ReplicaPeer peer;
   peer.set_host(part.host().host());
   // In the part's order: both ends list them alike.
-  for (const std::string& file : part.files()) {
+  for (int w = 0; w < part.files_size(); ++w) {
     v1::ReplicaFile* f = peer.add_files();
-    f->set_name(file);
-    f->set_bytes(ends[file]);
+    f->set_name(part.files(w));
+    f->set_bytes(ends[w]);
   }
   return peer;
 }
