@@ -44,7 +44,7 @@
 //   coordinator holds them only until their save committed, and makes
 //   them again for the next round).
 //
-// --threads sets the threads the save planner runs on (0, the default:
+// --threads sets the threads the planners run on (0, the default:
 // the cores it may run on, at most 8, as the coordinator plans;
 // planning_threads in the JSON).
 #include <algorithm>
