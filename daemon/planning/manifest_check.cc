@@ -34,6 +34,12 @@ class Checker {
   Checker(absl::string_view source, const ManifestLimits& limits)
       : source_(source), limits_(limits) {}
 
+  // A save plan's manifest whose tensor shards will list `chunks` chunks.
+  void ExpectPlannedChunks(int64_t chunks) {
+    planned_ = true;
+    planned_chunks_ = chunks;
+  }
+
   absl::Status Run(const v1::CheckpointManifest& m, absl::string_view job, int64_t step,
                    int threads) {
     if (m.format_version() != kManifestFormatVersion) {
@@ -131,6 +137,7 @@ class Checker {
       shards += tensor.shards_size();
       for (const v1::StoredShard& shard : tensor.shards()) chunks += shard.chunks_size();
     }
+    chunks += planned_chunks_;
     if (absl::Status s = CheckCount("shards", shards, limits_.max_shards); !s.ok()) return s;
     if (absl::Status s = CheckCount("chunks", chunks, limits_.max_chunks); !s.ok()) return s;
     // Part k checks the k-th range of tensors.
@@ -141,6 +148,7 @@ class Checker {
                     kMinWorkPerRange, [&](size_t range, size_t begin, size_t end) {
                       auto part = std::make_unique<Checker>(source_, limits_);
                       part->delta_base_step_ = delta_base_step_;
+                      part->planned_ = planned_;
                       for (size_t t = begin; t < end && errors[range].ok(); ++t) {
                         part->owner_ = {.tensor = static_cast<int>(t)};
                         errors[range] = part->CheckTensor(m.tensors(static_cast<int>(t)));
@@ -199,6 +207,10 @@ class Checker {
       if (!elements.ok()) {
         return Lost(absl::StrCat("tensor ", tensor.fqn(), ": ", elements.status().message(),
                                  " (shard ", i, ")"));
+      }
+      if (planned_) {
+        if (!shard.chunks().empty()) return Lost(absl::StrCat(where(), " lists planned chunks"));
+        continue;
       }
       // Cannot overflow: the region lies inside a shape whose byte size fits.
       const int64_t bytes = *elements * tensor_geometry->element_size;
@@ -379,6 +391,10 @@ class Checker {
   std::vector<Extent> extents_;                     // every non-empty chunk's
   std::optional<absl::string_view> last_confined_;  // the last file name that passed
   std::optional<int64_t> delta_base_step_;          // the manifest's, when set
+  // A save plan's manifest (ValidatePlannedManifest): its tensor shards
+  // list no chunks; they will list planned_chunks_.
+  bool planned_ = false;
+  int64_t planned_chunks_ = 0;
 };
 
 }  // namespace
@@ -387,6 +403,30 @@ absl::Status ValidateManifest(const v1::CheckpointManifest& manifest, absl::stri
                               int64_t step, absl::string_view source, const ManifestLimits& limits,
                               int threads) {
   return Checker(source, limits).Run(manifest, job, step, std::max(1, threads));
+}
+
+absl::Status ValidatePlannedManifest(const v1::SaveAssignment& plan, int64_t shard_chunks,
+                                     uint64_t longest_chunk, absl::string_view source,
+                                     const ManifestLimits& limits, int threads) {
+  const v1::CheckpointManifest& manifest = plan.manifest_template();
+  const auto lost = [&](absl::string_view what) {
+    return absl::DataLossError(absl::StrCat(source, ": ", what));
+  };
+  // What ValidateManifest checks of each chunk, once for all of them.
+  if (longest_chunk > limits.max_chunk_bytes) {
+    return lost(absl::StrCat("a chunk is ", longest_chunk, " bytes, more than the limit of ",
+                             limits.max_chunk_bytes));
+  }
+  for (const v1::HostAssignment& host : plan.hosts()) {
+    for (const std::string& file : host.files()) {
+      if (absl::Status s = ValidateConfinedName(file); !s.ok()) {
+        return lost(absl::StrCat("file ", Quoted(file), ": ", s.message()));
+      }
+    }
+  }
+  Checker checker(source, limits);
+  checker.ExpectPlannedChunks(shard_chunks);
+  return checker.Run(manifest, manifest.job(), manifest.step(), std::max(1, threads));
 }
 
 absl::Status CheckChunkEncoding(const v1::StoredChunk& chunk, absl::string_view where) {

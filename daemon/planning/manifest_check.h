@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "ckpt/v1/coordinator.pb.h"
 #include "ckpt/v1/manifest.pb.h"
 
 namespace ckpt::planning {
@@ -50,6 +51,16 @@ inline constexpr uint32_t kManifestFormatVersion = 1;
 absl::Status ValidateManifest(const v1::CheckpointManifest& manifest, absl::string_view job,
                               int64_t step, absl::string_view source,
                               const ManifestLimits& limits = {}, int threads = 1);
+
+// A save plan's manifest (SaveAssignment.manifest_template, whose tensor
+// shards list no chunks yet: planned_manifest.h), checked as
+// ValidateManifest checks the manifest ManifestOf makes of it, but for what
+// the planner makes so: each shard's chunks tile it in order, at offsets
+// no other item's take, in one of its host's files. `shard_chunks`: how
+// many chunks the shards will list; `longest_chunk`: the longest's bytes.
+absl::Status ValidatePlannedManifest(const v1::SaveAssignment& plan, int64_t shard_chunks,
+                                     uint64_t longest_chunk, absl::string_view source,
+                                     const ManifestLimits& limits, int threads);
 
 // A chunk's encoding fields (proto/lib/stored_chunk.h) are consistent: a
 // known codec; an encoded chunk stores 1 to `length` bytes, and

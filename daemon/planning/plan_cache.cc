@@ -6,11 +6,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/planning/planned_manifest.h"
 
 namespace ckpt::planning {
 
 v1::CheckpointManifest SavePlan::Manifest() const {
-  v1::CheckpointManifest manifest = assignment->manifest_template();
+  v1::CheckpointManifest manifest = ManifestOf(*assignment);
   manifest.set_step(step);
   *manifest.mutable_user_metadata() = user_metadata;
   return manifest;

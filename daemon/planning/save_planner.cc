@@ -16,6 +16,7 @@
 #include "daemon/planning/manifest_check.h"
 #include "daemon/planning/manifest_footprint.h"
 #include "daemon/planning/parallel_for.h"
+#include "daemon/planning/planned_manifest.h"
 #include "daemon/planning/planner_memory.h"
 #include "daemon/planning/rank_form.h"
 #include "daemon/planning/region_table.h"
@@ -649,15 +650,15 @@ absl::StatusOr<Items> CollectItems(absl::Span<const v1::NodeSavePlan> nodes, con
 std::vector<uint32_t> AssignWriters(absl::Span<const v1::NodeSavePlan> nodes, Items& all,
                                     uint64_t alignment) {
   std::vector<UniqueItem>& items = all.items;
-  // Ties in plan order: the index is the last key. Sorted on plain keys
-  // next to each other, not through the items (a million at cluster scale).
-  struct Key {
-    bool one_host;
-    int64_t bytes;
-    uint32_t name_order;
-    uint32_t item;
-  };
-  std::vector<Key> keys(items.size());
+  // Items on one host first, then the largest, then in name order; ties
+  // in plan order: the index is the last key. Sorted on two plain words
+  // next to each other, not through the items (millions at cluster scale):
+  // the first word is 0 for an item on one host, then its bytes from the
+  // largest down (items are at most 2^40 bytes by default: larger ones
+  // under larger --max_shard_bytes tie); the second, its name order then
+  // its index.
+  constexpr uint64_t kOnManyHosts = uint64_t{1} << 62;
+  std::vector<std::pair<uint64_t, uint64_t>> keys(items.size());
   for (uint32_t i = 0; i < items.size(); ++i) {
     int host = -1;
     bool one_host = true;
@@ -665,14 +666,13 @@ std::vector<uint32_t> AssignWriters(absl::Span<const v1::NodeSavePlan> nodes, It
       if (host >= 0 && holder.host != host) one_host = false;
       host = holder.host;
     });
-    keys[i] = {one_host, items[i].bytes, items[i].name_order, i};
+    const uint64_t bytes = std::min(static_cast<uint64_t>(items[i].bytes), kOnManyHosts - 1);
+    keys[i] = {(one_host ? 0 : kOnManyHosts) + (kOnManyHosts - 1 - bytes),
+               uint64_t{items[i].name_order} << 32 | i};
   }
-  std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
-    return std::tie(b.one_host, b.bytes, a.name_order, a.item) <
-           std::tie(a.one_host, a.bytes, b.name_order, b.item);
-  });
+  std::sort(keys.begin(), keys.end());
   std::vector<uint32_t> order(keys.size());
-  for (uint32_t k = 0; k < keys.size(); ++k) order[k] = keys[k].item;
+  for (uint32_t k = 0; k < keys.size(); ++k) order[k] = static_cast<uint32_t>(keys[k].second);
   std::vector<uint64_t> host_load(nodes.size(), 0);
   std::vector<uint64_t> rank_load(nodes.front().world_size(), 0);
   std::vector<std::vector<uint64_t>> writer_load(nodes.size());  // aligned bytes = next offset
@@ -720,30 +720,57 @@ absl::StatusOr<uint64_t> CountChunks(const std::vector<UniqueItem>& items,
   return chunks;
 }
 
+// The longest chunk of a tensor shard: the plan's chunk size, or less if
+// every shard is shorter.
+uint64_t LongestChunk(const std::vector<UniqueItem>& items, const SavePlannerOptions& options) {
+  uint64_t longest = 0;
+  for (const UniqueItem& item : items) {
+    if (!item.is_object) longest = std::max(longest, static_cast<uint64_t>(item.bytes));
+  }
+  return std::min(longest, options.chunk_bytes);
+}
+
 // Whatever the ranks sent, the checkpoint must load: tensors, shards or
 // chunks of all ranks together past the manifest's bounds, several hosts'
 // metadata merged past them, or a manifest too large to read back would
 // otherwise commit a step that every load refuses. `chunks` as counted by
 // CountChunks: each chunk's CRC (up to 6 bytes with its tag) is filled in
-// at commit.
-absl::Status CheckLoadable(const v1::CheckpointManifest& manifest, uint64_t chunks,
+// at commit. The manifest is checked as planned (planned_manifest.h):
+// `chunk_wire_bytes` is what its shards' chunks will add to its size.
+absl::Status CheckLoadable(const v1::SaveAssignment& plan, uint64_t chunks,
+                           uint64_t chunk_wire_bytes, uint64_t longest_chunk,
                            const SavePlannerOptions& options) {
+  const v1::CheckpointManifest& manifest = plan.manifest_template();
+  const int64_t shard_chunks = static_cast<int64_t>(chunks) - manifest.objects_size();
   if (absl::Status s =
-          ValidateManifest(manifest, manifest.job(), manifest.step(), "the plan's manifest",
-                           options.manifest_limits, PlanningThreads(options.threads));
+          ValidatePlannedManifest(plan, shard_chunks, longest_chunk, "the plan's manifest",
+                                  options.manifest_limits, PlanningThreads(options.threads));
       !s.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("the save would commit a checkpoint that cannot be loaded: ", s.message()));
   }
-  return CheckManifestSize(manifest, 6 * chunks, options.manifest_limits);
+  // The shards' and tensors' length prefixes grow with their chunks, by at
+  // most 4 bytes each (5-byte varints): near a limit, the manifest itself
+  // is made and measured, as the commit will write it.
+  const uint64_t bytes = manifest.ByteSizeLong() + chunk_wire_bytes + 6 * chunks;
+  const uint64_t slack = 4 * (static_cast<uint64_t>(plan.shard_hosts_size()) +
+                              static_cast<uint64_t>(manifest.tensors_size()));
+  const ManifestLimits& limits = options.manifest_limits;
+  if (bytes + slack <= limits.max_manifest_bytes &&
+      bytes + slack <= limits.max_memory_bytes / kMaxFootprintPerWireByte) {
+    return absl::OkStatus();
+  }
+  return CheckManifestSize(ManifestOf(plan, options.threads), 6 * chunks, limits);
 }
 
 // The assignment, and the manifest the commit will write with every chunk
-// placed: the commit then only fills in checksums, so what is committed is
-// exactly what was planned.
-void BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes, const Shards& shards,
-                     const std::vector<UniqueItem>& items, const std::vector<uint32_t>& order,
-                     const SavePlannerOptions& options, v1::SaveAssignment& out) {
+// placed (planned_manifest.h: each shard's chunks are cut from its item
+// when the manifest is made): the commit then only fills in checksums, so
+// what is committed is exactly what was planned. Returns what the shards'
+// chunks add to the manifest's wire size.
+uint64_t BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes, const Shards& shards,
+                         const std::vector<UniqueItem>& items, const std::vector<uint32_t>& order,
+                         const SavePlannerOptions& options, v1::SaveAssignment& out) {
   const v1::NodeSavePlan& first = nodes.front();
   out.set_chunk_bytes(options.chunk_bytes);
   std::vector<std::vector<std::string>> files(nodes.size());
@@ -794,43 +821,54 @@ void BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes, const Shards& sha
   CountsToBounds(first_of_host);
   CountsToBounds(first_of_tensor);
   std::vector<uint32_t> by_host(items.size());
+  std::vector<uint32_t> in_host(items.size());  // each item's index in its host's list
   std::vector<uint32_t> by_tensor(first_of_tensor.back());
   {
     std::vector<uint32_t> next_host(first_of_host.begin(), first_of_host.end() - 1);
     std::vector<uint32_t> next_tensor(first_of_tensor.begin(), first_of_tensor.end() - 1);
     for (uint32_t i : order) {
-      by_host[next_host[items[i].writer.host]++] = i;
+      const int32_t h = items[i].writer.host;
+      in_host[i] = next_host[h] - first_of_host[h];
+      by_host[next_host[h]++] = i;
       if (!items[i].is_object) by_tensor[next_tensor[items[i].tensor]++] = i;
     }
   }
   const auto file_of = [&](const UniqueItem& item) -> const std::string& {
     return files[item.writer.host][item.writer_thread];
   };
-  const auto fill_chunk = [&](const UniqueItem& item, v1::StoredChunk* chunk, uint64_t shard_offset,
-                              uint64_t length) {
-    chunk->set_file(file_of(item));
-    chunk->set_file_offset(item.file_offset + shard_offset);
-    chunk->set_shard_offset(shard_offset);
-    chunk->set_length(length);
-  };
+  // Each tensor's first shard in the manifest's order (by name), where its
+  // shards' columns start.
+  std::vector<uint32_t> first_column(shards.tensors.size(), 0);
+  {
+    uint32_t next = 0;
+    for (uint32_t t : by_name) {
+      first_column[t] = next;
+      next += first_of_tensor[t + 1] - first_of_tensor[t];
+    }
+  }
+  out.mutable_shard_hosts()->Resize(static_cast<int>(first_of_tensor.back()), 0);
+  out.mutable_shard_items()->Resize(static_cast<int>(first_of_tensor.back()), 0);
+  uint32_t* const shard_hosts = out.mutable_shard_hosts()->mutable_data();
+  uint32_t* const shard_items = out.mutable_shard_items()->mutable_data();
   // Ranges of kMinWorkPerRange items or more: a small plan runs on this thread.
   const int threads = PlanningThreads(options.threads);
+  std::vector<uint64_t> chunk_wire_bytes(static_cast<size_t>(threads), 0);  // by range
   ParallelFor(
       shards.tensors.size(), threads, items.size(), kMinWorkPerRange,
-      [&](size_t, size_t begin, size_t end) {
+      [&](size_t range, size_t begin, size_t end) {
         for (size_t t = begin; t < end; ++t) {
           auto& stored_shards = *entries[t]->mutable_shards();
           stored_shards.Reserve(static_cast<int>(first_of_tensor[t + 1] - first_of_tensor[t]));
-          for (uint32_t k = first_of_tensor[t]; k < first_of_tensor[t + 1]; ++k) {
+          uint32_t column = first_column[t];
+          for (uint32_t k = first_of_tensor[t]; k < first_of_tensor[t + 1]; ++k, ++column) {
             const UniqueItem& item = items[by_tensor[k]];
             v1::StoredShard* stored = stored_shards.Add();
             *stored->mutable_region() = *item.written;
             stored->set_writer_rank(item.writer.rank);
-            for (uint64_t offset = 0; offset < static_cast<uint64_t>(item.bytes);
-                 offset += options.chunk_bytes) {
-              fill_chunk(item, stored->add_chunks(), offset,
-                         std::min<uint64_t>(options.chunk_bytes, item.bytes - offset));
-            }
+            shard_hosts[column] = static_cast<uint32_t>(item.writer.host);
+            shard_items[column] = in_host[by_tensor[k]];
+            chunk_wire_bytes[range] += PlannedChunksWireBytes(
+                item.bytes, item.file_offset, file_of(item).size(), options.chunk_bytes);
           }
         }
       });
@@ -842,7 +880,10 @@ void BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes, const Shards& sha
     object->set_rank(item.object_rank);
     // A 0-byte object's chunk is complete here: nothing is written for it
     // and its crc32c (0, the CRC32C of no bytes) is final.
-    fill_chunk(item, object->mutable_chunk(), 0, item.bytes);
+    v1::StoredChunk* chunk = object->mutable_chunk();
+    chunk->set_file(file_of(item));
+    chunk->set_file_offset(item.file_offset);
+    chunk->set_length(item.bytes);
   }
   ParallelFor(
       nodes.size(), threads, items.size(), kMinWorkPerRange, [&](size_t, size_t begin, size_t end) {
@@ -861,6 +902,7 @@ void BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes, const Shards& sha
           }
         }
       });
+  return std::accumulate(chunk_wire_bytes.begin(), chunk_wire_bytes.end(), uint64_t{0});
 }
 
 // Plans into `out`, empty: on the heap or on an arena.
@@ -881,8 +923,10 @@ absl::Status PlanSaveInto(absl::Span<const v1::NodeSavePlan> nodes,
   absl::StatusOr<uint64_t> chunks = CountChunks(items->items, options);
   if (!chunks.ok()) return chunks.status();
   const std::vector<uint32_t> order = AssignWriters(nodes, *items, options.alignment);
-  BuildAssignment(nodes, *shards, items->items, order, options, out);
-  return CheckLoadable(out.manifest_template(), *chunks, options);
+  const uint64_t chunk_wire_bytes =
+      BuildAssignment(nodes, *shards, items->items, order, options, out);
+  return CheckLoadable(out, *chunks, chunk_wire_bytes, LongestChunk(items->items, options),
+                       options);
 }
 
 }  // namespace

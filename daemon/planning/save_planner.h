@@ -12,7 +12,9 @@
 // The result also carries the manifest the commit will write, with every
 // chunk placed and only CRCs missing, except for items of 0 bytes: an empty
 // object's chunk (length 0, crc32c 0) is final, nothing is written for it
-// and no checksum is reported for it; an empty shard has no chunks.
+// and no checksum is reported for it; an empty shard has no chunks. Its
+// tensor shards' chunks are cut from their items when the manifest is
+// made (planned_manifest.h: ManifestOf), not kept in the plan.
 //
 // Cost: the request's size, not its tensors' element counts. Shards are
 // validated against options.limits (RequestLimits), regions are compared as

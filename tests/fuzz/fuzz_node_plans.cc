@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/planning/load_planner.h"
+#include "daemon/planning/planned_manifest.h"
 #include "proto/lib/copy_run.h"
 #include "proto/lib/request_limits.h"
 #include "tests/fuzz/fuzz_support.h"
@@ -111,8 +112,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CheckAssignment(hosts, *assignment);
   if (save.loads_size() == 0 || save.loads_size() > kMaxFuzzHosts) return 0;
   const std::vector<ckpt::v1::NodeLoadPlan> loads(save.loads().begin(), save.loads().end());
-  absl::StatusOr<ckpt::v1::LoadAssignment> load =
-      ckpt::planning::PlanLoad(assignment->manifest_template(), loads, ckpt::RequestLimits());
+  absl::StatusOr<ckpt::v1::LoadAssignment> load = ckpt::planning::PlanLoad(
+      ckpt::planning::ManifestOf(*assignment), loads, ckpt::RequestLimits());
   if (load.ok()) CheckLoad(loads, *load);
   return 0;
 }

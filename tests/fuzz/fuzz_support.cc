@@ -15,6 +15,7 @@
 #include "daemon/planning/manifest_io.h"
 #include "daemon/planning/node_load_plan.h"
 #include "daemon/planning/node_save_plan.h"
+#include "daemon/planning/planned_manifest.h"
 #include "daemon/planning/save_batches.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/lib/align.h"
@@ -204,7 +205,7 @@ v1::CheckpointManifest CheckSaveAssignment(const v1::SaveAssignment& assignment,
   for (const auto& [r, items] : *split) CheckBatches(items.items, assignment.chunk_bytes());
 
   // What the commit writes (checksums filled in) and the catalog reads back.
-  v1::CheckpointManifest manifest = assignment.manifest_template();
+  v1::CheckpointManifest manifest = planning::ManifestOf(assignment);
   (void)planning::ForEachMutableChunk(manifest, [](v1::StoredChunk& chunk, const std::string&) {
     if (planning::SaveChunkNeedsChecksum(chunk)) {
       chunk.set_crc32c(static_cast<uint32_t>(chunk.file_offset() * 2654435761u));

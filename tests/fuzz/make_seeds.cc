@@ -26,6 +26,7 @@
 #include "daemon/planning/manifest_io.h"
 #include "daemon/planning/manifest_tables.h"
 #include "daemon/planning/node_save_plan.h"
+#include "daemon/planning/planned_manifest.h"
 #include "daemon/planning/replica_placement.h"
 #include "proto/lib/compact_plan.h"
 #include "tests/fuzz/fuzz_support.h"
@@ -412,7 +413,7 @@ int main(int argc, char** argv) {
       absl::StatusOr<v1::SaveAssignment> saved =
           planning::PlanSave(hosts, fuzz::DaemonPlannerOptions());
       if (!saved.ok()) fuzz::Refused(seed, saved.status());
-      if (absl::Status s = planning::PlanLoad(saved->manifest_template(), loads).status();
+      if (absl::Status s = planning::PlanLoad(planning::ManifestOf(*saved), loads).status();
           !s.ok()) {
         fuzz::Refused(seed, s);
       }

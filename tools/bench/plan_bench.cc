@@ -39,7 +39,8 @@
 //   huge_heap (glibc's malloc asked for transparent huge pages, as
 //   deploy/ckptd.service runs ckptd; --no-huge-heap for glibc's default),
 //   peak_rss_mib (the process's peak resident memory: the hosts' plans as
-//   the coordinator receives them, the planners' scratch and the cache;
+//   the coordinator receives them, the planners' scratch and the cache,
+//   and the manifest a load reads;
 //   each round drops the hosts' save plans before its load, as the
 //   coordinator holds them only until their save committed, and makes
 //   them again for the next round).
@@ -70,6 +71,7 @@
 #include "daemon/planning/parallel_for.h"
 #include "daemon/planning/plan_cache.h"
 #include "daemon/planning/plan_key.h"
+#include "daemon/planning/planned_manifest.h"
 #include "daemon/planning/planner_memory.h"
 #include "daemon/planning/save_planner.h"
 #include "proto/lib/compact_plan.h"
@@ -259,10 +261,13 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
   f.cached_bytes = cache.Stats().bytes;
   *items = 0;
   for (const auto& host : saved->assignment->hosts()) *items += host.items_size();
+  // The manifest the load reads, as the commit wrote it (a coordinator
+  // reads it from storage, apart from the plan it cached).
+  const ckpt::v1::CheckpointManifest manifest = ckpt::planning::ManifestOf(*saved->assignment);
   start = std::chrono::steady_clock::now();
   cpu = ThreadCpuSeconds();
-  absl::StatusOr<std::shared_ptr<ckpt::v1::LoadAssignment>> loaded = ckpt::planning::PlanLoadShared(
-      saved->assignment->manifest_template(), load_nodes, load_limits, options.threads);
+  absl::StatusOr<std::shared_ptr<ckpt::v1::LoadAssignment>> loaded =
+      ckpt::planning::PlanLoadShared(manifest, load_nodes, load_limits, options.threads);
   f.load_plan_cpu_s = ThreadCpuSeconds() - cpu;
   f.load_plan_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!loaded.ok()) return ckpt::WithContext(loaded.status(), "load plan");
@@ -410,8 +415,9 @@ int main(int argc, char** argv) {
   std::printf("peak resident memory of this process: %.0f MiB\n", peak_rss_mib);
   ckpt::bench::ManifestFigures manifest;
   if (!manifest_dir.empty()) {
-    absl::StatusOr<ckpt::bench::ManifestFigures> measured = ckpt::bench::MeasureManifestFormats(
-        assignment->manifest_template(), manifest_dir, "host00000", options.manifest_limits);
+    absl::StatusOr<ckpt::bench::ManifestFigures> measured =
+        ckpt::bench::MeasureManifestFormats(ckpt::planning::ManifestOf(*assignment), manifest_dir,
+                                            "host00000", options.manifest_limits);
     if (!measured.ok()) {
       std::fprintf(stderr, "ckpt-plan-bench: manifest: %s\n", measured.status().ToString().c_str());
       return 1;

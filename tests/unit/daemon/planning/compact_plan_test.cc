@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "daemon/planning/load_planner.h"
+#include "daemon/planning/planned_manifest.h"
 #include "daemon/planning/save_planner.h"
 #include "tests/catch.h"
 #include "tests/unit/daemon/planning/test_helpers.h"
@@ -186,7 +187,7 @@ std::vector<v1::NodeLoadPlan> CompactedLoad(std::vector<v1::NodeLoadPlan> nodes)
 v1::CheckpointManifest Saved() {
   auto saved = PlanSave(Spelled(), Options());
   CKPT_REQUIRE_OK(saved);
-  v1::CheckpointManifest manifest = saved->manifest_template();
+  v1::CheckpointManifest manifest = planning::ManifestOf(*saved);
   return manifest;
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/planning/planned_manifest.h"
 #include "daemon/planning/save_planner.h"
 #include "proto/lib/copy_run.h"
 #include "tests/catch.h"
@@ -460,12 +461,13 @@ TEST_CASE("load: one column of a tall tensor is a run per chunk, not per row", "
   AddShard(node, 0, Whole("w", v1::FLOAT32, {rows, 2}));
   absl::StatusOr<v1::SaveAssignment> a = PlanSave({node}, SavePlannerOptions{});
   CKPT_REQUIRE_OK(a);
-  REQUIRE(a->manifest_template().tensors(0).shards(0).chunks_size() == 32);
+  const v1::CheckpointManifest manifest = planning::ManifestOf(*a);
+  REQUIRE(manifest.tensors(0).shards(0).chunks_size() == 32);
   v1::NodeLoadPlan load;
   load.mutable_host()->set_host("h0");
   v1::NodeLoadPlan::RankRequests* rank = load.add_ranks();
   *rank->add_tensors() = BoxShard("w", v1::FLOAT32, {rows, 2}, {0, 1}, {rows, 1});
-  absl::StatusOr<v1::LoadAssignment> plan = PlanLoad(a->manifest_template(), {load});
+  absl::StatusOr<v1::LoadAssignment> plan = PlanLoad(manifest, {load});
   CKPT_REQUIRE_OK(plan);
   REQUIRE(plan->reads_size() == 32);
   uint64_t copies = 0;

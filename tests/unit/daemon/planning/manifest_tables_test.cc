@@ -11,6 +11,7 @@
 #include <string>
 
 #include "daemon/planning/manifest_io.h"
+#include "daemon/planning/planned_manifest.h"
 #include "daemon/planning/save_planner.h"
 #include "tests/catch.h"
 #include "tests/unit/daemon/planning/test_helpers.h"
@@ -40,7 +41,7 @@ v1::CheckpointManifest FullManifest() {
   options.chunk_bytes = 4096;  // a shard of 19,200 bytes is 5 chunks
   absl::StatusOr<v1::SaveAssignment> plan = PlanSave(nodes, options);
   REQUIRE(plan.ok());
-  v1::CheckpointManifest m = plan->manifest_template();
+  v1::CheckpointManifest m = planning::ManifestOf(*plan);
   m.set_created_unix_ms(1700000000000);
   m.set_delta_base_step(3);
   m.set_delta_ordinal(2);

@@ -15,6 +15,7 @@
 #include "daemon/planning/load_planner.h"
 #include "daemon/planning/manifest_check.h"
 #include "daemon/planning/parallel_for.h"
+#include "daemon/planning/planned_manifest.h"
 #include "daemon/planning/save_planner.h"
 #include "tests/catch.h"
 #include "tests/unit/daemon/planning/test_helpers.h"
@@ -127,7 +128,7 @@ absl::Status Check(const v1::CheckpointManifest& m, int threads) {
 TEST_CASE("the manifest check answers alike on any number of threads", "[parallel_for]") {
   absl::StatusOr<v1::SaveAssignment> a = PlanSave(ClusterPlans(), OnThreads(1));
   CKPT_REQUIRE_OK(a);
-  const v1::CheckpointManifest& valid = a->manifest_template();
+  const v1::CheckpointManifest valid = planning::ManifestOf(*a);
   for (int threads : {1, 2, 4}) {
     const absl::Status s = Check(valid, threads);
     INFO(threads << " threads: " << s);
@@ -202,7 +203,7 @@ std::vector<v1::NodeLoadPlan> ReshardedLoad() {
 TEST_CASE("a load plan is the same on one thread and on several", "[parallel_for]") {
   absl::StatusOr<v1::SaveAssignment> saved = PlanSave(ClusterPlans(), OnThreads(1));
   CKPT_REQUIRE_OK(saved);
-  const v1::CheckpointManifest& manifest = saved->manifest_template();
+  const v1::CheckpointManifest manifest = planning::ManifestOf(*saved);
   const std::vector<v1::NodeLoadPlan> nodes = ReshardedLoad();
   absl::StatusOr<v1::LoadAssignment> one = PlanLoad(manifest, nodes, RequestLimits{}, 1);
   CKPT_REQUIRE_OK(one);

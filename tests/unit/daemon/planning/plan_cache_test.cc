@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/planning/planned_manifest.h"
 #include "tests/catch.h"
 #include "tests/unit/daemon/planning/test_helpers.h"
 
@@ -48,6 +49,13 @@ v1::SaveAssignment Stamped(const SavePlan& plan) {
   return out;
 }
 
+// A fresh plan with its manifest whole, as Stamped makes the cached one's.
+v1::SaveAssignment Committed(const v1::SaveAssignment& fresh) {
+  v1::SaveAssignment out = fresh;
+  *out.mutable_manifest_template() = planning::ManifestOf(fresh);
+  return out;
+}
+
 TEST_CASE("an unchanged layout reuses the plan, with the new step and metadata", "[plan_cache]") {
   SavePlanCache cache;
   bool hit = true;
@@ -62,7 +70,7 @@ TEST_CASE("an unchanged layout reuses the plan, with the new step and metadata",
   // Exactly what planning from scratch gives.
   auto fresh = PlanSave(next, Options());
   REQUIRE(fresh.ok());
-  CHECK(Same(Stamped(*second), *fresh));
+  CHECK(Same(Stamped(*second), Committed(*fresh)));
   CHECK(second->Manifest().step() == 20);
   CHECK(second->Manifest().user_metadata().at("lr") == "0.1");
   // Shared with the cache, not copied; the first save's manifest unchanged.
@@ -86,7 +94,7 @@ TEST_CASE("any change of layout plans afresh", "[plan_cache]") {
     CHECK_FALSE(hit);
     auto fresh = PlanSave(nodes, Options());
     REQUIRE(fresh.ok());
-    CHECK(Same(Stamped(*plan), *fresh));
+    CHECK(Same(Stamped(*plan), Committed(*fresh)));
     REQUIRE(cache.Plan(Layout(1), Options()).ok());  // back to the original
   };
   std::vector<v1::NodeSavePlan> nodes = Layout(2);

@@ -2,6 +2,7 @@
 // worst-fit balance over ranks and writer files, the file layout the writers
 // and the manifest agree on, and every way a plan can be wrong.
 #include "daemon/planning/save_planner.h"
+#include "daemon/planning/planned_manifest.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -54,8 +55,9 @@ std::vector<std::pair<std::string, v1::WriteItem>> FiledItems(const v1::SaveAssi
   return out;
 }
 
-const v1::TensorEntry& Entry(const v1::SaveAssignment& a, const std::string& fqn) {
-  for (const v1::TensorEntry& e : a.manifest_template().tensors()) {
+v1::TensorEntry Entry(const v1::SaveAssignment& a, const std::string& fqn) {
+  const v1::CheckpointManifest manifest = planning::ManifestOf(a);
+  for (const v1::TensorEntry& e : manifest.tensors()) {
     if (e.fqn() == fqn) return e;
   }
   FAIL("no manifest entry for " << fqn);
@@ -113,7 +115,8 @@ void CheckLayout(const v1::SaveAssignment& a) {
         table.emplace(std::make_pair(file, item.file_offset()), std::make_pair(file, item)).second);
   }
   size_t matched = 0;
-  for (const v1::TensorEntry& entry : a.manifest_template().tensors()) {
+  const v1::CheckpointManifest manifest = planning::ManifestOf(a);
+  for (const v1::TensorEntry& entry : manifest.tensors()) {
     for (const v1::StoredShard& shard : entry.shards()) {
       INFO(entry.fqn() << " shard " << shard.ShortDebugString());
       if (shard.chunks_size() == 0) continue;
@@ -144,7 +147,7 @@ void CheckLayout(const v1::SaveAssignment& a) {
   }
   CHECK(matched == tensor_items.size());
   size_t objects_matched = 0;
-  for (const v1::ObjectEntry& object : a.manifest_template().objects()) {
+  for (const v1::ObjectEntry& object : manifest.objects()) {
     if (object.chunk().length() == 0) continue;
     auto it = object_items.find({object.chunk().file(), object.chunk().file_offset()});
     REQUIRE(it != object_items.end());
@@ -173,7 +176,7 @@ TEST_CASE("replicas of a whole tensor are written once", "[save_planner]") {
   CHECK(std::vector<std::string>(a->hosts(0).files().begin(), a->hosts(0).files().end()) ==
         std::vector<std::string>{"data/h0-0.bin"});
 
-  const v1::CheckpointManifest& m = a->manifest_template();
+  const v1::CheckpointManifest m = planning::ManifestOf(*a);
   CHECK(m.format_version() == 1);
   CHECK(m.job() == "job");
   CHECK(m.step() == 5);
@@ -320,7 +323,8 @@ void CheckSources(const v1::NodeSavePlan& node, const v1::SaveAssignment& a) {
       items[{host.files(item.writer()), item.file_offset()}] = item;
     }
   }
-  for (const v1::TensorEntry& entry : a.manifest_template().tensors()) {
+  const v1::CheckpointManifest manifest = planning::ManifestOf(a);
+  for (const v1::TensorEntry& entry : manifest.tensors()) {
     for (const v1::StoredShard& stored : entry.shards()) {
       INFO(entry.fqn() << " shard " << stored.ShortDebugString());
       REQUIRE(stored.chunks_size() > 0);
@@ -397,7 +401,8 @@ TEST_CASE("a rank's tensors alike share a geometry; other dtypes and shapes do n
   auto a = Plan({node});
   CKPT_REQUIRE_OK(a);
   std::map<std::string, uint64_t> bytes;
-  for (const v1::TensorEntry& e : a->manifest_template().tensors()) {
+  const v1::CheckpointManifest manifest = planning::ManifestOf(*a);
+  for (const v1::TensorEntry& e : manifest.tensors()) {
     REQUIRE(e.shards_size() == 2);
     for (const v1::StoredShard& s : e.shards()) {
       for (const v1::StoredChunk& c : s.chunks()) bytes[e.fqn()] += c.length();
@@ -922,7 +927,8 @@ TEST_CASE("columns of a tall tensor plan without a run per row", "[save_planner]
   AddShard(node, 1, BoxShard("w", v1::FLOAT32, {rows, 2}, {0, 1}, {rows, 1}));
   absl::StatusOr<v1::SaveAssignment> a = PlanSave({node}, SavePlannerOptions{});
   CKPT_REQUIRE_OK(a);
-  const v1::TensorEntry& w = a->manifest_template().tensors(0);
+  const v1::CheckpointManifest manifest = planning::ManifestOf(*a);
+  const v1::TensorEntry& w = manifest.tensors(0);
   REQUIRE(w.shards_size() == 2);
   CHECK(w.shards(0).chunks_size() == 16);  // 64 MiB in 4 MiB chunks
   // Overlapping columns are still caught.

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "ckpt/v1/manifest.pb.h"
+#include "daemon/planning/planned_manifest.h"
 #include "daemon/planning/save_planner.h"
 #include "proto/lib/crc32c.h"
 #include "tests/catch.h"
@@ -279,7 +280,7 @@ inline Saved Save(const std::vector<v1::NodeSavePlan>& nodes, uint64_t chunk_byt
     }
   }
   // Arbitrary, distinct CRCs: the planner must carry them through untouched.
-  saved.manifest = a->manifest_template();
+  saved.manifest = planning::ManifestOf(*a);
   uint32_t crc = 0x1234567;
   for (v1::TensorEntry& t : *saved.manifest.mutable_tensors()) {
     for (v1::StoredShard& s : *t.mutable_shards()) {
