@@ -4,7 +4,10 @@
 #include <string>
 #include <vector>
 
+#include <google/protobuf/field_mask.pb.h>
 #include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/util/field_mask_util.h>
+#include <google/protobuf/wire_format_lite.h>
 
 #include "daemon/planning/parallel_for.h"
 
@@ -46,31 +49,94 @@ uint64_t PlannedChunksWireBytes(uint64_t bytes, uint64_t file_offset, size_t fil
   return total;
 }
 
-v1::CheckpointManifest ManifestOf(const v1::SaveAssignment& assignment, int threads) {
-  v1::CheckpointManifest manifest = assignment.manifest_template();
-  if (assignment.shard_hosts().empty()) return manifest;
-  // Where each tensor's shards start in the columns.
-  std::vector<uint32_t> first(static_cast<size_t>(manifest.tensors_size()) + 1, 0);
-  for (int t = 0; t < manifest.tensors_size(); ++t) {
-    first[t + 1] = first[t] + static_cast<uint32_t>(manifest.tensors(t).shards_size());
+namespace {
+
+void AppendVarint(uint64_t value, std::string& out) {
+  for (; value >= 0x80; value >>= 7) out.push_back(static_cast<char>(value | 0x80));
+  out.push_back(static_cast<char>(value));
+}
+
+// The template's fields but its tensors, whatever fields the manifest has.
+v1::CheckpointManifest HeaderOf(const v1::CheckpointManifest& kept) {
+  google::protobuf::FieldMask all_but_tensors;
+  const google::protobuf::Descriptor* fields = v1::CheckpointManifest::descriptor();
+  for (int f = 0; f < fields->field_count(); ++f) {
+    if (fields->field(f)->number() != v1::CheckpointManifest::kTensorsFieldNumber) {
+      all_but_tensors.add_paths(fields->field(f)->name());
+    }
   }
-  const uint64_t chunk_bytes = assignment.chunk_bytes();
-  ParallelFor(static_cast<size_t>(manifest.tensors_size()), PlanningThreads(threads), first.back(),
+  v1::CheckpointManifest header;
+  google::protobuf::util::FieldMaskUtil::MergeMessageTo(
+      kept, all_but_tensors, google::protobuf::util::FieldMaskUtil::MergeOptions(), &header);
+  return header;
+}
+
+// Tensor t of the template, into `tensor` (empty), its shards' chunks cut
+// from their items; its shards are the columns' from `first_shard` on.
+void MakeTensor(const v1::SaveAssignment& assignment, int t, uint32_t first_shard,
+                v1::TensorEntry& tensor) {
+  const v1::TensorEntry& from = assignment.manifest_template().tensors(t);
+  // Each of its fields but the shards (a test counts them).
+  tensor.set_fqn(from.fqn());
+  tensor.set_dtype(from.dtype());
+  *tensor.mutable_global_shape() = from.global_shape();
+  tensor.set_partial(from.partial());
+  tensor.mutable_shards()->Reserve(from.shards_size());
+  for (int s = 0; s < from.shards_size(); ++s) {
+    v1::StoredShard& shard = *tensor.add_shards();
+    shard = from.shards(s);  // no chunks yet
+    const uint32_t i = first_shard + static_cast<uint32_t>(s);
+    const v1::HostAssignment& host = assignment.hosts(static_cast<int>(assignment.shard_hosts(i)));
+    const v1::WriteItem& item = host.items(static_cast<int>(assignment.shard_items(i)));
+    AddPlannedChunks(item, host.files(item.writer()), assignment.chunk_bytes(), shard);
+  }
+}
+
+}  // namespace
+
+v1::CheckpointManifest ManifestOf(const v1::SaveAssignment& assignment, int threads) {
+  const v1::CheckpointManifest& kept = assignment.manifest_template();
+  if (assignment.shard_hosts().empty()) return kept;
+  // Made afresh, each shard's chunks right after it, as a manifest read
+  // back is parsed: a copy of the template with the chunks added after
+  // was walked out of order by every load of it.
+  v1::CheckpointManifest manifest = HeaderOf(kept);
+  // Where each tensor's shards start in the columns.
+  std::vector<uint32_t> first(static_cast<size_t>(kept.tensors_size()) + 1, 0);
+  for (int t = 0; t < kept.tensors_size(); ++t) {
+    first[t + 1] = first[t] + static_cast<uint32_t>(kept.tensors(t).shards_size());
+    manifest.add_tensors();
+  }
+  ParallelFor(static_cast<size_t>(kept.tensors_size()), PlanningThreads(threads), first.back(),
               kMinWorkPerRange, [&](size_t, size_t begin, size_t end) {
                 for (size_t t = begin; t < end; ++t) {
-                  v1::TensorEntry& tensor = *manifest.mutable_tensors(static_cast<int>(t));
-                  for (int s = 0; s < tensor.shards_size(); ++s) {
-                    const uint32_t i = first[t] + static_cast<uint32_t>(s);
-                    const v1::HostAssignment& host =
-                        assignment.hosts(static_cast<int>(assignment.shard_hosts(i)));
-                    const v1::WriteItem& item =
-                        host.items(static_cast<int>(assignment.shard_items(i)));
-                    AddPlannedChunks(item, host.files(item.writer()), chunk_bytes,
-                                     *tensor.mutable_shards(s));
-                  }
+                  MakeTensor(assignment, static_cast<int>(t), first[t],
+                             *manifest.mutable_tensors(static_cast<int>(t)));
                 }
               });
   return manifest;
+}
+
+std::string SerializedManifestOf(const v1::SaveAssignment& assignment) {
+  const v1::CheckpointManifest& kept = assignment.manifest_template();
+  if (assignment.shard_hosts().empty()) return kept.SerializeAsString();
+  // A message's fields may come in any order, and a repeated field's
+  // elements each as a field of its own: the header's, then each tensor's.
+  std::string out = HeaderOf(kept).SerializeAsString();
+  uint32_t first = 0;
+  v1::TensorEntry tensor;
+  for (int t = 0; t < kept.tensors_size(); ++t) {
+    tensor.Clear();
+    MakeTensor(assignment, t, first, tensor);
+    first += static_cast<uint32_t>(tensor.shards_size());
+    AppendVarint(google::protobuf::internal::WireFormatLite::MakeTag(
+                     v1::CheckpointManifest::kTensorsFieldNumber,
+                     google::protobuf::internal::WireFormatLite::WIRETYPE_LENGTH_DELIMITED),
+                 out);
+    AppendVarint(tensor.ByteSizeLong(), out);
+    tensor.AppendToString(&out);
+  }
+  return out;
 }
 
 }  // namespace ckpt::planning

@@ -39,11 +39,13 @@
 //   huge_heap (glibc's malloc asked for transparent huge pages, as
 //   deploy/ckptd.service runs ckptd; --no-huge-heap for glibc's default),
 //   peak_rss_mib (the process's peak resident memory: the hosts' plans as
-//   the coordinator receives them, the planners' scratch and the cache,
-//   and the manifest a load reads;
+//   the coordinator receives them, the planners' scratch and the cache;
 //   each round drops the hosts' save plans before its load, as the
 //   coordinator holds them only until their save committed, and makes
-//   them again for the next round).
+//   them again for the next round). The load plans from the manifest as
+//   the catalog reads it (the commit's bytes, parsed), without the save's
+//   plan: a job loads when it starts, and the cache keeps a plan only
+//   within --plan_cache_mib (cached_plan_bytes is this one's size).
 //
 // --threads sets the threads the planners run on (0, the default:
 // the cores it may run on, at most 8, as the coordinator plans;
@@ -223,7 +225,7 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
                                 const std::vector<ckpt::v1::NodeLoadPlan>& load_nodes,
                                 const ckpt::planning::SavePlannerOptions& options,
                                 const ckpt::RequestLimits& load_limits, uint64_t* items, int* reads,
-                                std::shared_ptr<const ckpt::v1::SaveAssignment>* assignment) {
+                                ckpt::v1::CheckpointManifest* manifest_out) {
   Figures f;
   for (ckpt::v1::NodeSavePlan& node : save_nodes) node.set_step(1);
   // As the plans arrive.
@@ -235,10 +237,10 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
     f.host_key_s += s;
     f.host_key_max_s = std::max(f.host_key_max_s, s);
   }
-  ckpt::planning::SavePlanCache cache(uint64_t{1} << 40);
+  auto cache = std::make_unique<ckpt::planning::SavePlanCache>(uint64_t{1} << 40);
   auto start = std::chrono::steady_clock::now();
   double cpu = ThreadCpuSeconds();
-  absl::StatusOr<ckpt::planning::SavePlan> saved = cache.Plan(save_nodes, host_keys, options);
+  absl::StatusOr<ckpt::planning::SavePlan> saved = cache->Plan(save_nodes, host_keys, options);
   f.save_plan_cpu_s = ThreadCpuSeconds() - cpu;
   f.save_plan_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!saved.ok()) return ckpt::WithContext(saved.status(), "save plan");
@@ -250,7 +252,7 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
   bool hit = false;
   start = std::chrono::steady_clock::now();
   absl::StatusOr<ckpt::planning::SavePlan> cached =
-      cache.Plan(save_nodes, host_keys, options, &hit);
+      cache->Plan(save_nodes, host_keys, options, &hit);
   f.plan_cache_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!cached.ok()) return ckpt::WithContext(cached.status(), "the next step's plan");
   if (!hit) return absl::InternalError("the next step's plan did not come from the cache");
@@ -258,12 +260,23 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
   // once it committed): the load does not hold them (the next round makes
   // them again).
   std::vector<ckpt::v1::NodeSavePlan>().swap(save_nodes);
-  f.cached_bytes = cache.Stats().bytes;
+  f.cached_bytes = cache->Stats().bytes;
   *items = 0;
   for (const auto& host : saved->assignment->hosts()) *items += host.items_size();
-  // The manifest the load reads, as the commit wrote it (a coordinator
-  // reads it from storage, apart from the plan it cached).
-  const ckpt::v1::CheckpointManifest manifest = ckpt::planning::ManifestOf(*saved->assignment);
+  // The load plans from the manifest as the catalog reads it: the bytes
+  // the commit wrote, parsed. It does not hold the save's plan too: a job
+  // loads when it starts, and the cache holds a plan only within its
+  // budget (--plan_cache_mib; cached_bytes says what this one needs).
+  ckpt::v1::CheckpointManifest manifest;
+  {
+    const std::string wire = ckpt::planning::SerializedManifestOf(*saved->assignment);
+    saved = ckpt::planning::SavePlan();
+    cached = ckpt::planning::SavePlan();
+    cache.reset();
+    if (!manifest.ParseFromString(wire)) {
+      return absl::InternalError("the planned manifest does not parse");
+    }
+  }
   start = std::chrono::steady_clock::now();
   cpu = ThreadCpuSeconds();
   absl::StatusOr<std::shared_ptr<ckpt::v1::LoadAssignment>> loaded =
@@ -272,7 +285,10 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
   f.load_plan_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!loaded.ok()) return ckpt::WithContext(loaded.status(), "load plan");
   *reads = (*loaded)->reads_size();
-  *assignment = saved->assignment;
+  if (manifest_out != nullptr) {
+    loaded = absl::CancelledError("dropped");
+    manifest_out->Swap(&manifest);
+  }
   return f;
 }
 
@@ -355,17 +371,18 @@ int main(int argc, char** argv) {
   Figures first;
   uint64_t items = 0;
   int reads = 0;
-  std::shared_ptr<const ckpt::v1::SaveAssignment> assignment;
+  // The last round's manifest, for --manifest-dir: a round holds its own
+  // plans only (the coordinator one job's cached plan), not the last
+  // round's too.
+  ckpt::v1::CheckpointManifest last_manifest;
   for (int round = 0; round < repeat; ++round) {
-    // A round holds its own plans only (the coordinator one job's cached
-    // plan), not the last round's too.
-    assignment.reset();
     if (save_nodes.empty()) {
       CompactTime again;  // timed once, in the first round's
       save_nodes = SavePlans(l, again);
     }
     absl::StatusOr<Figures> figures =
-        Measure(save_nodes, load_nodes, options, load_limits, &items, &reads, &assignment);
+        Measure(save_nodes, load_nodes, options, load_limits, &items, &reads,
+                manifest_dir.empty() || round + 1 < repeat ? nullptr : &last_manifest);
     if (!figures.ok()) {
       std::fprintf(stderr, "ckpt-plan-bench: %s\n", figures.status().ToString().c_str());
       return 1;
@@ -415,9 +432,8 @@ int main(int argc, char** argv) {
   std::printf("peak resident memory of this process: %.0f MiB\n", peak_rss_mib);
   ckpt::bench::ManifestFigures manifest;
   if (!manifest_dir.empty()) {
-    absl::StatusOr<ckpt::bench::ManifestFigures> measured =
-        ckpt::bench::MeasureManifestFormats(ckpt::planning::ManifestOf(*assignment), manifest_dir,
-                                            "host00000", options.manifest_limits);
+    absl::StatusOr<ckpt::bench::ManifestFigures> measured = ckpt::bench::MeasureManifestFormats(
+        last_manifest, manifest_dir, "host00000", options.manifest_limits);
     if (!measured.ok()) {
       std::fprintf(stderr, "ckpt-plan-bench: manifest: %s\n", measured.status().ToString().c_str());
       return 1;

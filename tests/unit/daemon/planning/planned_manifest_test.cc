@@ -103,6 +103,42 @@ TEST_CASE("a plan keeps each shard's item; ManifestOf cuts its chunks as the com
   }
 }
 
+TEST_CASE("ManifestOf is the template with each shard's chunks, every other field as kept",
+          "[planned_manifest]") {
+  std::vector<v1::NodeSavePlan> nodes = Hosts();
+  (*nodes[0].mutable_user_metadata())["lr"] = "0.1";
+  nodes[0].set_partial(true);
+  nodes[1].set_partial(true);
+  absl::StatusOr<v1::SaveAssignment> plan = PlanSave(nodes, Options());
+  CKPT_REQUIRE_OK(plan);
+  v1::SaveAssignment stamped = *plan;
+  v1::CheckpointManifest& kept = *stamped.mutable_manifest_template();
+  kept.set_created_unix_ms(1700000000000);
+  kept.set_delta_base_step(3);
+  kept.set_delta_ordinal(1);
+  // The chunks as the planner made them before: the template, with each
+  // shard's chunks added to it.
+  v1::CheckpointManifest expected = kept;
+  int i = 0;
+  for (v1::TensorEntry& tensor : *expected.mutable_tensors()) {
+    for (v1::StoredShard& shard : *tensor.mutable_shards()) {
+      const v1::HostAssignment& host = plan->hosts(static_cast<int>(plan->shard_hosts(i)));
+      const v1::WriteItem& item = host.items(static_cast<int>(plan->shard_items(i++)));
+      AddPlannedChunks(item, host.files(item.writer()), 4096, shard);
+    }
+  }
+  CHECK(MessageDifferencer::Equals(ManifestOf(stamped), expected));
+  // Its bytes, made a tensor at a time, parse to the same message, as long.
+  const std::string bytes = SerializedManifestOf(stamped);
+  v1::CheckpointManifest parsed;
+  REQUIRE(parsed.ParseFromString(bytes));
+  CHECK(MessageDifferencer::Equals(parsed, expected));
+  CHECK(bytes.size() == expected.ByteSizeLong());
+  // ManifestOf copies a tensor entry field by field: one added to the
+  // message must be added there (and here).
+  CHECK(v1::TensorEntry::descriptor()->field_count() == 5);
+}
+
 TEST_CASE("ManifestOf leaves a template that lists its chunks as it is", "[planned_manifest]") {
   absl::StatusOr<v1::SaveAssignment> plan = PlanSave(Hosts(), Options());
   CKPT_REQUIRE_OK(plan);
