@@ -117,6 +117,34 @@ v1::CheckpointManifest ManifestOf(const v1::SaveAssignment& assignment, int thre
   return manifest;
 }
 
+uint64_t PlannedManifestBytes(const v1::SaveAssignment& assignment) {
+  const v1::CheckpointManifest& kept = assignment.manifest_template();
+  // A message field's bytes: its tag (one byte for these fields), its
+  // length, then it.
+  const auto framed = [](uint64_t bytes) {
+    return 1 + CodedOutputStream::VarintSize64(bytes) + bytes;
+  };
+  uint64_t total = kept.ByteSizeLong();
+  if (assignment.shard_hosts().empty()) return total;
+  uint32_t i = 0;
+  for (const v1::TensorEntry& tensor : kept.tensors()) {
+    const uint64_t kept_tensor = tensor.ByteSizeLong();
+    uint64_t whole_tensor = kept_tensor;
+    for (const v1::StoredShard& shard : tensor.shards()) {
+      const v1::HostAssignment& host =
+          assignment.hosts(static_cast<int>(assignment.shard_hosts(i)));
+      const v1::WriteItem& item = host.items(static_cast<int>(assignment.shard_items(i++)));
+      const uint64_t kept_shard = shard.ByteSizeLong();
+      const uint64_t chunks =
+          PlannedChunksWireBytes(item.bytes(), item.file_offset(), host.files(item.writer()).size(),
+                                 assignment.chunk_bytes());
+      whole_tensor += framed(kept_shard + chunks) - framed(kept_shard);
+    }
+    total += framed(whole_tensor) - framed(kept_tensor);
+  }
+  return total;
+}
+
 std::string SerializedManifestOf(const v1::SaveAssignment& assignment) {
   const v1::CheckpointManifest& kept = assignment.manifest_template();
   if (assignment.shard_hosts().empty()) return kept.SerializeAsString();

@@ -30,6 +30,9 @@ v1::CheckpointManifest ManifestOf(const v1::SaveAssignment& assignment, int thre
 // more than the plan.
 std::string SerializedManifestOf(const v1::SaveAssignment& assignment);
 
+// ManifestOf(assignment).ByteSizeLong(), counted without making it.
+uint64_t PlannedManifestBytes(const v1::SaveAssignment& assignment);
+
 // The shard's chunks, cut from `item` as ManifestOf cuts them.
 void AddPlannedChunks(const v1::WriteItem& item, const std::string& file, uint64_t chunk_bytes,
                       v1::StoredShard& shard);

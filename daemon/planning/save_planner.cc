@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/planning/manifest_check.h"
@@ -720,6 +721,28 @@ absl::StatusOr<uint64_t> CountChunks(const std::vector<UniqueItem>& items,
   return chunks;
 }
 
+// A manifest of `bytes` is within what the catalog reads: its bytes, and
+// its footprint while read (manifest_footprint.h), measured on `wire()`
+// unless even the costliest bytes could not reach the bound.
+absl::Status CheckManifestBytes(uint64_t bytes, absl::FunctionRef<std::string()> wire,
+                                const ManifestLimits& limits) {
+  if (bytes > limits.max_manifest_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the save needs a manifest of about ", bytes, " bytes; the limit is ",
+                     limits.max_manifest_bytes, " (--max_manifest_bytes)"));
+  }
+  if (bytes > limits.max_memory_bytes / kMaxFootprintPerWireByte) {
+    absl::StatusOr<ManifestFootprint> footprint = MeasureManifest(wire(), "the plan's manifest");
+    if (!footprint.ok()) return footprint.status();
+    if (absl::Status s = CheckManifestFootprint(*footprint, bytes, "the plan's manifest", limits);
+        !s.ok()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the save would commit a checkpoint that cannot be loaded: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The longest chunk of a tensor shard: the plan's chunk size, or less if
 // every shard is shorter.
 uint64_t LongestChunk(const std::vector<UniqueItem>& items, const SavePlannerOptions& options) {
@@ -750,8 +773,9 @@ absl::Status CheckLoadable(const v1::SaveAssignment& plan, uint64_t chunks,
         absl::StrCat("the save would commit a checkpoint that cannot be loaded: ", s.message()));
   }
   // The shards' and tensors' length prefixes grow with their chunks, by at
-  // most 4 bytes each (5-byte varints): near a limit, the manifest itself
-  // is made and measured, as the commit will write it.
+  // most 4 bytes each (5-byte varints): near a limit, the manifest's size
+  // is counted exactly, and its bytes made (not its message) if they must
+  // be measured.
   const uint64_t bytes = manifest.ByteSizeLong() + chunk_wire_bytes + 6 * chunks;
   const uint64_t slack = 4 * (static_cast<uint64_t>(plan.shard_hosts_size()) +
                               static_cast<uint64_t>(manifest.tensors_size()));
@@ -760,7 +784,8 @@ absl::Status CheckLoadable(const v1::SaveAssignment& plan, uint64_t chunks,
       bytes + slack <= limits.max_memory_bytes / kMaxFootprintPerWireByte) {
     return absl::OkStatus();
   }
-  return CheckManifestSize(ManifestOf(plan, options.threads), 6 * chunks, limits);
+  return CheckManifestBytes(
+      PlannedManifestBytes(plan) + 6 * chunks, [&] { return SerializedManifestOf(plan); }, limits);
 }
 
 // The assignment, and the manifest the commit will write with every chunk
@@ -933,26 +958,8 @@ absl::Status PlanSaveInto(absl::Span<const v1::NodeSavePlan> nodes,
 
 absl::Status CheckManifestSize(const v1::CheckpointManifest& manifest, uint64_t extra_bytes,
                                const ManifestLimits& limits) {
-  const uint64_t bytes = manifest.ByteSizeLong() + extra_bytes;
-  if (bytes > limits.max_manifest_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the save needs a manifest of about ", bytes, " bytes; the limit is ",
-                     limits.max_manifest_bytes, " (--max_manifest_bytes)"));
-  }
-  // Nor one too large to hold while it is read (manifest_footprint.h):
-  // measured on its bytes unless even the costliest bytes could not reach
-  // the bound.
-  if (bytes > limits.max_memory_bytes / kMaxFootprintPerWireByte) {
-    const std::string wire = manifest.SerializeAsString();
-    absl::StatusOr<ManifestFootprint> footprint = MeasureManifest(wire, "the plan's manifest");
-    if (!footprint.ok()) return footprint.status();
-    if (absl::Status s = CheckManifestFootprint(*footprint, bytes, "the plan's manifest", limits);
-        !s.ok()) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the save would commit a checkpoint that cannot be loaded: ", s.message()));
-    }
-  }
-  return absl::OkStatus();
+  return CheckManifestBytes(
+      manifest.ByteSizeLong() + extra_bytes, [&] { return manifest.SerializeAsString(); }, limits);
 }
 
 absl::StatusOr<v1::SaveAssignment> PlanSave(absl::Span<const v1::NodeSavePlan> nodes,

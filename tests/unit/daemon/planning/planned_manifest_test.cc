@@ -134,6 +134,7 @@ TEST_CASE("ManifestOf is the template with each shard's chunks, every other fiel
   REQUIRE(parsed.ParseFromString(bytes));
   CHECK(MessageDifferencer::Equals(parsed, expected));
   CHECK(bytes.size() == expected.ByteSizeLong());
+  CHECK(PlannedManifestBytes(stamped) == expected.ByteSizeLong());
   // ManifestOf copies a tensor entry field by field: one added to the
   // message must be added there (and here).
   CHECK(v1::TensorEntry::descriptor()->field_count() == 5);
@@ -166,6 +167,14 @@ TEST_CASE("the plan's manifest bound is the manifest's, to the byte", "[planned_
   options.manifest_limits.max_manifest_bytes = bytes - 1;
   CKPT_REQUIRE_ERROR(PlanSave(Hosts(), options), absl::StatusCode::kResourceExhausted,
                      absl::StrCat("needs a manifest of about ", bytes, " bytes"));
+  // Its footprint while read, measured on its bytes when they could reach
+  // the bound: refused when they do, planned when they do not.
+  options = Options();
+  options.manifest_limits.max_memory_bytes = bytes;
+  CKPT_REQUIRE_ERROR(PlanSave(Hosts(), options), absl::StatusCode::kResourceExhausted,
+                     "cannot be loaded");
+  options.manifest_limits.max_memory_bytes = 100 * bytes;  // over 1/256th: measured
+  CKPT_REQUIRE_OK(PlanSave(Hosts(), options));
 }
 
 TEST_CASE("a planned manifest is held to the manifest's limits", "[planned_manifest]") {
