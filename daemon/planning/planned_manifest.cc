@@ -7,7 +7,6 @@
 #include <google/protobuf/field_mask.pb.h>
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/util/field_mask_util.h>
-#include <google/protobuf/wire_format_lite.h>
 
 #include "daemon/planning/parallel_for.h"
 
@@ -20,40 +19,6 @@ using google::protobuf::io::CodedOutputStream;
 // takes none.
 uint64_t VarintField(uint64_t value) {
   return value == 0 ? 0 : 1 + CodedOutputStream::VarintSize64(value);
-}
-
-}  // namespace
-
-void AddPlannedChunks(const v1::WriteItem& item, const std::string& file, uint64_t chunk_bytes,
-                      v1::StoredShard& shard) {
-  const uint64_t bytes = item.bytes();
-  shard.mutable_chunks()->Reserve(static_cast<int>((bytes + chunk_bytes - 1) / chunk_bytes));
-  for (uint64_t offset = 0; offset < bytes; offset += chunk_bytes) {
-    v1::StoredChunk* chunk = shard.add_chunks();
-    chunk->set_file(file);
-    chunk->set_file_offset(item.file_offset() + offset);
-    chunk->set_shard_offset(offset);
-    chunk->set_length(std::min(chunk_bytes, bytes - offset));
-  }
-}
-
-uint64_t PlannedChunksWireBytes(uint64_t bytes, uint64_t file_offset, size_t file_name_bytes,
-                                uint64_t chunk_bytes) {
-  const uint64_t file = 1 + CodedOutputStream::VarintSize64(file_name_bytes) + file_name_bytes;
-  uint64_t total = 0;
-  for (uint64_t offset = 0; offset < bytes; offset += chunk_bytes) {
-    const uint64_t inner = file + VarintField(file_offset + offset) + VarintField(offset) +
-                           VarintField(std::min(chunk_bytes, bytes - offset));
-    total += 1 + CodedOutputStream::VarintSize64(inner) + inner;
-  }
-  return total;
-}
-
-namespace {
-
-void AppendVarint(uint64_t value, std::string& out) {
-  for (; value >= 0x80; value >>= 7) out.push_back(static_cast<char>(value | 0x80));
-  out.push_back(static_cast<char>(value));
 }
 
 // The template's fields but its tensors, whatever fields the manifest has.
@@ -93,6 +58,31 @@ void MakeTensor(const v1::SaveAssignment& assignment, int t, uint32_t first_shar
 }
 
 }  // namespace
+
+void AddPlannedChunks(const v1::WriteItem& item, const std::string& file, uint64_t chunk_bytes,
+                      v1::StoredShard& shard) {
+  const uint64_t bytes = item.bytes();
+  shard.mutable_chunks()->Reserve(static_cast<int>((bytes + chunk_bytes - 1) / chunk_bytes));
+  for (uint64_t offset = 0; offset < bytes; offset += chunk_bytes) {
+    v1::StoredChunk* chunk = shard.add_chunks();
+    chunk->set_file(file);
+    chunk->set_file_offset(item.file_offset() + offset);
+    chunk->set_shard_offset(offset);
+    chunk->set_length(std::min(chunk_bytes, bytes - offset));
+  }
+}
+
+uint64_t PlannedChunksWireBytes(uint64_t bytes, uint64_t file_offset, size_t file_name_bytes,
+                                uint64_t chunk_bytes) {
+  const uint64_t file = 1 + CodedOutputStream::VarintSize64(file_name_bytes) + file_name_bytes;
+  uint64_t total = 0;
+  for (uint64_t offset = 0; offset < bytes; offset += chunk_bytes) {
+    const uint64_t inner = file + VarintField(file_offset + offset) + VarintField(offset) +
+                           VarintField(std::min(chunk_bytes, bytes - offset));
+    total += 1 + CodedOutputStream::VarintSize64(inner) + inner;
+  }
+  return total;
+}
 
 v1::CheckpointManifest ManifestOf(const v1::SaveAssignment& assignment, int threads) {
   const v1::CheckpointManifest& kept = assignment.manifest_template();
@@ -149,20 +139,17 @@ std::string SerializedManifestOf(const v1::SaveAssignment& assignment) {
   const v1::CheckpointManifest& kept = assignment.manifest_template();
   if (assignment.shard_hosts().empty()) return kept.SerializeAsString();
   // A message's fields may come in any order, and a repeated field's
-  // elements each as a field of its own: the header's, then each tensor's.
+  // elements each as a field of its own: the header's, then each tensor's,
+  // as a manifest of that tensor alone serializes it.
   std::string out = HeaderOf(kept).SerializeAsString();
   uint32_t first = 0;
-  v1::TensorEntry tensor;
+  v1::CheckpointManifest one;
+  v1::TensorEntry& tensor = *one.add_tensors();
   for (int t = 0; t < kept.tensors_size(); ++t) {
     tensor.Clear();
     MakeTensor(assignment, t, first, tensor);
     first += static_cast<uint32_t>(tensor.shards_size());
-    AppendVarint(google::protobuf::internal::WireFormatLite::MakeTag(
-                     v1::CheckpointManifest::kTensorsFieldNumber,
-                     google::protobuf::internal::WireFormatLite::WIRETYPE_LENGTH_DELIMITED),
-                 out);
-    AppendVarint(tensor.ByteSizeLong(), out);
-    tensor.AppendToString(&out);
+    one.AppendToString(&out);
   }
   return out;
 }
