@@ -20,13 +20,6 @@ namespace {
 
 using namespace testing;  // NOLINT
 
-SavePlannerOptions Options() {
-  SavePlannerOptions o;
-  o.chunk_bytes = 4096;
-  o.alignment = 4096;
-  return o;
-}
-
 // Two hosts, 4 ranks each: TP=2 row halves of two layers, DP replicas on
 // the other host, a replicated norm, an FSDP-style flat range per rank of
 // a third tensor, and objects.
@@ -74,9 +67,9 @@ TEST_CASE("a compact plan holds each host's tensors and regions once", "[compact
 
 TEST_CASE("a plan spelled out and its compact form get the same assignment", "[compact_plan]") {
   const std::vector<v1::NodeSavePlan> spelled = Spelled();
-  auto a = PlanSave(spelled, Options());
+  auto a = PlanSave(spelled, PlannerOptions());
   CKPT_REQUIRE_OK(a);
-  auto b = PlanSave(Compacted(spelled), Options());
+  auto b = PlanSave(Compacted(spelled), PlannerOptions());
   CKPT_REQUIRE_OK(b);
   CHECK(google::protobuf::util::MessageDifferencer::Equals(*a, *b));
   // Every distinct region once: 2 layers x 2 halves, the norm, 4 ranges,
@@ -87,7 +80,7 @@ TEST_CASE("a plan spelled out and its compact form get the same assignment", "[c
   // One host compact, the other spelled out: the same again.
   std::vector<v1::NodeSavePlan> mixed = spelled;
   CKPT_REQUIRE_OK(CompactSavePlan(mixed[1], RequestLimits()));
-  auto c = PlanSave(mixed, Options());
+  auto c = PlanSave(mixed, PlannerOptions());
   CKPT_REQUIRE_OK(c);
   CHECK(google::protobuf::util::MessageDifferencer::Equals(*a, *c));
 }
@@ -97,42 +90,42 @@ TEST_CASE("tensors that ranks of one host disagree on stay apart and are named",
   *RankOf(nodes[0], 2).mutable_shards(2) = Whole("norm", v1::FLOAT32, {48});
   nodes = Compacted(nodes);
   CHECK(nodes[0].tensors_size() == 5);
-  CKPT_REQUIRE_ERROR(PlanSave(nodes, Options()), absl::StatusCode::kInvalidArgument, "tensor norm",
-                     "rank 2 has dtype FLOAT32", "rank 0 has dtype BFLOAT16");
+  CKPT_REQUIRE_ERROR(PlanSave(nodes, PlannerOptions()), absl::StatusCode::kInvalidArgument,
+                     "tensor norm", "rank 2 has dtype FLOAT32", "rank 0 has dtype BFLOAT16");
 }
 
 TEST_CASE("a compact plan's indexes and counts are checked before use", "[compact_plan]") {
   const std::vector<v1::NodeSavePlan> good = Compacted(Spelled());
-  CKPT_REQUIRE_OK(PlanSave(good, Options()));
+  CKPT_REQUIRE_OK(PlanSave(good, PlannerOptions()));
 
   std::vector<v1::NodeSavePlan> bad = good;
   RankOf(bad[1], 6).set_shard_tensors(3, 4);
-  CKPT_REQUIRE_ERROR(PlanSave(bad, Options()), absl::StatusCode::kInvalidArgument, "rank 6",
+  CKPT_REQUIRE_ERROR(PlanSave(bad, PlannerOptions()), absl::StatusCode::kInvalidArgument, "rank 6",
                      "shard 3 names tensor 4");
   bad = good;
   RankOf(bad[0], 1).set_shard_regions(0, 1u << 31);
-  CKPT_REQUIRE_ERROR(PlanSave(bad, Options()), absl::StatusCode::kInvalidArgument, "rank 1",
+  CKPT_REQUIRE_ERROR(PlanSave(bad, PlannerOptions()), absl::StatusCode::kInvalidArgument, "rank 1",
                      "region 2147483648");
   bad = good;
   RankOf(bad[0], 3).add_shard_tensors(0);  // one more tensor than regions
-  CKPT_REQUIRE_ERROR(PlanSave(bad, Options()), absl::StatusCode::kInvalidArgument, "rank 3",
+  CKPT_REQUIRE_ERROR(PlanSave(bad, PlannerOptions()), absl::StatusCode::kInvalidArgument, "rank 3",
                      "5 shard tensors, 4 shard regions");
   bad = good;
   *RankOf(bad[0], 3).add_shards() = Whole("norm", v1::BFLOAT16, {48});  // both forms
-  CKPT_REQUIRE_ERROR(PlanSave(bad, Options()), absl::StatusCode::kInvalidArgument, "rank 3",
+  CKPT_REQUIRE_ERROR(PlanSave(bad, PlannerOptions()), absl::StatusCode::kInvalidArgument, "rank 3",
                      "1 shards spelled out in a compact plan");
   // A plan spelled out may not carry the compact form's parts.
   bad = Spelled();
   bad[0].add_regions();
-  CKPT_REQUIRE_ERROR(PlanSave(bad, Options()), absl::StatusCode::kInvalidArgument, "host h0",
+  CKPT_REQUIRE_ERROR(PlanSave(bad, PlannerOptions()), absl::StatusCode::kInvalidArgument, "host h0",
                      "compact form's tables");
   bad = Spelled();
   RankOf(bad[1], 4).add_shard_tensors(0);
-  CKPT_REQUIRE_ERROR(PlanSave(bad, Options()), absl::StatusCode::kInvalidArgument, "rank 4",
+  CKPT_REQUIRE_ERROR(PlanSave(bad, PlannerOptions()), absl::StatusCode::kInvalidArgument, "rank 4",
                      "compact shards");
   // Tables larger than the host's ranks may list are refused unread.
   bad = good;
-  SavePlannerOptions tight = Options();
+  SavePlannerOptions tight = PlannerOptions();
   tight.limits.max_tensors_per_plan = 4;
   CKPT_REQUIRE_OK(PlanSave(good, tight));
   for (int i = 0; i < 4 * 4 + 1; ++i) bad[0].add_regions();
@@ -142,10 +135,12 @@ TEST_CASE("a compact plan's indexes and counts are checked before use", "[compac
   bad = good;
   v1::Box* box = bad[0].mutable_regions(0)->mutable_box();
   for (int d = 0; d < 100; ++d) box->add_offsets(0);
-  CKPT_REQUIRE_ERROR(PlanSave(bad, Options()), absl::StatusCode::kResourceExhausted, "--max_dims");
+  CKPT_REQUIRE_ERROR(PlanSave(bad, PlannerOptions()), absl::StatusCode::kResourceExhausted,
+                     "--max_dims");
   bad = good;
   for (int d = 0; d < 100; ++d) bad[1].mutable_tensors(0)->add_global_shape(1);
-  CKPT_REQUIRE_ERROR(PlanSave(bad, Options()), absl::StatusCode::kResourceExhausted, "--max_dims");
+  CKPT_REQUIRE_ERROR(PlanSave(bad, PlannerOptions()), absl::StatusCode::kResourceExhausted,
+                     "--max_dims");
 }
 
 TEST_CASE("compacting checks the device buffers it drops", "[compact_plan]") {
@@ -159,8 +154,8 @@ TEST_CASE("compacting checks the device buffers it drops", "[compact_plan]") {
   buffer->set_offset(1);
   CKPT_REQUIRE_ERROR(CompactSavePlan(nodes[1], RequestLimits()), absl::StatusCode::kInvalidArgument,
                      "rank 5", "tensor l0.w", "outside its allocation");
-  CKPT_REQUIRE_ERROR(PlanSave(nodes, Options()), absl::StatusCode::kInvalidArgument, "rank 5",
-                     "outside its allocation");
+  CKPT_REQUIRE_ERROR(PlanSave(nodes, PlannerOptions()), absl::StatusCode::kInvalidArgument,
+                     "rank 5", "outside its allocation");
 }
 
 // The save above loaded resharded: three row parts of the layers, the norm
@@ -185,7 +180,7 @@ std::vector<v1::NodeLoadPlan> CompactedLoad(std::vector<v1::NodeLoadPlan> nodes)
 }
 
 v1::CheckpointManifest Saved() {
-  auto saved = PlanSave(Spelled(), Options());
+  auto saved = PlanSave(Spelled(), PlannerOptions());
   CKPT_REQUIRE_OK(saved);
   v1::CheckpointManifest manifest = planning::ManifestOf(*saved);
   return manifest;

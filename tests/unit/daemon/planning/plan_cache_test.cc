@@ -18,13 +18,6 @@ namespace {
 
 using namespace testing;  // NOLINT
 
-SavePlannerOptions Options() {
-  SavePlannerOptions o;
-  o.chunk_bytes = 4096;
-  o.alignment = 4096;
-  return o;
-}
-
 // Two DP ranks with a replica each and a TP split, on two hosts.
 std::vector<v1::NodeSavePlan> Layout(int64_t step, const std::string& job = "job") {
   v1::NodeSavePlan a = Node("h0", 4, 2, {0, 1}, job, step);
@@ -59,16 +52,16 @@ v1::SaveAssignment Committed(const v1::SaveAssignment& fresh) {
 TEST_CASE("an unchanged layout reuses the plan, with the new step and metadata", "[plan_cache]") {
   SavePlanCache cache;
   bool hit = true;
-  auto first = cache.Plan(Layout(10), Options(), &hit);
+  auto first = cache.Plan(Layout(10), PlannerOptions(), &hit);
   REQUIRE(first.ok());
   CHECK_FALSE(hit);
   std::vector<v1::NodeSavePlan> next = Layout(20);
   (*next[0].mutable_user_metadata())["lr"] = "0.1";
-  auto second = cache.Plan(next, Options(), &hit);
+  auto second = cache.Plan(next, PlannerOptions(), &hit);
   REQUIRE(second.ok());
   CHECK(hit);
   // Exactly what planning from scratch gives.
-  auto fresh = PlanSave(next, Options());
+  auto fresh = PlanSave(next, PlannerOptions());
   REQUIRE(fresh.ok());
   CHECK(Same(Stamped(*second), Committed(*fresh)));
   CHECK(second->Manifest().step() == 20);
@@ -85,17 +78,17 @@ TEST_CASE("an unchanged layout reuses the plan, with the new step and metadata",
 
 TEST_CASE("any change of layout plans afresh", "[plan_cache]") {
   SavePlanCache cache;
-  REQUIRE(cache.Plan(Layout(1), Options()).ok());
+  REQUIRE(cache.Plan(Layout(1), PlannerOptions()).ok());
   auto changed = [&](std::vector<v1::NodeSavePlan> nodes, const char* what) {
     bool hit = true;
-    auto plan = cache.Plan(nodes, Options(), &hit);
+    auto plan = cache.Plan(nodes, PlannerOptions(), &hit);
     INFO(what);
     REQUIRE(plan.ok());
     CHECK_FALSE(hit);
-    auto fresh = PlanSave(nodes, Options());
+    auto fresh = PlanSave(nodes, PlannerOptions());
     REQUIRE(fresh.ok());
     CHECK(Same(Stamped(*plan), Committed(*fresh)));
-    REQUIRE(cache.Plan(Layout(1), Options()).ok());  // back to the original
+    REQUIRE(cache.Plan(Layout(1), PlannerOptions()).ok());  // back to the original
   };
   std::vector<v1::NodeSavePlan> nodes = Layout(2);
   AddShard(nodes[1], 3, Whole("extra", v1::INT32, {7}));
@@ -112,22 +105,22 @@ TEST_CASE("any change of layout plans afresh", "[plan_cache]") {
   changed(nodes, "a shard moved");
   // Another job with the same layout has its own entry.
   bool hit = true;
-  REQUIRE(cache.Plan(Layout(2, "other"), Options(), &hit).ok());
+  REQUIRE(cache.Plan(Layout(2, "other"), PlannerOptions(), &hit).ok());
   CHECK_FALSE(hit);
 }
 
 TEST_CASE("what may change is still validated on a hit", "[plan_cache]") {
   SavePlanCache cache;
-  REQUIRE(cache.Plan(Layout(1), Options()).ok());
+  REQUIRE(cache.Plan(Layout(1), PlannerOptions()).ok());
   std::vector<v1::NodeSavePlan> bad = Layout(-4);
-  auto negative = cache.Plan(bad, Options());
+  auto negative = cache.Plan(bad, PlannerOptions());
   CHECK(negative.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(std::string(negative.status().message()).find("negative") != std::string::npos);
   bad = Layout(3);
   bad[1].set_step(4);  // hosts disagree on the step
-  CHECK(cache.Plan(bad, Options()).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(cache.Plan(bad, PlannerOptions()).status().code() == absl::StatusCode::kInvalidArgument);
   bad = Layout(3);
-  SavePlannerOptions tight = Options();
+  SavePlannerOptions tight = PlannerOptions();
   tight.limits.max_user_metadata_bytes = 8;
   (*bad[0].mutable_user_metadata())["note"] = std::string(100, 'x');
   CHECK_FALSE(cache.Plan(bad, tight).ok());
@@ -208,40 +201,41 @@ TEST_CASE("the plans' key is their hosts' keys digested in order", "[plan_cache]
   // changed key misses.
   SavePlanCache cache;
   bool hit = false;
-  CKPT_REQUIRE_OK(cache.Plan(plans, host_keys, Options(), &hit));
+  CKPT_REQUIRE_OK(cache.Plan(plans, host_keys, PlannerOptions(), &hit));
   CHECK_FALSE(hit);
   for (v1::NodeSavePlan& node : plans) node.set_step(4);
-  CKPT_REQUIRE_OK(cache.Plan(plans, host_keys, Options(), &hit));
+  CKPT_REQUIRE_OK(cache.Plan(plans, host_keys, PlannerOptions(), &hit));
   CHECK(hit);
-  CKPT_REQUIRE_OK(cache.Plan(plans, Options(), &hit));  // digests them itself
+  CKPT_REQUIRE_OK(cache.Plan(plans, PlannerOptions(), &hit));  // digests them itself
   CHECK(hit);
   std::vector<std::string> other = host_keys;
   other[1] = HostPlanKey(Layout(4, "other")[1]);
-  CKPT_REQUIRE_OK(cache.Plan(plans, other, Options(), &hit));
+  CKPT_REQUIRE_OK(cache.Plan(plans, other, PlannerOptions(), &hit));
   CHECK_FALSE(hit);
   // A key per host, or the plan is refused.
-  CHECK(cache.Plan(plans, absl::MakeConstSpan(host_keys).subspan(1), Options()).status().code() ==
-        absl::StatusCode::kInternal);
+  CHECK(cache.Plan(plans, absl::MakeConstSpan(host_keys).subspan(1), PlannerOptions())
+            .status()
+            .code() == absl::StatusCode::kInternal);
 }
 
 TEST_CASE("the cache keeps within its bytes, dropping the least recently used job",
           "[plan_cache]") {
   SavePlanCache probe;
-  REQUIRE(probe.Plan(Layout(1), Options()).ok());
+  REQUIRE(probe.Plan(Layout(1), PlannerOptions()).ok());
   const uint64_t entry = probe.Stats().bytes;  // one job's key and assignment
   REQUIRE(entry > 0);
   // Room for two jobs' entries, not three.
   SavePlanCache cache(entry * 5 / 2);
-  REQUIRE(cache.Plan(Layout(1, "a"), Options()).ok());
-  REQUIRE(cache.Plan(Layout(1, "b"), Options()).ok());
-  REQUIRE(cache.Plan(Layout(2, "a"), Options()).ok());  // a is now the most recent
-  REQUIRE(cache.Plan(Layout(1, "c"), Options()).ok());  // evicts b
+  REQUIRE(cache.Plan(Layout(1, "a"), PlannerOptions()).ok());
+  REQUIRE(cache.Plan(Layout(1, "b"), PlannerOptions()).ok());
+  REQUIRE(cache.Plan(Layout(2, "a"), PlannerOptions()).ok());  // a is now the most recent
+  REQUIRE(cache.Plan(Layout(1, "c"), PlannerOptions()).ok());  // evicts b
   CHECK(cache.Stats().bytes <= entry * 5 / 2);
   CHECK(cache.Stats().jobs == 2);
   bool hit = false;
-  REQUIRE(cache.Plan(Layout(3, "a"), Options(), &hit).ok());
+  REQUIRE(cache.Plan(Layout(3, "a"), PlannerOptions(), &hit).ok());
   CHECK(hit);
-  REQUIRE(cache.Plan(Layout(3, "b"), Options(), &hit).ok());
+  REQUIRE(cache.Plan(Layout(3, "b"), PlannerOptions(), &hit).ok());
   CHECK_FALSE(hit);
 }
 

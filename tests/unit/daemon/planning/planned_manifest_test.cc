@@ -20,13 +20,6 @@ namespace {
 using namespace testing;  // NOLINT
 using google::protobuf::util::MessageDifferencer;
 
-SavePlannerOptions Options() {
-  SavePlannerOptions o;
-  o.chunk_bytes = 4096;
-  o.threads = 1;
-  return o;
-}
-
 // Two hosts of two ranks, two writer files each: a tensor split in rows
 // (shards of 2 to 3 chunks), one replicated whole on every rank, an empty
 // one, and objects.
@@ -46,7 +39,7 @@ std::vector<v1::NodeSavePlan> Hosts() {
 
 TEST_CASE("a plan keeps each shard's item; ManifestOf cuts its chunks as the commit writes them",
           "[planned_manifest]") {
-  absl::StatusOr<v1::SaveAssignment> plan = PlanSave(Hosts(), Options());
+  absl::StatusOr<v1::SaveAssignment> plan = PlanSave(Hosts(), PlannerOptions());
   CKPT_REQUIRE_OK(plan);
   const v1::CheckpointManifest& kept = plan->manifest_template();
   int shards = 0;
@@ -109,7 +102,7 @@ TEST_CASE("ManifestOf is the template with each shard's chunks, every other fiel
   (*nodes[0].mutable_user_metadata())["lr"] = "0.1";
   nodes[0].set_partial(true);
   nodes[1].set_partial(true);
-  absl::StatusOr<v1::SaveAssignment> plan = PlanSave(nodes, Options());
+  absl::StatusOr<v1::SaveAssignment> plan = PlanSave(nodes, PlannerOptions());
   CKPT_REQUIRE_OK(plan);
   v1::SaveAssignment stamped = *plan;
   v1::CheckpointManifest& kept = *stamped.mutable_manifest_template();
@@ -141,7 +134,7 @@ TEST_CASE("ManifestOf is the template with each shard's chunks, every other fiel
 }
 
 TEST_CASE("ManifestOf leaves a template that lists its chunks as it is", "[planned_manifest]") {
-  absl::StatusOr<v1::SaveAssignment> plan = PlanSave(Hosts(), Options());
+  absl::StatusOr<v1::SaveAssignment> plan = PlanSave(Hosts(), PlannerOptions());
   CKPT_REQUIRE_OK(plan);
   v1::SaveAssignment sent;  // as a node is sent it: the manifest whole
   *sent.mutable_manifest_template() = ManifestOf(*plan);
@@ -149,7 +142,7 @@ TEST_CASE("ManifestOf leaves a template that lists its chunks as it is", "[plann
 }
 
 TEST_CASE("the plan's manifest bound is the manifest's, to the byte", "[planned_manifest]") {
-  absl::StatusOr<v1::SaveAssignment> plan = PlanSave(Hosts(), Options());
+  absl::StatusOr<v1::SaveAssignment> plan = PlanSave(Hosts(), PlannerOptions());
   CKPT_REQUIRE_OK(plan);
   // The manifest as committed: each chunk's CRC, 6 bytes with its tag at
   // most, counted too (the commit fills them in).
@@ -161,7 +154,7 @@ TEST_CASE("the plan's manifest bound is the manifest's, to the byte", "[planned_
     }
   }
   const uint64_t bytes = whole.ByteSizeLong() + 6 * static_cast<uint64_t>(chunks);
-  SavePlannerOptions options = Options();
+  SavePlannerOptions options = PlannerOptions();
   options.manifest_limits.max_manifest_bytes = bytes;
   CKPT_REQUIRE_OK(PlanSave(Hosts(), options));
   options.manifest_limits.max_manifest_bytes = bytes - 1;
@@ -169,7 +162,7 @@ TEST_CASE("the plan's manifest bound is the manifest's, to the byte", "[planned_
                      absl::StrCat("needs a manifest of about ", bytes, " bytes"));
   // Its footprint while read, measured on its bytes when they could reach
   // the bound: refused when they do, planned when they do not.
-  options = Options();
+  options = PlannerOptions();
   options.manifest_limits.max_memory_bytes = bytes;
   CKPT_REQUIRE_ERROR(PlanSave(Hosts(), options), absl::StatusCode::kResourceExhausted,
                      "cannot be loaded");
@@ -178,7 +171,7 @@ TEST_CASE("the plan's manifest bound is the manifest's, to the byte", "[planned_
 }
 
 TEST_CASE("a planned manifest is held to the manifest's limits", "[planned_manifest]") {
-  absl::StatusOr<v1::SaveAssignment> plan = PlanSave(Hosts(), Options());
+  absl::StatusOr<v1::SaveAssignment> plan = PlanSave(Hosts(), PlannerOptions());
   CKPT_REQUIRE_OK(plan);
   ManifestLimits limits;
   CKPT_REQUIRE_OK(ValidatePlannedManifest(*plan, 14, 4096, "plan", limits, 1));

@@ -22,16 +22,9 @@ namespace {
 
 using namespace testing;  // NOLINT
 
-SavePlannerOptions Options(uint64_t chunk_bytes = 4096) {
-  SavePlannerOptions o;
-  o.chunk_bytes = chunk_bytes;
-  o.alignment = 4096;
-  return o;
-}
-
 absl::StatusOr<v1::SaveAssignment> Plan(const std::vector<v1::NodeSavePlan>& nodes,
                                         uint64_t chunk_bytes = 4096) {
-  return PlanSave(nodes, Options(chunk_bytes));
+  return PlanSave(nodes, PlannerOptions(chunk_bytes));
 }
 
 std::vector<v1::WriteItem> AllItems(const v1::SaveAssignment& a) {
@@ -878,7 +871,7 @@ TEST_CASE("plan errors: ranks, hosts, job", "[save_planner]") {
   SECTION("no hosts") { CKPT_REQUIRE_ERROR(Plan({}), absl::StatusCode::kInvalidArgument); }
   SECTION("chunk size not a multiple of the alignment") {
     v1::NodeSavePlan node = SingleHost(1);
-    SavePlannerOptions o = Options();
+    SavePlannerOptions o = PlannerOptions();
     o.chunk_bytes = 6000;
     CKPT_REQUIRE_ERROR(PlanSave({node}, o), absl::StatusCode::kInvalidArgument, "6000");
     o.chunk_bytes = 0;
@@ -1033,7 +1026,7 @@ TEST_CASE("save planner bounds", "[save_planner][limits]") {
     tall.set_partial(true);
     const int64_t rows = int64_t{1} << 38;
     AddShard(tall, 0, BoxShard("tall", v1::FLOAT32, {rows, 1 << 20}, {0, 7}, {rows, 1}));
-    CKPT_REQUIRE_ERROR(PlanSave({tall}, Options(4096)), absl::StatusCode::kResourceExhausted,
+    CKPT_REQUIRE_ERROR(PlanSave({tall}, PlannerOptions(4096)), absl::StatusCode::kResourceExhausted,
                        "needs 268435456 chunks", "--max_chunks_per_save");
   }
   SECTION("a plan whose manifest would not load") {

@@ -157,6 +157,15 @@ inline void AddShard(v1::NodeSavePlan& node, int rank, const v1::TensorShard& sh
   *RankOf(node, rank).add_shards() = shard;
 }
 
+// The save planner's options with small chunks, so that shards of a few
+// KiB are several chunks.
+inline SavePlannerOptions PlannerOptions(uint64_t chunk_bytes = 4096) {
+  SavePlannerOptions o;
+  o.chunk_bytes = chunk_bytes;
+  o.alignment = 4096;
+  return o;
+}
+
 inline int64_t NumElements(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
