@@ -50,6 +50,10 @@ class Checker {
                                " (a split manifest's root is checked once "
                                "its chunk tables are joined)"));
     }
+    if (m.shard_layouts_size() > 0) {
+      return Lost(absl::StrCat("it lists ", m.shard_layouts_size(),
+                               " shard layouts, which only a compact root does"));
+    }
     if (m.job() != job || m.step() != step) {
       return absl::FailedPreconditionError(
           absl::StrCat(source_, ": the manifest is of job ", Quoted(m.job()), " step ", m.step(),
@@ -171,6 +175,12 @@ class Checker {
 
   absl::Status CheckTensor(const v1::TensorEntry& tensor) {
     const std::string owner = absl::StrCat("tensor ", Quoted(tensor.fqn()));
+    // A compact root's columns are expanded away before a check
+    // (compact_root.h): here they would be shards that nothing checks.
+    if (tensor.layout() != 0 || tensor.shard_tables_size() > 0 ||
+        tensor.shard_chunk_counts_size() > 0 || tensor.shard_writer_ranks_size() > 0) {
+      return Lost(absl::StrCat(owner, " has a compact root's shard layout and columns"));
+    }
     if (tensor.global_shape_size() > limits_.max_dims) {
       return Lost(absl::StrCat(owner, " has ", tensor.global_shape_size(),
                                " dimensions, more than the limit of ", limits_.max_dims));

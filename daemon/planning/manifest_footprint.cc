@@ -5,6 +5,7 @@
 #include <google/protobuf/message.h>
 #include <google/protobuf/wire_format_lite.h>
 
+#include <algorithm>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -226,6 +227,24 @@ uint64_t JoinedChunkBytes(size_t file_name_bytes) {
   static const uint64_t message =
       v1::StoredChunk::default_instance().SpaceUsedLong() + kAllocOverhead;
   return message + kPointerSlot + StringBytes(file_name_bytes) + kCheckPerChunk;
+}
+
+uint64_t ExpandedShardBytes(const v1::Region& region) {
+  static const uint64_t message =
+      v1::StoredShard::default_instance().SpaceUsedLong() + kAllocOverhead + kPointerSlot;
+  switch (region.kind_case()) {
+    case v1::Region::kBox: {
+      // The region, its box and the box's two arrays, a block each.
+      const uint64_t dims =
+          static_cast<uint64_t>(std::max(region.box().offsets_size(), region.box().lengths_size()));
+      return message + sizeof(v1::Region) + sizeof(v1::Box) + 4 * kAllocOverhead +
+             2 * (sizeof(int64_t) + dims * sizeof(int64_t));
+    }
+    case v1::Region::kFlat:
+      return message + sizeof(v1::Region) + sizeof(v1::FlatRange) + 2 * kAllocOverhead;
+    default:
+      return message;
+  }
 }
 
 absl::Status CheckManifestFootprint(const ManifestFootprint& footprint, uint64_t file_bytes,

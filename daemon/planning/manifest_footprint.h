@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "ckpt/v1/common.pb.h"
 #include "daemon/planning/manifest_check.h"
 
 namespace ckpt::planning {
@@ -59,6 +60,23 @@ absl::StatusOr<ManifestFootprint> MeasureChunkTable(absl::string_view payload,
 // message, its slot, its copy of the file name and ValidateManifest's
 // extent.
 uint64_t JoinedChunkBytes(size_t file_name_bytes);
+
+// What one shard expanded from a compact root (compact_root.h) costs: its
+// message, its slot and a copy of `region`, counted from the region's
+// fields (not from its buffers' capacity), so that the writer and every
+// reader agree.
+uint64_t ExpandedShardBytes(const v1::Region& region);
+
+// Sums and products that stop at UINT64_MAX: estimates of hostile sizes
+// cannot wrap.
+inline uint64_t SatAdd(uint64_t a, uint64_t b) {
+  uint64_t sum = 0;
+  return __builtin_add_overflow(a, b, &sum) ? UINT64_MAX : sum;
+}
+inline uint64_t SatMul(uint64_t a, uint64_t b) {
+  uint64_t product = 0;
+  return __builtin_mul_overflow(a, b, &product) ? UINT64_MAX : product;
+}
 
 // FAILED_PRECONDITION naming `source` and the flag when the manifest holds
 // more tensors, shards, chunks or objects than the limits, or reading it

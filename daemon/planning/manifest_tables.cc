@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/planning/compact_root.h"
 #include "daemon/planning/manifest_footprint.h"
 #include "daemon/planning/manifest_io.h"
 
@@ -20,12 +21,13 @@ std::string ChunkTableName(uint32_t index) {
 
 namespace {
 
-// The root: every field but the tensor chunks, which become table entries.
-// Field by field, so that a field added to the manifest and not here is
-// dropped by a split; tests/unit (manifest_tables_test) fills every field
-// and checks that a split and a join give the manifest back.
-void FillRoot(const v1::CheckpointManifest& m, v1::CheckpointManifest& root) {
-  root.set_format_version(kSplitManifestFormatVersion);
+// The root: every field but the tensor chunks, which become table entries,
+// and in a compact root (format 3) the shards, which FillCompactShards
+// adds. Field by field, so that a field added to the manifest and not here
+// is dropped by a split; tests/unit (manifest_tables_test) fills every
+// field and checks that a split and a join give the manifest back.
+void FillRoot(const v1::CheckpointManifest& m, uint32_t format, v1::CheckpointManifest& root) {
+  root.set_format_version(format);
   root.set_job(m.job());
   root.set_step(m.step());
   root.set_created_unix_ms(m.created_unix_ms());
@@ -41,6 +43,7 @@ void FillRoot(const v1::CheckpointManifest& m, v1::CheckpointManifest& root) {
     out->set_dtype(t.dtype());
     *out->mutable_global_shape() = t.global_shape();
     out->set_partial(t.partial());
+    if (format == kCompactRootFormatVersion) continue;
     out->mutable_shards()->Reserve(t.shards_size());
     for (const v1::StoredShard& s : t.shards()) {
       v1::StoredShard* shard = out->add_shards();
@@ -91,16 +94,6 @@ void PadOptionalColumns(v1::ChunkTable& t) {
   pad(*t.mutable_element_bytes());
   pad(*t.mutable_delta_base_step());
   while (!t.delta_base().empty() && t.delta_base_size() < n) t.add_delta_base();
-}
-
-uint64_t SatAdd(uint64_t a, uint64_t b) {
-  uint64_t sum = 0;
-  return __builtin_add_overflow(a, b, &sum) ? UINT64_MAX : sum;
-}
-
-uint64_t SatMul(uint64_t a, uint64_t b) {
-  uint64_t product = 0;
-  return __builtin_mul_overflow(a, b, &product) ? UINT64_MAX : product;
 }
 
 // Where each table lies in TABLES: table i+1 at offsets[i], its size
@@ -174,7 +167,13 @@ bool Joinable(const SplitManifestFiles& files, const v1::CheckpointManifest& roo
   if (!footprint.ok() || !CheckManifestFootprint(*footprint, files.root.size(), "", limits).ok()) {
     return false;
   }
-  JoinMemory memory(footprint->ReadBytes(files.root.size()), shards, root.chunk_tables_size());
+  uint64_t root_bytes = footprint->ReadBytes(files.root.size());
+  if (root.format_version() == kCompactRootFormatVersion) {
+    absl::StatusOr<uint64_t> expanded = CheckCompactRoot(root, "", limits);
+    if (!expanded.ok()) return false;
+    root_bytes = SatAdd(root_bytes, *expanded);
+  }
+  JoinMemory memory(root_bytes, shards, root.chunk_tables_size());
   uint64_t bytes = files.root.size();
   uint64_t chunks = 0;
   for (const v1::ChunkTableRef& ref : root.chunk_tables()) {
@@ -205,13 +204,18 @@ bool Joinable(const SplitManifestFiles& files, const v1::CheckpointManifest& roo
 }  // namespace
 
 std::optional<SplitManifestFiles> SplitManifest(const v1::CheckpointManifest& manifest,
-                                                const ManifestLimits& limits) {
-  // On an arena: a cluster's root is millions of small messages (each
-  // shard's region), and one heap allocation each was most of a split.
+                                                const ManifestLimits& limits,
+                                                uint32_t root_format) {
+  if (root_format != kSplitManifestFormatVersion && root_format != kCompactRootFormatVersion) {
+    return std::nullopt;
+  }
+  // On an arena: a cluster's format-2 root is millions of small messages
+  // (each shard's region), and one heap allocation each was most of a split.
   google::protobuf::Arena arena;
   v1::CheckpointManifest& root =
       *google::protobuf::Arena::CreateMessage<v1::CheckpointManifest>(&arena);
-  FillRoot(manifest, root);
+  FillRoot(manifest, root_format, root);
+  std::vector<ShardPlace> places;  // by shard, over all tensors
   std::vector<v1::ChunkTable*> tables;
   absl::flat_hash_map<std::string, uint32_t> table_of_file;  // 1-based
   uint32_t shard_number = 0;
@@ -219,6 +223,7 @@ std::optional<SplitManifestFiles> SplitManifest(const v1::CheckpointManifest& ma
     const v1::TensorEntry& tensor = manifest.tensors(t);
     for (int s = 0; s < tensor.shards_size(); ++s, ++shard_number) {
       const v1::StoredShard& shard = tensor.shards(s);
+      ShardPlace& place = places.emplace_back();
       if (shard.chunks_size() == 0) continue;
       const std::string& file = shard.chunks(0).file();
       auto [it, inserted] = table_of_file.try_emplace(file, tables.size() + 1);
@@ -231,12 +236,17 @@ std::optional<SplitManifestFiles> SplitManifest(const v1::CheckpointManifest& ma
         if (chunk.file() != file) return std::nullopt;  // one table per shard
         AddRow(table, shard_number, chunk);
       }
-      v1::StoredShard* out = root.mutable_tensors(t)->mutable_shards(s);
-      out->set_table(it->second);
-      out->set_chunk_count(static_cast<uint32_t>(shard.chunks_size()));
+      place.table = it->second;
+      place.chunks = static_cast<uint32_t>(shard.chunks_size());
+      if (root_format == kSplitManifestFormatVersion) {
+        v1::StoredShard* out = root.mutable_tensors(t)->mutable_shards(s);
+        out->set_table(place.table);
+        out->set_chunk_count(place.chunks);
+      }
     }
   }
   if (tables.empty()) return std::nullopt;
+  if (root_format == kCompactRootFormatVersion) FillCompactShards(manifest, places, root);
   SplitManifestFiles files;
   files.tables.reserve(tables.size());
   for (v1::ChunkTable* t : tables) {
@@ -339,9 +349,10 @@ class Joiner {
   Joiner(v1::CheckpointManifest& m, absl::string_view source, const ManifestLimits& limits)
       : m_(m), source_(source), limits_(limits) {}
 
-  absl::Status Run(const ManifestFootprint& root, uint64_t root_bytes,
+  // `expanded`: the memory a compact root's shards took (compact_root.h).
+  absl::Status Run(const ManifestFootprint& root, uint64_t root_bytes, uint64_t expanded,
                    const ChunkTablesReader& read_tables) {
-    if (absl::Status s = CheckRoot(root, root_bytes); !s.ok()) return s;
+    if (absl::Status s = CheckRoot(root, root_bytes, expanded); !s.ok()) return s;
     for (const auto& [first, end] : TableRuns(offsets_)) {
       const uint64_t run = offsets_[end] - offsets_[first];
       if (SatAdd(memory_->base(), run) > limits_.max_memory_bytes) {
@@ -384,7 +395,7 @@ class Joiner {
 
   // Counts, sizes and the memory of the joined manifest, before any table
   // is read; each shard's table and chunk count against the table list.
-  absl::Status CheckRoot(const ManifestFootprint& root, uint64_t root_bytes) {
+  absl::Status CheckRoot(const ManifestFootprint& root, uint64_t root_bytes, uint64_t expanded) {
     const int tables = m_.chunk_tables_size();
     if (tables == 0) return Lost("the split manifest lists no chunk table");
     if (root_bytes > limits_.max_manifest_bytes) {
@@ -395,7 +406,7 @@ class Joiner {
     uint64_t chunks = 0;
     uint64_t shards = 0;
     for (const v1::TensorEntry& tensor : m_.tensors()) shards += tensor.shards_size();
-    memory_.emplace(root.ReadBytes(root_bytes), shards, tables);
+    memory_.emplace(SatAdd(root.ReadBytes(root_bytes), expanded), shards, tables);
     for (int i = 0; i < tables; ++i) {
       const v1::ChunkTableRef& ref = m_.chunk_tables(i);
       const std::string name = ChunkTableName(static_cast<uint32_t>(i + 1));
@@ -515,8 +526,18 @@ class Joiner {
 absl::Status JoinChunkTables(v1::CheckpointManifest& manifest, const ManifestFootprint& root,
                              uint64_t root_bytes, absl::string_view source,
                              const ManifestLimits& limits, const ChunkTablesReader& read_tables) {
+  uint64_t expanded = 0;
+  if (manifest.format_version() == kCompactRootFormatVersion) {
+    // Checked, and its memory allowed, before a shard is added.
+    absl::StatusOr<uint64_t> bytes = CheckCompactRoot(manifest, source, limits);
+    if (!bytes.ok()) return bytes.status();
+    const uint64_t total = SatAdd(root.ReadBytes(root_bytes), *bytes);
+    if (total > limits.max_memory_bytes) return OverMemory(source, total, limits);
+    ExpandCompactRoot(manifest);
+    expanded = *bytes;
+  }
   if (manifest.format_version() != kSplitManifestFormatVersion) return absl::OkStatus();
-  return Joiner(manifest, source, limits).Run(root, root_bytes, read_tables);
+  return Joiner(manifest, source, limits).Run(root, root_bytes, expanded, read_tables);
 }
 
 }  // namespace ckpt::planning

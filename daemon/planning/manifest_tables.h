@@ -8,9 +8,13 @@
 // table is checked on its own, against the size, checksum and count its
 // root entry gives.
 //
+// The root is written compact (format 3, compact_root.h): each shard
+// layout listed once, each shard's table in a column. Format 2 roots,
+// which list every shard, are still read.
+//
 // Readers join a split manifest back into the format-1 form that lists
 // every chunk (JoinChunkTables), so everything after the read is the same
-// for both formats; ValidateManifest then checks the joined whole as it
+// for every format; ValidateManifest then checks the joined whole as it
 // checks a format-1 manifest.
 //
 // Thread-safety: pure functions, safe from any thread.
@@ -46,13 +50,15 @@ struct SplitManifestFiles {
   std::vector<std::string> tables;  // table i+1's bytes; TABLES is them back to back
 };
 
-// `manifest` (format 1) split by data file. nullopt when it cannot be: a
+// `manifest` (format 1) split by data file, its root in `root_format` (3,
+// or 2 as earlier versions wrote it). nullopt when it cannot be: a
 // shard whose chunks lie in more than one file (the root names one table
 // per shard), no tensor chunk at all, or a split that JoinChunkTables
 // would refuse under `limits` (its memory estimate is a little above
 // format 1's). Callers write format 1 then.
 std::optional<SplitManifestFiles> SplitManifest(const v1::CheckpointManifest& manifest,
-                                                const ManifestLimits& limits);
+                                                const ManifestLimits& limits,
+                                                uint32_t root_format = 3);
 
 // Reads `length` bytes at `offset` of TABLES, which must be `total` bytes
 // long: NOT_FOUND when it is missing, DATA_LOSS when it has another size.
@@ -63,7 +69,7 @@ using ChunkTablesReader =
 // (a larger table alone): a few reads for a whole manifest, each bounded.
 inline constexpr uint64_t kTablesReadBytes = uint64_t{32} << 20;
 
-// Joins the chunk tables of a format-2 root (decoded with
+// Joins the chunk tables of a format-2 or format-3 root (decoded with
 // DecodeBoundedManifest from MANIFEST's `root_bytes` bytes, whose estimate
 // is `root`) into it: format 1, every chunk
 // listed. Before reading any table it checks the tables' counts and sizes
@@ -73,6 +79,8 @@ inline constexpr uint64_t kTablesReadBytes = uint64_t{32} << 20;
 // the root's table list. A table of another size, checksum, file or chunk
 // count than its root entry, or listing a chunk of a shard that its root
 // entry does not put there, is DATA_LOSS naming `source` and the table.
+// A compact root is checked and expanded first (compact_root.h: its
+// shards and their memory within the limits before one is added).
 // A format-1 manifest is left as it is.
 absl::Status JoinChunkTables(v1::CheckpointManifest& manifest, const ManifestFootprint& root,
                              uint64_t root_bytes, absl::string_view source,

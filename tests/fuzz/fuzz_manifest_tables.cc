@@ -17,6 +17,7 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
+#include "daemon/planning/compact_root.h"
 #include "daemon/planning/manifest_check.h"
 #include "daemon/planning/manifest_io.h"
 #include "daemon/planning/manifest_tables.h"
@@ -66,23 +67,27 @@ void Read(const SplitManifestCase& c) {
   // A split writes the fields it knows; fields of a later format are not
   // carried over.
   m->DiscardUnknownFields();
-  std::optional<planning::SplitManifestFiles> split = planning::SplitManifest(*m, limits);
-  if (!split.has_value()) return;
-  SplitManifestCase again;
-  again.set_root(split->root);
-  for (const std::string& t : split->tables) again.add_tables(t);
-  absl::StatusOr<v1::CheckpointManifest> rejoined =
-      planning::DecodeBoundedManifest(again.root(), "MANIFEST", limits, &footprint);
-  CKPT_FUZZ_CHECK(rejoined.ok(), "a split's root does not decode");
-  CKPT_FUZZ_CHECK(planning::JoinChunkTables(*rejoined, footprint, again.root().size(), "MANIFEST",
-                                            limits, ReaderOf(again))
-                      .ok(),
-                  "a split does not join");
-  google::protobuf::util::MessageDifferencer differ;
-  std::string diff;
-  differ.ReportDifferencesToString(&diff);
-  const bool same = differ.Compare(*m, *rejoined);
-  CKPT_FUZZ_CHECK(same, "a split and a join changed the manifest: " + diff.substr(0, 2000));
+  // Both roots: compact (as written now) and format 2 (as read still).
+  for (const uint32_t format :
+       {planning::kCompactRootFormatVersion, planning::kSplitManifestFormatVersion}) {
+    std::optional<planning::SplitManifestFiles> split = planning::SplitManifest(*m, limits, format);
+    if (!split.has_value()) continue;
+    SplitManifestCase again;
+    again.set_root(split->root);
+    for (const std::string& t : split->tables) again.add_tables(t);
+    absl::StatusOr<v1::CheckpointManifest> rejoined =
+        planning::DecodeBoundedManifest(again.root(), "MANIFEST", limits, &footprint);
+    CKPT_FUZZ_CHECK(rejoined.ok(), "a split's root does not decode");
+    CKPT_FUZZ_CHECK(planning::JoinChunkTables(*rejoined, footprint, again.root().size(), "MANIFEST",
+                                              limits, ReaderOf(again))
+                        .ok(),
+                    "a split does not join");
+    google::protobuf::util::MessageDifferencer differ;
+    std::string diff;
+    differ.ReportDifferencesToString(&diff);
+    const bool same = differ.Compare(*m, *rejoined);
+    CKPT_FUZZ_CHECK(same, "a split and a join changed the manifest: " + diff.substr(0, 2000));
+  }
 }
 
 // The case with every trailer right and the root's entries matching the

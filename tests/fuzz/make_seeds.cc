@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/codec/chunk_codec.h"
+#include "daemon/planning/compact_root.h"
 #include "daemon/planning/load_planner.h"
 #include "daemon/planning/manifest_check.h"
 #include "daemon/planning/manifest_io.h"
@@ -347,15 +348,21 @@ void WriteCodecSeeds(const std::filesystem::path& root) {
   }
 }
 
-// The manifest written split (fuzz_manifest_tables), when it can be.
+// The manifest written split (fuzz_manifest_tables), when it can be: with
+// a compact root, as written now, and a format-2 root, as still read.
 void WriteSplitSeed(const std::filesystem::path& root, const std::string& name,
                     const v1::CheckpointManifest& manifest) {
-  std::optional<planning::SplitManifestFiles> split = planning::SplitManifest(manifest, {});
-  if (!split.has_value()) return;
-  SplitManifestCase c;
-  c.set_root(split->root);
-  for (const std::string& table : split->tables) c.add_tables(table);
-  Write(root / "fuzz_manifest_tables" / (name + ".pb"), c.SerializeAsString());
+  for (const uint32_t format :
+       {planning::kCompactRootFormatVersion, planning::kSplitManifestFormatVersion}) {
+    std::optional<planning::SplitManifestFiles> split =
+        planning::SplitManifest(manifest, {}, format);
+    if (!split.has_value()) return;
+    SplitManifestCase c;
+    c.set_root(split->root);
+    for (const std::string& table : split->tables) c.add_tables(table);
+    const std::string suffix = format == planning::kCompactRootFormatVersion ? "" : "-format2";
+    Write(root / "fuzz_manifest_tables" / (name + suffix + ".pb"), c.SerializeAsString());
+  }
 }
 
 }  // namespace

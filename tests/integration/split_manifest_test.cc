@@ -1,7 +1,8 @@
 // Split manifests end to end (docs/manifest.md): a real ckptd writes a root
 // MANIFEST and one chunk table per data file (in TABLES); demo ranks load it under
 // another sharding and check every byte; verify, inspect and export read
-// it; a daemon writing format 1 still reads it; and a damaged table, or
+// it; a daemon writing format 1 still reads it, a root in format 2 (as
+// earlier versions wrote it) loads bit-exact; and a damaged table, or
 // TABLES missing or of another size, fails the load and verify naming it
 // while the daemon serves on.
 #include <filesystem>
@@ -12,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/planning/compact_root.h"
 #include "daemon/planning/manifest_io.h"
 #include "daemon/planning/manifest_tables.h"
 #include "tests/catch.h"
@@ -61,9 +63,11 @@ TEST_CASE("a split manifest loads resharded bit-exact; verify, inspect and expor
   REQUIRE(d.Start({kChunkFlag, kSplitFlag}).ok());
   RequireAllOk(d.RunRanks("split", "save", 2, 1, 2));
 
-  // On disk: a format-2 root listing no tensor chunk, and its tables.
+  // On disk: a compact root listing no shard and no tensor chunk (each
+  // shard a value in its tensor's columns), and its tables.
   const v1::CheckpointManifest root = RootOnDisk(d, "split", 1);
-  CHECK(root.format_version() == planning::kSplitManifestFormatVersion);
+  CHECK(root.format_version() == planning::kCompactRootFormatVersion);
+  CHECK(root.shard_layouts_size() > 0);
   REQUIRE(root.chunk_tables_size() >= 2);  // two ranks, a file each at least
   uint64_t table_chunks = 0;
   uint64_t table_bytes = 0;
@@ -73,7 +77,8 @@ TEST_CASE("a split manifest loads resharded bit-exact; verify, inspect and expor
   }
   CHECK(fs::file_size(d.job_dir("split") + "/step-1/TABLES") == table_bytes);
   for (const v1::TensorEntry& t : root.tensors()) {
-    for (const v1::StoredShard& s : t.shards()) CHECK(s.chunks_size() == 0);
+    CHECK(t.shards_size() == 0);
+    CHECK(t.layout() > 0);
   }
 
   // Loaded by three ranks: every byte checked by the demo ranks.
@@ -116,6 +121,49 @@ TEST_CASE("a split manifest loads resharded bit-exact; verify, inspect and expor
   CHECK(RootOnDisk(d, "split", 2).format_version() == 1);
   CHECK_FALSE(fs::exists(d.job_dir("split") + "/step-2/TABLES"));
   RequireAllOk(d.RunRanks("split", "load", 3, 2, 2, 2));
+}
+
+TEST_CASE("a split step whose root is format 2 (an earlier version's) loads bit-exact",
+          "[integration][split_manifest]") {
+  TestDaemon d;
+  REQUIRE(d.Start({kChunkFlag, kSplitFlag}).ok());
+  RequireAllOk(d.RunRanks("old", "save", 2, 1, 2));
+  // The step's root rewritten as an earlier version wrote it: the same
+  // tables, each shard a message of the root.
+  const std::string dir = d.job_dir("old") + "/step-1";
+  const std::string root_bytes = ReadFile(dir + "/MANIFEST");
+  const std::string tables = ReadFile(dir + "/TABLES");
+  planning::ManifestFootprint footprint;
+  absl::StatusOr<v1::CheckpointManifest> m =
+      planning::DecodeBoundedManifest(root_bytes, "MANIFEST", {}, &footprint);
+  REQUIRE(m.ok());
+  REQUIRE(m->format_version() == planning::kCompactRootFormatVersion);
+  REQUIRE(planning::JoinChunkTables(
+              *m, footprint, root_bytes.size(), "MANIFEST", {},
+              [&](uint64_t offset, uint64_t length, uint64_t) -> absl::StatusOr<std::string> {
+                return tables.substr(offset, length);
+              })
+              .ok());
+  std::optional<planning::SplitManifestFiles> old =
+      planning::SplitManifest(*m, {}, planning::kSplitManifestFormatVersion);
+  REQUIRE(old.has_value());
+  std::string old_tables;
+  for (const std::string& t : old->tables) old_tables += t;
+  CHECK(old_tables == tables);  // the tables do not depend on the root's format
+  {
+    std::ofstream out(dir + "/MANIFEST", std::ios::binary | std::ios::trunc);
+    out << old->root;
+    REQUIRE(out.good());
+  }
+  const v1::CheckpointManifest root = RootOnDisk(d, "old", 1);
+  REQUIRE(root.format_version() == planning::kSplitManifestFormatVersion);
+  REQUIRE(root.tensors_size() > 0);
+  CHECK(root.tensors(0).shards_size() > 0);
+  // Loaded by three ranks, every byte checked; verify reads it whole.
+  RequireAllOk(d.RunRanks("old", "load", 3, 1, 2, 2));
+  ExitInfo verify = d.Ckptctl({"verify", "old", "1"});
+  INFO(verify.output);
+  CHECK(verify.ok());
 }
 
 TEST_CASE("a damaged chunk table, or TABLES missing or of another size, fails loads and verify",

@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 
+#include "daemon/planning/compact_root.h"
 #include "daemon/planning/manifest_io.h"
 #include "daemon/planning/planned_manifest.h"
 #include "daemon/planning/save_planner.h"
@@ -118,7 +119,11 @@ TEST_CASE("a split manifest joins back to every field of the manifest", "[manife
     for (int f = 0; f < type->field_count(); ++f) {
       const std::string name = type->field(f)->full_name();
       if (name == "ckpt.v1.StoredShard.table" || name == "ckpt.v1.StoredShard.chunk_count" ||
-          name == "ckpt.v1.CheckpointManifest.chunk_tables") {
+          name == "ckpt.v1.CheckpointManifest.chunk_tables" ||
+          name == "ckpt.v1.CheckpointManifest.shard_layouts" ||
+          name == "ckpt.v1.TensorEntry.layout" || name == "ckpt.v1.TensorEntry.shard_tables" ||
+          name == "ckpt.v1.TensorEntry.shard_chunk_counts" ||
+          name == "ckpt.v1.TensorEntry.shard_writer_ranks") {
         continue;  // a split's own
       }
       const google::protobuf::FieldDescriptor* field = type->field(f);
@@ -141,16 +146,32 @@ TEST_CASE("a split manifest joins back to every field of the manifest", "[manife
     }
   }
 
-  std::optional<SplitManifestFiles> files = SplitManifest(m, {});
+  // Compact (as written now) and format 2 (as earlier versions wrote it).
+  const uint32_t format = GENERATE(kCompactRootFormatVersion, kSplitManifestFormatVersion);
+  INFO("root format " << format);
+  std::optional<SplitManifestFiles> files = SplitManifest(m, {}, format);
   REQUIRE(files.has_value());
   CHECK(files->tables.size() == 4);  // two hosts, two files each
   // The root lists no tensor chunk: each shard names its table.
   absl::StatusOr<v1::CheckpointManifest> root = DecodeManifest(files->root, "MANIFEST");
   REQUIRE(root.ok());
-  CHECK(root->format_version() == kSplitManifestFormatVersion);
+  CHECK(root->format_version() == format);
   CHECK(root->chunk_tables_size() == 4);
-  for (const v1::TensorEntry& t : root->tensors()) {
-    for (const v1::StoredShard& s : t.shards()) CHECK(s.chunks_size() == 0);
+  if (format == kCompactRootFormatVersion) {
+    // The six layers share one layout, the empty tensor has its own; no
+    // shard is listed, each is a value in three columns.
+    CHECK(root->shard_layouts_size() == 2);
+    for (const v1::TensorEntry& t : root->tensors()) {
+      CHECK(t.shards_size() == 0);
+      CHECK(t.layout() != 0);
+      CHECK(t.shard_tables_size() == root->shard_layouts(t.layout() - 1).regions_size());
+    }
+  } else {
+    CHECK(root->shard_layouts_size() == 0);
+    for (const v1::TensorEntry& t : root->tensors()) {
+      CHECK(t.layout() == 0);
+      for (const v1::StoredShard& s : t.shards()) CHECK(s.chunks_size() == 0);
+    }
   }
   // Unjoined, it is no manifest a reader takes.
   CHECK(absl::IsDataLoss(ValidateManifest(*root, m.job(), m.step(), "MANIFEST")));
@@ -239,7 +260,9 @@ std::string CraftedTable(SplitManifestFiles& files, Tables& tables, uint32_t ind
 
 TEST_CASE("a root and tables that disagree are refused", "[manifest_tables]") {
   const v1::CheckpointManifest m = FullManifest();
-  std::optional<SplitManifestFiles> files = SplitManifest(m, {});
+  // A format-2 root, whose shards are messages to edit (a compact root's
+  // own checks are below).
+  std::optional<SplitManifestFiles> files = SplitManifest(m, {}, kSplitManifestFormatVersion);
   REQUIRE(files.has_value());
   const Tables good = files->tables;
   const auto lost = [&](const std::string& root, const Tables& tables, const std::string& says) {
@@ -301,6 +324,83 @@ TEST_CASE("a root and tables that disagree are refused", "[manifest_tables]") {
   CHECK(absl::IsDataLoss(ValidateManifest(named, m.job(), m.step(), "MANIFEST")));
 }
 
+TEST_CASE("a compact root's expansion takes no more memory than its check allowed",
+          "[manifest_tables]") {
+  const v1::CheckpointManifest m = FullManifest();
+  std::optional<SplitManifestFiles> files = SplitManifest(m, {});
+  REQUIRE(files.has_value());
+  absl::StatusOr<v1::CheckpointManifest> root = DecodeManifest(files->root, "MANIFEST");
+  REQUIRE(root.ok());
+  absl::StatusOr<uint64_t> allowed = CheckCompactRoot(*root, "MANIFEST", {});
+  REQUIRE(allowed.ok());
+  const uint64_t before = root->SpaceUsedLong();
+  ExpandCompactRoot(*root);
+  CHECK(root->format_version() == kSplitManifestFormatVersion);
+  CHECK(root->shard_layouts_size() == 0);
+  // What the shards' messages use, their slots beside: within the
+  // estimate, and not far below it (an estimate is no use if it refuses
+  // what fits).
+  const uint64_t used = root->SpaceUsedLong() - before;
+  INFO("used " << used << ", allowed " << *allowed);
+  CHECK(used <= *allowed);
+  CHECK(*allowed <= 3 * used);
+}
+
+TEST_CASE("a compact root that does not hold together is refused", "[manifest_tables]") {
+  const v1::CheckpointManifest m = FullManifest();
+  std::optional<SplitManifestFiles> files = SplitManifest(m, {});
+  REQUIRE(files.has_value());
+  const Tables good = files->tables;
+  const auto lost = [&](const std::string& says, auto edit) {
+    int reads = 0;
+    absl::StatusOr<v1::CheckpointManifest> joined = Join(Crafted(*files, edit), good, {}, &reads);
+    INFO(joined.status());
+    CHECK(absl::IsDataLoss(joined.status()));
+    CHECK(joined.status().message().find(says) != std::string::npos);
+  };
+  lost("lists shards in a compact root",
+       [](v1::CheckpointManifest& r) { r.mutable_tensors(2)->add_shards()->set_table(1); });
+  lost("names shard layout 9",
+       [](v1::CheckpointManifest& r) { r.mutable_tensors(2)->set_layout(9); });
+  lost("writer ranks for the 4 shards of its layout", [](v1::CheckpointManifest& r) {
+    r.mutable_tensors(2)->mutable_shard_writer_ranks()->RemoveLast();
+  });
+  lost("chunk counts and",
+       [](v1::CheckpointManifest& r) { r.mutable_tensors(2)->add_shard_chunk_counts(1); });
+  lost("tensor \"layers.5.w\" has 4 tables, 4 chunk counts and 4 writer ranks for the 0 shards",
+       [](v1::CheckpointManifest& r) { r.mutable_tensors(6)->set_layout(0); });
+  // Expanded, a shard's column values meet the format-2 checks.
+  lost("names chunk table 9",
+       [](v1::CheckpointManifest& r) { r.mutable_tensors(1)->set_shard_tables(0, 9); });
+  lost("chunks in chunk table", [](v1::CheckpointManifest& r) {
+    r.mutable_tensors(1)->set_shard_chunk_counts(0, 1000000000);
+  });
+  // A layout other tensors share, pointed at by one more: its shards'
+  // chunks are not where the tables put them.
+  lost("chunks in chunk table", [](v1::CheckpointManifest& r) {
+    *r.add_tensors() = r.tensors(1);
+    r.mutable_tensors(r.tensors_size() - 1)->set_fqn("copy");
+  });
+  // Outside a compact root, a layout or its columns are refused by the
+  // check: nothing would check the shards they describe.
+  v1::CheckpointManifest with_layouts = m;
+  with_layouts.add_shard_layouts();
+  CHECK(absl::IsDataLoss(ValidateManifest(with_layouts, m.job(), m.step(), "MANIFEST")));
+  v1::CheckpointManifest with_columns = m;
+  with_columns.mutable_tensors(1)->add_shard_tables(1);
+  CHECK(absl::IsDataLoss(ValidateManifest(with_columns, m.job(), m.step(), "MANIFEST")));
+  // A format-2 root with a layout is joined as format 2, and refused then.
+  std::optional<SplitManifestFiles> old = SplitManifest(m, {}, kSplitManifestFormatVersion);
+  REQUIRE(old.has_value());
+  const std::string mixed = Crafted(*old, [](v1::CheckpointManifest& r) {
+    r.mutable_tensors(1)->set_layout(1);
+    r.add_shard_layouts();
+  });
+  absl::StatusOr<v1::CheckpointManifest> joined = Join(mixed, old->tables);
+  REQUIRE(joined.ok());
+  CHECK(absl::IsDataLoss(ValidateManifest(*joined, m.job(), m.step(), "MANIFEST")));
+}
+
 TEST_CASE("the limits hold before any table is read", "[manifest_tables]") {
   const v1::CheckpointManifest m = FullManifest();
   std::optional<SplitManifestFiles> files = SplitManifest(m, {});
@@ -311,9 +411,11 @@ TEST_CASE("the limits hold before any table is read", "[manifest_tables]") {
     ++chunks;
     return absl::OkStatus();
   });
-  const auto refused = [&](const ManifestLimits& limits, const std::string& flag) {
+  const auto refused = [&](const ManifestLimits& limits, const std::string& flag,
+                           const std::string& root = "") {
     int reads = 0;
-    absl::StatusOr<v1::CheckpointManifest> joined = Join(files->root, good, limits, &reads);
+    absl::StatusOr<v1::CheckpointManifest> joined =
+        Join(root.empty() ? files->root : root, good, limits, &reads);
     INFO(joined.status());
     CHECK(absl::IsFailedPrecondition(joined.status()));
     CHECK(joined.status().message().find(flag) != std::string::npos);
@@ -328,6 +430,28 @@ TEST_CASE("the limits hold before any table is read", "[manifest_tables]") {
   ManifestLimits little_memory;
   little_memory.max_memory_bytes = 32 << 10;
   refused(little_memory, "--max_manifest_memory_bytes");
+  // A compact root's shards, a few bytes each on disk, are counted and
+  // their memory allowed before one is made: a crafted root whose ten
+  // thousand tensors each name a layout of 1,000 regions holds 2 million
+  // shards, three bytes each on disk and some 200 in memory.
+  ManifestLimits few_shards;
+  few_shards.max_shards = 24;  // the manifest has 6 x 4 + 1
+  refused(few_shards, "--max_manifest_shards");
+  const std::string expanding = Crafted(*files, [](v1::CheckpointManifest& r) {
+    v1::ShardLayout& layout = *r.add_shard_layouts();
+    for (int i = 0; i < 1000; ++i) *layout.add_regions() = r.shard_layouts(0).regions(0);
+    for (int t = 0; t < 2000; ++t) {
+      v1::TensorEntry& tensor = *r.add_tensors();
+      tensor.set_fqn(absl::StrCat("t", t));
+      tensor.set_layout(static_cast<uint32_t>(r.shard_layouts_size()));
+      tensor.mutable_shard_tables()->Resize(1000, 0);
+      tensor.mutable_shard_chunk_counts()->Resize(1000, 0);
+      tensor.mutable_shard_writer_ranks()->Resize(1000, 0);
+    }
+  });
+  ManifestLimits many_shards;
+  many_shards.max_shards = INT64_MAX;
+  refused(many_shards, "--max_manifest_memory_bytes", expanding);
   // A root claiming a billion chunks in a table is refused by its count.
   const std::string huge = Crafted(*files, [](v1::CheckpointManifest& r) {
     r.mutable_chunk_tables(0)->set_chunks(uint64_t{1} << 60);
