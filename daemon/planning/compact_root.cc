@@ -118,10 +118,8 @@ void ExpandCompactRoot(v1::CheckpointManifest& root) {
       shards.Reserve(layout.regions_size());
       for (int s = 0; s < layout.regions_size(); ++s) {
         v1::StoredShard& shard = *shards.Add();
-        // A region left unset stays unset (the split copied it so).
-        if (layout.regions(s).kind_case() != v1::Region::KIND_NOT_SET) {
-          *shard.mutable_region() = layout.regions(s);
-        }
+        // Set, as every shard of a compact root had it (manifest_tables.h).
+        *shard.mutable_region() = layout.regions(s);
         shard.set_writer_rank(tensor.shard_writer_ranks(s));
         shard.set_table(tensor.shard_tables(s));
         shard.set_chunk_count(tensor.shard_chunk_counts(s));

@@ -36,7 +36,8 @@ struct ShardPlace {
 
 // Fills the tensors of `root`, copies of m's without shards, with their
 // layouts (in root.shard_layouts, each distinct list of regions once) and
-// columns; `places` holds each shard's, numbered over all tensors.
+// columns; `places` holds each shard's, numbered over all tensors. Every
+// shard of `m` has its region set: expanded, each shard's is.
 void FillCompactShards(const v1::CheckpointManifest& m, absl::Span<const ShardPlace> places,
                        v1::CheckpointManifest& root);
 

@@ -53,6 +53,15 @@ void FillRoot(const v1::CheckpointManifest& m, uint32_t format, v1::CheckpointMa
   }
 }
 
+bool EveryShardHasRegion(const v1::CheckpointManifest& m) {
+  for (const v1::TensorEntry& t : m.tensors()) {
+    for (const v1::StoredShard& s : t.shards()) {
+      if (!s.has_region()) return false;
+    }
+  }
+  return true;
+}
+
 // An optional column stays empty until a chunk has a value other than the
 // default; then the rows before it get the default (a column is empty or
 // full-length). Most checkpoints fill none: a million default messages
@@ -208,6 +217,11 @@ std::optional<SplitManifestFiles> SplitManifest(const v1::CheckpointManifest& ma
                                                 uint32_t root_format) {
   if (root_format != kSplitManifestFormatVersion && root_format != kCompactRootFormatVersion) {
     return std::nullopt;
+  }
+  // A layout lists regions, set or empty: a shard whose region is unset
+  // (no writer leaves one so) keeps it unset only in a format-2 root.
+  if (root_format == kCompactRootFormatVersion && !EveryShardHasRegion(manifest)) {
+    root_format = kSplitManifestFormatVersion;
   }
   // On an arena: a cluster's format-2 root is millions of small messages
   // (each shard's region), and one heap allocation each was most of a split.

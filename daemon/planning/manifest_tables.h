@@ -51,7 +51,8 @@ struct SplitManifestFiles {
 };
 
 // `manifest` (format 1) split by data file, its root in `root_format` (3,
-// or 2 as earlier versions wrote it). nullopt when it cannot be: a
+// or 2 as earlier versions wrote it; 2 also where a shard's region is
+// unset, which a layout cannot say). nullopt when it cannot be: a
 // shard whose chunks lie in more than one file (the root names one table
 // per shard), no tensor chunk at all, or a split that JoinChunkTables
 // would refuse under `limits` (its memory estimate is a little above

@@ -185,6 +185,27 @@ TEST_CASE("a split manifest joins back to every field of the manifest", "[manife
   CHECK(valid.ok());
 }
 
+TEST_CASE("regions set empty or unset come back as they were", "[manifest_tables]") {
+  // A layout lists regions, so a set but empty one is kept; an unset one
+  // (no writer leaves one so) makes the split write a format-2 root.
+  v1::CheckpointManifest m = FullManifest();
+  m.mutable_tensors(1)->mutable_shards(0)->mutable_region()->Clear();
+  for (const bool unset : {false, true}) {
+    if (unset) m.mutable_tensors(2)->mutable_shards(1)->clear_region();
+    std::optional<SplitManifestFiles> files = SplitManifest(m, {});
+    REQUIRE(files.has_value());
+    absl::StatusOr<v1::CheckpointManifest> root = DecodeManifest(files->root, "MANIFEST");
+    REQUIRE(root.ok());
+    CHECK(root->format_version() ==
+          (unset ? kSplitManifestFormatVersion : kCompactRootFormatVersion));
+    absl::StatusOr<v1::CheckpointManifest> joined = Join(files->root, files->tables);
+    REQUIRE(joined.ok());
+    CHECK(joined->tensors(1).shards(0).has_region());
+    CHECK(joined->tensors(2).shards(1).has_region() == !unset);
+    CHECK(Same(*joined, m));
+  }
+}
+
 TEST_CASE("a format-1 manifest is left as it is", "[manifest_tables]") {
   const v1::CheckpointManifest m = FullManifest();
   const std::string bytes = EncodeManifest(m);
