@@ -70,18 +70,21 @@ absl::StatusOr<Commit> CommitAndRead(storage::Backend& backend, const std::strin
 absl::StatusOr<ManifestFigures> MeasureManifestFormats(v1::CheckpointManifest planned,
                                                        const std::string& dir,
                                                        const std::string& host,
-                                                       const planning::ManifestLimits& limits) {
+                                                       const planning::ManifestLimits& limits,
+                                                       bool split_only) {
   std::unique_ptr<storage::Backend> backend = storage::NewPosixBackend();
   const std::string root = absl::StrCat(dir, "/ckpt-manifest-bench-", getpid());
   if (absl::Status s = backend->CreateDirs(root); !s.ok()) return s;
   ManifestFigures f;
   absl::Status status = [&]() -> absl::Status {
-    absl::StatusOr<Commit> whole = CommitAndRead(*backend, root, planned, 1, 0, limits);
-    if (!whole.ok()) return WithContext(whole.status(), "format 1");
-    f.whole_commit_s = whole->commit_s;
-    f.whole_read_s = whole->read_s;
-    const std::string step1 = storage::StepDir(root, planned.job(), 1);
-    f.whole_bytes = FileBytes(*backend, absl::StrCat(step1, "/", storage::kManifestName));
+    if (!split_only) {
+      absl::StatusOr<Commit> whole = CommitAndRead(*backend, root, planned, 1, 0, limits);
+      if (!whole.ok()) return WithContext(whole.status(), "format 1");
+      f.whole_commit_s = whole->commit_s;
+      f.whole_read_s = whole->read_s;
+      const std::string step1 = storage::StepDir(root, planned.job(), 1);
+      f.whole_bytes = FileBytes(*backend, absl::StrCat(step1, "/", storage::kManifestName));
+    }
 
     absl::StatusOr<Commit> split = CommitAndRead(*backend, root, planned, 2, 1, limits);
     if (!split.ok()) return WithContext(split.status(), "split");
@@ -99,6 +102,7 @@ absl::StatusOr<ManifestFigures> MeasureManifestFormats(v1::CheckpointManifest pl
     absl::StatusOr<v1::CheckpointManifest> m =
         planning::DecodeBoundedManifest(*bytes, root_path, limits);
     if (!m.ok()) return m.status();
+    f.root_format = m->format_version();
     const std::string prefix = absl::StrCat("data/", host, "-");
     absl::StatusOr<std::unique_ptr<storage::ReadableFile>> tables =
         backend->NewReadableFile(absl::StrCat(step2, "/", planning::kChunkTablesFile));

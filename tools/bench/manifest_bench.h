@@ -19,7 +19,9 @@ struct ManifestFigures {
   uint64_t whole_bytes = 0;
   double whole_commit_s = 0;
   double whole_read_s = 0;
-  // Format 2: the root and its chunk tables.
+  // Split: the root (a compact one, format 3, as commits write it) and
+  // its chunk tables.
+  uint32_t root_format = 0;
   uint64_t root_bytes = 0;
   uint64_t table_bytes = 0;  // all tables together
   int tables = 0;
@@ -30,12 +32,14 @@ struct ManifestFigures {
   double host_read_s = 0;
 };
 
-// `planned` committed as step 1 (format 1) and step 2 (split) of its job
-// under a fresh folder in `dir`, then read back; the folder is removed.
+// `planned` committed as step 1 (format 1; not with `split_only`) and
+// step 2 (split) of its job under a fresh folder in `dir`, then read back;
+// the folder is removed.
 absl::StatusOr<ManifestFigures> MeasureManifestFormats(v1::CheckpointManifest planned,
                                                        const std::string& dir,
                                                        const std::string& host,
-                                                       const planning::ManifestLimits& limits);
+                                                       const planning::ManifestLimits& limits,
+                                                       bool split_only = false);
 
 }  // namespace ckpt::bench
 
