@@ -2,8 +2,9 @@
 // a rollback is latest (also after a restart), a broken latest fails closed
 // naming the step to use instead while `ckptctl list` still works, and a
 // MANIFEST with a valid trailer but hostile contents (traversal, a FIFO as
-// data file) is refused by load and verify without hanging the daemon,
-// which then still saves and loads.
+// data file, a compact root that would expand past the memory limit) is
+// refused by load and verify without hanging the daemon, which then still
+// saves and loads.
 #include <sys/stat.h>
 
 #include <grpcpp/grpcpp.h>
@@ -152,6 +153,45 @@ TEST_CASE("hostile manifests are refused and the daemon keeps serving", "[fault]
     const ExitInfo load = LoadOne(d, "evil", 1);
     INFO(load.output);
     CHECK_FALSE(load.ok());
+  }
+  SECTION("a compact root that would expand past the memory limit") {
+    // A split manifest's root (format 3) of 2,000 tensors naming one
+    // layout of 1,000 regions: 2 million shards in 6 MB, some 500 MB
+    // once expanded, past the default --max_manifest_memory_bytes. It is
+    // refused before a shard is made or a table read.
+    v1::CheckpointManifest root;
+    root.set_format_version(3);
+    root.set_job("evil");
+    root.set_step(1);
+    v1::ShardLayout& layout = *root.add_shard_layouts();
+    for (int i = 0; i < 1000; ++i) {
+      v1::Box& box = *layout.add_regions()->mutable_box();
+      box.add_offsets(i);
+      box.add_lengths(1);
+    }
+    for (int t = 0; t < 2000; ++t) {
+      v1::TensorEntry& tensor = *root.add_tensors();
+      tensor.set_fqn("t" + std::to_string(t));
+      tensor.set_dtype(v1::FLOAT32);
+      tensor.add_global_shape(1000);
+      tensor.set_layout(1);
+      tensor.mutable_shard_tables()->Resize(1000, 1);
+      tensor.mutable_shard_chunk_counts()->Resize(1000, 1);
+      tensor.mutable_shard_writer_ranks()->Resize(1000, 0);
+    }
+    v1::ChunkTableRef& table = *root.add_chunk_tables();
+    table.set_file(data_file);
+    table.set_bytes(64);
+    table.set_chunks(2000000);
+    PlantManifest(d, "evil", 1, root);
+    const ExitInfo verify = d.Ckptctl({"verify", "evil", "1"});
+    INFO(verify.output);
+    CHECK(verify.exit_code == 1);
+    CHECK(verify.output.find("--max_manifest_memory_bytes") != std::string::npos);
+    const ExitInfo load = LoadOne(d, "evil", 1);
+    INFO(load.output);
+    CHECK_FALSE(load.ok());
+    CHECK(load.output.find("--max_manifest_memory_bytes") != std::string::npos);
   }
   SECTION("a manifest copied from another job") {
     const std::string victim = ReadText(d.job_dir("victim") + "/step-1/MANIFEST");
