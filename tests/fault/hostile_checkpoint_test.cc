@@ -41,6 +41,18 @@ std::string ReadText(const std::string& path) {
   return text.str();
 }
 
+// Verify and a load of job evil's step 1 both fail, saying `says`.
+void RequireVerifyAndLoadRefuse(const TestDaemon& d, const std::string& says) {
+  const ExitInfo verify = d.Ckptctl({"verify", "evil", "1"});
+  INFO(verify.output);
+  CHECK(verify.exit_code == 1);
+  CHECK(verify.output.find(says) != std::string::npos);
+  const ExitInfo load = LoadOne(d, "evil", 1);
+  INFO(load.output);
+  CHECK_FALSE(load.ok());
+  CHECK(load.output.find(says) != std::string::npos);
+}
+
 }  // namespace
 
 TEST_CASE("a rollback is latest, also after a restart", "[fault][latest]") {
@@ -125,14 +137,7 @@ TEST_CASE("hostile manifests are refused and the daemon keeps serving", "[fault]
       }
     }
     PlantManifest(d, "evil", 1, m);
-    const ExitInfo verify = d.Ckptctl({"verify", "evil", "1"});
-    INFO(verify.output);
-    CHECK(verify.exit_code == 1);
-    CHECK(verify.output.find("leaves its directory") != std::string::npos);
-    const ExitInfo load = LoadOne(d, "evil", 1);
-    INFO(load.output);
-    CHECK_FALSE(load.ok());
-    CHECK(load.output.find("leaves its directory") != std::string::npos);
+    RequireVerifyAndLoadRefuse(d, "leaves its directory");
   }
   SECTION("a shard without chunks") {
     m.mutable_tensors(0)->mutable_shards(0)->clear_chunks();
@@ -184,14 +189,7 @@ TEST_CASE("hostile manifests are refused and the daemon keeps serving", "[fault]
     table.set_bytes(64);
     table.set_chunks(2000000);
     PlantManifest(d, "evil", 1, root);
-    const ExitInfo verify = d.Ckptctl({"verify", "evil", "1"});
-    INFO(verify.output);
-    CHECK(verify.exit_code == 1);
-    CHECK(verify.output.find("--max_manifest_memory_bytes") != std::string::npos);
-    const ExitInfo load = LoadOne(d, "evil", 1);
-    INFO(load.output);
-    CHECK_FALSE(load.ok());
-    CHECK(load.output.find("--max_manifest_memory_bytes") != std::string::npos);
+    RequireVerifyAndLoadRefuse(d, "--max_manifest_memory_bytes");
   }
   SECTION("a manifest copied from another job") {
     const std::string victim = ReadText(d.job_dir("victim") + "/step-1/MANIFEST");
