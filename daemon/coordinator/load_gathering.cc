@@ -285,15 +285,20 @@ absl::StatusOr<v1::LoadAssignment> LoadGathering::PlanSpanningLoad(const v1::Nod
       if (it != loads_.end() && it->second == load) loads_.erase(it);
     }
   }
-  absl::MutexLock lock(&mu_);
-  if (!load->error.ok()) return load->error;
-  auto part = load->parts.find(host);
-  if (part == load->parts.end()) {
-    return absl::InternalError(absl::StrCat("the load's plan has no part for host ", host));
+  std::shared_ptr<const PlannedLoad> plan;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!load->error.ok()) return load->error;
+    if (load->parts_left.erase(host) == 0 || load->plan == nullptr) {
+      return absl::InternalError(absl::StrCat("the load's plan has no part for host ", host));
+    }
+    plan = load->plan;
+    // The last host's: the global plan goes once its part is made.
+    if (load->parts_left.empty()) load->plan.reset();
   }
-  v1::LoadAssignment mine = std::move(part->second);
-  load->parts.erase(part);
-  return mine;
+  // Made without the lock, by each host's call at once: the parts of a
+  // cluster's load are many times its global plan.
+  return PartOf(*plan, host);
 }
 
 }  // namespace ckpt::coordinator

@@ -64,6 +64,15 @@ class LoadGathering {
   void ExpireLoads(absl::Time now);
 
  private:
+  // A spanning load's plan: who reads what (load_spread.h) and what every
+  // host's part carries besides. Not changed once made.
+  struct PlannedLoad {
+    planning::LoadSpread spread;
+    std::map<std::string, std::string> addresses;      // by host, its peer data channel
+    std::map<std::string, std::string> rebuilt_files;  // file -> its rebuilder
+    bool from_memory = false;
+    bool peer_channels = true;  // every host has a peer data channel
+  };
   // A spanning load between its first host's plan and its plan (or
   // failure). Its fields are guarded by mu_, but for the plans, written
   // only while it gathers and read by its one planner after.
@@ -78,7 +87,10 @@ class LoadGathering {
     uint64_t group_bytes = ~uint64_t{0};
     bool planned = false;
     absl::Status error;
-    std::map<std::string, v1::LoadAssignment> parts;  // by host, taken as answered
+    // Once planned: what each host's part is made from as it asks for it,
+    // dropped when the last host has taken its part.
+    std::shared_ptr<const PlannedLoad> plan;
+    std::set<std::string> parts_left;  // the hosts that did not take theirs yet
   };
 
   const std::string& root() const { return catalog_.root(); }
@@ -90,6 +102,9 @@ class LoadGathering {
   // says which); null when it comes from storage.
   absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> PlanFromMemory(
       const ActiveLoad& load, planning::FileHolders* holders);
+  // `host`'s part of a planned load, made now (its reads, rebuilds, routes).
+  static absl::StatusOr<v1::LoadAssignment> PartOf(const PlannedLoad& planned,
+                                                   const std::string& host);
   // The host that sent `rank` for `load` (this host when none before it).
   static std::string RankHost(const ActiveLoad& load, int rank, const std::string& host);
   // Fails the gathering spanning loads `host` takes part in.

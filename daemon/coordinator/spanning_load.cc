@@ -131,6 +131,11 @@ absl::Status LoadGathering::PlanGatheredLoad(ActiveLoad& load) {
     addresses[node.host().host()] = node.host().address();
     every_host_has_a_channel = every_host_has_a_channel && !node.host().address().empty();
   }
+  if (from_memory && !every_host_has_a_channel) {
+    return absl::FailedPreconditionError(
+        "a load from the memory tier spread over hosts needs every host's peer data channel "
+        "(--peer_address)");
+  }
   uint64_t load_id = 0;
   FillRandom(&load_id, sizeof load_id);
   std::string secret(16, '\0');
@@ -140,20 +145,36 @@ absl::Status LoadGathering::PlanGatheredLoad(ActiveLoad& load) {
   for (const v1::NodeLoadPlan& node : load.nodes) {
     for (const auto& r : node.ranks()) rank_hosts.emplace(r.rank(), node.host().host());
   }
-  planning::LoadSpread spread =
-      planning::SpreadLoad(**global, rank_hosts, addresses,
+  auto planned = std::make_shared<PlannedLoad>(PlannedLoad{
+      planning::LoadSpread(*global, rank_hosts, addresses,
                            load.group_bytes == ~uint64_t{0} ? (64u << 20) : load.group_bytes,
-                           load_id, secret, from_memory ? &holders : nullptr);
-  std::map<std::string, std::string> rebuilt_files;  // file -> its rebuilder
+                           load_id, secret, from_memory ? &holders : nullptr),
+      std::move(addresses),
+      {},
+      from_memory,
+      every_host_has_a_channel});
   for (const planning::LostShare& lost : planning::LostShares((*global)->rebuild())) {
-    for (const std::string& file : lost.files) rebuilt_files[file] = lost.rebuilder;
+    for (const std::string& file : lost.files) planned->rebuilt_files[file] = lost.rebuilder;
   }
-  for (auto& [host, part] : spread.parts) {
-    part.set_from_memory(from_memory);
-    part.mutable_rebuilt_files()->insert(rebuilt_files.begin(), rebuilt_files.end());
-    // Each host's rebuilds: those it runs, and those it sends shares to.
-    const v1::ErasureRebuild& all = (*global)->rebuild();
-    if (all.stripes().empty()) continue;
+  const std::vector<std::string>& hosts = planned->spread.hosts();
+  absl::MutexLock lock(&mu_);
+  load.parts_left = std::set<std::string>(hosts.begin(), hosts.end());
+  load.plan = std::move(planned);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::LoadAssignment> LoadGathering::PartOf(const PlannedLoad& planned,
+                                                         const std::string& host) {
+  std::optional<v1::LoadAssignment> made = planned.spread.Part(host);
+  if (!made.has_value()) {
+    return absl::InternalError(absl::StrCat("the load's plan has no part for host ", host));
+  }
+  v1::LoadAssignment& part = *made;
+  part.set_from_memory(planned.from_memory);
+  part.mutable_rebuilt_files()->insert(planned.rebuilt_files.begin(), planned.rebuilt_files.end());
+  // Its rebuilds: those it runs, and those it sends shares to.
+  const v1::ErasureRebuild& all = planned.spread.global().rebuild();
+  if (!all.stripes().empty()) {
     v1::ErasureRebuild& mine = *part.mutable_rebuild();
     mine = all;
     mine.clear_stripes();
@@ -164,27 +185,19 @@ absl::Status LoadGathering::PlanGatheredLoad(ActiveLoad& load) {
       if (!takes_part) continue;
       v1::StripeRebuild& copy = *mine.add_stripes();
       copy = sr;
-      copy.set_rebuilder_address(addresses[sr.rebuilder()]);
+      auto address = planned.addresses.find(sr.rebuilder());
+      copy.set_rebuilder_address(address == planned.addresses.end() ? "" : address->second);
     }
     if (mine.stripes().empty()) part.clear_rebuild();
   }
-  if (from_memory && !every_host_has_a_channel) {
-    return absl::FailedPreconditionError(
-        "a load from the memory tier spread over hosts needs every host's peer data channel "
-        "(--peer_address)");
-  }
-  if (!every_host_has_a_channel) {
+  if (!planned.peer_channels) {
     // No way to forward: each host reads all it needs itself (a chunk two
     // hosts need is then read twice).
-    for (auto& [host, part] : spread.parts) {
-      part.clear_peers();
-      for (v1::ChunkRead& read : *part.mutable_reads()) read.clear_route();
-      for (v1::ObjectRead& read : *part.mutable_objects()) read.clear_route();
-    }
+    part.clear_peers();
+    for (v1::ChunkRead& read : *part.mutable_reads()) read.clear_route();
+    for (v1::ObjectRead& read : *part.mutable_objects()) read.clear_route();
   }
-  absl::MutexLock lock(&mu_);
-  load.parts = std::move(spread.parts);
-  return absl::OkStatus();
+  return std::move(part);
 }
 
 }  // namespace ckpt::coordinator

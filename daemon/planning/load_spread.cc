@@ -1,54 +1,147 @@
 #include "daemon/planning/load_spread.h"
 
 #include <algorithm>
+#include <iterator>
 #include <numeric>
-#include <set>
+#include <optional>
 #include <tuple>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/types/span.h"
 #include "proto/lib/copy_run.h"
 
 namespace ckpt::planning {
 namespace {
 
+// A cluster's load is millions of chunks over thousands of hosts: hosts
+// are numbered in name order, so that a set of hosts is a sorted list of
+// integers and comparing two numbers compares the names (ties go to the
+// host named first, as a set of names would have them).
+class HostNumbers {
+ public:
+  static constexpr uint32_t kNone = ~uint32_t{0};
+
+  HostNumbers(const std::map<int, std::string>& rank_hosts, const FileHolders* holders) {
+    // A rank the map does not name is on host "" (it reads like any other:
+    // the coordinator names every rank, so this is only for a caller's
+    // mistake, kept as it was).
+    names_.push_back("");
+    for (const auto& [rank, host] : rank_hosts) names_.push_back(host);
+    if (holders != nullptr) {
+      for (const auto& [file, hosts] : *holders)
+        names_.insert(names_.end(), hosts.begin(), hosts.end());
+    }
+    std::sort(names_.begin(), names_.end());
+    names_.erase(std::unique(names_.begin(), names_.end()), names_.end());
+    // Ranks are dense in practice (0 .. world-1): a table, else a map.
+    const int most = rank_hosts.empty() ? -1 : rank_hosts.rbegin()->first;
+    dense_ = most >= 0 && rank_hosts.begin()->first >= 0 &&
+             static_cast<size_t>(most) < 2 * rank_hosts.size() + 1024;
+    if (dense_) by_rank_.assign(static_cast<size_t>(most) + 1, Of(""));
+    for (const auto& [rank, host] : rank_hosts) {
+      if (dense_) {
+        by_rank_[rank] = Of(host);
+      } else {
+        sparse_[rank] = Of(host);
+      }
+    }
+  }
+
+  uint32_t size() const { return static_cast<uint32_t>(names_.size()); }
+  const std::string& name(uint32_t id) const { return names_[id]; }
+  // A host the constructor was given.
+  uint32_t Of(const std::string& host) const {
+    return static_cast<uint32_t>(std::lower_bound(names_.begin(), names_.end(), host) -
+                                 names_.begin());
+  }
+  uint32_t OfRank(int rank) const {
+    if (dense_) {
+      return rank >= 0 && static_cast<size_t>(rank) < by_rank_.size() ? by_rank_[rank] : Of("");
+    }
+    auto it = sparse_.find(rank);
+    return it == sparse_.end() ? Of("") : it->second;
+  }
+
+ private:
+  std::vector<std::string> names_;
+  bool dense_ = false;
+  std::vector<uint32_t> by_rank_;
+  absl::flat_hash_map<int, uint32_t> sparse_;
+};
+
 // One stored chunk the job needs: a tensor chunk read, or the object reads
 // that share one stored chunk (a global object several ranks want).
+// There are millions: its object readers lie beside (Units::objects).
 struct Unit {
-  const v1::ChunkRead* read = nullptr;         // a tensor chunk, or
-  std::vector<const v1::ObjectRead*> objects;  // an object's readers
+  const v1::ChunkRead* read = nullptr;  // a tensor chunk, or
+  uint32_t objects = 0;                 // its object readers: Units::objects
   uint64_t length = 0;
-  std::set<std::string> hosts;  // that need it
-  std::string reader;
+  // The hosts that need it: Units::hosts[first_host, end_host), ascending.
+  uint32_t first_host = 0;
+  uint32_t end_host = 0;
+  uint32_t reader = HostNumbers::kNone;
   uint32_t group = 0;
-  const std::string& file() const {
-    return read != nullptr ? read->chunk().file() : objects.front()->chunk().file();
+};
+
+struct Units {
+  std::vector<Unit> list;
+  std::vector<std::vector<const v1::ObjectRead*>> objects;  // by Unit::objects
+  std::vector<uint32_t> hosts;                              // each unit's, one after the other
+
+  absl::Span<const uint32_t> HostsOf(const Unit& u) const {
+    return absl::MakeConstSpan(hosts).subspan(u.first_host, u.end_host - u.first_host);
   }
-  // The hosts whose rooms hold it: those that need it, and its reader (a
-  // host that holds it without needing it only forwards it).
-  std::set<std::string> Involved() const {
-    std::set<std::string> all = hosts;
-    if (!reader.empty()) all.insert(reader);
-    return all;
+  bool Needs(const Unit& u, uint32_t host) const {
+    const absl::Span<const uint32_t> needed = HostsOf(u);
+    return std::binary_search(needed.begin(), needed.end(), host);
+  }
+  const std::string& File(const Unit& u) const {
+    return u.read != nullptr ? u.read->chunk().file() : objects[u.objects].front()->chunk().file();
+  }
+  // Calls fn(host) for the hosts whose rooms hold it, in order: those that
+  // need it, and its reader (a host that holds the file without needing
+  // the chunk only forwards it).
+  template <typename Fn>
+  void ForEachInvolved(const Unit& u, Fn&& fn) const {
+    const absl::Span<const uint32_t> needed = HostsOf(u);
+    bool reader_done = u.reader == HostNumbers::kNone || Needs(u, u.reader);
+    for (uint32_t host : needed) {
+      if (!reader_done && u.reader < host) {
+        fn(u.reader);
+        reader_done = true;
+      }
+      fn(host);
+    }
+    if (!reader_done) fn(u.reader);
   }
 };
 
-std::vector<Unit> CollectUnits(const v1::LoadAssignment& global,
-                               const std::map<int, std::string>& rank_hosts) {
-  auto host_of = [&](int rank) -> const std::string& {
-    static const std::string kNone;
-    auto it = rank_hosts.find(rank);
-    return it == rank_hosts.end() ? kNone : it->second;
-  };
-  std::vector<Unit> units;
-  units.reserve(global.reads_size());
+// Appends `scratch`'s hosts, sorted and once each, as the unit's.
+void SetHosts(Unit& u, std::vector<uint32_t>& scratch, Units& units) {
+  std::sort(scratch.begin(), scratch.end());
+  scratch.erase(std::unique(scratch.begin(), scratch.end()), scratch.end());
+  u.first_host = static_cast<uint32_t>(units.hosts.size());
+  units.hosts.insert(units.hosts.end(), scratch.begin(), scratch.end());
+  u.end_host = static_cast<uint32_t>(units.hosts.size());
+  scratch.clear();
+}
+
+Units CollectUnits(const v1::LoadAssignment& global, const HostNumbers& numbers) {
+  Units units;
+  units.list.reserve(global.reads_size());
+  units.hosts.reserve(global.reads_size());
+  std::vector<uint32_t> scratch;
   // The planner's order (by file, then offset): each host reads neighbours.
   for (const v1::ChunkRead& read : global.reads()) {
-    Unit& u = units.emplace_back();
+    Unit& u = units.list.emplace_back();
     u.read = &read;
     u.length = read.chunk().length();
     for (const v1::CopyRun& run : read.runs()) {
-      ForEachRunRank(run, [&](int rank) { u.hosts.insert(host_of(rank)); });
+      ForEachRunRank(run, [&](int rank) { scratch.push_back(numbers.OfRank(rank)); });
     }
+    SetHosts(u, scratch, units);
   }
   // Objects by their whole stored chunk, as every host groups them
   // (load_groups.cc), so that both ends of a transfer list them alike.
@@ -59,162 +152,236 @@ std::vector<Unit> CollectUnits(const v1::LoadAssignment& global,
     objects[{c.file(), c.file_offset(), c.length(), c.crc32c()}].push_back(&read);
   }
   for (auto& [key, reads] : objects) {
-    Unit& u = units.emplace_back();
-    u.objects = std::move(reads);
+    Unit& u = units.list.emplace_back();
+    u.objects = static_cast<uint32_t>(units.objects.size());
     u.length = std::get<2>(key);
-    for (const v1::ObjectRead* read : u.objects) u.hosts.insert(host_of(read->rank()));
+    units.objects.push_back(std::move(reads));
+    for (const v1::ObjectRead* read : units.objects.back())
+      scratch.push_back(numbers.OfRank(read->rank()));
+    SetHosts(u, scratch, units);
   }
   return units;
 }
 
 // Readers balanced by bytes, largest chunks first; ties to the host named
 // first, so the plan is the same every time.
-void ChooseReaders(std::vector<Unit>& units, const FileHolders* holders) {
-  std::vector<size_t> order(units.size());
+void ChooseReaders(Units& units, const HostNumbers& numbers, const FileHolders* holders) {
+  std::vector<uint32_t> order(units.list.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return units[a].length > units[b].length; });
-  std::map<std::string, uint64_t> load;
-  for (size_t i : order) {
-    Unit& u = units[i];
-    std::set<std::string> candidates = u.hosts;
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return units.list[a].length > units.list[b].length;
+  });
+  std::vector<uint64_t> load(numbers.size(), 0);
+  // The holders of the file last looked up: units come a file at a time.
+  const std::string* held_file = nullptr;
+  std::vector<uint32_t> holding;
+  std::vector<uint32_t> candidates;
+  for (uint32_t i : order) {
+    Unit& u = units.list[i];
+    absl::Span<const uint32_t> choose = units.HostsOf(u);
     if (holders != nullptr) {
       // Only a host holding the file can read it: one that needs it too if
       // any, else any holder (which forwards it all).
-      std::set<std::string> held;
-      auto it = holders->find(u.file());
-      if (it != holders->end()) {
-        for (const std::string& host : it->second) {
-          if (u.hosts.count(host) > 0) held.insert(host);
+      if (held_file == nullptr || *held_file != units.File(u)) {
+        held_file = &units.File(u);
+        holding.clear();
+        auto it = holders->find(units.File(u));
+        if (it != holders->end()) {
+          for (const std::string& host : it->second) holding.push_back(numbers.Of(host));
         }
-        if (held.empty()) held = it->second;
       }
-      candidates = std::move(held);
+      candidates.clear();
+      std::set_intersection(choose.begin(), choose.end(), holding.begin(), holding.end(),
+                            std::back_inserter(candidates));
+      choose = candidates.empty() ? absl::MakeConstSpan(holding) : absl::MakeConstSpan(candidates);
     }
-    for (const std::string& host : candidates) {
-      if (u.reader.empty() || load[host] < load[u.reader]) u.reader = host;
+    for (uint32_t host : choose) {
+      if (u.reader == HostNumbers::kNone || load[host] < load[u.reader]) u.reader = host;
     }
+    // No candidate (a file no host holds, refused before a spread): host "".
+    if (u.reader == HostNumbers::kNone) u.reader = numbers.Of("");
     load[u.reader] += u.length;
   }
 }
 
 // Cuts the units, in order, into groups of at most group_bytes on any host
 // (a unit larger than that is a group of its own).
-uint32_t NumberGroups(std::vector<Unit>& units, uint64_t group_bytes) {
-  std::map<std::string, uint64_t> in_group;
+uint32_t NumberGroups(Units& units, uint32_t hosts, uint64_t group_bytes) {
+  std::vector<uint64_t> in_group(hosts, 0);
+  std::vector<uint32_t> touched;  // the hosts in_group counts, to clear
   uint32_t group = 0;
-  bool empty = true;
-  for (Unit& u : units) {
+  for (Unit& u : units.list) {
     bool full = false;
-    const std::set<std::string> involved = u.Involved();
-    for (const std::string& host : involved) {
+    units.ForEachInvolved(u, [&](uint32_t host) {
       if (in_group[host] > 0 && in_group[host] + u.length > group_bytes) full = true;
-    }
+    });
     if (full) {
       ++group;
-      in_group.clear();
+      for (uint32_t host : touched) in_group[host] = 0;
+      touched.clear();
     }
-    for (const std::string& host : involved) in_group[host] += u.length;
+    units.ForEachInvolved(u, [&](uint32_t host) {
+      if (in_group[host] == 0) touched.push_back(host);
+      in_group[host] += u.length;
+    });
     u.group = group;
-    empty = false;
   }
-  return empty ? 0 : group + 1;
+  return units.list.empty() ? 0 : group + 1;
 }
 
-void Route(v1::PeerRoute& route, const Unit& u, const std::string& host) {
+void Route(v1::PeerRoute& route, const Units& units, const Unit& u, uint32_t host,
+           const HostNumbers& numbers) {
   route.set_group(u.group);
   if (u.reader != host) {
-    route.set_source_host(u.reader);
+    route.set_source_host(numbers.name(u.reader));
     return;
   }
-  for (const std::string& other : u.hosts) {
-    if (other != host) route.add_forward_to(other);
+  for (uint32_t other : units.HostsOf(u)) {
+    if (other != host) route.add_forward_to(numbers.name(other));
+  }
+}
+
+// Adds unit u's reads for `host` (one of the hosts its room holds it in) to
+// the host's part.
+void AddToPart(const Units& units, const Unit& u, uint32_t host, const HostNumbers& numbers,
+               v1::LoadAssignment& part) {
+  if (!units.Needs(u, host)) {
+    // Its reader only: read and forwarded, delivered to no rank here.
+    if (u.read != nullptr) {
+      v1::ChunkRead& read = *part.add_reads();
+      *read.mutable_chunk() = u.read->chunk();
+      read.set_fqn(u.read->fqn());
+      Route(*read.mutable_route(), units, u, host, numbers);
+    } else {
+      v1::ObjectRead& read = *part.add_objects();
+      read = *units.objects[u.objects].front();
+      read.set_rank(-1);
+      read.set_request(0);
+      Route(*read.mutable_route(), units, u, host, numbers);
+    }
+    return;
+  }
+  if (u.read != nullptr) {
+    v1::ChunkRead& read = *part.add_reads();
+    *read.mutable_chunk() = u.read->chunk();
+    read.set_fqn(u.read->fqn());
+    // Each run with this host's ranks only.
+    for (const v1::CopyRun& run : u.read->runs()) {
+      v1::CopyRun* mine = nullptr;
+      ForEachRunRank(run, [&](int rank) {
+        if (numbers.OfRank(rank) != host) return;
+        if (mine != nullptr) {
+          mine->add_more_ranks(rank);
+          return;
+        }
+        mine = read.add_runs();
+        *mine = run;
+        mine->clear_more_ranks();
+        mine->set_rank(rank);
+      });
+    }
+    Route(*read.mutable_route(), units, u, host, numbers);
+    return;
+  }
+  for (const v1::ObjectRead* object : units.objects[u.objects]) {
+    if (numbers.OfRank(object->rank()) != host) continue;
+    v1::ObjectRead& read = *part.add_objects();
+    read = *object;
+    Route(*read.mutable_route(), units, u, host, numbers);
   }
 }
 
 }  // namespace
 
-LoadSpread SpreadLoad(const v1::LoadAssignment& global,
-                      const std::map<int, std::string>& rank_hosts,
-                      const std::map<std::string, std::string>& addresses, uint64_t group_bytes,
-                      uint64_t load_id, const std::string& secret, const FileHolders* holders) {
-  std::vector<Unit> units = CollectUnits(global, rank_hosts);
-  ChooseReaders(units, holders);
-  const uint32_t groups = NumberGroups(units, std::max<uint64_t>(group_bytes, 1));
+struct LoadSpread::Decisions {
+  std::shared_ptr<const v1::LoadAssignment> global;
+  HostNumbers numbers;
+  Units units;
+  v1::LoadPeers peers;
+  // Each host's units, in order: units_of[first[host], first[host + 1]).
+  std::vector<uint32_t> first;
+  std::vector<uint32_t> units_of;
+  std::vector<bool> has_part;  // by host
+  std::vector<std::string> hosts;
+  // Each host's ranks' sizes.
+  std::vector<std::vector<const v1::LoadAssignment::RankSizes*>> sizes;
+  uint64_t unique_bytes = 0;
 
-  LoadSpread spread;
-  std::set<std::string> hosts;
-  for (const auto& [rank, host] : rank_hosts) hosts.insert(host);
-  for (const std::string& host : hosts) {
-    v1::LoadAssignment& part = spread.parts[host];
-    part.set_step(global.step());
-    part.set_checkpoint_path(global.checkpoint_path());
-    v1::LoadPeers& peers = *part.mutable_peers();
-    for (const std::string& h : hosts) {
-      auto it = addresses.find(h);
-      (*peers.mutable_addresses())[h] = it == addresses.end() ? "" : it->second;
-    }
-    peers.set_load_id(load_id);
-    peers.set_secret(secret);
-    peers.set_groups(groups);
+  Decisions(std::shared_ptr<const v1::LoadAssignment> plan,
+            const std::map<int, std::string>& rank_hosts, const FileHolders* holders)
+      : global(std::move(plan)), numbers(rank_hosts, holders) {}
+};
+
+LoadSpread::LoadSpread(std::shared_ptr<const v1::LoadAssignment> global,
+                       const std::map<int, std::string>& rank_hosts,
+                       const std::map<std::string, std::string>& addresses, uint64_t group_bytes,
+                       uint64_t load_id, const std::string& secret, const FileHolders* holders) {
+  auto d = std::make_unique<Decisions>(std::move(global), rank_hosts, holders);
+  const HostNumbers& numbers = d->numbers;
+  d->units = CollectUnits(*d->global, numbers);
+  ChooseReaders(d->units, numbers, holders);
+  const uint32_t groups =
+      NumberGroups(d->units, numbers.size(), std::max<uint64_t>(group_bytes, 1));
+  // Every host of a rank has a part, whatever it reads; a host that only
+  // holds files has one if it reads.
+  d->has_part.assign(numbers.size(), false);
+  for (const auto& [rank, host] : rank_hosts) {
+    auto it = addresses.find(host);
+    (*d->peers.mutable_addresses())[host] = it == addresses.end() ? "" : it->second;
+    d->has_part[numbers.Of(host)] = true;
   }
-  for (const v1::LoadAssignment::RankSizes& sizes : global.sizes()) {
+  d->peers.set_load_id(load_id);
+  d->peers.set_secret(secret);
+  d->peers.set_groups(groups);
+  d->first.assign(numbers.size() + 1, 0);
+  for (const Unit& u : d->units.list) {
+    d->unique_bytes += u.length;
+    d->units.ForEachInvolved(u, [&](uint32_t host) { ++d->first[host + 1]; });
+  }
+  std::partial_sum(d->first.begin(), d->first.end(), d->first.begin());
+  d->units_of.resize(d->first.back());
+  {
+    std::vector<uint32_t> next(d->first.begin(), d->first.end() - 1);
+    for (uint32_t i = 0; i < d->units.list.size(); ++i) {
+      d->units.ForEachInvolved(d->units.list[i],
+                               [&](uint32_t host) { d->units_of[next[host]++] = i; });
+    }
+  }
+  for (uint32_t host = 0; host < numbers.size(); ++host) {
+    if (d->first[host + 1] > d->first[host]) d->has_part[host] = true;
+    if (d->has_part[host]) d->hosts.push_back(numbers.name(host));
+  }
+  d->sizes.resize(numbers.size());
+  for (const v1::LoadAssignment::RankSizes& sizes : d->global->sizes()) {
     auto it = rank_hosts.find(sizes.rank());
-    if (it != rank_hosts.end()) *spread.parts[it->second].add_sizes() = sizes;
+    if (it != rank_hosts.end()) d->sizes[numbers.Of(it->second)].push_back(&sizes);
   }
-  for (const Unit& u : units) {
-    spread.unique_bytes += u.length;
-    for (const std::string& host : u.Involved()) {
-      v1::LoadAssignment& part = spread.parts[host];
-      if (u.hosts.count(host) == 0) {
-        // Its reader only: read and forwarded, delivered to no rank here.
-        if (u.read != nullptr) {
-          v1::ChunkRead& read = *part.add_reads();
-          *read.mutable_chunk() = u.read->chunk();
-          read.set_fqn(u.read->fqn());
-          Route(*read.mutable_route(), u, host);
-        } else {
-          v1::ObjectRead& read = *part.add_objects();
-          read = *u.objects.front();
-          read.set_rank(-1);
-          read.set_request(0);
-          Route(*read.mutable_route(), u, host);
-        }
-        continue;
-      }
-      if (u.read != nullptr) {
-        v1::ChunkRead& read = *part.add_reads();
-        *read.mutable_chunk() = u.read->chunk();
-        read.set_fqn(u.read->fqn());
-        // Each run with this host's ranks only.
-        for (const v1::CopyRun& run : u.read->runs()) {
-          v1::CopyRun* mine = nullptr;
-          ForEachRunRank(run, [&](int rank) {
-            auto it = rank_hosts.find(rank);
-            if (it == rank_hosts.end() || it->second != host) return;
-            if (mine != nullptr) {
-              mine->add_more_ranks(rank);
-              return;
-            }
-            mine = read.add_runs();
-            *mine = run;
-            mine->clear_more_ranks();
-            mine->set_rank(rank);
-          });
-        }
-        Route(*read.mutable_route(), u, host);
-        continue;
-      }
-      for (const v1::ObjectRead* object : u.objects) {
-        auto it = rank_hosts.find(object->rank());
-        if (it == rank_hosts.end() || it->second != host) continue;
-        v1::ObjectRead& read = *part.add_objects();
-        read = *object;
-        Route(*read.mutable_route(), u, host);
-      }
-    }
+  decisions_ = std::move(d);
+}
+
+LoadSpread::~LoadSpread() = default;
+LoadSpread::LoadSpread(LoadSpread&&) noexcept = default;
+LoadSpread& LoadSpread::operator=(LoadSpread&&) noexcept = default;
+
+const std::vector<std::string>& LoadSpread::hosts() const { return decisions_->hosts; }
+uint64_t LoadSpread::unique_bytes() const { return decisions_->unique_bytes; }
+const v1::LoadAssignment& LoadSpread::global() const { return *decisions_->global; }
+
+std::optional<v1::LoadAssignment> LoadSpread::Part(const std::string& name) const {
+  const Decisions& d = *decisions_;
+  const auto known = std::lower_bound(d.hosts.begin(), d.hosts.end(), name);
+  if (known == d.hosts.end() || *known != name) return std::nullopt;
+  const uint32_t host = d.numbers.Of(name);
+  std::optional<v1::LoadAssignment> part(std::in_place);
+  part->set_step(d.global->step());
+  part->set_checkpoint_path(d.global->checkpoint_path());
+  *part->mutable_peers() = d.peers;
+  part->mutable_reads()->Reserve(static_cast<int>(d.first[host + 1] - d.first[host]));
+  for (uint32_t k = d.first[host]; k < d.first[host + 1]; ++k) {
+    AddToPart(d.units, d.units.list[d.units_of[k]], host, d.numbers, *part);
   }
-  return spread;
+  for (const v1::LoadAssignment::RankSizes* sizes : d.sizes[host]) *part->add_sizes() = *sizes;
+  return part;
 }
 
 }  // namespace ckpt::planning

@@ -57,7 +57,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,6 +73,7 @@
 #include "absl/strings/str_format.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "daemon/planning/load_planner.h"
+#include "daemon/planning/load_spread.h"
 #include "daemon/planning/parallel_for.h"
 #include "daemon/planning/plan_cache.h"
 #include "daemon/planning/plan_key.h"
@@ -213,6 +216,10 @@ struct Figures {
   double save_plan_s = 0;
   double plan_cache_s = 0;
   double load_plan_s = 0;
+  double load_spread_s = 0;    // who reads what, for the whole load
+  double load_parts_s = 0;     // every host's part made, one after the other
+  double load_part_max_s = 0;  // the slowest host's
+  uint64_t part_reads = 0;     // in all hosts' parts
   double save_plan_cpu_s = 0;
   double load_plan_cpu_s = 0;
   double host_key_s = 0;      // every host's plan digested, one after the other
@@ -286,6 +293,29 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
   f.load_plan_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!loaded.ok()) return ckpt::WithContext(loaded.status(), "load plan");
   *reads = (*loaded)->reads_size();
+  {
+    // The coordinator cuts the plan into the hosts' parts: who reads what
+    // (load_spread.h) once, then each host's part as the host asks for it
+    // (each host's call on a core of its own; here one after the other).
+    std::map<int, std::string> rank_hosts;
+    std::map<std::string, std::string> addresses;
+    for (const ckpt::v1::NodeLoadPlan& node : load_nodes) {
+      addresses[node.host().host()] = node.host().address();
+      for (const auto& r : node.ranks()) rank_hosts.emplace(r.rank(), node.host().host());
+    }
+    start = std::chrono::steady_clock::now();
+    const ckpt::planning::LoadSpread spread(std::move(*loaded), rank_hosts, addresses, 64u << 20, 1,
+                                            std::string(16, 's'));
+    f.load_spread_s = Seconds(std::chrono::steady_clock::now() - start);
+    for (const std::string& host : spread.hosts()) {
+      const auto made = std::chrono::steady_clock::now();
+      std::optional<ckpt::v1::LoadAssignment> part = spread.Part(host);
+      const double s = Seconds(std::chrono::steady_clock::now() - made);
+      f.load_parts_s += s;
+      f.load_part_max_s = std::max(f.load_part_max_s, s);
+      f.part_reads += static_cast<uint64_t>(part->reads_size());
+    }
+  }
   if (manifest_out != nullptr) manifest_out->Swap(&manifest);
   return f;
 }
@@ -394,6 +424,9 @@ int main(int argc, char** argv) {
     best.save_plan_s = std::min(best.save_plan_s, figures->save_plan_s);
     best.plan_cache_s = std::min(best.plan_cache_s, figures->plan_cache_s);
     best.load_plan_s = std::min(best.load_plan_s, figures->load_plan_s);
+    best.load_spread_s = std::min(best.load_spread_s, figures->load_spread_s);
+    best.load_parts_s = std::min(best.load_parts_s, figures->load_parts_s);
+    best.load_part_max_s = std::min(best.load_part_max_s, figures->load_part_max_s);
     best.save_plan_cpu_s = std::min(best.save_plan_cpu_s, figures->save_plan_cpu_s);
     best.load_plan_cpu_s = std::min(best.load_plan_cpu_s, figures->load_plan_cpu_s);
     best.host_key_s = std::min(best.host_key_s, figures->host_key_s);
@@ -412,6 +445,12 @@ int main(int argc, char** argv) {
       "save plan of the next step, from the plan cache: %.3f s (the cached plan: %.1f MiB)\n",
       plan_cache_s, first.cached_bytes / 1048576.0);
   std::printf("load plan: %d ranks, %d chunk reads: %.3f s\n", l.ranks / 2, reads, load_plan_s);
+  std::printf(
+      "load spread over the hosts: who reads what %.3f s; the hosts' parts (%llu chunk reads, "
+      "a chunk in the part of every host that needs it) made as each host asks: %.3f s for all, "
+      "%.4f s the slowest\n",
+      best.load_spread_s, static_cast<unsigned long long>(first.part_reads), best.load_parts_s,
+      best.load_part_max_s);
   std::printf("heap: %s\n", huge_heap ? "transparent huge pages (glibc.malloc.hugetlb=1, as "
                                         "deploy/ckptd.service runs ckptd)"
                                       : "glibc's default (4 KiB pages; --no-huge-heap)");
@@ -461,6 +500,8 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"save_plan_s\":%.4f,\"plan_cache_s\":%.4f,\"load_plan_s\":%.4f,"
         "\"save_plan_cpu_s\":%.4f,\"load_plan_cpu_s\":%.4f,"
+        "\"load_spread_s\":%.4f,\"load_parts_s\":%.4f,\"load_part_max_s\":%.5f,"
+        "\"load_part_reads\":%llu,"
         "\"host_key_s\":%.4f,\"host_key_max_s\":%.5f,\"node_compact_s\":%.4f,"
         "\"node_compact_max_s\":%.5f,\"node_load_compact_s\":%.4f,"
         "\"node_load_compact_max_s\":%.5f,\"first_save_plan_s\":%.4f,\"first_plan_cache_"
@@ -469,9 +510,11 @@ int main(int argc, char** argv) {
         "\"unique_shards\":%llu,\"hosts\":%zu,\"cached_plan_bytes\":%llu,\"huge_heap\":%s,"
         "\"peak_rss_mib\":%.0f,\"planning_threads\":%d",
         save_plan_s, plan_cache_s, load_plan_s, best.save_plan_cpu_s, best.load_plan_cpu_s,
-        best.host_key_s, best.host_key_max_s, compact.all_s, compact.max_s, load_compact.all_s,
-        load_compact.max_s, first.save_plan_s, first.plan_cache_s, first.load_plan_s, repeat,
-        l.ranks, l.shards_per_rank, l.replication, static_cast<unsigned long long>(items), hosts,
+        best.load_spread_s, best.load_parts_s, best.load_part_max_s,
+        static_cast<unsigned long long>(first.part_reads), best.host_key_s, best.host_key_max_s,
+        compact.all_s, compact.max_s, load_compact.all_s, load_compact.max_s, first.save_plan_s,
+        first.plan_cache_s, first.load_plan_s, repeat, l.ranks, l.shards_per_rank, l.replication,
+        static_cast<unsigned long long>(items), hosts,
         static_cast<unsigned long long>(first.cached_bytes), huge_heap ? "true" : "false",
         peak_rss_mib, ckpt::planning::PlanningThreads(threads));
     if (!manifest_dir.empty()) {

@@ -11,13 +11,20 @@
 // group_bytes unless one chunk does.
 #include <algorithm>
 #include <map>
+#include <memory>
+#include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
 
+#include <google/protobuf/util/message_differencer.h>
+
+#include "absl/strings/str_cat.h"
 #include "daemon/planning/load_groups.h"
 #include "daemon/planning/load_planner.h"
 #include "daemon/planning/load_spread.h"
+#include "proto/lib/copy_run.h"
 #include "tests/catch.h"
 #include "tests/unit/daemon/planning/test_helpers.h"
 
@@ -66,12 +73,17 @@ void CheckSpread(const Saved& saved, const v1::NodeLoadPlan& node, const v1::Loa
                  uint64_t group_bytes, const planning::FileHolders* holders) {
   const std::vector<std::vector<bool>> on_device(kWorld, std::vector<bool>(2, false));
   INFO("group_bytes " << group_bytes);
-  const planning::LoadSpread spread =
-      planning::SpreadLoad(global, kRankHosts, {{"hA", "a:1"}, {"hB", "b:1"}, {"hC", "c:1"}},
-                           group_bytes, 42, std::string(16, 's'), holders);
-  REQUIRE(spread.parts.size() == 3);
+  const planning::LoadSpread spread(std::make_shared<const v1::LoadAssignment>(global), kRankHosts,
+                                    {{"hA", "a:1"}, {"hB", "b:1"}, {"hC", "c:1"}}, group_bytes, 42,
+                                    std::string(16, 's'), holders);
+  REQUIRE(spread.hosts() == std::vector<std::string>{"hA", "hB", "hC"});
+  CHECK_FALSE(spread.Part("hD").has_value());
   std::map<std::string, std::vector<LoadGroup>> groups;
-  for (const auto& [host, part] : spread.parts) {
+  std::map<std::string, v1::LoadAssignment> parts;  // the groups point into them
+  for (const std::string& host : spread.hosts()) {
+    std::optional<v1::LoadAssignment> made = spread.Part(host);
+    REQUIRE(made.has_value());
+    const v1::LoadAssignment& part = parts[host] = std::move(*made);
     CHECK(part.peers().groups() > 0);
     CHECK(part.peers().addresses().size() == 3);
     groups[host] = GroupSpreadLoadReads(part, kWorld, on_device, kAlignment);
@@ -192,7 +204,7 @@ void CheckSpread(const Saved& saved, const v1::NodeLoadPlan& node, const v1::Loa
   // Everything needed was read, once, and about evenly.
   uint64_t total = 0;
   for (const auto& [host, bytes] : read_bytes) total += bytes;
-  CHECK(total == spread.unique_bytes);
+  CHECK(total == spread.unique_bytes());
   if (holders != nullptr) return;  // who reads is up to who holds the files
   for (const auto& [host, bytes] : read_bytes) {
     INFO(host << " read " << bytes << " of " << total);
@@ -244,16 +256,143 @@ TEST_CASE("spread load: a chunk one host needs alone is neither forwarded nor re
   absl::StatusOr<v1::LoadAssignment> global =
       planning::PlanLoad(saved.manifest, {LoadNode("all", requests)});
   CKPT_REQUIRE_OK(global);
-  const planning::LoadSpread spread = planning::SpreadLoad(
-      *global, {{0, "hA"}, {2, "hB"}, {3, "hC"}}, {{"hA", "a:1"}, {"hB", "b:1"}, {"hC", "c:1"}},
-      1 << 20, 7, std::string(16, 's'));
-  for (const auto& [host, part] : spread.parts) {
-    CHECK(part.reads_size() > 0);
-    for (const v1::ChunkRead& read : part.reads()) {
+  const planning::LoadSpread spread(
+      std::make_shared<const v1::LoadAssignment>(*global), {{0, "hA"}, {2, "hB"}, {3, "hC"}},
+      {{"hA", "a:1"}, {"hB", "b:1"}, {"hC", "c:1"}}, 1 << 20, 7, std::string(16, 's'));
+  REQUIRE(spread.hosts().size() == 3);
+  for (const std::string& host : spread.hosts()) {
+    const std::optional<v1::LoadAssignment> part = spread.Part(host);
+    REQUIRE(part.has_value());
+    CHECK(part->reads_size() > 0);
+    for (const v1::ChunkRead& read : part->reads()) {
       CHECK(read.route().source_host().empty());
       CHECK(read.route().forward_to_size() == 0);
     }
   }
+}
+
+// A cluster-sized global plan made up directly (no files): tens of
+// thousands of chunk reads, each copied to a few ranks of 16 hosts, so
+// that the hosts' parts are made on several threads.
+v1::LoadAssignment ManyReads(int ranks, int reads, int rank_step) {
+  std::mt19937 random(7);
+  v1::LoadAssignment global;
+  global.set_step(3);
+  for (int r = 0; r < reads; ++r) {
+    v1::ChunkRead& read = *global.add_reads();
+    read.set_fqn(absl::StrCat("t", r % 97));
+    v1::StoredChunk& chunk = *read.mutable_chunk();
+    chunk.set_file(absl::StrCat("f", r % 11));
+    chunk.set_file_offset(uint64_t{4096} * static_cast<uint64_t>(r));
+    chunk.set_length(1000 + random() % 3000);
+    chunk.set_crc32c(static_cast<uint32_t>(r));
+    const int copies = 1 + static_cast<int>(random() % 4);
+    for (int c = 0; c < copies; ++c) {
+      v1::CopyRun& run = *read.add_runs();
+      run.set_rank(static_cast<int>(random() % ranks) * rank_step);
+      run.set_request(c);
+      run.set_length(chunk.length());
+      // Replicas of one copy: a few more ranks, on any host.
+      for (int more = static_cast<int>(random() % 3); more > 0; --more) {
+        run.add_more_ranks(static_cast<int>(random() % ranks) * rank_step);
+      }
+    }
+  }
+  return global;
+}
+
+TEST_CASE("spread load at scale: each read once, by a host that needs it, forwarded to the rest",
+          "[spread_load]") {
+  constexpr int kRanks = 64;
+  constexpr int kHosts = 16;
+  constexpr uint64_t kGroupBytes = 200000;
+  // Ranks numbered densely (a table) and sparsely (a map).
+  const int rank_step = GENERATE(1, 100003);
+  INFO("rank step " << rank_step);
+  auto global = std::make_shared<const v1::LoadAssignment>(ManyReads(kRanks, 30000, rank_step));
+  std::map<int, std::string> rank_hosts;
+  std::map<std::string, std::string> addresses;
+  for (int r = 0; r < kRanks; ++r) {
+    rank_hosts[r * rank_step] = absl::StrCat("h", r % kHosts);
+    addresses[absl::StrCat("h", r % kHosts)] = absl::StrCat("10.0.0.", r % kHosts, ":1");
+  }
+  const LoadSpread spread(global, rank_hosts, addresses, kGroupBytes, 9, "s");
+  REQUIRE(spread.hosts().size() == kHosts);
+  std::map<std::string, v1::LoadAssignment> parts;
+  for (const std::string& host : spread.hosts()) parts[host] = *spread.Part(host);
+  // A part is made the same every time it is asked for.
+  CHECK(google::protobuf::util::MessageDifferencer::Equals(parts.at("h3"), *spread.Part("h3")));
+  // Groups hold at most kGroupBytes on any host; reads balance.
+  std::map<uint64_t, std::string> reader;  // by file offset
+  std::map<std::pair<uint32_t, std::string>, uint64_t> in_group;
+  uint64_t total = 0;
+  std::map<std::string, uint64_t> read_bytes;
+  for (const auto& [host, part] : parts) {
+    CHECK(part.step() == 3);
+    CHECK(part.peers().groups() > 0);
+    CHECK(part.peers().addresses().size() == kHosts);
+    for (const v1::ChunkRead& read : part.reads()) {
+      in_group[{read.route().group(), host}] += read.chunk().length();
+      CHECK(read.route().group() < part.peers().groups());
+      if (read.route().source_host().empty()) {
+        CHECK(reader.emplace(read.chunk().file_offset(), host).second);
+        read_bytes[host] += read.chunk().length();
+        total += read.chunk().length();
+      }
+      for (const v1::CopyRun& run : read.runs()) {
+        ForEachRunRank(run, [&](int rank) { CHECK(rank_hosts.at(rank) == host); });
+      }
+    }
+  }
+  CHECK(total == spread.unique_bytes());
+  REQUIRE(reader.size() == static_cast<size_t>(global->reads_size()));
+  for (const auto& [key, bytes] : in_group) CHECK(bytes <= kGroupBytes);
+  for (const auto& [host, bytes] : read_bytes) {
+    INFO(host << " read " << bytes << " of " << total);
+    CHECK(bytes <= total / kHosts + total / 20);
+  }
+  // Each read: in the parts of the hosts that need it only; read by one of
+  // them, which forwards it to every other, with each host's ranks'
+  // copies only.
+  std::map<std::string, std::map<uint64_t, const v1::ChunkRead*>> by_offset;
+  size_t listed = 0;
+  for (const auto& [host, part] : parts) {
+    for (const v1::ChunkRead& read : part.reads()) {
+      CHECK(by_offset[host].emplace(read.chunk().file_offset(), &read).second);
+      ++listed;
+    }
+  }
+  size_t wanted_in_all = 0;
+  for (const v1::ChunkRead& read : global->reads()) {
+    std::map<std::string, std::multiset<int>> wanted;  // by host, the ranks copied to
+    for (const v1::CopyRun& run : read.runs()) {
+      ForEachRunRank(run, [&](int rank) { wanted[rank_hosts.at(rank)].insert(rank); });
+    }
+    wanted_in_all += wanted.size();
+    const std::string& from = reader.at(read.chunk().file_offset());
+    REQUIRE(wanted.count(from) == 1);
+    for (const auto& [host, ranks] : wanted) {
+      const auto found = by_offset[host].find(read.chunk().file_offset());
+      REQUIRE(found != by_offset[host].end());
+      const v1::ChunkRead* mine = found->second;
+      std::multiset<int> got;
+      for (const v1::CopyRun& run : mine->runs()) {
+        ForEachRunRank(run, [&](int rank) { got.insert(rank); });
+      }
+      CHECK(got == ranks);
+      if (host == from) {
+        std::set<std::string> others;
+        for (const auto& [h, r] : wanted) {
+          if (h != host) others.insert(h);
+        }
+        CHECK(std::set<std::string>(mine->route().forward_to().begin(),
+                                    mine->route().forward_to().end()) == others);
+      } else {
+        CHECK(mine->route().source_host() == from);
+      }
+    }
+  }
+  CHECK(listed == wanted_in_all);
 }
 
 }  // namespace
