@@ -30,6 +30,7 @@
 #include "daemon/coordinator/catalog.h"
 #include "daemon/coordinator/host_ranks.h"
 #include "daemon/coordinator/rendezvous.h"
+#include "daemon/planning/global_load.h"
 #include "daemon/planning/load_spread.h"
 #include "daemon/planning/rank_barrier.h"
 #include "daemon/planning/save_planner.h"
@@ -100,7 +101,7 @@ class LoadGathering {
   // The whole load's plan from the memory tier when it may and can come
   // from there (every file it needs held by a host of the load, *holders
   // says which); null when it comes from storage.
-  absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> PlanFromMemory(
+  absl::StatusOr<std::shared_ptr<planning::GlobalLoad>> PlanFromMemory(
       const ActiveLoad& load, planning::FileHolders* holders);
   // `host`'s part of a planned load, made now (its reads, rebuilds, routes).
   static absl::StatusOr<v1::LoadAssignment> PartOf(const PlannedLoad& planned,

@@ -25,16 +25,16 @@ namespace ckpt::coordinator {
 namespace {
 
 // Every data file a load needs, once.
-std::set<std::string> NeededFiles(const v1::LoadAssignment& global) {
+std::set<std::string> NeededFiles(const planning::GlobalLoad& global) {
   std::set<std::string> files;
-  for (const v1::ChunkRead& read : global.reads()) files.insert(read.chunk().file());
-  for (const v1::ObjectRead& read : global.objects()) files.insert(read.chunk().file());
+  for (absl::string_view file : global.files()) files.emplace(file);
+  for (const v1::ObjectRead& read : global.header().objects()) files.insert(read.chunk().file());
   return files;
 }
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> LoadGathering::PlanFromMemory(
+absl::StatusOr<std::shared_ptr<planning::GlobalLoad>> LoadGathering::PlanFromMemory(
     const ActiveLoad& load, planning::FileHolders* holders) {
   const v1::LoadTier tier = load.nodes.front().tier();
   absl::StatusOr<std::optional<int64_t>> chosen =
@@ -42,13 +42,15 @@ absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> LoadGathering::PlanFromMemor
   if (!chosen.ok()) return chosen.status();
   if (!chosen->has_value()) return nullptr;  // from storage
   const int64_t step = **chosen;
-  absl::StatusOr<v1::CheckpointManifest> manifest = memory_catalog_->ReadManifest(load.job, step);
-  if (!manifest.ok()) {
+  absl::StatusOr<v1::CheckpointManifest> read = memory_catalog_->ReadManifest(load.job, step);
+  if (!read.ok()) {
     if (tier == v1::LOAD_TIER_ANY) return nullptr;
-    return manifest.status();
+    return read.status();
   }
-  absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> global =
-      planning::PlanLoadShared(*manifest, load.nodes, options_.limits, options_.threads);
+  // Kept by the plan, which points into it.
+  auto manifest = std::make_shared<const v1::CheckpointManifest>(std::move(*read));
+  absl::StatusOr<std::shared_ptr<planning::GlobalLoad>> global =
+      planning::PlanGlobalLoad(manifest, load.nodes, options_.limits, options_.threads);
   if (!global.ok()) return global.status();
   holders->clear();
   for (const v1::NodeLoadPlan& node : load.nodes) {
@@ -84,7 +86,7 @@ absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> LoadGathering::PlanFromMemor
       rebuild->set_rebuild_id(rebuild_id);
       rebuild->set_secret(secret);
       rebuild->set_manifest(manifest->SerializeAsString());
-      *(*global)->mutable_rebuild() = std::move(*rebuild);
+      *(*global)->header().mutable_rebuild() = std::move(*rebuild);
     }
   }
   for (const std::string& file : NeededFiles(**global)) {
@@ -95,9 +97,9 @@ absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> LoadGathering::PlanFromMemor
         "holds its file ", file, " any more (the host that wrote it and its replicas lost their ",
         "memory): load it from storage"));
   }
-  (*global)->set_checkpoint_path(
+  (*global)->header().set_checkpoint_path(
       storage::StepDir(memory_catalog_->root(), load.job, manifest->step()));
-  (*global)->set_from_memory(true);
+  (*global)->header().set_from_memory(true);
   return global;
 }
 
@@ -110,21 +112,24 @@ absl::Status LoadGathering::PlanGatheredLoad(ActiveLoad& load) {
     }
   }
   planning::FileHolders holders;
-  absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> global = PlanFromMemory(load, &holders);
+  absl::StatusOr<std::shared_ptr<planning::GlobalLoad>> global = PlanFromMemory(load, &holders);
   if (!global.ok()) return global.status();
   if (*global == nullptr) {
     // "latest" is resolved once, so that every host loads the same step.
-    absl::StatusOr<v1::CheckpointManifest> manifest = catalog_.ReadManifest(load.job, load.step);
-    if (!manifest.ok()) return manifest.status();
-    // On an arena: the whole job's plan, split among the hosts below.
-    global = planning::PlanLoadShared(*manifest, load.nodes, options_.limits, options_.threads);
+    absl::StatusOr<v1::CheckpointManifest> read = catalog_.ReadManifest(load.job, load.step);
+    if (!read.ok()) return read.status();
+    const int64_t step = read->step();
+    // The whole job's plan, split among the hosts below; it keeps the
+    // manifest, which it points into.
+    global =
+        planning::PlanGlobalLoad(std::make_shared<const v1::CheckpointManifest>(std::move(*read)),
+                                 load.nodes, options_.limits, options_.threads);
     if (!global.ok()) return global.status();
-    absl::StatusOr<std::string> dir =
-        storage::ResolveStepDir(backend_, root(), load.job, manifest->step());
+    absl::StatusOr<std::string> dir = storage::ResolveStepDir(backend_, root(), load.job, step);
     if (!dir.ok()) return dir.status();
-    (*global)->set_checkpoint_path(*dir);
+    (*global)->header().set_checkpoint_path(*dir);
   }
-  const bool from_memory = (*global)->from_memory();
+  const bool from_memory = (*global)->header().from_memory();
   std::map<std::string, std::string> addresses;
   bool every_host_has_a_channel = true;
   for (const v1::NodeLoadPlan& node : load.nodes) {
@@ -153,7 +158,7 @@ absl::Status LoadGathering::PlanGatheredLoad(ActiveLoad& load) {
       {},
       from_memory,
       every_host_has_a_channel});
-  for (const planning::LostShare& lost : planning::LostShares((*global)->rebuild())) {
+  for (const planning::LostShare& lost : planning::LostShares((*global)->header().rebuild())) {
     for (const std::string& file : lost.files) planned->rebuilt_files[file] = lost.rebuilder;
   }
   const std::vector<std::string>& hosts = planned->spread.hosts();
@@ -173,7 +178,7 @@ absl::StatusOr<v1::LoadAssignment> LoadGathering::PartOf(const PlannedLoad& plan
   part.set_from_memory(planned.from_memory);
   part.mutable_rebuilt_files()->insert(planned.rebuilt_files.begin(), planned.rebuilt_files.end());
   // Its rebuilds: those it runs, and those it sends shares to.
-  const v1::ErasureRebuild& all = planned.spread.global().rebuild();
+  const v1::ErasureRebuild& all = planned.spread.global().header().rebuild();
   if (!all.stripes().empty()) {
     v1::ErasureRebuild& mine = *part.mutable_rebuild();
     mine = all;

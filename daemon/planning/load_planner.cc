@@ -15,8 +15,8 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/planning/global_load.h"
 #include "daemon/planning/parallel_for.h"
-#include "daemon/planning/planner_memory.h"
 #include "daemon/planning/rank_form.h"
 #include "daemon/planning/region_table.h"
 #include "proto/lib/compact_plan.h"
@@ -39,20 +39,12 @@ std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape) {
 constexpr int kPrefetchAhead = 8;
 
 // One copy into a request, before it becomes a CopyRun: a cluster-scale
-// load emits millions, so they are gathered as plain structs and turned
-// into messages once, grouped by chunk, at the end. Runs are worked out
-// once per distinct region (Planned) and replayed for every request of it
-// (Request) only when the messages are made: copies per request were 8
-// million structs, half a gigabyte, at 4096 ranks x 1000 tensors.
-struct Run {
-  uint32_t read = 0;  // index into Reads::chunks
-  uint64_t chunk_offset = 0;
-  uint64_t dest_offset = 0;
-  uint64_t length = 0;
-  uint64_t count = 1;
-  uint64_t chunk_stride = 0;
-  uint64_t dest_stride = 0;
-};
+// load emits millions, so they are gathered as plain structs, grouped by
+// chunk, and kept so (global_load.h). Runs are worked out once per
+// distinct region (Planned) and replayed for every request of it (Request)
+// only when messages are made: copies per request were 8 million structs,
+// half a gigabyte, at 4096 ranks x 1000 tensors.
+using Run = GlobalLoad::Run;
 
 // The chunks to read, each once however many requests need it. A stored
 // shard's chunks get read ids when a request first meets the shard (one
@@ -63,17 +55,7 @@ struct Reads {
   static constexpr uint32_t kNone = ~uint32_t{0};
   // A copy of the stored chunk's fields, taken while it is in the cache:
   // the reads are made in file order, far from the manifest's.
-  struct Chunk {
-    uint32_t file = 0;  // index into files
-    uint32_t crc32c = 0;
-    uint64_t file_offset = 0;
-    uint64_t shard_offset = 0;
-    uint64_t length = 0;
-    const std::string* fqn = nullptr;
-    // An encoded chunk or a delta (proto/lib/stored_chunk.h), copied whole
-    // from the manifest, which outlives the plan; null for a raw chunk.
-    const v1::StoredChunk* encoded = nullptr;
-  };
+  using Chunk = GlobalLoad::Chunk;
   std::vector<Chunk> chunks;
   std::vector<uint32_t> read_of_slot;  // kNone: not read (yet)
   std::vector<absl::string_view> files;
@@ -371,6 +353,9 @@ class Planner {
   }
   uint32_t planned_count() const { return static_cast<uint32_t>(planned_.size()); }
   const Reads& reads() const { return reads_; }
+  // What the plan keeps (BuildGlobal), taken once every read was made.
+  Reads TakeReads() { return std::move(reads_); }
+  std::vector<Run> TakeRuns() { return std::move(runs_); }
 
   // Maps every planned region onto its tensor's chunks: its runs, and the
   // chunks they read. Tensors are independent here, so they are cut among
@@ -599,119 +584,78 @@ absl::Status Planner::MapOntoChunks(int threads) {
   return absl::OkStatus();
 }
 
-// The reads in (file, offset) order. A read's copies: for each run of a
-// planned region that reads it (regions in the order first asked for), one
-// CopyRun per place in the ranks' lists where the region was asked for,
-// the ranks in request order (rank, then more_ranks). Everything is walked
-// in the order it was made, not the reads': at a million reads every
-// lookup out of order was a cache miss, most of this function's time.
-void AddReads(const Planner& planner, const std::vector<Request>& requests,
-              v1::LoadAssignment& out) {
-  const Reads& reads = planner.reads();
-  // Sorted on plain keys: the files (a cluster writes a few thousand)
-  // ranked by name once.
-  std::vector<uint32_t> by_name(reads.files.size());
-  std::iota(by_name.begin(), by_name.end(), 0);
-  std::sort(by_name.begin(), by_name.end(),
-            [&](uint32_t a, uint32_t b) { return reads.files[a] < reads.files[b]; });
-  std::vector<uint32_t> file_rank(reads.files.size());
-  for (uint32_t k = 0; k < by_name.size(); ++k) file_rank[by_name[k]] = k;
-  // The reads grouped by file in name order, then each file's sorted as
-  // (offset, read) pairs: a few hundred per sort, not a million at once.
-  std::vector<uint32_t> first(reads.files.size() + 1, 0);
-  for (const Reads::Chunk& chunk : reads.chunks) ++first[file_rank[chunk.file] + 1];
-  std::partial_sum(first.begin(), first.end(), first.begin());
-  std::vector<std::pair<uint64_t, uint32_t>> places(reads.chunks.size());  // (offset, read)
-  {
-    std::vector<uint32_t> next(first.begin(), first.end() - 1);
-    for (uint32_t r = 0; r < reads.chunks.size(); ++r) {
-      places[next[file_rank[reads.chunks[r].file]]++] = {reads.chunks[r].file_offset, r};
-    }
-  }
-  for (size_t f = 0; f + 1 < first.size(); ++f) {
-    std::sort(places.begin() + first[f], places.begin() + first[f + 1]);
-  }
-  // Each planned region's requests, in request order.
-  const uint32_t regions = planner.planned_count();
-  std::vector<uint32_t> first_request(regions + 1, 0);
-  for (const Request& request : requests) ++first_request[request.planned + 1];
-  std::partial_sum(first_request.begin(), first_request.end(), first_request.begin());
-  std::vector<Request> requests_of(requests.size());
-  {
-    std::vector<uint32_t> next(first_request.begin(), first_request.end() - 1);
-    for (const Request& request : requests) requests_of[next[request.planned]++] = request;
-  }
-  // Each read's uses: the runs that copy from it, by planned region.
-  struct Use {
-    uint32_t planned;
-    const Run* run;
-  };
-  std::vector<uint32_t> first_use(reads.chunks.size() + 1, 0);
-  for (uint32_t p = 0; p < regions; ++p) {
-    for (const Run& run : planner.runs(planner.planned(p))) ++first_use[run.read + 1];
-  }
-  std::partial_sum(first_use.begin(), first_use.end(), first_use.begin());
-  std::vector<Use> uses(first_use.back());
-  {
-    std::vector<uint32_t> next(first_use.begin(), first_use.end() - 1);
-    for (uint32_t p = 0; p < regions; ++p) {
-      for (const Run& run : planner.runs(planner.planned(p))) {
-        uses[next[run.read]++] = Use{p, &run};
-      }
-    }
-  }
-  // Made in the order the reads were found (their uses, and the requests
-  // of the regions that use them, then lie next to each other in memory),
-  // listed in file order.
-  std::vector<v1::ChunkRead*> made(reads.chunks.size());
-  for (uint32_t r = 0; r < reads.chunks.size(); ++r) {
-    const Reads::Chunk& chunk = reads.chunks[r];
-    v1::ChunkRead* read = google::protobuf::Arena::CreateMessage<v1::ChunkRead>(out.GetArena());
-    made[r] = read;
-    v1::StoredChunk* stored = read->mutable_chunk();
-    const absl::string_view file = reads.files[chunk.file];
-    stored->set_file(file.data(), file.size());
-    stored->set_file_offset(chunk.file_offset);
-    stored->set_shard_offset(chunk.shard_offset);
-    stored->set_length(chunk.length);
-    stored->set_crc32c(chunk.crc32c);
-    if (chunk.encoded != nullptr) *stored = *chunk.encoded;  // and how it is stored
-    read->set_fqn(*chunk.fqn);
-    for (uint32_t u = first_use[r]; u < first_use[r + 1]; ++u) {
-      const Run& run = *uses[u].run;
-      const uint32_t p = uses[u].planned;
-      const uint32_t asked = first_request[p + 1] - first_request[p];
-      v1::CopyRun* copy = nullptr;
-      for (uint32_t q = first_request[p]; q < first_request[p + 1]; ++q) {
-        const Request& request = requests_of[q];
-        // The same run at the same place of another rank's list (a
-        // replica): one more rank of the last copy.
-        if (copy != nullptr && request.index == copy->request()) {
-          copy->add_more_ranks(request.rank);
-          continue;
-        }
-        copy = read->add_runs();
-        copy->set_rank(request.rank);
-        copy->set_request(request.index);
-        copy->set_chunk_offset(run.chunk_offset);
-        copy->set_dest_offset(run.dest_offset);
-        copy->set_length(run.length);
-        if (run.count > 1) {
-          copy->set_count(run.count);
-          copy->set_chunk_stride(run.chunk_stride);
-          copy->set_dest_stride(run.dest_stride);
-        }
-        // Replicas nearly always ask at the same place: room for all.
-        if (q == first_request[p] && asked > 1) copy->mutable_more_ranks()->Reserve(asked - 1);
-      }
-    }
-  }
-  google::protobuf::RepeatedPtrField<v1::ChunkRead>& listed = *out.mutable_reads();
-  listed.Reserve(static_cast<int>(places.size()));
-  for (const auto& [offset, read] : places) listed.AddAllocated(made[read]);
-}
-
 }  // namespace
+
+// Fills the plan from the planner, once every request was planned: the
+// reads in (file, offset) order; a read's copies: for each run of a
+// planned region that reads it (regions in the order first asked for),
+// each place in the ranks' lists where the region was asked for, the
+// ranks in request order. Everything is laid out in the order it was
+// made, not the reads': at a million reads every lookup out of order was
+// a cache miss.
+struct GlobalLoadAccess {
+  static void Fill(Planner& planner, std::vector<Request>& requests, GlobalLoad& out) {
+    Reads reads = planner.TakeReads();
+    // Sorted on plain keys: the files (a cluster writes a few thousand)
+    // ranked by name once.
+    std::vector<uint32_t> by_name(reads.files.size());
+    std::iota(by_name.begin(), by_name.end(), 0);
+    std::sort(by_name.begin(), by_name.end(),
+              [&](uint32_t a, uint32_t b) { return reads.files[a] < reads.files[b]; });
+    std::vector<uint32_t> file_rank(reads.files.size());
+    for (uint32_t k = 0; k < by_name.size(); ++k) file_rank[by_name[k]] = k;
+    // The reads grouped by file in name order, then each file's sorted as
+    // (offset, read) pairs: a few hundred per sort, not a million at once.
+    std::vector<uint32_t> first(reads.files.size() + 1, 0);
+    for (const Reads::Chunk& chunk : reads.chunks) ++first[file_rank[chunk.file] + 1];
+    std::partial_sum(first.begin(), first.end(), first.begin());
+    {
+      std::vector<std::pair<uint64_t, uint32_t>> places(reads.chunks.size());  // (offset, read)
+      std::vector<uint32_t> next(first.begin(), first.end() - 1);
+      for (uint32_t r = 0; r < reads.chunks.size(); ++r) {
+        places[next[file_rank[reads.chunks[r].file]]++] = {reads.chunks[r].file_offset, r};
+      }
+      for (size_t f = 0; f + 1 < first.size(); ++f) {
+        std::sort(places.begin() + first[f], places.begin() + first[f + 1]);
+      }
+      out.order_.resize(places.size());
+      for (size_t k = 0; k < places.size(); ++k) out.order_[k] = places[k].second;
+    }
+    // Each planned region's askers, in request order.
+    const uint32_t regions = planner.planned_count();
+    out.first_asker_.assign(regions + 1, 0);
+    for (const Request& request : requests) ++out.first_asker_[request.planned + 1];
+    std::partial_sum(out.first_asker_.begin(), out.first_asker_.end(), out.first_asker_.begin());
+    out.askers_.resize(requests.size());
+    {
+      std::vector<uint32_t> next(out.first_asker_.begin(), out.first_asker_.end() - 1);
+      for (const Request& request : requests) {
+        out.askers_[next[request.planned]++] = GlobalLoad::Asker{request.rank, request.index};
+      }
+    }
+    std::vector<Request>().swap(requests);  // as large as the askers
+    // Each read's uses: the runs that copy from it, by planned region.
+    out.first_use_.assign(reads.chunks.size() + 1, 0);
+    for (uint32_t p = 0; p < regions; ++p) {
+      for (const Run& run : planner.runs(planner.planned(p))) ++out.first_use_[run.read + 1];
+    }
+    std::partial_sum(out.first_use_.begin(), out.first_use_.end(), out.first_use_.begin());
+    out.uses_.resize(out.first_use_.back());
+    {
+      std::vector<uint32_t> next(out.first_use_.begin(), out.first_use_.end() - 1);
+      for (uint32_t p = 0; p < regions; ++p) {
+        const Planned& planned = planner.planned(p);
+        for (uint32_t i = 0; i < planned.runs; ++i) {
+          const Run& run = planner.runs(planned)[i];
+          out.uses_[next[run.read]++] = GlobalLoad::Use{p, planned.first_run + i};
+        }
+      }
+    }
+    out.runs_ = planner.TakeRuns();
+    out.chunks_ = std::move(reads.chunks);
+    out.files_ = std::move(reads.files);
+  }
+};
 
 absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
                                             absl::Span<const v1::NodeLoadPlan> nodes) {
@@ -720,10 +664,11 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
 
 namespace {
 
-// Plans into `out`, empty: on the heap or on an arena.
+// Plans into `global`, empty.
 absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
                           absl::Span<const v1::NodeLoadPlan> nodes, const RequestLimits& limits,
-                          int threads, v1::LoadAssignment& out) {
+                          int threads, GlobalLoad& global) {
+  v1::LoadAssignment& out = global.header();
   // The planner reads the compact form only (coordinator.proto); hosts
   // already compact are not copied.
   std::vector<v1::NodeLoadPlan> compacted;
@@ -873,7 +818,7 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
     }
   }
   if (absl::Status s = planner.MapOntoChunks(PlanningThreads(threads)); !s.ok()) return s;
-  AddReads(planner, requests, out);
+  GlobalLoadAccess::Fill(planner, requests, global);
   return absl::OkStatus();
 }
 
@@ -882,17 +827,22 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
 absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
                                             absl::Span<const v1::NodeLoadPlan> nodes,
                                             const RequestLimits& limits, int threads) {
+  GlobalLoad global;
+  if (absl::Status s = PlanLoadInto(manifest, nodes, limits, threads, global); !s.ok()) return s;
   v1::LoadAssignment out;
-  if (absl::Status s = PlanLoadInto(manifest, nodes, limits, threads, out); !s.ok()) return s;
+  global.ToAssignment(out);
   return out;
 }
 
-absl::StatusOr<std::shared_ptr<v1::LoadAssignment>> PlanLoadShared(
-    const v1::CheckpointManifest& manifest, absl::Span<const v1::NodeLoadPlan> nodes,
-    const RequestLimits& limits, int threads) {
-  std::shared_ptr<v1::LoadAssignment> out = NewOnPlanArena<v1::LoadAssignment>();
-  if (absl::Status s = PlanLoadInto(manifest, nodes, limits, threads, *out); !s.ok()) return s;
-  return out;
+absl::StatusOr<std::shared_ptr<GlobalLoad>> PlanGlobalLoad(
+    std::shared_ptr<const v1::CheckpointManifest> manifest,
+    absl::Span<const v1::NodeLoadPlan> nodes, const RequestLimits& limits, int threads) {
+  auto global = std::make_shared<GlobalLoad>();
+  if (absl::Status s = PlanLoadInto(*manifest, nodes, limits, threads, *global); !s.ok()) {
+    return s;
+  }
+  global->KeepAlive(std::move(manifest));
+  return global;
 }
 
 }  // namespace ckpt::planning

@@ -10,7 +10,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/types/span.h"
-#include "proto/lib/copy_run.h"
 
 namespace ckpt::planning {
 namespace {
@@ -75,8 +74,9 @@ class HostNumbers {
 // that share one stored chunk (a global object several ranks want).
 // There are millions: its object readers lie beside (Units::objects).
 struct Unit {
-  const v1::ChunkRead* read = nullptr;  // a tensor chunk, or
-  uint32_t objects = 0;                 // its object readers: Units::objects
+  static constexpr uint32_t kObjects = ~uint32_t{0};
+  uint32_t read = kObjects;  // a tensor chunk (GlobalLoad's k-th read), or
+  uint32_t objects = 0;      // its object readers: Units::objects
   uint64_t length = 0;
   // The hosts that need it: Units::hosts[first_host, end_host), ascending.
   uint32_t first_host = 0;
@@ -86,6 +86,7 @@ struct Unit {
 };
 
 struct Units {
+  const GlobalLoad* global = nullptr;
   std::vector<Unit> list;
   std::vector<std::vector<const v1::ObjectRead*>> objects;  // by Unit::objects
   std::vector<uint32_t> hosts;                              // each unit's, one after the other
@@ -97,8 +98,9 @@ struct Units {
     const absl::Span<const uint32_t> needed = HostsOf(u);
     return std::binary_search(needed.begin(), needed.end(), host);
   }
-  const std::string& File(const Unit& u) const {
-    return u.read != nullptr ? u.read->chunk().file() : objects[u.objects].front()->chunk().file();
+  absl::string_view File(const Unit& u) const {
+    return u.read != Unit::kObjects ? global->file(u.read)
+                                    : objects[u.objects].front()->chunk().file();
   }
   // Calls fn(host) for the hosts whose rooms hold it, in order: those that
   // need it, and its reader (a host that holds the file without needing
@@ -128,26 +130,25 @@ void SetHosts(Unit& u, std::vector<uint32_t>& scratch, Units& units) {
   scratch.clear();
 }
 
-Units CollectUnits(const v1::LoadAssignment& global, const HostNumbers& numbers) {
+Units CollectUnits(const GlobalLoad& global, const HostNumbers& numbers) {
   Units units;
-  units.list.reserve(global.reads_size());
-  units.hosts.reserve(global.reads_size());
+  units.global = &global;
+  units.list.reserve(global.reads());
+  units.hosts.reserve(global.reads());
   std::vector<uint32_t> scratch;
   // The planner's order (by file, then offset): each host reads neighbours.
-  for (const v1::ChunkRead& read : global.reads()) {
+  for (size_t k = 0; k < global.reads(); ++k) {
     Unit& u = units.list.emplace_back();
-    u.read = &read;
-    u.length = read.chunk().length();
-    for (const v1::CopyRun& run : read.runs()) {
-      ForEachRunRank(run, [&](int rank) { scratch.push_back(numbers.OfRank(rank)); });
-    }
+    u.read = static_cast<uint32_t>(k);
+    u.length = global.chunk(k).length;
+    global.ForEachRank(k, [&](int rank) { scratch.push_back(numbers.OfRank(rank)); });
     SetHosts(u, scratch, units);
   }
   // Objects by their whole stored chunk, as every host groups them
   // (load_groups.cc), so that both ends of a transfer list them alike.
   using ChunkKey = std::tuple<std::string, uint64_t, uint64_t, uint32_t>;
   std::map<ChunkKey, std::vector<const v1::ObjectRead*>> objects;
-  for (const v1::ObjectRead& read : global.objects()) {
+  for (const v1::ObjectRead& read : global.header().objects()) {
     const v1::StoredChunk& c = read.chunk();
     objects[{c.file(), c.file_offset(), c.length(), c.crc32c()}].push_back(&read);
   }
@@ -173,7 +174,7 @@ void ChooseReaders(Units& units, const HostNumbers& numbers, const FileHolders* 
   });
   std::vector<uint64_t> load(numbers.size(), 0);
   // The holders of the file last looked up: units come a file at a time.
-  const std::string* held_file = nullptr;
+  std::optional<absl::string_view> held_file;
   std::vector<uint32_t> holding;
   std::vector<uint32_t> candidates;
   for (uint32_t i : order) {
@@ -182,10 +183,10 @@ void ChooseReaders(Units& units, const HostNumbers& numbers, const FileHolders* 
     if (holders != nullptr) {
       // Only a host holding the file can read it: one that needs it too if
       // any, else any holder (which forwards it all).
-      if (held_file == nullptr || *held_file != units.File(u)) {
-        held_file = &units.File(u);
+      if (!held_file.has_value() || *held_file != units.File(u)) {
+        held_file = units.File(u);
         holding.clear();
-        auto it = holders->find(units.File(u));
+        auto it = holders->find(std::string(*held_file));
         if (it != holders->end()) {
           for (const std::string& host : it->second) holding.push_back(numbers.Of(host));
         }
@@ -247,10 +248,8 @@ void AddToPart(const Units& units, const Unit& u, uint32_t host, const HostNumbe
                v1::LoadAssignment& part) {
   if (!units.Needs(u, host)) {
     // Its reader only: read and forwarded, delivered to no rank here.
-    if (u.read != nullptr) {
-      v1::ChunkRead& read = *part.add_reads();
-      *read.mutable_chunk() = u.read->chunk();
-      read.set_fqn(u.read->fqn());
+    if (u.read != Unit::kObjects) {
+      v1::ChunkRead& read = *units.global->AddRead(u.read, part, [](int) { return false; });
       Route(*read.mutable_route(), units, u, host, numbers);
     } else {
       v1::ObjectRead& read = *part.add_objects();
@@ -261,25 +260,10 @@ void AddToPart(const Units& units, const Unit& u, uint32_t host, const HostNumbe
     }
     return;
   }
-  if (u.read != nullptr) {
-    v1::ChunkRead& read = *part.add_reads();
-    *read.mutable_chunk() = u.read->chunk();
-    read.set_fqn(u.read->fqn());
-    // Each run with this host's ranks only.
-    for (const v1::CopyRun& run : u.read->runs()) {
-      v1::CopyRun* mine = nullptr;
-      ForEachRunRank(run, [&](int rank) {
-        if (numbers.OfRank(rank) != host) return;
-        if (mine != nullptr) {
-          mine->add_more_ranks(rank);
-          return;
-        }
-        mine = read.add_runs();
-        *mine = run;
-        mine->clear_more_ranks();
-        mine->set_rank(rank);
-      });
-    }
+  if (u.read != Unit::kObjects) {
+    // Its copies to this host's ranks only.
+    v1::ChunkRead& read = *units.global->AddRead(
+        u.read, part, [&](int rank) { return numbers.OfRank(rank) == host; });
     Route(*read.mutable_route(), units, u, host, numbers);
     return;
   }
@@ -294,7 +278,7 @@ void AddToPart(const Units& units, const Unit& u, uint32_t host, const HostNumbe
 }  // namespace
 
 struct LoadSpread::Decisions {
-  std::shared_ptr<const v1::LoadAssignment> global;
+  std::shared_ptr<const GlobalLoad> global;
   HostNumbers numbers;
   Units units;
   v1::LoadPeers peers;
@@ -307,12 +291,12 @@ struct LoadSpread::Decisions {
   std::vector<std::vector<const v1::LoadAssignment::RankSizes*>> sizes;
   uint64_t unique_bytes = 0;
 
-  Decisions(std::shared_ptr<const v1::LoadAssignment> plan,
-            const std::map<int, std::string>& rank_hosts, const FileHolders* holders)
+  Decisions(std::shared_ptr<const GlobalLoad> plan, const std::map<int, std::string>& rank_hosts,
+            const FileHolders* holders)
       : global(std::move(plan)), numbers(rank_hosts, holders) {}
 };
 
-LoadSpread::LoadSpread(std::shared_ptr<const v1::LoadAssignment> global,
+LoadSpread::LoadSpread(std::shared_ptr<const GlobalLoad> global,
                        const std::map<int, std::string>& rank_hosts,
                        const std::map<std::string, std::string>& addresses, uint64_t group_bytes,
                        uint64_t load_id, const std::string& secret, const FileHolders* holders) {
@@ -352,7 +336,7 @@ LoadSpread::LoadSpread(std::shared_ptr<const v1::LoadAssignment> global,
     if (d->has_part[host]) d->hosts.push_back(numbers.name(host));
   }
   d->sizes.resize(numbers.size());
-  for (const v1::LoadAssignment::RankSizes& sizes : d->global->sizes()) {
+  for (const v1::LoadAssignment::RankSizes& sizes : d->global->header().sizes()) {
     auto it = rank_hosts.find(sizes.rank());
     if (it != rank_hosts.end()) d->sizes[numbers.Of(it->second)].push_back(&sizes);
   }
@@ -365,7 +349,7 @@ LoadSpread& LoadSpread::operator=(LoadSpread&&) noexcept = default;
 
 const std::vector<std::string>& LoadSpread::hosts() const { return decisions_->hosts; }
 uint64_t LoadSpread::unique_bytes() const { return decisions_->unique_bytes; }
-const v1::LoadAssignment& LoadSpread::global() const { return *decisions_->global; }
+const GlobalLoad& LoadSpread::global() const { return *decisions_->global; }
 
 std::optional<v1::LoadAssignment> LoadSpread::Part(const std::string& name) const {
   const Decisions& d = *decisions_;
@@ -373,8 +357,8 @@ std::optional<v1::LoadAssignment> LoadSpread::Part(const std::string& name) cons
   if (known == d.hosts.end() || *known != name) return std::nullopt;
   const uint32_t host = d.numbers.Of(name);
   std::optional<v1::LoadAssignment> part(std::in_place);
-  part->set_step(d.global->step());
-  part->set_checkpoint_path(d.global->checkpoint_path());
+  part->set_step(d.global->header().step());
+  part->set_checkpoint_path(d.global->header().checkpoint_path());
   *part->mutable_peers() = d.peers;
   part->mutable_reads()->Reserve(static_cast<int>(d.first[host + 1] - d.first[host]));
   for (uint32_t k = d.first[host]; k < d.first[host + 1]; ++k) {

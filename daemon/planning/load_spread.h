@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ckpt/v1/coordinator.pb.h"
+#include "daemon/planning/global_load.h"
 
 namespace ckpt::planning {
 
@@ -41,8 +42,7 @@ class LoadSpread {
   // holder among the hosts): one that needs it if any, else a holder that
   // reads it only to forward it (its part lists it with no runs, or as an
   // object read of rank -1).
-  LoadSpread(std::shared_ptr<const v1::LoadAssignment> global,
-             const std::map<int, std::string>& rank_hosts,
+  LoadSpread(std::shared_ptr<const GlobalLoad> global, const std::map<int, std::string>& rank_hosts,
              const std::map<std::string, std::string>& addresses, uint64_t group_bytes,
              uint64_t load_id, const std::string& secret, const FileHolders* holders = nullptr);
   ~LoadSpread();
@@ -54,7 +54,7 @@ class LoadSpread {
   const std::vector<std::string>& hosts() const;
   // Of the chunks read, each once.
   uint64_t unique_bytes() const;
-  const v1::LoadAssignment& global() const;
+  const GlobalLoad& global() const;
   // The host's part, made now; nullopt for a host without one.
   std::optional<v1::LoadAssignment> Part(const std::string& host) const;
 

@@ -275,24 +275,25 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
   // the commit wrote, parsed. It does not hold the save's plan too: a job
   // loads when it starts, and the cache holds a plan only within its
   // budget (--plan_cache_mib; cached_bytes says what this one needs).
-  ckpt::v1::CheckpointManifest manifest;
+  // Shared: the load's plan keeps it (global_load.h).
+  auto manifest = std::make_shared<ckpt::v1::CheckpointManifest>();
   {
     const std::string wire = ckpt::planning::SerializedManifestOf(*saved->assignment);
     saved = ckpt::planning::SavePlan();
     cached = ckpt::planning::SavePlan();
     cache.reset();
-    if (!manifest.ParseFromString(wire)) {
+    if (!manifest->ParseFromString(wire)) {
       return absl::InternalError("the planned manifest does not parse");
     }
   }
   start = std::chrono::steady_clock::now();
   cpu = ThreadCpuSeconds();
-  absl::StatusOr<std::shared_ptr<ckpt::v1::LoadAssignment>> loaded =
-      ckpt::planning::PlanLoadShared(manifest, load_nodes, load_limits, options.threads);
+  absl::StatusOr<std::shared_ptr<ckpt::planning::GlobalLoad>> loaded =
+      ckpt::planning::PlanGlobalLoad(manifest, load_nodes, load_limits, options.threads);
   f.load_plan_cpu_s = ThreadCpuSeconds() - cpu;
   f.load_plan_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!loaded.ok()) return ckpt::WithContext(loaded.status(), "load plan");
-  *reads = (*loaded)->reads_size();
+  *reads = static_cast<int>((*loaded)->reads());
   {
     // The coordinator cuts the plan into the hosts' parts: who reads what
     // (load_spread.h) once, then each host's part as the host asks for it
@@ -316,7 +317,7 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
       f.part_reads += static_cast<uint64_t>(part->reads_size());
     }
   }
-  if (manifest_out != nullptr) manifest_out->Swap(&manifest);
+  if (manifest_out != nullptr) manifest_out->Swap(manifest.get());
   return f;
 }
 

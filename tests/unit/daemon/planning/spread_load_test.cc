@@ -13,7 +13,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,9 +20,12 @@
 #include <google/protobuf/util/message_differencer.h>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/planning/global_load.h"
 #include "daemon/planning/load_groups.h"
 #include "daemon/planning/load_planner.h"
 #include "daemon/planning/load_spread.h"
+#include "daemon/planning/planned_manifest.h"
+#include "daemon/planning/save_planner.h"
 #include "proto/lib/copy_run.h"
 #include "tests/catch.h"
 #include "tests/unit/daemon/planning/test_helpers.h"
@@ -69,11 +71,12 @@ using Key = std::tuple<int, bool, uint32_t>;  // rank, is object, request
 
 // Plans the spread (with `holders`, from the hosts holding each file) and
 // carries it out, checking every byte (see the top of this file).
-void CheckSpread(const Saved& saved, const v1::NodeLoadPlan& node, const v1::LoadAssignment& global,
-                 uint64_t group_bytes, const planning::FileHolders* holders) {
+void CheckSpread(const Saved& saved, const v1::NodeLoadPlan& node,
+                 const std::shared_ptr<const GlobalLoad>& global, uint64_t group_bytes,
+                 const planning::FileHolders* holders) {
   const std::vector<std::vector<bool>> on_device(kWorld, std::vector<bool>(2, false));
   INFO("group_bytes " << group_bytes);
-  const planning::LoadSpread spread(std::make_shared<const v1::LoadAssignment>(global), kRankHosts,
+  const planning::LoadSpread spread(global, kRankHosts,
                                     {{"hA", "a:1"}, {"hB", "b:1"}, {"hC", "c:1"}}, group_bytes, 42,
                                     std::string(16, 's'), holders);
   REQUIRE(spread.hosts() == std::vector<std::string>{"hA", "hB", "hC"});
@@ -96,7 +99,7 @@ void CheckSpread(const Saved& saved, const v1::NodeLoadPlan& node, const v1::Loa
       expected[{rank.rank(), false, i}] = PackedBytes(rank.tensors(i));
     }
   }
-  for (const v1::ObjectRead& read : global.objects()) {
+  for (const v1::ObjectRead& read : global->header().objects()) {
     expected[{read.rank(), true, read.request()}] =
         ObjectBytes(read.key(), read.key() == "cfg" ? -1 : read.rank(), read.chunk().length());
   }
@@ -216,7 +219,8 @@ TEST_CASE("spread load: each chunk read once, forwarded, every byte delivered on
           "[spread_load]") {
   const Saved saved = SaveFiveRanks();
   const v1::NodeLoadPlan node = LoadFiveRanks();
-  absl::StatusOr<v1::LoadAssignment> global = planning::PlanLoad(saved.manifest, {node});
+  absl::StatusOr<std::shared_ptr<GlobalLoad>> global = PlanGlobalLoad(
+      std::make_shared<const v1::CheckpointManifest>(saved.manifest), {node}, RequestLimits{});
   CKPT_REQUIRE_OK(global);
   for (uint64_t group_bytes : {uint64_t{1}, uint64_t{9000}, uint64_t{1} << 30}) {
     INFO("group_bytes " << group_bytes);
@@ -230,11 +234,13 @@ TEST_CASE("spread load: each chunk read once, forwarded, every byte delivered on
 TEST_CASE("spread load from holders: each chunk read by a host holding its file", "[spread_load]") {
   const Saved saved = SaveFiveRanks();
   const v1::NodeLoadPlan node = LoadFiveRanks();
-  absl::StatusOr<v1::LoadAssignment> global = planning::PlanLoad(saved.manifest, {node});
+  absl::StatusOr<std::shared_ptr<GlobalLoad>> global = PlanGlobalLoad(
+      std::make_shared<const v1::CheckpointManifest>(saved.manifest), {node}, RequestLimits{});
   CKPT_REQUIRE_OK(global);
   std::set<std::string> files;
-  for (const v1::ChunkRead& read : global->reads()) files.insert(read.chunk().file());
-  for (const v1::ObjectRead& read : global->objects()) files.insert(read.chunk().file());
+  for (absl::string_view file : (*global)->files()) files.emplace(file);
+  for (const v1::ObjectRead& read : (*global)->header().objects())
+    files.insert(read.chunk().file());
   REQUIRE(files.size() >= 2);
   planning::FileHolders holders;
   const std::vector<std::set<std::string>> choices = {{"hB"}, {"hA", "hC"}, {"hC"}};
@@ -253,12 +259,13 @@ TEST_CASE("spread load: a chunk one host needs alone is neither forwarded nor re
   requests[0] = {BoxShard("w", v1::FLOAT32, {200, 64}, {0, 0}, {40, 64})};    // hA
   requests[2] = {BoxShard("w", v1::FLOAT32, {200, 64}, {80, 0}, {40, 64})};   // hB
   requests[3] = {BoxShard("w", v1::FLOAT32, {200, 64}, {160, 0}, {40, 64})};  // hC
-  absl::StatusOr<v1::LoadAssignment> global =
-      planning::PlanLoad(saved.manifest, {LoadNode("all", requests)});
+  absl::StatusOr<std::shared_ptr<GlobalLoad>> global =
+      PlanGlobalLoad(std::make_shared<const v1::CheckpointManifest>(saved.manifest),
+                     {LoadNode("all", requests)}, RequestLimits{});
   CKPT_REQUIRE_OK(global);
-  const planning::LoadSpread spread(
-      std::make_shared<const v1::LoadAssignment>(*global), {{0, "hA"}, {2, "hB"}, {3, "hC"}},
-      {{"hA", "a:1"}, {"hB", "b:1"}, {"hC", "c:1"}}, 1 << 20, 7, std::string(16, 's'));
+  const planning::LoadSpread spread(*global, {{0, "hA"}, {2, "hB"}, {3, "hC"}},
+                                    {{"hA", "a:1"}, {"hB", "b:1"}, {"hC", "c:1"}}, 1 << 20, 7,
+                                    std::string(16, 's'));
   REQUIRE(spread.hosts().size() == 3);
   for (const std::string& host : spread.hosts()) {
     const std::optional<v1::LoadAssignment> part = spread.Part(host);
@@ -271,128 +278,155 @@ TEST_CASE("spread load: a chunk one host needs alone is neither forwarded nor re
   }
 }
 
-// A cluster-sized global plan made up directly (no files): tens of
-// thousands of chunk reads, each copied to a few ranks of 16 hosts, so
-// that the hosts' parts are made on several threads.
-v1::LoadAssignment ManyReads(int ranks, int reads, int rank_step) {
-  std::mt19937 random(7);
-  v1::LoadAssignment global;
-  global.set_step(3);
-  for (int r = 0; r < reads; ++r) {
-    v1::ChunkRead& read = *global.add_reads();
-    read.set_fqn(absl::StrCat("t", r % 97));
-    v1::StoredChunk& chunk = *read.mutable_chunk();
-    chunk.set_file(absl::StrCat("f", r % 11));
-    chunk.set_file_offset(uint64_t{4096} * static_cast<uint64_t>(r));
-    chunk.set_length(1000 + random() % 3000);
-    chunk.set_crc32c(static_cast<uint32_t>(r));
-    const int copies = 1 + static_cast<int>(random() % 4);
-    for (int c = 0; c < copies; ++c) {
-      v1::CopyRun& run = *read.add_runs();
-      run.set_rank(static_cast<int>(random() % ranks) * rank_step);
-      run.set_request(c);
-      run.set_length(chunk.length());
-      // Replicas of one copy: a few more ranks, on any host.
-      for (int more = static_cast<int>(random() % 3); more > 0; --more) {
-        run.add_more_ranks(static_cast<int>(random() % ranks) * rank_step);
-      }
+// A load of a cluster's shape, planned: 32 ranks saved 300 tensors, each
+// in 32 row parts; 48 ranks on 16 hosts (3 each) load them by 8 row groups
+// of 4 parts, every group asked for by 6 ranks on 6 hosts, odd tensors'
+// rows cut inside the parts' chunks.
+constexpr int kSaveRanks = 32;
+constexpr int kLoadRanks = 48;
+constexpr int kTensors = 300;
+constexpr int64_t kRows = 8 * kSaveRanks;
+
+v1::CheckpointManifest ManyShards() {
+  v1::NodeSavePlan node = SingleHost(kSaveRanks, 4);
+  for (int r = 0; r < kSaveRanks; ++r) {
+    for (int t = 0; t < kTensors; ++t) {
+      AddShard(node, r,
+               BoxShard(absl::StrCat("t", t), v1::FLOAT32, {kRows, 16}, {8 * r, 0}, {8, 16}));
     }
   }
-  return global;
+  absl::StatusOr<v1::SaveAssignment> saved = PlanSave({node}, PlannerOptions());
+  REQUIRE(saved.ok());
+  return planning::ManifestOf(*saved);
 }
 
-TEST_CASE("spread load at scale: each read once, by a host that needs it, forwarded to the rest",
+std::vector<v1::NodeLoadPlan> LoadByGroups(int rank_step) {
+  std::map<std::string, Requests> by_host;
+  for (int r = 0; r < kLoadRanks; ++r) {
+    const int64_t group = r % 8;
+    std::vector<v1::TensorShard>& asked = by_host[absl::StrCat("h", r / 3)][r * rank_step];
+    for (int t = 0; t < kTensors; ++t) {
+      const int64_t cut = t % 2 == 1 ? 3 : 0;
+      asked.push_back(BoxShard(absl::StrCat("t", t), v1::FLOAT32, {kRows, 16},
+                               {32 * group + cut, 0}, {32 - 2 * cut, 16}));
+    }
+  }
+  std::vector<v1::NodeLoadPlan> nodes;
+  for (const auto& [host, requests] : by_host) nodes.push_back(LoadNode(host, requests));
+  return nodes;
+}
+
+TEST_CASE("spread load at scale: each read once, by a host that needs it, its copies cut by host",
           "[spread_load]") {
-  constexpr int kRanks = 64;
-  constexpr int kHosts = 16;
+  constexpr int kHosts = kLoadRanks / 3;
   constexpr uint64_t kGroupBytes = 200000;
   // Ranks numbered densely (a table) and sparsely (a map).
   const int rank_step = GENERATE(1, 100003);
   INFO("rank step " << rank_step);
-  auto global = std::make_shared<const v1::LoadAssignment>(ManyReads(kRanks, 30000, rank_step));
+  auto manifest = std::make_shared<const v1::CheckpointManifest>(ManyShards());
+  const std::vector<v1::NodeLoadPlan> nodes = LoadByGroups(rank_step);
+  absl::StatusOr<std::shared_ptr<GlobalLoad>> global =
+      PlanGlobalLoad(manifest, nodes, RequestLimits{});
+  CKPT_REQUIRE_OK(global);
+  // The same plan as one message: what each host's part is cut from.
+  absl::StatusOr<v1::LoadAssignment> whole = PlanLoad(*manifest, nodes, RequestLimits{});
+  CKPT_REQUIRE_OK(whole);
+  REQUIRE(whole->reads_size() == kSaveRanks * kTensors);
+  REQUIRE((*global)->reads() == static_cast<size_t>(whole->reads_size()));
   std::map<int, std::string> rank_hosts;
   std::map<std::string, std::string> addresses;
-  for (int r = 0; r < kRanks; ++r) {
-    rank_hosts[r * rank_step] = absl::StrCat("h", r % kHosts);
-    addresses[absl::StrCat("h", r % kHosts)] = absl::StrCat("10.0.0.", r % kHosts, ":1");
+  for (const v1::NodeLoadPlan& node : nodes) {
+    addresses[node.host().host()] = node.host().host() + ":1";
+    for (const auto& rank : node.ranks()) rank_hosts[rank.rank()] = node.host().host();
   }
-  const LoadSpread spread(global, rank_hosts, addresses, kGroupBytes, 9, "s");
+  const LoadSpread spread(*global, rank_hosts, addresses, kGroupBytes, 9, "s");
   REQUIRE(spread.hosts().size() == kHosts);
   std::map<std::string, v1::LoadAssignment> parts;
   for (const std::string& host : spread.hosts()) parts[host] = *spread.Part(host);
   // A part is made the same every time it is asked for.
   CHECK(google::protobuf::util::MessageDifferencer::Equals(parts.at("h3"), *spread.Part("h3")));
   // Groups hold at most kGroupBytes on any host; reads balance.
-  std::map<uint64_t, std::string> reader;  // by file offset
+  std::map<std::pair<std::string, uint64_t>, std::string> reader;  // by (file, offset)
+  std::map<std::pair<std::string, uint64_t>, std::map<std::string, const v1::ChunkRead*>> listed;
   std::map<std::pair<uint32_t, std::string>, uint64_t> in_group;
   uint64_t total = 0;
   std::map<std::string, uint64_t> read_bytes;
   for (const auto& [host, part] : parts) {
-    CHECK(part.step() == 3);
+    CHECK(part.step() == whole->step());
     CHECK(part.peers().groups() > 0);
     CHECK(part.peers().addresses().size() == kHosts);
     for (const v1::ChunkRead& read : part.reads()) {
+      const std::pair<std::string, uint64_t> at{read.chunk().file(), read.chunk().file_offset()};
+      CHECK(listed[at].emplace(host, &read).second);
       in_group[{read.route().group(), host}] += read.chunk().length();
       CHECK(read.route().group() < part.peers().groups());
       if (read.route().source_host().empty()) {
-        CHECK(reader.emplace(read.chunk().file_offset(), host).second);
+        CHECK(reader.emplace(at, host).second);
         read_bytes[host] += read.chunk().length();
         total += read.chunk().length();
-      }
-      for (const v1::CopyRun& run : read.runs()) {
-        ForEachRunRank(run, [&](int rank) { CHECK(rank_hosts.at(rank) == host); });
       }
     }
   }
   CHECK(total == spread.unique_bytes());
-  REQUIRE(reader.size() == static_cast<size_t>(global->reads_size()));
+  REQUIRE(reader.size() == static_cast<size_t>(whole->reads_size()));
   for (const auto& [key, bytes] : in_group) CHECK(bytes <= kGroupBytes);
   for (const auto& [host, bytes] : read_bytes) {
     INFO(host << " read " << bytes << " of " << total);
-    CHECK(bytes <= total / kHosts + total / 20);
+    CHECK(bytes <= total / kHosts + total / 10);
   }
-  // Each read: in the parts of the hosts that need it only; read by one of
-  // them, which forwards it to every other, with each host's ranks'
-  // copies only.
-  std::map<std::string, std::map<uint64_t, const v1::ChunkRead*>> by_offset;
-  size_t listed = 0;
-  for (const auto& [host, part] : parts) {
-    for (const v1::ChunkRead& read : part.reads()) {
-      CHECK(by_offset[host].emplace(read.chunk().file_offset(), &read).second);
-      ++listed;
-    }
-  }
+  // Each read: in the parts of the hosts that need it only, each with the
+  // whole plan's copies to that host's ranks; read by one of them, which
+  // forwards it to every other.
   size_t wanted_in_all = 0;
-  for (const v1::ChunkRead& read : global->reads()) {
-    std::map<std::string, std::multiset<int>> wanted;  // by host, the ranks copied to
+  size_t listed_in_all = 0;
+  for (const auto& [at, hosts] : listed) listed_in_all += hosts.size();
+  for (const v1::ChunkRead& read : whole->reads()) {
+    const std::pair<std::string, uint64_t> at{read.chunk().file(), read.chunk().file_offset()};
+    std::map<std::string, v1::ChunkRead> wanted;  // by host: the read, its ranks' copies only
     for (const v1::CopyRun& run : read.runs()) {
-      ForEachRunRank(run, [&](int rank) { wanted[rank_hosts.at(rank)].insert(rank); });
+      std::map<std::string, v1::CopyRun*> cut;
+      ForEachRunRank(run, [&](int rank) {
+        const std::string& host = rank_hosts.at(rank);
+        auto [mine, fresh] = wanted.try_emplace(host);
+        if (fresh) {
+          *mine->second.mutable_chunk() = read.chunk();
+          mine->second.set_fqn(read.fqn());
+        }
+        v1::CopyRun*& copy = cut[host];
+        if (copy != nullptr) {
+          copy->add_more_ranks(rank);
+          return;
+        }
+        copy = mine->second.add_runs();
+        *copy = run;
+        copy->clear_more_ranks();
+        copy->set_rank(rank);
+      });
     }
     wanted_in_all += wanted.size();
-    const std::string& from = reader.at(read.chunk().file_offset());
+    const std::string& from = reader.at(at);
     REQUIRE(wanted.count(from) == 1);
-    for (const auto& [host, ranks] : wanted) {
-      const auto found = by_offset[host].find(read.chunk().file_offset());
-      REQUIRE(found != by_offset[host].end());
-      const v1::ChunkRead* mine = found->second;
-      std::multiset<int> got;
-      for (const v1::CopyRun& run : mine->runs()) {
-        ForEachRunRank(run, [&](int rank) { got.insert(rank); });
-      }
-      CHECK(got == ranks);
+    for (const auto& [host, expected] : wanted) {
+      INFO("host " << host << ", " << at.first << " at " << at.second);
+      const auto found = listed[at].find(host);
+      REQUIRE(found != listed[at].end());
+      v1::ChunkRead got = *found->second;
+      got.clear_route();
+      CHECK(google::protobuf::util::MessageDifferencer::Equals(got, expected));
+      const v1::PeerRoute& route = found->second->route();
       if (host == from) {
         std::set<std::string> others;
         for (const auto& [h, r] : wanted) {
           if (h != host) others.insert(h);
         }
-        CHECK(std::set<std::string>(mine->route().forward_to().begin(),
-                                    mine->route().forward_to().end()) == others);
+        CHECK(std::set<std::string>(route.forward_to().begin(), route.forward_to().end()) ==
+              others);
       } else {
-        CHECK(mine->route().source_host() == from);
+        CHECK(route.source_host() == from);
       }
     }
   }
-  CHECK(listed == wanted_in_all);
+  CHECK(listed_in_all == wanted_in_all);
 }
 
 }  // namespace
