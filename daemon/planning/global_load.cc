@@ -4,9 +4,9 @@
 
 namespace ckpt::planning {
 
-v1::ChunkRead* GlobalLoad::AddRead(size_t k, v1::LoadAssignment& out,
+v1::ChunkRead* GlobalLoad::AddRead(uint32_t id, v1::LoadAssignment& out,
                                    absl::FunctionRef<bool(int rank)> keep) const {
-  return AddReadOf(order_[k], out.add_reads(), keep, false);
+  return AddReadOf(id, out.add_reads(), keep, false);
 }
 
 v1::ChunkRead* GlobalLoad::AddReadOf(uint32_t r, v1::ChunkRead* read,

@@ -67,19 +67,22 @@ class GlobalLoad {
   v1::LoadAssignment& header() { return header_; }
   const v1::LoadAssignment& header() const { return header_; }
 
-  // The chunks to read, in (file, offset) order.
+  // The chunks to read. ReadAt(k) is the k-th in (file, offset) order, as
+  // an id the other accessors take; ids are in the order the planner found
+  // the chunks, in which each one's copies and askers lie next to each
+  // other: a pass over every read is faster by id than in file order.
   size_t reads() const { return order_.size(); }
-  const Chunk& chunk(size_t k) const { return chunks_[order_[k]]; }
-  absl::string_view file(size_t k) const { return files_[chunk(k).file]; }
+  uint32_t ReadAt(size_t k) const { return order_[k]; }
+  const Chunk& chunk(uint32_t id) const { return chunks_[id]; }
+  absl::string_view file(uint32_t id) const { return files_[chunks_[id].file]; }
   // Every data file a read names, once.
   const std::vector<absl::string_view>& files() const { return files_; }
 
-  // Calls fn(rank) for every rank read k is copied to, in the order of its
-  // copies (a rank that gets several copies comes as often).
+  // Calls fn(rank) for every rank read `id` is copied to, in the order of
+  // its copies (a rank that gets several copies comes as often).
   template <typename Fn>
-  void ForEachRank(size_t k, Fn&& fn) const {
-    const uint32_t r = order_[k];
-    for (uint32_t u = first_use_[r]; u < first_use_[r + 1]; ++u) {
+  void ForEachRank(uint32_t id, Fn&& fn) const {
+    for (uint32_t u = first_use_[id]; u < first_use_[id + 1]; ++u) {
       const uint32_t region = uses_[u].region;
       for (uint32_t q = first_asker_[region]; q < first_asker_[region + 1]; ++q) {
         fn(askers_[q].rank);
@@ -87,10 +90,10 @@ class GlobalLoad {
     }
   }
 
-  // Adds read k to `out` with the copies to the ranks `keep` accepts (a
-  // rank's copies and the ranks that get the same copy at the same place
-  // of their lists, as one CopyRun with more_ranks).
-  v1::ChunkRead* AddRead(size_t k, v1::LoadAssignment& out,
+  // Adds read `id` to `out` with the copies to the ranks `keep` accepts
+  // (a rank's copies and the ranks that get the same copy at the same
+  // place of their lists, as one CopyRun with more_ranks).
+  v1::ChunkRead* AddRead(uint32_t id, v1::LoadAssignment& out,
                          absl::FunctionRef<bool(int rank)> keep) const;
   // The whole plan as one message: the header and every read.
   void ToAssignment(v1::LoadAssignment& out) const;

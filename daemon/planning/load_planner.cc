@@ -493,11 +493,27 @@ absl::Status Planner::MapOntoChunks(int threads) {
     std::optional<std::pair<uint32_t, absl::Status>> failed;  // (planned id, why)
   };
   std::vector<Part> parts(std::max(1, threads));
+  // Runs and reads: about one per piece of a region where a stored shard
+  // is one chunk (more where a piece crosses chunks). Reserved up front,
+  // the first part's for all parts, which are joined into it: a list
+  // grown by doubling was copied and its pages zeroed again at each step
+  // (reserved memory costs nothing until it is written).
+  uint64_t pieces = 0;
+  for (const Planned& p : planned_) pieces += geometries_[p.geometry].pieces.size();
   const size_t used = ParallelFor(
       tensors, threads, planned_.size(), kMinWorkPerRange,
       [&](size_t range, size_t begin, size_t end) {
         Part& part = parts[range];
         part.begin = begin;
+        uint64_t mine = pieces;
+        if (range > 0) {
+          mine = 0;
+          for (uint32_t k = first[begin]; k < first[end]; ++k) {
+            mine += geometries_[planned_[by_tensor[k]].geometry].pieces.size();
+          }
+        }
+        part.runs.reserve(mine);
+        part.reads.chunks.reserve(mine);
         std::vector<uint32_t> first_slot;  // by the tensor's stored shard; kNone: none yet
         for (size_t t = begin; t < end; ++t) {
           if (first[t] == first[t + 1]) continue;
@@ -550,10 +566,15 @@ absl::Status Planner::MapOntoChunks(int threads) {
                                                      " chunks, more than 2^32"));
   }
   // Joined in tensor order: each part's reads and runs after the earlier
-  // parts', its files numbered among all.
+  // parts', its files numbered among all. The first part's lists become
+  // the plan's (numbered from 0, its files first: nothing to renumber),
+  // the others appended to them.
+  runs_ = std::move(parts[0].runs);
+  reads_ = std::move(parts[0].reads);
+  reads_.read_of_slot = std::vector<uint32_t>();
   runs_.reserve(total_runs);
   reads_.chunks.reserve(total_reads);
-  for (size_t p = 0; p < used; ++p) {
+  for (size_t p = 1; p < used; ++p) {
     Part& part = parts[p];
     const uint32_t run_base = static_cast<uint32_t>(runs_.size());
     const uint32_t read_base = static_cast<uint32_t>(reads_.chunks.size());

@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/types/span.h"
+#include "daemon/planning/parallel_for.h"
 
 namespace ckpt::planning {
 namespace {
@@ -120,30 +121,78 @@ struct Units {
   }
 };
 
+// Sorts the hosts and keeps each once.
+void SortedOnce(std::vector<uint32_t>& hosts) {
+  std::sort(hosts.begin(), hosts.end());
+  hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
+}
+
 // Appends `scratch`'s hosts, sorted and once each, as the unit's.
 void SetHosts(Unit& u, std::vector<uint32_t>& scratch, Units& units) {
-  std::sort(scratch.begin(), scratch.end());
-  scratch.erase(std::unique(scratch.begin(), scratch.end()), scratch.end());
+  SortedOnce(scratch);
   u.first_host = static_cast<uint32_t>(units.hosts.size());
   units.hosts.insert(units.hosts.end(), scratch.begin(), scratch.end());
   u.end_host = static_cast<uint32_t>(units.hosts.size());
   scratch.clear();
 }
 
-Units CollectUnits(const GlobalLoad& global, const HostNumbers& numbers) {
+Units CollectUnits(const GlobalLoad& global, const HostNumbers& numbers, int threads) {
   Units units;
   units.global = &global;
-  units.list.reserve(global.reads());
-  units.hosts.reserve(global.reads());
-  std::vector<uint32_t> scratch;
-  // The planner's order (by file, then offset): each host reads neighbours.
-  for (size_t k = 0; k < global.reads(); ++k) {
-    Unit& u = units.list.emplace_back();
-    u.read = static_cast<uint32_t>(k);
-    u.length = global.chunk(k).length;
-    global.ForEachRank(k, [&](int rank) { scratch.push_back(numbers.OfRank(rank)); });
-    SetHosts(u, scratch, units);
+  const size_t reads = global.reads();
+  // Each read's hosts, worked out by id (global_load.h: its askers lie
+  // near), on several threads, each range of ids with a list of its own,
+  // joined in order; the units then name them in file order.
+  struct Range {
+    size_t begin = 0;  // its ids: [begin, end)
+    size_t end = 0;
+    std::vector<uint32_t> hosts;
+  };
+  std::vector<Range> ranges(std::max(1, threads));
+  std::vector<uint32_t> first_host(reads);
+  std::vector<uint32_t> end_host(reads);
+  const size_t used = ParallelFor(
+      reads, threads, reads, kMinWorkPerRange, [&](size_t range, size_t begin, size_t end) {
+        ranges[range].begin = begin;
+        ranges[range].end = end;
+        std::vector<uint32_t>& hosts = ranges[range].hosts;
+        hosts.reserve(end - begin);
+        std::vector<uint32_t> scratch;
+        for (size_t id = begin; id < end; ++id) {
+          global.ForEachRank(static_cast<uint32_t>(id),
+                             [&](int rank) { scratch.push_back(numbers.OfRank(rank)); });
+          SortedOnce(scratch);
+          first_host[id] = static_cast<uint32_t>(hosts.size());
+          hosts.insert(hosts.end(), scratch.begin(), scratch.end());
+          end_host[id] = static_cast<uint32_t>(hosts.size());
+          scratch.clear();
+        }
+      });
+  std::vector<uint32_t> by_id = std::move(ranges[0].hosts);
+  for (size_t r = 1; r < used; ++r) {
+    const uint32_t base = static_cast<uint32_t>(by_id.size());
+    by_id.insert(by_id.end(), ranges[r].hosts.begin(), ranges[r].hosts.end());
+    ranges[r].hosts = std::vector<uint32_t>();
+    for (size_t id = ranges[r].begin; id < ranges[r].end; ++id) {
+      first_host[id] += base;
+      end_host[id] += base;
+    }
   }
+  // The units in the planner's order (by file, then offset: each host
+  // reads neighbours), their hosts laid out again in that order, the one
+  // every later pass walks them in.
+  units.list.resize(reads);
+  units.hosts.reserve(by_id.size());
+  for (size_t k = 0; k < reads; ++k) {
+    Unit& u = units.list[k];
+    u.read = global.ReadAt(k);
+    u.length = global.chunk(u.read).length;
+    u.first_host = static_cast<uint32_t>(units.hosts.size());
+    units.hosts.insert(units.hosts.end(), by_id.begin() + first_host[u.read],
+                       by_id.begin() + end_host[u.read]);
+    u.end_host = static_cast<uint32_t>(units.hosts.size());
+  }
+  std::vector<uint32_t> scratch;
   // Objects by their whole stored chunk, as every host groups them
   // (load_groups.cc), so that both ends of a transfer list them alike.
   using ChunkKey = std::tuple<std::string, uint64_t, uint64_t, uint32_t>;
@@ -299,10 +348,11 @@ struct LoadSpread::Decisions {
 LoadSpread::LoadSpread(std::shared_ptr<const GlobalLoad> global,
                        const std::map<int, std::string>& rank_hosts,
                        const std::map<std::string, std::string>& addresses, uint64_t group_bytes,
-                       uint64_t load_id, const std::string& secret, const FileHolders* holders) {
+                       uint64_t load_id, const std::string& secret, const FileHolders* holders,
+                       int threads) {
   auto d = std::make_unique<Decisions>(std::move(global), rank_hosts, holders);
   const HostNumbers& numbers = d->numbers;
-  d->units = CollectUnits(*d->global, numbers);
+  d->units = CollectUnits(*d->global, numbers, PlanningThreads(threads));
   ChooseReaders(d->units, numbers, holders);
   const uint32_t groups =
       NumberGroups(d->units, numbers.size(), std::max<uint64_t>(group_bytes, 1));

@@ -41,10 +41,13 @@ class LoadSpread {
   // each chunk is read by a host holding its file (every file must have a
   // holder among the hosts): one that needs it if any, else a holder that
   // reads it only to forward it (its part lists it with no runs, or as an
-  // object read of rank -1).
+  // object read of rank -1). Decided on up to `threads` threads
+  // (parallel_for.h; 0: the cores it may run on, at most 8), the same on
+  // any number.
   LoadSpread(std::shared_ptr<const GlobalLoad> global, const std::map<int, std::string>& rank_hosts,
              const std::map<std::string, std::string>& addresses, uint64_t group_bytes,
-             uint64_t load_id, const std::string& secret, const FileHolders* holders = nullptr);
+             uint64_t load_id, const std::string& secret, const FileHolders* holders = nullptr,
+             int threads = 0);
   ~LoadSpread();
   LoadSpread(LoadSpread&&) noexcept;
   LoadSpread& operator=(LoadSpread&&) noexcept;
