@@ -153,7 +153,7 @@ absl::Status LoadGathering::PlanGatheredLoad(ActiveLoad& load) {
   auto planned = std::make_shared<PlannedLoad>(PlannedLoad{
       planning::LoadSpread(*global, rank_hosts, addresses,
                            load.group_bytes == ~uint64_t{0} ? (64u << 20) : load.group_bytes,
-                           load_id, secret, from_memory ? &holders : nullptr),
+                           load_id, secret, from_memory ? &holders : nullptr, options_.threads),
       std::move(addresses),
       {},
       from_memory,

@@ -278,13 +278,13 @@ TEST_CASE("spread load: a chunk one host needs alone is neither forwarded nor re
   }
 }
 
-// A load of a cluster's shape, planned: 32 ranks saved 300 tensors, each
+// A load of a cluster's shape, planned: 32 ranks saved 1100 tensors, each
 // in 32 row parts; 48 ranks on 16 hosts (3 each) load them by 8 row groups
 // of 4 parts, every group asked for by 6 ranks on 6 hosts, odd tensors'
 // rows cut inside the parts' chunks.
 constexpr int kSaveRanks = 32;
 constexpr int kLoadRanks = 48;
-constexpr int kTensors = 300;
+constexpr int kTensors = 1100;  // 35,200 chunks: the spread runs on several threads
 constexpr int64_t kRows = 8 * kSaveRanks;
 
 v1::CheckpointManifest ManyShards() {
@@ -339,12 +339,18 @@ TEST_CASE("spread load at scale: each read once, by a host that needs it, its co
     addresses[node.host().host()] = node.host().host() + ":1";
     for (const auto& rank : node.ranks()) rank_hosts[rank.rank()] = node.host().host();
   }
-  const LoadSpread spread(*global, rank_hosts, addresses, kGroupBytes, 9, "s");
+  const LoadSpread spread(*global, rank_hosts, addresses, kGroupBytes, 9, "s", nullptr, 3);
   REQUIRE(spread.hosts().size() == kHosts);
   std::map<std::string, v1::LoadAssignment> parts;
   for (const std::string& host : spread.hosts()) parts[host] = *spread.Part(host);
-  // A part is made the same every time it is asked for.
+  // A part is made the same every time it is asked for, and decided alike
+  // on one thread.
   CHECK(google::protobuf::util::MessageDifferencer::Equals(parts.at("h3"), *spread.Part("h3")));
+  const LoadSpread on_one(*global, rank_hosts, addresses, kGroupBytes, 9, "s", nullptr, 1);
+  for (const std::string& host : on_one.hosts()) {
+    INFO("host " << host);
+    CHECK(google::protobuf::util::MessageDifferencer::Equals(parts.at(host), *on_one.Part(host)));
+  }
   // Groups hold at most kGroupBytes on any host; reads balance.
   std::map<std::pair<std::string, uint64_t>, std::string> reader;  // by (file, offset)
   std::map<std::pair<std::string, uint64_t>, std::map<std::string, const v1::ChunkRead*>> listed;
