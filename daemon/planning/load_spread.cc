@@ -142,16 +142,21 @@ Units CollectUnits(const GlobalLoad& global, const HostNumbers& numbers, int thr
   const size_t reads = global.reads();
   // Each read's hosts, worked out by id (global_load.h: its askers lie
   // near), on several threads, each range of ids with a list of its own,
-  // joined in order; the units then name them in file order.
+  // joined in order.
+  struct Seen {
+    uint32_t first = 0;  // its hosts: by_id[first, first + count)
+    uint32_t count = 0;
+    uint64_t length = 0;
+  };
   struct Range {
-    size_t begin = 0;  // its ids: [begin, end)
+    size_t begin = 0;  // its ids, or units: [begin, end)
     size_t end = 0;
     std::vector<uint32_t> hosts;
+    uint64_t listed = 0;  // of its units' hosts
   };
   std::vector<Range> ranges(std::max(1, threads));
-  std::vector<uint32_t> first_host(reads);
-  std::vector<uint32_t> end_host(reads);
-  const size_t used = ParallelFor(
+  std::vector<Seen> seen(reads);
+  size_t used = ParallelFor(
       reads, threads, reads, kMinWorkPerRange, [&](size_t range, size_t begin, size_t end) {
         ranges[range].begin = begin;
         ranges[range].end = end;
@@ -162,9 +167,10 @@ Units CollectUnits(const GlobalLoad& global, const HostNumbers& numbers, int thr
           global.ForEachRank(static_cast<uint32_t>(id),
                              [&](int rank) { scratch.push_back(numbers.OfRank(rank)); });
           SortedOnce(scratch);
-          first_host[id] = static_cast<uint32_t>(hosts.size());
+          seen[id] =
+              Seen{static_cast<uint32_t>(hosts.size()), static_cast<uint32_t>(scratch.size()),
+                   global.chunk(static_cast<uint32_t>(id)).length};
           hosts.insert(hosts.end(), scratch.begin(), scratch.end());
-          end_host[id] = static_cast<uint32_t>(hosts.size());
           scratch.clear();
         }
       });
@@ -173,25 +179,46 @@ Units CollectUnits(const GlobalLoad& global, const HostNumbers& numbers, int thr
     const uint32_t base = static_cast<uint32_t>(by_id.size());
     by_id.insert(by_id.end(), ranges[r].hosts.begin(), ranges[r].hosts.end());
     ranges[r].hosts = std::vector<uint32_t>();
-    for (size_t id = ranges[r].begin; id < ranges[r].end; ++id) {
-      first_host[id] += base;
-      end_host[id] += base;
-    }
+    for (size_t id = ranges[r].begin; id < ranges[r].end; ++id) seen[id].first += base;
   }
   // The units in the planner's order (by file, then offset: each host
   // reads neighbours), their hosts laid out again in that order, the one
-  // every later pass walks them in.
+  // every later pass walks them in: each range of units found, then (its
+  // place known from the earlier ranges' counts) filled.
   units.list.resize(reads);
-  units.hosts.reserve(by_id.size());
-  for (size_t k = 0; k < reads; ++k) {
-    Unit& u = units.list[k];
-    u.read = global.ReadAt(k);
-    u.length = global.chunk(u.read).length;
-    u.first_host = static_cast<uint32_t>(units.hosts.size());
-    units.hosts.insert(units.hosts.end(), by_id.begin() + first_host[u.read],
-                       by_id.begin() + end_host[u.read]);
-    u.end_host = static_cast<uint32_t>(units.hosts.size());
-  }
+  used = ParallelFor(reads, threads, reads, kMinWorkPerRange,
+                     [&](size_t range, size_t begin, size_t end) {
+                       ranges[range].begin = begin;
+                       ranges[range].end = end;
+                       uint64_t listed = 0;
+                       for (size_t k = begin; k < end; ++k) {
+                         Unit& u = units.list[k];
+                         u.read = global.ReadAt(k);
+                         const Seen& s = seen[u.read];
+                         u.length = s.length;
+                         u.first_host = s.first;  // into by_id until filled
+                         u.end_host = s.first + s.count;
+                         listed += s.count;
+                       }
+                       ranges[range].listed = listed;
+                     });
+  units.hosts.resize(by_id.size());
+  std::vector<uint64_t> place(used, 0);
+  for (size_t r = 1; r < used; ++r) place[r] = place[r - 1] + ranges[r - 1].listed;
+  ParallelFor(used, threads, used * kMinWorkPerRange, kMinWorkPerRange,
+              [&](size_t, size_t first_range, size_t end_range) {
+                for (size_t r = first_range; r < end_range; ++r) {
+                  uint32_t at = static_cast<uint32_t>(place[r]);
+                  for (size_t k = ranges[r].begin; k < ranges[r].end; ++k) {
+                    Unit& u = units.list[k];
+                    const uint32_t count = u.end_host - u.first_host;
+                    std::copy_n(by_id.begin() + u.first_host, count, units.hosts.begin() + at);
+                    u.first_host = at;
+                    u.end_host = at + count;
+                    at += count;
+                  }
+                }
+              });
   std::vector<uint32_t> scratch;
   // Objects by their whole stored chunk, as every host groups them
   // (load_groups.cc), so that both ends of a transfer list them alike.
