@@ -352,8 +352,8 @@ class Planner {
     return absl::MakeConstSpan(runs_).subspan(planned.first_run, planned.runs);
   }
   uint32_t planned_count() const { return static_cast<uint32_t>(planned_.size()); }
-  const Reads& reads() const { return reads_; }
-  // What the plan keeps (BuildGlobal), taken once every read was made.
+  // What the plan keeps (GlobalLoadAccess::Fill), taken once every read
+  // was made.
   Reads TakeReads() { return std::move(reads_); }
   std::vector<Run> TakeRuns() { return std::move(runs_); }
 

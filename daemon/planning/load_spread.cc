@@ -76,7 +76,7 @@ class HostNumbers {
 // There are millions: its object readers lie beside (Units::objects).
 struct Unit {
   static constexpr uint32_t kObjects = ~uint32_t{0};
-  uint32_t read = kObjects;  // a tensor chunk (GlobalLoad's k-th read), or
+  uint32_t read = kObjects;  // a tensor chunk (its GlobalLoad id), or
   uint32_t objects = 0;      // its object readers: Units::objects
   uint64_t length = 0;
   // The hosts that need it: Units::hosts[first_host, end_host), ascending.

@@ -30,7 +30,10 @@
 // Prints the figures and, with --json, one JSON object:
 //   save_plan_s, plan_cache_s, load_plan_s, save_plan_cpu_s, load_plan_cpu_s
 //   (the thread's CPU time: without what other tenants took of the core),
-//   host_key_s, host_key_max_s,
+//   load_spread_s (the load cut into the hosts' parts: who reads what),
+//   load_parts_s, load_part_max_s (every host's part made, one after the
+//   other, and the slowest one's: the coordinator makes each on its host's
+//   call), load_part_reads (the chunk reads in all parts), host_key_s, host_key_max_s,
 //   node_compact_s, node_compact_max_s, node_load_compact_s,
 //   node_load_compact_max_s,
 //   first_save_plan_s, first_plan_cache_s, first_load_plan_s, repeat, ranks, shards_per_rank,
@@ -306,7 +309,7 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
     }
     start = std::chrono::steady_clock::now();
     const ckpt::planning::LoadSpread spread(std::move(*loaded), rank_hosts, addresses, 64u << 20, 1,
-                                            std::string(16, 's'));
+                                            std::string(16, 's'), nullptr, options.threads);
     f.load_spread_s = Seconds(std::chrono::steady_clock::now() - start);
     for (const std::string& host : spread.hosts()) {
       const auto made = std::chrono::steady_clock::now();
