@@ -50,7 +50,7 @@ absl::StatusOr<std::shared_ptr<planning::GlobalLoad>> LoadGathering::PlanFromMem
   // Kept by the plan, which points into it.
   auto manifest = std::make_shared<const v1::CheckpointManifest>(std::move(*read));
   absl::StatusOr<std::shared_ptr<planning::GlobalLoad>> global =
-      planning::PlanGlobalLoad(manifest, load.nodes, options_.limits, options_.threads);
+      planning::PlanGlobalLoad(*manifest, load.nodes, options_.limits, options_.threads);
   if (!global.ok()) return global.status();
   holders->clear();
   for (const v1::NodeLoadPlan& node : load.nodes) {
@@ -121,9 +121,7 @@ absl::Status LoadGathering::PlanGatheredLoad(ActiveLoad& load) {
     const int64_t step = read->step();
     // The whole job's plan, split among the hosts below; it keeps the
     // manifest, which it points into.
-    global =
-        planning::PlanGlobalLoad(std::make_shared<const v1::CheckpointManifest>(std::move(*read)),
-                                 load.nodes, options_.limits, options_.threads);
+    global = planning::PlanGlobalLoad(*read, load.nodes, options_.limits, options_.threads);
     if (!global.ok()) return global.status();
     absl::StatusOr<std::string> dir = storage::ResolveStepDir(backend_, root(), load.job, step);
     if (!dir.ok()) return dir.status();

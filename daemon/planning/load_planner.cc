@@ -15,6 +15,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/planning/column_manifest.h"
 #include "daemon/planning/global_load.h"
 #include "daemon/planning/parallel_for.h"
 #include "daemon/planning/rank_form.h"
@@ -30,7 +31,8 @@
 namespace ckpt::planning {
 namespace {
 
-std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape) {
+template <typename Shape>
+std::string ShapeString(const Shape& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
@@ -58,8 +60,13 @@ struct Reads {
   using Chunk = GlobalLoad::Chunk;
   std::vector<Chunk> chunks;
   std::vector<uint32_t> read_of_slot;  // kNone: not read (yet)
+  // The files the reads name, numbered as first read; by the manifest's
+  // number of a file, its number here (kNone: not read).
   std::vector<absl::string_view> files;
-  absl::flat_hash_map<absl::string_view, uint32_t> file_ids;
+  std::vector<uint32_t> manifest_file;  // by file here, the manifest's number
+  std::vector<uint32_t> file_of;        // by the manifest's number
+
+  explicit Reads(size_t manifest_files = 0) : file_of(manifest_files, kNone) {}
 
   // Slots for a stored shard's chunks; returns the first.
   uint32_t AddSlots(int chunks) {
@@ -68,21 +75,21 @@ struct Reads {
     return first;
   }
 
-  uint32_t ReadOf(uint32_t slot, const v1::StoredChunk& chunk, const std::string& fqn) {
+  // `index`: the chunk's among all of `manifest`'s.
+  uint32_t ReadOf(uint32_t slot, const ColumnManifest& manifest, uint32_t index,
+                  const std::string& fqn) {
     uint32_t& read = read_of_slot[slot];
     if (read == kNone) {
       read = static_cast<uint32_t>(chunks.size());
-      // Consecutive reads are mostly of one file: compared before hashed.
-      uint32_t file = chunks.empty() ? kNone : chunks.back().file;
-      if (file == kNone || files[file] != chunk.file()) {
-        auto [known, fresh] =
-            file_ids.try_emplace(chunk.file(), static_cast<uint32_t>(files.size()));
-        if (fresh) files.push_back(chunk.file());
-        file = known->second;
+      const ColumnManifest::Chunk& chunk = manifest.all_chunks()[index];
+      uint32_t& file = file_of[chunk.file];
+      if (file == kNone) {
+        file = static_cast<uint32_t>(files.size());
+        files.push_back(manifest.files()[chunk.file]);
+        manifest_file.push_back(chunk.file);
       }
-      chunks.push_back({file, chunk.crc32c(), chunk.file_offset(), chunk.shard_offset(),
-                        chunk.length(), &fqn,
-                        IsEncoded(chunk) || chunk.has_delta_base() ? &chunk : nullptr});
+      chunks.push_back({file, chunk.crc32c, chunk.file_offset, chunk.shard_offset, chunk.length,
+                        &fqn, manifest.encoded(index)});
     }
     return read;
   }
@@ -93,17 +100,18 @@ struct Reads {
 // mapped onto chunks by offset, so anything else would copy bytes from
 // outside the chunk read (a damaged or hostile manifest).
 // `what` names the shard, made only for an error.
-absl::Status CheckChunksTile(const v1::StoredShard& stored, uint64_t bytes,
+absl::Status CheckChunksTile(absl::Span<const ColumnManifest::Chunk> chunks,
+                             const ColumnManifest& manifest, uint64_t bytes,
                              absl::FunctionRef<std::string()> what) {
   uint64_t at = 0;
-  for (const v1::StoredChunk& chunk : stored.chunks()) {
-    if (chunk.shard_offset() != at || chunk.length() == 0 || chunk.length() > bytes - at) {
+  for (const ColumnManifest::Chunk& chunk : chunks) {
+    if (chunk.shard_offset != at || chunk.length == 0 || chunk.length > bytes - at) {
       return absl::DataLossError(absl::StrCat(
-          what(), ": chunk at shard offset ", chunk.shard_offset(), " of ", chunk.length(),
-          " bytes (in ", chunk.file(), ") does not continue the shard's chunks at ", at, " of its ",
-          bytes, " bytes"));
+          what(), ": chunk at shard offset ", chunk.shard_offset, " of ", chunk.length,
+          " bytes (in ", manifest.files()[chunk.file], ") does not continue the shard's chunks at ",
+          at, " of its ", bytes, " bytes"));
     }
-    at += chunk.length();
+    at += chunk.length;
   }
   if (at != bytes) {
     return absl::DataLossError(
@@ -112,13 +120,23 @@ absl::Status CheckChunksTile(const v1::StoredShard& stored, uint64_t bytes,
   return absl::OkStatus();
 }
 
-// Adds one copy (count reps) from `chunk`, for the requests it is
-// replayed for.
-void Emit(uint32_t slot, const v1::StoredChunk& chunk, const std::string& fqn, uint64_t in_chunk,
-          uint64_t dst, uint64_t length, uint64_t count, uint64_t chunk_stride,
-          uint64_t dest_stride, Reads& reads, std::vector<Run>& out) {
+// A stored shard's chunks, as the runs are mapped onto them.
+struct ShardChunks {
+  const ColumnManifest& manifest;
+  absl::Span<const ColumnManifest::Chunk> chunks;
+  uint32_t first_index = 0;  // chunks[0]'s among all of the manifest's
+  uint32_t first_slot = 0;   // chunks[0]'s in Reads
+  const std::string& fqn;
+};
+
+// Adds one copy (count reps) from chunk k of `shard`, for the requests it
+// is replayed for.
+void Emit(const ShardChunks& shard, size_t k, uint64_t in_chunk, uint64_t dst, uint64_t length,
+          uint64_t count, uint64_t chunk_stride, uint64_t dest_stride, Reads& reads,
+          std::vector<Run>& out) {
   Run& run = out.emplace_back();
-  run.read = reads.ReadOf(slot, chunk, fqn);
+  run.read = reads.ReadOf(shard.first_slot + static_cast<uint32_t>(k), shard.manifest,
+                          shard.first_index + static_cast<uint32_t>(k), shard.fqn);
   run.chunk_offset = in_chunk;
   run.dest_offset = dst;
   run.length = length;
@@ -133,45 +151,41 @@ void Emit(uint32_t slot, const v1::StoredChunk& chunk, const std::string& fqn, u
 // CheckChunksTile): the repetitions that fall inside one chunk become one
 // strided CopyRun; a repetition that straddles chunk boundaries is cut into
 // single runs. Cost: the chunks the run crosses plus its straddling
-// repetitions, at most one per chunk boundary. `first_slot`: the shard's
-// first chunk's in `reads`.
-void AddRunToChunks(const v1::StoredShard& stored, uint32_t first_slot, const std::string& fqn,
-                    const geo::StridedRun& run, Reads& reads, std::vector<Run>& out) {
-  const auto& chunks = stored.chunks();
-  auto chunk_at = [&](uint64_t offset) {
-    auto it =
-        std::upper_bound(chunks.begin(), chunks.end(), offset,
-                         [](uint64_t o, const v1::StoredChunk& c) { return o < c.shard_offset(); });
-    return it - 1;  // the first chunk starts at 0 <= offset
+// repetitions, at most one per chunk boundary.
+void AddRunToChunks(const ShardChunks& shard, const geo::StridedRun& run, Reads& reads,
+                    std::vector<Run>& out) {
+  const absl::Span<const ColumnManifest::Chunk> chunks = shard.chunks;
+  auto chunk_at = [&](uint64_t offset) -> size_t {
+    if (chunks.size() == 1) return 0;
+    auto it = std::upper_bound(
+        chunks.begin(), chunks.end(), offset,
+        [](uint64_t o, const ColumnManifest::Chunk& c) { return o < c.shard_offset; });
+    return static_cast<size_t>(it - chunks.begin()) - 1;  // the first chunk starts at 0 <= offset
   };
   const uint64_t n = static_cast<uint64_t>(run.count);
   const uint64_t length = static_cast<uint64_t>(run.length);
   const uint64_t ss = static_cast<uint64_t>(run.src_stride);
   const uint64_t ds = static_cast<uint64_t>(run.dst_stride);
-  const auto slot = [&](auto it) {
-    return first_slot + static_cast<uint32_t>(it - chunks.begin());
-  };
   uint64_t k = 0;
   while (k < n) {
     const uint64_t start = static_cast<uint64_t>(run.src_offset) + k * ss;
     const uint64_t dst = static_cast<uint64_t>(run.dst_offset) + k * ds;
-    auto it = chunk_at(start);
-    const uint64_t chunk_end = it->shard_offset() + it->length();
+    size_t c = chunk_at(start);
+    const uint64_t chunk_end = chunks[c].shard_offset + chunks[c].length;
     if (start + length <= chunk_end) {
       const uint64_t last =
           n == 1 ? k : std::min<uint64_t>(n - 1, k + (chunk_end - start - length) / ss);
-      Emit(slot(it), *it, fqn, start - it->shard_offset(), dst, length, last - k + 1, ss, ds, reads,
-           out);
+      Emit(shard, c, start - chunks[c].shard_offset, dst, length, last - k + 1, ss, ds, reads, out);
       k = last + 1;
       continue;
     }
     uint64_t src = start;
     uint64_t to = dst;
     uint64_t left = length;
-    for (; left > 0; ++it) {
-      const uint64_t in_chunk = src - it->shard_offset();
-      const uint64_t piece = std::min<uint64_t>(left, it->length() - in_chunk);
-      Emit(slot(it), *it, fqn, in_chunk, to, piece, 1, 0, 0, reads, out);
+    for (; left > 0; ++c) {
+      const uint64_t in_chunk = src - chunks[c].shard_offset;
+      const uint64_t piece = std::min<uint64_t>(left, chunks[c].length - in_chunk);
+      Emit(shard, c, in_chunk, to, piece, 1, 0, 0, reads, out);
       src += piece;
       to += piece;
       left -= piece;
@@ -190,27 +204,28 @@ struct StoredIndex {
   struct Entry {
     int64_t begin = 0;
     int64_t end = 0;
-    int shard = 0;  // index into the TensorEntry's shards
+    int shard = 0;  // index into the layout's shards
     geo::Region region;
   };
   std::vector<Entry> by_begin;
   int64_t longest = 0;
-  std::vector<int64_t> shard_bytes;  // by index into the TensorEntry's shards
+  std::vector<int64_t> shard_bytes;  // by index into the layout's shards
 };
 
-absl::StatusOr<StoredIndex> IndexStoredShards(const v1::TensorEntry& entry, const geo::Shape& shape,
-                                              int64_t element_size, const std::string& where) {
+absl::StatusOr<StoredIndex> IndexStoredShards(
+    const google::protobuf::RepeatedPtrField<v1::Region>& regions, const std::string& fqn,
+    const geo::Shape& shape, int64_t element_size, const std::string& where) {
   StoredIndex index;
-  index.by_begin.reserve(entry.shards_size());
-  index.shard_bytes.resize(entry.shards_size(), 0);
-  for (int k = 0; k < entry.shards_size(); ++k) {
+  index.by_begin.reserve(regions.size());
+  index.shard_bytes.resize(regions.size(), 0);
+  for (int k = 0; k < regions.size(); ++k) {
     StoredIndex::Entry e;
     e.shard = k;
-    e.region = RegionFromProto(entry.shards(k).region());
+    e.region = RegionFromProto(regions[k]);
     absl::StatusOr<std::pair<int64_t, int64_t>> span = geo::RegionSpan(shape, e.region);
     if (!span.ok()) {
-      return WithContext(span.status(), absl::StrCat(where, " tensor ", entry.fqn(), " shard ", k,
-                                                     ", its stored region"));
+      return WithContext(span.status(),
+                         absl::StrCat(where, " tensor ", fqn, " shard ", k, ", its stored region"));
     }
     if (span->first >= span->second) continue;  // empty: meets nothing
     // The region is valid (it has a span), so its count is.
@@ -230,27 +245,18 @@ absl::StatusOr<StoredIndex> IndexStoredShards(const v1::TensorEntry& entry, cons
 // same order (the layers of a model, saved by the same ranks). Where a
 // request meets the stored shards depends on nothing else, so it is worked
 // out once per layout (Geometry) and mapped onto each tensor's own chunks.
-bool SameLayout(const v1::TensorEntry& a, const v1::TensorEntry& b) {
-  if (a.dtype() != b.dtype() || a.shards_size() != b.shards_size() ||
-      !std::equal(a.global_shape().begin(), a.global_shape().end(), b.global_shape().begin(),
-                  b.global_shape().end())) {
-    return false;
-  }
-  for (int k = 0; k < a.shards_size(); ++k) {
-    if (!SameRegion(a.shards(k).region(), b.shards(k).region())) return false;
-  }
-  return true;
+// The manifest lists each list of regions once (ColumnManifest::layouts):
+// tensors alike have the same dtype, shape and layout number.
+bool SameLayout(const ColumnManifest::Tensor& a, const ColumnManifest::Tensor& b) {
+  return a.dtype == b.dtype && a.layout == b.layout && a.shape == b.shape;
 }
 
-size_t LayoutHash(const v1::TensorEntry& entry) {
-  size_t h =
-      absl::HashOf(entry.dtype(), absl::MakeConstSpan(entry.global_shape()), entry.shards_size());
-  for (const v1::StoredShard& stored : entry.shards()) h = HashRegion(h, stored.region());
-  return h;
+size_t LayoutHash(const ColumnManifest::Tensor& tensor) {
+  return absl::HashOf(tensor.dtype, tensor.layout, absl::MakeConstSpan(tensor.shape));
 }
 
 struct Layout {
-  const v1::TensorEntry* first = nullptr;  // the tensor it was found in
+  const ColumnManifest::Tensor* first = nullptr;  // the tensor it was found in
   StoredIndex index;
 };
 
@@ -258,7 +264,7 @@ struct Layout {
 struct Geometry {
   int64_t bytes = 0;
   struct Piece {
-    int shard = 0;  // index into the TensorEntry's shards
+    int shard = 0;  // index into the layout's shards
     geo::StridedRun run;
   };
   std::vector<Piece> pieces;
@@ -287,14 +293,17 @@ struct Request {
 // The tensors of the manifest and what has been worked out about them.
 class Planner {
  public:
-  Planner(const v1::CheckpointManifest& manifest, const RequestLimits& limits)
+  Planner(const ColumnManifest& manifest, const RequestLimits& limits)
       : manifest_(manifest),
         limits_(limits),
-        where_(absl::StrCat("checkpoint ", manifest.job(), " step ", manifest.step())) {
-    for (int t = 0; t < manifest.tensors_size(); ++t) {
-      tensor_by_fqn_.try_emplace(manifest.tensors(t).fqn(), t);
+        where_(absl::StrCat("checkpoint ", manifest.header().job(), " step ",
+                            manifest.header().step())),
+        reads_(manifest.files().size()) {
+    const std::vector<ColumnManifest::Tensor>& tensors = manifest.tensors();
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      tensor_by_fqn_.try_emplace(tensors[t].fqn, static_cast<int>(t));
     }
-    layout_of_tensor_.resize(manifest.tensors_size(), -1);
+    layout_of_tensor_.resize(tensors.size(), -1);
   }
 
   const std::string& where() const { return where_; }
@@ -316,14 +325,14 @@ class Planner {
           absl::NotFoundError(absl::StrCat("tensor ", desc.fqn(), " is not in ", where_)));
     }
     const int t = found->second;
-    const v1::TensorEntry& entry = manifest_.tensors(t);
-    if (entry.dtype() != desc.dtype() ||
-        !std::equal(entry.global_shape().begin(), entry.global_shape().end(),
-                    desc.global_shape().begin(), desc.global_shape().end())) {
+    const ColumnManifest::Tensor& entry = manifest_.tensors()[t];
+    if (entry.dtype != desc.dtype() ||
+        !std::equal(entry.shape.begin(), entry.shape.end(), desc.global_shape().begin(),
+                    desc.global_shape().end())) {
       return invalid_first(absl::InvalidArgumentError(absl::StrCat(
           "tensor ", desc.fqn(), ": rank ", rank, " asks for dtype ", DTypeName(desc.dtype()),
           " shape ", ShapeString(desc.global_shape()), " but ", where_, " holds dtype ",
-          DTypeName(entry.dtype()), " shape ", ShapeString(entry.global_shape()))));
+          DTypeName(entry.dtype), " shape ", ShapeString(entry.shape))));
     }
     return t;
   }
@@ -334,7 +343,7 @@ class Planner {
     const auto [id, fresh] = regions_.Intern(t, region);
     if (!fresh) return id;
     // A failure ends the planning: the table's new id gets no entry.
-    absl::StatusOr<Planned> planned = PlanFirst(region, manifest_.tensors(t), t, rank);
+    absl::StatusOr<Planned> planned = PlanFirst(region, manifest_.tensors()[t], t, rank);
     if (!planned.ok()) return planned.status();
     planned_.push_back(std::move(*planned));
     return id;
@@ -369,8 +378,8 @@ class Planner {
   // The first request for this spelling of a region of this tensor:
   // where it meets the stored shards, worked out once per layout (its
   // mapping onto this tensor's chunks comes once every request was seen).
-  absl::StatusOr<Planned> PlanFirst(const v1::Region& region, const v1::TensorEntry& entry, int t,
-                                    int rank) {
+  absl::StatusOr<Planned> PlanFirst(const v1::Region& region, const ColumnManifest::Tensor& entry,
+                                    int t, int rank) {
     if (layout_of_tensor_[t] < 0) {
       // A tensor's first request is validated in full, whatever its layout.
       absl::StatusOr<ShardGeometry> g =
@@ -397,12 +406,16 @@ class Planner {
 
   // The layout of a tensor whose first request had geometry `g`: an
   // earlier tensor's, or a new one indexed here.
-  absl::StatusOr<int> LayoutOf(const v1::TensorEntry& entry, const ShardGeometry& g) {
+  absl::StatusOr<int> LayoutOf(const ColumnManifest::Tensor& entry, const ShardGeometry& g) {
     std::vector<int>& alike = layouts_by_hash_[LayoutHash(entry)];
     for (int l : alike) {
       if (SameLayout(*layouts_[l].first, entry)) return l;
     }
-    absl::StatusOr<StoredIndex> index = IndexStoredShards(entry, g.shape, g.element_size, where_);
+    static const v1::ShardLayout kNone;
+    const v1::ShardLayout& stored =
+        entry.layout == ColumnManifest::kNoLayout ? kNone : manifest_.layouts()[entry.layout];
+    absl::StatusOr<StoredIndex> index =
+        IndexStoredShards(stored.regions(), entry.fqn, g.shape, g.element_size, where_);
     if (!index.ok()) return index.status();
     alike.push_back(static_cast<int>(layouts_.size()));
     layouts_.push_back(Layout{&entry, std::move(*index)});
@@ -428,7 +441,7 @@ class Planner {
       absl::StatusOr<std::vector<geo::StridedRun>> runs = geo::IntersectRegionsStrided(
           g->shape, g->element_size, it->region, g->region, limits_.max_runs_per_shard);
       if (!runs.ok()) {
-        return WithContext(runs.status(), absl::StrCat(where_, " tensor ", layout.first->fqn(),
+        return WithContext(runs.status(), absl::StrCat(where_, " tensor ", layout.first->fqn,
                                                        " shard ", it->shard));
       }
       for (const geo::StridedRun& run : *runs) {
@@ -456,8 +469,16 @@ class Planner {
     *scratch_.mutable_region() = region;
     return scratch_;
   }
+  const v1::TensorShard& Scratch(const ColumnManifest::Tensor& tensor, const v1::Region& region) {
+    scratch_.Clear();
+    scratch_.set_fqn(tensor.fqn);
+    scratch_.set_dtype(tensor.dtype);
+    scratch_.mutable_global_shape()->Add(tensor.shape.begin(), tensor.shape.end());
+    *scratch_.mutable_region() = region;
+    return scratch_;
+  }
 
-  const v1::CheckpointManifest& manifest_;
+  const ColumnManifest& manifest_;
   const RequestLimits& limits_;
   const std::string where_;
   absl::flat_hash_map<absl::string_view, int> tensor_by_fqn_;
@@ -475,7 +496,7 @@ class Planner {
 
 absl::Status Planner::MapOntoChunks(int threads) {
   // The planned regions by tensor, in id order.
-  const size_t tensors = static_cast<size_t>(manifest_.tensors_size());
+  const size_t tensors = manifest_.tensors().size();
   std::vector<uint32_t> first(tensors + 1, 0);
   for (const Planned& p : planned_) ++first[p.tensor + 1];
   std::partial_sum(first.begin(), first.end(), first.begin());
@@ -487,12 +508,13 @@ absl::Status Planner::MapOntoChunks(int threads) {
   // One part per range of tensors (the k-th range's is parts[k]): its
   // tensors' reads and runs, numbered from 0.
   struct Part {
+    explicit Part(size_t files) : reads(files) {}
     size_t begin = 0;  // its first tensor
     Reads reads;
     std::vector<Run> runs;
     std::optional<std::pair<uint32_t, absl::Status>> failed;  // (planned id, why)
   };
-  std::vector<Part> parts(std::max(1, threads));
+  std::vector<Part> parts(std::max(1, threads), Part(manifest_.files().size()));
   // Runs and reads: about one per piece of a region where a stored shard
   // is one chunk (more where a piece crosses chunks). Reserved up front,
   // the first part's for all parts, which are joined into it: a list
@@ -517,30 +539,34 @@ absl::Status Planner::MapOntoChunks(int threads) {
         std::vector<uint32_t> first_slot;  // by the tensor's stored shard; kNone: none yet
         for (size_t t = begin; t < end; ++t) {
           if (first[t] == first[t + 1]) continue;
-          const v1::TensorEntry& entry = manifest_.tensors(static_cast<int>(t));
+          const ColumnManifest::Tensor& entry = manifest_.tensors()[t];
           const Layout& layout = layouts_[layout_of_tensor_[t]];
-          first_slot.assign(entry.shards_size(), Reads::kNone);
+          first_slot.assign(manifest_.shards_of(entry), Reads::kNone);
           for (uint32_t k = first[t]; k < first[t + 1]; ++k) {
             const uint32_t id = by_tensor[k];
             Planned& planned = planned_[id];
             const size_t first_run = part.runs.size();
             for (const Geometry::Piece& piece : geometries_[planned.geometry].pieces) {
-              const v1::StoredShard& stored = entry.shards(piece.shard);
+              const uint32_t shard = entry.first_shard + static_cast<uint32_t>(piece.shard);
+              const absl::Span<const ColumnManifest::Chunk> chunks = manifest_.chunks_of(shard);
               uint32_t& slot = first_slot[piece.shard];
               if (slot == Reads::kNone) {
                 const auto what = [&] {
-                  return absl::StrCat(where_, " tensor ", entry.fqn(), " shard ", piece.shard);
+                  return absl::StrCat(where_, " tensor ", entry.fqn, " shard ", piece.shard);
                 };
                 if (absl::Status s = CheckChunksTile(
-                        stored, static_cast<uint64_t>(layout.index.shard_bytes[piece.shard]), what);
+                        chunks, manifest_,
+                        static_cast<uint64_t>(layout.index.shard_bytes[piece.shard]), what);
                     !s.ok()) {
                   // The planned region that fails first is looked for on.
                   if (!part.failed || id < part.failed->first) part.failed.emplace(id, s);
                   break;
                 }
-                slot = part.reads.AddSlots(stored.chunks_size());
+                slot = part.reads.AddSlots(static_cast<int>(chunks.size()));
               }
-              AddRunToChunks(stored, slot, entry.fqn(), piece.run, part.reads, part.runs);
+              AddRunToChunks(
+                  ShardChunks{manifest_, chunks, manifest_.first_chunk(shard), slot, entry.fqn},
+                  piece.run, part.reads, part.runs);
             }
             // Relative to the part's runs until the parts are joined.
             planned.first_run = static_cast<uint32_t>(std::min<size_t>(first_run, UINT32_MAX));
@@ -580,10 +606,14 @@ absl::Status Planner::MapOntoChunks(int threads) {
     const uint32_t read_base = static_cast<uint32_t>(reads_.chunks.size());
     std::vector<uint32_t> file_of(part.reads.files.size());
     for (size_t f = 0; f < part.reads.files.size(); ++f) {
-      auto [known, fresh] = reads_.file_ids.try_emplace(part.reads.files[f],
-                                                        static_cast<uint32_t>(reads_.files.size()));
-      if (fresh) reads_.files.push_back(part.reads.files[f]);
-      file_of[f] = known->second;
+      const uint32_t in_manifest = part.reads.manifest_file[f];
+      uint32_t& joined = reads_.file_of[in_manifest];
+      if (joined == Reads::kNone) {
+        joined = static_cast<uint32_t>(reads_.files.size());
+        reads_.files.push_back(part.reads.files[f]);
+        reads_.manifest_file.push_back(in_manifest);
+      }
+      file_of[f] = joined;
     }
     for (Reads::Chunk chunk : part.reads.chunks) {
       chunk.file = file_of[chunk.file];
@@ -600,7 +630,7 @@ absl::Status Planner::MapOntoChunks(int threads) {
     // Given back as it is joined: the parts and the joined lists are each
     // as large as the plan's runs and reads.
     part.runs = std::vector<Run>();
-    part.reads = Reads();
+    part.reads = Reads(0);
   }
   return absl::OkStatus();
 }
@@ -686,9 +716,8 @@ absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manife
 namespace {
 
 // Plans into `global`, empty.
-absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
-                          absl::Span<const v1::NodeLoadPlan> nodes, const RequestLimits& limits,
-                          int threads, GlobalLoad& global) {
+absl::Status PlanLoadInto(const ColumnManifest& manifest, absl::Span<const v1::NodeLoadPlan> nodes,
+                          const RequestLimits& limits, int threads, GlobalLoad& global) {
   v1::LoadAssignment& out = global.header();
   // The planner reads the compact form only (coordinator.proto); hosts
   // already compact are not copied.
@@ -702,7 +731,7 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
     nodes = compacted;
   }
   std::map<std::pair<std::string, int>, const v1::ObjectEntry*> objects;  // (key, rank)
-  for (const v1::ObjectEntry& entry : manifest.objects()) {
+  for (const v1::ObjectEntry& entry : manifest.header().objects()) {
     objects[{entry.key(), entry.rank()}] = &entry;
   }
   Planner planner(manifest, limits);
@@ -722,7 +751,7 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
   std::vector<int> host_tensor;      // manifest index; -1: not yet
   std::vector<int64_t> host_region;  // the plan's region number; -1: not yet
   absl::flat_hash_set<int> ranks_seen;
-  out.set_step(manifest.step());
+  out.set_step(manifest.header().step());
   {
     // One growth by doubling copied up to the whole list (50 MB at 4096
     // ranks x 1000 requests) into memory the kernel zeroes first.
@@ -848,22 +877,35 @@ absl::Status PlanLoadInto(const v1::CheckpointManifest& manifest,
 absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
                                             absl::Span<const v1::NodeLoadPlan> nodes,
                                             const RequestLimits& limits, int threads) {
+  absl::StatusOr<std::shared_ptr<const ColumnManifest>> columns =
+      ColumnManifest::FromManifest(manifest);
+  if (!columns.ok()) return columns.status();
   GlobalLoad global;
-  if (absl::Status s = PlanLoadInto(manifest, nodes, limits, threads, global); !s.ok()) return s;
+  if (absl::Status s = PlanLoadInto(**columns, nodes, limits, threads, global); !s.ok()) return s;
   v1::LoadAssignment out;
   global.ToAssignment(out);
   return out;
 }
 
 absl::StatusOr<std::shared_ptr<GlobalLoad>> PlanGlobalLoad(
-    std::shared_ptr<const v1::CheckpointManifest> manifest,
-    absl::Span<const v1::NodeLoadPlan> nodes, const RequestLimits& limits, int threads) {
+    std::shared_ptr<const ColumnManifest> manifest, absl::Span<const v1::NodeLoadPlan> nodes,
+    const RequestLimits& limits, int threads) {
   auto global = std::make_shared<GlobalLoad>();
   if (absl::Status s = PlanLoadInto(*manifest, nodes, limits, threads, *global); !s.ok()) {
     return s;
   }
   global->KeepAlive(std::move(manifest));
   return global;
+}
+
+absl::StatusOr<std::shared_ptr<GlobalLoad>> PlanGlobalLoad(const v1::CheckpointManifest& manifest,
+                                                           absl::Span<const v1::NodeLoadPlan> nodes,
+                                                           const RequestLimits& limits,
+                                                           int threads) {
+  absl::StatusOr<std::shared_ptr<const ColumnManifest>> columns =
+      ColumnManifest::FromManifest(manifest);
+  if (!columns.ok()) return columns.status();
+  return PlanGlobalLoad(*std::move(columns), nodes, limits, threads);
 }
 
 }  // namespace ckpt::planning

@@ -25,6 +25,7 @@
 #include "absl/types/span.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "ckpt/v1/manifest.pb.h"
+#include "daemon/planning/column_manifest.h"
 #include "daemon/planning/global_load.h"
 #include "proto/lib/request_limits.h"
 
@@ -41,12 +42,18 @@ namespace ckpt::planning {
 absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
                                             absl::Span<const v1::NodeLoadPlan> nodes,
                                             const RequestLimits& limits, int threads = 0);
-// The same plan in the planner's compact form (global_load.h), which
-// keeps `manifest`: a cluster's load as messages is millions, and the
-// coordinator sends each host only its part (load_spread.h).
+// The same plan in the planner's compact form (global_load.h), from the
+// manifest in columns (column_manifest.h), which the plan keeps: a
+// cluster's load as messages is millions, and the coordinator sends each
+// host only its part (load_spread.h).
 absl::StatusOr<std::shared_ptr<GlobalLoad>> PlanGlobalLoad(
-    std::shared_ptr<const v1::CheckpointManifest> manifest,
-    absl::Span<const v1::NodeLoadPlan> nodes, const RequestLimits& limits, int threads = 0);
+    std::shared_ptr<const ColumnManifest> manifest, absl::Span<const v1::NodeLoadPlan> nodes,
+    const RequestLimits& limits, int threads = 0);
+// From a format-1 manifest, put in columns first.
+absl::StatusOr<std::shared_ptr<GlobalLoad>> PlanGlobalLoad(const v1::CheckpointManifest& manifest,
+                                                           absl::Span<const v1::NodeLoadPlan> nodes,
+                                                           const RequestLimits& limits,
+                                                           int threads = 0);
 // With the default limits.
 absl::StatusOr<v1::LoadAssignment> PlanLoad(const v1::CheckpointManifest& manifest,
                                             absl::Span<const v1::NodeLoadPlan> nodes);

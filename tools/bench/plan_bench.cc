@@ -207,6 +207,31 @@ std::vector<ckpt::v1::NodeLoadPlan> LoadPlans(const Layout& l, CompactTime& comp
   return nodes;
 }
 
+// The process's peak resident memory since the last call (VmHWM), in
+// MiB; then starts the next phase's peak from what is resident now
+// (clear_refs 5). 0 where /proc cannot say.
+// The highest of every phase's peak: clear_refs resets what getrusage
+// reports too.
+double g_peak_mib = 0;
+
+double TakePhasePeakMib() {
+  double peak_mib = 0;
+  if (FILE* status = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, status) != nullptr) {
+      unsigned long long kib = 0;
+      if (std::sscanf(line, "VmHWM: %llu kB", &kib) == 1) peak_mib = kib / 1024.0;
+    }
+    std::fclose(status);
+  }
+  g_peak_mib = std::max(g_peak_mib, peak_mib);
+  if (FILE* reset = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", reset);
+    std::fclose(reset);
+  }
+  return peak_mib;
+}
+
 // This thread's CPU time: what a phase cost on its core, without the time
 // a shared machine gave the core to others (wall time counts both).
 double ThreadCpuSeconds() {
@@ -225,9 +250,12 @@ struct Figures {
   uint64_t part_reads = 0;     // in all hosts' parts
   double save_plan_cpu_s = 0;
   double load_plan_cpu_s = 0;
-  double host_key_s = 0;      // every host's plan digested, one after the other
-  double host_key_max_s = 0;  // the slowest host's
-  uint64_t cached_bytes = 0;  // memory the cached plan takes (key and assignment)
+  double host_key_s = 0;         // every host's plan digested, one after the other
+  double host_key_max_s = 0;     // the slowest host's
+  uint64_t cached_bytes = 0;     // memory the cached plan takes (key and assignment)
+  double save_peak_mib = 0;      // the process's peak while the save was planned
+  double manifest_peak_mib = 0;  // ... while the manifest was written and parsed
+  double load_peak_mib = 0;      // ... while the load was planned and spread
 };
 
 // One round: a save planned through an empty cache, the next step's from
@@ -238,6 +266,7 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
                                 const ckpt::RequestLimits& load_limits, uint64_t* items, int* reads,
                                 ckpt::v1::CheckpointManifest* manifest_out) {
   Figures f;
+  TakePhasePeakMib();
   for (ckpt::v1::NodeSavePlan& node : save_nodes) node.set_step(1);
   // As the plans arrive.
   std::vector<std::string> host_keys;
@@ -272,6 +301,7 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
   // them again).
   std::vector<ckpt::v1::NodeSavePlan>().swap(save_nodes);
   f.cached_bytes = cache->Stats().bytes;
+  f.save_peak_mib = TakePhasePeakMib();
   *items = 0;
   for (const auto& host : saved->assignment->hosts()) *items += host.items_size();
   // The load plans from the manifest as the catalog reads it: the bytes
@@ -289,10 +319,11 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
       return absl::InternalError("the planned manifest does not parse");
     }
   }
+  f.manifest_peak_mib = TakePhasePeakMib();
   start = std::chrono::steady_clock::now();
   cpu = ThreadCpuSeconds();
   absl::StatusOr<std::shared_ptr<ckpt::planning::GlobalLoad>> loaded =
-      ckpt::planning::PlanGlobalLoad(manifest, load_nodes, load_limits, options.threads);
+      ckpt::planning::PlanGlobalLoad(*manifest, load_nodes, load_limits, options.threads);
   f.load_plan_cpu_s = ThreadCpuSeconds() - cpu;
   f.load_plan_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!loaded.ok()) return ckpt::WithContext(loaded.status(), "load plan");
@@ -320,6 +351,7 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
       f.part_reads += static_cast<uint64_t>(part->reads_size());
     }
   }
+  f.load_peak_mib = TakePhasePeakMib();
   if (manifest_out != nullptr) manifest_out->Swap(manifest.get());
   return f;
 }
@@ -435,6 +467,9 @@ int main(int argc, char** argv) {
     best.load_plan_cpu_s = std::min(best.load_plan_cpu_s, figures->load_plan_cpu_s);
     best.host_key_s = std::min(best.host_key_s, figures->host_key_s);
     best.host_key_max_s = std::min(best.host_key_max_s, figures->host_key_max_s);
+    best.save_peak_mib = std::max(best.save_peak_mib, figures->save_peak_mib);
+    best.manifest_peak_mib = std::max(best.manifest_peak_mib, figures->manifest_peak_mib);
+    best.load_peak_mib = std::max(best.load_peak_mib, figures->load_peak_mib);
   }
   const double save_plan_s = best.save_plan_s;
   const double plan_cache_s = best.plan_cache_s;
@@ -474,8 +509,13 @@ int main(int argc, char** argv) {
               first.save_plan_s, first.plan_cache_s, first.load_plan_s);
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  const double peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux
-  std::printf("peak resident memory of this process: %.0f MiB\n", peak_rss_mib);
+  TakePhasePeakMib();
+  const double peak_rss_mib =
+      std::max(g_peak_mib, static_cast<double>(usage.ru_maxrss) / 1024.0);  // KiB on Linux
+  std::printf(
+      "peak resident memory of this process: %.0f MiB (while the save was planned: %.0f MiB; "
+      "its manifest written and parsed: %.0f MiB; the load planned and spread: %.0f MiB)\n",
+      peak_rss_mib, best.save_peak_mib, best.manifest_peak_mib, best.load_peak_mib);
   ckpt::bench::ManifestFigures manifest;
   if (!manifest_dir.empty()) {
     absl::StatusOr<ckpt::bench::ManifestFigures> measured =
@@ -512,7 +552,9 @@ int main(int argc, char** argv) {
         "s\":%.4f,\"first_load_plan_s\":%.4f,"
         "\"repeat\":%d,\"ranks\":%d,\"shards_per_rank\":%d,\"replication\":%d,"
         "\"unique_shards\":%llu,\"hosts\":%zu,\"cached_plan_bytes\":%llu,\"huge_heap\":%s,"
-        "\"peak_rss_mib\":%.0f,\"planning_threads\":%d",
+        "\"peak_rss_mib\":%.0f,\"save_peak_rss_mib\":%.0f,\"manifest_peak_rss_mib\":%.0f,"
+        "\"load_peak_rss_mib\":%.0f,"
+        "\"planning_threads\":%d",
         save_plan_s, plan_cache_s, load_plan_s, best.save_plan_cpu_s, best.load_plan_cpu_s,
         best.load_spread_s, best.load_parts_s, best.load_part_max_s,
         static_cast<unsigned long long>(first.part_reads), best.host_key_s, best.host_key_max_s,
@@ -520,7 +562,8 @@ int main(int argc, char** argv) {
         first.plan_cache_s, first.load_plan_s, repeat, l.ranks, l.shards_per_rank, l.replication,
         static_cast<unsigned long long>(items), hosts,
         static_cast<unsigned long long>(first.cached_bytes), huge_heap ? "true" : "false",
-        peak_rss_mib, ckpt::planning::PlanningThreads(threads));
+        peak_rss_mib, best.save_peak_mib, best.manifest_peak_mib, best.load_peak_mib,
+        ckpt::planning::PlanningThreads(threads));
     if (!manifest_dir.empty()) {
       std::printf(
           ",\"manifest_whole_bytes\":%llu,\"manifest_whole_commit_s\":%.4f,"

@@ -219,8 +219,8 @@ TEST_CASE("spread load: each chunk read once, forwarded, every byte delivered on
           "[spread_load]") {
   const Saved saved = SaveFiveRanks();
   const v1::NodeLoadPlan node = LoadFiveRanks();
-  absl::StatusOr<std::shared_ptr<GlobalLoad>> global = PlanGlobalLoad(
-      std::make_shared<const v1::CheckpointManifest>(saved.manifest), {node}, RequestLimits{});
+  absl::StatusOr<std::shared_ptr<GlobalLoad>> global =
+      PlanGlobalLoad(saved.manifest, {node}, RequestLimits{});
   CKPT_REQUIRE_OK(global);
   for (uint64_t group_bytes : {uint64_t{1}, uint64_t{9000}, uint64_t{1} << 30}) {
     INFO("group_bytes " << group_bytes);
@@ -234,8 +234,8 @@ TEST_CASE("spread load: each chunk read once, forwarded, every byte delivered on
 TEST_CASE("spread load from holders: each chunk read by a host holding its file", "[spread_load]") {
   const Saved saved = SaveFiveRanks();
   const v1::NodeLoadPlan node = LoadFiveRanks();
-  absl::StatusOr<std::shared_ptr<GlobalLoad>> global = PlanGlobalLoad(
-      std::make_shared<const v1::CheckpointManifest>(saved.manifest), {node}, RequestLimits{});
+  absl::StatusOr<std::shared_ptr<GlobalLoad>> global =
+      PlanGlobalLoad(saved.manifest, {node}, RequestLimits{});
   CKPT_REQUIRE_OK(global);
   std::set<std::string> files;
   for (absl::string_view file : (*global)->files()) files.emplace(file);
@@ -260,8 +260,7 @@ TEST_CASE("spread load: a chunk one host needs alone is neither forwarded nor re
   requests[2] = {BoxShard("w", v1::FLOAT32, {200, 64}, {80, 0}, {40, 64})};   // hB
   requests[3] = {BoxShard("w", v1::FLOAT32, {200, 64}, {160, 0}, {40, 64})};  // hC
   absl::StatusOr<std::shared_ptr<GlobalLoad>> global =
-      PlanGlobalLoad(std::make_shared<const v1::CheckpointManifest>(saved.manifest),
-                     {LoadNode("all", requests)}, RequestLimits{});
+      PlanGlobalLoad(saved.manifest, {LoadNode("all", requests)}, RequestLimits{});
   CKPT_REQUIRE_OK(global);
   const planning::LoadSpread spread(*global, {{0, "hA"}, {2, "hB"}, {3, "hC"}},
                                     {{"hA", "a:1"}, {"hB", "b:1"}, {"hC", "c:1"}}, 1 << 20, 7,
@@ -323,13 +322,13 @@ TEST_CASE("spread load at scale: each read once, by a host that needs it, its co
   // Ranks numbered densely (a table) and sparsely (a map).
   const int rank_step = GENERATE(1, 100003);
   INFO("rank step " << rank_step);
-  auto manifest = std::make_shared<const v1::CheckpointManifest>(ManyShards());
+  const v1::CheckpointManifest manifest = ManyShards();
   const std::vector<v1::NodeLoadPlan> nodes = LoadByGroups(rank_step);
   absl::StatusOr<std::shared_ptr<GlobalLoad>> global =
       PlanGlobalLoad(manifest, nodes, RequestLimits{});
   CKPT_REQUIRE_OK(global);
   // The same plan as one message: what each host's part is cut from.
-  absl::StatusOr<v1::LoadAssignment> whole = PlanLoad(*manifest, nodes, RequestLimits{});
+  absl::StatusOr<v1::LoadAssignment> whole = PlanLoad(manifest, nodes, RequestLimits{});
   CKPT_REQUIRE_OK(whole);
   REQUIRE(whole->reads_size() == kSaveRanks * kTensors);
   REQUIRE((*global)->reads() == static_cast<size_t>(whole->reads_size()));
