@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/planning/compact_root.h"
 #include "daemon/planning/parallel_for.h"
 #include "proto/lib/region_convert.h"
 #include "proto/lib/stored_chunk.h"
@@ -54,6 +55,35 @@ class Checker {
       return Lost(absl::StrCat("it lists ", m.shard_layouts_size(),
                                " shard layouts, which only a compact root does"));
     }
+    if (m.chunk_tables_size() > 0) {
+      return Lost("it lists chunk tables but is not a split manifest (format 2)");
+    }
+    if (absl::Status s = CheckHeader(m, job, step); !s.ok()) return s;
+    if (absl::Status s = CheckTensors(m, threads); !s.ok()) return s;
+    if (absl::Status s = CheckObjects(m); !s.ok()) return s;
+    return CheckDisjoint(m);
+  }
+
+  // A compact root's checks before its tables are read (ValidateCompactRoot).
+  absl::Status RunRoot(const v1::CheckpointManifest& m, absl::string_view job, int64_t step,
+                       std::vector<ChunkExtent>& object_extents) {
+    if (m.format_version() != kCompactRootFormatVersion) {
+      return Lost(absl::StrCat("format version ", m.format_version(), " is not a compact root's (",
+                               kCompactRootFormatVersion, ")"));
+    }
+    if (absl::Status s = CheckHeader(m, job, step); !s.ok()) return s;
+    if (absl::Status s = CheckObjects(m); !s.ok()) return s;
+    object_extents.reserve(extents_.size());
+    for (const Extent& e : extents_) {
+      object_extents.push_back(ChunkExtent{e.file, e.offset, e.length, e.object});
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // Job and step, the counts of tensors and objects, the metadata, the
+  // delta base, and no tensor named twice.
+  absl::Status CheckHeader(const v1::CheckpointManifest& m, absl::string_view job, int64_t step) {
     if (m.job() != job || m.step() != step) {
       return absl::FailedPreconditionError(
           absl::StrCat(source_, ": the manifest is of job ", Quoted(m.job()), " step ", m.step(),
@@ -77,9 +107,6 @@ class Checker {
       }
       delta_base_step_ = m.delta_base_step();
     }
-    if (m.chunk_tables_size() > 0) {
-      return Lost("it lists chunk tables but is not a split manifest (format 2)");
-    }
     std::set<absl::string_view> fqns;
     for (int t = 0; t < m.tensors_size(); ++t) {
       const v1::TensorEntry& tensor = m.tensors(t);
@@ -87,7 +114,10 @@ class Checker {
         return Lost(absl::StrCat("tensor ", Quoted(tensor.fqn()), " is listed twice"));
       }
     }
-    if (absl::Status s = CheckTensors(m, threads); !s.ok()) return s;
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckObjects(const v1::CheckpointManifest& m) {
     std::set<std::pair<absl::string_view, int>> objects;
     for (int o = 0; o < m.objects_size(); ++o) {
       const v1::ObjectEntry& object = m.objects(o);
@@ -98,10 +128,9 @@ class Checker {
       owner_ = {.object = o};
       if (absl::Status s = CheckObject(object); !s.ok()) return s;
     }
-    return CheckDisjoint(m);
+    return absl::OkStatus();
   }
 
- private:
   absl::Status Lost(absl::string_view what) const {
     return absl::DataLossError(absl::StrCat(source_, ": ", what));
   }
@@ -413,6 +442,13 @@ absl::Status ValidateManifest(const v1::CheckpointManifest& manifest, absl::stri
                               int64_t step, absl::string_view source, const ManifestLimits& limits,
                               int threads) {
   return Checker(source, limits).Run(manifest, job, step, std::max(1, threads));
+}
+
+absl::Status ValidateCompactRoot(const v1::CheckpointManifest& root, absl::string_view job,
+                                 int64_t step, absl::string_view source,
+                                 const ManifestLimits& limits,
+                                 std::vector<ChunkExtent>& object_extents) {
+  return Checker(source, limits).RunRoot(root, job, step, object_extents);
 }
 
 absl::Status ValidatePlannedManifest(const v1::SaveAssignment& plan, int64_t shard_chunks,

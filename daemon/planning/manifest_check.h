@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -51,6 +52,27 @@ inline constexpr uint32_t kManifestFormatVersion = 1;
 absl::Status ValidateManifest(const v1::CheckpointManifest& manifest, absl::string_view job,
                               int64_t step, absl::string_view source,
                               const ManifestLimits& limits = {}, int threads = 1);
+
+// A chunk's bytes in its file, for the check that no two chunks share a
+// byte; `object`: the owner's index among the manifest's objects.
+struct ChunkExtent {
+  absl::string_view file;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  int object = -1;
+};
+
+// What ValidateManifest checks of a compact root (format 3) that is not
+// in its tensors' shards and chunks, which its reader checks as it reads
+// the chunk tables (column_manifest_read.h): job and step, the counts of
+// tensors and objects, the metadata, the delta base, no tensor named twice,
+// and every object. Each object's non-empty chunk is appended to
+// `object_extents` (pointing into `root`) for the reader's check that no
+// two chunks share a byte. The same errors as ValidateManifest.
+absl::Status ValidateCompactRoot(const v1::CheckpointManifest& root, absl::string_view job,
+                                 int64_t step, absl::string_view source,
+                                 const ManifestLimits& limits,
+                                 std::vector<ChunkExtent>& object_extents);
 
 // A save plan's manifest (SaveAssignment.manifest_template, whose tensor
 // shards list no chunks yet: planned_manifest.h), checked as

@@ -19,6 +19,28 @@ std::string ChunkTableName(uint32_t index) {
   return absl::StrCat("chunk table ", index, " of ", kChunkTablesFile);
 }
 
+std::vector<uint64_t> ChunkTableOffsets(const v1::CheckpointManifest& root) {
+  std::vector<uint64_t> offsets(1, 0);
+  offsets.reserve(root.chunk_tables_size() + 1);
+  for (const v1::ChunkTableRef& ref : root.chunk_tables()) {
+    offsets.push_back(offsets.back() + ref.bytes());
+  }
+  return offsets;
+}
+
+std::vector<std::pair<int, int>> ChunkTableRuns(const std::vector<uint64_t>& offsets) {
+  std::vector<std::pair<int, int>> runs;
+  const int tables = static_cast<int>(offsets.size()) - 1;
+  for (int first = 0; first < tables;) {
+    int end = first + 1;
+    const uint64_t bound = std::max(kTablesReadBytes, offsets[first + 1] - offsets[first]);
+    while (end < tables && offsets[end + 1] - offsets[first] <= bound) ++end;
+    runs.emplace_back(first, end);
+    first = end;
+  }
+  return runs;
+}
+
 namespace {
 
 // The root: every field but the tensor chunks, which become table entries,
@@ -105,32 +127,6 @@ void PadOptionalColumns(v1::ChunkTable& t) {
   while (!t.delta_base().empty() && t.delta_base_size() < n) t.add_delta_base();
 }
 
-// Where each table lies in TABLES: table i+1 at offsets[i], its size
-// offsets[i+1] - offsets[i]. The sizes' sum was checked not to wrap.
-std::vector<uint64_t> TableOffsets(const v1::CheckpointManifest& root) {
-  std::vector<uint64_t> offsets(1, 0);
-  offsets.reserve(root.chunk_tables_size() + 1);
-  for (const v1::ChunkTableRef& ref : root.chunk_tables()) {
-    offsets.push_back(offsets.back() + ref.bytes());
-  }
-  return offsets;
-}
-
-// The runs of consecutive tables read together, [first, end): at most
-// kTablesReadBytes each, or one larger table alone.
-std::vector<std::pair<int, int>> TableRuns(const std::vector<uint64_t>& offsets) {
-  std::vector<std::pair<int, int>> runs;
-  const int tables = static_cast<int>(offsets.size()) - 1;
-  for (int first = 0; first < tables;) {
-    int end = first + 1;
-    const uint64_t bound = std::max(kTablesReadBytes, offsets[first + 1] - offsets[first]);
-    while (end < tables && offsets[end + 1] - offsets[first] <= bound) ++end;
-    runs.emplace_back(first, end);
-    first = end;
-  }
-  return runs;
-}
-
 // The memory a join takes, as the join checks it, and as SplitManifest
 // checks a split before it is written: a commit never writes a split its
 // readers would refuse. Saturating: hostile sizes cannot wrap it.
@@ -193,8 +189,8 @@ bool Joinable(const SplitManifestFiles& files, const v1::CheckpointManifest& roo
   if (bytes > limits.max_manifest_bytes || chunks > static_cast<uint64_t>(limits.max_chunks)) {
     return false;
   }
-  const std::vector<uint64_t> offsets = TableOffsets(root);
-  for (const auto& [first, end] : TableRuns(offsets)) {
+  const std::vector<uint64_t> offsets = ChunkTableOffsets(root);
+  for (const auto& [first, end] : ChunkTableRuns(offsets)) {
     const uint64_t run = offsets[end] - offsets[first];
     if (SatAdd(memory.base(), run) > limits.max_memory_bytes) return false;
     for (int i = first; i < end; ++i) {
@@ -367,7 +363,7 @@ class Joiner {
   absl::Status Run(const ManifestFootprint& root, uint64_t root_bytes, uint64_t expanded,
                    const ChunkTablesReader& read_tables) {
     if (absl::Status s = CheckRoot(root, root_bytes, expanded); !s.ok()) return s;
-    for (const auto& [first, end] : TableRuns(offsets_)) {
+    for (const auto& [first, end] : ChunkTableRuns(offsets_)) {
       const uint64_t run = offsets_[end] - offsets_[first];
       if (SatAdd(memory_->base(), run) > limits_.max_memory_bytes) {
         return OverMemory(source_, SatAdd(memory_->base(), run), limits_);
@@ -443,7 +439,7 @@ class Joiner {
       chunks += ref.chunks();
       memory_->AddChunks(ref);
     }
-    offsets_ = TableOffsets(m_);
+    offsets_ = ChunkTableOffsets(m_);
     if (memory_->base() > limits_.max_memory_bytes) {
       return OverMemory(source_, memory_->base(), limits_);
     }

@@ -25,6 +25,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -69,6 +70,14 @@ using ChunkTablesReader =
 // Consecutive tables are read together, up to this many bytes at a time
 // (a larger table alone): a few reads for a whole manifest, each bounded.
 inline constexpr uint64_t kTablesReadBytes = uint64_t{32} << 20;
+
+// Where each table of a split root lies in TABLES: table i+1 at
+// offsets[i], its size offsets[i+1] - offsets[i]. The caller checked that
+// the sizes' sum does not wrap.
+std::vector<uint64_t> ChunkTableOffsets(const v1::CheckpointManifest& root);
+// The runs of consecutive tables read together, [first, end): at most
+// kTablesReadBytes each, or one larger table alone.
+std::vector<std::pair<int, int>> ChunkTableRuns(const std::vector<uint64_t>& offsets);
 
 // Joins the chunk tables of a format-2 or format-3 root (decoded with
 // DecodeBoundedManifest from MANIFEST's `root_bytes` bytes, whose estimate
