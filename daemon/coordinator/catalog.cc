@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "daemon/coordinator/commit.h"
+#include "daemon/planning/column_manifest_read.h"
 #include "daemon/planning/manifest_io.h"
 #include "daemon/planning/manifest_tables.h"
 #include "daemon/storage/layout.h"
@@ -232,8 +233,10 @@ absl::StatusOr<int64_t> Catalog::ResolveLatest(const std::string& job) {
                    newest_error.message(), ")"));
 }
 
-absl::StatusOr<v1::CheckpointManifest> Catalog::ReadStepManifest(const std::string& job,
-                                                                 int64_t step) {
+template <typename Finish>
+auto Catalog::ReadStep(const std::string& job, int64_t step, const Finish& finish)
+    -> decltype(finish(v1::CheckpointManifest(), planning::ManifestFootprint(), uint64_t{0},
+                       std::string(), planning::ChunkTablesReader())) {
   absl::StatusOr<storage::ResolvedStep> resolved = storage::ResolveStep(backend_, root_, job, step);
   if (!resolved.ok()) return AsBroken(resolved.status());
   const std::string& dir = resolved->dir;
@@ -248,19 +251,49 @@ absl::StatusOr<v1::CheckpointManifest> Catalog::ReadStepManifest(const std::stri
   absl::StatusOr<v1::CheckpointManifest> manifest =
       planning::DecodeBoundedManifest(*bytes, path, limits_, &footprint);
   if (!manifest.ok()) return manifest.status();
-  // A split manifest (format 2): its chunk tables, each checked against
-  // the root, joined in.
-  if (absl::Status s =
-          planning::JoinChunkTables(*manifest, footprint, bytes->size(), path, limits_,
-                                    [&](uint64_t offset, uint64_t length, uint64_t total) {
-                                      return ReadTables(dir, offset, length, total);
-                                    });
-      !s.ok()) {
-    return AsBroken(s);
-  }
-  if (absl::Status s = planning::ValidateManifest(*manifest, job, step, path, limits_); !s.ok())
-    return s;
-  return manifest;
+  const uint64_t size = bytes->size();
+  bytes = std::string();  // decoded: not held while the tables are read
+  return finish(*std::move(manifest), footprint, size, path,
+                [&](uint64_t offset, uint64_t length, uint64_t total) {
+                  return ReadTables(dir, offset, length, total);
+                });
+}
+
+absl::StatusOr<v1::CheckpointManifest> Catalog::ReadStepManifest(const std::string& job,
+                                                                 int64_t step) {
+  return ReadStep(
+      job, step,
+      [&](v1::CheckpointManifest manifest, const planning::ManifestFootprint& footprint,
+          uint64_t size, const std::string& path, const planning::ChunkTablesReader& read_tables)
+          -> absl::StatusOr<v1::CheckpointManifest> {
+        // A split manifest: its chunk tables, each checked
+        // against the root, joined in.
+        if (absl::Status s =
+                planning::JoinChunkTables(manifest, footprint, size, path, limits_, read_tables);
+            !s.ok()) {
+          return AsBroken(s);
+        }
+        if (absl::Status s = planning::ValidateManifest(manifest, job, step, path, limits_);
+            !s.ok()) {
+          return s;
+        }
+        return manifest;
+      });
+}
+
+absl::StatusOr<std::shared_ptr<const planning::ColumnManifest>> Catalog::ReadStepColumns(
+    const std::string& job, int64_t step) {
+  return ReadStep(
+      job, step,
+      [&](v1::CheckpointManifest manifest, const planning::ManifestFootprint& footprint,
+          uint64_t size, const std::string& path, const planning::ChunkTablesReader& read_tables)
+          -> absl::StatusOr<std::shared_ptr<const planning::ColumnManifest>> {
+        absl::StatusOr<std::shared_ptr<const planning::ColumnManifest>> columns =
+            planning::ReadColumnManifest(std::move(manifest), footprint, size, job, step, path,
+                                         limits_, read_tables);
+        if (!columns.ok()) return AsBroken(columns.status());
+        return columns;
+      });
 }
 
 absl::StatusOr<std::string> Catalog::ReadManifestFile(const std::string& dir,
@@ -360,20 +393,35 @@ absl::StatusOr<v1::CheckpointManifest> Catalog::ReadManifest(const std::string& 
   if (!resolved.ok()) return resolved.status();
   absl::StatusOr<v1::CheckpointManifest> manifest = ReadStepManifest(job, *resolved);
   if (manifest.ok() || step != -1) return manifest;
+  return BrokenLatest(job, *resolved, manifest.status());
+}
+
+absl::StatusOr<std::shared_ptr<const planning::ColumnManifest>> Catalog::ReadLoadManifest(
+    const std::string& job, int64_t step) {
+  absl::StatusOr<int64_t> resolved = ResolveStep(job, step);
+  if (!resolved.ok()) return resolved.status();
+  absl::StatusOr<std::shared_ptr<const planning::ColumnManifest>> columns =
+      ReadStepColumns(job, *resolved);
+  if (columns.ok() || step != -1) return columns;
+  return BrokenLatest(job, *resolved, columns.status());
+}
+
+absl::Status Catalog::BrokenLatest(const std::string& job, int64_t resolved,
+                                   const absl::Status& manifest) {
   // Fail closed on a broken latest, and say what the operator can do.
   std::string older = "; no older step verifies";
   absl::StatusOr<std::vector<int64_t>> steps = ListSteps(job);
   if (steps.ok()) {
     for (auto it = steps->rbegin(); it != steps->rend(); ++it) {
-      if (*it >= *resolved || !VerifiesShallow(job, *it).ok()) continue;
+      if (*it >= resolved || !VerifiesShallow(job, *it).ok()) continue;
       older = absl::StrCat("; the newest older step that verifies is ", *it,
                            " (load it by its number)");
       break;
     }
   }
-  return absl::Status(manifest.status().code(),
-                      absl::StrCat("the latest checkpoint of job ", job, " is step ", *resolved,
-                                   ", which is broken: ", manifest.status().message(), older));
+  return absl::Status(manifest.code(),
+                      absl::StrCat("the latest checkpoint of job ", job, " is step ", resolved,
+                                   ", which is broken: ", manifest.message(), older));
 }
 
 absl::StatusOr<std::vector<v1::CheckpointSummary>> Catalog::ListCheckpoints(

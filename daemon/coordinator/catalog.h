@@ -23,7 +23,10 @@
 #include "ckpt/v1/manifest.pb.h"
 #include "ckpt/v1/node.pb.h"
 #include "daemon/coordinator/manifest_read_slots.h"
+#include "daemon/planning/column_manifest.h"
 #include "daemon/planning/manifest_check.h"
+#include "daemon/planning/manifest_footprint.h"
+#include "daemon/planning/manifest_tables.h"
 #include "daemon/storage/backend.h"
 
 namespace ckpt::coordinator {
@@ -89,6 +92,11 @@ class Catalog {
   // what is wrong; for step -1 the message also names the newest older step
   // that verifies (VerifiesShallow), if any.
   absl::StatusOr<v1::CheckpointManifest> ReadManifest(const std::string& job, int64_t step);
+  // The same manifest in columns, as a load plans from it
+  // (column_manifest_read.h): a split one is never joined into a message
+  // per chunk. The same checks, errors and latest fallback as ReadManifest.
+  absl::StatusOr<std::shared_ptr<const planning::ColumnManifest>> ReadLoadManifest(
+      const std::string& job, int64_t step);
   // Every data file the manifest names can be opened (a regular file inside
   // the step directory) and is long enough for its chunks. DATA_LOSS naming
   // the file otherwise. Reads no data.
@@ -102,6 +110,19 @@ class Catalog {
  private:
   // ReadManifest of an existing step number, without the latest fallback.
   absl::StatusOr<v1::CheckpointManifest> ReadStepManifest(const std::string& job, int64_t step);
+  // ReadLoadManifest's, the same way.
+  absl::StatusOr<std::shared_ptr<const planning::ColumnManifest>> ReadStepColumns(
+      const std::string& job, int64_t step);
+  // Reads a step's MANIFEST and decodes it within the limits, then hands
+  // it to `finish` with what it needs to read the chunk tables; within a
+  // read slot throughout.
+  template <typename Finish>
+  auto ReadStep(const std::string& job, int64_t step, const Finish& finish)
+      -> decltype(finish(v1::CheckpointManifest(), planning::ManifestFootprint(), uint64_t{0},
+                         std::string(), planning::ChunkTablesReader()));
+  // `manifest` (a read of latest, step `resolved`) failed: the error,
+  // naming the newest older step that verifies.
+  absl::Status BrokenLatest(const std::string& job, int64_t resolved, const absl::Status& manifest);
   // The MANIFEST's bytes; FAILED_PRECONDITION naming the flag when its size
   // is past --max_manifest_bytes or --max_manifest_memory_bytes.
   absl::StatusOr<std::string> ReadManifestFile(const std::string& dir, const std::string& path);

@@ -30,7 +30,8 @@ absl::StatusOr<v1::LoadAssignment> LoadGathering::PlanLoad(
   // Pinned before the manifest is read. "latest" may move on between the
   // pin and the read (a commit): then the pin is taken again.
   constexpr int kPinAttempts = 3;
-  absl::StatusOr<v1::CheckpointManifest> manifest;
+  // In columns (column_manifest.h), as a load plans from it.
+  absl::StatusOr<std::shared_ptr<const planning::ColumnManifest>> manifest;
   for (int attempt = 1;; ++attempt) {
     std::unique_ptr<storage::FileLock> held;
     int64_t pinned_step = -1;
@@ -53,10 +54,10 @@ absl::StatusOr<v1::LoadAssignment> LoadGathering::PlanLoad(
       }
       // NOT_FOUND: deleted meanwhile, or no MANIFEST; the read says which.
     }
-    manifest = catalog_.ReadManifest(node.job(), node.step());
+    manifest = catalog_.ReadLoadManifest(node.job(), node.step());
     if (!manifest.ok()) return manifest.status();
     if (pin == nullptr || unpinnable) break;
-    if (held != nullptr && manifest->step() == pinned_step) {
+    if (held != nullptr && (*manifest)->header().step() == pinned_step) {
       *pin = std::move(held);
       break;
     }
@@ -66,13 +67,15 @@ absl::StatusOr<v1::LoadAssignment> LoadGathering::PlanLoad(
                                              " times while the load pinned it; try again"));
     }
   }
-  absl::StatusOr<v1::LoadAssignment> assignment =
-      planning::PlanLoad(*manifest, {node}, options_.limits, options_.threads);
-  if (!assignment.ok()) return assignment.status();
-  absl::StatusOr<std::string> dir =
-      storage::ResolveStepDir(backend_, root(), node.job(), manifest->step());
+  const int64_t step = (*manifest)->header().step();
+  absl::StatusOr<std::shared_ptr<planning::GlobalLoad>> global =
+      planning::PlanGlobalLoad(*std::move(manifest), {node}, options_.limits, options_.threads);
+  if (!global.ok()) return global.status();
+  v1::LoadAssignment assignment;
+  (*global)->ToAssignment(assignment);
+  absl::StatusOr<std::string> dir = storage::ResolveStepDir(backend_, root(), node.job(), step);
   if (!dir.ok()) return dir.status();
-  assignment->set_checkpoint_path(*dir);
+  assignment.set_checkpoint_path(*dir);
   return assignment;
 }
 

@@ -116,12 +116,16 @@ absl::Status LoadGathering::PlanGatheredLoad(ActiveLoad& load) {
   if (!global.ok()) return global.status();
   if (*global == nullptr) {
     // "latest" is resolved once, so that every host loads the same step.
-    absl::StatusOr<v1::CheckpointManifest> read = catalog_.ReadManifest(load.job, load.step);
+    // In columns (column_manifest.h): a cluster's manifest joined is a
+    // message per chunk, gigabytes.
+    absl::StatusOr<std::shared_ptr<const planning::ColumnManifest>> read =
+        catalog_.ReadLoadManifest(load.job, load.step);
     if (!read.ok()) return read.status();
-    const int64_t step = read->step();
+    const int64_t step = (*read)->header().step();
     // The whole job's plan, split among the hosts below; it keeps the
     // manifest, which it points into.
-    global = planning::PlanGlobalLoad(*read, load.nodes, options_.limits, options_.threads);
+    global =
+        planning::PlanGlobalLoad(*std::move(read), load.nodes, options_.limits, options_.threads);
     if (!global.ok()) return global.status();
     absl::StatusOr<std::string> dir = storage::ResolveStepDir(backend_, root(), load.job, step);
     if (!dir.ok()) return dir.status();

@@ -5,6 +5,12 @@
 // also decoded on its own. On a manifest that validates, a split of it and
 // a join again must give it back, every field.
 //
+// The same files are also read straight into columns, as a load reads
+// them (column_manifest_read.h): that read must refuse what the join and
+// the check refuse (but for a memory limit, which the smaller columns may
+// stay within), take what they take, and hold what the joined manifest
+// holds.
+//
 // A mutated file almost never keeps a matching trailer, nor the root its
 // tables' sizes and checksums, so each input is also read with every
 // trailer made right and the root's entries made to match the tables: the
@@ -17,6 +23,7 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
+#include "daemon/planning/column_manifest_read.h"
 #include "daemon/planning/compact_root.h"
 #include "daemon/planning/manifest_check.h"
 #include "daemon/planning/manifest_io.h"
@@ -59,11 +66,28 @@ void Read(const SplitManifestCase& c) {
   absl::StatusOr<v1::CheckpointManifest> m =
       planning::DecodeBoundedManifest(c.root(), "MANIFEST", limits, &footprint);
   if (!m.ok()) return;
-  if (!planning::JoinChunkTables(*m, footprint, c.root().size(), "MANIFEST", limits, ReaderOf(c))
-           .ok()) {
+  const absl::StatusOr<std::shared_ptr<const planning::ColumnManifest>> columns =
+      planning::ReadColumnManifest(*m, footprint, c.root().size(), m->job(), m->step(), "MANIFEST",
+                                   limits, ReaderOf(c));
+  absl::Status joined =
+      planning::JoinChunkTables(*m, footprint, c.root().size(), "MANIFEST", limits, ReaderOf(c));
+  if (joined.ok()) joined = planning::ValidateManifest(*m, m->job(), m->step(), "MANIFEST", limits);
+  if (!joined.ok()) {
+    CKPT_FUZZ_CHECK(!columns.ok() || absl::IsFailedPrecondition(joined),
+                    "the columns' read takes a split the join and check refuse: " +
+                        std::string(joined.message()));
     return;
   }
-  if (!planning::ValidateManifest(*m, m->job(), m->step(), "MANIFEST", limits).ok()) return;
+  CKPT_FUZZ_CHECK(columns.ok(), "the columns' read refuses a split the join and check take: " +
+                                    columns.status().ToString());
+  {
+    absl::StatusOr<std::shared_ptr<const planning::ColumnManifest>> expected =
+        planning::ColumnManifest::FromManifest(*m);
+    CKPT_FUZZ_CHECK(expected.ok(), "a checked manifest does not go into columns");
+    const std::string difference = (*columns)->Difference(**expected);
+    CKPT_FUZZ_CHECK(difference.empty(),
+                    "the columns read differ from the joined manifest's: " + difference);
+  }
   // A split writes the fields it knows; fields of a later format are not
   // carried over.
   m->DiscardUnknownFields();

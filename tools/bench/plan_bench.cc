@@ -30,13 +30,18 @@
 // Prints the figures and, with --json, one JSON object:
 //   save_plan_s, plan_cache_s, load_plan_s, save_plan_cpu_s, load_plan_cpu_s
 //   (the thread's CPU time: without what other tenants took of the core),
+//   load_manifest_read_s and load_manifest_mib (the split manifest the
+//   commit wrote, a compact root and its chunk tables, read from memory
+//   into the columns the load plans from, checked as the catalog checks
+//   it, and the columns' size),
 //   load_spread_s (the load cut into the hosts' parts: who reads what),
 //   load_parts_s, load_part_max_s (every host's part made, one after the
 //   other, and the slowest one's: the coordinator makes each on its host's
 //   call), load_part_reads (the chunk reads in all parts), host_key_s, host_key_max_s,
 //   node_compact_s, node_compact_max_s, node_load_compact_s,
 //   node_load_compact_max_s,
-//   first_save_plan_s, first_plan_cache_s, first_load_plan_s, repeat, ranks, shards_per_rank,
+//   first_save_plan_s, first_plan_cache_s, first_load_manifest_read_s, first_load_plan_s,
+//   repeat, ranks, shards_per_rank,
 //   replication, unique_shards, hosts, cached_plan_bytes (the memory the
 //   plan cache holds for the job: --plan_cache_mib must allow it),
 //   huge_heap (glibc's malloc asked for transparent huge pages, as
@@ -45,10 +50,14 @@
 //   the coordinator receives them, the planners' scratch and the cache;
 //   each round drops the hosts' save plans before its load, as the
 //   coordinator holds them only until their save committed, and makes
-//   them again for the next round). The load plans from the manifest as
-//   the catalog reads it (the commit's bytes, parsed), without the save's
-//   plan: a job loads when it starts, and the cache keeps a plan only
-//   within --plan_cache_mib (cached_plan_bytes is this one's size).
+//   them again for the next round); save_peak_rss_mib,
+//   manifest_peak_rss_mib and load_peak_rss_mib: the peak while the save
+//   was planned, its manifest written and split, and the load read,
+//   planned and spread (each from what the phase before left resident).
+//   The load plans from the manifest as the catalog reads it (the
+//   commit's split files, read into columns), without the save's plan: a
+//   job loads when it starts, and the cache keeps a plan only within
+//   --plan_cache_mib (cached_plan_bytes is this one's size).
 //
 // --threads sets the threads the planners run on (0, the default:
 // the cores it may run on, at most 8, as the coordinator plans;
@@ -74,9 +83,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "ckpt/v1/coordinator.pb.h"
+#include "daemon/planning/column_manifest_read.h"
 #include "daemon/planning/load_planner.h"
 #include "daemon/planning/load_spread.h"
+#include "daemon/planning/manifest_io.h"
 #include "daemon/planning/parallel_for.h"
 #include "daemon/planning/plan_cache.h"
 #include "daemon/planning/plan_key.h"
@@ -244,10 +256,12 @@ struct Figures {
   double save_plan_s = 0;
   double plan_cache_s = 0;
   double load_plan_s = 0;
-  double load_spread_s = 0;    // who reads what, for the whole load
-  double load_parts_s = 0;     // every host's part made, one after the other
-  double load_part_max_s = 0;  // the slowest host's
-  uint64_t part_reads = 0;     // in all hosts' parts
+  double manifest_read_s = 0;   // the split manifest read into columns, checked
+  uint64_t manifest_bytes = 0;  // the columns' memory
+  double load_spread_s = 0;     // who reads what, for the whole load
+  double load_parts_s = 0;      // every host's part made, one after the other
+  double load_part_max_s = 0;   // the slowest host's
+  uint64_t part_reads = 0;      // in all hosts' parts
   double save_plan_cpu_s = 0;
   double load_plan_cpu_s = 0;
   double host_key_s = 0;         // every host's plan digested, one after the other
@@ -304,26 +318,54 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
   f.save_peak_mib = TakePhasePeakMib();
   *items = 0;
   for (const auto& host : saved->assignment->hosts()) *items += host.items_size();
-  // The load plans from the manifest as the catalog reads it: the bytes
-  // the commit wrote, parsed. It does not hold the save's plan too: a job
-  // loads when it starts, and the cache holds a plan only within its
-  // budget (--plan_cache_mib; cached_bytes says what this one needs).
-  // Shared: the load's plan keeps it (global_load.h).
-  auto manifest = std::make_shared<ckpt::v1::CheckpointManifest>();
+  // The load plans from the manifest as the catalog reads it: the split
+  // files the commit wrote (a compact root and its chunk tables), read into
+  // columns (column_manifest_read.h). It does not hold the save's plan
+  // too: a job loads when it starts, and the cache holds a plan only
+  // within its budget (--plan_cache_mib; cached_bytes says what this one
+  // needs).
+  std::optional<ckpt::planning::SplitManifestFiles> files;
+  ckpt::v1::CheckpointManifest checked;  // job and step, as the catalog checks them
   {
     const std::string wire = ckpt::planning::SerializedManifestOf(*saved->assignment);
     saved = ckpt::planning::SavePlan();
     cached = ckpt::planning::SavePlan();
     cache.reset();
-    if (!manifest->ParseFromString(wire)) {
+    ckpt::v1::CheckpointManifest manifest;
+    if (!manifest.ParseFromString(wire)) {
       return absl::InternalError("the planned manifest does not parse");
     }
+    files = ckpt::planning::SplitManifest(manifest, options.manifest_limits);
+    if (!files.has_value()) return absl::InternalError("the planned manifest does not split");
+    checked.set_job(manifest.job());
+    checked.set_step(manifest.step());
+    if (manifest_out != nullptr) manifest_out->Swap(&manifest);
   }
   f.manifest_peak_mib = TakePhasePeakMib();
   start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::shared_ptr<const ckpt::planning::ColumnManifest>> columns;
+  {
+    const std::string tables = absl::StrJoin(files->tables, "");
+    files->tables.clear();
+    ckpt::planning::ManifestFootprint footprint;
+    absl::StatusOr<ckpt::v1::CheckpointManifest> root = ckpt::planning::DecodeBoundedManifest(
+        files->root, "MANIFEST", options.manifest_limits, &footprint);
+    if (!root.ok()) return root.status();
+    columns = ckpt::planning::ReadColumnManifest(
+        *std::move(root), footprint, files->root.size(), checked.job(), checked.step(), "MANIFEST",
+        options.manifest_limits,
+        [&](uint64_t offset, uint64_t length, uint64_t) -> absl::StatusOr<std::string> {
+          return tables.substr(offset, length);
+        });
+  }
+  files.reset();
+  f.manifest_read_s = Seconds(std::chrono::steady_clock::now() - start);
+  if (!columns.ok()) return ckpt::WithContext(columns.status(), "manifest read");
+  f.manifest_bytes = (*columns)->MemoryBytes();
+  start = std::chrono::steady_clock::now();
   cpu = ThreadCpuSeconds();
   absl::StatusOr<std::shared_ptr<ckpt::planning::GlobalLoad>> loaded =
-      ckpt::planning::PlanGlobalLoad(*manifest, load_nodes, load_limits, options.threads);
+      ckpt::planning::PlanGlobalLoad(*std::move(columns), load_nodes, load_limits, options.threads);
   f.load_plan_cpu_s = ThreadCpuSeconds() - cpu;
   f.load_plan_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!loaded.ok()) return ckpt::WithContext(loaded.status(), "load plan");
@@ -352,7 +394,6 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
     }
   }
   f.load_peak_mib = TakePhasePeakMib();
-  if (manifest_out != nullptr) manifest_out->Swap(manifest.get());
   return f;
 }
 
@@ -460,6 +501,7 @@ int main(int argc, char** argv) {
     best.save_plan_s = std::min(best.save_plan_s, figures->save_plan_s);
     best.plan_cache_s = std::min(best.plan_cache_s, figures->plan_cache_s);
     best.load_plan_s = std::min(best.load_plan_s, figures->load_plan_s);
+    best.manifest_read_s = std::min(best.manifest_read_s, figures->manifest_read_s);
     best.load_spread_s = std::min(best.load_spread_s, figures->load_spread_s);
     best.load_parts_s = std::min(best.load_parts_s, figures->load_parts_s);
     best.load_part_max_s = std::min(best.load_part_max_s, figures->load_part_max_s);
@@ -483,7 +525,10 @@ int main(int argc, char** argv) {
   std::printf(
       "save plan of the next step, from the plan cache: %.3f s (the cached plan: %.1f MiB)\n",
       plan_cache_s, first.cached_bytes / 1048576.0);
-  std::printf("load plan: %d ranks, %d chunk reads: %.3f s\n", l.ranks / 2, reads, load_plan_s);
+  std::printf(
+      "load: the split manifest read into columns and checked in %.3f s (%.1f MiB); the plan "
+      "for %d ranks, %d chunk reads: %.3f s\n",
+      best.manifest_read_s, first.manifest_bytes / 1048576.0, l.ranks / 2, reads, load_plan_s);
   std::printf(
       "load spread over the hosts: who reads what %.3f s; the hosts' parts (%llu chunk reads, "
       "a chunk in the part of every host that needs it) made as each host asks: %.3f s for all, "
@@ -505,8 +550,10 @@ int main(int argc, char** argv) {
       "on the nodes, each host's plan made compact before it is sent: save %.3f s for all "
       "hosts, %.4f s the slowest; load %.3f s for all hosts, %.4f s the slowest\n",
       compact.all_s, compact.max_s, load_compact.all_s, load_compact.max_s);
-  std::printf("first round (a fresh process's heap): save %.3f s, cache %.3f s, load %.3f s\n",
-              first.save_plan_s, first.plan_cache_s, first.load_plan_s);
+  std::printf(
+      "first round (a fresh process's heap): save %.3f s, cache %.3f s, load: manifest read "
+      "%.3f s, plan %.3f s\n",
+      first.save_plan_s, first.plan_cache_s, first.manifest_read_s, first.load_plan_s);
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   TakePhasePeakMib();
@@ -543,24 +590,26 @@ int main(int argc, char** argv) {
   if (json) {
     std::printf(
         "{\"save_plan_s\":%.4f,\"plan_cache_s\":%.4f,\"load_plan_s\":%.4f,"
+        "\"load_manifest_read_s\":%.4f,\"load_manifest_mib\":%.1f,"
         "\"save_plan_cpu_s\":%.4f,\"load_plan_cpu_s\":%.4f,"
         "\"load_spread_s\":%.4f,\"load_parts_s\":%.4f,\"load_part_max_s\":%.5f,"
         "\"load_part_reads\":%llu,"
         "\"host_key_s\":%.4f,\"host_key_max_s\":%.5f,\"node_compact_s\":%.4f,"
         "\"node_compact_max_s\":%.5f,\"node_load_compact_s\":%.4f,"
         "\"node_load_compact_max_s\":%.5f,\"first_save_plan_s\":%.4f,\"first_plan_cache_"
-        "s\":%.4f,\"first_load_plan_s\":%.4f,"
+        "s\":%.4f,\"first_load_manifest_read_s\":%.4f,\"first_load_plan_s\":%.4f,"
         "\"repeat\":%d,\"ranks\":%d,\"shards_per_rank\":%d,\"replication\":%d,"
         "\"unique_shards\":%llu,\"hosts\":%zu,\"cached_plan_bytes\":%llu,\"huge_heap\":%s,"
         "\"peak_rss_mib\":%.0f,\"save_peak_rss_mib\":%.0f,\"manifest_peak_rss_mib\":%.0f,"
         "\"load_peak_rss_mib\":%.0f,"
         "\"planning_threads\":%d",
-        save_plan_s, plan_cache_s, load_plan_s, best.save_plan_cpu_s, best.load_plan_cpu_s,
+        save_plan_s, plan_cache_s, load_plan_s, best.manifest_read_s,
+        first.manifest_bytes / 1048576.0, best.save_plan_cpu_s, best.load_plan_cpu_s,
         best.load_spread_s, best.load_parts_s, best.load_part_max_s,
         static_cast<unsigned long long>(first.part_reads), best.host_key_s, best.host_key_max_s,
         compact.all_s, compact.max_s, load_compact.all_s, load_compact.max_s, first.save_plan_s,
-        first.plan_cache_s, first.load_plan_s, repeat, l.ranks, l.shards_per_rank, l.replication,
-        static_cast<unsigned long long>(items), hosts,
+        first.plan_cache_s, first.manifest_read_s, first.load_plan_s, repeat, l.ranks,
+        l.shards_per_rank, l.replication, static_cast<unsigned long long>(items), hosts,
         static_cast<unsigned long long>(first.cached_bytes), huge_heap ? "true" : "false",
         peak_rss_mib, best.save_peak_mib, best.manifest_peak_mib, best.load_peak_mib,
         ckpt::planning::PlanningThreads(threads));

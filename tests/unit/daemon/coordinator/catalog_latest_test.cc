@@ -161,8 +161,17 @@ TEST_CASE("a broken latest fails closed, naming the newest older step that verif
                      "/r/job/step-4/MANIFEST", "the newest older step that verifies is 2");
   CKPT_REQUIRE_ERROR(VerifyCheckpoint(*backend, catalog, "job", -1).status(),
                      absl::StatusCode::kDataLoss, "step 4", "is 2");
+  // A load's read in columns fails the same way.
+  CKPT_REQUIRE_ERROR(catalog.ReadLoadManifest("job", -1), absl::StatusCode::kDataLoss,
+                     "latest checkpoint of job job is step 4, which is broken",
+                     "/r/job/step-4/MANIFEST", "the newest older step that verifies is 2");
   // By number, step 2 still loads.
   CKPT_REQUIRE_OK(catalog.ReadManifest("job", 2));
+  absl::StatusOr<std::shared_ptr<const planning::ColumnManifest>> two =
+      catalog.ReadLoadManifest("job", 2);
+  CKPT_REQUIRE_OK(two);
+  CHECK((*two)->header().step() == 2);
+  CHECK((*two)->chunks() > 0);
 
   // The list still works and says what is wrong with each.
   absl::StatusOr<std::vector<v1::CheckpointSummary>> list = catalog.ListCheckpoints("job");

@@ -390,11 +390,15 @@ TEST_CASE("the catalog validates every manifest it reads", "[catalog][manifest_c
   Catalog catalog(*backend, "/r");
   PlantManifest(*backend, "job", 5, Good());
   CKPT_REQUIRE_OK(catalog.ReadManifest("job", 5));
+  CKPT_REQUIRE_OK(catalog.ReadLoadManifest("job", 5));
 
   // The same manifest copied into another step's and another job's directory.
   PlantManifest(*backend, "job", 6, Good());
   CKPT_REQUIRE_ERROR(catalog.ReadManifest("job", 6), absl::StatusCode::kFailedPrecondition,
                      "/r/job/step-6/MANIFEST", "job \"job\" step 5", "not of job job step 6");
+  // A load reads it in columns (column_manifest_read.h), through the same checks.
+  CKPT_REQUIRE_ERROR(catalog.ReadLoadManifest("job", 6), absl::StatusCode::kFailedPrecondition,
+                     "/r/job/step-6/MANIFEST", "not of job job step 6");
   PlantManifest(*backend, "copy", 5, Good());
   CKPT_REQUIRE_ERROR(catalog.ReadManifest("copy", 5), absl::StatusCode::kFailedPrecondition,
                      "/r/copy/step-5/MANIFEST");
@@ -405,10 +409,14 @@ TEST_CASE("the catalog validates every manifest it reads", "[catalog][manifest_c
   PlantManifest(*backend, "job", 7, traversal);
   CKPT_REQUIRE_ERROR(catalog.ReadManifest("job", 7), absl::StatusCode::kDataLoss,
                      "/r/job/step-7/MANIFEST", "leaves its directory");
+  CKPT_REQUIRE_ERROR(catalog.ReadLoadManifest("job", 7), absl::StatusCode::kDataLoss,
+                     "/r/job/step-7/MANIFEST", "leaves its directory");
 
   // A step directory without a MANIFEST is broken, not missing.
   CKPT_REQUIRE_OK(backend->CreateDirs("/r/job/step-8"));
   CKPT_REQUIRE_ERROR(catalog.ReadManifest("job", 8), absl::StatusCode::kDataLoss,
+                     "/r/job/step-8/MANIFEST");
+  CKPT_REQUIRE_ERROR(catalog.ReadLoadManifest("job", 8), absl::StatusCode::kDataLoss,
                      "/r/job/step-8/MANIFEST");
 }
 
@@ -419,6 +427,8 @@ TEST_CASE("the MANIFEST size is bounded before it is read", "[catalog][manifest_
   Catalog catalog(*backend, "/r", options);
   PlantManifest(*backend, "job", 5, Good());
   CKPT_REQUIRE_ERROR(catalog.ReadManifest("job", 5), absl::StatusCode::kFailedPrecondition,
+                     "/r/job/step-5/MANIFEST", "limit of 64");
+  CKPT_REQUIRE_ERROR(catalog.ReadLoadManifest("job", 5), absl::StatusCode::kFailedPrecondition,
                      "/r/job/step-5/MANIFEST", "limit of 64");
 }
 
