@@ -209,6 +209,11 @@ ABSL_FLAG(double, peer_wait_s, 120,
 ABSL_FLAG(uint64_t, plan_cache_mib, 1024,
           "Coordinator: memory the save plan cache may hold; a job whose plan is larger (about "
           "450 MiB at 8192 ranks x 1000 tensors) is planned afresh every step");
+ABSL_FLAG(uint64_t, plan_memory_mib, 0,
+          "Coordinator: memory the save and load planners may take at once, over all jobs (a "
+          "save plan about 72 bytes per shard the ranks list, a load about 320 per stored "
+          "chunk); a plan that does not fit waits for others up to --plan_timeout_s, one "
+          "larger than all of it is refused; 0: half of this host's memory");
 ABSL_FLAG(int32_t, plan_threads, 0,
           "Coordinator: threads a save or load plan runs on (its messages made, its manifest "
           "checked, its regions mapped onto chunks by several at once); 0: the cores it may "
@@ -353,6 +358,8 @@ int main(int argc, char** argv) {
                        << 20;
   o.manifest_split_min_chunks = absl::GetFlag(FLAGS_manifest_split_min_chunks);
   o.plan_threads = absl::GetFlag(FLAGS_plan_threads);
+  o.plan_memory_bytes = std::min<uint64_t>(absl::GetFlag(FLAGS_plan_memory_mib), uint64_t{1} << 40)
+                        << 20;
   o.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
   o.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   o.plan_timeout = absl::Seconds(absl::GetFlag(FLAGS_plan_timeout_s));

@@ -68,6 +68,9 @@ absl::StatusOr<v1::LoadAssignment> LoadGathering::PlanLoad(
     }
   }
   const int64_t step = (*manifest)->header().step();
+  absl::StatusOr<std::optional<planning::PlanBudget::Reservation>> reserved =
+      ReservePlanning({node}, **manifest, node.job(), step);
+  if (!reserved.ok()) return reserved.status();
   absl::StatusOr<std::shared_ptr<planning::GlobalLoad>> global =
       planning::PlanGlobalLoad(*std::move(manifest), {node}, options_.limits, options_.threads);
   if (!global.ok()) return global.status();
@@ -77,6 +80,18 @@ absl::StatusOr<v1::LoadAssignment> LoadGathering::PlanLoad(
   if (!dir.ok()) return dir.status();
   assignment.set_checkpoint_path(*dir);
   return assignment;
+}
+
+absl::StatusOr<std::optional<planning::PlanBudget::Reservation>> LoadGathering::ReservePlanning(
+    absl::Span<const v1::NodeLoadPlan> nodes, const planning::ColumnManifest& manifest,
+    const std::string& job, int64_t step) {
+  if (rendezvous_.plan_budget == nullptr) return std::nullopt;
+  absl::StatusOr<planning::PlanBudget::Reservation> reserved = rendezvous_.plan_budget->Reserve(
+      planning::LoadScratchBytes(nodes, manifest),
+      absl::StrCat("the load plan of job ", job, " step ", step, " (", nodes.size(), " hosts)"),
+      rendezvous_.plan_timeout);
+  if (!reserved.ok()) return reserved.status();
+  return std::optional<planning::PlanBudget::Reservation>(*std::move(reserved));
 }
 
 size_t LoadGathering::loads_gathering() const {

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -98,11 +99,19 @@ class LoadGathering {
   // Plans a spanning load whose hosts all arrived; without mu_ but to
   // hand the parts over.
   absl::Status PlanGatheredLoad(ActiveLoad& load) ABSL_LOCKS_EXCLUDED(mu_);
+  // The planning memory a load of `manifest` for `nodes` needs
+  // (plan_budget.h), reserved, waiting up to the plan timeout; nullopt
+  // without a budget.
+  absl::StatusOr<std::optional<planning::PlanBudget::Reservation>> ReservePlanning(
+      absl::Span<const v1::NodeLoadPlan> nodes, const planning::ColumnManifest& manifest,
+      const std::string& job, int64_t step);
   // The whole load's plan from the memory tier when it may and can come
   // from there (every file it needs held by a host of the load, *holders
   // says which); null when it comes from storage.
+  // Its planning memory is reserved in *reserved.
   absl::StatusOr<std::shared_ptr<planning::GlobalLoad>> PlanFromMemory(
-      const ActiveLoad& load, planning::FileHolders* holders);
+      const ActiveLoad& load, planning::FileHolders* holders,
+      std::optional<planning::PlanBudget::Reservation>* reserved);
   // `host`'s part of a planned load, made now (its reads, rebuilds, routes).
   static absl::StatusOr<v1::LoadAssignment> PartOf(const PlannedLoad& planned,
                                                    const std::string& host);

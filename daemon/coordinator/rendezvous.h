@@ -7,11 +7,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/planning/plan_budget.h"
 #include "daemon/planning/rank_barrier.h"
 
 namespace ckpt::coordinator {
@@ -38,6 +40,10 @@ struct RendezvousOptions {
   // restarted without that host attaches its ranks elsewhere, and their
   // hosts say so in their next heartbeat (so: two heartbeat intervals).
   absl::Duration lost_ranks_grace = absl::Seconds(2);
+  // Memory the save and load planners may take at once, over all jobs
+  // (plan_budget.h, --plan_memory_mib); a plan waits for room up to
+  // plan_timeout. Null: unbounded.
+  std::shared_ptr<planning::PlanBudget> plan_budget = nullptr;
 };
 
 // True once the caller of a blocking method has gone (its RPC was

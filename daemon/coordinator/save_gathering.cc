@@ -74,7 +74,13 @@ SaveGathering::SaveGathering(storage::Backend& backend, Catalog& catalog, HostRa
     : backend_(backend),
       catalog_(catalog),
       host_ranks_(host_ranks),
-      options_(options),
+      options_([&] {
+        planning::SavePlannerOptions o = options;
+        // Kept alive by rendezvous_, which holds the budget too.
+        o.budget = rendezvous.plan_budget.get();
+        o.budget_wait = rendezvous.plan_timeout;
+        return o;
+      }()),
       rendezvous_([&] {
         RendezvousOptions r = rendezvous;
         // EndLocked erases the oldest ended save: never the one ending.

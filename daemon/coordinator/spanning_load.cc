@@ -35,7 +35,8 @@ std::set<std::string> NeededFiles(const planning::GlobalLoad& global) {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<planning::GlobalLoad>> LoadGathering::PlanFromMemory(
-    const ActiveLoad& load, planning::FileHolders* holders) {
+    const ActiveLoad& load, planning::FileHolders* holders,
+    std::optional<planning::PlanBudget::Reservation>* reserved) {
   const v1::LoadTier tier = load.nodes.front().tier();
   absl::StatusOr<std::optional<int64_t>> chosen =
       MemoryStepToLoad(catalog_, memory_catalog_, load.job, load.step, tier, "the coordinator");
@@ -47,10 +48,17 @@ absl::StatusOr<std::shared_ptr<planning::GlobalLoad>> LoadGathering::PlanFromMem
     if (tier == v1::LOAD_TIER_ANY) return nullptr;
     return read.status();
   }
-  // Kept by the plan, which points into it.
+  // Kept for a rebuild, which sends it to the rebuilders.
   auto manifest = std::make_shared<const v1::CheckpointManifest>(std::move(*read));
+  absl::StatusOr<std::shared_ptr<const planning::ColumnManifest>> columns =
+      planning::ColumnManifest::FromManifest(*manifest);
+  if (!columns.ok()) return columns.status();
+  absl::StatusOr<std::optional<planning::PlanBudget::Reservation>> reservation =
+      ReservePlanning(load.nodes, **columns, load.job, step);
+  if (!reservation.ok()) return reservation.status();
+  *reserved = *std::move(reservation);
   absl::StatusOr<std::shared_ptr<planning::GlobalLoad>> global =
-      planning::PlanGlobalLoad(*manifest, load.nodes, options_.limits, options_.threads);
+      planning::PlanGlobalLoad(*std::move(columns), load.nodes, options_.limits, options_.threads);
   if (!global.ok()) return global.status();
   holders->clear();
   for (const v1::NodeLoadPlan& node : load.nodes) {
@@ -112,7 +120,11 @@ absl::Status LoadGathering::PlanGatheredLoad(ActiveLoad& load) {
     }
   }
   planning::FileHolders holders;
-  absl::StatusOr<std::shared_ptr<planning::GlobalLoad>> global = PlanFromMemory(load, &holders);
+  // The plan's and the spread's scratch, within the coordinator's planning
+  // memory, until both are made.
+  std::optional<planning::PlanBudget::Reservation> reserved;
+  absl::StatusOr<std::shared_ptr<planning::GlobalLoad>> global =
+      PlanFromMemory(load, &holders, &reserved);
   if (!global.ok()) return global.status();
   if (*global == nullptr) {
     // "latest" is resolved once, so that every host loads the same step.
@@ -122,6 +134,10 @@ absl::Status LoadGathering::PlanGatheredLoad(ActiveLoad& load) {
         catalog_.ReadLoadManifest(load.job, load.step);
     if (!read.ok()) return read.status();
     const int64_t step = (*read)->header().step();
+    absl::StatusOr<std::optional<planning::PlanBudget::Reservation>> reservation =
+        ReservePlanning(load.nodes, **read, load.job, step);
+    if (!reservation.ok()) return reservation.status();
+    reserved = *std::move(reservation);
     // The whole job's plan, split among the hosts below; it keeps the
     // manifest, which it points into.
     global =

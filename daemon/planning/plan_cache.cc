@@ -1,11 +1,13 @@
 #include "daemon/planning/plan_cache.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/planning/plan_budget.h"
 #include "daemon/planning/planned_manifest.h"
 
 namespace ckpt::planning {
@@ -64,8 +66,25 @@ absl::StatusOr<SavePlan> SavePlanCache::Plan(absl::Span<const v1::NodeSavePlan> 
     if (hit != nullptr) *hit = true;
     return plan;
   }
+  // Its scratch within the coordinator's planning memory, held while it
+  // is planned (the plan itself is then the cache's to keep or drop).
+  std::optional<PlanBudget::Reservation> reserved;
+  if (options.budget != nullptr) {
+    absl::StatusOr<PlanBudget::Reservation> reservation =
+        options.budget->Reserve(SaveScratchBytes(nodes),
+                                absl::StrCat("the save plan of job ", first.job(), " step ",
+                                             first.step(), " (", nodes.size(), " hosts)"),
+                                options.budget_wait);
+    if (!reservation.ok()) {
+      absl::MutexLock lock(&mu_);
+      ++misses_;
+      return reservation.status();
+    }
+    reserved.emplace(*std::move(reservation));
+  }
   absl::StatusOr<std::shared_ptr<const v1::SaveAssignment>> planned =
       PlanSaveShared(nodes, options);
+  reserved.reset();
   if (!planned.ok()) {
     absl::MutexLock lock(&mu_);
     ++misses_;

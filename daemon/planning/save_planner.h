@@ -30,12 +30,15 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "ckpt/v1/coordinator.pb.h"
 #include "daemon/planning/manifest_check.h"
 #include "proto/lib/request_limits.h"
 
 namespace ckpt::planning {
+
+class PlanBudget;
 
 struct SavePlannerOptions {
   uint64_t chunk_bytes = 4 << 20;  // unit of checksumming and of writes
@@ -48,6 +51,11 @@ struct SavePlannerOptions {
   // manifest (parallel_for.h; the coordinator's load planning takes the
   // same); 0: the cores this process may run on, at most 8.
   int threads = 0;
+  // Planning memory shared with the coordinator's other plans
+  // (plan_budget.h): a save the plan cache does not hold reserves its
+  // scratch there first, waiting up to budget_wait. Null: unbounded.
+  PlanBudget* budget = nullptr;
+  absl::Duration budget_wait = absl::Seconds(120);
 };
 
 // The manifest, `extra_bytes` larger (what the commit still fills in), is

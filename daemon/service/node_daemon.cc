@@ -39,6 +39,12 @@
 namespace ckpt::service {
 namespace {
 
+// This host's memory in bytes; 0 where the system cannot say.
+uint64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  return pages > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(getpagesize()) : 0;
+}
+
 // The memory-tier manifests a registration carries (cluster.proto).
 constexpr int kMaxMemoryManifests = 64;
 
@@ -322,6 +328,9 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   rendezvous.plan_timeout = o.plan_timeout + o.heartbeat_timeout;
   rendezvous.write_timeout = o.snapshot_timeout + 2 * o.heartbeat_timeout;
   rendezvous.plan_cache_bytes = o.plan_cache_bytes;
+  rendezvous.plan_budget = std::make_shared<planning::PlanBudget>(
+      o.plan_memory_bytes > 0 ? o.plan_memory_bytes
+                              : std::max<uint64_t>(PhysicalMemoryBytes() / 2, uint64_t{1} << 30));
   rendezvous.lost_ranks_grace = 2 * o.heartbeat_interval;
   d->coordinator_ = std::make_unique<coordinator::Coordinator>(*d->backend_, o.storage_root,
                                                                planner, catalog, rendezvous);
@@ -332,8 +341,7 @@ absl::StatusOr<std::unique_ptr<NodeDaemon>> NodeDaemon::Create(
   if (o.memory_tier_bytes > 0) {
     // The budget is taken as it comes, not at start: say so when it could
     // not be, before the host finds out by swapping or the OOM killer.
-    const uint64_t physical =
-        static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(getpagesize());
+    const uint64_t physical = PhysicalMemoryBytes();
     if (physical > 0 && o.memory_tier_bytes + o.pool_bytes > physical / 2) {
       absl::FPrintF(stderr,
                     "ckptd: warning: --memory_tier_bytes (%d) and --pool_bytes (%d) are more than "

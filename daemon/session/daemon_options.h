@@ -140,6 +140,9 @@ struct DaemonOptions {
   std::string memory_tier_erasure;
   // Memory the coordinator's save plan cache may hold (all jobs).
   uint64_t plan_cache_bytes = uint64_t{1} << 30;
+  // Memory the coordinator's save and load planners may take at once
+  // (planning/plan_budget.h); 0: half of this host's memory.
+  uint64_t plan_memory_bytes = 0;
   // Threads the coordinator's save and load planners run on (0: the
   // cores it may run on, at most 8; planning/parallel_for.h).
   int plan_threads = 0;
