@@ -160,10 +160,13 @@ TEST_CASE("hostile manifests are refused and the daemon keeps serving", "[fault]
     CHECK_FALSE(load.ok());
   }
   SECTION("a compact root that would expand past the memory limit") {
-    // A split manifest's root (format 3) of 2,000 tensors naming one
-    // layout of 1,000 regions: 2 million shards in 6 MB, some 500 MB
-    // once expanded, past the default --max_manifest_memory_bytes. It is
-    // refused before a shard is made or a table read.
+    // A split manifest's root (format 3) of 4,000 tensors naming one
+    // layout of 1,000 regions, each shard claiming 4 chunks: 4 million
+    // shards and 16 million chunks in 12 MB, some 1 GB expanded and
+    // joined (verify), and 0.8 GB even as a load's columns
+    // (column_manifest_read.h): past the default
+    // --max_manifest_memory_bytes either way. It is refused before a shard
+    // is made or a table read.
     v1::CheckpointManifest root;
     root.set_format_version(3);
     root.set_job("evil");
@@ -174,20 +177,20 @@ TEST_CASE("hostile manifests are refused and the daemon keeps serving", "[fault]
       box.add_offsets(i);
       box.add_lengths(1);
     }
-    for (int t = 0; t < 2000; ++t) {
+    for (int t = 0; t < 4000; ++t) {
       v1::TensorEntry& tensor = *root.add_tensors();
       tensor.set_fqn("t" + std::to_string(t));
       tensor.set_dtype(v1::FLOAT32);
       tensor.add_global_shape(1000);
       tensor.set_layout(1);
       tensor.mutable_shard_tables()->Resize(1000, 1);
-      tensor.mutable_shard_chunk_counts()->Resize(1000, 1);
+      tensor.mutable_shard_chunk_counts()->Resize(1000, 4);
       tensor.mutable_shard_writer_ranks()->Resize(1000, 0);
     }
     v1::ChunkTableRef& table = *root.add_chunk_tables();
     table.set_file(data_file);
     table.set_bytes(64);
-    table.set_chunks(2000000);
+    table.set_chunks(16000000);
     PlantManifest(d, "evil", 1, root);
     RequireVerifyAndLoadRefuse(d, "--max_manifest_memory_bytes");
   }
