@@ -649,7 +649,7 @@ absl::StatusOr<Items> CollectItems(absl::Span<const v1::NodeSavePlan> nodes, con
 // would land on the first host, which then also writes its own shards).
 // Sets each item's writer and offset; returns the items in assignment order.
 std::vector<uint32_t> AssignWriters(absl::Span<const v1::NodeSavePlan> nodes, Items& all,
-                                    uint64_t alignment) {
+                                    uint64_t alignment, int threads) {
   std::vector<UniqueItem>& items = all.items;
   // Items on one host first, then the largest, then in name order; ties
   // in plan order: the index is the last key. Sorted on two plain words
@@ -658,20 +658,48 @@ std::vector<uint32_t> AssignWriters(absl::Span<const v1::NodeSavePlan> nodes, It
   // largest down (items are at most 2^40 bytes by default: larger ones
   // under larger --max_shard_bytes tie); the second, its name order then
   // its index.
+  // The keys are distinct (the index is in them): ranges made and sorted
+  // on threads of their own (parallel_for.h), then merged, give the one
+  // order a single sort gives.
   constexpr uint64_t kOnManyHosts = uint64_t{1} << 62;
   std::vector<std::pair<uint64_t, uint64_t>> keys(items.size());
-  for (uint32_t i = 0; i < items.size(); ++i) {
-    int host = -1;
-    bool one_host = true;
-    all.ForEachHolder(i, [&](const Holder& holder) {
-      if (host >= 0 && holder.host != host) one_host = false;
-      host = holder.host;
-    });
-    const uint64_t bytes = std::min(static_cast<uint64_t>(items[i].bytes), kOnManyHosts - 1);
-    keys[i] = {(one_host ? 0 : kOnManyHosts) + (kOnManyHosts - 1 - bytes),
-               uint64_t{items[i].name_order} << 32 | i};
+  std::vector<size_t> run_end(static_cast<size_t>(std::max(1, threads)), 0);
+  const size_t runs = ParallelFor(
+      items.size(), threads, items.size(), kMinWorkPerRange,
+      [&](size_t range, size_t begin, size_t end) {
+        for (size_t k = begin; k < end; ++k) {
+          const uint32_t i = static_cast<uint32_t>(k);
+          int host = -1;
+          bool one_host = true;
+          all.ForEachHolder(i, [&](const Holder& holder) {
+            if (host >= 0 && holder.host != host) one_host = false;
+            host = holder.host;
+          });
+          const uint64_t bytes = std::min(static_cast<uint64_t>(items[i].bytes), kOnManyHosts - 1);
+          keys[i] = {(one_host ? 0 : kOnManyHosts) + (kOnManyHosts - 1 - bytes),
+                     uint64_t{items[i].name_order} << 32 | i};
+        }
+        std::sort(keys.begin() + static_cast<ptrdiff_t>(begin),
+                  keys.begin() + static_cast<ptrdiff_t>(end));
+        run_end[range] = end;
+      });
+  // Sorted runs merged pairwise, a level at a time.
+  run_end.resize(runs);
+  while (run_end.size() > 1) {
+    std::vector<size_t> merged;
+    for (size_t r = 0; r < run_end.size(); r += 2) {
+      if (r + 1 < run_end.size()) {
+        const size_t begin = r == 0 ? 0 : run_end[r - 1];
+        std::inplace_merge(keys.begin() + static_cast<ptrdiff_t>(begin),
+                           keys.begin() + static_cast<ptrdiff_t>(run_end[r]),
+                           keys.begin() + static_cast<ptrdiff_t>(run_end[r + 1]));
+        merged.push_back(run_end[r + 1]);
+      } else {
+        merged.push_back(run_end[r]);
+      }
+    }
+    run_end = std::move(merged);
   }
-  std::sort(keys.begin(), keys.end());
   std::vector<uint32_t> order(keys.size());
   for (uint32_t k = 0; k < keys.size(); ++k) order[k] = static_cast<uint32_t>(keys[k].second);
   std::vector<uint64_t> host_load(nodes.size(), 0);
@@ -947,7 +975,8 @@ absl::Status PlanSaveInto(absl::Span<const v1::NodeSavePlan> nodes,
   if (!items.ok()) return items.status();
   absl::StatusOr<uint64_t> chunks = CountChunks(items->items, options);
   if (!chunks.ok()) return chunks.status();
-  const std::vector<uint32_t> order = AssignWriters(nodes, *items, options.alignment);
+  const std::vector<uint32_t> order =
+      AssignWriters(nodes, *items, options.alignment, PlanningThreads(options.threads));
   const uint64_t chunk_wire_bytes =
       BuildAssignment(nodes, *shards, items->items, order, options, out);
   return CheckLoadable(out, *chunks, chunk_wire_bytes, LongestChunk(items->items, options),

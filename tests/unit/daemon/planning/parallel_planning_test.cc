@@ -72,7 +72,7 @@ int64_t Columns(int t) { return 8 + 8 * (t % 5); }
 // 40 parts of each of 1000 tensors, each part on 2 ranks of different
 // hosts, and a few objects: 40,000 items, enough for the planner and the
 // check to cut them among threads.
-std::vector<v1::NodeSavePlan> ClusterPlans() {
+std::vector<v1::NodeSavePlan> ClusterPlans(int tensors = kTensors) {
   constexpr int kHosts = 20;
   constexpr int kRanksPerHost = 4;
   static_assert(kParts == kHosts * kRanksPerHost / 2);
@@ -83,7 +83,7 @@ std::vector<v1::NodeSavePlan> ClusterPlans() {
     nodes.push_back(Node(absl::StrCat("host", h), kHosts * kRanksPerHost, 3, ranks));
     for (int r : ranks) {
       const int part = r % kParts;
-      for (int t = 0; t < kTensors; ++t) {
+      for (int t = 0; t < tensors; ++t) {
         // Sizes differ by tensor, so the balance has choices to make.
         const int64_t columns = Columns(t);
         AddShard(nodes.back(), r,
@@ -116,6 +116,21 @@ TEST_CASE("a save plan is the same on one thread and on several", "[parallel_for
         PlanSaveShared(nodes, OnThreads(threads));
     CKPT_REQUIRE_OK(many);
     CHECK(MessageDifferencer::Equals(*one, **many));
+  }
+}
+
+TEST_CASE("a save plan cut into an odd number of ranges is the same as on one thread",
+          "[parallel_for]") {
+  // 120,000 items: 3 and 7 ranges of items to order, merged pairwise with
+  // one left over at a level (AssignWriters).
+  const std::vector<v1::NodeSavePlan> nodes = ClusterPlans(3 * kTensors);
+  absl::StatusOr<v1::SaveAssignment> one = PlanSave(nodes, OnThreads(1));
+  CKPT_REQUIRE_OK(one);
+  for (int threads : {3, 7}) {
+    INFO(threads << " threads");
+    absl::StatusOr<v1::SaveAssignment> many = PlanSave(nodes, OnThreads(threads));
+    CKPT_REQUIRE_OK(many);
+    CHECK(MessageDifferencer::Equals(*one, *many));
   }
 }
 
