@@ -5,32 +5,13 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/planning/column_manifest_access.h"
 #include "daemon/planning/compact_root.h"
 #include "daemon/planning/manifest_tables.h"
-#include "proto/lib/region_convert.h"
 #include "proto/lib/stored_chunk.h"
 
 namespace ckpt::planning {
-namespace {
-
-size_t RegionsHash(const v1::TensorEntry& tensor) {
-  size_t h = absl::HashOf(tensor.shards_size());
-  for (const v1::StoredShard& shard : tensor.shards()) h = HashRegion(h, shard.region());
-  return h;
-}
-
-bool SameRegions(const v1::TensorEntry& tensor, const v1::ShardLayout& layout) {
-  if (tensor.shards_size() != layout.regions_size()) return false;
-  for (int s = 0; s < tensor.shards_size(); ++s) {
-    if (!SameRegion(tensor.shards(s).region(), layout.regions(s))) return false;
-  }
-  return true;
-}
-
-}  // namespace
 
 void ColumnManifestAccess::FillHeader(const v1::CheckpointManifest& m, ColumnManifest& out) {
   v1::CheckpointManifest& h = out.header_;
@@ -98,9 +79,9 @@ absl::StatusOr<std::shared_ptr<const ColumnManifest>> ColumnManifest::FromManife
     tensor.shape.assign(entry.global_shape().begin(), entry.global_shape().end());
     tensor.first_shard = static_cast<uint32_t>(out->first_chunk_.size() - 1);
     if (entry.shards_size() == 0) continue;
-    std::vector<uint32_t>& alike = layouts_by_hash[RegionsHash(entry)];
+    std::vector<uint32_t>& alike = layouts_by_hash[ShardRegionsHash(entry)];
     for (uint32_t l : alike) {
-      if (SameRegions(entry, out->layouts_[l])) {
+      if (SameShardRegions(entry, out->layouts_[l])) {
         tensor.layout = l;
         break;
       }

@@ -12,24 +12,20 @@
 #include "proto/lib/region_convert.h"
 
 namespace ckpt::planning {
-namespace {
 
-// Tensors whose shards SameRegions finds alike hash alike.
-size_t RegionsHash(const v1::TensorEntry& tensor) {
+size_t ShardRegionsHash(const v1::TensorEntry& tensor) {
   size_t h = absl::HashOf(tensor.shards_size());
   for (const v1::StoredShard& shard : tensor.shards()) h = HashRegion(h, shard.region());
   return h;
 }
 
-bool SameRegions(const v1::TensorEntry& tensor, const v1::ShardLayout& layout) {
+bool SameShardRegions(const v1::TensorEntry& tensor, const v1::ShardLayout& layout) {
   if (tensor.shards_size() != layout.regions_size()) return false;
   for (int s = 0; s < tensor.shards_size(); ++s) {
     if (!SameRegion(tensor.shards(s).region(), layout.regions(s))) return false;
   }
   return true;
 }
-
-}  // namespace
 
 void FillCompactShards(const v1::CheckpointManifest& m, absl::Span<const ShardPlace> places,
                        v1::CheckpointManifest& root) {
@@ -39,10 +35,10 @@ void FillCompactShards(const v1::CheckpointManifest& m, absl::Span<const ShardPl
     const v1::TensorEntry& tensor = m.tensors(t);
     const int n = tensor.shards_size();
     if (n == 0) continue;
-    std::vector<uint32_t>& alike = layouts_by_hash[RegionsHash(tensor)];
+    std::vector<uint32_t>& alike = layouts_by_hash[ShardRegionsHash(tensor)];
     uint32_t layout = 0;
     for (uint32_t l : alike) {
-      if (SameRegions(tensor, root.shard_layouts(static_cast<int>(l - 1)))) {
+      if (SameShardRegions(tensor, root.shard_layouts(static_cast<int>(l - 1)))) {
         layout = l;
         break;
       }

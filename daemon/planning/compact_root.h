@@ -15,6 +15,7 @@
 #ifndef CKPT_DAEMON_PLANNING_COMPACT_ROOT_H_
 #define CKPT_DAEMON_PLANNING_COMPACT_ROOT_H_
 
+#include <cstddef>
 #include <cstdint>
 
 #include "absl/status/statusor.h"
@@ -33,6 +34,11 @@ struct ShardPlace {
   uint32_t table = 0;
   uint32_t chunks = 0;
 };
+
+// Whether a tensor's shards have a layout's regions, in order; tensors
+// SameShardRegions finds alike have the same ShardRegionsHash.
+bool SameShardRegions(const v1::TensorEntry& tensor, const v1::ShardLayout& layout);
+size_t ShardRegionsHash(const v1::TensorEntry& tensor);
 
 // Fills the tensors of `root`, copies of m's without shards, with their
 // layouts (in root.shard_layouts, each distinct list of regions once) and
