@@ -303,30 +303,12 @@ class ColumnReader {
   // Table `index` (1-based) checked and its rows put in their shards'
   // places, each chunk checked as ValidateManifest checks it.
   absl::Status ReadTable(uint32_t index, absl::string_view bytes, uint64_t run_bytes) {
-    const v1::ChunkTableRef& ref = root_.chunk_tables(static_cast<int>(index - 1));
-    const std::string where = absl::StrCat(source_, " (", ChunkTableName(index), ")");
-    // Its size is the root's by construction (sliced by the root's sizes).
-    if (TrailerCrc(bytes) != ref.crc32c()) {
-      return absl::DataLossError(absl::StrCat(where,
-                                              ": the chunk table is not the one the root "
-                                              "lists (its size or checksum differs)"));
-    }
-    absl::StatusOr<absl::string_view> payload = CheckedPayload(bytes, where, "chunk table");
-    if (!payload.ok()) return payload.status();
-    absl::StatusOr<ManifestFootprint> footprint = MeasureChunkTable(*payload, where);
-    if (!footprint.ok()) return footprint.status();
-    const uint64_t reading = SatAdd(memory_, SatAdd(run_bytes, footprint->parsed_bytes));
-    if (reading > limits_.max_memory_bytes) return OverMemory(reading);
-    absl::StatusOr<v1::ChunkTable> table = DecodeChunkTable(bytes, where, limits_);
-    if (!table.ok()) return table.status();
-    if (table->file() != ref.file()) {
-      return absl::DataLossError(absl::StrCat(where, ": the chunk table is of another file"));
-    }
-    if (static_cast<uint64_t>(table->shard_size()) != ref.chunks()) {
-      return absl::DataLossError(absl::StrCat(where, ": the chunk table lists ",
-                                              table->shard_size(), " chunks, the root ",
-                                              ref.chunks()));
-    }
+    absl::StatusOr<ListedChunkTable> listed = ReadListedChunkTable(
+        root_, index, bytes, source_, limits_,
+        [&](uint64_t parsed) { return SatAdd(memory_, SatAdd(run_bytes, parsed)); });
+    if (!listed.ok()) return listed.status();
+    const v1::ChunkTable* const table = &listed->table;
+    const std::string& where = listed->where;
     if (absl::Status s = ValidateConfinedName(table->file()); !s.ok()) {
       return absl::DataLossError(
           absl::StrCat(where, ": file ", Quoted(table->file()), ": ", s.message()));

@@ -354,6 +354,40 @@ void FillChunk(v1::ChunkTable& t, int i, v1::StoredChunk& c) {
   }
 }
 
+}  // namespace
+
+absl::StatusOr<ListedChunkTable> ReadListedChunkTable(
+    const v1::CheckpointManifest& root, uint32_t index, absl::string_view bytes,
+    absl::string_view source, const ManifestLimits& limits,
+    absl::FunctionRef<uint64_t(uint64_t parsed_bytes)> memory_with) {
+  const v1::ChunkTableRef& ref = root.chunk_tables(static_cast<int>(index - 1));
+  const std::string where = absl::StrCat(source, " (", ChunkTableName(index), ")");
+  // Its size is the root's by construction (sliced by the root's sizes).
+  if (TrailerCrc(bytes) != ref.crc32c()) {
+    return absl::DataLossError(absl::StrCat(where,
+                                            ": the chunk table is not the one the root "
+                                            "lists (its size or checksum differs)"));
+  }
+  absl::StatusOr<absl::string_view> payload = CheckedPayload(bytes, where, "chunk table");
+  if (!payload.ok()) return payload.status();
+  absl::StatusOr<ManifestFootprint> footprint = MeasureChunkTable(*payload, where);
+  if (!footprint.ok()) return footprint.status();
+  const uint64_t reading = memory_with(footprint->parsed_bytes);
+  if (reading > limits.max_memory_bytes) return OverMemory(where, reading, limits);
+  absl::StatusOr<v1::ChunkTable> table = ParseChunkTable(*payload, where, limits);
+  if (!table.ok()) return table.status();
+  if (table->file() != ref.file()) {
+    return absl::DataLossError(absl::StrCat(where, ": the chunk table is of another file"));
+  }
+  if (static_cast<uint64_t>(table->shard_size()) != ref.chunks()) {
+    return absl::DataLossError(absl::StrCat(where, ": the chunk table lists ", table->shard_size(),
+                                            " chunks, the root ", ref.chunks()));
+  }
+  return ListedChunkTable{*std::move(table), footprint->parsed_bytes, where};
+}
+
+namespace {
+
 class Joiner {
  public:
   Joiner(v1::CheckpointManifest& m, absl::string_view source, const ManifestLimits& limits)
@@ -482,30 +516,12 @@ class Joiner {
   }
 
   absl::Status JoinTable(uint32_t index, absl::string_view bytes, uint64_t run_bytes) {
-    const v1::ChunkTableRef& ref = m_.chunk_tables(static_cast<int>(index - 1));
-    const std::string where = absl::StrCat(source_, " (", ChunkTableName(index), ")");
-    // Its size is the root's by construction (sliced by the root's sizes).
-    if (TrailerCrc(bytes) != ref.crc32c()) {
-      return absl::DataLossError(absl::StrCat(where,
-                                              ": the chunk table is not the one the root "
-                                              "lists (its size or checksum differs)"));
-    }
-    absl::StatusOr<absl::string_view> payload = CheckedPayload(bytes, where, "chunk table");
-    if (!payload.ok()) return payload.status();
-    absl::StatusOr<ManifestFootprint> footprint = MeasureChunkTable(*payload, where);
-    if (!footprint.ok()) return footprint.status();
-    const uint64_t joining = memory_->WithTable(run_bytes, footprint->parsed_bytes);
-    if (joining > limits_.max_memory_bytes) return OverMemory(where, joining, limits_);
-    absl::StatusOr<v1::ChunkTable> table = ParseChunkTable(*payload, where, limits_);
-    if (!table.ok()) return table.status();
-    if (table->file() != ref.file()) {
-      return absl::DataLossError(absl::StrCat(where, ": the chunk table is of another file"));
-    }
-    if (static_cast<uint64_t>(table->shard_size()) != ref.chunks()) {
-      return absl::DataLossError(absl::StrCat(where, ": the chunk table lists ",
-                                              table->shard_size(), " chunks, the root ",
-                                              ref.chunks()));
-    }
+    absl::StatusOr<ListedChunkTable> listed = ReadListedChunkTable(
+        m_, index, bytes, source_, limits_,
+        [&](uint64_t parsed) { return memory_->WithTable(run_bytes, parsed); });
+    if (!listed.ok()) return listed.status();
+    v1::ChunkTable* const table = &listed->table;
+    const std::string& where = listed->where;
     for (int i = 0; i < table->shard_size(); ++i) {
       const uint32_t g = table->shard(i);
       if (g >= shards_.size() || shards_[g]->table() != index) {
@@ -519,7 +535,7 @@ class Joiner {
       }
       FillChunk(*table, i, *shard.add_chunks());
     }
-    memory_->Joined(footprint->parsed_bytes);
+    memory_->Joined(listed->parsed_bytes);
     return absl::OkStatus();
   }
 

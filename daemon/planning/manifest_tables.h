@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -95,6 +96,23 @@ std::vector<std::pair<int, int>> ChunkTableRuns(const std::vector<uint64_t>& off
 absl::Status JoinChunkTables(v1::CheckpointManifest& manifest, const ManifestFootprint& root,
                              uint64_t root_bytes, absl::string_view source,
                              const ManifestLimits& limits, const ChunkTablesReader& read_tables);
+
+// Chunk table `index` (1-based) of the split root `root`, from its `bytes`
+// as read, checked as every reader checks it: the very table the root
+// lists (size and trailer CRC), its parse measured and, with
+// memory_with(its parsed bytes) (what the reader will hold while it is
+// parsed) within --max_manifest_memory_bytes, parsed, its columns as long
+// as its chunk count, of the root's file and with the root's chunk count.
+// DATA_LOSS or FAILED_PRECONDITION naming `source` and the table.
+struct ListedChunkTable {
+  v1::ChunkTable table;
+  uint64_t parsed_bytes = 0;  // its estimated heap
+  std::string where;          // "<source> (chunk table <index> of TABLES)", for errors
+};
+absl::StatusOr<ListedChunkTable> ReadListedChunkTable(
+    const v1::CheckpointManifest& root, uint32_t index, absl::string_view bytes,
+    absl::string_view source, const ManifestLimits& limits,
+    absl::FunctionRef<uint64_t(uint64_t parsed_bytes)> memory_with);
 
 // One table's bytes decoded and checked on their own (trailer, parse,
 // column lengths), as JoinChunkTables does first: for the fuzzer and for
