@@ -8,7 +8,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/planning/column_manifest_access.h"
 #include "daemon/planning/compact_root.h"
@@ -24,13 +23,8 @@ namespace {
 using Access = ColumnManifestAccess;
 using Chunk = ColumnManifest::Chunk;
 
-// As ValidateManifest prints names: escaped and cut short.
-std::string Quoted(absl::string_view text) {
-  constexpr size_t kMax = 80;
-  std::string out = absl::CHexEscape(text.substr(0, kMax));
-  if (text.size() > kMax) absl::StrAppend(&out, "...");
-  return absl::StrCat("\"", out, "\"");
-}
+// As ValidateManifest prints names.
+std::string Quoted(absl::string_view text) { return QuotedForError(text); }
 
 // Room to round any chunk's end up to any alignment (as ValidateManifest).
 constexpr uint64_t kMaxEnd = uint64_t{1} << 62;
@@ -100,10 +94,7 @@ class ColumnReader {
     return absl::DataLossError(absl::StrCat(source_, ": ", what));
   }
   absl::Status OverMemory(uint64_t bytes) const {
-    return absl::FailedPreconditionError(absl::StrCat(
-        source_, ": reading the manifest and its chunk tables would take about ", bytes >> 20,
-        " MiB of memory, more than the limit of ", limits_.max_memory_bytes,
-        " bytes (--max_manifest_memory_bytes); it was not read"));
+    return ManifestReadOverMemory(source_, bytes, limits_);
   }
 
   // The tables' count, sizes and chunks against the limits, and the

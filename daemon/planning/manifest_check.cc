@@ -19,16 +19,17 @@
 #include "proto/lib/validation.h"
 
 namespace ckpt::planning {
-namespace {
 
-// Strings from the manifest are printed escaped and cut short, so a hostile
-// manifest cannot forge or flood an error message.
-std::string Quoted(absl::string_view text) {
+std::string QuotedForError(absl::string_view text) {
   constexpr size_t kMax = 80;
   std::string out = absl::CHexEscape(text.substr(0, kMax));
   if (text.size() > kMax) absl::StrAppend(&out, "...");
   return absl::StrCat("\"", out, "\"");
 }
+
+namespace {
+
+std::string Quoted(absl::string_view text) { return QuotedForError(text); }
 
 class Checker {
  public:

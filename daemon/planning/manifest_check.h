@@ -53,6 +53,10 @@ absl::Status ValidateManifest(const v1::CheckpointManifest& manifest, absl::stri
                               int64_t step, absl::string_view source,
                               const ManifestLimits& limits = {}, int threads = 1);
 
+// A string from a manifest as errors print it: escaped, cut to 80 bytes,
+// in quotes, so a hostile manifest cannot forge or flood an error message.
+std::string QuotedForError(absl::string_view text);
+
 // A chunk's bytes in its file, for the check that no two chunks share a
 // byte; `object`: the owner's index among the manifest's objects.
 struct ChunkExtent {

@@ -157,11 +157,20 @@ class JoinMemory {
   uint64_t base_;
 };
 
-absl::Status OverMemory(absl::string_view source, uint64_t bytes, const ManifestLimits& limits) {
+}  // namespace
+
+absl::Status ManifestReadOverMemory(absl::string_view source, uint64_t bytes,
+                                    const ManifestLimits& limits) {
   return absl::FailedPreconditionError(
       absl::StrCat(source, ": reading the manifest and its chunk tables would take about ",
                    bytes >> 20, " MiB of memory, more than the limit of ", limits.max_memory_bytes,
                    " bytes (--max_manifest_memory_bytes); it was not read"));
+}
+
+namespace {
+
+absl::Status OverMemory(absl::string_view source, uint64_t bytes, const ManifestLimits& limits) {
+  return ManifestReadOverMemory(source, bytes, limits);
 }
 
 // A split's files pass the join's checks of counts, sizes and memory.

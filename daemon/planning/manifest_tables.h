@@ -97,6 +97,11 @@ absl::Status JoinChunkTables(v1::CheckpointManifest& manifest, const ManifestFoo
                              uint64_t root_bytes, absl::string_view source,
                              const ManifestLimits& limits, const ChunkTablesReader& read_tables);
 
+// FAILED_PRECONDITION: reading `source` (a manifest and its tables) would
+// take about `bytes` of memory, past --max_manifest_memory_bytes.
+absl::Status ManifestReadOverMemory(absl::string_view source, uint64_t bytes,
+                                    const ManifestLimits& limits);
+
 // Chunk table `index` (1-based) of the split root `root`, from its `bytes`
 // as read, checked as every reader checks it: the very table the root
 // lists (size and trailer CRC), its parse measured and, with
