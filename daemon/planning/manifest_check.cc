@@ -52,7 +52,7 @@ class Checker {
                                " (a split manifest's root is checked once "
                                "its chunk tables are joined)"));
     }
-    if (m.shard_layouts_size() > 0) {
+    if (m.shard_layouts_size() > 0 && !planned_) {
       return Lost(absl::StrCat("it lists ", m.shard_layouts_size(),
                                " shard layouts, which only a compact root does"));
     }
@@ -170,6 +170,10 @@ class Checker {
     for (const v1::TensorEntry& tensor : m.tensors()) {
       shards += tensor.shards_size();
       for (const v1::StoredShard& shard : tensor.shards()) chunks += shard.chunks_size();
+      if (planned_ && tensor.layout() > 0 &&
+          tensor.layout() <= static_cast<uint32_t>(m.shard_layouts_size())) {
+        shards += m.shard_layouts(static_cast<int>(tensor.layout() - 1)).regions_size();
+      }
     }
     chunks += planned_chunks_;
     if (absl::Status s = CheckCount("shards", shards, limits_.max_shards); !s.ok()) return s;
@@ -185,7 +189,7 @@ class Checker {
                       part->planned_ = planned_;
                       for (size_t t = begin; t < end && errors[range].ok(); ++t) {
                         part->owner_ = {.tensor = static_cast<int>(t)};
-                        errors[range] = part->CheckTensor(m.tensors(static_cast<int>(t)));
+                        errors[range] = part->CheckTensor(m, m.tensors(static_cast<int>(t)));
                       }
                       parts[range] = std::move(part);
                     });
@@ -203,21 +207,34 @@ class Checker {
     return absl::OkStatus();
   }
 
-  absl::Status CheckTensor(const v1::TensorEntry& tensor) {
+  absl::Status CheckTensor(const v1::CheckpointManifest& m, const v1::TensorEntry& tensor) {
     const std::string owner = absl::StrCat("tensor ", Quoted(tensor.fqn()));
     // A compact root's columns are expanded away before a check
-    // (compact_root.h): here they would be shards that nothing checks.
-    if (tensor.layout() != 0 || tensor.shard_tables_size() > 0 ||
+    // (compact_root.h): here they would be shards that nothing checks. A
+    // save plan's template names a layout for its shards' regions
+    // (planned_manifest.h).
+    if ((tensor.layout() != 0 && !planned_) || tensor.shard_tables_size() > 0 ||
         tensor.shard_chunk_counts_size() > 0 || tensor.shard_writer_ranks_size() > 0) {
       return Lost(absl::StrCat(owner, " has a compact root's shard layout and columns"));
+    }
+    const v1::ShardLayout* layout = nullptr;
+    if (tensor.layout() != 0) {
+      if (tensor.layout() > static_cast<uint32_t>(m.shard_layouts_size()) ||
+          !tensor.shards().empty()) {
+        return Lost(absl::StrCat(owner, " names layout ", tensor.layout(), " of ",
+                                 m.shard_layouts_size(), " and lists ", tensor.shards_size(),
+                                 " shards of its own"));
+      }
+      layout = &m.shard_layouts(static_cast<int>(tensor.layout() - 1));
     }
     if (tensor.global_shape_size() > limits_.max_dims) {
       return Lost(absl::StrCat(owner, " has ", tensor.global_shape_size(),
                                " dimensions, more than the limit of ", limits_.max_dims));
     }
-    shards_ += tensor.shards_size();
+    const int count = layout != nullptr ? layout->regions_size() : tensor.shards_size();
+    shards_ += count;
     if (absl::Status s = CheckCount("shards", shards_, limits_.max_shards); !s.ok()) return s;
-    if (tensor.shards().empty()) return absl::OkStatus();
+    if (count == 0) return absl::OkStatus();
     // Name, dtype and shape once; then each shard's region in that shape
     // (a cluster's manifest has a million shards).
     v1::TensorShard whole;
@@ -230,28 +247,31 @@ class Checker {
       return Lost(absl::StrCat(tensor_geometry.status().message(), " (shard 0)"));
     }
     const geo::Shape& shape = tensor_geometry->shape;
-    for (int i = 0; i < tensor.shards_size(); ++i) {
-      const v1::StoredShard& shard = tensor.shards(i);
+    for (int i = 0; i < count; ++i) {
+      const v1::Region& region = layout != nullptr ? layout->regions(i) : tensor.shards(i).region();
       // Built only for an error: a cluster's manifest has millions of shards.
       const auto where = [&] { return absl::StrCat(owner, " shard ", i); };
-      if (shard.table() != 0 || shard.chunk_count() != 0) {
+      if (layout == nullptr &&
+          (tensor.shards(i).table() != 0 || tensor.shards(i).chunk_count() != 0)) {
         return Lost(absl::StrCat(where(), " names a chunk table outside a split manifest"));
       }
-      if (shard.region().box().offsets_size() > limits_.max_dims ||
-          shard.region().box().lengths_size() > limits_.max_dims) {
+      if (region.box().offsets_size() > limits_.max_dims ||
+          region.box().lengths_size() > limits_.max_dims) {
         return Lost(absl::StrCat(where(), ": its box has more dimensions than the limit of ",
                                  limits_.max_dims));
       }
-      absl::StatusOr<int64_t> elements =
-          geo::RegionNumElements(shape, RegionFromProto(shard.region()));
+      absl::StatusOr<int64_t> elements = geo::RegionNumElements(shape, RegionFromProto(region));
       if (!elements.ok()) {
         return Lost(absl::StrCat("tensor ", tensor.fqn(), ": ", elements.status().message(),
                                  " (shard ", i, ")"));
       }
       if (planned_) {
-        if (!shard.chunks().empty()) return Lost(absl::StrCat(where(), " lists planned chunks"));
+        if (layout == nullptr && !tensor.shards(i).chunks().empty()) {
+          return Lost(absl::StrCat(where(), " lists planned chunks"));
+        }
         continue;
       }
+      const v1::StoredShard& shard = tensor.shards(i);
       // Cannot overflow: the region lies inside a shape whose byte size fits.
       const int64_t bytes = *elements * tensor_geometry->element_size;
       if (absl::Status s = CheckChunks(shard, static_cast<uint64_t>(bytes), where); !s.ok()) {

@@ -78,8 +78,9 @@ absl::Status ValidateCompactRoot(const v1::CheckpointManifest& root, absl::strin
                                  const ManifestLimits& limits,
                                  std::vector<ChunkExtent>& object_extents);
 
-// A save plan's manifest (SaveAssignment.manifest_template, whose tensor
-// shards list no chunks yet: planned_manifest.h), checked as
+// A save plan's manifest (SaveAssignment.manifest_template, whose tensors
+// name layouts of their shards' regions, and whose shards list no chunks
+// yet: planned_manifest.h), checked as
 // ValidateManifest checks the manifest ManifestOf makes of it, but for what
 // the planner makes so: each shard's chunks tile it in order, at offsets
 // no other item's take, in one of its host's files. `shard_chunks`: how

@@ -21,40 +21,56 @@ uint64_t VarintField(uint64_t value) {
   return value == 0 ? 0 : 1 + CodedOutputStream::VarintSize64(value);
 }
 
-// The template's fields but its tensors, whatever fields the manifest has.
+// The template's fields but its tensors and their layouts, whatever fields
+// the manifest has.
 v1::CheckpointManifest HeaderOf(const v1::CheckpointManifest& kept) {
-  google::protobuf::FieldMask all_but_tensors;
+  google::protobuf::FieldMask header_fields;
   const google::protobuf::Descriptor* fields = v1::CheckpointManifest::descriptor();
   for (int f = 0; f < fields->field_count(); ++f) {
-    if (fields->field(f)->number() != v1::CheckpointManifest::kTensorsFieldNumber) {
-      all_but_tensors.add_paths(fields->field(f)->name());
+    const int number = fields->field(f)->number();
+    if (number != v1::CheckpointManifest::kTensorsFieldNumber &&
+        number != v1::CheckpointManifest::kShardLayoutsFieldNumber) {
+      header_fields.add_paths(fields->field(f)->name());
     }
   }
   v1::CheckpointManifest header;
   google::protobuf::util::FieldMaskUtil::MergeMessageTo(
-      kept, all_but_tensors, google::protobuf::util::FieldMaskUtil::MergeOptions(), &header);
+      kept, header_fields, google::protobuf::util::FieldMaskUtil::MergeOptions(), &header);
   return header;
 }
 
-// Tensor t of the template, into `tensor` (empty), its shards' chunks cut
-// from their items; its shards are the columns' from `first_shard` on.
+// Tensor t of the template, into `tensor` (empty): a shard per region of
+// its layout, its chunks cut from its item; its shards are the columns'
+// from `first_shard` on.
 void MakeTensor(const v1::SaveAssignment& assignment, int t, uint32_t first_shard,
                 v1::TensorEntry& tensor) {
-  const v1::TensorEntry& from = assignment.manifest_template().tensors(t);
-  // Each of its fields but the shards (a test counts them).
+  const v1::CheckpointManifest& kept = assignment.manifest_template();
+  const v1::TensorEntry& from = kept.tensors(t);
+  // Each of its fields but the layout (a test counts them).
   tensor.set_fqn(from.fqn());
   tensor.set_dtype(from.dtype());
   *tensor.mutable_global_shape() = from.global_shape();
   tensor.set_partial(from.partial());
-  tensor.mutable_shards()->Reserve(from.shards_size());
-  for (int s = 0; s < from.shards_size(); ++s) {
-    v1::StoredShard& shard = *tensor.add_shards();
-    shard = from.shards(s);  // no chunks yet
+  if (from.layout() == 0) return;  // no shards
+  const v1::ShardLayout& layout = kept.shard_layouts(static_cast<int>(from.layout() - 1));
+  tensor.mutable_shards()->Reserve(layout.regions_size());
+  for (int s = 0; s < layout.regions_size(); ++s) {
     const uint32_t i = first_shard + static_cast<uint32_t>(s);
     const v1::HostAssignment& host = assignment.hosts(static_cast<int>(assignment.shard_hosts(i)));
     const v1::WriteItem& item = host.items(static_cast<int>(assignment.shard_items(i)));
+    v1::StoredShard& shard = *tensor.add_shards();
+    *shard.mutable_region() = layout.regions(s);
+    shard.set_writer_rank(item.rank());
     AddPlannedChunks(item, host.files(item.writer()), assignment.chunk_bytes(), shard);
   }
+}
+
+// How many shards tensor t of the template has: its layout's regions.
+uint32_t ShardsOf(const v1::CheckpointManifest& kept, int t) {
+  const uint32_t layout = kept.tensors(t).layout();
+  return layout == 0 ? 0
+                     : static_cast<uint32_t>(
+                           kept.shard_layouts(static_cast<int>(layout - 1)).regions_size());
 }
 
 }  // namespace
@@ -94,7 +110,7 @@ v1::CheckpointManifest ManifestOf(const v1::SaveAssignment& assignment, int thre
   // Where each tensor's shards start in the columns.
   std::vector<uint32_t> first(static_cast<size_t>(kept.tensors_size()) + 1, 0);
   for (int t = 0; t < kept.tensors_size(); ++t) {
-    first[t + 1] = first[t] + static_cast<uint32_t>(kept.tensors(t).shards_size());
+    first[t + 1] = first[t] + ShardsOf(kept, t);
     manifest.add_tensors();
   }
   ParallelFor(static_cast<size_t>(kept.tensors_size()), PlanningThreads(threads), first.back(),
@@ -107,50 +123,52 @@ v1::CheckpointManifest ManifestOf(const v1::SaveAssignment& assignment, int thre
   return manifest;
 }
 
-uint64_t PlannedManifestBytes(const v1::SaveAssignment& assignment) {
+v1::CheckpointManifest PlannedHeader(const v1::SaveAssignment& assignment) {
+  return HeaderOf(assignment.manifest_template());
+}
+
+absl::Status ForEachPlannedTensor(const v1::SaveAssignment& assignment,
+                                  absl::FunctionRef<absl::Status(v1::TensorEntry&)> each) {
   const v1::CheckpointManifest& kept = assignment.manifest_template();
-  // A message field's bytes: its tag (one byte for these fields), its
-  // length, then it.
-  const auto framed = [](uint64_t bytes) {
-    return 1 + CodedOutputStream::VarintSize64(bytes) + bytes;
-  };
-  uint64_t total = kept.ByteSizeLong();
-  if (assignment.shard_hosts().empty()) return total;
-  uint32_t i = 0;
-  for (const v1::TensorEntry& tensor : kept.tensors()) {
-    const uint64_t kept_tensor = tensor.ByteSizeLong();
-    uint64_t whole_tensor = kept_tensor;
-    for (const v1::StoredShard& shard : tensor.shards()) {
-      const v1::HostAssignment& host =
-          assignment.hosts(static_cast<int>(assignment.shard_hosts(i)));
-      const v1::WriteItem& item = host.items(static_cast<int>(assignment.shard_items(i++)));
-      const uint64_t kept_shard = shard.ByteSizeLong();
-      const uint64_t chunks =
-          PlannedChunksWireBytes(item.bytes(), item.file_offset(), host.files(item.writer()).size(),
-                                 assignment.chunk_bytes());
-      whole_tensor += framed(kept_shard + chunks) - framed(kept_shard);
+  v1::TensorEntry tensor;
+  uint32_t first = 0;
+  for (int t = 0; t < kept.tensors_size(); ++t) {
+    if (assignment.shard_hosts().empty()) {
+      tensor = kept.tensors(t);
+    } else {
+      tensor.Clear();
+      MakeTensor(assignment, t, first, tensor);
+      first += static_cast<uint32_t>(tensor.shards_size());
     }
-    total += framed(whole_tensor) - framed(kept_tensor);
+    if (absl::Status s = each(tensor); !s.ok()) return s;
   }
+  return absl::OkStatus();
+}
+
+uint64_t PlannedManifestBytes(const v1::SaveAssignment& assignment) {
+  // Each tensor made, one at a time (a cluster's manifest is gigabytes as
+  // a message): the sizes of a shard's fields are the message's to count.
+  uint64_t total = PlannedHeader(assignment).ByteSizeLong();
+  (void)ForEachPlannedTensor(assignment, [&](v1::TensorEntry& tensor) {
+    const uint64_t bytes = tensor.ByteSizeLong();
+    total += 1 + CodedOutputStream::VarintSize64(bytes) + bytes;
+    return absl::OkStatus();
+  });
   return total;
 }
 
 std::string SerializedManifestOf(const v1::SaveAssignment& assignment) {
-  const v1::CheckpointManifest& kept = assignment.manifest_template();
-  if (assignment.shard_hosts().empty()) return kept.SerializeAsString();
   // A message's fields may come in any order, and a repeated field's
   // elements each as a field of its own: the header's, then each tensor's,
   // as a manifest of that tensor alone serializes it.
-  std::string out = HeaderOf(kept).SerializeAsString();
-  uint32_t first = 0;
+  std::string out = PlannedHeader(assignment).SerializeAsString();
   v1::CheckpointManifest one;
-  v1::TensorEntry& tensor = *one.add_tensors();
-  for (int t = 0; t < kept.tensors_size(); ++t) {
-    tensor.Clear();
-    MakeTensor(assignment, t, first, tensor);
-    first += static_cast<uint32_t>(tensor.shards_size());
+  (void)ForEachPlannedTensor(assignment, [&](v1::TensorEntry& tensor) {
+    one.mutable_tensors()->AddAllocated(&tensor);
     one.AppendToString(&out);
-  }
+    (void)one.mutable_tensors()->ReleaseLast();  // the tensor is the walk's
+    return absl::OkStatus();
+  });
   return out;
 }
 

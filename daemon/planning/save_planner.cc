@@ -9,9 +9,12 @@
 #include <utility>
 #include <vector>
 
+#include <google/protobuf/io/coded_stream.h>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/planning/manifest_check.h"
@@ -787,9 +790,10 @@ uint64_t LongestChunk(const std::vector<UniqueItem>& items, const SavePlannerOpt
 // otherwise commit a step that every load refuses. `chunks` as counted by
 // CountChunks: each chunk's CRC (up to 6 bytes with its tag) is filled in
 // at commit. The manifest is checked as planned (planned_manifest.h):
-// `chunk_wire_bytes` is what its shards' chunks will add to its size.
+// `listed_wire_bytes` bounds what listing its shards (the template lists
+// layouts) and their chunks adds to the template's size.
 absl::Status CheckLoadable(const v1::SaveAssignment& plan, uint64_t chunks,
-                           uint64_t chunk_wire_bytes, uint64_t longest_chunk,
+                           uint64_t listed_wire_bytes, uint64_t longest_chunk,
                            const SavePlannerOptions& options) {
   const v1::CheckpointManifest& manifest = plan.manifest_template();
   const int64_t shard_chunks = static_cast<int64_t>(chunks) - manifest.objects_size();
@@ -804,7 +808,7 @@ absl::Status CheckLoadable(const v1::SaveAssignment& plan, uint64_t chunks,
   // most 4 bytes each (5-byte varints): near a limit, the manifest's size
   // is counted exactly, and its bytes made (not its message) if they must
   // be measured.
-  const uint64_t bytes = manifest.ByteSizeLong() + chunk_wire_bytes + 6 * chunks;
+  const uint64_t bytes = manifest.ByteSizeLong() + listed_wire_bytes + 6 * chunks;
   const uint64_t slack = 4 * (static_cast<uint64_t>(plan.shard_hosts_size()) +
                               static_cast<uint64_t>(manifest.tensors_size()));
   const ManifestLimits& limits = options.manifest_limits;
@@ -816,11 +820,75 @@ absl::Status CheckLoadable(const v1::SaveAssignment& plan, uint64_t chunks,
       PlannedManifestBytes(plan) + 6 * chunks, [&] { return SerializedManifestOf(plan); }, limits);
 }
 
+// A field of `bytes` bytes on the wire: its tag (one byte for the
+// manifest's fields), its length, then it.
+uint64_t FramedBytes(uint64_t bytes) {
+  return 1 + google::protobuf::io::CodedOutputStream::VarintSize64(bytes) + bytes;
+}
+
+// The template's tensors list no shards: each names one of its layouts
+// (shard_layouts, 1-based), its shards' regions in order, as a compact
+// root does (compact_root.h); ManifestOf lists them. A model's tensors are
+// stored alike, so a cluster's millions of shards are a few layouts: a
+// region per shard was most of a cached plan (3 GB at 131,072 ranks).
+// `region_column` holds each shard's region, tensors' shards from
+// `first_column`; tensors with the same list have the same `regions_hash`.
+// Returns a bound on what listing the shards (each region, writer rank and
+// framing; chunks not counted) adds to the manifest's wire size.
+uint64_t LayOutShards(const std::vector<uint32_t>& by_name,
+                      const std::vector<uint32_t>& first_column,
+                      const std::vector<uint32_t>& first_of_tensor,
+                      const std::vector<const v1::Region*>& region_column,
+                      const std::vector<size_t>& regions_hash,
+                      const std::vector<v1::TensorEntry*>& entries,
+                      v1::CheckpointManifest& manifest) {
+  // A shard's writer rank (a non-negative int32: a tag and up to 5 bytes),
+  // its own tag and length prefix (up to 5 bytes before its chunks).
+  constexpr uint64_t kShardFieldsBound = 6 + 6;
+  struct Layout {
+    uint32_t first = 0;  // in region_column
+    uint32_t count = 0;
+    uint64_t wire_bound = 0;  // of its shards, listed
+  };
+  std::vector<Layout> layouts;
+  absl::flat_hash_map<size_t, std::vector<uint32_t>> alike;  // hash: layouts
+  uint64_t wire = 0;
+  for (const uint32_t t : by_name) {
+    const uint32_t count = first_of_tensor[t + 1] - first_of_tensor[t];
+    if (count == 0) continue;  // layout 0: no shards
+    const v1::Region* const* regions = region_column.data() + first_column[t];
+    std::vector<uint32_t>& candidates = alike[regions_hash[t]];
+    uint32_t layout = 0;
+    for (const uint32_t l : candidates) {
+      if (layouts[l].count == count &&
+          std::equal(regions, regions + count, region_column.data() + layouts[l].first)) {
+        layout = l + 1;
+        break;
+      }
+    }
+    if (layout == 0) {
+      Layout made{.first = first_column[t], .count = count};
+      v1::ShardLayout& listed = *manifest.add_shard_layouts();
+      listed.mutable_regions()->Reserve(static_cast<int>(count));
+      for (uint32_t s = 0; s < count; ++s) {
+        *listed.add_regions() = *regions[s];
+        made.wire_bound += FramedBytes(regions[s]->ByteSizeLong()) + kShardFieldsBound;
+      }
+      candidates.push_back(static_cast<uint32_t>(layouts.size()));
+      layouts.push_back(made);
+      layout = static_cast<uint32_t>(layouts.size());
+    }
+    entries[t]->set_layout(layout);
+    wire += layouts[layout - 1].wire_bound;
+  }
+  return wire;
+}
+
 // The assignment, and the manifest the commit will write with every chunk
 // placed (planned_manifest.h: each shard's chunks are cut from its item
 // when the manifest is made): the commit then only fills in checksums, so
-// what is committed is exactly what was planned. Returns what the shards'
-// chunks add to the manifest's wire size.
+// what is committed is exactly what was planned. Returns a bound on what
+// listing the shards and their chunks adds to the template's wire size.
 uint64_t BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes, const Shards& shards,
                          const std::vector<UniqueItem>& items, const std::vector<uint32_t>& order,
                          const SavePlannerOptions& options, v1::SaveAssignment& out) {
@@ -906,25 +974,30 @@ uint64_t BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes, const Shards&
   // Ranges of kMinWorkPerRange items or more: a small plan runs on this thread.
   const int threads = PlanningThreads(options.threads);
   std::vector<uint64_t> chunk_wire_bytes(static_cast<size_t>(threads), 0);  // by range
+  // Each shard's region, in the columns' order. Regions are interned
+  // (CollectShards): equal regions are one pointer, so tensors stored
+  // alike have equal lists of pointers.
+  std::vector<const v1::Region*> region_column(first_of_tensor.back());
+  std::vector<size_t> regions_hash(shards.tensors.size(), 0);
   ParallelFor(
       shards.tensors.size(), threads, items.size(), kMinWorkPerRange,
       [&](size_t range, size_t begin, size_t end) {
         for (size_t t = begin; t < end; ++t) {
-          auto& stored_shards = *entries[t]->mutable_shards();
-          stored_shards.Reserve(static_cast<int>(first_of_tensor[t + 1] - first_of_tensor[t]));
           uint32_t column = first_column[t];
           for (uint32_t k = first_of_tensor[t]; k < first_of_tensor[t + 1]; ++k, ++column) {
             const UniqueItem& item = items[by_tensor[k]];
-            v1::StoredShard* stored = stored_shards.Add();
-            *stored->mutable_region() = *item.written;
-            stored->set_writer_rank(item.writer.rank);
+            region_column[column] = item.written;
             shard_hosts[column] = static_cast<uint32_t>(item.writer.host);
             shard_items[column] = in_host[by_tensor[k]];
             chunk_wire_bytes[range] += PlannedChunksWireBytes(
                 item.bytes, item.file_offset, file_of(item).size(), options.chunk_bytes);
           }
+          regions_hash[t] = absl::HashOf(absl::MakeConstSpan(
+              region_column.data() + first_column[t], first_of_tensor[t + 1] - first_of_tensor[t]));
         }
       });
+  const uint64_t shards_wire_bytes = LayOutShards(by_name, first_column, first_of_tensor,
+                                                  region_column, regions_hash, entries, manifest);
   for (uint32_t i : order) {
     const UniqueItem& item = items[i];
     if (!item.is_object) continue;
@@ -955,7 +1028,8 @@ uint64_t BuildAssignment(absl::Span<const v1::NodeSavePlan> nodes, const Shards&
           }
         }
       });
-  return std::accumulate(chunk_wire_bytes.begin(), chunk_wire_bytes.end(), uint64_t{0});
+  return shards_wire_bytes +
+         std::accumulate(chunk_wire_bytes.begin(), chunk_wire_bytes.end(), uint64_t{0});
 }
 
 // Plans into `out`, empty: on the heap or on an arena.
@@ -977,9 +1051,9 @@ absl::Status PlanSaveInto(absl::Span<const v1::NodeSavePlan> nodes,
   if (!chunks.ok()) return chunks.status();
   const std::vector<uint32_t> order =
       AssignWriters(nodes, *items, options.alignment, PlanningThreads(options.threads));
-  const uint64_t chunk_wire_bytes =
+  const uint64_t listed_wire_bytes =
       BuildAssignment(nodes, *shards, items->items, order, options, out);
-  return CheckLoadable(out, *chunks, chunk_wire_bytes, LongestChunk(items->items, options),
+  return CheckLoadable(out, *chunks, listed_wire_bytes, LongestChunk(items->items, options),
                        options);
 }
 

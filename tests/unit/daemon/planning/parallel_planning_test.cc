@@ -109,7 +109,12 @@ TEST_CASE("a save plan is the same on one thread and on several", "[parallel_for
   absl::StatusOr<v1::SaveAssignment> one = PlanSave(nodes, OnThreads(1));
   CKPT_REQUIRE_OK(one);
   REQUIRE(one->manifest_template().tensors_size() == 1000);
-  REQUIRE(one->manifest_template().tensors(0).shards_size() == 40);
+  // The 1,000 tensors are stored alike but for their 5 widths: 5 layouts
+  // of 40 regions.
+  REQUIRE(one->manifest_template().shard_layouts_size() == 5);
+  for (const v1::ShardLayout& layout : one->manifest_template().shard_layouts()) {
+    REQUIRE(layout.regions_size() == kParts);
+  }
   for (int threads : {2, 3, 8}) {
     INFO(threads << " threads");
     absl::StatusOr<std::shared_ptr<const v1::SaveAssignment>> many =

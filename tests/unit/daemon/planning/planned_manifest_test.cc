@@ -42,14 +42,17 @@ TEST_CASE("a plan keeps each shard's item; ManifestOf cuts its chunks as the com
   absl::StatusOr<v1::SaveAssignment> plan = PlanSave(Hosts(), PlannerOptions());
   CKPT_REQUIRE_OK(plan);
   const v1::CheckpointManifest& kept = plan->manifest_template();
+  // Each tensor names a layout of its shards' regions: "bias" and "empty"
+  // are each one whole shard, stored alike.
   int shards = 0;
   for (const v1::TensorEntry& tensor : kept.tensors()) {
-    for (const v1::StoredShard& shard : tensor.shards()) {
-      CHECK(shard.chunks().empty());
-      ++shards;
-    }
+    CHECK(tensor.shards().empty());
+    REQUIRE(tensor.layout() >= 1);
+    REQUIRE(tensor.layout() <= static_cast<uint32_t>(kept.shard_layouts_size()));
+    shards += kept.shard_layouts(static_cast<int>(tensor.layout() - 1)).regions_size();
   }
   REQUIRE(shards == 4 + 1 + 1);
+  CHECK(kept.shard_layouts_size() == 2);
   REQUIRE(plan->shard_hosts_size() == shards);
   REQUIRE(plan->shard_items_size() == shards);
   CHECK(kept.objects_size() == 5);  // objects keep their chunk: one each
@@ -69,7 +72,9 @@ TEST_CASE("a plan keeps each shard's item; ManifestOf cuts its chunks as the com
       CHECK(item.rank() == shard.writer_rank());
       // The region is the one kept; the chunks tile the item's bytes, in
       // its file, at its offset.
-      CHECK(MessageDifferencer::Equals(shard.region(), kept.tensors(t).shards(s).region()));
+      const v1::ShardLayout& layout =
+          kept.shard_layouts(static_cast<int>(kept.tensors(t).layout() - 1));
+      CHECK(MessageDifferencer::Equals(shard.region(), layout.regions(s)));
       uint64_t offset = 0;
       for (const v1::StoredChunk& chunk : shard.chunks()) {
         CHECK(chunk.file() == host.files(item.writer()));
@@ -82,7 +87,9 @@ TEST_CASE("a plan keeps each shard's item; ManifestOf cuts its chunks as the com
       }
       CHECK(offset == item.bytes());
       // What the planner counted for the chunks is what they take.
-      CHECK(shard.ByteSizeLong() - kept.tensors(t).shards(s).ByteSizeLong() ==
+      v1::StoredShard bare = shard;
+      bare.clear_chunks();
+      CHECK(shard.ByteSizeLong() - bare.ByteSizeLong() ==
             PlannedChunksWireBytes(item.bytes(), item.file_offset(),
                                    host.files(item.writer()).size(), 4096));
     }
@@ -109,17 +116,25 @@ TEST_CASE("ManifestOf is the template with each shard's chunks, every other fiel
   kept.set_created_unix_ms(1700000000000);
   kept.set_delta_base_step(3);
   kept.set_delta_ordinal(1);
-  // The chunks as the planner made them before: the template, with each
-  // shard's chunks added to it.
+  // The manifest as the planner made it before it kept layouts: the
+  // template with each tensor's shards listed, each with its layout's
+  // region, its item's rank and the item's chunks.
   v1::CheckpointManifest expected = kept;
+  expected.clear_shard_layouts();
   int i = 0;
   for (v1::TensorEntry& tensor : *expected.mutable_tensors()) {
-    for (v1::StoredShard& shard : *tensor.mutable_shards()) {
+    const v1::ShardLayout& layout = kept.shard_layouts(static_cast<int>(tensor.layout() - 1));
+    tensor.clear_layout();
+    for (const v1::Region& region : layout.regions()) {
       const v1::HostAssignment& host = plan->hosts(static_cast<int>(plan->shard_hosts(i)));
       const v1::WriteItem& item = host.items(static_cast<int>(plan->shard_items(i++)));
+      v1::StoredShard& shard = *tensor.add_shards();
+      *shard.mutable_region() = region;
+      shard.set_writer_rank(item.rank());
       AddPlannedChunks(item, host.files(item.writer()), 4096, shard);
     }
   }
+  REQUIRE(i == plan->shard_hosts_size());
   CHECK(MessageDifferencer::Equals(ManifestOf(stamped), expected));
   // Its bytes, made a tensor at a time, parse to the same message, as long.
   const std::string bytes = SerializedManifestOf(stamped);
@@ -130,7 +145,8 @@ TEST_CASE("ManifestOf is the template with each shard's chunks, every other fiel
   CHECK(PlannedManifestBytes(stamped) == expected.ByteSizeLong());
   // ManifestOf copies a tensor entry field by field: one added to the
   // message must be added there (and here). The four past the fifth are a
-  // compact root's (compact_root.h), never in a planned manifest.
+  // compact root's (compact_root.h); of them a template uses the layout,
+  // which ManifestOf lists as shards.
   CHECK(v1::TensorEntry::descriptor()->field_count() == 9);
 }
 
@@ -195,6 +211,22 @@ TEST_CASE("a planned manifest is held to the manifest's limits", "[planned_manif
     *plan->mutable_manifest_template() = ManifestOf(*plan);
     CKPT_REQUIRE_ERROR(ValidatePlannedManifest(*plan, 14, 4096, "plan", limits, 1),
                        absl::StatusCode::kDataLoss, "lists planned chunks");
+  }
+  SECTION("a tensor naming a layout the template does not hold") {
+    v1::TensorEntry& rows = *plan->mutable_manifest_template()->mutable_tensors(2);
+    rows.set_layout(7);
+    CKPT_REQUIRE_ERROR(ValidatePlannedManifest(*plan, 14, 4096, "plan", limits, 1),
+                       absl::StatusCode::kDataLoss, "rows", "names layout 7 of 2");
+  }
+  SECTION("a layout's region outside a tensor that names it") {
+    // The bias's layout (one whole region) named by the 4-shard "rows".
+    v1::CheckpointManifest& kept = *plan->mutable_manifest_template();
+    kept.mutable_shard_layouts(static_cast<int>(kept.tensors(2).layout() - 1))
+        ->mutable_regions(3)
+        ->mutable_box()
+        ->set_lengths(0, 11);
+    CKPT_REQUIRE_ERROR(ValidatePlannedManifest(*plan, 14, 4096, "plan", limits, 1),
+                       absl::StatusCode::kDataLoss, "rows", "shard 3");
   }
   SECTION("what the manifest's check refuses of the rest") {
     // Rows 10 to 40 of 40 outside a tensor of 20 rows.
