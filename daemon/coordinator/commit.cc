@@ -85,32 +85,32 @@ absl::Status MakeVisible(storage::Backend& backend, const std::string& job_dir,
   return absl::OkStatus();
 }
 
-// MANIFEST's bytes: format 1, or a split manifest's root once its chunk
-// tables are written and synced beside it (manifest_tables.h).
-absl::StatusOr<std::string> WriteManifestTables(storage::Backend& backend,
-                                                const std::string& partial_dir,
-                                                const v1::CheckpointManifest& manifest,
-                                                const ManifestWriting& writing) {
-  if (writing.split_min_chunks == 0) return planning::EncodeManifest(manifest);
-  uint64_t chunks = 0;
-  for (const v1::TensorEntry& tensor : manifest.tensors()) {
-    for (const v1::StoredShard& shard : tensor.shards()) chunks += shard.chunks_size();
-  }
-  if (chunks < writing.split_min_chunks) return planning::EncodeManifest(manifest);
-  std::optional<planning::SplitManifestFiles> split =
-      planning::SplitManifest(manifest, writing.limits);
-  if (!split.has_value()) return planning::EncodeManifest(manifest);
-  // The tables back to back in one file: one fsync, however many hosts.
-  if (absl::Status s =
-          WriteSynced(backend, absl::StrCat(partial_dir, "/", planning::kChunkTablesFile),
-                      absl::StrJoin(split->tables, ""));
-      !s.ok()) {
-    return s;
-  }
-  return std::move(split->root);
-}
-
 }  // namespace
+
+ManifestFiles EncodeForCommit(const v1::CheckpointManifest& manifest,
+                              const ManifestWriting& writing) {
+  ManifestFiles files;
+  files.job = manifest.job();
+  files.step = manifest.step();
+  uint64_t chunks = 0;
+  if (writing.split_min_chunks > 0) {
+    for (const v1::TensorEntry& tensor : manifest.tensors()) {
+      for (const v1::StoredShard& shard : tensor.shards()) chunks += shard.chunks_size();
+    }
+  }
+  if (writing.split_min_chunks > 0 && chunks >= writing.split_min_chunks) {
+    std::optional<planning::SplitManifestFiles> split =
+        planning::SplitManifest(manifest, writing.limits);
+    if (split.has_value()) {
+      files.manifest = std::move(split->root);
+      // The tables back to back in one file: one fsync, however many hosts.
+      files.tables = absl::StrJoin(split->tables, "");
+      return files;
+    }
+  }
+  files.manifest = planning::EncodeManifest(manifest);
+  return files;
+}
 
 bool CommitOutcomeUnknown(const absl::Status& status) {
   return status.GetPayload(kCommitOutcomeUnknown).has_value();
@@ -157,11 +157,20 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
                               const v1::CheckpointManifest& manifest, bool make_latest,
                               const std::function<absl::Status()>& commit_point,
                               const ManifestWriting& writing) {
-  const std::string job_dir = storage::JobDir(root, manifest.job());
-  const std::string step_dir = storage::StepDir(root, manifest.job(), manifest.step());
+  return CommitCheckpoint(backend, root, partial_dir, EncodeForCommit(manifest, writing),
+                          make_latest, commit_point);
+}
+
+absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root,
+                              const std::string& partial_dir, const ManifestFiles& files,
+                              bool make_latest, const std::function<absl::Status()>& commit_point) {
+  const std::string& job = files.job;
+  const int64_t step = files.step;
+  const std::string job_dir = storage::JobDir(root, job);
+  const std::string step_dir = storage::StepDir(root, job, step);
   const std::string intent_path = absl::StrCat(job_dir, "/", storage::kLatestIntentName);
   // For the log; returned errors say only "commit": the caller names the save.
-  const std::string what = absl::StrCat("commit of ", manifest.job(), " step ", manifest.step());
+  const std::string what = absl::StrCat("commit of ", job, " step ", step);
   constexpr absl::string_view kCommit = "commit";
 
   // A LATEST.next left by an earlier commit is folded in first, so that
@@ -169,9 +178,9 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
   // written, this save goes on (LATEST is not part of the commit point), and
   // should it fail before its rename the earlier intent is put back.
   std::optional<int64_t> pending;
-  if (absl::Status s = RepairLatest(backend, root, manifest.job()).status(); !s.ok()) {
+  if (absl::Status s = RepairLatest(backend, root, job).status(); !s.ok()) {
     std::fprintf(stderr, "ckptd: %s: %s\n", what.c_str(), std::string(s.message()).c_str());
-    absl::StatusOr<std::optional<int64_t>> intent = CommittedIntent(backend, root, manifest.job());
+    absl::StatusOr<std::optional<int64_t>> intent = CommittedIntent(backend, root, job);
     if (intent.ok()) pending = *intent;
   }
   const auto undo_intent = [&] {
@@ -184,10 +193,14 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
   if (absl::Status s = backend.SyncDir(absl::StrCat(partial_dir, "/data")); !s.ok()) {
     return WithContext(s, kCommit);
   }
-  absl::StatusOr<std::string> encoded =
-      WriteManifestTables(backend, partial_dir, manifest, writing);
-  if (!encoded.ok()) return WithContext(encoded.status(), kCommit);
-  const std::string& manifest_bytes = *encoded;
+  if (files.tables.has_value()) {
+    if (absl::Status s = WriteSynced(
+            backend, absl::StrCat(partial_dir, "/", planning::kChunkTablesFile), *files.tables);
+        !s.ok()) {
+      return WithContext(s, kCommit);
+    }
+  }
+  const std::string& manifest_bytes = files.manifest;
   if (absl::Status s = WriteSynced(backend, absl::StrCat(partial_dir, "/", storage::kManifestName),
                                    manifest_bytes);
       !s.ok()) {
@@ -199,13 +212,12 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
     if (absl::Status s = commit_point(); !s.ok()) return s;
   }
 
-  absl::StatusOr<bool> exists =
-      storage::StepCommitted(backend, root, manifest.job(), manifest.step());
+  absl::StatusOr<bool> exists = storage::StepCommitted(backend, root, job, step);
   if (!exists.ok()) return WithContext(exists.status(), kCommit);
   if (*exists) return absl::AlreadyExistsError(absl::StrCat(kCommit, ": ", step_dir, " exists"));
   absl::Status intent = absl::OkStatus();
   if (make_latest) {
-    intent = WriteSynced(backend, intent_path, absl::StrCat(manifest.step(), "\n"));
+    intent = WriteSynced(backend, intent_path, absl::StrCat(step, "\n"));
     if (intent.ok()) intent = backend.SyncDir(job_dir);
   }
   if (!intent.ok()) {
@@ -221,7 +233,7 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
 
   // Committed. What follows is repaired, never reported as a failed save.
   if (!make_latest) return absl::OkStatus();
-  if (absl::Status s = WriteLatest(backend, job_dir, manifest.step()); !s.ok()) {
+  if (absl::Status s = WriteLatest(backend, job_dir, step); !s.ok()) {
     std::fprintf(stderr,
                  "ckptd: %s: committed, but LATEST could not be written (%s); %s names the "
                  "step, so it is latest, and LATEST is repaired before the next commit or "

@@ -77,6 +77,25 @@ absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root
                               const std::function<absl::Status()>& commit_point = nullptr,
                               const ManifestWriting& writing = {});
 
+// A manifest as a commit writes it: MANIFEST's bytes and, for a split
+// manifest (planning/manifest_tables.h), TABLES'.
+struct ManifestFiles {
+  std::string job;
+  int64_t step = 0;
+  std::string manifest;
+  std::optional<std::string> tables;
+};
+
+// `manifest` as a commit writes it under `writing`: split, or format 1.
+ManifestFiles EncodeForCommit(const v1::CheckpointManifest& manifest,
+                              const ManifestWriting& writing);
+
+// CommitCheckpoint of a manifest already encoded (a save's, split as it
+// was made from its plan: committer.h).
+absl::Status CommitCheckpoint(storage::Backend& backend, const std::string& root,
+                              const std::string& partial_dir, const ManifestFiles& files,
+                              bool make_latest, const std::function<absl::Status()>& commit_point);
+
 // True for a commit error after which the step may be committed or not (an
 // object store's answer to the commit object was lost and it could not be
 // read back): the caller fails the save but keeps its files, which a

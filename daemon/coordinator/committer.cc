@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "daemon/coordinator/commit.h"
 #include "daemon/coordinator/partial_dir.h"
+#include "daemon/coordinator/saved_manifest.h"
 #include "daemon/coordinator/tier_choice.h"
 #include "daemon/fault/fault_points.h"
 #include "daemon/planning/manifest_check.h"
@@ -83,79 +84,23 @@ void Committer::Retain(const std::string& job) {
   if (retention_ != nullptr) retention_->Committed(job);
 }
 
-absl::Status Committer::CommitSave(v1::CheckpointManifest planned,
+absl::Status Committer::CommitSave(const planning::SavePlan& plan, int64_t created_unix_ms,
                                    const std::map<std::string, v1::NodePersistReport>& reports,
                                    const std::string& partial_dir, std::string* manifest_out,
                                    const std::function<absl::Status()>& commit_point) {
-  std::map<std::pair<std::string, uint64_t>, const v1::ChunkChecksum*> crcs;
-  for (const auto& [host, report] : reports) {
-    for (const v1::ChunkChecksum& c : report.checksums()) crcs[{c.file(), c.file_offset()}] = &c;
-  }
-  std::optional<int64_t> delta_base_step;
-  uint32_t delta_ordinal = 0;
-  bool encoded = false;
-  absl::Status status = planning::ForEachMutableChunk(
-      planned, [&](v1::StoredChunk& chunk, const std::string& owner) -> absl::Status {
-        // 0-byte items are complete in the plan: nothing written, no report.
-        if (!planning::SaveChunkNeedsChecksum(chunk)) return absl::OkStatus();
-        auto it = crcs.find({chunk.file(), chunk.file_offset()});
-        if (it == crcs.end()) {
-          return absl::InternalError(absl::StrCat("no checksum reported for ", chunk.file(),
-                                                  " at offset ", chunk.file_offset(), " (", owner,
-                                                  ")"));
-        }
-        const v1::ChunkChecksum& sum = *it->second;
-        chunk.set_crc32c(sum.crc32c());
-        if (sum.codec() == v1::CHUNK_CODEC_NONE) return absl::OkStatus();
-        encoded = true;
-        chunk.set_codec(sum.codec());
-        chunk.set_stored_length(sum.stored_length());
-        chunk.set_stored_crc32c(sum.stored_crc32c());
-        chunk.set_element_bytes(sum.element_bytes());
-        if (sum.has_delta_base()) {
-          // One base per step: gc keeps the step the manifest names.
-          if (delta_base_step.has_value() && *delta_base_step != sum.delta_base_step()) {
-            return absl::InvalidArgumentError(
-                absl::StrCat(owner, ": a delta against step ", sum.delta_base_step(),
-                             " where others are against ", *delta_base_step));
-          }
-          delta_base_step = sum.delta_base_step();
-          delta_ordinal = sum.delta_ordinal();
-          chunk.set_delta_base_step(sum.delta_base_step());
-          *chunk.mutable_delta_base() = sum.delta_base();
-        }
-        // A host's report is checked as a manifest read back would be.
-        return planning::CheckChunkEncoding(chunk, owner);
-      });
-  if (!status.ok()) return status;
-  if (delta_base_step.has_value()) {
-    // Only a save on one host makes deltas (delta_base.h).
-    if (*delta_base_step < 0 || *delta_base_step >= planned.step() ||
-        planned.topology().hosts_size() > 1) {
-      return absl::InvalidArgumentError(absl::StrCat("deltas against step ", *delta_base_step,
-                                                     " in step ", planned.step(), " of ",
-                                                     planned.topology().hosts_size(), " hosts"));
-    }
-    planned.set_delta_base_step(*delta_base_step);
-    planned.set_delta_ordinal(delta_ordinal);
-  }
-  // Encodings make the manifest larger than planned: still loadable?
-  if (encoded) {
-    if (absl::Status s = planning::CheckManifestSize(planned, 0, catalog_.limits()); !s.ok()) {
-      return s;
-    }
-  }
-  if (manifest_out != nullptr) *manifest_out = planned.SerializeAsString();
+  absl::StatusOr<ManifestFiles> files =
+      SavedManifest(plan, created_unix_ms, reports,
+                    {catalog_.split_manifest_min_chunks(), catalog_.limits()}, manifest_out);
+  if (!files.ok()) return files.status();
   // Fault tests hold or kill a coordinator here, its commit not yet fenced.
   FaultPoint("commit.before_fence");
   // The job's fence first (it may wait for another coordinator's commit
   // of this job), then this process's turn.
-  absl::StatusOr<Fenced> fenced = EnterFence(planned.job());
+  absl::StatusOr<Fenced> fenced = EnterFence(files->job);
   if (!fenced.ok()) return fenced.status();
   absl::MutexLock lock(&mu_);
-  return CommitCheckpoint(backend_, catalog_.root(), partial_dir, planned, /*make_latest=*/true,
-                          FencedCommitPoint(*fenced, commit_point),
-                          {catalog_.split_manifest_min_chunks(), catalog_.limits()});
+  return CommitCheckpoint(backend_, catalog_.root(), partial_dir, *files, /*make_latest=*/true,
+                          FencedCommitPoint(*fenced, commit_point));
 }
 
 absl::StatusOr<std::string> Committer::CommitCopy(

@@ -28,6 +28,7 @@
 #include "daemon/coordinator/epoch_fence.h"
 #include "daemon/coordinator/retention.h"
 #include "daemon/coordinator/retention_runner.h"
+#include "daemon/planning/plan_cache.h"
 #include "daemon/planning/retention_policy.h"
 #include "daemon/storage/backend.h"
 
@@ -43,12 +44,12 @@ class Committer {
  public:
   Committer(storage::Backend& backend, Catalog& catalog);
 
-  // A save whose hosts all reported: fills their checksums into `planned`
-  // (the save's manifest as planned) and commits `partial_dir`, making the
-  // step latest. With manifest_out, the committed manifest serialized.
-  // Retention is the caller's to ask for (Retain), once the save is ended.
-  // `commit_point`: CommitCheckpoint's.
-  absl::Status CommitSave(v1::CheckpointManifest planned,
+  // A save whose hosts all reported: its manifest, made from its plan with
+  // their checksums (saved_manifest.h), and `partial_dir` committed,
+  // making the step latest. With manifest_out, the committed manifest
+  // serialized. Retention is the caller's to ask for (Retain), once the
+  // save is ended. `commit_point`: CommitCheckpoint's.
+  absl::Status CommitSave(const planning::SavePlan& plan, int64_t created_unix_ms,
                           const std::map<std::string, v1::NodePersistReport>& reports,
                           const std::string& partial_dir, std::string* manifest_out = nullptr,
                           const std::function<absl::Status()>& commit_point = nullptr);

@@ -37,7 +37,7 @@ absl::StatusOr<v1::CommitResult> Coordinator::ReportPersisted(const v1::NodePers
   // others wait on the save's end (Committed).
   std::string manifest;
   const absl::Status status =
-      committer_.CommitSave(std::move(reported->manifest), *reported->reports,
+      committer_.CommitSave(reported->plan, reported->created_unix_ms, *reported->reports,
                             reported->partial_dir, saves_.memory_cluster() ? &manifest : nullptr,
                             [&] { return saves_.PassCommitPoint(reported->save); });
   absl::StatusOr<v1::CommitResult> result =

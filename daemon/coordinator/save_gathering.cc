@@ -626,8 +626,8 @@ absl::StatusOr<SaveGathering::Reported> SaveGathering::Report(const v1::NodePers
     reported.last = true;
     reported.job = save->job;
     reported.partial_dir = save->partial_dir;
-    reported.manifest = save->plan.Manifest();
-    reported.manifest.set_created_unix_ms(save->created_unix_ms);
+    reported.plan = save->plan;
+    reported.created_unix_ms = save->created_unix_ms;
     reported.reports = &save->reports;
   }
   return reported;

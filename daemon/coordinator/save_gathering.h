@@ -66,7 +66,8 @@ class SaveGathering {
     bool last = false;
     std::string job;
     std::string partial_dir;
-    v1::CheckpointManifest manifest;  // as planned, with its creation time
+    planning::SavePlan plan;  // its manifest as planned
+    int64_t created_unix_ms = 0;
     const std::map<std::string, v1::NodePersistReport>* reports = nullptr;
   };
   // Checks and records one host's files and checksums (only its own).

@@ -27,39 +27,45 @@ bool SameShardRegions(const v1::TensorEntry& tensor, const v1::ShardLayout& layo
   return true;
 }
 
+void CompactShards::Fill(const v1::TensorEntry& tensor, absl::Span<const ShardPlace> places,
+                         v1::TensorEntry& out, v1::CheckpointManifest& root) {
+  const int n = tensor.shards_size();
+  if (n == 0) return;
+  std::vector<uint32_t>& alike = layouts_by_hash_[ShardRegionsHash(tensor)];
+  uint32_t layout = 0;
+  for (uint32_t l : alike) {
+    if (SameShardRegions(tensor, root.shard_layouts(static_cast<int>(l - 1)))) {
+      layout = l;
+      break;
+    }
+  }
+  if (layout == 0) {
+    v1::ShardLayout& fresh = *root.add_shard_layouts();
+    fresh.mutable_regions()->Reserve(n);
+    for (const v1::StoredShard& shard : tensor.shards()) *fresh.add_regions() = shard.region();
+    layout = static_cast<uint32_t>(root.shard_layouts_size());
+    alike.push_back(layout);
+  }
+  out.set_layout(layout);
+  out.mutable_shard_tables()->Reserve(n);
+  out.mutable_shard_chunk_counts()->Reserve(n);
+  out.mutable_shard_writer_ranks()->Reserve(n);
+  for (int s = 0; s < n; ++s) {
+    out.add_shard_tables(places[s].table);
+    out.add_shard_chunk_counts(places[s].chunks);
+    out.add_shard_writer_ranks(tensor.shards(s).writer_rank());
+  }
+}
+
 void FillCompactShards(const v1::CheckpointManifest& m, absl::Span<const ShardPlace> places,
                        v1::CheckpointManifest& root) {
-  absl::flat_hash_map<size_t, std::vector<uint32_t>> layouts_by_hash;  // 1-based layouts
+  CompactShards compact;
   size_t shard_number = 0;
   for (int t = 0; t < m.tensors_size(); ++t) {
     const v1::TensorEntry& tensor = m.tensors(t);
-    const int n = tensor.shards_size();
-    if (n == 0) continue;
-    std::vector<uint32_t>& alike = layouts_by_hash[ShardRegionsHash(tensor)];
-    uint32_t layout = 0;
-    for (uint32_t l : alike) {
-      if (SameShardRegions(tensor, root.shard_layouts(static_cast<int>(l - 1)))) {
-        layout = l;
-        break;
-      }
-    }
-    if (layout == 0) {
-      v1::ShardLayout& fresh = *root.add_shard_layouts();
-      fresh.mutable_regions()->Reserve(n);
-      for (const v1::StoredShard& shard : tensor.shards()) *fresh.add_regions() = shard.region();
-      layout = static_cast<uint32_t>(root.shard_layouts_size());
-      alike.push_back(layout);
-    }
-    v1::TensorEntry& out = *root.mutable_tensors(t);
-    out.set_layout(layout);
-    out.mutable_shard_tables()->Reserve(n);
-    out.mutable_shard_chunk_counts()->Reserve(n);
-    out.mutable_shard_writer_ranks()->Reserve(n);
-    for (int s = 0; s < n; ++s, ++shard_number) {
-      out.add_shard_tables(places[shard_number].table);
-      out.add_shard_chunk_counts(places[shard_number].chunks);
-      out.add_shard_writer_ranks(tensor.shards(s).writer_rank());
-    }
+    compact.Fill(tensor, places.subspan(shard_number, tensor.shards_size()),
+                 *root.mutable_tensors(t), root);
+    shard_number += tensor.shards_size();
   }
 }
 

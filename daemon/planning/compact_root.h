@@ -17,7 +17,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -46,6 +48,20 @@ size_t ShardRegionsHash(const v1::TensorEntry& tensor);
 // shard of `m` has its region set: expanded, each shard's is.
 void FillCompactShards(const v1::CheckpointManifest& m, absl::Span<const ShardPlace> places,
                        v1::CheckpointManifest& root);
+
+// FillCompactShards a tensor at a time, for a manifest split as it is
+// made (manifest_tables.h ManifestSplitter): the same layouts, numbered
+// alike.
+class CompactShards {
+ public:
+  // `out`, tensor's entry in `root` (a copy without shards), gets its
+  // layout and columns; `places` holds its shards'.
+  void Fill(const v1::TensorEntry& tensor, absl::Span<const ShardPlace> places,
+            v1::TensorEntry& out, v1::CheckpointManifest& root);
+
+ private:
+  absl::flat_hash_map<size_t, std::vector<uint32_t>> layouts_by_hash_;  // 1-based layouts
+};
 
 // The memory a format-3 `root` takes once expanded: each shard's message,
 // its slot and its region. Checks first that every tensor lists no shard

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <utility>
 
 #include <google/protobuf/arena.h>
@@ -44,11 +45,13 @@ std::vector<std::pair<int, int>> ChunkTableRuns(const std::vector<uint64_t>& off
 namespace {
 
 // The root: every field but the tensor chunks, which become table entries,
-// and in a compact root (format 3) the shards, which FillCompactShards
-// adds. Field by field, so that a field added to the manifest and not here
-// is dropped by a split; tests/unit (manifest_tables_test) fills every
-// field and checks that a split and a join give the manifest back.
-void FillRoot(const v1::CheckpointManifest& m, uint32_t format, v1::CheckpointManifest& root) {
+// and in a compact root (format 3) the shards, which CompactShards adds.
+// Field by field, so that a field added to the manifest and not here is
+// dropped by a split; tests/unit (manifest_tables_test) fills every field
+// and checks that a split and a join give the manifest back. The header:
+// all but the tensors.
+void FillRootHeader(const v1::CheckpointManifest& m, uint32_t format,
+                    v1::CheckpointManifest& root) {
   root.set_format_version(format);
   root.set_job(m.job());
   root.set_step(m.step());
@@ -58,21 +61,24 @@ void FillRoot(const v1::CheckpointManifest& m, uint32_t format, v1::CheckpointMa
   *root.mutable_user_metadata() = m.user_metadata();
   if (m.has_delta_base_step()) root.set_delta_base_step(m.delta_base_step());
   root.set_delta_ordinal(m.delta_ordinal());
-  root.mutable_tensors()->Reserve(m.tensors_size());
-  for (const v1::TensorEntry& t : m.tensors()) {
-    v1::TensorEntry* out = root.add_tensors();
-    out->set_fqn(t.fqn());
-    out->set_dtype(t.dtype());
-    *out->mutable_global_shape() = t.global_shape();
-    out->set_partial(t.partial());
-    if (format == kCompactRootFormatVersion) continue;
-    out->mutable_shards()->Reserve(t.shards_size());
-    for (const v1::StoredShard& s : t.shards()) {
-      v1::StoredShard* shard = out->add_shards();
-      if (s.has_region()) *shard->mutable_region() = s.region();
-      shard->set_writer_rank(s.writer_rank());
-    }
+}
+
+// A tensor's entry in the root.
+v1::TensorEntry& AddRootTensor(const v1::TensorEntry& t, uint32_t format,
+                               v1::CheckpointManifest& root) {
+  v1::TensorEntry* out = root.add_tensors();
+  out->set_fqn(t.fqn());
+  out->set_dtype(t.dtype());
+  *out->mutable_global_shape() = t.global_shape();
+  out->set_partial(t.partial());
+  if (format == kCompactRootFormatVersion) return *out;
+  out->mutable_shards()->Reserve(t.shards_size());
+  for (const v1::StoredShard& s : t.shards()) {
+    v1::StoredShard* shard = out->add_shards();
+    if (s.has_region()) *shard->mutable_region() = s.region();
+    shard->set_writer_rank(s.writer_rank());
   }
+  return *out;
 }
 
 bool EveryShardHasRegion(const v1::CheckpointManifest& m) {
@@ -217,58 +223,61 @@ bool Joinable(const SplitManifestFiles& files, const v1::CheckpointManifest& roo
 
 }  // namespace
 
-std::optional<SplitManifestFiles> SplitManifest(const v1::CheckpointManifest& manifest,
-                                                const ManifestLimits& limits,
-                                                uint32_t root_format) {
-  if (root_format != kSplitManifestFormatVersion && root_format != kCompactRootFormatVersion) {
-    return std::nullopt;
+ManifestSplitter::ManifestSplitter(uint32_t root_format)
+    : format_(root_format),
+      arena_(std::make_unique<google::protobuf::Arena>()),
+      root_(google::protobuf::Arena::CreateMessage<v1::CheckpointManifest>(arena_.get())) {
+  if (format_ != kSplitManifestFormatVersion && format_ != kCompactRootFormatVersion) {
+    failed_ = true;
   }
-  // A layout lists regions, set or empty: a shard whose region is unset
-  // (no writer leaves one so) keeps it unset only in a format-2 root.
-  if (root_format == kCompactRootFormatVersion && !EveryShardHasRegion(manifest)) {
-    root_format = kSplitManifestFormatVersion;
-  }
-  // On an arena: a cluster's format-2 root is millions of small messages
-  // (each shard's region), and one heap allocation each was most of a split.
-  google::protobuf::Arena arena;
-  v1::CheckpointManifest& root =
-      *google::protobuf::Arena::CreateMessage<v1::CheckpointManifest>(&arena);
-  FillRoot(manifest, root_format, root);
-  std::vector<ShardPlace> places;  // by shard, over all tensors
-  std::vector<v1::ChunkTable*> tables;
-  absl::flat_hash_map<std::string, uint32_t> table_of_file;  // 1-based
-  uint32_t shard_number = 0;
-  for (int t = 0; t < manifest.tensors_size(); ++t) {
-    const v1::TensorEntry& tensor = manifest.tensors(t);
-    for (int s = 0; s < tensor.shards_size(); ++s, ++shard_number) {
-      const v1::StoredShard& shard = tensor.shards(s);
-      ShardPlace& place = places.emplace_back();
-      if (shard.chunks_size() == 0) continue;
-      const std::string& file = shard.chunks(0).file();
-      auto [it, inserted] = table_of_file.try_emplace(file, tables.size() + 1);
-      if (inserted) {
-        tables.push_back(google::protobuf::Arena::CreateMessage<v1::ChunkTable>(&arena));
-        tables.back()->set_file(file);
-      }
-      v1::ChunkTable& table = *tables[it->second - 1];
-      for (const v1::StoredChunk& chunk : shard.chunks()) {
-        if (chunk.file() != file) return std::nullopt;  // one table per shard
-        AddRow(table, shard_number, chunk);
-      }
-      place.table = it->second;
-      place.chunks = static_cast<uint32_t>(shard.chunks_size());
-      if (root_format == kSplitManifestFormatVersion) {
-        v1::StoredShard* out = root.mutable_tensors(t)->mutable_shards(s);
-        out->set_table(place.table);
-        out->set_chunk_count(place.chunks);
-      }
+}
+
+ManifestSplitter::~ManifestSplitter() = default;
+
+bool ManifestSplitter::Add(const v1::TensorEntry& tensor) {
+  if (failed_) return false;
+  v1::TensorEntry& out = AddRootTensor(tensor, format_, *root_);
+  places_.assign(static_cast<size_t>(tensor.shards_size()), ShardPlace());
+  for (int s = 0; s < tensor.shards_size(); ++s, ++shard_number_) {
+    const v1::StoredShard& shard = tensor.shards(s);
+    // A layout lists regions, set or empty: a shard whose region is unset
+    // (no writer leaves one so) keeps it unset only in a format-2 root.
+    if (format_ == kCompactRootFormatVersion && !shard.has_region()) failed_ = true;
+    if (failed_ || shard.chunks_size() == 0) continue;
+    const std::string& file = shard.chunks(0).file();
+    auto [it, inserted] = table_of_file_.try_emplace(file, tables_.size() + 1);
+    if (inserted) {
+      tables_.push_back(google::protobuf::Arena::CreateMessage<v1::ChunkTable>(arena_.get()));
+      tables_.back()->set_file(file);
+    }
+    v1::ChunkTable& table = *tables_[it->second - 1];
+    for (const v1::StoredChunk& chunk : shard.chunks()) {
+      if (chunk.file() != file) failed_ = true;  // one table per shard
+      AddRow(table, shard_number_, chunk);
+    }
+    ShardPlace& place = places_[static_cast<size_t>(s)];
+    place.table = it->second;
+    place.chunks = static_cast<uint32_t>(shard.chunks_size());
+    if (format_ == kSplitManifestFormatVersion) {
+      v1::StoredShard& listed = *out.mutable_shards(s);
+      listed.set_table(place.table);
+      listed.set_chunk_count(place.chunks);
     }
   }
-  if (tables.empty()) return std::nullopt;
-  if (root_format == kCompactRootFormatVersion) FillCompactShards(manifest, places, root);
+  if (failed_) return false;
+  if (format_ == kCompactRootFormatVersion) compact_.Fill(tensor, places_, out, *root_);
+  return true;
+}
+
+std::optional<SplitManifestFiles> ManifestSplitter::Finish(const v1::CheckpointManifest& header,
+                                                           const ManifestLimits& limits) {
+  if (failed_ || tables_.empty()) return std::nullopt;
+  failed_ = true;  // once
+  v1::CheckpointManifest& root = *root_;
+  FillRootHeader(header, format_, root);
   SplitManifestFiles files;
-  files.tables.reserve(tables.size());
-  for (v1::ChunkTable* t : tables) {
+  files.tables.reserve(tables_.size());
+  for (v1::ChunkTable* t : tables_) {
     v1::ChunkTable& table = *t;
     PadOptionalColumns(table);
     v1::ChunkTableRef* ref = root.add_chunk_tables();
@@ -277,10 +286,24 @@ std::optional<SplitManifestFiles> SplitManifest(const v1::CheckpointManifest& ma
     files.tables.push_back(WithCrcTrailer(table.SerializeAsString()));
     ref->set_bytes(files.tables.back().size());
     ref->set_crc32c(TrailerCrc(files.tables.back()));
+    table.Clear();  // its columns are in its bytes now
   }
   files.root = EncodeManifest(root);
-  if (!Joinable(files, root, shard_number, limits)) return std::nullopt;
+  if (!Joinable(files, root, shard_number_, limits)) return std::nullopt;
   return files;
+}
+
+std::optional<SplitManifestFiles> SplitManifest(const v1::CheckpointManifest& manifest,
+                                                const ManifestLimits& limits,
+                                                uint32_t root_format) {
+  if (root_format == kCompactRootFormatVersion && !EveryShardHasRegion(manifest)) {
+    root_format = kSplitManifestFormatVersion;
+  }
+  ManifestSplitter splitter(root_format);
+  for (const v1::TensorEntry& tensor : manifest.tensors()) {
+    if (!splitter.Add(tensor)) return std::nullopt;
+  }
+  return splitter.Finish(manifest, limits);
 }
 
 namespace {

@@ -19,6 +19,13 @@ v1::CheckpointManifest SavePlan::Manifest() const {
   return manifest;
 }
 
+v1::CheckpointManifest SavePlan::Header() const {
+  v1::CheckpointManifest header = PlannedHeader(*assignment);
+  header.set_step(step);
+  *header.mutable_user_metadata() = user_metadata;
+  return header;
+}
+
 absl::StatusOr<SavePlan> SavePlanCache::Plan(absl::Span<const v1::NodeSavePlan> nodes,
                                              const SavePlannerOptions& options, bool* hit) {
   std::vector<std::string> host_keys;

@@ -44,6 +44,9 @@ struct SavePlan {
   google::protobuf::Map<std::string, std::string> user_metadata;
 
   v1::CheckpointManifest Manifest() const;
+  // Its fields but the tensors (planned_manifest.h PlannedHeader), with
+  // this save's step and metadata.
+  v1::CheckpointManifest Header() const;
 };
 
 struct PlanCacheStats {
