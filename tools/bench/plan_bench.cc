@@ -52,8 +52,10 @@
 //   coordinator holds them only until their save committed, and makes
 //   them again for the next round); save_peak_rss_mib,
 //   manifest_peak_rss_mib and load_peak_rss_mib: the peak while the save
-//   was planned, its manifest written and split, and the load read,
-//   planned and spread (each from what the phase before left resident).
+//   was planned, committed (its manifest made from the plan and the hosts'
+//   reports, a checksum per chunk, and split as the commit splits it:
+//   coordinator/saved_manifest.h), and the load read, planned and spread
+//   (each from what the phase before left resident).
 //   The load plans from the manifest as the catalog reads it (the
 //   commit's split files, read into columns), without the save's plan: a
 //   job loads when it starts, and the cache keeps a plan only within
@@ -85,6 +87,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "ckpt/v1/coordinator.pb.h"
+#include "daemon/coordinator/saved_manifest.h"
 #include "daemon/planning/column_manifest_read.h"
 #include "daemon/planning/load_planner.h"
 #include "daemon/planning/load_spread.h"
@@ -252,6 +255,28 @@ double ThreadCpuSeconds() {
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
+// Each host's report of its save, as its writers send it: a checksum per
+// chunk written (a 0-byte item has none).
+std::map<std::string, ckpt::v1::NodePersistReport> ReportsOf(const ckpt::v1::SaveAssignment& plan) {
+  std::map<std::string, ckpt::v1::NodePersistReport> reports;
+  const uint64_t chunk_bytes = plan.chunk_bytes();
+  uint32_t crc = 0;
+  for (const ckpt::v1::HostAssignment& host : plan.hosts()) {
+    ckpt::v1::NodePersistReport& report = reports[host.host().host()];
+    *report.mutable_host() = host.host();
+    for (const ckpt::v1::WriteItem& item : host.items()) {
+      const uint64_t step = item.is_object() ? std::max<uint64_t>(item.bytes(), 1) : chunk_bytes;
+      for (uint64_t offset = 0; offset < item.bytes(); offset += step) {
+        ckpt::v1::ChunkChecksum* sum = report.add_checksums();
+        sum->set_file(host.files(item.writer()));
+        sum->set_file_offset(item.file_offset() + offset);
+        sum->set_crc32c(++crc);
+      }
+    }
+  }
+  return reports;
+}
+
 struct Figures {
   double save_plan_s = 0;
   double plan_cache_s = 0;
@@ -268,7 +293,7 @@ struct Figures {
   double host_key_max_s = 0;     // the slowest host's
   uint64_t cached_bytes = 0;     // memory the cached plan takes (key and assignment)
   double save_peak_mib = 0;      // the process's peak while the save was planned
-  double manifest_peak_mib = 0;  // ... while the manifest was written and parsed
+  double manifest_peak_mib = 0;  // ... while it was committed: its manifest made and split
   double load_peak_mib = 0;      // ... while the load was planned and spread
 };
 
@@ -318,41 +343,46 @@ absl::StatusOr<Figures> Measure(std::vector<ckpt::v1::NodeSavePlan>& save_nodes,
   f.save_peak_mib = TakePhasePeakMib();
   *items = 0;
   for (const auto& host : saved->assignment->hosts()) *items += host.items_size();
+  // The commit (coordinator/saved_manifest.h): the hosts' reports, a
+  // checksum per chunk as their writers send them, and the manifest made
+  // from the plan with them, split as it is made, while the cache still
+  // holds the plan.
+  std::optional<ckpt::coordinator::ManifestFiles> files;
+  {
+    const std::map<std::string, ckpt::v1::NodePersistReport> reports =
+        ReportsOf(*saved->assignment);
+    std::string joined;
+    absl::StatusOr<ckpt::coordinator::ManifestFiles> made = ckpt::coordinator::SavedManifest(
+        *saved, /*created_unix_ms=*/1, reports, {1, options.manifest_limits},
+        manifest_out != nullptr ? &joined : nullptr);
+    if (!made.ok()) return ckpt::WithContext(made.status(), "the commit's manifest");
+    if (!made->tables.has_value()) return absl::InternalError("the manifest was not split");
+    files = *std::move(made);
+    if (manifest_out != nullptr && !manifest_out->ParseFromString(joined)) {
+      return absl::InternalError("the committed manifest does not parse");
+    }
+  }
   // The load plans from the manifest as the catalog reads it: the split
   // files the commit wrote (a compact root and its chunk tables), read into
   // columns (column_manifest_read.h). It does not hold the save's plan
   // too: a job loads when it starts, and the cache holds a plan only
   // within its budget (--plan_cache_mib; cached_bytes says what this one
   // needs).
-  std::optional<ckpt::planning::SplitManifestFiles> files;
-  ckpt::v1::CheckpointManifest checked;  // job and step, as the catalog checks them
-  {
-    const std::string wire = ckpt::planning::SerializedManifestOf(*saved->assignment);
-    saved = ckpt::planning::SavePlan();
-    cached = ckpt::planning::SavePlan();
-    cache.reset();
-    ckpt::v1::CheckpointManifest manifest;
-    if (!manifest.ParseFromString(wire)) {
-      return absl::InternalError("the planned manifest does not parse");
-    }
-    files = ckpt::planning::SplitManifest(manifest, options.manifest_limits);
-    if (!files.has_value()) return absl::InternalError("the planned manifest does not split");
-    checked.set_job(manifest.job());
-    checked.set_step(manifest.step());
-    if (manifest_out != nullptr) manifest_out->Swap(&manifest);
-  }
+  saved = ckpt::planning::SavePlan();
+  cached = ckpt::planning::SavePlan();
+  cache.reset();
   f.manifest_peak_mib = TakePhasePeakMib();
   start = std::chrono::steady_clock::now();
   absl::StatusOr<std::shared_ptr<const ckpt::planning::ColumnManifest>> columns;
   {
-    const std::string tables = absl::StrJoin(files->tables, "");
-    files->tables.clear();
+    const std::string tables = *std::move(files->tables);
+    files->tables.reset();
     ckpt::planning::ManifestFootprint footprint;
     absl::StatusOr<ckpt::v1::CheckpointManifest> root = ckpt::planning::DecodeBoundedManifest(
-        files->root, "MANIFEST", options.manifest_limits, &footprint);
+        files->manifest, "MANIFEST", options.manifest_limits, &footprint);
     if (!root.ok()) return root.status();
     columns = ckpt::planning::ReadColumnManifest(
-        *std::move(root), footprint, files->root.size(), checked.job(), checked.step(), "MANIFEST",
+        *std::move(root), footprint, files->manifest.size(), files->job, files->step, "MANIFEST",
         options.manifest_limits,
         [&](uint64_t offset, uint64_t length, uint64_t) -> absl::StatusOr<std::string> {
           return tables.substr(offset, length);
@@ -561,7 +591,8 @@ int main(int argc, char** argv) {
       std::max(g_peak_mib, static_cast<double>(usage.ru_maxrss) / 1024.0);  // KiB on Linux
   std::printf(
       "peak resident memory of this process: %.0f MiB (while the save was planned: %.0f MiB; "
-      "its manifest written and parsed: %.0f MiB; the load planned and spread: %.0f MiB)\n",
+      "its manifest made from the reports and split: %.0f MiB; the load planned and spread: "
+      "%.0f MiB)\n",
       peak_rss_mib, best.save_peak_mib, best.manifest_peak_mib, best.load_peak_mib);
   ckpt::bench::ManifestFigures manifest;
   if (!manifest_dir.empty()) {
