@@ -373,7 +373,7 @@ void SaveGathering::PlanGathered(const SaveRef& save) {
       status = placed.status();
       if (placed.ok()) replicas = std::move(*placed);
     }
-    manifest_bytes = plan->Manifest().ByteSizeLong();
+    manifest_bytes = plan->ManifestBytes();  // not made whole: a cluster's is gigabytes
   }
   absl::ReleasableMutexLock lock(&mu_);
   save->planner_busy = false;

@@ -26,6 +26,13 @@ v1::CheckpointManifest SavePlan::Header() const {
   return header;
 }
 
+uint64_t SavePlan::ManifestBytes() const {
+  // A message's size is its fields' sizes: the template's header is this
+  // save's but for the step and the metadata.
+  return PlannedManifestBytes(*assignment) - PlannedHeader(*assignment).ByteSizeLong() +
+         Header().ByteSizeLong();
+}
+
 absl::StatusOr<SavePlan> SavePlanCache::Plan(absl::Span<const v1::NodeSavePlan> nodes,
                                              const SavePlannerOptions& options, bool* hit) {
   std::vector<std::string> host_keys;

@@ -47,6 +47,8 @@ struct SavePlan {
   // Its fields but the tensors (planned_manifest.h PlannedHeader), with
   // this save's step and metadata.
   v1::CheckpointManifest Header() const;
+  // Manifest().ByteSizeLong(), counted a tensor at a time.
+  uint64_t ManifestBytes() const;
 };
 
 struct PlanCacheStats {

@@ -108,6 +108,8 @@ TEST_CASE("a save's manifest split as it is made is the whole manifest's split",
   REQUIRE(whole.tensors_size() == 4);
   REQUIRE(whole.step() == 9);
   REQUIRE(whole.user_metadata().at("lr") == "0.2");
+  // What the memory tier holds room for, counted without making it.
+  CHECK(plan.ManifestBytes() == plan.Manifest().ByteSizeLong());
 
   absl::StatusOr<ManifestFiles> files = SavedManifest(plan, kCreated, reports, Split());
   CKPT_REQUIRE_OK(files);
