@@ -87,11 +87,17 @@ absl::Status MakeVisible(storage::Backend& backend, const std::string& job_dir,
 
 }  // namespace
 
+ManifestFiles FilesOfSplit(std::string job, int64_t step, planning::SplitManifestFiles split) {
+  ManifestFiles files;
+  files.job = std::move(job);
+  files.step = step;
+  files.manifest = std::move(split.root);
+  files.tables = absl::StrJoin(split.tables, "");
+  return files;
+}
+
 ManifestFiles EncodeForCommit(const v1::CheckpointManifest& manifest,
                               const ManifestWriting& writing) {
-  ManifestFiles files;
-  files.job = manifest.job();
-  files.step = manifest.step();
   uint64_t chunks = 0;
   if (writing.split_min_chunks > 0) {
     for (const v1::TensorEntry& tensor : manifest.tensors()) {
@@ -101,13 +107,11 @@ ManifestFiles EncodeForCommit(const v1::CheckpointManifest& manifest,
   if (writing.split_min_chunks > 0 && chunks >= writing.split_min_chunks) {
     std::optional<planning::SplitManifestFiles> split =
         planning::SplitManifest(manifest, writing.limits);
-    if (split.has_value()) {
-      files.manifest = std::move(split->root);
-      // The tables back to back in one file: one fsync, however many hosts.
-      files.tables = absl::StrJoin(split->tables, "");
-      return files;
-    }
+    if (split.has_value()) return FilesOfSplit(manifest.job(), manifest.step(), *std::move(split));
   }
+  ManifestFiles files;
+  files.job = manifest.job();
+  files.step = manifest.step();
   files.manifest = planning::EncodeManifest(manifest);
   return files;
 }

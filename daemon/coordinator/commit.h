@@ -44,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "ckpt/v1/manifest.pb.h"
 #include "daemon/planning/manifest_check.h"
+#include "daemon/planning/manifest_tables.h"
 #include "daemon/storage/backend.h"
 
 namespace ckpt::coordinator {
@@ -85,6 +86,10 @@ struct ManifestFiles {
   std::string manifest;
   std::optional<std::string> tables;
 };
+
+// A split manifest as a commit writes it: the tables back to back in one
+// file, one fsync however many hosts.
+ManifestFiles FilesOfSplit(std::string job, int64_t step, planning::SplitManifestFiles split);
 
 // `manifest` as a commit writes it under `writing`: split, or format 1.
 ManifestFiles EncodeForCommit(const v1::CheckpointManifest& manifest,

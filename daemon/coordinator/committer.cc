@@ -10,9 +10,6 @@
 #include "daemon/coordinator/saved_manifest.h"
 #include "daemon/coordinator/tier_choice.h"
 #include "daemon/fault/fault_points.h"
-#include "daemon/planning/manifest_check.h"
-#include "daemon/planning/manifest_io.h"
-#include "daemon/planning/save_planner.h"
 #include "daemon/storage/layout.h"
 
 namespace ckpt::coordinator {

@@ -5,7 +5,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "daemon/planning/manifest_check.h"
 #include "daemon/planning/manifest_io.h"
@@ -141,13 +140,7 @@ absl::StatusOr<std::optional<ManifestFiles>> SplitAsMade(const planning::SavePla
   if (sums.encoded()) return std::nullopt;
   std::optional<planning::SplitManifestFiles> split = splitter.Finish(header, writing.limits);
   if (!split.has_value()) return std::nullopt;
-  ManifestFiles files;
-  files.job = header.job();
-  files.step = header.step();
-  files.manifest = std::move(split->root);
-  // The tables back to back in one file: one fsync, however many hosts.
-  files.tables = absl::StrJoin(split->tables, "");
-  return files;
+  return FilesOfSplit(header.job(), header.step(), *std::move(split));
 }
 
 }  // namespace

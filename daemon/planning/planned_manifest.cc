@@ -75,6 +75,10 @@ uint32_t ShardsOf(const v1::CheckpointManifest& kept, int t) {
 
 }  // namespace
 
+uint64_t FramedFieldBytes(uint64_t bytes) {
+  return 1 + CodedOutputStream::VarintSize64(bytes) + bytes;
+}
+
 void AddPlannedChunks(const v1::WriteItem& item, const std::string& file, uint64_t chunk_bytes,
                       v1::StoredShard& shard) {
   const uint64_t bytes = item.bytes();
@@ -90,12 +94,12 @@ void AddPlannedChunks(const v1::WriteItem& item, const std::string& file, uint64
 
 uint64_t PlannedChunksWireBytes(uint64_t bytes, uint64_t file_offset, size_t file_name_bytes,
                                 uint64_t chunk_bytes) {
-  const uint64_t file = 1 + CodedOutputStream::VarintSize64(file_name_bytes) + file_name_bytes;
+  const uint64_t file = FramedFieldBytes(file_name_bytes);
   uint64_t total = 0;
   for (uint64_t offset = 0; offset < bytes; offset += chunk_bytes) {
     const uint64_t inner = file + VarintField(file_offset + offset) + VarintField(offset) +
                            VarintField(std::min(chunk_bytes, bytes - offset));
-    total += 1 + CodedOutputStream::VarintSize64(inner) + inner;
+    total += FramedFieldBytes(inner);
   }
   return total;
 }
@@ -150,8 +154,7 @@ uint64_t PlannedManifestBytes(const v1::SaveAssignment& assignment) {
   // a message): the sizes of a shard's fields are the message's to count.
   uint64_t total = PlannedHeader(assignment).ByteSizeLong();
   (void)ForEachPlannedTensor(assignment, [&](v1::TensorEntry& tensor) {
-    const uint64_t bytes = tensor.ByteSizeLong();
-    total += 1 + CodedOutputStream::VarintSize64(bytes) + bytes;
+    total += FramedFieldBytes(tensor.ByteSizeLong());
     return absl::OkStatus();
   });
   return total;

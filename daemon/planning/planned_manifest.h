@@ -53,6 +53,10 @@ uint64_t PlannedManifestBytes(const v1::SaveAssignment& assignment);
 void AddPlannedChunks(const v1::WriteItem& item, const std::string& file, uint64_t chunk_bytes,
                       v1::StoredShard& shard);
 
+// A length-delimited field of `bytes` bytes on the wire: its tag (one byte
+// for the manifest's fields), its length, then it.
+uint64_t FramedFieldBytes(uint64_t bytes);
+
 // What the chunks of an item of `bytes` at `file_offset` in a file named
 // `file_name_bytes` long add to the manifest's wire size, CRCs not counted
 // (the commit fills them in).

@@ -9,8 +9,6 @@
 #include <utility>
 #include <vector>
 
-#include <google/protobuf/io/coded_stream.h>
-
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
@@ -820,12 +818,6 @@ absl::Status CheckLoadable(const v1::SaveAssignment& plan, uint64_t chunks,
       PlannedManifestBytes(plan) + 6 * chunks, [&] { return SerializedManifestOf(plan); }, limits);
 }
 
-// A field of `bytes` bytes on the wire: its tag (one byte for the
-// manifest's fields), its length, then it.
-uint64_t FramedBytes(uint64_t bytes) {
-  return 1 + google::protobuf::io::CodedOutputStream::VarintSize64(bytes) + bytes;
-}
-
 // The template's tensors list no shards: each names one of its layouts
 // (shard_layouts, 1-based), its shards' regions in order, as a compact
 // root does (compact_root.h); ManifestOf lists them. A model's tensors are
@@ -872,7 +864,7 @@ uint64_t LayOutShards(const std::vector<uint32_t>& by_name,
       listed.mutable_regions()->Reserve(static_cast<int>(count));
       for (uint32_t s = 0; s < count; ++s) {
         *listed.add_regions() = *regions[s];
-        made.wire_bound += FramedBytes(regions[s]->ByteSizeLong()) + kShardFieldsBound;
+        made.wire_bound += FramedFieldBytes(regions[s]->ByteSizeLong()) + kShardFieldsBound;
       }
       candidates.push_back(static_cast<uint32_t>(layouts.size()));
       layouts.push_back(made);
